@@ -1,0 +1,135 @@
+/*
+ * lg_core.h: return codes, logging macros, clocks and the few helpers every
+ * module shares. Owns nothing. Keep it small: a type that belongs to one
+ * module lives in that module's header.
+ */
+#ifndef LG_CORE_H
+#define LG_CORE_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+enum lg_rc {
+    LG_OK = 0,
+    LG_ERR = -1,       /* failed, already logged by the callee */
+    LG_ENOMEM = -2,
+    LG_EINVAL = -3,    /* bad input from a client or the config */
+    LG_EPROTO = -4,    /* a peer broke HTTP or SSE framing */
+    LG_EIO = -5,
+    LG_ETIMEDOUT = -6,
+    LG_EBUSY = -7,     /* no capacity now: queue full, no healthy replica */
+    LG_EAGAIN = -8,    /* not a failure: would block, call again on the next event */
+    LG_EDECLINED = -9, /* not a failure: not mine, try the next candidate */
+};
+
+/* A static string naming rc ("ENOMEM"...). */
+const char *lg_rc_str(int rc);
+
+/* ---- logging (log.c) ---------------------------------------------------- */
+
+enum lg_log_level { LG_LOG_ERROR = 0, LG_LOG_WARN, LG_LOG_INFO, LG_LOG_DEBUG };
+extern enum lg_log_level lg_log_threshold;
+
+void lg_log_emit(enum lg_log_level level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Parses "error|warn|info|debug"; returns LG_EINVAL for anything else. */
+int lg_log_level_parse(const char *s, enum lg_log_level *out);
+
+#define LG_LOG(level, ...)                                         \
+    do {                                                           \
+        if ((level) <= lg_log_threshold) {                         \
+            lg_log_emit((level), __FILE__, __LINE__, __VA_ARGS__); \
+        }                                                          \
+    } while (0)
+#define LG_ERROR(...) LG_LOG(LG_LOG_ERROR, __VA_ARGS__)
+#define LG_WARN(...)  LG_LOG(LG_LOG_WARN, __VA_ARGS__)
+#define LG_INFO(...)  LG_LOG(LG_LOG_INFO, __VA_ARGS__)
+#define LG_DEBUG(...) LG_LOG(LG_LOG_DEBUG, __VA_ARGS__)
+
+/*
+ * Rate limiting for repeated warnings: returns true at most once per
+ * interval_ns for the given state word (a static uint64_t per call site, or a
+ * field per backend). Thread-safe.
+ */
+bool lg_log_ratelimit(uint64_t *last_ns, uint64_t interval_ns);
+
+#define LG_BUG_ON(cond)                                                   \
+    do {                                                                  \
+        if (__builtin_expect(!!(cond), 0)) {                              \
+            lg_log_emit(LG_LOG_ERROR, __FILE__, __LINE__, "BUG: %s", #cond); \
+            abort();                                                      \
+        }                                                                 \
+    } while (0)
+
+/* ---- clocks ------------------------------------------------------------- */
+
+#define LG_NS_PER_MS 1000000ull
+#define LG_NS_PER_S  1000000000ull
+
+/* Monotonic nanoseconds (CLOCK_MONOTONIC). */
+static inline uint64_t
+lg_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * LG_NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* Wall-clock nanoseconds since the epoch (CLOCK_REALTIME), for log stamps. */
+static inline uint64_t
+lg_wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * LG_NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+/* Allocation of small, fixed-size objects: log and abort on failure. */
+void *lg_xmalloc(size_t n);
+void *lg_xcalloc(size_t nmemb, size_t size);
+void *lg_xrealloc(void *p, size_t n);
+char *lg_xstrdup(const char *s);
+char *lg_xstrndup(const char *s, size_t n);
+
+/* ---- small helpers ------------------------------------------------------ */
+
+#define LG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define LG_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define LG_MAX(a, b)     ((a) > (b) ? (a) : (b))
+
+/* Case-insensitive comparison of a counted string with a C string. */
+bool lg_str_ieq(const char *s, size_t n, const char *lit);
+
+/* 64-bit FNV-1a, for prefix hashes and consistent hashing. */
+static inline uint64_t
+lg_hash64(const void *data, size_t n, uint64_t h)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+#define LG_HASH64_INIT 0xcbf29ce484222325ull
+
+/* splitmix64: mixes a 64-bit value (hash finaliser, seeded RNG step). */
+static inline uint64_t
+lg_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+#endif /* LG_CORE_H */

@@ -1,0 +1,101 @@
+/*
+ * util.c: allocation wrappers that abort on failure, rc names and small
+ * string helpers. Owns nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lg_core.h"
+
+const char *
+lg_rc_str(int rc)
+{
+    switch (rc) {
+    case LG_OK:
+        return "OK";
+    case LG_ERR:
+        return "ERR";
+    case LG_ENOMEM:
+        return "ENOMEM";
+    case LG_EINVAL:
+        return "EINVAL";
+    case LG_EPROTO:
+        return "EPROTO";
+    case LG_EIO:
+        return "EIO";
+    case LG_ETIMEDOUT:
+        return "ETIMEDOUT";
+    case LG_EBUSY:
+        return "EBUSY";
+    case LG_EAGAIN:
+        return "EAGAIN";
+    case LG_EDECLINED:
+        return "EDECLINED";
+    default:
+        return "?";
+    }
+}
+
+static void
+util_oom(size_t n)
+{
+    lg_log_emit(LG_LOG_ERROR, __FILE__, __LINE__, "out of memory allocating %zu bytes", n);
+    abort();
+}
+
+void *
+lg_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (p == NULL) {
+        util_oom(n);
+    }
+    return p;
+}
+
+void *
+lg_xcalloc(size_t nmemb, size_t size)
+{
+    void *p = calloc(nmemb ? nmemb : 1, size ? size : 1);
+
+    if (p == NULL) {
+        util_oom(nmemb * size);
+    }
+    return p;
+}
+
+void *
+lg_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+
+    if (q == NULL) {
+        util_oom(n);
+    }
+    return q;
+}
+
+char *
+lg_xstrdup(const char *s)
+{
+    return lg_xstrndup(s, strlen(s));
+}
+
+char *
+lg_xstrndup(const char *s, size_t n)
+{
+    char *p = lg_xmalloc(n + 1);
+
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+bool
+lg_str_ieq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
+}

@@ -1,0 +1,313 @@
+"""Integration-test harness: start real processes on loopback and talk HTTP.
+
+Standard library only. Processes listen on port 0 and announce the ports they
+bound on a "ready" line (or a ready file); the harness waits for that line
+instead of sleeping. Everything started through a Harness is killed at
+tearDown, and its output is kept for failure messages.
+
+Environment:
+  LG_BUILD  the CMake build folder (default: <repo>/build)
+  LG_SRC    the repository root (default: two folders up from this file)
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+SRC = os.environ.get("LG_SRC") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("LG_BUILD") or os.path.join(SRC, "build")
+
+
+def binary(name):
+    """Path of a built executable (llmgate, llmsim, llmload...)."""
+    for cand in (os.path.join(BUILD, name), os.path.join(BUILD, "tools", name)):
+        if os.path.exists(cand):
+            return cand
+    raise FileNotFoundError("%s not built under %s" % (name, BUILD))
+
+
+class Proc:
+    """A child process whose combined stdout/stderr is collected by a thread.
+
+    wait_for(regex) blocks until a line matches (returns the match) or the
+    deadline passes (raises with the output so far)."""
+
+    def __init__(self, argv, name=None, env=None, cwd=None):
+        self.argv = argv
+        self.name = name or os.path.basename(argv[0])
+        self.lines = []
+        self._cond = threading.Condition()
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                  start_new_session=True)
+        self._t = threading.Thread(target=self._reader, daemon=True)
+        self._t.start()
+
+    def _reader(self):
+        for raw in self.p.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def output(self):
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_for(self, pattern, timeout=15.0, start=0):
+        """Waits for a line (from index `start`) matching `pattern`."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        i = start
+        with self._cond:
+            while True:
+                while i < len(self.lines):
+                    m = rx.search(self.lines[i])
+                    i += 1
+                    if m:
+                        return m
+                if self.p.poll() is not None and not self._t.is_alive():
+                    raise AssertionError("%s exited (%s) before printing /%s/:\n%s" % (
+                        self.name, self.p.returncode, pattern, "\n".join(self.lines)))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("timed out waiting for /%s/ from %s:\n%s" % (
+                        pattern, self.name, "\n".join(self.lines[-60:])))
+                self._cond.wait(min(left, 0.2))
+
+    def signal(self, sig):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+
+    def wait(self, timeout=15.0):
+        rc = self.p.wait(timeout)
+        self._t.join(2)
+        return rc
+
+    def kill(self):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.p.wait(5)
+        self._t.join(2)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.p.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Harness(unittest.TestCase):
+    """TestCase base: self.start(...) processes, self.tmp folder, cleanup."""
+
+    def setUp(self):
+        self.procs = []
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="lgtest-")
+        self.tmp = self._tmpdir.name
+
+    def tearDown(self):
+        failed = False
+        outcome = getattr(self, "_outcome", None)
+        if outcome is not None:
+            errs = getattr(outcome, "errors", None)
+            if errs:
+                failed = any(e[1] for e in errs)
+            res = getattr(outcome, "result", None)
+            if res is not None and (res.failures or res.errors):
+                failed = True
+        for p in reversed(self.procs):
+            p.kill()
+            if failed or os.environ.get("LG_TEST_VERBOSE"):
+                print("----- output of %s -----\n%s" % (p.name, p.output()[-20000:]))
+        self._tmpdir.cleanup()
+
+    def start(self, argv, name=None, env=None):
+        p = Proc(argv, name=name, env=env)
+        self.procs.append(p)
+        return p
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    # ---- simulated replicas and the gateway --------------------------------
+
+    def start_llmsim(self, name="r1", models=("m",), args=()):
+        """Starts one llmsim replica on a free port; returns (proc, port)."""
+        argv = [binary("llmsim"), "--listen", "127.0.0.1:0", "--name", name]
+        for m in models:
+            argv += ["--model", m]
+        argv += list(args)
+        p = self.start(argv, name="llmsim-" + name)
+        m = p.wait_for(r"llmsim ready .*listen=[^ ]*:(\d+)")
+        return p, int(m.group(1))
+
+    def write_config(self, conf, name="llmgate.json"):
+        path = self.path(name)
+        with open(path, "w") as f:
+            json.dump(conf, f, indent=2)
+        return path
+
+    def start_gateway(self, conf, args=(), env=None):
+        """Writes conf (a dict) and starts llmgate; returns (proc, port).
+
+        The gateway prints "llmgate ready listen=ADDR:PORT[,...] ..." once
+        every listener is bound; the first listener's port is returned."""
+        path = self.write_config(conf)
+        p = self.start([binary("llmgate"), "-c", path] + list(args), name="llmgate", env=env)
+        m = p.wait_for(r"llmgate ready .*listen=[^ ,]*:(\d+)")
+        return p, int(m.group(1))
+
+    def base_config(self, backends, **extra):
+        conf = {"listen": "127.0.0.1:0", "workers": 2, "log_level": "info",
+                "routing": {"policy": "round_robin"},
+                "backends": backends}
+        conf.update(extra)
+        return conf
+
+
+# ---- HTTP helpers ------------------------------------------------------------
+
+def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
+    """One request on a fresh connection; returns (status, headers dict, body bytes)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    hdrs = {"Content-Type": "application/json"} if body is not None else {}
+    if headers:
+        hdrs.update(headers)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    conn.request(method, path, body=body, headers=hdrs)
+    r = conn.getresponse()
+    data = r.read()
+    h = {k.lower(): v for k, v in r.getheaders()}
+    conn.close()
+    return r.status, h, data
+
+
+def post_json(port, path, obj, headers=None, timeout=30.0):
+    status, h, data = http_request(port, "POST", path, obj, headers, timeout)
+    try:
+        parsed = json.loads(data) if data else None
+    except ValueError:
+        parsed = None
+    return status, h, parsed, data
+
+
+def chat_body(model="m", stream=False, max_tokens=8, content="hello", **extra):
+    body = {"model": model, "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens, "stream": stream}
+    body.update(extra)
+    return body
+
+
+def raw_exchange(port, data, timeout=10.0, read_until_close=True):
+    """Sends raw bytes, returns every byte received until close or timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+            if not read_until_close:
+                break
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+def sse_events(body):
+    """Splits an SSE body into its data payloads (strings)."""
+    events = []
+    for block in body.decode("utf-8", "replace").replace("\r\n", "\n").split("\n\n"):
+        data = [ln[5:].lstrip(" ") for ln in block.split("\n") if ln.startswith("data:")]
+        if data:
+            events.append("\n".join(data))
+    return events
+
+
+def scrape(port, path="/metrics"):
+    """GETs a Prometheus exposition and parses it into {(name, labels): value}."""
+    status, _, data = http_request(port, "GET", path)
+    if status != 200:
+        raise AssertionError("GET %s: %d" % (path, status))
+    return parse_prometheus(data.decode())
+
+
+_PROM_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\d+)?$')
+_PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?\s*')
+
+
+def parse_prometheus(text):
+    """Parses the Prometheus text format strictly; raises on a malformed line."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _PROM_LINE.match(line)
+        if not m:
+            raise AssertionError("malformed exposition line: %r" % line)
+        labels = ()
+        if m.group(3):
+            pairs = _PROM_LABEL.findall(m.group(3))
+            labels = tuple(sorted(pairs))
+        v = m.group(4)
+        out[(m.group(1), labels)] = float("inf") if v == "+Inf" else float(v)
+    return out
+
+
+def metric(samples, name, **labels):
+    """Sum of the samples named `name` whose labels include `labels`."""
+    total = None
+    for (n, lbls), v in samples.items():
+        if n != name:
+            continue
+        d = dict(lbls)
+        if all(d.get(k) == str(val) for k, val in labels.items()):
+            total = (total or 0.0) + v
+    return total
+
+
+def wait_until(pred, timeout=10.0, interval=0.02, what="condition"):
+    """Polls pred() until it returns a truthy value; returns it or raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(interval)
+
+
+def main():
+    unittest.main(verbosity=2)
