@@ -1,19 +1,336 @@
 /*
  * main.c: argv, signals, startup and shutdown order, exit codes.
+ *
+ * Startup: config -> fleet -> access log -> listening sockets -> workers ->
+ * "ready" line. Shutdown on SIGTERM/SIGINT: workers stop accepting and
+ * finish their requests; after timeouts.drain whatever still runs is cut.
+ * Exit codes: 0 clean, 1 runtime failure, 2 bad usage or bad config.
  */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
-#include "lg_core.h"
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "accesslog.h"
+#include "backend.h"
+#include "config.h"
 #include "lg_version.h"
+#include "listener.h"
+#include "worker.h"
+
+struct main_state {
+    struct lg_gateway *gw;
+    struct event_base *base;
+    struct event *drain_timer;
+    struct event *reaper;       /* polls for workers that finished */
+    bool stopping;
+};
+
+static void
+main_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmgate -c FILE [--ready-file FILE]\n"
+            "       llmgate --check-config FILE\n"
+            "       llmgate --version | --help\n"
+            "\n"
+            "  -c, --config FILE        run with this JSON configuration\n"
+            "  -t, --check-config FILE  validate FILE, print every error as\n"
+            "                           FILE:LINE:COL: error: /pointer: message; exit 0 or 2\n"
+            "      --ready-file FILE    once listening, write the bound addresses there\n"
+            "  -v, --version            print the version\n"
+            "  -h, --help               this text\n"
+            "\n"
+            "Signals: SIGTERM/SIGINT drain and exit 0; SIGUSR1 reopens the access log.\n"
+            "Configuration reference: conf/README.md\n");
+}
+
+static int
+main_check_config(const char *path)
+{
+    struct lg_config_errors errs = { 0 };
+    struct lg_config *conf = NULL;
+
+    if (lg_config_load(path, &conf, &errs) != LG_OK) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return 2;
+    }
+    printf("%s: configuration is valid (%zu backends, %zu listen addresses)\n", path,
+           conf->nbackends, conf->nlisten);
+    lg_config_unref(conf);
+    return 0;
+}
+
+static void
+main_raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static void
+main_on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct main_state *ms = arg;
+
+    (void)fd;
+    (void)what;
+    LG_WARN("drain timeout: cutting %u remaining connections", lg_gateway_clients(ms->gw));
+    for (unsigned i = 0; i < ms->gw->nworkers; i++) {
+        lg_worker_post(&ms->gw->workers[i], LG_WORKER_CMD_STOP);
+    }
+}
+
+static void
+main_on_reaper(evutil_socket_t fd, short what, void *arg)
+{
+    struct main_state *ms = arg;
+    unsigned running = 0;
+
+    (void)fd;
+    (void)what;
+    for (unsigned i = 0; i < ms->gw->nworkers; i++) {
+        if (ms->gw->workers[i].thread == 0) {
+            continue;
+        }
+        if (pthread_tryjoin_np(ms->gw->workers[i].thread, NULL) == EBUSY) {
+            running++;
+        } else {
+            ms->gw->workers[i].thread = 0;
+        }
+    }
+    if (running == 0) {
+        event_base_loopexit(ms->base, NULL);
+    }
+}
+
+static void
+main_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct main_state *ms = arg;
+    struct timeval tv, poll = { 0, 20000 };
+    uint64_t ms_drain = ms->gw->conf->timeouts.drain_ms;
+
+    (void)what;
+    if (sig == SIGUSR1) {
+        lg_accesslog_reopen(ms->gw->alog);
+        return;
+    }
+    if (sig == SIGHUP) {
+        LG_WARN("SIGHUP: configuration reload is not available in this build");
+        return;
+    }
+    if (ms->stopping) {
+        LG_WARN("second signal: stopping now");
+        main_on_drain_timeout(-1, 0, ms);
+        return;
+    }
+    ms->stopping = true;
+    ms->gw->draining = true;
+    LG_INFO("%s: draining %u connections (up to %" PRIu64 " ms)", strsignal((int)sig),
+            lg_gateway_clients(ms->gw), ms_drain);
+    for (unsigned i = 0; i < ms->gw->nworkers; i++) {
+        lg_worker_post(&ms->gw->workers[i], LG_WORKER_CMD_DRAIN);
+    }
+    tv.tv_sec = (time_t)(ms_drain / 1000);
+    tv.tv_usec = (suseconds_t)((ms_drain % 1000) * 1000);
+    evtimer_add(ms->drain_timer, &tv);
+    event_add(ms->reaper, &poll);
+}
+
+static int
+main_write_ready(const char *ready_file, const char *line)
+{
+    FILE *f;
+
+    printf("%s\n", line);
+    fflush(stdout);
+    if (ready_file == NULL) {
+        return LG_OK;
+    }
+    f = fopen(ready_file, "w");
+    if (f == NULL) {
+        LG_ERROR("cannot write %s: %s", ready_file, strerror(errno));
+        return LG_EIO;
+    }
+    fprintf(f, "%s\n", line);
+    fclose(f);
+    return LG_OK;
+}
+
+static int
+main_run(const char *path, const char *ready_file)
+{
+    struct lg_config_errors errs = { 0 };
+    struct lg_gateway gw;
+    struct main_state ms = { .gw = &gw };
+    struct sockaddr_storage *bound;
+    struct event *sigs[4];
+    static const int signums[4] = { SIGTERM, SIGINT, SIGUSR1, SIGHUP };
+    char line[1024];
+    size_t off;
+    int rc = 1;
+
+    memset(&gw, 0, sizeof(gw));
+    if (lg_config_load(path, &gw.conf, &errs) != LG_OK) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return 2;
+    }
+    lg_log_threshold = gw.conf->log_level;
+    gw.config_path = lg_xstrdup(path);
+    gw.nworkers = gw.conf->workers;
+    pthread_mutex_init(&gw.fleet_lock, NULL);
+    if (lg_fleet_new(gw.conf, gw.nworkers, NULL, &gw.fleet) != LG_OK) {
+        rc = 2;
+        goto out_conf;
+    }
+    if (gw.conf->access_log.path != NULL
+        && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
+        goto out_fleet;
+    }
+    bound = lg_xcalloc(gw.conf->nlisten, sizeof(*bound));
+    if (lg_listener_open(&gw, bound) != LG_OK) {
+        goto out_listen;
+    }
+    gw.workers = lg_xcalloc(gw.nworkers, sizeof(*gw.workers));
+    for (unsigned i = 0; i < gw.nworkers; i++) {
+        if (lg_worker_init(&gw, &gw.workers[i], i) != LG_OK) {
+            goto out_workers;
+        }
+    }
+    ms.base = event_base_new();
+    ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
+    ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
+    for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
+        sigs[i] = evsignal_new(ms.base, signums[i], main_on_signal, &ms);
+        event_add(sigs[i], NULL);
+    }
+    if (lg_workers_start(&gw) != LG_OK) {
+        goto out_base;
+    }
+    off = (size_t)snprintf(line, sizeof(line), "llmgate ready listen=");
+    for (size_t i = 0; i < gw.conf->nlisten && off < sizeof(line) - 80; i++) {
+        off += (size_t)snprintf(line + off, sizeof(line) - off, "%s", i ? "," : "");
+        lg_listener_format(&bound[i], line + off, sizeof(line) - off);
+        off = strlen(line);
+    }
+    snprintf(line + off, sizeof(line) - off, " workers=%u backends=%zu pid=%d version=%s",
+             gw.nworkers, gw.conf->nbackends, (int)getpid(), LG_VERSION);
+    main_write_ready(ready_file, line);
+    LG_INFO("%s", line);
+
+    event_base_dispatch(ms.base);
+    LG_INFO("all workers stopped; exiting");
+    rc = 0;
+
+out_base:
+    if (rc != 0) {
+        for (unsigned i = 0; i < gw.nworkers; i++) {
+            if (gw.workers[i].thread) {
+                lg_worker_post(&gw.workers[i], LG_WORKER_CMD_STOP);
+            }
+        }
+        for (unsigned i = 0; i < gw.nworkers; i++) {
+            if (gw.workers[i].thread) {
+                pthread_join(gw.workers[i].thread, NULL);
+            }
+        }
+    }
+    for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
+        event_free(sigs[i]);
+    }
+    event_free(ms.drain_timer);
+    event_free(ms.reaper);
+    event_base_free(ms.base);
+out_workers:
+    for (unsigned i = 0; i < gw.nworkers; i++) {
+        lg_worker_destroy(&gw.workers[i]);
+    }
+    free(gw.workers);
+out_listen:
+    for (size_t i = 0; gw.listen_fds != NULL && i < gw.nlisten * gw.nworkers; i++) {
+        if (gw.listen_fds[i] >= 0) {
+            close(gw.listen_fds[i]);
+        }
+    }
+    free(gw.listen_fds);
+    free(bound);
+    lg_accesslog_close(gw.alog);
+out_fleet:
+    lg_fleet_unref(gw.fleet);
+out_conf:
+    pthread_mutex_destroy(&gw.fleet_lock);
+    free(gw.config_path);
+    lg_config_unref(gw.conf);
+    return rc;
+}
 
 int
 main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("llmgate %s (%s)\n", LG_VERSION, LG_GIT_REV);
-        return 0;
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "check-config", required_argument, NULL, 't' },
+        { "ready-file", required_argument, NULL, 'r' },
+        { "version", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *config = NULL, *check = NULL, *ready = NULL;
+    int ch;
+
+    while ((ch = getopt_long(argc, argv, "c:t:vh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            config = optarg;
+            break;
+        case 't':
+            check = optarg;
+            break;
+        case 'r':
+            ready = optarg;
+            break;
+        case 'v':
+            printf("llmgate %s (%s)\n", LG_VERSION, LG_GIT_REV);
+            return 0;
+        case 'h':
+            main_usage(stdout);
+            return 0;
+        default:
+            main_usage(stderr);
+            return 2;
+        }
     }
-    fprintf(stderr, "usage: llmgate -c FILE\n");
-    return 2;
+    if (optind < argc) {
+        fprintf(stderr, "llmgate: unexpected argument \"%s\"\n", argv[optind]);
+        main_usage(stderr);
+        return 2;
+    }
+    if (check != NULL) {
+        return main_check_config(check);
+    }
+    if (config == NULL) {
+        main_usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    main_raise_nofile();
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "llmgate: libevent has no pthreads support\n");
+        return 1;
+    }
+    return main_run(config, ready);
 }

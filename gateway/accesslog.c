@@ -1,0 +1,386 @@
+/*
+ * accesslog.c: the access log (see accesslog.h for the design).
+ *
+ * Owns: the log file descriptor, one struct lg_alog_buf per worker (each an
+ * evbuffer guarded by its own mutex), and the writer thread.
+ * Invariant: workers only append under their buffer's lock; only the writer
+ * thread touches the file descriptor.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <llhttp.h>
+
+#include "accesslog.h"
+#include "backend.h"
+#include "client.h"
+#include "config.h"
+
+struct lg_alog_buf {
+    pthread_mutex_t lock;
+    struct evbuffer *buf;          /* owned: lines not yet written */
+    struct lg_accesslog *log;      /* borrowed */
+};
+
+struct lg_accesslog {
+    char *path;                    /* "-" = stdout */
+    int fd;
+    uint64_t flush_ms;
+    size_t buffer_bytes;
+    unsigned nbufs;
+    struct lg_alog_buf *bufs;      /* owned [nbufs] */
+    pthread_t thread;
+    pthread_mutex_t lock;          /* guards stop and the condition */
+    pthread_cond_t cond;
+    bool stop;
+    int reopen;                    /* atomic: set by SIGUSR1 */
+    uint64_t dropped;              /* atomic */
+};
+
+static int
+alog_open_fd(const char *path)
+{
+    if (strcmp(path, "-") == 0) {
+        return dup(STDOUT_FILENO);
+    }
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static void
+alog_flush(struct lg_accesslog *log, struct evbuffer *tmp)
+{
+    for (unsigned i = 0; i < log->nbufs; i++) {
+        struct lg_alog_buf *b = &log->bufs[i];
+
+        pthread_mutex_lock(&b->lock);
+        evbuffer_add_buffer(tmp, b->buf);
+        pthread_mutex_unlock(&b->lock);
+    }
+    while (evbuffer_get_length(tmp) > 0) {
+        int n = evbuffer_write(tmp, log->fd);
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            LG_ERROR("access log %s: write failed: %s; %zu bytes lost", log->path,
+                     strerror(errno), evbuffer_get_length(tmp));
+            evbuffer_drain(tmp, evbuffer_get_length(tmp));
+        }
+    }
+}
+
+static void *
+alog_writer(void *arg)
+{
+    struct lg_accesslog *log = arg;
+    struct evbuffer *tmp = evbuffer_new();
+    bool stop = false;
+
+    while (!stop) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)((log->flush_ms % 1000) * 1000000);
+        ts.tv_sec += (time_t)(log->flush_ms / 1000) + ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_mutex_lock(&log->lock);
+        if (!log->stop) {
+            pthread_cond_timedwait(&log->cond, &log->lock, &ts);
+        }
+        stop = log->stop;
+        pthread_mutex_unlock(&log->lock);
+        if (__atomic_exchange_n(&log->reopen, 0, __ATOMIC_ACQ_REL)) {
+            int fd = alog_open_fd(log->path);
+
+            if (fd < 0) {
+                LG_ERROR("access log %s: cannot reopen: %s; keeping the old file", log->path,
+                         strerror(errno));
+            } else {
+                alog_flush(log, tmp); /* lines so far belong to the old file */
+                close(log->fd);
+                log->fd = fd;
+                LG_INFO("access log %s reopened", log->path);
+            }
+        }
+        alog_flush(log, tmp);
+    }
+    evbuffer_free(tmp);
+    return NULL;
+}
+
+int
+lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
+                  struct lg_accesslog **out)
+{
+    struct lg_accesslog *log = lg_xcalloc(1, sizeof(*log));
+
+    log->path = lg_xstrdup(conf->path);
+    log->fd = alog_open_fd(log->path);
+    if (log->fd < 0) {
+        LG_ERROR("access log %s: cannot open: %s", log->path, strerror(errno));
+        free(log->path);
+        free(log);
+        return LG_EIO;
+    }
+    log->flush_ms = conf->flush_ms ? conf->flush_ms : 100;
+    log->buffer_bytes = conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024;
+    log->nbufs = nworkers;
+    log->bufs = lg_xcalloc(nworkers, sizeof(*log->bufs));
+    for (unsigned i = 0; i < nworkers; i++) {
+        pthread_mutex_init(&log->bufs[i].lock, NULL);
+        log->bufs[i].buf = evbuffer_new();
+        log->bufs[i].log = log;
+    }
+    pthread_mutex_init(&log->lock, NULL);
+    pthread_cond_init(&log->cond, NULL);
+    if (pthread_create(&log->thread, NULL, alog_writer, log) != 0) {
+        LG_ERROR("access log: cannot start the writer thread");
+        lg_accesslog_close(log);
+        return LG_ERR;
+    }
+    *out = log;
+    return LG_OK;
+}
+
+void
+lg_accesslog_close(struct lg_accesslog *log)
+{
+    if (log == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&log->lock);
+    log->stop = true;
+    pthread_cond_signal(&log->cond);
+    pthread_mutex_unlock(&log->lock);
+    if (log->thread) {
+        pthread_join(log->thread, NULL);
+    }
+    for (unsigned i = 0; i < log->nbufs; i++) {
+        evbuffer_free(log->bufs[i].buf);
+        pthread_mutex_destroy(&log->bufs[i].lock);
+    }
+    free(log->bufs);
+    close(log->fd);
+    pthread_cond_destroy(&log->cond);
+    pthread_mutex_destroy(&log->lock);
+    free(log->path);
+    free(log);
+}
+
+void
+lg_accesslog_reopen(struct lg_accesslog *log)
+{
+    if (log != NULL) {
+        __atomic_store_n(&log->reopen, 1, __ATOMIC_RELEASE);
+    }
+}
+
+struct lg_alog_buf *
+lg_accesslog_buffer(struct lg_accesslog *log, unsigned worker)
+{
+    return log != NULL && worker < log->nbufs ? &log->bufs[worker] : NULL;
+}
+
+uint64_t
+lg_accesslog_dropped(const struct lg_accesslog *log)
+{
+    return log ? __atomic_load_n(&log->dropped, __ATOMIC_RELAXED) : 0;
+}
+
+/* ---- formatting --------------------------------------------------------- */
+
+struct alog_line {
+    char *p;
+    size_t len;
+    size_t cap;
+};
+
+static void
+line_raw(struct alog_line *l, const char *s, size_t n)
+{
+    if (l->len + n > l->cap) {
+        n = l->cap - l->len;
+    }
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+static void
+line_lit(struct alog_line *l, const char *s)
+{
+    line_raw(l, s, strlen(s));
+}
+
+static void
+line_str(struct alog_line *l, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (s == NULL) {
+        line_lit(l, "null");
+        return;
+    }
+    line_raw(l, "\"", 1);
+    for (size_t i = 0; i < n && l->len + 6 < l->cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\') {
+            char e[2] = { '\\', (char)c };
+
+            line_raw(l, e, 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+
+            line_raw(l, e, 6);
+        } else {
+            l->p[l->len++] = (char)c;
+        }
+    }
+    line_raw(l, "\"", 1);
+}
+
+static void
+line_cstr(struct alog_line *l, const char *s)
+{
+    line_str(l, s, s ? strlen(s) : 0);
+}
+
+static void
+line_u64(struct alog_line *l, uint64_t v)
+{
+    char b[24];
+    int n = snprintf(b, sizeof(b), "%" PRIu64, v);
+
+    line_raw(l, b, (size_t)n);
+}
+
+/* Milliseconds with microsecond precision between two stamps, or null. */
+static void
+line_ms(struct alog_line *l, uint64_t from, uint64_t to)
+{
+    char b[32];
+    int n;
+
+    if (from == 0 || to == 0 || to < from) {
+        line_lit(l, "null");
+        return;
+    }
+    n = snprintf(b, sizeof(b), "%" PRIu64 ".%03" PRIu64, (to - from) / 1000000,
+                 ((to - from) / 1000) % 1000);
+    line_raw(l, b, (size_t)n);
+}
+
+static void
+line_time(struct alog_line *l, uint64_t wall_ns)
+{
+    time_t sec = (time_t)(wall_ns / LG_NS_PER_S);
+    struct tm tm;
+    size_t n;
+    int k;
+
+    if (l->cap - l->len < 40) {
+        return;
+    }
+    gmtime_r(&sec, &tm);
+    n = strftime(l->p + l->len, 40, "\"%Y-%m-%dT%H:%M:%S", &tm);
+    k = snprintf(l->p + l->len + n, 40 - n, ".%06uZ\"", (unsigned)((wall_ns / 1000) % 1000000));
+    if (k > 0 && (size_t)k < 40 - n) {
+        l->len += n + (size_t)k;
+    }
+}
+
+void
+lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
+{
+    const struct lg_request *req = &c->req;
+    const struct lg_hdrs *hs = &req->hdrs;
+    char mem[2048 + LG_ROUTE_EXPLAIN_BYTES];
+    struct alog_line l = { mem, 0, sizeof(mem) - 2 };
+    uint64_t tokens;
+
+    if (buf == NULL) {
+        return;
+    }
+    line_lit(&l, "{\"ts\":");
+    line_time(&l, req->wall_start);
+    line_lit(&l, ",\"id\":");
+    line_cstr(&l, req->id);
+    line_lit(&l, ",\"client\":");
+    line_cstr(&l, c->addr_str);
+    line_lit(&l, ",\"method\":");
+    line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
+    line_lit(&l, ",\"path\":");
+    line_str(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len);
+    line_lit(&l, ",\"model\":");
+    line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
+    line_lit(&l, ",\"stream\":");
+    line_lit(&l, req->info.stream ? "true" : "false");
+    line_lit(&l, ",\"status\":");
+    line_u64(&l, (uint64_t)req->status);
+    line_lit(&l, ",\"backend\":");
+    line_cstr(&l, req->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
+                      ? req->pick.backend->name
+                      : NULL);
+    line_lit(&l, ",\"attempts\":");
+    line_u64(&l, req->attempts);
+    line_lit(&l, ",\"policy\":");
+    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
+    line_lit(&l, ",\"reason\":");
+    line_cstr(&l, req->pick.reason);
+    line_lit(&l, ",\"bytes_in\":");
+    line_u64(&l, req->head_bytes + req->body_bytes);
+    line_lit(&l, ",\"bytes_out\":");
+    line_u64(&l, req->bytes_out);
+    line_lit(&l, ",\"read\":");
+    line_ms(&l, req->t_start, req->t_read);
+    line_lit(&l, ",\"queue\":");
+    line_ms(&l, req->t_read, req->t_dispatch);
+    line_lit(&l, ",\"connect\":");
+    line_ms(&l, req->t_dispatch, req->t_connect);
+    line_lit(&l, ",\"ttfb\":");
+    line_ms(&l, req->t_start, req->t_first_byte);
+    line_lit(&l, ",\"ttft\":");
+    line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
+    line_lit(&l, ",\"total\":");
+    line_ms(&l, req->t_start, req->t_end);
+    tokens = req->content_events;
+    if ((req->flags & LG_REQ_F_SSE) && lg_sse_completion_tokens(&req->sse) >= 0) {
+        tokens = (uint64_t)lg_sse_completion_tokens(&req->sse);
+    } else if (!(req->flags & LG_REQ_F_SSE) && req->probe.completion_tokens >= 0) {
+        tokens = (uint64_t)req->probe.completion_tokens;
+    }
+    line_lit(&l, ",\"tokens\":");
+    line_u64(&l, tokens);
+    line_lit(&l, ",\"itl\":");
+    if (req->content_events > 1) {
+        line_ms(&l, 0 + 1, 1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
+    } else {
+        line_lit(&l, "null");
+    }
+    if (req->pick.explain[0] != '\0') {
+        line_lit(&l, ",\"candidates\":");
+        line_lit(&l, req->pick.explain);
+    }
+    line_lit(&l, ",\"error\":");
+    line_cstr(&l, req->error);
+    mem[l.len++] = '}';
+    mem[l.len++] = '\n';
+
+    pthread_mutex_lock(&buf->lock);
+    if (evbuffer_get_length(buf->buf) < 16 * buf->log->buffer_bytes) {
+        evbuffer_add(buf->buf, mem, l.len);
+    } else {
+        __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
+    }
+    if (evbuffer_get_length(buf->buf) >= buf->log->buffer_bytes) {
+        pthread_cond_signal(&buf->log->cond); /* flush early */
+    }
+    pthread_mutex_unlock(&buf->lock);
+}

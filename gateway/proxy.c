@@ -1,0 +1,824 @@
+/*
+ * proxy.c: a request's exchange with its backend.
+ *
+ * Owns, per request: the fleet reference, the backend reference and the
+ * backend's in-flight count for the running attempt, and the total-deadline
+ * timer. Borrows: the client (which owns the request) and the upstream
+ * connection (lent by the pool while attached; given back with
+ * lg_upstream_release(), never freed here).
+ * Invariants: req->backend != NULL exactly while an attempt counts in the
+ * backend's in-flight; req->up != NULL exactly while a connection is lent;
+ * nothing is retried once LG_REQ_F_STARTED is set (a response byte is queued
+ * to the client), and nothing is ever added inside a relayed body.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "accesslog.h"
+#include "backend.h"
+#include "client.h"
+#include "config.h"
+#include "proxy.h"
+#include "upstream.h"
+#include "worker.h"
+
+static void proxy_attempt(struct lg_client *c);
+static void proxy_on_up_read(struct bufferevent *bev, void *arg);
+static void proxy_on_up_event(struct bufferevent *bev, short what, void *arg);
+
+static const struct lg_config *
+proxy_conf(const struct lg_client *c)
+{
+    return c->req.fleet->conf;
+}
+
+static void
+proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
+{
+    struct timeval r = { (time_t)(read_ms / 1000), (suseconds_t)((read_ms % 1000) * 1000) };
+    struct timeval w = { (time_t)(write_ms / 1000), (suseconds_t)((write_ms % 1000) * 1000) };
+
+    bufferevent_set_timeouts(bev, read_ms ? &r : NULL, write_ms ? &w : NULL);
+}
+
+/* ---- response parser callbacks (parser.data is the upstream connection) -- */
+
+static int
+proxy_on_status(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_upconn *u = p->data;
+
+    return lg_hdrs_on_url(&u->hdrs, at, n) == LG_OK ? 0 : -1;
+}
+
+static int
+proxy_on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_upconn *u = p->data;
+
+    return lg_hdrs_on_field(&u->hdrs, at, n) == LG_OK ? 0 : -1;
+}
+
+static int
+proxy_on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_upconn *u = p->data;
+
+    return lg_hdrs_on_value(&u->hdrs, at, n) == LG_OK ? 0 : -1;
+}
+
+static int
+proxy_on_headers_complete(llhttp_t *p)
+{
+    struct lg_upconn *u = p->data;
+
+    if (p->status_code >= 100 && p->status_code < 200) {
+        if (p->status_code == 101) {
+            llhttp_set_error_reason(p, "unexpected protocol switch");
+            return -1;
+        }
+        u->resp_1xx = true; /* interim response: skip it, the real one follows */
+        return 0;
+    }
+    return HPE_PAUSED; /* the read loop decides: relay, or retry elsewhere */
+}
+
+static int
+proxy_on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_upconn *u = p->data;
+    struct lg_client *c = u->client;
+    struct lg_request *req = &c->req;
+
+    if (req->flags & LG_REQ_F_SSE) {
+        unsigned got = lg_sse_feed(&req->sse, at, n);
+
+        if (got > 0) {
+            if (req->t_first_token == 0) {
+                req->t_first_token = req->t_now;
+            }
+            req->t_last_token = req->t_now;
+            req->content_events += got;
+        }
+    } else {
+        lg_json_probe_feed(&req->probe, at, n);
+    }
+    if (req->flags & LG_REQ_F_DECHUNK) {
+        evbuffer_add(bufferevent_get_output(c->bev), at, n);
+    }
+    return 0;
+}
+
+static int
+proxy_on_message_complete(llhttp_t *p)
+{
+    struct lg_upconn *u = p->data;
+
+    if (u->resp_1xx) {
+        u->resp_1xx = false;
+        lg_hdrs_reset(&u->hdrs);
+        return 0;
+    }
+    u->resp_done = true;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t proxy_up_settings = {
+    .on_status = proxy_on_status,
+    .on_header_field = proxy_on_header_field,
+    .on_header_value = proxy_on_header_value,
+    .on_headers_complete = proxy_on_headers_complete,
+    .on_body = proxy_on_body,
+    .on_message_complete = proxy_on_message_complete,
+};
+
+/* ---- attempts ----------------------------------------------------------- */
+
+/* Ends the running attempt: gives the connection back, releases the backend. */
+static void
+proxy_end_attempt(struct lg_client *c, bool keep)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->up != NULL) {
+        lg_upstream_release(req->up, keep);
+        req->up = NULL;
+    }
+    if (req->backend != NULL) {
+        __atomic_fetch_sub(&req->backend->inflight, 1, __ATOMIC_RELAXED);
+        lg_backend_unref(req->backend);
+        req->backend = NULL;
+    }
+}
+
+/*
+ * Retry budget, per worker: each request earns budget_ratio of a token, and
+ * budget_min tokens a second arrive regardless (spread over the workers); a
+ * retry spends one. A fleet-wide outage thus costs at most ratio x traffic.
+ */
+static bool
+proxy_take_retry_token(struct lg_client *c)
+{
+    struct lg_worker *w = c->w;
+    const struct lg_retry_conf *rc = &proxy_conf(c)->routing.retry;
+    uint64_t now = lg_now_ns();
+    double cap = 10.0 + rc->budget_min;
+
+    if (w->retry_refill_ns == 0) {
+        w->retry_refill_ns = now;
+        w->retry_tokens = cap;
+    }
+    w->retry_tokens += (double)(now - w->retry_refill_ns) / 1e9 * rc->budget_min
+                       / (double)w->gw->nworkers;
+    w->retry_refill_ns = now;
+    if (w->retry_tokens > cap) {
+        w->retry_tokens = cap;
+    }
+    if (w->retry_tokens < 1.0) {
+        return false;
+    }
+    w->retry_tokens -= 1.0;
+    return true;
+}
+
+static bool
+proxy_can_retry(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->flags & LG_REQ_F_STARTED) {
+        return false;
+    }
+    if (req->attempts >= proxy_conf(c)->routing.retry.attempts) {
+        return false;
+    }
+    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
+                                 req->tried_mask)) {
+        return false;
+    }
+    return proxy_take_retry_token(c);
+}
+
+/* An attempt failed before any response byte reached the client. */
+static void
+proxy_attempt_failed(struct lg_client *c, const char *why, int status)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->backend != NULL) {
+        lg_backend_note_result(req->backend, 0, 0);
+        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (attempt %u)",
+                        req->backend->name, why, req->attempts);
+        }
+    }
+    proxy_end_attempt(c, false);
+    req->error = why;
+    req->fail_status = status;
+    if (proxy_can_retry(c)) {
+        proxy_attempt(c);
+        return;
+    }
+    lg_client_fail(c, status, why, "the backend failed before responding (%s)", why);
+}
+
+static void
+proxy_write_request(struct lg_client *c, struct lg_upconn *u)
+{
+    struct lg_request *req = &c->req;
+    struct lg_hdrs *hs = &req->hdrs;
+    const struct lg_backend_conf *bc = &u->b->conf;
+    struct evbuffer *out = bufferevent_get_output(u->bev);
+    const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
+    const char *method = llhttp_method_name((llhttp_method_t)req->method);
+    size_t before = evbuffer_get_length(out);
+
+    evbuffer_add(out, method, strlen(method));
+    evbuffer_add(out, " ", 1);
+    evbuffer_add(out, bc->path_prefix, strlen(bc->path_prefix));
+    evbuffer_add(out, hs->buf + hs->url_off, hs->url_len);
+    evbuffer_add(out, " HTTP/1.1\r\nHost: ", 17);
+    evbuffer_add(out, bc->host_header, strlen(bc->host_header));
+    evbuffer_add(out, "\r\n", 2);
+    for (uint32_t i = 0; i < hs->n; i++) {
+        const struct lg_hdr *h = &hs->h[i];
+        const char *name = lg_hdrs_name(hs, h);
+
+        if (h->hop || lg_str_ieq(name, h->name_len, "host")
+            || lg_str_ieq(name, h->name_len, "content-length")
+            || lg_str_ieq(name, h->name_len, "expect")
+            || lg_str_ieq(name, h->name_len, "x-forwarded-for")
+            || lg_str_ieq(name, h->name_len, "x-request-id")
+            || (bc->api_key != NULL && lg_str_ieq(name, h->name_len, "authorization"))) {
+            continue;
+        }
+        evbuffer_add(out, name, h->name_len);
+        evbuffer_add(out, ": ", 2);
+        evbuffer_add(out, lg_hdrs_value(hs, h), h->value_len);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    evbuffer_add(out, "X-Forwarded-For: ", 17);
+    if (xff != NULL) {
+        evbuffer_add(out, lg_hdrs_value(hs, xff), xff->value_len);
+        evbuffer_add(out, ", ", 2);
+    }
+    evbuffer_add(out, c->addr_str, strlen(c->addr_str));
+    evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+    evbuffer_add(out, req->id, strlen(req->id));
+    if (bc->api_key != NULL) {
+        evbuffer_add(out, "\r\nAuthorization: Bearer ", 24);
+        evbuffer_add(out, bc->api_key, strlen(bc->api_key));
+    }
+    if (req->method != HTTP_GET || req->body_bytes > 0) {
+        evbuffer_add_printf(out, "\r\nContent-Length: %" PRIu64, req->body_bytes);
+    }
+    evbuffer_add(out, "\r\n\r\n", 4);
+    /* The body goes by reference: kept intact in req->body for a retry. */
+    if (req->body_bytes > 0) {
+        evbuffer_add_buffer_reference(out, req->body);
+    }
+    LG_STAT_ADD(u->b, bytes_out, evbuffer_get_length(out) - before);
+}
+
+static void
+proxy_attempt(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_config *conf = proxy_conf(c);
+    const struct lg_model_route *route = lg_fleet_find_model(req->fleet, req->info.model);
+    struct lg_backend *b;
+    struct lg_upconn *u;
+    int rc;
+
+    rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
+    if (rc != LG_OK) {
+        if (req->attempts > 0) {
+            lg_client_fail(c, req->fail_status ? req->fail_status : 502,
+                           req->error ? req->error : "bad_gateway",
+                           "no other backend left to try after: %s",
+                           req->error ? req->error : "failure");
+        } else {
+            lg_client_fail(c, 503, "no_backend_available",
+                           "no backend serving model \"%s\" is available (%s)", req->info.model,
+                           req->pick.reason);
+        }
+        return;
+    }
+    b = req->pick.backend;
+    for (size_t i = 0; i < route->n && i < 64; i++) {
+        if (route->backends[i] == b) {
+            req->tried_mask |= 1ull << i;
+        }
+    }
+    req->attempts++;
+    req->backend = lg_backend_ref(b);
+    __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
+    LG_STAT_ADD(b, requests, 1);
+    if (req->attempts > 1) {
+        LG_STAT_ADD(b, retries, 1);
+    }
+    req->flags |= LG_REQ_F_PROXIED;
+    req->t_dispatch = lg_now_ns();
+    req->t_connect = 0;
+    req->t_first_byte = 0;
+    if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
+        LG_STAT_ADD(b, connect_failures, 1);
+        proxy_attempt_failed(c, "connect_failed", 502);
+        return;
+    }
+    req->up = u;
+    u->resp_1xx = false;
+    u->resp_done = false;
+    lg_hdrs_reset(&u->hdrs);
+    llhttp_init(&u->parser, HTTP_RESPONSE, &proxy_up_settings);
+    u->parser.data = u;
+    bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
+    bufferevent_setwatermark(u->bev, EV_READ, 0, 0);
+    proxy_write_request(c, u);
+    if (u->state == LG_UPCONN_ST_CONNECTING) {
+        lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
+    } else {
+        req->t_connect = req->t_dispatch;
+        proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
+        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
+    }
+    bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+}
+
+/* ---- the response head -------------------------------------------------- */
+
+static bool
+proxy_is_retryable_status(int status)
+{
+    return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+/* Retry-After as seconds (delta form only; an HTTP date counts as 1 s). */
+static uint64_t
+proxy_retry_after_ns(const struct lg_hdrs *hs)
+{
+    const struct lg_hdr *h = lg_hdrs_find(hs, "retry-after");
+    char *end;
+    unsigned long s;
+
+    if (h == NULL) {
+        return 0;
+    }
+    s = strtoul(lg_hdrs_value(hs, h), &end, 10);
+    if (end == lg_hdrs_value(hs, h)) {
+        return LG_NS_PER_S;
+    }
+    return (uint64_t)LG_MIN(s, 3600ul) * LG_NS_PER_S;
+}
+
+static const char *
+proxy_reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Unknown";
+    }
+}
+
+/* Writes the client's response head from the backend's; decides framing. */
+static void
+proxy_write_head(struct lg_client *c, struct lg_upconn *u)
+{
+    struct lg_request *req = &c->req;
+    struct lg_hdrs *hs = &u->hdrs;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t before = evbuffer_get_length(out);
+    int status = u->parser.status_code;
+    bool has_id = false, has_accel = false;
+    const char *reason = hs->url_len ? hs->buf + hs->url_off : proxy_reason_phrase(status);
+
+    lg_hdrs_mark_hop_by_hop(hs);
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason);
+    for (uint32_t i = 0; i < hs->n; i++) {
+        const struct lg_hdr *h = &hs->h[i];
+        const char *name = lg_hdrs_name(hs, h);
+        const char *value = lg_hdrs_value(hs, h);
+
+        if (h->hop) {
+            continue;
+        }
+        if (lg_str_ieq(name, h->name_len, "content-type")
+            && strncasecmp(value, "text/event-stream", 17) == 0) {
+            req->flags |= LG_REQ_F_SSE;
+        } else if (lg_str_ieq(name, h->name_len, "x-request-id")) {
+            has_id = true;
+        } else if (lg_str_ieq(name, h->name_len, "x-accel-buffering")) {
+            has_accel = true;
+        }
+        evbuffer_add(out, name, h->name_len);
+        evbuffer_add(out, ": ", 2);
+        evbuffer_add(out, value, h->value_len);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if (u->parser.flags & F_CHUNKED) {
+        req->flags |= LG_REQ_F_UP_CHUNKED;
+        if (req->http_minor == 0) {
+            req->flags |= LG_REQ_F_DECHUNK | LG_REQ_F_CLOSE; /* HTTP/1.0 knows no chunks */
+        } else {
+            evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+        }
+    } else if (!(u->parser.flags & F_CONTENT_LENGTH) && llhttp_message_needs_eof(&u->parser)) {
+        /* Close-delimited: re-frame as chunks so a cut can never look complete. */
+        req->flags |= LG_REQ_F_UP_EOF;
+        if (req->http_minor == 0) {
+            req->flags |= LG_REQ_F_CLOSE;
+        } else {
+            req->flags |= LG_REQ_F_ENCHUNK;
+            evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+        }
+    }
+    if (!has_id) {
+        evbuffer_add(out, "X-Request-Id: ", 14);
+        evbuffer_add(out, req->id, strlen(req->id));
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if ((req->flags & LG_REQ_F_SSE) && !has_accel) {
+        evbuffer_add(out, "X-Accel-Buffering: no\r\n", 23);
+    }
+    if (c->w->draining) {
+        req->flags |= LG_REQ_F_CLOSE;
+    }
+    if (req->flags & LG_REQ_F_CLOSE) {
+        evbuffer_add(out, "Connection: close\r\n\r\n", 21);
+    } else if (req->http_minor == 0) {
+        evbuffer_add(out, "Connection: keep-alive\r\n\r\n", 26);
+    } else {
+        evbuffer_add(out, "\r\n", 2);
+    }
+    req->status = status;
+    req->flags |= LG_REQ_F_STARTED;
+    req->bytes_out += evbuffer_get_length(out) - before;
+    if (req->flags & LG_REQ_F_SSE) {
+        lg_sse_init(&req->sse);
+    }
+    lg_json_probe_init(&req->probe);
+}
+
+/* Returns LG_OK when the response is being relayed, else LG_EAGAIN (retried or failed). */
+static int
+proxy_on_head(struct lg_client *c, struct lg_upconn *u)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_config *conf = proxy_conf(c);
+    int status = u->parser.status_code;
+    uint64_t retry_after = proxy_retry_after_ns(&u->hdrs);
+
+    lg_backend_note_result(req->backend, status, retry_after);
+    if (proxy_is_retryable_status(status) && proxy_can_retry(c)) {
+        LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere",
+                    req->backend->name, status);
+        proxy_end_attempt(c, false);
+        req->error = "retried_on_status";
+        req->fail_status = 502;
+        proxy_attempt(c);
+        return LG_EAGAIN;
+    }
+    proxy_write_head(c, u);
+    lg_client_set_state(c, LG_CLIENT_ST_RELAY);
+    proxy_set_timeouts(u->bev, conf->timeouts.stream_idle_ms, conf->timeouts.stream_idle_ms);
+    proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
+    return LG_OK;
+}
+
+/* ---- relaying the body -------------------------------------------------- */
+
+static void
+proxy_backpressure(struct lg_client *c, struct lg_upconn *u)
+{
+    struct lg_request *req = &c->req;
+    size_t high = proxy_conf(c)->limits.stream_buffer_bytes;
+
+    if (!(req->flags & LG_REQ_F_PAUSED_UP)
+        && evbuffer_get_length(bufferevent_get_output(c->bev)) >= high) {
+        bufferevent_disable(u->bev, EV_READ);
+        bufferevent_setwatermark(c->bev, EV_WRITE, high / 2, 0);
+        req->flags |= LG_REQ_F_PAUSED_UP;
+    }
+}
+
+void
+lg_proxy_on_client_drained(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    if (!(req->flags & LG_REQ_F_PAUSED_UP)) {
+        return;
+    }
+    req->flags &= ~LG_REQ_F_PAUSED_UP;
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (req->up != NULL) {
+        bufferevent_enable(req->up->bev, EV_READ);
+        /* bytes may be waiting already: run the read path now */
+        if (evbuffer_get_length(bufferevent_get_input(req->up->bev)) > 0) {
+            proxy_on_up_read(req->up->bev, req->up);
+        }
+    }
+}
+
+/* Moves n consumed body bytes from the upstream input to the client. */
+static void
+proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
+{
+    struct lg_request *req = &c->req;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    req->up_bytes += n;
+    if (req->flags & LG_REQ_F_DECHUNK) {
+        size_t before = evbuffer_get_length(out);
+
+        evbuffer_drain(in, n); /* on_body already queued the decoded bytes */
+        req->bytes_out += evbuffer_get_length(out) - before;
+        return;
+    }
+    if (req->flags & LG_REQ_F_ENCHUNK) {
+        evbuffer_add_printf(out, "%zx\r\n", n);
+        evbuffer_remove_buffer(in, out, n);
+        evbuffer_add(out, "\r\n", 2);
+    } else {
+        evbuffer_remove_buffer(in, out, n);
+    }
+    req->bytes_out += n;
+}
+
+static void
+proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
+{
+    struct lg_request *req = &c->req;
+    struct lg_backend *b = req->backend;
+    bool keep = reusable && llhttp_should_keep_alive(&u->parser);
+
+    req->t_end = lg_now_ns();
+    if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
+        req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
+    }
+    if (req->flags & LG_REQ_F_ENCHUNK) {
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+
+        evbuffer_add(out, "0\r\n\r\n", 5);
+        req->bytes_out += 5;
+    }
+    LG_STAT_ADD(b, bytes_in, req->up_bytes);
+    proxy_end_attempt(c, keep);
+    lg_client_finish(c);
+}
+
+static void
+proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
+{
+    struct lg_request *req = &c->req;
+
+    LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent a malformed response: %s (%s)",
+                req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
+                llhttp_get_error_reason(&u->parser));
+    if (req->flags & LG_REQ_F_STARTED) {
+        lg_client_cut(c, "upstream_protocol_error");
+    } else {
+        proxy_attempt_failed(c, "upstream_protocol_error", 502);
+    }
+}
+
+static void
+proxy_on_up_read(struct bufferevent *bev, void *arg)
+{
+    struct lg_upconn *u = arg;
+    struct lg_client *c = u->client;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct lg_request *req;
+
+    if (c == NULL) {
+        return;
+    }
+    req = &c->req;
+    req->t_now = lg_now_ns();
+    if (req->t_first_byte == 0) {
+        req->t_first_byte = req->t_now;
+    }
+    while (req->up == u && !(req->flags & LG_REQ_F_PAUSED_UP)) {
+        size_t avail = evbuffer_get_length(in), consumed;
+        int err = lg_http_execute(&u->parser, in, &consumed);
+
+        if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
+            evbuffer_drain(in, consumed); /* head bytes: rewritten, not relayed */
+            req->up_bytes += consumed;
+            if (err == HPE_PAUSED) {
+                llhttp_resume(&u->parser);
+                if (proxy_on_head(c, u) != LG_OK) {
+                    return; /* retried or failed: u is no longer ours */
+                }
+                continue;
+            }
+            if (err != HPE_OK) {
+                proxy_protocol_error(c, u, err);
+                return;
+            }
+            if (consumed == avail) {
+                return; /* need more of the head */
+            }
+            continue;
+        }
+        if (consumed > 0) {
+            proxy_move_body(c, in, consumed);
+        }
+        if (err == HPE_PAUSED && u->resp_done) {
+            proxy_complete(c, u, evbuffer_get_length(in) == 0);
+            return;
+        }
+        if (err != HPE_OK) {
+            proxy_protocol_error(c, u, err);
+            return;
+        }
+        proxy_backpressure(c, u);
+        if (evbuffer_get_length(in) == 0) {
+            return;
+        }
+    }
+}
+
+static void
+proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct lg_upconn *u = arg;
+    struct lg_client *c = u->client;
+    struct lg_request *req;
+    const struct lg_config *conf;
+
+    (void)bev;
+    if (c == NULL) {
+        return;
+    }
+    req = &c->req;
+    conf = proxy_conf(c);
+    if (what & BEV_EVENT_CONNECTED) {
+        u->state = LG_UPCONN_ST_ACTIVE;
+        req->t_connect = lg_now_ns();
+        proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
+        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (c->state == LG_CLIENT_ST_CONNECT) {
+            LG_STAT_ADD(u->b, connect_failures, 1);
+            proxy_attempt_failed(c, "connect_timeout", 504);
+        } else if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
+            LG_STAT_ADD(u->b, timeouts, 1);
+            proxy_attempt_failed(c, "first_byte_timeout", 504);
+        } else {
+            LG_STAT_ADD(u->b, timeouts, 1);
+            lg_client_cut(c, "stream_idle_timeout");
+        }
+        return;
+    }
+    /* EOF or error */
+    if (c->state == LG_CLIENT_ST_CONNECT) {
+        LG_STAT_ADD(u->b, connect_failures, 1);
+        proxy_attempt_failed(c, "connect_refused", 502);
+        return;
+    }
+    if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
+        proxy_attempt_failed(c, req->up_reused && req->up_bytes == 0 ? "pooled_connection_closed"
+                                                                     : "upstream_closed",
+                             502);
+        return;
+    }
+    if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
+        /* close-delimited body: EOF is its end (llhttp_finish runs on_message_complete) */
+        llhttp_errno_t err = llhttp_finish(&u->parser);
+
+        if ((err == HPE_OK || err == HPE_PAUSED) && u->resp_done) {
+            proxy_complete(c, u, false);
+            return;
+        }
+    }
+    lg_client_cut(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response" : "upstream_reset");
+}
+
+/* ---- start, abort, end -------------------------------------------------- */
+
+static void
+proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_client *c = arg;
+
+    (void)fd;
+    (void)what;
+    if (c->req.backend != NULL) {
+        LG_STAT_ADD(c->req.backend, timeouts, 1);
+    }
+    if (c->req.flags & LG_REQ_F_STARTED) {
+        lg_client_cut(c, "total_timeout");
+    } else {
+        lg_proxy_abort(c, "total_timeout");
+        lg_client_fail(c, 504, "total_timeout", "the request took longer than the total timeout");
+    }
+}
+
+void
+lg_proxy_start(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_config *conf;
+    const struct lg_model_route *route;
+
+    req->fleet = lg_fleet_ref(c->w->fleet);
+    conf = req->fleet->conf;
+    route = lg_fleet_find_model(req->fleet, req->info.model);
+    if (route == NULL) {
+        lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
+                       req->info.model);
+        return;
+    }
+    req->route.model = req->info.model;
+    req->route.path = req->hdrs.buf + req->hdrs.url_off;
+    req->route.stream = req->info.stream;
+    req->route.prompt_bytes = req->info.prompt_bytes;
+    req->route.max_tokens = req->info.max_tokens > 0 ? (uint32_t)req->info.max_tokens : 0;
+    req->route.prefix_hash = req->info.prefix_hash;
+    req->route.session_hash = 0;
+    if (conf->routing.session_header != NULL) {
+        const struct lg_hdr *h = lg_hdrs_find(&req->hdrs, conf->routing.session_header);
+
+        if (h != NULL && h->value_len > 0) {
+            req->route.session_hash =
+                lg_mix64(lg_hash64(lg_hdrs_value(&req->hdrs, h), h->value_len, LG_HASH64_INIT))
+                | 1;
+        }
+    }
+    if (conf->timeouts.total_ms > 0) {
+        struct timeval tv = { (time_t)(conf->timeouts.total_ms / 1000),
+                              (suseconds_t)((conf->timeouts.total_ms % 1000) * 1000) };
+        uint64_t spent = lg_now_ns() - req->t_start;
+
+        if (req->timer == NULL) {
+            req->timer = evtimer_new(c->w->base, proxy_on_total_timeout, c);
+        }
+        /* the deadline counts from the request's first byte */
+        if (spent / 1000 < (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec) {
+            uint64_t left = (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec - spent / 1000;
+
+            tv.tv_sec = (time_t)(left / 1000000);
+            tv.tv_usec = (suseconds_t)(left % 1000000);
+        } else {
+            tv.tv_sec = 0;
+            tv.tv_usec = 0;
+        }
+        evtimer_add(req->timer, &tv);
+    }
+    proxy_attempt(c);
+}
+
+void
+lg_proxy_abort(struct lg_client *c, const char *why)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->up == NULL && req->backend == NULL) {
+        return;
+    }
+    if (req->backend != NULL && (strcmp(why, "client_closed") == 0)) {
+        LG_STAT_ADD(req->backend, client_aborts, 1);
+    }
+    if (req->backend != NULL && (req->flags & LG_REQ_F_STARTED)) {
+        LG_STAT_ADD(req->backend, bytes_in, req->up_bytes);
+    }
+    proxy_end_attempt(c, false); /* closing the socket makes the engine abort */
+}
+
+void
+lg_proxy_release(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    lg_proxy_abort(c, "released");
+    if (req->timer != NULL) {
+        event_free(req->timer);
+        req->timer = NULL;
+    }
+    lg_fleet_unref(req->fleet);
+    req->fleet = NULL;
+}

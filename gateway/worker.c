@@ -1,0 +1,236 @@
+/*
+ * worker.c: event-loop threads, cross-thread commands and deferred frees.
+ *
+ * Owns: each worker's event_base and its events, the reap lists.
+ * Invariants: a worker's clients, upstream connections and pools are only
+ * touched by its thread; other threads only call lg_worker_post(). Objects
+ * are freed from the reap event, at the top of the loop, never from inside
+ * their own callbacks.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "accesslog.h"
+#include "backend.h"
+#include "client.h"
+#include "listener.h"
+#include "upstream.h"
+#include "worker.h"
+
+static void
+worker_maybe_exit(struct lg_worker *w)
+{
+    if (w->draining && w->nclients == 0) {
+        event_base_loopexit(w->base, NULL);
+    }
+}
+
+static void
+worker_on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_worker *w = arg;
+    struct lg_client *c;
+    struct lg_upconn *u;
+
+    (void)fd;
+    (void)what;
+    while ((c = TAILQ_FIRST(&w->reap_clients)) != NULL) {
+        TAILQ_REMOVE(&w->reap_clients, c, reap_link);
+        lg_client_free(c);
+    }
+    while ((u = TAILQ_FIRST(&w->reap_upconns)) != NULL) {
+        TAILQ_REMOVE(&w->reap_upconns, u, link);
+        lg_upstream_free(u);
+    }
+    worker_maybe_exit(w);
+}
+
+void
+lg_worker_reap_client(struct lg_worker *w, struct lg_client *c)
+{
+    TAILQ_INSERT_TAIL(&w->reap_clients, c, reap_link);
+    event_active(w->reap_ev, EV_TIMEOUT, 0);
+}
+
+void
+lg_worker_reap_upconn(struct lg_worker *w, struct lg_upconn *u)
+{
+    TAILQ_INSERT_TAIL(&w->reap_upconns, u, link);
+    event_active(w->reap_ev, EV_TIMEOUT, 0);
+}
+
+static void
+worker_drain(struct lg_worker *w)
+{
+    struct lg_client *c, *next;
+
+    if (w->draining) {
+        return;
+    }
+    w->draining = true;
+    lg_listener_close(w);
+    for (c = TAILQ_FIRST(&w->clients); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        lg_client_drain(c);
+    }
+    worker_maybe_exit(w);
+}
+
+/* Closes idle pooled connections of backends the new fleet no longer has. */
+static void
+worker_adopt_fleet(struct lg_worker *w)
+{
+    struct lg_fleet *old = w->fleet;
+    struct lg_fleet *f = lg_gateway_fleet(w->gw);
+
+    if (f == old) {
+        lg_fleet_unref(f);
+        return;
+    }
+    for (size_t i = 0; old != NULL && i < old->nbackends; i++) {
+        bool kept = false;
+
+        for (size_t k = 0; k < f->nbackends && !kept; k++) {
+            kept = f->backends[k] == old->backends[i];
+        }
+        if (!kept) {
+            lg_upstream_pool_flush(w, old->backends[i]);
+        }
+    }
+    w->fleet = f;
+    lg_fleet_unref(old);
+}
+
+static void
+worker_on_cmd(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_worker *w = arg;
+    uint32_t cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
+
+    (void)fd;
+    (void)what;
+    if (cmd & LG_WORKER_CMD_FLEET) {
+        worker_adopt_fleet(w);
+    }
+    if (cmd & LG_WORKER_CMD_DRAIN) {
+        worker_drain(w);
+    }
+    if (cmd & LG_WORKER_CMD_STOP) {
+        event_base_loopbreak(w->base);
+    }
+}
+
+void
+lg_worker_post(struct lg_worker *w, uint32_t cmd)
+{
+    __atomic_fetch_or(&w->cmd, cmd, __ATOMIC_ACQ_REL);
+    event_active(w->cmd_ev, EV_TIMEOUT, 0);
+}
+
+/* After the loop: cut what still runs and free everything the worker holds. */
+static void
+worker_cleanup(struct lg_worker *w)
+{
+    struct lg_client *c;
+
+    lg_listener_close(w);
+    while ((c = TAILQ_FIRST(&w->clients)) != NULL) {
+        lg_client_close(c, "shutdown");
+    }
+    for (size_t i = 0; i < w->fleet->nbackends; i++) {
+        lg_upstream_pool_flush(w, w->fleet->backends[i]);
+    }
+    worker_on_reap(-1, 0, w);
+}
+
+static void *
+worker_main(void *arg)
+{
+    struct lg_worker *w = arg;
+
+    event_base_dispatch(w->base);
+    worker_cleanup(w);
+    return NULL;
+}
+
+int
+lg_workers_start(struct lg_gateway *gw)
+{
+    for (unsigned i = 0; i < gw->nworkers; i++) {
+        struct lg_worker *w = &gw->workers[i];
+
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            LG_ERROR("cannot start worker thread %u: %s", i, strerror(errno));
+            return LG_ERR;
+        }
+    }
+    return LG_OK;
+}
+
+void
+lg_workers_join(struct lg_gateway *gw)
+{
+    for (unsigned i = 0; i < gw->nworkers; i++) {
+        pthread_join(gw->workers[i].thread, NULL);
+    }
+}
+
+int
+lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
+{
+    memset(w, 0, sizeof(*w));
+    w->id = id;
+    w->gw = gw;
+    TAILQ_INIT(&w->reap_clients);
+    TAILQ_INIT(&w->reap_upconns);
+    TAILQ_INIT(&w->clients);
+    w->base = event_base_new();
+    if (w->base == NULL) {
+        return LG_ENOMEM;
+    }
+    w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
+    w->cmd_ev = event_new(w->base, -1, 0, worker_on_cmd, w);
+    w->fleet = lg_gateway_fleet(gw);
+    w->alog = lg_accesslog_buffer(gw->alog, id);
+    return lg_listener_attach(w);
+}
+
+void
+lg_worker_destroy(struct lg_worker *w)
+{
+    free(w->listeners);
+    if (w->accept_retry != NULL) {
+        event_free(w->accept_retry);
+    }
+    if (w->reap_ev != NULL) {
+        event_free(w->reap_ev);
+    }
+    if (w->cmd_ev != NULL) {
+        event_free(w->cmd_ev);
+    }
+    lg_fleet_unref(w->fleet);
+    if (w->base != NULL) {
+        event_base_free(w->base);
+    }
+}
+
+struct lg_fleet *
+lg_gateway_fleet(struct lg_gateway *gw)
+{
+    struct lg_fleet *f;
+
+    pthread_mutex_lock(&gw->fleet_lock);
+    f = lg_fleet_ref(gw->fleet);
+    pthread_mutex_unlock(&gw->fleet_lock);
+    return f;
+}
+
+uint32_t
+lg_gateway_clients(const struct lg_gateway *gw)
+{
+    return __atomic_load_n(&gw->nconnections, __ATOMIC_RELAXED);
+}

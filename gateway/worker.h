@@ -1,0 +1,104 @@
+/*
+ * worker.h: the gateway process and its event-loop threads.
+ *
+ * struct lg_gateway is the process: configuration, fleet, workers. Each
+ * struct lg_worker is one thread with its own event_base, its own listening
+ * sockets (SO_REUSEPORT: the kernel spreads connections), its clients and
+ * its upstream pools. Objects of a worker are touched only by its thread;
+ * other threads talk to it through lg_worker_post().
+ */
+#ifndef LG_WORKER_H
+#define LG_WORKER_H
+
+#include <pthread.h>
+#include <sys/queue.h>
+
+#include "lg_core.h"
+
+struct event;
+struct event_base;
+struct evconnlistener;
+struct lg_client;
+struct lg_upconn;
+struct lg_fleet;
+struct lg_config;
+struct lg_accesslog;
+struct lg_alog_buf;
+
+TAILQ_HEAD(lg_client_list, lg_client);
+TAILQ_HEAD(lg_upconn_list, lg_upconn);
+
+/* Commands another thread can post to a worker (bit flags). */
+#define LG_WORKER_CMD_DRAIN 1u /* stop accepting, close idle clients, exit when empty */
+#define LG_WORKER_CMD_STOP  2u /* exit now: cut whatever runs */
+#define LG_WORKER_CMD_FLEET 4u /* adopt gw->fleet */
+
+struct lg_worker_stats {
+    uint64_t accepted;           /* client connections accepted */
+    uint64_t refused;            /* refused over max_connections */
+    uint64_t requests;           /* requests completed (any status) */
+    uint64_t bytes_in;           /* request bytes received from clients */
+    uint64_t bytes_out;          /* response bytes sent to clients */
+};
+
+struct lg_worker {
+    unsigned id;
+    struct lg_gateway *gw;        /* borrowed */
+    pthread_t thread;
+    struct event_base *base;      /* owned */
+    struct evconnlistener **listeners; /* owned; NULL entries once closed */
+    size_t nlisteners;
+    struct event *accept_retry;   /* re-enables listeners after EMFILE */
+    struct event *cmd_ev;         /* activated by lg_worker_post() */
+    uint32_t cmd;                 /* atomic: pending LG_WORKER_CMD_* bits */
+    struct event *reap_ev;        /* frees closed clients and upstream conns */
+    struct lg_client_list reap_clients;
+    struct lg_upconn_list reap_upconns;
+    struct lg_client_list clients; /* every open client connection */
+    uint32_t nclients;
+    struct lg_fleet *fleet;       /* one reference: the fleet new requests use */
+    struct lg_alog_buf *alog;     /* this worker's access-log buffer (NULL: off) */
+    uint64_t conn_seq;            /* connection ids: id * 2^40 + seq */
+    bool draining;
+    double retry_tokens;          /* retry budget (proxy.c) */
+    uint64_t retry_refill_ns;
+    struct lg_worker_stats stats; /* atomic reads from other threads */
+};
+
+struct lg_gateway {
+    struct lg_config *conf;       /* one reference: the configuration in force */
+    char *config_path;
+    unsigned nworkers;
+    struct lg_worker *workers;    /* owned array */
+    int *listen_fds;              /* [nlisten * nworkers], handed to workers */
+    size_t nlisten;
+    pthread_mutex_t fleet_lock;   /* guards fleet */
+    struct lg_fleet *fleet;       /* one reference: the current fleet */
+    uint32_t nconnections;        /* atomic: open client connections, all workers */
+    struct lg_accesslog *alog;    /* owned; NULL when off */
+    bool draining;
+};
+
+/* Sets up worker `id` (event base, events, listeners); before lg_workers_start(). */
+int lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id);
+/* Frees what lg_worker_init() made, after the thread ended. */
+void lg_worker_destroy(struct lg_worker *w);
+
+/* Starts the worker threads (each runs until drained or stopped). */
+int lg_workers_start(struct lg_gateway *gw);
+void lg_workers_join(struct lg_gateway *gw);
+
+/* Posts command bits to a worker; safe from any thread. */
+void lg_worker_post(struct lg_worker *w, uint32_t cmd);
+
+/* Returns the gateway's current fleet with a reference (any thread). */
+struct lg_fleet *lg_gateway_fleet(struct lg_gateway *gw);
+
+/* Queues a deferred free (worker thread only). */
+void lg_worker_reap_client(struct lg_worker *w, struct lg_client *c);
+void lg_worker_reap_upconn(struct lg_worker *w, struct lg_upconn *u);
+
+/* Total clients across workers (approximate, any thread). */
+uint32_t lg_gateway_clients(const struct lg_gateway *gw);
+
+#endif /* LG_WORKER_H */
