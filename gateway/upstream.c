@@ -1,0 +1,200 @@
+/*
+ * upstream.c: backend connections and the keep-alive pool.
+ *
+ * Owns: struct lg_upconn and its bufferevent (BEV_OPT_CLOSE_ON_FREE: the
+ * bufferevent owns the socket). Pools are per backend and per worker; only
+ * that worker's thread touches them, so no locks.
+ * Invariant: an idle connection has upstream_on_idle_* callbacks and no
+ * client; a lent one has the proxy's callbacks and exactly one client.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "backend.h"
+#include "config.h"
+#include "upstream.h"
+#include "worker.h"
+
+#define UPSTREAM_MAX_HEAD_BYTES  (64 * 1024)
+#define UPSTREAM_MAX_HEAD_FIELDS 200
+
+struct lg_upstream_pool *
+lg_upstream_pools_new(struct lg_backend *b, unsigned n)
+{
+    struct lg_upstream_pool *pools = lg_xcalloc(n ? n : 1, sizeof(*pools));
+
+    for (unsigned i = 0; i < n; i++) {
+        TAILQ_INIT(&pools[i].idle);
+    }
+    return pools;
+}
+
+void
+lg_upstream_pools_free(struct lg_upstream_pool *pools, unsigned n)
+{
+    /* Workers flush their pools before the last backend reference goes. */
+    for (unsigned i = 0; i < n; i++) {
+        LG_BUG_ON(!TAILQ_EMPTY(&pools[i].idle));
+    }
+    free(pools);
+}
+
+static void
+upstream_close(struct lg_upconn *u)
+{
+    if (u->state == LG_UPCONN_ST_CLOSED) {
+        return;
+    }
+    if (u->state == LG_UPCONN_ST_IDLE) {
+        struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
+
+        TAILQ_REMOVE(&pool->idle, u, link);
+        pool->nidle--;
+    }
+    u->state = LG_UPCONN_ST_CLOSED;
+    u->client = NULL;
+    bufferevent_setcb(u->bev, NULL, NULL, NULL, NULL);
+    bufferevent_disable(u->bev, EV_READ | EV_WRITE);
+    lg_worker_reap_upconn(u->w, u);
+}
+
+void
+lg_upstream_free(struct lg_upconn *u)
+{
+    bufferevent_free(u->bev); /* closes the socket: the engine sees EOF */
+    lg_hdrs_release(&u->hdrs);
+    lg_backend_unref(u->b);
+    free(u);
+}
+
+/* An idle connection became readable: the backend closed it or sent garbage. */
+static void
+upstream_on_idle_read(struct bufferevent *bev, void *arg)
+{
+    struct lg_upconn *u = arg;
+
+    LG_DEBUG("upconn=%" PRIu64 " backend=%s: unexpected %zu bytes on an idle connection", u->id,
+             u->b->name, evbuffer_get_length(bufferevent_get_input(bev)));
+    upstream_close(u);
+}
+
+static void
+upstream_on_idle_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct lg_upconn *u = arg;
+
+    (void)bev;
+    LG_DEBUG("upconn=%" PRIu64 " backend=%s: idle connection %s", u->id, u->b->name,
+             (what & BEV_EVENT_TIMEOUT) ? "timed out" : "closed");
+    upstream_close(u);
+}
+
+static struct lg_upconn *
+upstream_connect(struct lg_worker *w, struct lg_backend *b)
+{
+    static uint64_t seq;
+    struct lg_upconn *u;
+    struct bufferevent *bev;
+    struct timeval tv;
+    uint64_t ms = w->gw->conf->timeouts.upstream_connect_ms;
+    int one = 1;
+
+    bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (bev == NULL) {
+        return NULL;
+    }
+    tv.tv_sec = (time_t)(ms / 1000);
+    tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    /* libevent applies the write timeout to the connect itself */
+    bufferevent_set_timeouts(bev, NULL, &tv);
+    if (bufferevent_socket_connect(bev, (const struct sockaddr *)&b->conf.addr,
+                                   (int)b->conf.addrlen)
+        != 0) {
+        bufferevent_free(bev);
+        return NULL;
+    }
+    if (bufferevent_getfd(bev) >= 0) {
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    u = lg_xcalloc(1, sizeof(*u));
+    u->id = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
+    u->w = w;
+    u->b = lg_backend_ref(b);
+    u->bev = bev;
+    u->state = LG_UPCONN_ST_CONNECTING;
+    lg_hdrs_init(&u->hdrs, UPSTREAM_MAX_HEAD_BYTES, UPSTREAM_MAX_HEAD_FIELDS);
+    LG_STAT_ADD(b, connects, 1);
+    return u;
+}
+
+int
+lg_upstream_acquire(struct lg_worker *w, struct lg_backend *b, struct lg_client *c,
+                    struct lg_upconn **out, bool *reused)
+{
+    struct lg_upstream_pool *pool = &b->pools[w->id];
+    struct lg_upconn *u = TAILQ_FIRST(&pool->idle);
+
+    if (u != NULL) {
+        TAILQ_REMOVE(&pool->idle, u, link);
+        pool->nidle--;
+        u->state = LG_UPCONN_ST_ACTIVE;
+        *reused = true;
+        LG_STAT_ADD(b, reuses, 1);
+    } else {
+        u = upstream_connect(w, b);
+        if (u == NULL) {
+            if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+                LG_WARN("backend %s: cannot create a connection: %s", b->name, strerror(errno));
+            }
+            return LG_EIO;
+        }
+        *reused = false;
+    }
+    u->client = c;
+    u->requests++;
+    *out = u;
+    return LG_OK;
+}
+
+void
+lg_upstream_release(struct lg_upconn *u, bool keep)
+{
+    struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
+    const struct lg_config *conf = u->w->gw->conf;
+    struct timeval tv;
+
+    u->client = NULL;
+    if (!keep || u->w->draining || pool->nidle >= conf->limits.upstream_keepalive
+        || evbuffer_get_length(bufferevent_get_input(u->bev)) != 0) {
+        upstream_close(u);
+        return;
+    }
+    u->state = LG_UPCONN_ST_IDLE;
+    u->idle_since_ns = lg_now_ns();
+    bufferevent_setcb(u->bev, upstream_on_idle_read, NULL, upstream_on_idle_event, u);
+    tv.tv_sec = (time_t)(conf->timeouts.upstream_idle_ms / 1000);
+    tv.tv_usec = (suseconds_t)((conf->timeouts.upstream_idle_ms % 1000) * 1000);
+    bufferevent_set_timeouts(u->bev, &tv, NULL);
+    bufferevent_setwatermark(u->bev, EV_READ, 0, 0);
+    bufferevent_enable(u->bev, EV_READ);
+    TAILQ_INSERT_HEAD(&pool->idle, u, link);
+    pool->nidle++;
+}
+
+void
+lg_upstream_pool_flush(struct lg_worker *w, struct lg_backend *b)
+{
+    struct lg_upstream_pool *pool = &b->pools[w->id];
+    struct lg_upconn *u;
+
+    while ((u = TAILQ_FIRST(&pool->idle)) != NULL) {
+        upstream_close(u);
+    }
+}
