@@ -311,3 +311,143 @@ def wait_until(pred, timeout=10.0, interval=0.02, what="condition"):
 
 def main():
     unittest.main(verbosity=2)
+
+
+class RecordingProxy:
+    """A TCP relay on loopback that records every byte in each direction.
+
+    Put it between the gateway and a replica to see exactly what the
+    gateway sent upstream and what the replica answered."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.upstream = []    # bytes from the replica, per connection
+        self.downstream = []  # bytes to the replica, per connection
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self._closing:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                c.close()
+                continue
+            for s in (c, u):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                idx = self.connections
+                self.connections += 1
+                self.upstream.append(bytearray())
+                self.downstream.append(bytearray())
+            threading.Thread(target=self._pump, args=(c, u, self.downstream[idx]),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, self.upstream[idx]),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, record):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self._lock:
+                    record.extend(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self._closing = True
+        self.sock.close()
+
+
+def split_http_response(raw):
+    """Returns (head bytes, body bytes) of one raw HTTP response."""
+    i = raw.find(b"\r\n\r\n")
+    if i < 0:
+        raise AssertionError("no end of head in %r" % raw[:200])
+    return raw[:i + 4], raw[i + 4:]
+
+
+def dechunk(body):
+    """Decodes a chunked body; returns (data, complete) where complete means
+    the terminating zero-size chunk was present."""
+    out = bytearray()
+    i = 0
+    while True:
+        j = body.find(b"\r\n", i)
+        if j < 0:
+            return bytes(out), False
+        size = int(body[i:j].split(b";")[0], 16)
+        if size == 0:
+            return bytes(out), True
+        if j + 2 + size > len(body):
+            out += body[j + 2:]
+            return bytes(out), False
+        out += body[j + 2:j + 2 + size]
+        i = j + 2 + size + 2
+
+
+class StreamReader:
+    """Reads a streamed HTTP response incrementally from a raw socket."""
+
+    def __init__(self, port, body, path="/v1/chat/completions", headers=None, timeout=30.0):
+        payload = json.dumps(body).encode()
+        hdrs = {"Host": "127.0.0.1", "Content-Type": "application/json",
+                "Content-Length": str(len(payload))}
+        if headers:
+            hdrs.update(headers)
+        req = ("POST %s HTTP/1.1\r\n" % path).encode() + b"".join(
+            ("%s: %s\r\n" % kv).encode() for kv in hdrs.items()) + b"\r\n" + payload
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(req)
+        self.raw = bytearray()
+        self.eof = False
+
+    def read_some(self, n=65536):
+        try:
+            data = self.sock.recv(n)
+        except socket.timeout:
+            return b""
+        if not data:
+            self.eof = True
+        self.raw.extend(data)
+        return data
+
+    def read_until(self, needle, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while needle not in self.raw:
+            if self.eof:
+                raise AssertionError("EOF before %r; got %r" % (needle, bytes(self.raw[-300:])))
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for %r" % needle)
+            self.read_some()
+        return bytes(self.raw)
+
+    def read_to_eof(self, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        self.sock.settimeout(0.5)
+        while not self.eof and time.monotonic() < deadline:
+            self.read_some()
+        return bytes(self.raw)
+
+    def close(self):
+        self.sock.close()

@@ -1,0 +1,165 @@
+/*
+ * llmgate/plugin.h: the routing-policy plugin ABI. The only header a plugin
+ * includes; it links against nothing of the gateway.
+ *
+ * A plugin is a shared object exporting one symbol, lg_plugin_describe(),
+ * which returns a static descriptor. Built-in policies use the same
+ * descriptor through a static table, so they follow the same rules.
+ *
+ * Versioning (Varnish VRT style): appending a member to a struct or an op to
+ * an ops table bumps LG_PLUGIN_ABI_MINOR; removing, reordering or retyping
+ * anything bumps LG_PLUGIN_ABI_MAJOR. Every struct starts with `size`
+ * (sizeof as the producer built it): read a member only if `size` covers it.
+ * The gateway refuses a plugin with another major, a newer minor, an ops
+ * table too small for the ops it calls, a duplicate name, or a NULL
+ * required op, and says which and why.
+ *
+ * Threading: ops run on the gateway's event-loop threads, several at once.
+ * A plugin's state is shared by all of them: keep it read-mostly, or use
+ * atomics. Ops must not block, do I/O, keep pointers to views after
+ * returning, or free anything the host gave them.
+ *
+ * Routing runs as a pipeline, per request:
+ *   candidates (model served, healthy, under max in-flight, not tried yet)
+ *   -> each stage's filter() may drop candidates (never all of them)
+ *   -> each stage's score() gives every remaining candidate a cost in
+ *      milliseconds of expected time to first token (lower is better);
+ *      the costs of all stages are summed with the stages' weights
+ *   -> the candidate with the lowest total wins (ties: lowest in-flight,
+ *      then round robin).
+ * Expressing every score in expected milliseconds is what lets stages
+ * compose: a prefix-affinity stage scores the prefill time a warm cache
+ * saves, a load stage scores queueing, and their sum is comparable.
+ */
+#ifndef LLMGATE_PLUGIN_H
+#define LLMGATE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
+#define LG_PLUGIN_ABI_MINOR 0 /* bump when appending members or ops */
+
+enum lg_plugin_kind {
+    LG_PLUGIN_POLICY = 1,
+};
+
+/* Log levels for lg_host_api.log (same order as the gateway's). */
+enum lg_plugin_log_level {
+    LG_PLUGIN_LOG_ERROR = 0,
+    LG_PLUGIN_LOG_WARN,
+    LG_PLUGIN_LOG_INFO,
+    LG_PLUGIN_LOG_DEBUG,
+};
+
+/* The request being routed. Read-only, valid during the call only. */
+struct lg_route_info {
+    size_t size;
+    const char *model;       /* as the client named it */
+    const char *path;        /* request target, e.g. "/v1/chat/completions" */
+    int stream;              /* 1 if the client asked for a stream */
+    uint64_t prompt_bytes;   /* bytes of prompt text (tokens are about bytes/4) */
+    uint32_t max_tokens;     /* requested output tokens; 0 = not given */
+    uint64_t prefix_hash;    /* hash of the prompt's first routing.prefix_bytes; 0 = none */
+    uint64_t session_hash;   /* hash of the session header's value; 0 = none */
+    uint32_t attempt;        /* 1 for the first try, 2 for the first retry... */
+};
+
+/*
+ * One candidate backend and its live state. Read-only, valid during the call
+ * only. Unknown values are negative (or UINT64_MAX for ages).
+ */
+struct lg_backend_view {
+    size_t size;
+    const char *name;
+    uint32_t id;               /* stable for the backend's life (survives reloads) */
+    uint32_t weight;           /* configured relative share, 1..1000 */
+    double ramp;               /* slow start: 0..1, the share it may take now */
+    uint32_t inflight;         /* requests this gateway has open on it now */
+    uint32_t max_inflight;     /* configured cap; 0 = none */
+
+    /* engine-reported, from its /metrics; include other clients' load */
+    int32_t engine_waiting;    /* queued requests; -1 = unknown */
+    int32_t engine_running;    /* running requests; -1 = unknown */
+    double engine_kv_usage;    /* 0..1; -1 = unknown */
+    uint64_t engine_age_ns;    /* age of that sample; UINT64_MAX = never scraped */
+    uint32_t inflight_at_scrape; /* this gateway's in-flight when it was taken */
+
+    /* learned from responses (decaying estimates) */
+    double ttft_fixed_ms;      /* TTFT with an empty prompt and no queue */
+    double ttft_ms_per_kib;    /* added TTFT per KiB of uncached prompt */
+    double itl_ms;             /* inter-token gap */
+    double samples;            /* effective sample weight behind the estimates */
+    double error_rate;         /* recent share of failed attempts, 0..1 */
+};
+
+/* Services the host lends to plugins. */
+struct lg_host_api {
+    size_t size;
+    void (*log)(int level, const char *plugin, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+    uint64_t (*now_ns)(void); /* monotonic clock */
+    uint64_t (*random)(void); /* fast per-thread pseudo-random numbers */
+};
+
+struct lg_policy_ops {
+    size_t size;
+
+    /*
+     * Creates the policy's state from its options (a JSON object as text,
+     * "{}" when none). On error, returns non-zero and writes a message to
+     * err that starts with a JSON pointer relative to the options object
+     * ("/vnodes: must be at least 1"). Required.
+     */
+    int (*create)(const struct lg_host_api *host, const char *options_json, void **state,
+                  char *err, size_t errlen);
+    void (*destroy)(void *state); /* required */
+
+    /*
+     * Optional: clears keep[i] for candidates this stage rules out. The host
+     * ignores a filter that would remove every candidate.
+     */
+    void (*filter)(void *state, const struct lg_route_info *req,
+                   const struct lg_backend_view *const *cands, size_t n, unsigned char *keep);
+
+    /*
+     * Writes cost[i] >= 0, in expected milliseconds (lower is better), for
+     * each of the n candidates. May write a short human-readable reason for
+     * the decision it favours into `why` (a static string is fine). Required.
+     */
+    void (*score)(void *state, const struct lg_route_info *req,
+                  const struct lg_backend_view *const *cands, size_t n, double *cost,
+                  const char **why);
+
+    /*
+     * Optional: told how an attempt ended. status 0 = no response (connect
+     * failure, reset, timeout); ttft_ns/total_ns 0 when not reached.
+     */
+    void (*on_result)(void *state, const struct lg_route_info *req,
+                      const struct lg_backend_view *backend, int status, uint64_t ttft_ns,
+                      uint64_t total_ns);
+};
+
+struct lg_plugin_desc {
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    enum lg_plugin_kind kind;
+    const char *name;    /* what configs refer to; unique per process */
+    const char *version;
+    const void *ops;     /* struct lg_policy_ops * for LG_PLUGIN_POLICY */
+};
+
+/* The one symbol a plugin exports. */
+const struct lg_plugin_desc *lg_plugin_describe(void);
+
+#define LG_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMGATE_PLUGIN_H */

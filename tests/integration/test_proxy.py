@@ -1,0 +1,292 @@
+"""The gateway's proxy path against real llmsim replicas on loopback.
+
+Each case starts its own replicas and gateway (port 0, ready lines), sends
+real HTTP, and checks what the client got, what the replica saw, and what
+the access log says.
+"""
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import harness
+from harness import (Harness, RecordingProxy, StreamReader, chat_body, dechunk, http_request,
+                     post_json, split_http_response, sse_events, wait_until)
+
+FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+
+
+def sim_state(port):
+    status, _, data = http_request(port, "GET", "/sim/state")
+    assert status == 200, status
+    return json.loads(data)
+
+
+def read_log(path, n=None, timeout=5.0):
+    """Reads access-log lines, waiting until at least n are there."""
+    def lines():
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            got = [json.loads(ln) for ln in f if ln.strip()]
+        return got if n is None or len(got) >= n else None
+    return wait_until(lines, timeout=timeout, what="%s access-log lines" % n)
+
+
+class ProxyTest(Harness):
+
+    def fleet(self, n=2, args=FAST, models=("m",)):
+        ports = []
+        for i in range(n):
+            _, port = self.start_llmsim("r%d" % (i + 1), models=models, args=list(args))
+            ports.append(port)
+        return ports
+
+    def gateway(self, ports, **extra):
+        backends = [{"name": "r%d" % (i + 1), "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
+                    for i, p in enumerate(ports)]
+        conf = self.base_config(backends, access_log=self.path("access.log"), **extra)
+        proc, port = self.start_gateway(conf)
+        return proc, port
+
+    # ---- basic exchanges ---------------------------------------------------
+
+    def test_non_stream_and_stream(self):
+        ports = self.fleet(2)
+        _, gw = self.gateway(ports)
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=5))
+        self.assertEqual(status, 200)
+        self.assertEqual(obj["usage"]["completion_tokens"], 5)
+        self.assertIn("x-request-id", hdrs)
+        self.assertIn(hdrs.get("x-llmsim-replica"), ("r1", "r2"))
+
+        status, hdrs, data = http_request(gw, "POST", "/v1/chat/completions",
+                                          chat_body(stream=True, max_tokens=4,
+                                                    stream_options={"include_usage": True}))
+        self.assertEqual(status, 200)
+        self.assertTrue(hdrs["content-type"].startswith("text/event-stream"))
+        events = sse_events(data)
+        self.assertEqual(events[-1], "[DONE]")
+        chunks = [json.loads(e) for e in events[:-1]]
+        text = "".join(c["choices"][0]["delta"].get("content") or ""
+                       for c in chunks if c["choices"])
+        self.assertTrue(text)
+        self.assertEqual(chunks[-1]["usage"]["completion_tokens"], 4)
+
+        log = read_log(self.path("access.log"), 2)
+        self.assertEqual([r["status"] for r in log], [200, 200])
+        s = log[1]
+        self.assertTrue(s["stream"])
+        self.assertIn(s["backend"], ("r1", "r2"))
+        self.assertEqual(s["tokens"], 4)
+        self.assertEqual(s["attempts"], 1)
+        for k in ("queue", "connect", "ttfb", "ttft", "total", "itl"):
+            self.assertIsNotNone(s[k], k)
+        self.assertLessEqual(s["ttfb"], s["ttft"])
+        self.assertLessEqual(s["ttft"], s["total"])
+        # round robin: the two requests went to different replicas
+        self.assertNotEqual(log[0]["backend"], log[1]["backend"])
+
+    def test_stream_bytes_identical_to_what_the_replica_sent(self):
+        (port,) = self.fleet(1)
+        rec = RecordingProxy(port)
+        self.addCleanup(rec.close)
+        _, gw = self.gateway([rec.port])
+        body = chat_body(stream=True, max_tokens=30, stream_options={"include_usage": True})
+        r = StreamReader(gw, body)
+        raw = r.read_until(b"0\r\n\r\n")
+        r.close()
+        _, client_body = split_http_response(raw)
+        wait_until(lambda: b"0\r\n\r\n" in bytes(rec.upstream[0]), what="recorded upstream end")
+        _, up_body = split_http_response(bytes(rec.upstream[0]))
+        # the chunked framing and every byte inside it, exactly as sent
+        self.assertEqual(client_body, up_body)
+        data, complete = dechunk(client_body)
+        self.assertTrue(complete)
+        self.assertEqual(sse_events(data)[-1], "[DONE]")
+        # and the same request sent directly gives the same shape of stream
+        status, _, direct = http_request(port, "POST", "/v1/chat/completions", body)
+        self.assertEqual(status, 200)
+        self.assertEqual(len(sse_events(direct)), len(sse_events(data)))
+        # what went upstream: our headers, the body byte for byte
+        sent = bytes(rec.downstream[0])
+        head, fwd_body = split_http_response(sent)
+        self.assertIn(b"X-Forwarded-For: 127.0.0.1\r\n", head)
+        self.assertIn(b"X-Request-Id: ", head)
+        self.assertEqual(json.loads(fwd_body), body)
+
+    def test_keepalive_reused_on_both_sides(self):
+        (port,) = self.fleet(1)
+        rec = RecordingProxy(port)
+        self.addCleanup(rec.close)
+        _, gw = self.gateway([rec.port], workers=1)
+        conn = __import__("http.client").client.HTTPConnection("127.0.0.1", gw, timeout=10)
+        for _ in range(10):
+            conn.request("POST", "/v1/chat/completions", json.dumps(chat_body(max_tokens=2)),
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            self.assertNotEqual(r.getheader("connection"), "close")
+        conn.close()
+        self.assertEqual(rec.connections, 1, "the gateway opened more than one upstream conn")
+
+    def test_v1_models_and_healthz(self):
+        _, p1 = self.start_llmsim("a", models=["m", "x"], args=FAST)
+        _, p2 = self.start_llmsim("b", models=["m", "y"], args=FAST)
+        conf = self.base_config([
+            {"name": "a", "url": "http://127.0.0.1:%d" % p1, "models": ["m", "x"]},
+            {"name": "b", "url": "http://127.0.0.1:%d" % p2, "models": ["m", "y"]}])
+        _, gw = self.start_gateway(conf)
+        status, _, data = http_request(gw, "GET", "/v1/models")
+        self.assertEqual(status, 200)
+        obj = json.loads(data)
+        self.assertEqual(obj["object"], "list")
+        self.assertEqual(sorted(m["id"] for m in obj["data"]), ["m", "x", "y"])
+        status, _, data = http_request(gw, "GET", "/healthz")
+        self.assertEqual((status, json.loads(data)["status"]), (200, "ok"))
+        # a model only b serves always goes to b
+        for _ in range(4):
+            status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body(model="y"))
+            self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "b"))
+
+    # ---- errors ----------------------------------------------------------
+
+    def test_client_errors(self):
+        ports = self.fleet(1)
+        _, gw = self.gateway(ports, limits={"max_body_bytes": 4096,
+                                            "max_header_bytes": 2048})
+        cases = [
+            (lambda: post_json(gw, "/v1/chat/completions", None), 400, "invalid_json"),
+            (lambda: http_request(gw, "POST", "/v1/chat/completions", b"{nope"), 400,
+             "invalid_json"),
+            (lambda: post_json(gw, "/v1/chat/completions", {"messages": []}), 400,
+             "missing_model"),
+            (lambda: post_json(gw, "/v1/chat/completions", chat_body(model="nope")), 404,
+             "model_not_found"),
+            (lambda: http_request(gw, "GET", "/v1/chat/completions"), 405,
+             "method_not_allowed"),
+            (lambda: http_request(gw, "GET", "/nowhere"), 404, "not_found"),
+            (lambda: post_json(gw, "/v1/chat/completions", chat_body(content="x" * 8000)), 413,
+             "body_too_large"),
+            (lambda: http_request(gw, "GET", "/healthz", headers={"X-Big": "y" * 4000}), 431,
+             "headers_too_large"),
+        ]
+        for fn, want, code in cases:
+            res = fn()
+            status, data = res[0], res[-1]
+            self.assertEqual(status, want, data)
+            err = json.loads(data)["error"]
+            self.assertEqual(err["code"], code)
+            self.assertTrue(err["message"])
+            self.assertIn("type", err)
+
+    def test_backend_down(self):
+        dead = harness.free_port()
+        conf = self.base_config([{"name": "dead", "url": "http://127.0.0.1:%d" % dead,
+                                  "models": ["m"]}])
+        _, gw = self.start_gateway(conf)
+        t0 = time.monotonic()
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        self.assertIn(status, (502, 503))
+        self.assertLess(time.monotonic() - t0, 2.0)
+        self.assertIn("error", obj)
+
+    def test_one_backend_down_is_retried(self):
+        (port,) = self.fleet(1)
+        dead = harness.free_port()
+        conf = self.base_config([
+            {"name": "dead", "url": "http://127.0.0.1:%d" % dead, "models": ["m"]},
+            {"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            access_log=self.path("access.log"))
+        _, gw = self.start_gateway(conf)
+        for _ in range(6):
+            status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+            self.assertEqual(status, 200)
+            self.assertEqual(hdrs["x-llmsim-replica"], "r1")
+        log = read_log(self.path("access.log"), 6)
+        self.assertTrue(any(r["attempts"] == 2 for r in log), log)
+
+    # ---- cancellation and backpressure --------------------------------------
+
+    def _abort_latency(self, stream):
+        (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0",
+                                      "--prefill-us-per-token", "10"])
+        _, gw = self.gateway([port])
+        before = sim_state(port)["aborted"]
+        r = StreamReader(gw, chat_body(stream=stream, max_tokens=2000))
+        if stream:
+            r.read_until(b"data: ")
+        else:
+            wait_until(lambda: sim_state(port)["running"] == 1, what="sequence running")
+        t_close = time.time_ns()
+        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        r.close()
+        st = wait_until(lambda: (lambda s: s if s["aborted"] > before else None)(sim_state(port)),
+                        timeout=5, what="the replica to see the abort")
+        return (st["last_abort_wall_ns"] - t_close) / 1e6
+
+    def test_client_disconnect_mid_stream_aborts_upstream(self):
+        ms = self._abort_latency(stream=True)
+        self.assertLess(ms, 100.0, "upstream closed %.1f ms after the client left" % ms)
+
+    def test_client_disconnect_non_stream_aborts_upstream(self):
+        ms = self._abort_latency(stream=False)
+        self.assertLess(ms, 100.0, "upstream closed %.1f ms after the client left" % ms)
+
+    def test_slow_reader_memory_is_bounded(self):
+        (port,) = self.fleet(1, args=["--decode-ms", "0.05", "--decode-ms-per-seq", "0",
+                                      "--prefill-us-per-token", "1"])
+        gwp, gw = self.gateway([port], limits={"stream_buffer_bytes": 65536})
+        rss0 = gwp.rss_kib()
+        r = StreamReader(gw, chat_body(stream=True, max_tokens=20000))
+        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        r.read_until(b"data: ")
+        # the client stops reading; the replica keeps generating
+        time.sleep(1.5)
+        rss1 = gwp.rss_kib()
+        self.assertLess(rss1 - rss0, 8 * 1024, "gateway grew %d KiB" % (rss1 - rss0))
+        # a second client is not slowed down meanwhile
+        t0 = time.monotonic()
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=5))
+        self.assertEqual(status, 200)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        # and once the reader reads, the whole stream arrives intact
+        raw = r.read_until(b"data: [DONE]", timeout=120)
+        r.close()
+        _, body = split_http_response(raw)
+        data, _ = dechunk(body)
+        events = sse_events(data)
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertGreaterEqual(len(events), 20000)
+
+    # ---- shutdown ----------------------------------------------------------
+
+    def test_sigterm_drains_running_stream(self):
+        (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
+        gwp, gw = self.gateway([port], timeouts={"drain": "20s"})
+        r = StreamReader(gw, chat_body(stream=True, max_tokens=60))
+        r.read_until(b"data: ")
+        gwp.signal(signal.SIGTERM)
+        gwp.wait_for(r"draining", timeout=5)
+        # new connections are refused while draining
+        def refused():
+            try:
+                socket.create_connection(("127.0.0.1", gw), timeout=1).close()
+                return False
+            except OSError:
+                return True
+        wait_until(refused, timeout=5, what="the listener to close")
+        raw = r.read_to_eof(timeout=20)
+        _, body = split_http_response(raw)
+        data, complete = dechunk(body)
+        self.assertTrue(complete, "the running stream was cut by the drain")
+        self.assertEqual(sse_events(data)[-1], "[DONE]")
+        self.assertEqual(gwp.wait(10), 0)
+
+
+if __name__ == "__main__":
+    harness.main()

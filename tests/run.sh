@@ -1,0 +1,21 @@
+#!/bin/sh
+# Builds llmgate and runs the whole test suite (unit, fuzz-corpus replays,
+# integration against real processes on loopback).
+#   tests/run.sh                 the suite, as CI runs it
+#   tests/run.sh -R proxy        only tests whose name matches
+#   LG_BUILD_DIR=build-asan LG_CMAKE_ARGS=-DLG_SANITIZE=address,undefined tests/run.sh
+set -eu
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+
+build=${LG_BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -DLG_WERROR=ON ${LG_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+if [ ! -d tests/node/node_modules/openai ]; then
+    (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+cd "$build"
+exec ctest --output-on-failure --timeout 600 "$@"

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs the Debian 12 packages llmgate builds and tests with, if missing.
+# Needs root (or sudo) only when something is missing.
+#   tools/install-deps.sh          build + test dependencies
+#   tools/install-deps.sh --bench  also the benchmark peers (nginx, haproxy, wrk, gnuplot)
+set -eu
+
+pkgs="build-essential cmake pkg-config libevent-dev libssl-dev libjansson-dev node-llhttp
+      python3 curl ca-certificates nodejs npm openssl"
+if [ "${1:-}" = "--bench" ]; then
+    pkgs="$pkgs nginx-light haproxy wrk nghttp2-client gnuplot-nox"
+fi
+
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "installing:$missing" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
