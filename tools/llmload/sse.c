@@ -44,6 +44,9 @@ lg_ld_sse_free(struct lg_ld_sse *s)
 static int
 sse_append(char **buf, size_t *len, size_t *cap, size_t max, const char *p, size_t n)
 {
+    if (n == 0) {
+        return LG_OK;
+    }
     if (n > max - *len) {
         return LG_EPROTO;
     }

@@ -113,6 +113,9 @@ lg_ld_hist_percentile(const struct lg_ld_hist *h, double p)
     if (h->count == 0) {
         return 0;
     }
+    if (p >= 100) {
+        return h->max;
+    }
     rank = stats_rank(h->count, p);
     for (size_t i = 0; i < LG_LD_HIST_BUCKETS; i++) {
         seen += h->buckets[i];
