@@ -47,8 +47,8 @@ test_defaults_and_modes(void)
     LG_CHECK_STR(o.path, "/openai/v1/embeddings");
     lg_ld_opts_free(&o);
 
-    LG_CHECK(PARSE(&o, err, "--url", "http://h:1", "--model", "m", "--rate", "1", "--requests",
-                   "3", "--path", "/custom", "--extra-body", "{\"a\":1,\"b\":[true]}")
+    LG_CHECK(PARSE(&o, err, "--url", "http://h:1", "--model", "m", "--rate", "1", "--requests", "3",
+                   "--path", "/custom", "--extra-body", "{\"a\":1,\"b\":[true]}")
              == LG_OK);
     LG_CHECK_STR(o.path, "/custom");
     LG_CHECK_STR(o.extra_body, "\"a\":1,\"b\":[true]");
@@ -78,7 +78,8 @@ expect_usage_error(int argc, char **argv, const char *needle)
     return 0;
 }
 
-#define BAD(needle, ...) LG_CHECK(expect_usage_error(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), needle) == 0)
+#define BAD(needle, ...) \
+    LG_CHECK(expect_usage_error(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), needle) == 0)
 
 static int
 test_usage_errors(void)
@@ -91,8 +92,8 @@ test_usage_errors(void)
     BAD("--url is required", "--model", "m", "--rate", "1", "--requests", "1");
     BAD("only http://", "--url", "https://h:1", "--model", "m", "--rate", "1", "--requests", "1");
     BAD("bad port", "--url", "http://h:99999", "--model", "m", "--rate", "1", "--requests", "1");
-    BAD("expected http://HOST", "--url", "http://:1", "--model", "m", "--rate", "1",
-        "--requests", "1");
+    BAD("expected http://HOST", "--url", "http://:1", "--model", "m", "--rate", "1", "--requests",
+        "1");
     BAD("--rate", "--rate", "0");
     BAD("--rate", "--rate", "abc");
     BAD("--concurrency", "--concurrency", "0");
@@ -115,8 +116,8 @@ test_usage_errors(void)
     BAD("unknown option", "--nope");
     BAD("needs a value", "--rate");
     BAD("unexpected argument", "stray");
-    BAD("--path", "--url", "http://h:1", "--model", "m", "--rate", "1", "--requests", "1",
-        "--path", "nopath");
+    BAD("--path", "--url", "http://h:1", "--model", "m", "--rate", "1", "--requests", "1", "--path",
+        "nopath");
     return 0;
 }
 

@@ -31,9 +31,25 @@ static int
 test_spec_errors(void)
 {
     static const char *const bad[] = {
-        "", "-1", "1-", "5-3", "abc", "1.5", "12x", "1001", "mix:", "mix:100%",
-        "mix:50%1,40%2", "mix:50%1,50%2,", "mix:%1", "mix:0%1,100%2", "mix:-5%1,105%2",
-        "mix:50%1;50%2", "mix:100%5-2", "mix:nan%1", "mix:100%99999999999999999999999",
+        "",
+        "-1",
+        "1-",
+        "5-3",
+        "abc",
+        "1.5",
+        "12x",
+        "1001",
+        "mix:",
+        "mix:100%",
+        "mix:50%1,40%2",
+        "mix:50%1,50%2,",
+        "mix:%1",
+        "mix:0%1,100%2",
+        "mix:-5%1,105%2",
+        "mix:50%1;50%2",
+        "mix:100%5-2",
+        "mix:nan%1",
+        "mix:100%99999999999999999999999",
     };
     struct lg_ld_spec s;
     char err[256];
@@ -163,11 +179,11 @@ test_trace_lines(void)
     LG_CHECK(lg_ld_trace_parse_line("{}", 2, &it, err, sizeof(err)) == LG_EINVAL);
     LG_CHECK(strstr(err, "t_us") != NULL);
     LG_CHECK(lg_ld_trace_parse_line("[1]", 3, &it, err, sizeof(err)) == LG_EINVAL);
-    LG_CHECK(lg_ld_trace_parse_line("{\"t_us\":-1,\"prompt_bytes\":1,\"max_tokens\":1}", 43,
-                                    &it, err, sizeof(err))
+    LG_CHECK(lg_ld_trace_parse_line("{\"t_us\":-1,\"prompt_bytes\":1,\"max_tokens\":1}", 43, &it,
+                                    err, sizeof(err))
              == LG_EINVAL);
-    LG_CHECK(lg_ld_trace_parse_line("{\"t_us\":1,\"prompt_bytes\":\"1\",\"max_tokens\":1}", 44,
-                                    &it, err, sizeof(err))
+    LG_CHECK(lg_ld_trace_parse_line("{\"t_us\":1,\"prompt_bytes\":\"1\",\"max_tokens\":1}", 44, &it,
+                                    err, sizeof(err))
              == LG_EINVAL);
     return 0;
 }

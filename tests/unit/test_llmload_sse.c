@@ -16,8 +16,7 @@ trace_event(void *arg, const char *data, size_t len)
 {
     struct trace *t = arg;
 
-    t->len += (size_t)snprintf(t->buf + t->len, sizeof(t->buf) - t->len, "[%.*s]", (int)len,
-                               data);
+    t->len += (size_t)snprintf(t->buf + t->len, sizeof(t->buf) - t->len, "[%.*s]", (int)len, data);
     t->events++;
     return 0;
 }
@@ -119,8 +118,8 @@ test_chunk_content(void)
 
     LG_CHECK(inspect("{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}", &c) == 0);
     LG_CHECK(c.content && !c.has_usage && !c.error);
-    LG_CHECK(inspect("{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}",
-                     &c) == 0);
+    LG_CHECK(inspect("{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}", &c)
+             == 0);
     LG_CHECK(!c.content);
     LG_CHECK(inspect("{\"choices\":[{\"delta\":{\"content\":null}}]}", &c) == 0);
     LG_CHECK(!c.content);
@@ -139,8 +138,10 @@ test_chunk_content(void)
     LG_CHECK(!c.content);
     LG_CHECK(inspect("{\"choices\":[{\"delta\":{\"x\":{\"content\":\"z\"}}}]}", &c) == 0);
     LG_CHECK(!c.content);
-    LG_CHECK(inspect("{\"choices\":[{\"index\":0,\"delta\":{}},{\"delta\":{\"content\":\"\\u00e9\"}}]}",
-                     &c) == 0);
+    LG_CHECK(
+        inspect("{\"choices\":[{\"index\":0,\"delta\":{}},{\"delta\":{\"content\":\"\\u00e9\"}}]}",
+                &c)
+        == 0);
     LG_CHECK(c.content);
     return 0;
 }
@@ -150,8 +151,9 @@ test_chunk_usage_and_errors(void)
 {
     struct lg_ld_chunk c;
 
-    LG_CHECK(inspect("{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":42}}",
-                     &c) == 0);
+    LG_CHECK(
+        inspect("{\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":42}}", &c)
+        == 0);
     LG_CHECK(c.has_usage && c.completion_tokens == 42 && !c.content);
     LG_CHECK(inspect("{\"usage\":null}", &c) == 0);
     LG_CHECK(!c.has_usage);
@@ -167,11 +169,9 @@ static int
 test_chunk_rejects(void)
 {
     static const char *const bad[] = {
-        "",        "{",          "{\"a\":}",     "{\"a\" 1}",   "[1,]",   "{\"a\":1,}",
-        "01",      "1.",         "-",            "1e",          "tru",    "\"abc",
-        "\"\\x\"", "\"\\u12g4\"", "{} {}",       "{a:1}",       "[1 2]",  "\"\x01\"",
-        "nul",     "{\"a\":1]",  "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]"
-                                 "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+        "",      "{",     "{\"a\":}", "{\"a\" 1}", "[1,]",  "{\"a\":1,}", "01",
+        "1.",    "-",     "1e",       "tru",       "\"abc", "\"\\x\"",    "\"\\u12g4\"",
+        "{} {}", "{a:1}", "[1 2]",    "\"\x01\"",  "nul",   "{\"a\":1]",
     };
     struct lg_ld_chunk c;
 
@@ -184,5 +184,22 @@ test_chunk_rejects(void)
     return 0;
 }
 
+static int
+test_chunk_depth_bound(void)
+{
+    char deep[200];
+    struct lg_ld_chunk c;
+
+    /* 64 levels parse; 80 are refused, without recursing further. */
+    memset(deep, '[', 64);
+    memset(deep + 64, ']', 64);
+    LG_CHECK(lg_ld_chunk_inspect(deep, 128, &c) == LG_OK);
+    memset(deep, '[', 80);
+    memset(deep + 80, ']', 80);
+    LG_CHECK(lg_ld_chunk_inspect(deep, 160, &c) == LG_EPROTO);
+    return 0;
+}
+
 LG_TEST_MAIN(test_sse_framing, test_sse_bounds_and_stop, test_sse_callback_stops,
-             test_chunk_content, test_chunk_usage_and_errors, test_chunk_rejects)
+             test_chunk_content, test_chunk_usage_and_errors, test_chunk_rejects,
+             test_chunk_depth_bound)

@@ -8,6 +8,8 @@
  * --ttft-ms (server-side, from the request's arrival to the first chunk being
  * queued), which bounds the part of a client's TTFT error the server causes.
  */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,14 +39,14 @@ struct fast_server {
     const char *replica;
     char usage[160];
     uint64_t requests;
-    int64_t *late_ns;      /* owned: first-chunk delay minus ttft, per request */
+    int64_t *late_ns; /* owned: first-chunk delay minus ttft, per request */
     size_t n_late;
 };
 
 struct fast_stream {
     struct fast_server *srv;
-    struct evhttp_request *req;     /* borrowed from evhttp until the reply ends */
-    struct event *timer;            /* owned */
+    struct evhttp_request *req; /* borrowed from evhttp until the reply ends */
+    struct event *timer;        /* owned */
     uint64_t t_recv;
     unsigned sent;
 };
@@ -195,9 +197,9 @@ main(int argc, char **argv)
     struct event *sig_int, *sig_term;
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof(ss);
-    int port;
+    int port, one = 1;
 
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
         if (v == NULL) {
@@ -218,7 +220,6 @@ main(int argc, char **argv)
             fast_usage();
             return 2;
         }
-        i++;
     }
     if (srv.tokens == 0) {
         srv.tokens = 1;
@@ -249,6 +250,9 @@ main(int argc, char **argv)
         fprintf(stderr, "llmload-fastsse: cannot listen on %s\n", listen);
         return 1;
     }
+    /* Linux copies TCP_NODELAY from the listener to accepted sockets:
+     * without it Nagle holds each small chunk for the client's delayed ACK. */
+    setsockopt(evhttp_bound_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl);
     port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     printf("llmload-fastsse ready listen=%s:%d tokens=%u ttft_ms=%.3f itl_ms=%.3f\n", host, port,

@@ -35,9 +35,9 @@ uint64_t lg_ld_rng_range(struct lg_ld_rng *r, uint64_t lo, uint64_t hi);
 
 /* "N", "A-B" or "mix:P1%V1,P2%V2,..." where each V is "N" or "A-B". */
 struct lg_ld_spec {
-    size_t n;                           /* components, 1..LG_LD_SPEC_MAX_PARTS */
-    double cum[LG_LD_SPEC_MAX_PARTS];   /* cumulative probability; cum[n-1] == 1 */
-    uint64_t lo[LG_LD_SPEC_MAX_PARTS];  /* inclusive bounds of each component */
+    size_t n;                          /* components, 1..LG_LD_SPEC_MAX_PARTS */
+    double cum[LG_LD_SPEC_MAX_PARTS];  /* cumulative probability; cum[n-1] == 1 */
+    uint64_t lo[LG_LD_SPEC_MAX_PARTS]; /* inclusive bounds of each component */
     uint64_t hi[LG_LD_SPEC_MAX_PARTS];
 };
 
@@ -82,23 +82,23 @@ enum lg_ld_mode { LG_LD_MODE_OPEN = 0, LG_LD_MODE_CLOSED, LG_LD_MODE_REPLAY };
 struct lg_ld_opts {
     /* target; strings borrowed from argv unless noted */
     const char *url;
-    char host[256];             /* parsed from url */
+    char host[256]; /* parsed from url */
     char port[8];
-    char path[1024];            /* request path: --path, or base + the API's path */
+    char path[1024]; /* request path: --path, or base + the API's path */
     const char *model;
     enum lg_ld_api api;
     const char *path_override;
     const char *replica_header; /* response header naming the replica */
     const char *headers[LG_LD_MAX_HEADERS];
     size_t n_headers;
-    char *extra_body;           /* owned: members of --extra-body without braces, or NULL */
+    char *extra_body; /* owned: members of --extra-body without braces, or NULL */
 
     /* load shape */
     enum lg_ld_mode mode;
-    double rate;                /* requests/s, open loop */
-    double duration_s;          /* 0 = unset */
-    uint64_t concurrency;       /* closed loop */
-    uint64_t requests;          /* 0 = unset */
+    double rate;          /* requests/s, open loop */
+    double duration_s;    /* 0 = unset */
+    uint64_t concurrency; /* closed loop */
+    uint64_t requests;    /* 0 = unset */
     struct lg_ld_burst burst;
     uint64_t max_conns;
 
@@ -108,10 +108,10 @@ struct lg_ld_opts {
     uint64_t seed;
     struct lg_ld_spec prompt_bytes;
     struct lg_ld_spec max_tokens;
-    const char *prompt_spec;    /* the texts, echoed in the JSON config */
+    const char *prompt_spec; /* the texts, echoed in the JSON config */
     const char *max_tokens_spec;
     const char *burst_spec;
-    uint64_t prefix_groups;     /* 0 = no shared prefixes */
+    uint64_t prefix_groups; /* 0 = no shared prefixes */
     uint64_t prefix_bytes;
     enum lg_ld_dist prefix_dist;
     double zipf_s;
@@ -148,10 +148,10 @@ const char *lg_ld_mode_name(enum lg_ld_mode mode);
 
 /* One request: when it arrives and what it asks for. */
 struct lg_ld_item {
-    uint64_t t_us;          /* arrival offset from the start */
-    uint32_t prompt_bytes;  /* unique user part */
+    uint64_t t_us;         /* arrival offset from the start */
+    uint32_t prompt_bytes; /* unique user part */
     uint32_t max_tokens;
-    int32_t group;          /* shared-prefix group, -1 = none */
+    int32_t group; /* shared-prefix group, -1 = none */
 };
 
 /* Draws request contents (and, in open loop, arrival times) from seeded,
@@ -162,8 +162,8 @@ struct lg_ld_gen {
     struct lg_ld_rng sizes;
     struct lg_ld_rng tokens;
     struct lg_ld_rng groups;
-    double t_s;             /* last arrival, seconds */
-    double *zipf_cdf;       /* owned; NULL unless --prefix-dist zipf */
+    double t_s;       /* last arrival, seconds */
+    double *zipf_cdf; /* owned; NULL unless --prefix-dist zipf */
 };
 
 void lg_ld_gen_init(struct lg_ld_gen *g, const struct lg_ld_opts *o);
@@ -176,8 +176,8 @@ double lg_ld_gen_arrival(struct lg_ld_gen *g);
 
 /* Builds the open-loop trace (generated, or read from --trace-in), bounded by
  * --duration and --requests. *items is owned by the caller (free()). */
-int lg_ld_trace_build(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n,
-                      char *err, size_t errlen);
+int lg_ld_trace_build(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n, char *err,
+                      size_t errlen);
 /* Parses one line of a trace file. Returns LG_OK, LG_EAGAIN for a blank or
  * comment line, or LG_EINVAL with a message. */
 int lg_ld_trace_parse_line(const char *line, size_t len, struct lg_ld_item *it, char *err,
@@ -194,15 +194,15 @@ typedef int (*lg_ld_sse_event_fn)(void *arg, const char *data, size_t len);
  * event seen (bounded by max_event) and are kept, so a steady stream
  * allocates nothing per event. */
 struct lg_ld_sse {
-    char *line;         /* owned: a line split across feeds */
+    char *line; /* owned: a line split across feeds */
     size_t line_len;
     size_t line_cap;
-    char *data;         /* owned: the current event's data */
+    char *data; /* owned: the current event's data */
     size_t data_len;
     size_t data_cap;
-    size_t max_event;   /* bytes; larger lines or events fail with LG_EPROTO */
-    bool has_data;      /* a data field was seen in the current event */
-    bool skip_lf;       /* the previous feed ended on CR */
+    size_t max_event; /* bytes; larger lines or events fail with LG_EPROTO */
+    bool has_data;    /* a data field was seen in the current event */
+    bool skip_lf;     /* the previous feed ended on CR */
 };
 
 void lg_ld_sse_init(struct lg_ld_sse *s, size_t max_event);
@@ -210,17 +210,16 @@ void lg_ld_sse_reset(struct lg_ld_sse *s);
 void lg_ld_sse_free(struct lg_ld_sse *s);
 /* Feeds bytes; returns LG_OK, LG_EPROTO (event too large), or the first
  * non-zero value a callback returned. */
-int lg_ld_sse_feed(struct lg_ld_sse *s, const char *p, size_t n, lg_ld_sse_event_fn fn,
-                   void *arg);
+int lg_ld_sse_feed(struct lg_ld_sse *s, const char *p, size_t n, lg_ld_sse_event_fn fn, void *arg);
 
 /* What llmload needs to know about one response JSON object (a streamed
  * chunk or a whole non-streamed body). */
 struct lg_ld_chunk {
-    bool content;               /* non-empty delta/message content, text,
+    bool content;   /* non-empty delta/message content, text,
                                    reasoning_content or tool_calls */
-    bool has_usage;             /* usage.completion_tokens was present */
+    bool has_usage; /* usage.completion_tokens was present */
     int64_t completion_tokens;
-    bool error;                 /* a top-level "error" member */
+    bool error; /* a top-level "error" member */
 };
 
 /* Walks one JSON document without allocating. Returns LG_OK, or LG_EPROTO if
@@ -239,9 +238,9 @@ void lg_ld_sort(double *v, size_t n);
 
 struct lg_ld_hist {
     uint64_t count;
-    uint64_t sum;           /* ns */
-    uint64_t max;           /* ns */
-    uint64_t *buckets;      /* owned, LG_LD_HIST_BUCKETS */
+    uint64_t sum;      /* ns */
+    uint64_t max;      /* ns */
+    uint64_t *buckets; /* owned, LG_LD_HIST_BUCKETS */
 };
 
 void lg_ld_hist_init(struct lg_ld_hist *h);
@@ -274,24 +273,24 @@ const char *lg_ld_err_name(enum lg_ld_err e);
 
 /* One request's outcome. Times are nanoseconds from the run's start. */
 struct lg_ld_rec {
-    uint64_t t_sched_ns;    /* scheduled arrival */
-    uint64_t t_start_ns;    /* handed to a connection */
-    uint64_t t_send_ns;     /* last request byte written to the socket */
-    uint64_t t_first_ns;    /* first content event */
-    uint64_t t_last_ns;     /* latest content event */
-    uint64_t t_end_ns;      /* finished */
+    uint64_t t_sched_ns; /* scheduled arrival */
+    uint64_t t_start_ns; /* handed to a connection */
+    uint64_t t_send_ns;  /* last request byte written to the socket */
+    uint64_t t_first_ns; /* first content event */
+    uint64_t t_last_ns;  /* latest content event */
+    uint64_t t_end_ns;   /* finished */
     uint64_t itl_sum_ns;
     uint64_t itl_max_ns;
-    int64_t usage_tokens;   /* usage.completion_tokens, -1 = absent */
+    int64_t usage_tokens; /* usage.completion_tokens, -1 = absent */
     uint32_t itl_n;
-    uint32_t events;        /* content events */
+    uint32_t events; /* content events */
     uint32_t prompt_bytes;
     uint32_t max_tokens;
     int32_t group;
-    uint16_t status;        /* HTTP status, 0 = no response head */
-    uint16_t replica;       /* index into the replica table + 1, 0 = none */
-    uint8_t error;          /* enum lg_ld_err */
-    uint8_t flags;          /* LG_LD_REC_F_* */
+    uint16_t status;  /* HTTP status, 0 = no response head */
+    uint16_t replica; /* index into the replica table + 1, 0 = none */
+    uint8_t error;    /* enum lg_ld_err */
+    uint8_t flags;    /* LG_LD_REC_F_* */
 };
 
 #define LG_LD_MAX_REPLICAS 256
@@ -305,7 +304,7 @@ struct lg_ld_result {
     const struct lg_ld_hist *itl;   /* borrowed */
     char *const *replicas;          /* borrowed names, index = rec.replica - 1 */
     size_t n_replicas;
-    uint64_t elapsed_ns;            /* start to last completion */
+    uint64_t elapsed_ns; /* start to last completion */
     bool interrupted;
 };
 

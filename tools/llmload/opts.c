@@ -97,71 +97,70 @@ static const struct option opts_long[] = {
 void
 lg_ld_opts_usage(FILE *f)
 {
-    fputs(
-        "usage: llmload --url http://HOST:PORT --model M (--rate R | --concurrency C |\n"
-        "               --trace-in FILE) [--duration S] [--requests N] [options]\n"
-        "\n"
-        "Load generator for OpenAI-compatible endpoints: measures what users feel (TTFT,\n"
-        "inter-token gaps, end-to-end time) under open-loop or closed-loop load.\n"
-        "\n"
-        "Target:\n"
-        "  --url URL             base URL, http://HOST:PORT[/BASE]; BASE defaults to /v1\n"
-        "  --model M             model name sent in every request (required)\n"
-        "  --api chat|completions|embeddings\n"
-        "                        BASE/chat/completions (default), BASE/completions or\n"
-        "                        BASE/embeddings\n"
-        "  --path P              request path, overriding --api's\n"
-        "  --header 'K: V'       extra request header (repeatable), e.g. Authorization\n"
-        "  --extra-body JSON     object whose members are added to every body,\n"
-        "                        e.g. '{\"ignore_eos\":true,\"temperature\":0}'\n"
-        "  --replica-header H    response header naming the replica (X-Llmsim-Replica)\n"
-        "\n"
-        "Load shape (exactly one of --rate, --concurrency, --trace-in):\n"
-        "  --rate R              open loop: Poisson arrivals at R requests/s\n"
-        "  --burst F:ON:OFF      modulate --rate: R*F during ON seconds, then a lower rate\n"
-        "                        during OFF seconds chosen so the mean stays R\n"
-        "                        (needs F*ON <= ON+OFF); the run starts in an ON window\n"
-        "  --concurrency C       closed loop: C requests in flight, each sent as soon as\n"
-        "                        the previous one on its slot finished\n"
-        "  --trace-in FILE       open loop replaying a trace (from --trace-out) exactly\n"
-        "  --duration S          stop starting requests after S (s, or with ms|s|m)\n"
-        "  --requests N          stop after N requests\n"
-        "  --max-connections N   open loop: most connections at once (8192); arrivals\n"
-        "                        beyond wait, and their wait counts in ttft\n"
-        "  --seed S              seed of every random choice (1): the same seed and flags\n"
-        "                        give the same requests at the same offsets\n"
-        "\n"
-        "Requests:\n"
-        "  --stream, --no-stream streamed SSE (default) or whole responses\n"
-        "  --include-usage       ask for stream_options.include_usage\n"
-        "  --prompt-bytes SPEC   bytes of each request's unique prompt part (256)\n"
-        "  --max-tokens SPEC     max_tokens of each request (64)\n"
-        "                        SPEC: N | A-B (uniform) | mix:P1%V1,P2%V2,... with each V\n"
-        "                        N or A-B and the P adding up to 100, e.g. mix:90%800,10%64000\n"
-        "  --prefix-groups G     each request belongs to a seeded group in [0,G) and starts\n"
-        "  --prefix-bytes B      with that group's fixed B-byte system prompt\n"
-        "  --prefix-dist uniform|zipf\n"
-        "                        how groups are chosen (uniform); zipf: P(g) ~ 1/(g+1)^s\n"
-        "  --zipf-s S            the zipf exponent (1.0)\n"
-        "  --timeout S           per-request timeout from the moment it is sent (60)\n"
-        "  --connect-timeout S   connect timeout (5)\n"
-        "  --connections-reuse, --no-connections-reuse\n"
-        "                        keep-alive connections (default) or one per request\n"
-        "\n"
-        "Output:\n"
-        "  --json FILE           JSON summary\n"
-        "  --log FILE            one JSON line per request\n"
-        "  --trace-out FILE      the arrival trace (t_us, prompt_bytes, max_tokens, group)\n"
-        "  --dry-run             build the trace (and --trace-out), send nothing\n"
-        "  --progress, --quiet   a progress line on stderr every second (default), or none\n"
-        "  --help, --version\n"
-        "\n"
-        "ttft is measured from the scheduled arrival (client lateness included), ttft_send\n"
-        "from the moment the request's last byte was written, both to the first event with\n"
-        "non-empty content, text, reasoning_content or tool_calls. Exit status: 0 when the\n"
-        "run completed (request errors are counted, not fatal), 2 on bad usage, 1 when it\n"
-        "could not run.\n",
-        f);
+    fputs("usage: llmload --url http://HOST:PORT --model M (--rate R | --concurrency C |\n"
+          "               --trace-in FILE) [--duration S] [--requests N] [options]\n"
+          "\n"
+          "Load generator for OpenAI-compatible endpoints: measures what users feel (TTFT,\n"
+          "inter-token gaps, end-to-end time) under open-loop or closed-loop load.\n"
+          "\n"
+          "Target:\n"
+          "  --url URL             base URL, http://HOST:PORT[/BASE]; BASE defaults to /v1\n"
+          "  --model M             model name sent in every request (required)\n"
+          "  --api chat|completions|embeddings\n"
+          "                        BASE/chat/completions (default), BASE/completions or\n"
+          "                        BASE/embeddings\n"
+          "  --path P              request path, overriding --api's\n"
+          "  --header 'K: V'       extra request header (repeatable), e.g. Authorization\n"
+          "  --extra-body JSON     object whose members are added to every body,\n"
+          "                        e.g. '{\"ignore_eos\":true,\"temperature\":0}'\n"
+          "  --replica-header H    response header naming the replica (X-Llmsim-Replica)\n"
+          "\n"
+          "Load shape (exactly one of --rate, --concurrency, --trace-in):\n"
+          "  --rate R              open loop: Poisson arrivals at R requests/s\n"
+          "  --burst F:ON:OFF      modulate --rate: R*F during ON seconds, then a lower rate\n"
+          "                        during OFF seconds chosen so the mean stays R\n"
+          "                        (needs F*ON <= ON+OFF); the run starts in an ON window\n"
+          "  --concurrency C       closed loop: C requests in flight, each sent as soon as\n"
+          "                        the previous one on its slot finished\n"
+          "  --trace-in FILE       open loop replaying a trace (from --trace-out) exactly\n"
+          "  --duration S          stop starting requests after S (s, or with ms|s|m)\n"
+          "  --requests N          stop after N requests\n"
+          "  --max-connections N   open loop: most connections at once (8192); arrivals\n"
+          "                        beyond wait, and their wait counts in ttft\n"
+          "  --seed S              seed of every random choice (1): the same seed and flags\n"
+          "                        give the same requests at the same offsets\n"
+          "\n"
+          "Requests:\n"
+          "  --stream, --no-stream streamed SSE (default) or whole responses\n"
+          "  --include-usage       ask for stream_options.include_usage\n"
+          "  --prompt-bytes SPEC   bytes of each request's unique prompt part (256)\n"
+          "  --max-tokens SPEC     max_tokens of each request (64)\n"
+          "                        SPEC: N | A-B (uniform) | mix:P1%V1,P2%V2,... with each V\n"
+          "                        N or A-B and the P adding up to 100, e.g. mix:90%800,10%64000\n"
+          "  --prefix-groups G     each request belongs to a seeded group in [0,G) and starts\n"
+          "  --prefix-bytes B      with that group's fixed B-byte system prompt\n"
+          "  --prefix-dist uniform|zipf\n"
+          "                        how groups are chosen (uniform); zipf: P(g) ~ 1/(g+1)^s\n"
+          "  --zipf-s S            the zipf exponent (1.0)\n"
+          "  --timeout S           per-request timeout, from connecting to the last byte (60)\n"
+          "  --connect-timeout S   connect timeout (5)\n"
+          "  --connections-reuse, --no-connections-reuse\n"
+          "                        keep-alive connections (default) or one per request\n"
+          "\n"
+          "Output:\n"
+          "  --json FILE           JSON summary\n"
+          "  --log FILE            one JSON line per request\n"
+          "  --trace-out FILE      the arrival trace (t_us, prompt_bytes, max_tokens, group)\n"
+          "  --dry-run             build the trace (and --trace-out), send nothing\n"
+          "  --progress, --quiet   a progress line on stderr every second (default), or none\n"
+          "  --help, --version\n"
+          "\n"
+          "ttft is measured from the scheduled arrival (client lateness included), ttft_send\n"
+          "from the moment the request's last byte was written, both to the first event with\n"
+          "non-empty content, text, reasoning_content or tool_calls. Exit status: 0 when the\n"
+          "run completed (request errors are counted, not fatal), 2 on bad usage, 1 when it\n"
+          "could not run.\n",
+          f);
 }
 
 const char *
@@ -216,8 +215,7 @@ static int
 opts_url(struct lg_ld_opts *o, char *err, size_t errlen)
 {
     const char *p = o->url, *host, *host_end, *port = NULL, *port_end = NULL, *base;
-    static const char *const api_paths[] = { "/chat/completions", "/completions",
-                                              "/embeddings" };
+    static const char *const api_paths[] = { "/chat/completions", "/completions", "/embeddings" };
     size_t base_len;
 
     if (strncmp(p, "http://", 7) != 0) {
@@ -380,8 +378,7 @@ opts_defaults(struct lg_ld_opts *o)
     o->zipf_s = 1.0;
     (void)lg_ld_spec_parse(&o->prompt_bytes, o->prompt_spec, LG_LD_MAX_PROMPT_BYTES, err,
                            sizeof(err));
-    (void)lg_ld_spec_parse(&o->max_tokens, o->max_tokens_spec, LG_LD_MAX_TOKENS, err,
-                           sizeof(err));
+    (void)lg_ld_spec_parse(&o->max_tokens, o->max_tokens_spec, LG_LD_MAX_TOKENS, err, sizeof(err));
 }
 
 /* Cross-flag checks once every flag is read. */
@@ -473,8 +470,7 @@ lg_ld_opts_parse(struct lg_ld_opts *o, int argc, char **argv, char *err, size_t 
             } else if (strcmp(a, "embeddings") == 0) {
                 o->api = LG_LD_API_EMBEDDINGS;
             } else {
-                snprintf(err, errlen, "--api '%s': expected chat, completions or embeddings",
-                         a);
+                snprintf(err, errlen, "--api '%s': expected chat, completions or embeddings", a);
                 return LG_EINVAL;
             }
             break;
@@ -577,8 +573,7 @@ lg_ld_opts_parse(struct lg_ld_opts *o, int argc, char **argv, char *err, size_t 
             break;
         case OPT_PREFIX_GROUPS:
             if (opts_uint(a, 0, LG_LD_MAX_GROUPS, &o->prefix_groups) != LG_OK) {
-                snprintf(err, errlen, "--prefix-groups '%s': expected 0..%u", a,
-                         LG_LD_MAX_GROUPS);
+                snprintf(err, errlen, "--prefix-groups '%s': expected 0..%u", a, LG_LD_MAX_GROUPS);
                 return LG_EINVAL;
             }
             break;

@@ -19,8 +19,7 @@
 const char *
 lg_ld_err_name(enum lg_ld_err e)
 {
-    static const char *const names[] = { "none", "connect", "status", "cut", "timeout",
-                                         "invalid" };
+    static const char *const names[] = { "none", "connect", "status", "cut", "timeout", "invalid" };
 
     return e < LG_LD_ERR_COUNT ? names[e] : "?";
 }
@@ -36,7 +35,7 @@ struct report {
     size_t errors[LG_LD_ERR_COUNT];
     uint64_t status_codes[1000];
     uint64_t tokens;
-    uint64_t *per_replica;          /* owned */
+    uint64_t *per_replica; /* owned */
     double duration_s;
     struct report_dist ttft, ttft_send, e2e, lag;
     double itl_mean, itl_p50, itl_p90, itl_p99, itl_max;
@@ -172,10 +171,11 @@ report_config(const struct lg_ld_opts *o)
     json_object_set_new(c, "api", json_string(lg_ld_api_name(o->api)));
     json_object_set_new(c, "mode", json_string(lg_ld_mode_name(o->mode)));
     json_object_set_new(c, "rate", o->mode == LG_LD_MODE_OPEN ? json_real(o->rate) : json_null());
-    json_object_set_new(c, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
-    json_object_set_new(c, "concurrency", o->mode == LG_LD_MODE_CLOSED
-                                              ? json_integer((json_int_t)o->concurrency)
-                                              : json_null());
+    json_object_set_new(c, "duration_s",
+                        o->duration_s > 0 ? json_real(o->duration_s) : json_null());
+    json_object_set_new(c, "concurrency",
+                        o->mode == LG_LD_MODE_CLOSED ? json_integer((json_int_t)o->concurrency)
+                                                     : json_null());
     json_object_set_new(c, "requests",
                         o->requests > 0 ? json_integer((json_int_t)o->requests) : json_null());
     json_object_set_new(c, "stream", json_boolean(o->stream));
@@ -257,7 +257,8 @@ lg_ld_report_json(const struct lg_ld_result *res, const char *path)
     json_object_set_new(j, "replicas", reps);
     json_object_set_new(j, "interrupted", json_boolean(res->interrupted));
     json_object_set_new(j, "config", report_config(res->o));
-    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12)) != 0) {
+    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12))
+        != 0) {
         LG_ERROR("--json %s: cannot write", path);
         rc = LG_ERR;
     }
@@ -391,15 +392,15 @@ lg_ld_report_table(const struct lg_ld_result *res, FILE *f)
             report_rate((double)rp.requests, rp.duration_s),
             report_rate((double)rp.ok, rp.duration_s),
             report_rate((double)rp.tokens, rp.duration_s), rp.tokens);
-    fprintf(f, "  %-10s %10s %10s %10s %10s %10s %8s\n", "(ms)", "p50", "p90", "p99", "max",
-            "mean", "n");
+    fprintf(f, "  %-10s %10s %10s %10s %10s %10s %8s\n", "(ms)", "p50", "p90", "p99", "max", "mean",
+            "n");
     report_row(f, "ttft", &rp.ttft);
     report_row(f, "ttft_send", &rp.ttft_send);
     report_row(f, "e2e", &rp.e2e);
     report_row(f, "sched_lag", &rp.lag);
     if (res->itl->count > 0) {
-        fprintf(f, "  %-10s %10.3f %10.3f %10.3f %10.3f %10.3f %8" PRIu64 "\n", "itl",
-                rp.itl_p50, rp.itl_p90, rp.itl_p99, rp.itl_max, rp.itl_mean, res->itl->count);
+        fprintf(f, "  %-10s %10.3f %10.3f %10.3f %10.3f %10.3f %8" PRIu64 "\n", "itl", rp.itl_p50,
+                rp.itl_p90, rp.itl_p99, rp.itl_max, rp.itl_mean, res->itl->count);
     } else {
         fprintf(f, "  %-10s %10s %10s %10s %10s %10s %8s\n", "itl", "-", "-", "-", "-", "-", "0");
     }

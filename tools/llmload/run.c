@@ -49,26 +49,26 @@ enum conn_body {
 };
 
 struct lg_ld_conn {
-    struct lg_ld_run *run;          /* borrowed */
-    struct bufferevent *bev;        /* owned; NULL when down */
-    struct event *timer;            /* owned: the request's timeout */
+    struct lg_ld_run *run;   /* borrowed */
+    struct bufferevent *bev; /* owned; NULL when down */
+    struct event *timer;     /* owned: the request's timeout */
     enum lg_ld_conn_state state;
     llhttp_t parser;
-    size_t req;                     /* index of the request in flight */
-    TAILQ_ENTRY(lg_ld_conn) link;   /* on run->idle_up or run->idle_down when free */
+    size_t req;                   /* index of the request in flight */
+    TAILQ_ENTRY(lg_ld_conn) link; /* on run->idle_up or run->idle_down when free */
     bool busy;
-    bool reused;                    /* the request went out on a kept-alive socket */
-    bool got_bytes;                 /* response bytes seen for this request */
+    bool reused;    /* the request went out on a kept-alive socket */
+    bool got_bytes; /* response bytes seen for this request */
     bool msg_done;
-    bool done_seen;                 /* data: [DONE] */
+    bool done_seen; /* data: [DONE] */
     bool invalid;
     bool ctype_sse;
     bool hname_long;
     enum conn_body body;
     uint16_t replica;
-    uint64_t now;                   /* stamp of the read being parsed (absolute ns) */
+    uint64_t now; /* stamp of the read being parsed (absolute ns) */
     struct lg_ld_sse sse;
-    char *json;                     /* owned: a non-streamed body, grown as needed */
+    char *json; /* owned: a non-streamed body, grown as needed */
     size_t json_len;
     size_t json_cap;
     char hname[64];
@@ -85,23 +85,23 @@ struct lg_ld_run {
     struct sockaddr_storage addr;
     socklen_t addr_len;
     llhttp_settings_t settings;
-    uint64_t t0;                    /* absolute ns */
+    uint64_t t0; /* absolute ns */
 
-    struct lg_ld_item *items;       /* owned; closed loop appends */
+    struct lg_ld_item *items; /* owned; closed loop appends */
     size_t n_items;
     size_t cap_items;
-    struct lg_ld_rec *recs;         /* owned; recs[i] belongs to items[i] */
-    size_t next;                    /* next item to launch */
+    struct lg_ld_rec *recs; /* owned; recs[i] belongs to items[i] */
+    size_t next;            /* next item to launch */
     size_t inflight;
     size_t done;
     size_t ok;
     size_t failed;
-    size_t *pending;                /* owned ring of item indexes waiting for a connection */
+    size_t *pending; /* owned ring of item indexes waiting for a connection */
     size_t pend_head;
     size_t pend_len;
     size_t pend_cap;
 
-    struct lg_ld_conn **conns;      /* owned, max_conns slots */
+    struct lg_ld_conn **conns; /* owned, max_conns slots */
     size_t n_conns;
     struct lg_ld_conn_list idle_up;
     struct lg_ld_conn_list idle_down;
@@ -111,20 +111,20 @@ struct lg_ld_run {
     struct event *progress_ev;
     struct event *sig_int;
     struct event *sig_term;
-    bool stopping;                  /* start no more requests */
+    bool stopping; /* start no more requests */
     bool interrupted;
-    uint64_t last_end_ns;           /* relative to t0 */
+    uint64_t last_end_ns; /* relative to t0 */
     size_t progress_done;
 
-    struct lg_ld_gen gen;           /* closed loop draws contents as it goes */
+    struct lg_ld_gen gen; /* closed loop draws contents as it goes */
     struct lg_ld_hist itl;
     char *replicas[LG_LD_MAX_REPLICAS];
     size_t n_replicas;
 
-    char *filler;                   /* owned prompt text, [a-z .] only */
+    char *filler; /* owned prompt text, [a-z .] only */
     size_t filler_len;
-    char *model_json;               /* owned, quoted */
-    char *head;                     /* owned: header lines after the request line */
+    char *model_json; /* owned, quoted */
+    char *head;       /* owned: header lines after the request line */
     size_t head_len;
 };
 
@@ -241,8 +241,7 @@ conn_on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_ld_conn *c = arg;
 
-    conn_complete(c, c->state == LG_LD_CONN_ST_CONNECTING ? LG_LD_ERR_CONNECT
-                                                          : LG_LD_ERR_TIMEOUT,
+    conn_complete(c, c->state == LG_LD_CONN_ST_CONNECTING ? LG_LD_ERR_CONNECT : LG_LD_ERR_TIMEOUT,
                   false);
 }
 
@@ -612,8 +611,9 @@ conn_send(struct lg_ld_conn *c)
     u_fill = it->prompt_bytes - uh_len;
 
     if (o->api == LG_LD_API_CHAT) {
-        n = snprintf(pre, sizeof(pre), "{\"model\":%s,\"messages\":[{\"role\":\"%s\",\"content\":\"",
-                     run->model_json, sys ? "system" : "user");
+        n = snprintf(pre, sizeof(pre),
+                     "{\"model\":%s,\"messages\":[{\"role\":\"%s\",\"content\":\"", run->model_json,
+                     sys ? "system" : "user");
     } else {
         n = snprintf(pre, sizeof(pre), "{\"model\":%s,\"%s\":\"", run->model_json,
                      o->api == LG_LD_API_COMPLETIONS ? "prompt" : "input");
@@ -631,11 +631,10 @@ conn_send(struct lg_ld_conn *c)
     if (o->api == LG_LD_API_EMBEDDINGS) {
         n = snprintf(tail, sizeof(tail), "\"");
     } else {
-        n = snprintf(tail, sizeof(tail), "\"%s,\"max_tokens\":%" PRIu32 ",\"stream\":%s%s",
-                     o->api == LG_LD_API_CHAT ? "}]" : "", it->max_tokens,
-                     o->stream ? "true" : "false",
-                     o->stream && o->include_usage ? ",\"stream_options\":{\"include_usage\":true}"
-                                                   : "");
+        n = snprintf(
+            tail, sizeof(tail), "\"%s,\"max_tokens\":%" PRIu32 ",\"stream\":%s%s",
+            o->api == LG_LD_API_CHAT ? "}]" : "", it->max_tokens, o->stream ? "true" : "false",
+            o->stream && o->include_usage ? ",\"stream_options\":{\"include_usage\":true}" : "");
     }
     pc[np++] = (struct conn_piece){ tail, (size_t)n };
     if (o->extra_body != NULL) {
@@ -871,8 +870,9 @@ run_on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(run->base);
         return;
     }
-    fprintf(stderr, "llmload: stopping; waiting for %zu requests in flight "
-                    "(again to abort)\n",
+    fprintf(stderr,
+            "llmload: stopping; waiting for %zu requests in flight "
+            "(again to abort)\n",
             run->inflight);
     run->stopping = true;
     run_maybe_finish(run);

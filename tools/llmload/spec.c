@@ -82,8 +82,7 @@ spec_range(const char *p, const char *end, uint64_t max, uint64_t *lo, uint64_t 
         *hi = *lo;
     }
     if (rc == LG_ERR) {
-        snprintf(err, errlen, "value in '%.*s' exceeds %" PRIu64, (int)(end - start), start,
-                 max);
+        snprintf(err, errlen, "value in '%.*s' exceeds %" PRIu64, (int)(end - start), start, max);
         return LG_EINVAL;
     }
     if (rc != LG_OK || p != end) {
@@ -135,8 +134,7 @@ lg_ld_spec_parse(struct lg_ld_spec *spec, const char *s, uint64_t max, char *err
             snprintf(err, errlen, "mix weight '%s' is not a percentage in (0, 100]", num);
             return LG_EINVAL;
         }
-        if (spec_range(pct + 1, item_end, max, &spec->lo[spec->n], &spec->hi[spec->n], err,
-                       errlen)
+        if (spec_range(pct + 1, item_end, max, &spec->lo[spec->n], &spec->hi[spec->n], err, errlen)
             != LG_OK) {
             return LG_EINVAL;
         }
@@ -212,8 +210,7 @@ spec_double(const char *s, double *out)
 
     errno = 0;
     *out = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(*out) || s[0] == '-'
-        || s[0] == '+') {
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(*out) || s[0] == '-' || s[0] == '+') {
         return LG_EINVAL;
     }
     return LG_OK;

@@ -163,14 +163,14 @@ lg_ld_sse_feed(struct lg_ld_sse *s, const char *p, size_t n, lg_ld_sse_event_fn 
 enum chunk_at {
     CHUNK_AT_OTHER = 0,
     CHUNK_AT_ROOT,
-    CHUNK_AT_CHOICES,       /* root.choices */
-    CHUNK_AT_CHOICE,        /* root.choices[i] */
-    CHUNK_AT_DELTA,         /* root.choices[i].delta or .message */
-    CHUNK_AT_TEXT,          /* a string whose non-emptiness is content */
-    CHUNK_AT_TOOL_CALLS,    /* an array whose non-emptiness is content */
-    CHUNK_AT_USAGE,         /* root.usage */
-    CHUNK_AT_COMPLETION,    /* root.usage.completion_tokens */
-    CHUNK_AT_ERROR,         /* root.error */
+    CHUNK_AT_CHOICES,    /* root.choices */
+    CHUNK_AT_CHOICE,     /* root.choices[i] */
+    CHUNK_AT_DELTA,      /* root.choices[i].delta or .message */
+    CHUNK_AT_TEXT,       /* a string whose non-emptiness is content */
+    CHUNK_AT_TOOL_CALLS, /* an array whose non-emptiness is content */
+    CHUNK_AT_USAGE,      /* root.usage */
+    CHUNK_AT_COMPLETION, /* root.usage.completion_tokens */
+    CHUNK_AT_ERROR,      /* root.error */
 };
 
 #define CHUNK_MAX_DEPTH 64
@@ -230,8 +230,7 @@ chunk_member(enum chunk_at at, const char *k, size_t n)
 static void
 chunk_ws(struct chunk_walk *w)
 {
-    while (w->p < w->end
-           && (*w->p == ' ' || *w->p == '\t' || *w->p == '\n' || *w->p == '\r')) {
+    while (w->p < w->end && (*w->p == ' ' || *w->p == '\t' || *w->p == '\n' || *w->p == '\r')) {
         w->p++;
     }
 }

@@ -121,7 +121,8 @@ lg_ld_hist_percentile(const struct lg_ld_hist *h, double p)
         seen += h->buckets[i];
         if (seen >= rank) {
             uint64_t lo = lg_ld_hist_lower(i);
-            uint64_t width = i < 1024 || i + 1 >= LG_LD_HIST_BUCKETS ? 1 : lg_ld_hist_lower(i + 1) - lo;
+            uint64_t width =
+                i < 1024 || i + 1 >= LG_LD_HIST_BUCKETS ? 1 : lg_ld_hist_lower(i + 1) - lo;
             uint64_t mid = lo + width / 2;
 
             return mid > h->max ? h->max : mid;

@@ -172,8 +172,9 @@ trace_int(json_t *obj, const char *key, json_int_t min, json_int_t max, json_int
         return LG_OK;
     }
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        snprintf(err, errlen, "\"%s\" must be an integer in [%" JSON_INTEGER_FORMAT
-                 ", %" JSON_INTEGER_FORMAT "]",
+        snprintf(err, errlen,
+                 "\"%s\" must be an integer in [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
+                 "]",
                  key, min, max);
         return LG_EINVAL;
     }
@@ -267,8 +268,7 @@ trace_read(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n, cha
             break;
         }
         if (count == LG_LD_MAX_TRACE_ITEMS) {
-            snprintf(err, errlen, "%s: more than %u requests", o->trace_in,
-                     LG_LD_MAX_TRACE_ITEMS);
+            snprintf(err, errlen, "%s: more than %u requests", o->trace_in, LG_LD_MAX_TRACE_ITEMS);
             rc = LG_EINVAL;
             goto out_free;
         }
@@ -319,8 +319,9 @@ lg_ld_trace_write(const char *path, const struct lg_ld_item *items, size_t n)
         return LG_ERR;
     }
     for (size_t i = 0; i < n; i++) {
-        fprintf(f, "{\"t_us\":%" PRIu64 ",\"prompt_bytes\":%" PRIu32 ",\"max_tokens\":%" PRIu32
-                   ",\"group\":%" PRId32 "}\n",
+        fprintf(f,
+                "{\"t_us\":%" PRIu64 ",\"prompt_bytes\":%" PRIu32 ",\"max_tokens\":%" PRIu32
+                ",\"group\":%" PRId32 "}\n",
                 items[i].t_us, items[i].prompt_bytes, items[i].max_tokens, items[i].group);
     }
     if (fclose(f) != 0) {
