@@ -305,6 +305,7 @@ struct lg_ld_result {
     char *const *replicas;          /* borrowed names, index = rec.replica - 1 */
     size_t n_replicas;
     uint64_t elapsed_ns; /* start to last completion */
+    uint64_t start_wall_ns; /* CLOCK_REALTIME at the start */
     bool interrupted;
 };
 

@@ -47,6 +47,14 @@ report_tokens(const struct lg_ld_rec *r)
     return r->usage_tokens >= 0 ? (uint64_t)r->usage_tokens : r->events;
 }
 
+/* b - a in ns, never negative: stamps from different clocks paths (kernel
+ * receive time, user-space send time) may be out of order by a few us. */
+static uint64_t
+report_span(uint64_t a, uint64_t b)
+{
+    return b > a ? b - a : 0;
+}
+
 static void
 report_dist(double *v, size_t n, struct report_dist *d)
 {
@@ -91,7 +99,7 @@ report_compute(const struct lg_ld_result *res, struct report *rp)
         rp->errors[r->error]++;
         if (r->error == LG_LD_ERR_NONE) {
             rp->ok++;
-            e2e[ne++] = (double)(r->t_end_ns - r->t_sched_ns) / 1e6;
+            e2e[ne++] = (double)report_span(r->t_sched_ns, r->t_end_ns) / 1e6;
         }
         if (r->status != 0 && r->status != 200 && r->status < 1000) {
             rp->status_codes[r->status]++;
@@ -101,13 +109,13 @@ report_compute(const struct lg_ld_result *res, struct report *rp)
         }
         rp->tokens += report_tokens(r);
         if (r->flags & LG_LD_REC_F_FIRST) {
-            ttft[nt++] = (double)(r->t_first_ns - r->t_sched_ns) / 1e6;
+            ttft[nt++] = (double)report_span(r->t_sched_ns, r->t_first_ns) / 1e6;
             if (r->flags & LG_LD_REC_F_SENT) {
-                ttft_send[nts++] = (double)(r->t_first_ns - r->t_send_ns) / 1e6;
+                ttft_send[nts++] = (double)report_span(r->t_send_ns, r->t_first_ns) / 1e6;
             }
         }
         if (r->flags & LG_LD_REC_F_LAUNCHED) {
-            lag[nl++] = (double)(r->t_start_ns - r->t_sched_ns) / 1e6;
+            lag[nl++] = (double)report_span(r->t_sched_ns, r->t_start_ns) / 1e6;
         }
     }
     report_dist(ttft, nt, &rp->ttft);
@@ -236,6 +244,7 @@ lg_ld_report_json(const struct lg_ld_result *res, const char *path)
     json_object_set_new(j, "ok", json_integer((json_int_t)rp.ok));
     json_object_set_new(j, "errors", errs);
     json_object_set_new(j, "status_codes", codes);
+    json_object_set_new(j, "start_unix_ns", json_integer((json_int_t)res->start_wall_ns));
     json_object_set_new(j, "duration_s", report_real(rp.duration_s));
     json_object_set_new(j, "rps", report_real(report_rate((double)rp.requests, rp.duration_s)));
     json_object_set_new(j, "ok_rps", report_real(report_rate((double)rp.ok, rp.duration_s)));
@@ -309,9 +318,9 @@ lg_ld_report_log(const struct lg_ld_result *res, const char *path)
         }
         fprintf(f, "{\"i\":%zu,\"t_sched_ms\":%.3f", i, (double)r->t_sched_ns / 1e6);
         report_ms(f, "t_send_ms", sent, r->t_send_ns);
-        report_ms(f, "ttft_ms", first, r->t_first_ns - r->t_sched_ns);
-        report_ms(f, "ttft_send_ms", first && sent, r->t_first_ns - r->t_send_ns);
-        report_ms(f, "e2e_ms", true, r->t_end_ns - r->t_sched_ns);
+        report_ms(f, "ttft_ms", first, report_span(r->t_sched_ns, r->t_first_ns));
+        report_ms(f, "ttft_send_ms", first && sent, report_span(r->t_send_ns, r->t_first_ns));
+        report_ms(f, "e2e_ms", true, report_span(r->t_sched_ns, r->t_end_ns));
         fprintf(f, ",\"tokens\":%" PRIu64, report_tokens(r));
         if (r->status != 0) {
             fprintf(f, ",\"status\":%u", r->status);

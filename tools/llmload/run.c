@@ -33,6 +33,7 @@
 #define RUN_MAX_EVENT_BYTES (1u << 20)  /* one SSE event */
 #define RUN_MAX_BODY_BYTES  (64u << 20) /* one non-streamed body */
 #define RUN_FILLER_SLACK    4096        /* spread of user-part offsets */
+#define RUN_READ_BYTES      (64u << 10) /* one recvmsg() */
 
 enum lg_ld_conn_state {
     LG_LD_CONN_ST_DOWN = 0,   /* no socket */
@@ -50,7 +51,8 @@ enum conn_body {
 
 struct lg_ld_conn {
     struct lg_ld_run *run;   /* borrowed */
-    struct bufferevent *bev; /* owned; NULL when down */
+    struct bufferevent *bev; /* owned; NULL when down; writes only */
+    struct event *rd;        /* owned: reads on the bev's socket */
     struct event *timer;     /* owned: the request's timeout */
     enum lg_ld_conn_state state;
     llhttp_t parser;
@@ -85,7 +87,8 @@ struct lg_ld_run {
     struct sockaddr_storage addr;
     socklen_t addr_len;
     llhttp_settings_t settings;
-    uint64_t t0; /* absolute ns */
+    uint64_t t0;      /* absolute ns */
+    uint64_t t0_wall; /* CLOCK_REALTIME at t0, for matching packet captures */
 
     struct lg_ld_item *items; /* owned; closed loop appends */
     size_t n_items;
@@ -122,6 +125,7 @@ struct lg_ld_run {
     size_t n_replicas;
 
     char *filler; /* owned prompt text, [a-z .] only */
+    char *rbuf;   /* owned: RUN_READ_BYTES, the target of every read */
     size_t filler_len;
     char *model_json; /* owned, quoted */
     char *head;       /* owned: header lines after the request line */
@@ -131,6 +135,7 @@ struct lg_ld_run {
 static void run_launch(struct lg_ld_run *run, size_t i);
 static void run_after_done(struct lg_ld_run *run);
 static void conn_send(struct lg_ld_conn *c);
+static void conn_write_request(struct lg_ld_conn *c);
 
 /* ---- records ------------------------------------------------------------ */
 
@@ -177,7 +182,7 @@ run_note_content(struct lg_ld_run *run, struct lg_ld_rec *rec, uint64_t now_abs)
         rec->flags |= LG_LD_REC_F_FIRST;
         rec->t_first_ns = t;
     } else {
-        uint64_t gap = t - rec->t_last_ns;
+        uint64_t gap = t > rec->t_last_ns ? t - rec->t_last_ns : 0;
 
         lg_ld_hist_add(&run->itl, gap);
         rec->itl_sum_ns += gap;
@@ -195,6 +200,10 @@ run_note_content(struct lg_ld_run *run, struct lg_ld_rec *rec, uint64_t now_abs)
 static void
 conn_down(struct lg_ld_conn *c)
 {
+    if (c->rd != NULL) {
+        event_free(c->rd); /* before the bufferevent closes the fd */
+        c->rd = NULL;
+    }
     if (c->bev != NULL) {
         bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
         bufferevent_free(c->bev); /* safe from its own callback: libevent defers the free */
@@ -205,11 +214,10 @@ conn_down(struct lg_ld_conn *c)
 
 /* Ends the request in flight on c with outcome err; c returns to the pool. */
 static void
-conn_complete(struct lg_ld_conn *c, enum lg_ld_err err, bool keep)
+conn_complete_at(struct lg_ld_conn *c, enum lg_ld_err err, bool keep, uint64_t now)
 {
     struct lg_ld_run *run = c->run;
     struct lg_ld_rec *rec = &run->recs[c->req];
-    uint64_t now = lg_now_ns();
 
     evtimer_del(c->timer);
     rec->t_end_ns = run_rel(run, now);
@@ -226,7 +234,7 @@ conn_complete(struct lg_ld_conn *c, enum lg_ld_err err, bool keep)
     run->inflight--;
     run->done++;
     c->busy = false;
-    if (keep && c->bev != NULL && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0) {
+    if (keep && c->bev != NULL) {
         c->state = LG_LD_CONN_ST_IDLE;
         TAILQ_INSERT_HEAD(&run->idle_up, c, link);
     } else {
@@ -234,6 +242,12 @@ conn_complete(struct lg_ld_conn *c, enum lg_ld_err err, bool keep)
         TAILQ_INSERT_HEAD(&run->idle_down, c, link);
     }
     run_after_done(run);
+}
+
+static void
+conn_complete(struct lg_ld_conn *c, enum lg_ld_err err, bool keep)
+{
+    conn_complete_at(c, err, keep, lg_now_ns());
 }
 
 static void
@@ -245,9 +259,9 @@ conn_on_timeout(evutil_socket_t fd, short what, void *arg)
                   false);
 }
 
-/* The message is complete: classify it. */
+/* The message is complete (its last bytes arrived at `now`): classify it. */
 static void
-conn_finish(struct lg_ld_conn *c, bool keep)
+conn_finish(struct lg_ld_conn *c, bool keep, uint64_t now)
 {
     struct lg_ld_run *run = c->run;
     struct lg_ld_rec *rec = &run->recs[c->req];
@@ -272,7 +286,7 @@ conn_finish(struct lg_ld_conn *c, bool keep)
             }
         }
     }
-    conn_complete(c, err, keep && run->o->reuse && llhttp_should_keep_alive(&c->parser));
+    conn_complete_at(c, err, keep && run->o->reuse && llhttp_should_keep_alive(&c->parser), now);
 }
 
 /* The connection broke while a request was in flight. */
@@ -426,54 +440,114 @@ conn_on_message_complete(llhttp_t *p)
     return HPE_PAUSED; /* finish outside the parser */
 }
 
+/* The stamp for bytes just read: the kernel's receive time of the newest
+ * segment in them (SO_TIMESTAMPNS, on CLOCK_REALTIME, carried over to the
+ * monotonic clock), so that a late wake-up of this process does not count
+ * as server latency. Falls back to the time of the read. */
+static uint64_t
+conn_rx_stamp(struct msghdr *msg)
+{
+    uint64_t now = lg_now_ns();
+
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm != NULL; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            uint64_t wall = lg_wall_ns(), k;
+
+            memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
+            k = (uint64_t)ts.tv_sec * LG_NS_PER_S + (uint64_t)ts.tv_nsec;
+            if (k <= wall && wall - k < 10 * LG_NS_PER_S && wall - k < now) {
+                return now - (wall - k);
+            }
+        }
+    }
+    return now;
+}
+
+/* The peer closed: a body delimited by the close completes now. */
 static void
-conn_on_read(struct bufferevent *bev, void *arg)
+conn_on_eof(struct lg_ld_conn *c)
+{
+    if (c->got_bytes) {
+        llhttp_errno_t e = llhttp_finish(&c->parser);
+
+        if ((e == HPE_OK || e == HPE_PAUSED) && c->msg_done) {
+            conn_finish(c, false, lg_now_ns());
+            return;
+        }
+    }
+    conn_broken(c);
+}
+
+static void
+conn_drop_idle(struct lg_ld_conn *c)
+{
+    TAILQ_REMOVE(&c->run->idle_up, c, link);
+    conn_down(c);
+    TAILQ_INSERT_TAIL(&c->run->idle_down, c, link);
+}
+
+/* Reads with recvmsg() rather than through the bufferevent, to get the
+ * receive timestamps; the bytes go straight from a run-wide buffer into
+ * llhttp, so nothing is copied or kept between reads. */
+static void
+conn_on_readable(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_ld_conn *c = arg;
     struct lg_ld_run *run = c->run;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    uint64_t now = lg_now_ns();
+    char ctl[CMSG_SPACE(sizeof(struct timespec)) * 2];
+    struct iovec iov = { .iov_base = run->rbuf, .iov_len = RUN_READ_BYTES };
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)
+    };
+    ssize_t n = recvmsg(fd, &msg, 0);
+    llhttp_errno_t e;
+    uint64_t now;
 
-    if (!c->busy) {
-        /* Bytes nobody asked for on an idle connection: drop it. */
-        TAILQ_REMOVE(&run->idle_up, c, link);
-        conn_down(c);
-        TAILQ_INSERT_TAIL(&run->idle_down, c, link);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         return;
     }
-    if (c->state == LG_LD_CONN_ST_SENDING) {
+    if (!c->busy) {
+        /* Close or bytes nobody asked for on an idle connection. */
+        conn_drop_idle(c);
+        return;
+    }
+    if (n < 0) {
+        if (c->state == LG_LD_CONN_ST_CONNECTING) {
+            conn_complete(c, LG_LD_ERR_CONNECT, false);
+        } else {
+            conn_broken(c);
+        }
+        return;
+    }
+    if (n == 0) {
+        conn_on_eof(c);
+        return;
+    }
+    now = conn_rx_stamp(&msg);
+    if (!(run->recs[c->req].flags & LG_LD_REC_F_SENT)) {
+        /* A response before the write callback ran. */
         struct lg_ld_rec *rec = &run->recs[c->req];
 
         rec->t_send_ns = run_rel(run, now);
         rec->flags |= LG_LD_REC_F_SENT;
-        c->state = LG_LD_CONN_ST_READING;
     }
+    c->state = LG_LD_CONN_ST_READING;
     c->now = now;
     c->got_bytes = true;
-    while (evbuffer_get_length(in) > 0) {
-        struct evbuffer_iovec v;
-        llhttp_errno_t e;
-
-        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) {
-            break;
-        }
-        e = llhttp_execute(&c->parser, v.iov_base, v.iov_len);
-        if (e == HPE_OK) {
-            evbuffer_drain(in, v.iov_len);
-            continue;
-        }
-        if (e == HPE_PAUSED && c->msg_done) {
-            evbuffer_drain(in, (size_t)(llhttp_get_error_pos(&c->parser) - (char *)v.iov_base));
-            conn_finish(c, true);
-            return;
-        }
-        evbuffer_drain(in, evbuffer_get_length(in));
-        if (!c->invalid) {
-            LG_DEBUG("request %zu: bad response: %s", c->req, llhttp_errno_name(e));
-        }
-        conn_complete(c, LG_LD_ERR_INVALID, false);
+    e = llhttp_execute(&c->parser, run->rbuf, (size_t)n);
+    if (e == HPE_OK) {
         return;
     }
+    if (e == HPE_PAUSED && c->msg_done) {
+        /* Bytes past the end of the response: the connection is not clean. */
+        conn_finish(c, llhttp_get_error_pos(&c->parser) == run->rbuf + n, now);
+        return;
+    }
+    if (!c->invalid) {
+        LG_DEBUG("request %zu: bad response: %s", c->req, llhttp_errno_name(e));
+    }
+    conn_complete(c, LG_LD_ERR_INVALID, false);
 }
 
 static void
@@ -494,37 +568,24 @@ static void
 conn_on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct lg_ld_conn *c = arg;
-    struct lg_ld_run *run = c->run;
 
     if (what & BEV_EVENT_CONNECTED) {
-        int one = 1;
-
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         bufferevent_set_timeouts(bev, NULL, NULL);
-        if (c->state == LG_LD_CONN_ST_CONNECTING) {
-            c->state = LG_LD_CONN_ST_SENDING;
+        if (c->busy && c->state == LG_LD_CONN_ST_CONNECTING) {
+            conn_write_request(c);
         }
         return;
     }
     if (!c->busy) {
-        TAILQ_REMOVE(&run->idle_up, c, link);
-        conn_down(c);
-        TAILQ_INSERT_TAIL(&run->idle_down, c, link);
+        conn_drop_idle(c);
         return;
     }
     if (c->state == LG_LD_CONN_ST_CONNECTING) {
         conn_complete(c, LG_LD_ERR_CONNECT, false);
         return;
     }
-    if ((what & BEV_EVENT_EOF) && c->got_bytes) {
-        /* A body delimited by the close completes now. */
-        llhttp_errno_t e = llhttp_finish(&c->parser);
-
-        if ((e == HPE_OK || e == HPE_PAUSED) && c->msg_done) {
-            conn_finish(c, false);
-            return;
-        }
-    }
+    /* A write failed or the connect timed out: reads come through
+     * conn_on_readable(), which sees the close itself. */
     conn_broken(c);
 }
 
@@ -547,24 +608,33 @@ conn_open(struct lg_ld_conn *c)
     struct lg_ld_run *run = c->run;
     double ct = run->o->connect_timeout_s;
     struct timeval tv;
+    evutil_socket_t fd;
+    int one = 1;
 
     c->bev = bufferevent_socket_new(run->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (c->bev == NULL) {
         return false;
     }
-    bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    bufferevent_setcb(c->bev, NULL, conn_on_write, conn_on_event, c);
     /* While connecting, libevent applies the write timeout to the connect. */
     tv.tv_sec = (time_t)ct;
     tv.tv_usec = (suseconds_t)((ct - (double)tv.tv_sec) * 1e6);
     bufferevent_set_timeouts(c->bev, NULL, &tv);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(c->bev, EV_WRITE); /* conn_on_readable() does the reading */
     c->state = LG_LD_CONN_ST_CONNECTING;
     if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&run->addr, (int)run->addr_len)
         != 0) {
         LG_DEBUG("connect: %s", strerror(errno));
         return false;
     }
-    return true;
+    fd = bufferevent_getfd(c->bev);
+    if (fd < 0) {
+        return false;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    c->rd = event_new(run->base, fd, EV_READ | EV_PERSIST, conn_on_readable, c);
+    return c->rd != NULL && event_add(c->rd, NULL) == 0;
 }
 
 struct conn_piece {
@@ -572,10 +642,10 @@ struct conn_piece {
     size_t n;
 };
 
-/* Opens the socket if needed and queues the request's bytes: a head, then
- * the JSON body in pieces, the large prompt slices by reference. */
+/* Writes the request on a connected socket: a head, then the JSON body in
+ * pieces, the large prompt slices by reference. */
 static void
-conn_send(struct lg_ld_conn *c)
+conn_write_request(struct lg_ld_conn *c)
 {
     struct lg_ld_run *run = c->run;
     const struct lg_ld_opts *o = run->o;
@@ -585,18 +655,10 @@ conn_send(struct lg_ld_conn *c)
     struct conn_piece pc[10];
     size_t np = 0, total = 0, ph_len = 0, p_fill = 0, uh_len, u_fill;
     bool sys;
+    uint64_t t;
     int n;
 
-    if (c->bev == NULL) {
-        c->reused = false;
-        if (!conn_open(c)) {
-            conn_fail_soon(c);
-            return;
-        }
-    } else {
-        c->reused = true;
-        c->state = LG_LD_CONN_ST_SENDING;
-    }
+    c->state = LG_LD_CONN_ST_SENDING;
 
     /* Prompt text: a group header plus filler for the shared prefix, a
      * request header plus filler (at a per-request offset) for the rest. */
@@ -658,6 +720,35 @@ conn_send(struct lg_ld_conn *c)
         } else if (pc[i].n > 0) {
             evbuffer_add(out, pc[i].p, pc[i].n);
         }
+    }
+    /* Write now rather than on the next loop turn. t_send is stamped just
+     * before the call: on loopback the kernel sends within it, and waking
+     * the server there may preempt this process, so a stamp taken after it
+     * could be late by a whole time slice. What does not fit goes out when
+     * the socket is writable, and the write callback stamps it then. */
+    t = lg_now_ns();
+    if (evbuffer_write(out, bufferevent_getfd(c->bev)) > 0 && evbuffer_get_length(out) == 0) {
+        struct lg_ld_rec *rec = &run->recs[c->req];
+
+        rec->t_send_ns = run_rel(run, t);
+        rec->flags |= LG_LD_REC_F_SENT;
+        c->state = LG_LD_CONN_ST_READING;
+    }
+}
+
+/* Sends the request in flight: now on a kept-alive connection, once
+ * connected on a new one. */
+static void
+conn_send(struct lg_ld_conn *c)
+{
+    if (c->bev != NULL) {
+        c->reused = true;
+        conn_write_request(c);
+        return;
+    }
+    c->reused = false;
+    if (!conn_open(c)) {
+        conn_fail_soon(c);
     }
 }
 
@@ -1009,6 +1100,7 @@ lg_ld_run_new(struct lg_ld_run **out, const struct lg_ld_opts *o, struct lg_ld_i
         return LG_ERR;
     }
     run_make_head(run);
+    run->rbuf = lg_xmalloc(RUN_READ_BYTES);
 
     llhttp_settings_init(&run->settings);
     run->settings.on_header_field = conn_on_header_field;
@@ -1058,6 +1150,7 @@ lg_ld_run_go(struct lg_ld_run *run, struct lg_ld_result *res)
     if (o->progress) {
         evtimer_add(run->progress_ev, &one_s);
     }
+    run->t0_wall = lg_wall_ns();
     run->t0 = lg_now_ns();
     if (o->mode == LG_LD_MODE_CLOSED) {
         if (o->duration_s > 0) {
@@ -1089,6 +1182,7 @@ lg_ld_run_go(struct lg_ld_run *run, struct lg_ld_result *res)
     res->replicas = run->replicas;
     res->n_replicas = run->n_replicas;
     res->elapsed_ns = run->last_end_ns;
+    res->start_wall_ns = run->t0_wall;
     if (run->done == 0) {
         res->elapsed_ns = run_rel(run, lg_now_ns());
     }
@@ -1134,6 +1228,7 @@ lg_ld_run_free(struct lg_ld_run *run)
     free(run->items);
     free(run->recs);
     free(run->filler);
+    free(run->rbuf);
     free(run->model_json);
     free(run->head);
     free(run);
