@@ -43,7 +43,8 @@ class ScriptServer:
       between events, 0), tokens (3), cut_after (close the connection after
       this many content events, None), replica (name, None), usage
       (completion_tokens to report, default: tokens), garbage (send a
-      non-JSON event), close (close after the response).
+      non-JSON event), error_event (an error event after the first token, then
+      [DONE]), close (close after the response).
     """
 
     def __init__(self, plan):
@@ -155,6 +156,9 @@ class ScriptServer:
             if p.get("cut_after") is not None and i >= p["cut_after"]:
                 writer.transport.abort()
                 return False
+            if p.get("error_event") and i == 1:
+                writer.write(chunk({"error": {"message": "engine died", "code": 500}}))
+                break
             if p.get("garbage") and i == 1:
                 writer.write(b"%x\r\n%s\r\n" % (len(b"data: {oops\n\n"), b"data: {oops\n\n"))
             writer.write(content_chunk(api, "tok%d " % i))
@@ -183,8 +187,9 @@ class LlmloadTest(harness.Harness):
         self.servers.append(s)
         return s
 
-    def llmload(self, args, expect_rc=0, timeout=60):
-        argv = [harness.binary("llmload"), "--quiet"] + [str(a) for a in args]
+    def llmload(self, args, expect_rc=0, timeout=60, quiet=True):
+        argv = [harness.binary("llmload")] + (["--quiet"] if quiet else []) + \
+            [str(a) for a in args]
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=timeout)
         out, err = r.stdout.decode(), r.stderr.decode()
@@ -278,6 +283,13 @@ class LlmloadTest(harness.Harness):
         self.assertEqual(s["ttft_ms"]["count"], 16)
         self.assertEqual(s["e2e_ms"]["count"], 8)
         self.assertIn("503:4", out)
+
+    def test_error_event_mid_stream(self):
+        # vLLM-style failure: an error event, then [DONE]. Not a success.
+        srv = self.serve(lambda n, r: {"error_event": n % 2 == 0, "tokens": 3})
+        s, _ = self.run_json(srv.port, ["--concurrency", 1, "--requests", 6])
+        self.assertEqual(s["errors"]["invalid"], 3)
+        self.assertEqual(s["ok"], 3)
 
     def test_connect_refused_and_timeout(self):
         port = harness.free_port()  # nothing listens there
@@ -405,6 +417,24 @@ class LlmloadTest(harness.Harness):
         self.assertEqual(s["ok"], 40)
         self.assertEqual(srv.max_active, 4)
         self.assertEqual(s["config"]["concurrency"], 4)
+
+    def test_open_loop_connection_cap_and_progress(self):
+        # 2 connections serve 40 requests/s; 100/s arrive: the rest wait, and
+        # the wait shows in sched_lag and ttft, not in ttft_send.
+        srv = self.serve(lambda n, r: {"ttft": 0.05, "tokens": 1})
+        out, err = self.llmload(["--url", "http://127.0.0.1:%d" % srv.port, "--model", "m",
+                                 "--rate", 100, "--duration", "0.6", "--max-connections", 2,
+                                 "--json", self.path("s.json")], quiet=False)
+        with open(self.path("s.json")) as f:
+            s = json.load(f)
+        self.assertEqual(s["ok"], s["requests"])
+        self.assertGreater(s["requests"], 40)
+        self.assertLessEqual(srv.max_active, 2)
+        self.assertGreater(s["sched_lag_ms"]["max"], 300)
+        self.assertGreater(s["ttft_ms"]["p90"], 300)
+        self.assertLess(s["ttft_send_ms"]["p90"], 150)
+        self.assertRegex(err, r"llmload +\d+\.\ds +started \d+ +done \d+")
+        self.assertIn("sched_lag", out)
 
     def test_closed_loop_duration(self):
         srv = self.serve(lambda n, r: {"ttft": 0.02, "tokens": 1})

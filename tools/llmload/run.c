@@ -64,6 +64,7 @@ struct lg_ld_conn {
     bool msg_done;
     bool done_seen; /* data: [DONE] */
     bool invalid;
+    bool stream_error; /* an SSE event carried an "error" object */
     bool ctype_sse;
     bool hname_long;
     enum conn_body body;
@@ -270,11 +271,13 @@ conn_finish(struct lg_ld_conn *c, bool keep, uint64_t now)
     if (c->parser.status_code != 200) {
         err = LG_LD_ERR_STATUS;
     } else if (c->body == CONN_BODY_SSE) {
-        err = c->done_seen ? LG_LD_ERR_NONE : LG_LD_ERR_CUT;
+        /* An engine that fails mid-stream sends an error event, often
+         * followed by [DONE]: the user got no complete answer. */
+        err = c->stream_error ? LG_LD_ERR_INVALID : c->done_seen ? LG_LD_ERR_NONE : LG_LD_ERR_CUT;
     } else if (c->body == CONN_BODY_JSON) {
         struct lg_ld_chunk ch;
 
-        if (lg_ld_chunk_inspect(c->json ? c->json : "", c->json_len, &ch) != LG_OK) {
+        if (lg_ld_chunk_inspect(c->json ? c->json : "", c->json_len, &ch) != LG_OK || ch.error) {
             err = LG_LD_ERR_INVALID;
         } else {
             /* A whole response: its first token is its last byte. */
@@ -308,7 +311,7 @@ conn_broken(struct lg_ld_conn *c)
         conn_complete(c, LG_LD_ERR_STATUS, false);
     } else if (c->body == CONN_BODY_SSE && c->done_seen) {
         /* Everything a client reads came before [DONE]. */
-        conn_complete(c, LG_LD_ERR_NONE, false);
+        conn_complete(c, c->stream_error ? LG_LD_ERR_INVALID : LG_LD_ERR_NONE, false);
     } else {
         conn_complete(c, LG_LD_ERR_CUT, false);
     }
@@ -337,6 +340,7 @@ conn_on_sse_event(void *arg, const char *data, size_t len)
     if (ch.content) {
         run_note_content(c->run, rec, c->now);
     }
+    c->stream_error |= ch.error;
     return 0;
 }
 
@@ -769,6 +773,7 @@ conn_start(struct lg_ld_conn *c, size_t i)
     c->msg_done = false;
     c->done_seen = false;
     c->invalid = false;
+    c->stream_error = false;
     c->ctype_sse = false;
     c->hname_long = false;
     c->hname_len = 0;
