@@ -45,7 +45,8 @@ class ScriptServer:
       this many content events, None), replica (name, None), usage
       (completion_tokens to report, default: tokens), garbage (send a
       non-JSON event), error_event (an error event after the first token, then
-      [DONE]), close (close after the response).
+      [DONE]), close (close after the response), eof_body (no framing: the
+      body ends when the server closes).
     """
 
     def __init__(self, plan):
@@ -145,6 +146,16 @@ class ScriptServer:
                          b"Content-Length: %d\r\n\r\n%s" % (extra, len(out), out))
             await writer.drain()
             return not p.get("close")
+        if p.get("eof_body"):
+            # HTTP/1.0 style: no framing, the body ends when the server closes.
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s"
+                         b"Connection: close\r\n\r\n" % extra)
+            for i in range(tokens):
+                await asyncio.sleep(itl if i else ttft)
+                writer.write(content_chunk(api, "t").split(b"\r\n")[1] + b"\n\n")
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+            return False
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%s"
                      b"Transfer-Encoding: chunked\r\n\r\n" % extra)
         # What the server actually did, for comparison with llmload's numbers.
@@ -308,6 +319,13 @@ class LlmloadTest(harness.Harness):
         self.assertEqual(s["ttft_ms"]["count"], 16)
         self.assertEqual(s["e2e_ms"]["count"], 8)
         self.assertIn("503:4", out)
+
+    def test_body_delimited_by_close(self):
+        srv = self.serve(lambda n, r: {"eof_body": True, "tokens": 3, "itl": 0.01})
+        s, _ = self.run_json(srv.port, ["--concurrency", 2, "--requests", 6])
+        self.assertEqual(s["ok"], 6, s["errors"])
+        self.assertEqual(s["tokens"], 18)
+        self.assertEqual(s["itl_ms"]["count"], 12)
 
     def test_error_event_mid_stream(self):
         # vLLM-style failure: an error event, then [DONE]. Not a success.

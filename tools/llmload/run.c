@@ -4,11 +4,14 @@
  * Owns: the event base, every connection (and its bufferevent, parser, SSE
  * scanner and timer), the request records, the item array handed in, the
  * replica names and the inter-token histogram.
- * Timing: stamps come from CLOCK_MONOTONIC at the top of each read callback,
- * before any parsing, so every event found in one read carries the time the
- * bytes were read; t_send is stamped when the output buffer drained to the
- * socket. The loop uses EVENT_BASE_FLAG_PRECISE_TIMER so that arrivals fire on
- * time instead of on the next millisecond.
+ * Timing (CLOCK_MONOTONIC): every event found in one read carries the
+ * kernel's receive time of that read's newest segment (SO_TIMESTAMPNS), so a
+ * late wake-up of this process is not counted as server latency; t_send is
+ * stamped just before the write call that holds the request's last byte. The
+ * loop uses EVENT_BASE_FLAG_PRECISE_TIMER so that arrivals fire on time
+ * instead of on the next millisecond.
+ * The bufferevent of a connection connects and writes; its reads go through
+ * conn_on_readable() (recvmsg() for the timestamps) on the same socket.
  */
 #include <errno.h>
 #include <netdb.h>
