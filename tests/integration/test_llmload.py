@@ -499,6 +499,8 @@ class LlmloadTest(harness.Harness):
         req = srv.requests[0][1]
         self.assertEqual(req["path"], "/v1/chat/completions")
         self.assertEqual(req["headers"]["authorization"], "Bearer sk-test")
+        self.assertEqual(req["headers"]["host"], "127.0.0.1:%d" % srv.port)
+        self.assertTrue(req["headers"]["user-agent"].startswith("llmload/"))
         b = req["body"]
         self.assertEqual(b["model"], "m")
         self.assertTrue(b["stream"])

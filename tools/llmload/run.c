@@ -1043,19 +1043,23 @@ static void
 run_make_head(struct lg_ld_run *run)
 {
     const struct lg_ld_opts *o = run->o;
-    size_t cap = 512, len;
-    bool v6 = strchr(o->host, ':') != NULL;
+    size_t cap = 768, len = 0;
+    bool v6 = strchr(o->host, ':') != NULL, own_host = false;
 
     for (size_t i = 0; i < o->n_headers; i++) {
         cap += strlen(o->headers[i]) + 2;
+        own_host |= strncasecmp(o->headers[i], "host:", 5) == 0;
     }
     run->head = lg_xmalloc(cap);
-    len = (size_t)snprintf(run->head, cap,
-                           "Host: %s%s%s:%s\r\nUser-Agent: llmload/%s\r\n"
-                           "Content-Type: application/json\r\nAccept: %s\r\n%s",
-                           v6 ? "[" : "", o->host, v6 ? "]" : "", o->port, LG_VERSION,
-                           o->stream ? "text/event-stream" : "application/json",
-                           o->reuse ? "" : "Connection: close\r\n");
+    if (!own_host) { /* --header 'Host: ...' replaces ours */
+        len = (size_t)snprintf(run->head, cap, "Host: %s%s%s:%s\r\n", v6 ? "[" : "", o->host,
+                               v6 ? "]" : "", o->port);
+    }
+    len += (size_t)snprintf(run->head + len, cap - len,
+                            "User-Agent: llmload/%s\r\n"
+                            "Content-Type: application/json\r\nAccept: %s\r\n%s",
+                            LG_VERSION, o->stream ? "text/event-stream" : "application/json",
+                            o->reuse ? "" : "Connection: close\r\n");
     for (size_t i = 0; i < o->n_headers; i++) {
         len += (size_t)snprintf(run->head + len, cap - len, "%s\r\n", o->headers[i]);
     }
