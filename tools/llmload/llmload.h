@@ -122,6 +122,7 @@ struct lg_ld_opts {
     bool reuse;
     bool progress;
     bool dry_run;
+    bool realtime; /* SCHED_FIFO for the run */
 
     /* files */
     const char *json_path;
@@ -304,7 +305,7 @@ struct lg_ld_result {
     const struct lg_ld_hist *itl;   /* borrowed */
     char *const *replicas;          /* borrowed names, index = rec.replica - 1 */
     size_t n_replicas;
-    uint64_t elapsed_ns; /* start to last completion */
+    uint64_t elapsed_ns;    /* start to last completion */
     uint64_t start_wall_ns; /* CLOCK_REALTIME at the start */
     bool interrupted;
 };

@@ -50,6 +50,7 @@ enum opts_id {
     OPT_DRY_RUN,
     OPT_REPLICA_HEADER,
     OPT_EXTRA_BODY,
+    OPT_REALTIME,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -89,6 +90,7 @@ static const struct option opts_long[] = {
     { "dry-run", no_argument, NULL, OPT_DRY_RUN },
     { "replica-header", required_argument, NULL, OPT_REPLICA_HEADER },
     { "extra-body", required_argument, NULL, OPT_EXTRA_BODY },
+    { "realtime", no_argument, NULL, OPT_REALTIME },
     { "help", no_argument, NULL, OPT_HELP },
     { "version", no_argument, NULL, OPT_VERSION },
     { NULL, 0, NULL, 0 },
@@ -153,6 +155,8 @@ lg_ld_opts_usage(FILE *f)
           "  --trace-out FILE      the arrival trace (t_us, prompt_bytes, max_tokens, group)\n"
           "  --dry-run             build the trace (and --trace-out), send nothing\n"
           "  --progress, --quiet   a progress line on stderr every second (default), or none\n"
+          "  --realtime            run under SCHED_FIFO (needs root or CAP_SYS_NICE), so that\n"
+          "                        other work on a busy machine cannot delay llmload's clock\n"
           "  --help, --version\n"
           "\n"
           "ttft is measured from the scheduled arrival (client lateness included), ttft_send\n"
@@ -622,6 +626,9 @@ lg_ld_opts_parse(struct lg_ld_opts *o, int argc, char **argv, char *err, size_t 
             break;
         case OPT_EXTRA_BODY:
             rc = opts_extra_body(o, a, err, errlen);
+            break;
+        case OPT_REALTIME:
+            o->realtime = true;
             break;
         case OPT_HELP:
             return LG_LD_OPTS_HELP;

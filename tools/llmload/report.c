@@ -203,6 +203,7 @@ report_config(const struct lg_ld_opts *o)
     json_object_set_new(c, "connections_reuse", json_boolean(o->reuse));
     json_object_set_new(c, "max_connections", json_integer((json_int_t)o->max_conns));
     json_object_set_new(c, "replica_header", json_string(o->replica_header));
+    json_object_set_new(c, "realtime", json_boolean(o->realtime));
     for (size_t i = 0; i < o->n_headers; i++) {
         /* Values may be credentials: keep the names only. */
         const char *colon = strchr(o->headers[i], ':');
