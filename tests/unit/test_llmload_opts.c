@@ -25,6 +25,7 @@ test_defaults_and_modes(void)
     LG_CHECK_STR(o.port, "8080");
     LG_CHECK_STR(o.path, "/v1/chat/completions");
     LG_CHECK(o.stream && o.reuse && o.progress && o.seed == 1 && o.timeout_s == 60);
+    LG_CHECK(!o.realtime && !o.dry_run && !o.include_usage && o.max_conns == 8192);
     LG_CHECK(lg_ld_spec_max(&o.prompt_bytes) == 256 && lg_ld_spec_max(&o.max_tokens) == 64);
     LG_CHECK_STR(o.replica_header, "X-Llmsim-Replica");
     lg_ld_opts_free(&o);

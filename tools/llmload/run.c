@@ -1166,7 +1166,7 @@ lg_ld_run_go(struct lg_ld_run *run, struct lg_ld_result *res)
     if (o->realtime) {
         struct sched_param sp = { .sched_priority = 10 };
 
-        /* Event-driven, so it never spins; the kernel's RT throttling
+        /* It sleeps in epoll when idle, and the kernel's RT throttling
          * still leaves other tasks 5% of each CPU. */
         if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
             LG_WARN("--realtime: %s; running at normal priority", strerror(errno));
