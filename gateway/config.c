@@ -1160,10 +1160,11 @@ conf_set_objarray(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v
     size_t *count = conf_at(base, f->aux_offset), n, i;
     json_t *e;
 
-    if (f->shorthand != NULL && json_is_string(v)) {
-        n = 1; /* a single string stands for a one-element array */
+    if (f->shorthand != NULL && (json_is_string(v) || json_is_object(v))) {
+        n = 1; /* a single element stands for a one-element array */
     } else if (!conf_array_ok(ctx, f, v,
-                              f->shorthand != NULL ? "a string or an array" : "an array")) {
+                              f->shorthand != NULL ? "a string, an object or an array"
+                                                   : "an array")) {
         return;
     } else {
         n = json_array_size(v);
@@ -1174,7 +1175,7 @@ conf_set_objarray(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v
     for (i = 0; i < n; i++) {
         conf_defaults(t, *dst + i * t->size);
     }
-    if (json_is_string(v)) {
+    if (!json_is_array(v)) {
         conf_set_object(ctx, &elem, v, *dst);
         return;
     }
@@ -1424,10 +1425,14 @@ conf_check_root(struct conf_ctx *ctx, void *base, bool clean)
                 break;
             }
         }
-        if (c->admin.listen != NULL
-            && conf_same_addr(&c->admin.addr, c->admin.addrlen, &c->listen[i].addr,
-                              c->listen[i].addrlen)) {
-            conf_error_at(ctx, "/admin/listen", "same address as /listen/%zu", i);
+    }
+    for (size_t i = 0; c->admin.listen != NULL && i < c->nlisten; i++) {
+        if (conf_same_addr(&c->admin.addr, c->admin.addrlen, &c->listen[i].addr,
+                           c->listen[i].addrlen)) {
+            /* "admin": "host:port" has no /admin/listen in the text */
+            conf_error_at(
+                ctx, json_is_string(json_object_get(c->root, "admin")) ? "/admin" : "/admin/listen",
+                "same address as /listen/%zu", i);
         }
     }
     for (size_t i = 0; i < c->nbackends; i++) {
@@ -1463,7 +1468,7 @@ _Static_assert(sizeof(enum lg_engine_flavor) == sizeof(int), "LG_CONF_ENUM store
 static const struct lg_conf_field conf_tls_fields[] = {
     { "cert", LG_CONF_FILE, TLS(tls_cert), .required = true },
     { "key", LG_CONF_FILE, TLS(tls_key), .required = true },
-    { NULL },
+    { .name = NULL },
 };
 /* tls fields live in struct lg_listen_conf itself: the "tls" field has offset 0 */
 static const struct lg_conf_table conf_tls_table = { sizeof(struct lg_listen_conf), conf_tls_fields,
@@ -1473,7 +1478,7 @@ static const struct lg_conf_field conf_listen_fields[] = {
     { "address", LG_CONF_ADDRESS, TLS(address), .required = true, .aux_offset = TLS(addr),
       .aux2_offset = TLS(addrlen) },
     { "tls", LG_CONF_OBJECT, 0, .sub = &conf_tls_table },
-    { NULL },
+    { .name = NULL },
 };
 #undef TLS
 static const struct lg_conf_table conf_listen_table = { sizeof(struct lg_listen_conf),
@@ -1499,7 +1504,7 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
       .max = CONF_H(1) },
     { "client_stall", LG_CONF_DURATION, TO(client_stall_ms), .def = CONF_S(60), .min = 1,
       .max = CONF_H(1) },
-    { NULL },
+    { .name = NULL },
 };
 #undef TO
 static const struct lg_conf_table conf_timeouts_table = { sizeof(struct lg_timeouts_conf),
@@ -1520,7 +1525,7 @@ static const struct lg_conf_field conf_limits_fields[] = {
       .min = CONF_KIB(1), .max = CONF_MIB(64) },
     { "upstream_keepalive", LG_CONF_UINT, LI(upstream_keepalive), .def = 64, .min = 0,
       .max = 10000 },
-    { NULL },
+    { .name = NULL },
 };
 #undef LI
 static const struct lg_conf_table conf_limits_table = { sizeof(struct lg_limits_conf),
@@ -1531,7 +1536,7 @@ static const struct lg_conf_field conf_retry_fields[] = {
     { "attempts", LG_CONF_UINT, RE(attempts), .def = 2, .min = 1, .max = 10 },
     { "budget_ratio", LG_CONF_DOUBLE, RE(budget_ratio), .def = 0.2, .min = 0, .max = 1 },
     { "budget_min", LG_CONF_UINT, RE(budget_min), .def = 10, .min = 0, .max = 1000000 },
-    { NULL },
+    { .name = NULL },
 };
 #undef RE
 static const struct lg_conf_table conf_retry_table = { sizeof(struct lg_retry_conf),
@@ -1545,7 +1550,7 @@ static const struct lg_conf_field conf_routing_fields[] = {
     { "retry", LG_CONF_OBJECT, RO(retry), .sub = &conf_retry_table },
     { "session_header", LG_CONF_STR, RO(session_header), .check = conf_check_header_name },
     { "prefix_bytes", LG_CONF_SIZE, RO(prefix_bytes), .def = 2048, .min = 0, .max = CONF_MIB(1) },
-    { NULL },
+    { .name = NULL },
 };
 #undef RO
 static const struct lg_conf_table conf_routing_table = { sizeof(struct lg_routing_conf),
@@ -1557,7 +1562,7 @@ static const struct lg_conf_field conf_access_log_fields[] = {
     { "flush", LG_CONF_DURATION, AL(flush_ms), .def = CONF_S(1), .min = 0, .max = CONF_M(1) },
     { "buffer", LG_CONF_SIZE, AL(buffer_bytes), .def = CONF_KIB(64), .min = CONF_KIB(4),
       .max = CONF_MIB(64) },
-    { NULL },
+    { .name = NULL },
 };
 #undef AL
 static const struct lg_conf_table conf_access_log_table = { sizeof(struct lg_access_log_conf),
@@ -1579,7 +1584,7 @@ static const struct lg_conf_field conf_health_fields[] = {
       .max = CONF_H(24) },
     { "slow_start", LG_CONF_DURATION, HE(slow_start_ms), .def = CONF_S(10), .min = 0,
       .max = CONF_H(1) },
-    { NULL },
+    { .name = NULL },
 };
 #undef HE
 static const struct lg_conf_table conf_health_table = { sizeof(struct lg_health_conf),
@@ -1590,7 +1595,7 @@ static const struct lg_conf_field conf_admin_fields[] = {
     { "listen", LG_CONF_ADDRESS, AD(listen), .required = true, .aux_offset = AD(addr),
       .aux2_offset = AD(addrlen) },
     { "token", LG_CONF_STR, AD(token), .required = false },
-    { NULL },
+    { .name = NULL },
 };
 #undef AD
 static const struct lg_conf_table conf_admin_table = { sizeof(struct lg_admin_conf),
@@ -1610,7 +1615,7 @@ static const struct lg_conf_field conf_backend_fields[] = {
     { "health_path", LG_CONF_STR, BE(health_path), .def_str = "/health", .check = conf_check_path },
     { "api_key", LG_CONF_STR, BE(api_key), .required = false },
     { "enabled", LG_CONF_BOOL, BE(enabled), .def = 1 },
-    { NULL },
+    { .name = NULL },
 };
 #undef BE
 static const struct lg_conf_table conf_backend_table = { sizeof(struct lg_backend_conf),
@@ -1631,7 +1636,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "admin", LG_CONF_OBJECT, CF(admin), .sub = &conf_admin_table, .shorthand = "listen" },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
-    { NULL },
+    { .name = NULL },
 };
 #undef CF
 static const struct lg_conf_table conf_root_table = { sizeof(struct lg_config), conf_root_fields,
@@ -1664,6 +1669,22 @@ conf_drop_disabled(struct lg_config *c)
     c->nbackends = k;
 }
 
+/* 1-based line and column (in UTF-8 characters, as jansson counts) of text[pos]. */
+static void
+conf_line_col(const char *text, size_t pos, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < pos; i++) {
+        if (text[i] == '\n') {
+            ++*line;
+            *col = 1;
+        } else if (((unsigned char)text[i] & 0xc0) != 0x80) {
+            ++*col;
+        }
+    }
+}
+
 int
 lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsigned flags,
                             struct lg_config **out, struct lg_config_errors *errs)
@@ -1671,11 +1692,21 @@ lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsi
     struct conf_ctx ctx = { .name = name, .text = text, .len = len, .flags = flags, .errs = errs };
     json_error_t jerr;
     struct lg_config *c;
+    const char *nul;
     json_t *root;
 
     if (len > LG_CONFIG_MAX_BYTES) {
         conf_errors_add(errs, "%s:1:1: error: /: the file is larger than %u MiB", name,
                         LG_CONFIG_MAX_BYTES >> 20);
+        return LG_EINVAL;
+    }
+    nul = memchr(text, '\0', len);
+    if (nul != NULL) {
+        /* jansson's buffered reader skips NUL bytes, so positions would drift */
+        int line, col;
+
+        conf_line_col(text, (size_t)(nul - text), &line, &col);
+        conf_errors_add(errs, "%s:%d:%d: error: /: NUL byte in the file", name, line, col);
         return LG_EINVAL;
     }
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
