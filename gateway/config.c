@@ -30,8 +30,9 @@
 #define CONF_MAX_WORKERS 256
 #define CONF_QUOTE_MAX   64 /* bytes of a value echoed in a message */
 #define CONF_QBUF        (CONF_QUOTE_MAX * 4 + 8)
-#define CONF_KEY_MAX     64 /* longer keys get no "did you mean" */
-#define CONF_NAME_MAX    64 /* backend names */
+#define CONF_PTR_MAX     512 /* bytes of a JSON pointer echoed in a message */
+#define CONF_KEY_MAX     64  /* longer keys get no "did you mean" */
+#define CONF_NAME_MAX    64  /* backend names */
 #define CONF_MSG_MAX     1024
 
 /* Units for durations (stored in ms) and sizes (stored in bytes). */
@@ -69,7 +70,7 @@ typedef bool (*conf_check_fn)(const char *s, char *why, size_t whysz);
 struct lg_conf_field {
     const char *name;
     enum lg_conf_type type;
-    size_t offset;
+    uint32_t offset; /* offsetof() into the table's struct */
     bool required;
     bool unique;                     /* STRARRAY: no repeated entry */
     double min, max;                 /* value bounds, or entry counts for arrays */
@@ -78,8 +79,9 @@ struct lg_conf_field {
     const char *const *names;        /* ENUM values */
     const struct lg_conf_table *sub; /* OBJECT, OBJARRAY */
     const char *shorthand;           /* OBJECT, OBJARRAY: a string stands for {shorthand: s} */
-    size_t aux_offset, aux2_offset;  /* see enum lg_conf_type */
-    conf_check_fn check;             /* STR */
+    uint32_t aux_offset;             /* see enum lg_conf_type */
+    uint32_t aux2_offset;
+    conf_check_fn check; /* STR */
 };
 
 struct lg_conf_table {
@@ -112,11 +114,12 @@ static void conf_free_fields(const struct lg_conf_table *t, void *base);
 /* ---- messages ----------------------------------------------------------- */
 
 /* Writes s into dst for a message: control characters escaped, cut after
- * CONF_QUOTE_MAX bytes (on a character boundary), in double quotes if quote. */
+ * max bytes (on a character boundary), in double quotes if quote. */
 static const char *
-conf_escape(char *dst, size_t size, const char *s, bool quote)
+conf_escape(char *dst, size_t size, const char *s, size_t max, bool quote)
 {
-    size_t n = 0, i;
+    size_t n = 0;
+    size_t i;
 
     if (quote) {
         dst[n++] = '"';
@@ -124,7 +127,7 @@ conf_escape(char *dst, size_t size, const char *s, bool quote)
     for (i = 0; s[i] != '\0' && n + 8 < size; i++) {
         unsigned char c = (unsigned char)s[i];
 
-        if (i >= CONF_QUOTE_MAX && (c & 0xc0) != 0x80) {
+        if (i >= max && (c & 0xc0) != 0x80) {
             n += (size_t)snprintf(dst + n, size - n, "...");
             break;
         }
@@ -150,7 +153,7 @@ conf_escape(char *dst, size_t size, const char *s, bool quote)
 static const char *
 conf_quote(char *dst, size_t size, const char *s)
 {
-    return conf_escape(dst, size, s, true);
+    return conf_escape(dst, size, s, CONF_QUOTE_MAX, true);
 }
 
 static const char *
@@ -249,8 +252,10 @@ conf_errors_add(struct lg_config_errors *errs, const char *fmt, ...)
 static void __attribute__((format(printf, 3, 0)))
 conf_verror(struct conf_ctx *ctx, bool at_key, const char *fmt, va_list ap)
 {
-    char what[CONF_MSG_MAX], where[CONF_QBUF * 4];
-    int line, col;
+    char what[CONF_MSG_MAX];
+    char where[CONF_PTR_MAX * 4 + 8];
+    int line;
+    int col;
 
     ctx->nerrors++;
     if (ctx->errs == NULL) {
@@ -266,9 +271,10 @@ conf_verror(struct conf_ctx *ctx, bool at_key, const char *fmt, va_list ap)
     } else {
         lg_config_loc_find(ctx->text, ctx->len, ctx->ptr, &line, &col);
     }
-    conf_errors_add(ctx->errs, "%s:%d:%d: error: %s: %s", ctx->name, line, col,
-                    ctx->ptr_len > 0 ? conf_escape(where, sizeof(where), ctx->ptr, false) : "/",
-                    what);
+    conf_errors_add(
+        ctx->errs, "%s:%d:%d: error: %s: %s", ctx->name, line, col,
+        ctx->ptr_len > 0 ? conf_escape(where, sizeof(where), ctx->ptr, CONF_PTR_MAX, false) : "/",
+        what);
 }
 
 static void __attribute__((format(printf, 2, 3)))
@@ -426,7 +432,10 @@ static const struct conf_unit conf_size_units[] = {
 static int
 conf_parse_scaled(const char *s, const struct conf_unit *units, uint64_t *out)
 {
-    uint64_t ip = 0, fp = 0, scale = 1, v;
+    uint64_t ip = 0;
+    uint64_t fp = 0;
+    uint64_t scale = 1;
+    uint64_t v;
     const char *p = s;
     const struct conf_unit *u;
 
@@ -476,7 +485,9 @@ static bool
 conf_in_range(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, double x,
               const char *(*fmt)(char *, size_t, uint64_t))
 {
-    char lo[32], hi[32], got[CONF_QBUF];
+    char lo[32];
+    char hi[32];
+    char got[CONF_QBUF];
 
     if (x >= f->min && x <= f->max) {
         return true;
@@ -504,7 +515,9 @@ conf_resolve(const char *host, uint16_t port, unsigned flags, struct sockaddr_st
 {
     struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST };
     struct addrinfo *res = NULL;
-    char q[CONF_QBUF], serv[8];
+    char q[CONF_QBUF];
+    char serv[8];
+    struct in_addr a4;
     int rc;
 
     memset(ss, 0, sizeof(*ss));
@@ -516,6 +529,11 @@ conf_resolve(const char *host, uint16_t port, unsigned flags, struct sockaddr_st
         sin->sin_addr.s_addr = htonl(INADDR_ANY);
         *len = sizeof(*sin);
         return 0;
+    }
+    if (host[strspn(host, "0123456789.")] == '\0' && inet_pton(AF_INET, host, &a4) != 1) {
+        /* getaddrinfo() would take "10.1" as 10.0.0.1 (inet_aton): a typo, surely */
+        snprintf(why, whysz, "invalid IPv4 address %s", conf_quote(q, sizeof(q), host));
+        return -1;
     }
     snprintf(serv, sizeof(serv), "%u", port);
     hints.ai_flags |= AI_NUMERICSERV;
@@ -573,10 +591,13 @@ static int
 conf_address_parse(const char *s, unsigned flags, struct sockaddr_storage *ss, socklen_t *len,
                    char *why, size_t whysz)
 {
-    const char *colon, *hs = s;
+    const char *colon;
+    const char *hs = s;
     size_t hn;
-    char q[CONF_QBUF], *host = NULL;
-    int port, rc;
+    char q[CONF_QBUF];
+    char *host = NULL;
+    int port;
+    int rc;
 
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
@@ -656,9 +677,16 @@ conf_url_free(struct lg_backend_conf *b)
 static int
 conf_url_parse(const char *s, struct lg_backend_conf *b, char *why, size_t whysz)
 {
-    const char *sep = strstr(s, "://"), *auth, *auth_end, *hs, *pe, *path;
-    char q[CONF_QBUF], q2[CONF_QBUF];
-    size_t hn, plen;
+    const char *sep = strstr(s, "://");
+    const char *auth;
+    const char *auth_end;
+    const char *hs;
+    const char *pe;
+    const char *path;
+    char q[CONF_QBUF];
+    char q2[CONF_QBUF];
+    size_t hn;
+    size_t plen;
     int port;
     bool v6 = false;
 
@@ -945,7 +973,8 @@ conf_set_size(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, vo
 static void
 conf_set_enum(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, void *base)
 {
-    char list[256], q[CONF_QBUF];
+    char list[256];
+    char q[CONF_QBUF];
     size_t n = 0;
 
     if (!json_is_string(v)) {
@@ -1041,8 +1070,11 @@ static void
 conf_set_strarray(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, void *base)
 {
     char ***dst = conf_at(base, f->offset);
-    size_t *count = conf_at(base, f->aux_offset), k = 0, i;
-    char why[CONF_MSG_MAX], q[CONF_QBUF];
+    size_t *count = conf_at(base, f->aux_offset);
+    size_t k = 0;
+    size_t i;
+    char why[CONF_MSG_MAX];
+    char q[CONF_QBUF];
     char **out;
     json_t *e;
 
@@ -1051,7 +1083,8 @@ conf_set_strarray(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v
     }
     out = lg_xcalloc(json_array_size(v) + 1, sizeof(*out));
     json_array_foreach (v, i, e) {
-        size_t mark = conf_ptr_push_index(ctx, i), j;
+        size_t mark = conf_ptr_push_index(ctx, i);
+        size_t j;
         const char *s = json_string_value(e);
 
         if (s == NULL) {
@@ -1157,7 +1190,9 @@ conf_set_objarray(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v
         .name = f->name, .type = LG_CONF_OBJECT, .sub = t, .shorthand = f->shorthand
     };
     char **dst = conf_at(base, f->offset);
-    size_t *count = conf_at(base, f->aux_offset), n, i;
+    size_t *count = conf_at(base, f->aux_offset);
+    size_t n;
+    size_t i;
     json_t *e;
 
     if (f->shorthand != NULL && (json_is_string(v) || json_is_object(v))) {
@@ -1220,9 +1255,12 @@ conf_set_field(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, v
 static size_t
 conf_distance(const char *a, const char *b)
 {
-    size_t la = strlen(a), lb = strlen(b);
+    size_t la = strlen(a);
+    size_t lb = strlen(b);
     size_t rows[3][CONF_KEY_MAX + 1];
-    size_t *pp = rows[0], *p = rows[1], *c = rows[2];
+    size_t *pp = rows[0];
+    size_t *p = rows[1];
+    size_t *c = rows[2];
 
     for (size_t j = 0; j <= lb; j++) {
         p[j] = j;
@@ -1253,7 +1291,8 @@ static const char *
 conf_suggest(const struct lg_conf_table *t, const char *key)
 {
     const char *best = NULL;
-    size_t best_d = 3, lk = strlen(key);
+    size_t best_d = 3;
+    size_t lk = strlen(key);
 
     if (lk > CONF_KEY_MAX) {
         return NULL;
@@ -1281,8 +1320,10 @@ static void
 conf_object(struct conf_ctx *ctx, const struct lg_conf_table *t, json_t *obj, void *base)
 {
     size_t before = ctx->nerrors;
-    const char *key, *hint;
-    char q[CONF_QBUF], q2[CONF_QBUF];
+    const char *key;
+    const char *hint;
+    char q[CONF_QBUF];
+    char q2[CONF_QBUF];
     json_t *v;
 
     if (!json_is_object(obj)) {
@@ -1382,7 +1423,8 @@ static void
 conf_check_health(struct conf_ctx *ctx, void *base, bool clean)
 {
     struct lg_health_conf *h = base;
-    char a[32], b[32];
+    char a[32];
+    char b[32];
 
     if (clean && h->eject_base_ms > h->eject_max_ms) {
         conf_error_at(ctx, "/eject_base", "must not exceed eject_max (%s > %s)",
@@ -1407,7 +1449,8 @@ static void
 conf_check_root(struct conf_ctx *ctx, void *base, bool clean)
 {
     struct lg_config *c = base;
-    char sfx[64], q[CONF_QBUF];
+    char sfx[64];
+    char q[CONF_QBUF];
     size_t enabled = 0;
 
     if (c->workers == 0) {
@@ -1703,7 +1746,8 @@ lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsi
     nul = memchr(text, '\0', len);
     if (nul != NULL) {
         /* jansson's buffered reader skips NUL bytes, so positions would drift */
-        int line, col;
+        int line;
+        int col;
 
         conf_line_col(text, (size_t)(nul - text), &line, &col);
         conf_errors_add(errs, "%s:%d:%d: error: /: NUL byte in the file", name, line, col);
@@ -1741,7 +1785,8 @@ lg_config_load_buffer(const char *text, size_t len, const char *name, struct lg_
 int
 lg_config_load(const char *path, struct lg_config **out, struct lg_config_errors *errs)
 {
-    size_t len = 0, cap = 64 * 1024;
+    size_t len = 0;
+    size_t cap = (size_t)64 * 1024;
     char *text = NULL;
     FILE *f;
     int rc;

@@ -171,7 +171,8 @@ loc_str_next(struct loc_scan *s, unsigned char out[4])
 {
     static const char esc_in[] = "bfnrt";
     static const char esc_out[] = "\b\f\n\r\t";
-    unsigned cp, lo;
+    unsigned cp;
+    unsigned lo;
     const char *e;
     char c;
 
@@ -232,7 +233,8 @@ loc_tok_next(const char *tok, size_t toklen, size_t *i)
 static bool
 loc_key_equals(struct loc_scan *s, const char *tok, size_t toklen)
 {
-    size_t start = s->pos, i = 0;
+    size_t start = s->pos;
+    size_t i = 0;
     unsigned char buf[4];
     bool eq = true;
     int n;
@@ -325,7 +327,8 @@ loc_find_element(struct loc_scan *s, size_t index)
 static void
 loc_line_col(const char *text, size_t pos, int *line, int *col)
 {
-    int l = 1, c = 1;
+    int l = 1;
+    int c = 1;
 
     for (size_t i = 0; i < pos; i++) {
         unsigned char b = (unsigned char)text[i];
@@ -346,14 +349,16 @@ loc_walk(const char *text, size_t len, const char *pointer, bool want_key, int *
 {
     struct loc_scan s = { .text = text, .len = text != NULL ? len : 0, .pos = 0 };
     const char *p = pointer != NULL ? pointer : "";
-    size_t at, key_at = SIZE_MAX;
+    size_t at;
+    size_t key_at = SIZE_MAX;
     int rc = *p == '\0' || *p == '/' ? LG_OK : LG_EINVAL;
 
     loc_skip_ws(&s);
     at = s.pos;
     while (rc == LG_OK && *p == '/') {
         const char *tok = p + 1;
-        size_t toklen = strcspn(tok, "/"), index;
+        size_t toklen = strcspn(tok, "/");
+        size_t index;
         bool ok;
 
         p = tok + toklen;
@@ -375,7 +380,7 @@ loc_walk(const char *text, size_t len, const char *pointer, bool want_key, int *
     if (rc == LG_OK && want_key && key_at != SIZE_MAX) {
         at = key_at;
     }
-    loc_line_col(text, at, line, col);
+    loc_line_col(s.text != NULL ? s.text : "", at, line, col); /* at is 0 without text */
     return rc;
 }
 

@@ -468,6 +468,8 @@ test_bad_url(void)
         { "http://u:p@127.0.0.1", "credentials in the URL are not supported; use \"api_key\"" },
         { "http://[::1:80", "unterminated IPv6 address in \"http://[::1:80\"" },
         { "http://[zz]:80", "invalid IPv6 address in \"http://[zz]:80\"" },
+        { "http://10.0.0:80", "invalid IPv4 address \"10.0.0\"" },
+        { "http://1:80", "invalid IPv4 address \"1\"" },
         { "http://nosuch.invalid:80", "cannot resolve \"nosuch.invalid\": Name or service not "
                                       "known" },
     };
@@ -651,6 +653,8 @@ test_parse_address(void)
     LG_CHECK(lg_config_parse_address("10.1.2.3:1", &ss, &len) == LG_OK);
     LG_CHECK(ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) == 0x0a010203);
     LG_CHECK(lg_config_parse_address("10.1.2.3", &ss, &len) == LG_EINVAL);
+    LG_CHECK(lg_config_parse_address("10.1.2:80", &ss, &len) == LG_EINVAL);
+    LG_CHECK(lg_config_parse_address("127.1:80", &ss, &len) == LG_EINVAL);
     LG_CHECK(lg_config_parse_address("10.1.2.3:", &ss, &len) == LG_EINVAL);
     LG_CHECK(lg_config_parse_address("10.1.2.3:-1", &ss, &len) == LG_EINVAL);
     LG_CHECK(lg_config_parse_address("[::1]", &ss, &len) == LG_EINVAL);
