@@ -107,11 +107,34 @@ conn_head(struct lg_sim_conn *c, int status, const char *ctype, long long conten
                         c->keep_alive ? "" : "Connection: close\r\n", extra ? extra : "");
 }
 
+/*
+ * Sends what the output holds now. Writing is direct: EV_WRITE stays off
+ * while the socket takes everything, so a token costs one writev and no
+ * epoll_ctl; only a socket that pushes back gets the bufferevent's write
+ * event until the backlog drains (conn_on_write turns it off again).
+ */
+static void
+conn_flush(struct lg_sim_conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
+    if (c->writing || evbuffer_get_length(out) == 0) {
+        return;
+    }
+    /* an error is left to the bufferevent: it reports it (deferred) on its next write */
+    evbuffer_write(out, bufferevent_getfd(c->bev));
+    if (evbuffer_get_length(out) > 0) {
+        c->writing = true;
+        bufferevent_enable(c->bev, EV_WRITE);
+    }
+}
+
 static void
 conn_flush_close(struct lg_sim_conn *c)
 {
     c->state = LG_SIM_CONN_ST_FLUSH;
     bufferevent_disable(c->bev, EV_READ);
+    conn_flush(c);
     /* deferred: never closes under the caller, even with nothing left to write */
     bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
@@ -120,6 +143,7 @@ conn_flush_close(struct lg_sim_conn *c)
 static void
 conn_end_response(struct lg_sim_conn *c)
 {
+    conn_flush(c);
     lg_sim_request_free(&c->api);
     c->model = NULL;
     c->embed_ready = false;
@@ -274,6 +298,7 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     if (c->stream) {
         /* as engines do: the head goes out at once, tokens follow as produced */
         conn_head(c, 200, "text/event-stream", -1, "Cache-Control: no-cache\r\n");
+        conn_flush(c);
     }
     lg_sim_engine_submit(&sim->engine, &c->seq);
 }
@@ -311,6 +336,7 @@ conn_on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
         }
         return true;
     }
+    conn_flush(c);
     cut = lg_sim_faults_close_after(&sim->faults, lg_now_ns());
     if (cut != 0 && index + 1 >= cut) {
         /* mid-stream, without the final chunk: the engine drops the sequence */
@@ -642,6 +668,7 @@ conn_parse(struct lg_sim_conn *c)
         if (c->req.expect_continue && !c->req.continue_sent) {
             c->req.continue_sent = true;
             evbuffer_add_printf(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n");
+            conn_flush(c);
         }
         if (n <= (int)LG_ARRAY_SIZE(vec)) {
             break;
@@ -670,7 +697,14 @@ conn_on_write(struct bufferevent *bev, void *arg)
 {
     struct lg_sim_conn *c = arg;
 
-    if (c->state == LG_SIM_CONN_ST_FLUSH && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+    if (evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+        return;
+    }
+    if (c->writing) {
+        c->writing = false;
+        bufferevent_disable(bev, EV_WRITE);
+    }
+    if (c->state == LG_SIM_CONN_ST_FLUSH) {
         lg_sim_conn_close(c);
     }
 }
@@ -713,7 +747,7 @@ lg_sim_conn_accept(struct lg_sim *sim, evutil_socket_t fd)
         return LG_ENOMEM;
     }
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(c->bev, EV_READ);
     TAILQ_INSERT_TAIL(&sim->conns, c, link);
     sim->nconns++;
     return LG_OK;

@@ -46,6 +46,7 @@ struct lg_sim_conn {
     bool include_usage;
     bool keep_alive;
     bool embed_ready; /* embeddings computed, held by a stall */
+    bool writing;     /* EV_WRITE on: the socket pushed back */
 };
 
 /* Takes ownership of an accepted socket. */
