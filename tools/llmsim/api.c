@@ -448,7 +448,7 @@ api_chunk_object(const struct lg_sim_api_resp *r)
 
 #define API_HEAD_FMT                                                                             \
     "data: {\"id\":\"%s%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":\"%" \
-                                                                                "s\","
+    "s\","
 #define API_HEAD_ARGS(r) \
     api_id_prefix(r), (r)->id, api_chunk_object(r), (r)->created, (r)->model_json
 

@@ -25,13 +25,6 @@ const double lg_sim_ttft_buckets[LG_SIM_TTFT_BUCKETS] = {
     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 };
 
-/*
- * A step that ends this late still starts the next one at its scheduled end,
- * so timer lateness does not accumulate into a slower engine; beyond it the
- * loop was stopped (a stall, a loaded machine) and the schedule restarts.
- */
-#define ENGINE_CATCH_UP_NS (20 * LG_NS_PER_MS)
-
 static void engine_on_step(evutil_socket_t fd, short what, void *arg);
 
 /* ---- shared state ---------------------------------------------------------- */
@@ -191,14 +184,18 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 }
 
 static void
-engine_arm(struct lg_sim_engine *e, uint64_t now)
+engine_arm(struct lg_sim_engine *e)
 {
-    uint64_t delay = e->step_end_ns > now ? e->step_end_ns - now : 0;
-    struct timeval tv = {
-        .tv_sec = (time_t)(delay / LG_NS_PER_S),
-        .tv_usec = (suseconds_t)((delay % LG_NS_PER_S) / 1000),
-    };
+    uint64_t now, delay;
+    struct timeval tv;
 
+    /* libevent adds the delay to the time the loop iteration began: refresh
+     * it, or a step armed late in a busy iteration would end early */
+    event_base_update_cache_time(event_get_base(e->step_ev));
+    now = lg_now_ns();
+    delay = e->step_end_ns > now ? e->step_end_ns - now + 999 : 0;
+    tv.tv_sec = (time_t)(delay / LG_NS_PER_S);
+    tv.tv_usec = (suseconds_t)((delay % LG_NS_PER_S) / 1000);
     evtimer_add(e->step_ev, &tv);
 }
 
@@ -229,7 +226,7 @@ engine_start_step(struct lg_sim_engine *e, uint64_t start)
     e->step_start_ns = start;
     e->step_end_ns = start + (uint64_t)llround(prefill_ns + decode_ns);
     e->phase = LG_SIM_ENGINE_ST_STEP;
-    engine_arm(e, lg_now_ns());
+    engine_arm(e);
     engine_shm_end(e);
 }
 
@@ -281,7 +278,7 @@ engine_end_step(struct lg_sim_engine *e)
     }
     e->phase = LG_SIM_ENGINE_ST_IDLE;
     if (!e->stalled && (e->nrunning > 0 || e->nwaiting > 0)) {
-        engine_start_step(e, now - e->step_end_ns <= ENGINE_CATCH_UP_NS ? e->step_end_ns : now);
+        engine_start_step(e, now <= e->step_end_ns + LLMSIM_SHM_CATCH_UP_NS ? e->step_end_ns : now);
     }
     engine_shm_end(e);
 }
@@ -300,6 +297,10 @@ engine_on_step(evutil_socket_t fd, short what, void *arg)
         engine_start_step(e, lg_now_ns());
         break;
     case LG_SIM_ENGINE_ST_STEP:
+        if (lg_now_ns() < e->step_end_ns) {
+            engine_arm(e); /* woken early: tokens never leave before their time */
+            break;
+        }
         if (e->stalled) {
             engine_shm_begin(e);
             e->phase = LG_SIM_ENGINE_ST_BLOCKED;

@@ -29,7 +29,8 @@
  * Predicting "TTFT if one more request of U uncached prompt tokens arrives now"
  * is running that model forward from the published state; it is what
  * llmsim_shm_predict_ttft_ns() does:
- *   t := busy_until_ns_hint (end of the step in progress; `now` when idle)
+ *   t := busy_until_ns_hint (end of the step in progress, even if a little in
+ *        the past: see LLMSIM_SHM_CATCH_UP_NS; `now` when idle)
  *   running set := slots[] finishing after the step in progress
  *   queue := the published waiters (FIFO), then the new request
  *   repeat: at step start t, admit from the queue while a slot is free; if the
@@ -38,7 +39,7 @@
  *     the first with the admitted prefill, the m-1 others pure decode with the
  *     same batch.
  * With a free slot and an empty queue this reduces to
- *   TTFT = max(0, busy_until_ns_hint - now)
+ *   TTFT = (busy_until_ns_hint - now, or 0 when idle)
  *        + (prefill_us_per_token*1e3*U + (decode_ms + decode_ms_per_seq*(running+1))*1e6) / speed
  * A stalled replica (LLMSIM_SHM_F_STALLED) never answers: the predictor
  * returns UINT64_MAX. A replica answering errors (LLMSIM_SHM_F_FAILING) is
@@ -68,6 +69,12 @@
 #define LLMSIM_SHM_F_STEP    (1u << 0) /* a step is in progress, ends at busy_until_ns_hint */
 #define LLMSIM_SHM_F_STALLED (1u << 1) /* a stall fault is active: nothing is answered */
 #define LLMSIM_SHM_F_FAILING (1u << 2) /* a status fault is active: requests get errors */
+
+/*
+ * A step whose end is handled late (a busy loop) still starts the next one at
+ * its scheduled end, if no later than this: lateness does not accumulate.
+ */
+#define LLMSIM_SHM_CATCH_UP_NS 20000000ull
 
 /* Return values of the reader helpers. */
 #define LLMSIM_SHM_OK     0
@@ -272,9 +279,10 @@ llmsim_shm_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_
     ring = (const struct llmsim_shm_waiter *)((const char *)s + s->wait_off);
     t = now_ns;
     if (s->flags & LLMSIM_SHM_F_STEP) {
-        /* the step in progress is step k+1: who finishes with it leaves */
+        /* the step in progress is step k+1: who finishes with it leaves; the
+         * next one starts at its scheduled end, even a little in the past */
         k++;
-        if (s->busy_until_ns_hint > t) {
+        if (s->busy_until_ns_hint + LLMSIM_SHM_CATCH_UP_NS >= t) {
             t = s->busy_until_ns_hint;
         }
     }
