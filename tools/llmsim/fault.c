@@ -246,16 +246,33 @@ lg_sim_fault_parse(const char *spec, struct lg_sim_fault *out, char *err, size_t
     return rc;
 }
 
+/* A decimal the parser reads back: fixed point, at most 9 decimals, no exponent. */
+static void
+fault_format_decimal(char *buf, size_t len, double v)
+{
+    int n = snprintf(buf, len, "%.9f", v);
+
+    if (n <= 0 || (size_t)n >= len) {
+        return;
+    }
+    while (n > 1 && buf[n - 1] == '0') {
+        buf[--n] = '\0';
+    }
+    if (buf[n - 1] == '.') {
+        buf[n - 1] = '\0';
+    }
+}
+
 static void
 fault_format_time(char *buf, size_t len, uint64_t ns)
 {
-    snprintf(buf, len, "%.9g", (double)ns / 1e9);
+    fault_format_decimal(buf, len, (double)ns / 1e9);
 }
 
 void
 lg_sim_fault_format(const struct lg_sim_fault *f, uint64_t origin_ns, char *buf, size_t len)
 {
-    char t[32], d[40] = "";
+    char t[32], d[40] = "", factor[32];
     uint64_t start = f->start_ns > origin_ns ? f->start_ns - origin_ns : 0;
 
     fault_format_time(t, sizeof(t), start);
@@ -265,7 +282,8 @@ lg_sim_fault_format(const struct lg_sim_fault *f, uint64_t origin_ns, char *buf,
     }
     switch (f->kind) {
     case LG_SIM_FAULT_SLOW:
-        snprintf(buf, len, "slow@%s:%.9g%s", t, f->factor, d);
+        fault_format_decimal(factor, sizeof(factor), f->factor);
+        snprintf(buf, len, "slow@%s:%s%s", t, factor, d);
         break;
     case LG_SIM_FAULT_STALL:
         snprintf(buf, len, "stall@%s%s", t, d);
