@@ -339,14 +339,16 @@ class LlmsimEngine(harness.Harness):
 
         def read():
             """The header, read until it is not torn (seqlock: even and unchanged)."""
-            with open(path, "rb") as f:
-                for _ in range(1000):
+            deadline = time.monotonic() + 5
+            with open(path, "rb", buffering=0) as f:  # unbuffered: every read sees the file
+                while time.monotonic() < deadline:
                     f.seek(0)
                     v = struct.unpack(fmt, f.read(size))
                     f.seek(8)
                     if v[2] % 2 == 0 and struct.unpack("<I", f.read(4))[0] == v[2]:
                         return v
-            raise AssertionError("the state file stays torn")
+                    time.sleep(0.001)  # the writer may be descheduled mid-update
+            raise AssertionError("the state file stays torn (seq %d)" % v[2])
 
         v = read()
         self.assertEqual(v[0], 0x4c4d5331)

@@ -35,6 +35,9 @@
 /* Bytes a client may pipeline behind a request that is being served. */
 #define CONN_MAX_PIPELINED (1024 * 1024)
 
+/* How long a closing connection keeps reading what the client still sends. */
+#define CONN_LINGER_S 2
+
 static void conn_parse(struct lg_sim_conn *c);
 
 /* ---- responses ------------------------------------------------------------- */
@@ -133,7 +136,6 @@ static void
 conn_flush_close(struct lg_sim_conn *c)
 {
     c->state = LG_SIM_CONN_ST_FLUSH;
-    bufferevent_disable(c->bev, EV_READ);
     conn_flush(c);
     /* deferred: never closes under the caller, even with nothing left to write */
     bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -375,6 +377,10 @@ conn_on_timer(evutil_socket_t fd, short what, void *arg)
     struct lg_sim_conn *c = arg;
     struct lg_sim *sim = c->sim;
 
+    if (c->state == LG_SIM_CONN_ST_LINGER) {
+        lg_sim_conn_close(c);
+        return;
+    }
     if (c->state != LG_SIM_CONN_ST_DELAY) {
         return;
     }
@@ -685,11 +691,39 @@ conn_on_read(struct bufferevent *bev, void *arg)
         conn_parse(c);
         return;
     }
+    if (c->state == LG_SIM_CONN_ST_FLUSH || c->state == LG_SIM_CONN_ST_LINGER) {
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+        return;
+    }
     if (evbuffer_get_length(bufferevent_get_input(bev)) > CONN_MAX_PIPELINED) {
         LG_DEBUG("conn=%" PRIu64 " pipelined more than %d bytes: closing", c->id,
                  CONN_MAX_PIPELINED);
         lg_sim_conn_close(c);
     }
+}
+
+/*
+ * Everything is sent: send FIN but keep reading (and discarding) for a
+ * while, so that a client still sending (a refused body, a pipelined request)
+ * reads our answer instead of a reset (RFC 9112, section 9.6).
+ */
+static void
+conn_linger(struct lg_sim_conn *c)
+{
+    struct timeval tv = { .tv_sec = CONN_LINGER_S, .tv_usec = 0 };
+
+    if (c->timer == NULL) {
+        c->timer = evtimer_new(c->sim->base, conn_on_timer, c);
+    }
+    if (c->timer == NULL || shutdown(bufferevent_getfd(c->bev), SHUT_WR) != 0) {
+        lg_sim_conn_close(c);
+        return;
+    }
+    c->state = LG_SIM_CONN_ST_LINGER;
+    evbuffer_drain(bufferevent_get_input(c->bev),
+                   evbuffer_get_length(bufferevent_get_input(c->bev)));
+    bufferevent_enable(c->bev, EV_READ);
+    evtimer_add(c->timer, &tv);
 }
 
 static void
@@ -705,7 +739,7 @@ conn_on_write(struct bufferevent *bev, void *arg)
         bufferevent_disable(bev, EV_WRITE);
     }
     if (c->state == LG_SIM_CONN_ST_FLUSH) {
-        lg_sim_conn_close(c);
+        conn_linger(c);
     }
 }
 

@@ -25,7 +25,8 @@ enum lg_sim_conn_state {
     LG_SIM_CONN_ST_HELD,     /* read during a stall; served when the stall ends */
     LG_SIM_CONN_ST_GENERATE, /* its sequence is in the engine */
     LG_SIM_CONN_ST_DELAY,    /* embeddings: answered when the timer fires */
-    LG_SIM_CONN_ST_FLUSH,    /* last bytes queued; closed once written */
+    LG_SIM_CONN_ST_FLUSH,    /* last bytes queued; shut down once written */
+    LG_SIM_CONN_ST_LINGER,   /* shut down for writing; input discarded until EOF or timeout */
     LG_SIM_CONN_ST_CLOSED,   /* on the reap list, callbacks detached */
 };
 

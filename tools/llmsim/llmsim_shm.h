@@ -177,16 +177,16 @@ llmsim_shm_mix(uint64_t x)
 
 /* ---- readers --------------------------------------------------------------- */
 
-/* Starts a read: returns the sequence number to pass to _retry (never odd). */
+/*
+ * Starts a read: returns the sequence number to pass to _retry. It does not
+ * wait for a writer (which may be descheduled, or dead mid-update): an odd
+ * number makes _retry fail, and the caller tries again a bounded number of
+ * times.
+ */
 static inline uint32_t
 llmsim_shm_read_begin(const struct llmsim_shm *s)
 {
-    uint32_t seq;
-
-    while ((seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE)) & 1u) {
-        /* the writer is mid-update: it never holds it for long */
-    }
-    return seq;
+    return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
 }
 
 /* True when what was read since llmsim_shm_read_begin() may be torn. */
@@ -194,7 +194,7 @@ static inline int
 llmsim_shm_read_retry(const struct llmsim_shm *s, uint32_t seq)
 {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return __atomic_load_n(&s->seq, __ATOMIC_RELAXED) != seq;
+    return (seq & 1u) || __atomic_load_n(&s->seq, __ATOMIC_RELAXED) != seq;
 }
 
 /* True when the mapping of `size` bytes looks like an initialised llmsim state. */
