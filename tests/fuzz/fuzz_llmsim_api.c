@@ -18,13 +18,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct lg_sim_request a, b;
-    struct lg_sim_api_error ea, eb;
-    struct evbuffer *buf, *out;
+    struct lg_sim_request a;
+    struct lg_sim_request b;
+    struct lg_sim_api_error ea;
+    struct lg_sim_api_error eb;
+    struct evbuffer *buf;
+    struct evbuffer *out;
     enum lg_sim_api_kind kind;
     uint32_t block;
     size_t split;
-    int ra, rb;
+    int ra;
+    int rb;
 
     if (size < 2) {
         return 0;
@@ -52,7 +56,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         LG_BUG_ON(a.prompt_tokens != b.prompt_tokens || a.nblocks != b.nblocks);
         LG_BUG_ON(a.prompt_tokens < 1 || a.stream != b.stream || a.max_tokens != b.max_tokens);
-        LG_BUG_ON(a.nblocks != 0 && memcmp(a.block_keys, b.block_keys, a.nblocks * 8) != 0);
+        LG_BUG_ON(a.nblocks != 0 && memcmp(a.block_keys, b.block_keys, (size_t)a.nblocks * 8) != 0);
         LG_BUG_ON(block == 0 && a.nblocks != 0);
         LG_BUG_ON(kind == LG_SIM_API_EMBEDDING && a.ninputs == 0);
         if (kind != LG_SIM_API_EMBEDDING) {

@@ -14,8 +14,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char spec[256], again[256], err[192];
-    struct lg_sim_fault f, g;
+    char spec[256];
+    char again[256];
+    char err[192];
+    struct lg_sim_fault f;
+    struct lg_sim_fault g;
     struct lg_sim_faults fs = { .n = 0 };
 
     if (size >= sizeof(spec)) {

@@ -22,7 +22,8 @@ read_all(const uint8_t *in, size_t len, const size_t *cuts, size_t ncuts, size_t
 {
     struct lg_sim_httpreq r;
     uint64_t h = LG_HASH64_INIT;
-    size_t off = 0, c = 0;
+    size_t off = 0;
+    size_t c = 0;
 
     *requests = 0;
     lg_sim_httpreq_init(&r, max_head, max_body);
@@ -61,8 +62,11 @@ read_all(const uint8_t *in, size_t len, const size_t *cuts, size_t ncuts, size_t
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    size_t max_head, max_body, cut;
-    int whole, pieces;
+    size_t max_head;
+    size_t max_body;
+    size_t cut;
+    int whole;
+    int pieces;
 
     if (size < 1) {
         return 0;

@@ -63,7 +63,8 @@ test_chat(void)
 static int
 test_completions_and_embeddings(void)
 {
-    struct lg_sim_request req, again;
+    struct lg_sim_request req;
+    struct lg_sim_request again;
     struct lg_sim_api_error err;
 
     LG_CHECK(parse(LG_SIM_API_COMPLETION, "{\"prompt\":[\"abcdefgh\",\"ijkl\"]}", &req, &err)
@@ -164,8 +165,11 @@ test_rendering(void)
         .completion_tokens = 2,
         .seed = 5,
     };
-    char tok0[32], tok1[32], expect[1024];
-    char *s, *esc;
+    char tok0[32];
+    char tok1[32];
+    char expect[1024];
+    char *s;
+    char *esc;
     size_t len;
 
     lg_sim_api_token(5, 0, tok0, sizeof(tok0));

@@ -73,7 +73,8 @@ submit_next(evutil_socket_t fd, short what, void *arg)
     while (submitted < NREQ) {
         struct req *r = &reqs[submitted];
         const struct plan *p = &plans[submitted];
-        uint64_t now = lg_now_ns(), ttft = 0;
+        uint64_t now = lg_now_ns();
+        uint64_t ttft = 0;
         struct timeval tv;
 
         if (submitted > 0 && p->delay_ms > 0 && what != EV_TIMEOUT) {
@@ -113,7 +114,8 @@ test_engine_matches_predictor(void)
     char path[] = "/tmp/llmsim-engine-test-XXXXXX";
     struct lg_sim_shm shm;
     int fd = mkstemp(path);
-    int late = 0, checked = 0;
+    int late = 0;
+    int checked = 0;
 
     LG_CHECK(fd >= 0);
     close(fd);
@@ -174,7 +176,9 @@ test_abort_and_stall(void)
         .decode_ms = 1,
         .speed = 1.0,
     };
-    struct req a = { 0 }, b = { 0 }, c = { 0 };
+    struct req a = { 0 };
+    struct req b = { 0 };
+    struct req c = { 0 };
     struct timeval tv = { 0, 20000 };
 
     base = event_base_new();

@@ -18,12 +18,15 @@ static void
 trace(const char *in, size_t piece, size_t max_head, size_t max_body, char *out, size_t outlen)
 {
     struct lg_sim_httpreq r;
-    size_t len = strlen(in), off = 0, used = 0;
+    size_t len = strlen(in);
+    size_t off = 0;
+    size_t used = 0;
 
     out[0] = '\0';
     lg_sim_httpreq_init(&r, max_head, max_body);
     while (off < len) {
-        size_t k, n = LG_MIN(piece, len - off);
+        size_t k;
+        size_t n = LG_MIN(piece, len - off);
         enum lg_sim_httpreq_rc rc = lg_sim_httpreq_feed(&r, in + off, n, &k);
 
         off += k;
@@ -74,7 +77,8 @@ test_pipelined_at_every_split(void)
 static int
 test_limits(void)
 {
-    char out[256], in[12000];
+    char out[256];
+    char in[12000];
 
     /* Content-Length over the limit: refused before any body byte */
     trace("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 7, 4096, 100, out, sizeof(out));

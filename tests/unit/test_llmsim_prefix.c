@@ -29,7 +29,9 @@ static int
 test_hasher(void)
 {
     const char *text = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"; /* 46 bytes */
-    uint64_t *a, *b, *c;
+    uint64_t *a;
+    uint64_t *b;
+    uint64_t *c;
     uint32_t na = keys_of(text, 2, 46, &a); /* 8-byte blocks: 5 whole ones */
     uint32_t nb = keys_of(text, 2, 3, &b);
     uint32_t nc = keys_of("0123456789abcdefXhijklmnop", 2, 5, &c);

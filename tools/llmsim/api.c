@@ -166,7 +166,8 @@ api_scan_prompt(struct api_scan *sc, json_t *v, const char *param, struct lg_sim
                 struct lg_sim_api_error *err)
 {
     bool embed = req->kind == LG_SIM_API_EMBEDDING;
-    size_t i, n;
+    size_t i;
+    size_t n;
     json_t *e;
     int rc;
 
@@ -389,7 +390,8 @@ char *
 lg_sim_api_json_escape(const char *s)
 {
     json_t *str = json_string(s);
-    char *dumped, *out;
+    char *dumped;
+    char *out;
     size_t n;
 
     if (str == NULL) {
@@ -419,7 +421,8 @@ api_chunk(struct evbuffer *out, const char *fmt, ...)
     char head[API_CHUNK_HEAD];
     size_t room = sizeof(buf) - API_CHUNK_HEAD - 2;
     va_list ap;
-    int n, h;
+    int n;
+    int h;
 
     va_start(ap, fmt);
     n = vsnprintf(buf + API_CHUNK_HEAD, room, fmt, ap);

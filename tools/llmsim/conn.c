@@ -33,7 +33,7 @@
 #include "sim.h"
 
 /* Bytes a client may pipeline behind a request that is being served. */
-#define CONN_MAX_PIPELINED (1024 * 1024)
+#define CONN_MAX_PIPELINED ((size_t)1 << 20)
 
 /* How long a closing connection keeps reading what the client still sends. */
 #define CONN_LINGER_S 2
@@ -216,7 +216,8 @@ conn_status_fault(struct lg_sim_conn *c)
 {
     struct lg_sim *sim = c->sim;
     uint32_t retry_after;
-    char extra[64], msg[128];
+    char extra[64];
+    char msg[128];
     int status;
 
     if (!lg_sim_faults_status(&sim->faults, lg_now_ns(), &status, &retry_after)) {
@@ -696,7 +697,7 @@ conn_on_read(struct bufferevent *bev, void *arg)
         return;
     }
     if (evbuffer_get_length(bufferevent_get_input(bev)) > CONN_MAX_PIPELINED) {
-        LG_DEBUG("conn=%" PRIu64 " pipelined more than %d bytes: closing", c->id,
+        LG_DEBUG("conn=%" PRIu64 " pipelined more than %zu bytes: closing", c->id,
                  CONN_MAX_PIPELINED);
         lg_sim_conn_close(c);
     }

@@ -132,7 +132,9 @@ lg_sim_control_state(const struct lg_sim *sim, struct evbuffer *out)
     const struct lg_sim_engine *e = &sim->engine;
     const struct lg_sim_engine_stats *st = &e->stats;
     uint64_t now = lg_now_ns();
-    json_t *faults = json_array(), *models = json_array(), *doc;
+    json_t *faults = json_array();
+    json_t *models = json_array();
+    json_t *doc;
     char *text;
     int rc;
 

@@ -186,7 +186,8 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 static void
 engine_arm(struct lg_sim_engine *e)
 {
-    uint64_t now, delay;
+    uint64_t now;
+    uint64_t delay;
     struct timeval tv;
 
     /* libevent adds the delay to the time the loop iteration began: refresh
@@ -203,7 +204,8 @@ engine_arm(struct lg_sim_engine *e)
 static void
 engine_start_step(struct lg_sim_engine *e, uint64_t start)
 {
-    double prefill_ns, decode_ns;
+    double prefill_ns;
+    double decode_ns;
 
     engine_shm_begin(e);
     e->step_prefill_tokens = 0;
@@ -251,7 +253,8 @@ static void
 engine_end_step(struct lg_sim_engine *e)
 {
     uint64_t now = lg_now_ns();
-    struct lg_sim_seq *seq, *next;
+    struct lg_sim_seq *seq;
+    struct lg_sim_seq *next;
 
     engine_shm_begin(e);
     e->stats.steps++;
@@ -474,7 +477,8 @@ double
 lg_sim_engine_kv_usage(const struct lg_sim_engine *e)
 {
     const struct lg_sim_seq *seq;
-    uint64_t block = e->conf.prefix_block_tokens, blocks = 0;
+    uint64_t block = e->conf.prefix_block_tokens;
+    uint64_t blocks = 0;
 
     if (block == 0 || e->conf.prefix_cache_blocks == 0) {
         return e->conf.slots ? (double)e->nrunning / e->conf.slots : 0;

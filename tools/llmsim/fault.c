@@ -24,11 +24,9 @@ fault_fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
 
-    if (errlen > 0) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
     return LG_EINVAL;
 }
 
@@ -37,7 +35,8 @@ static bool
 fault_decimal(const char **p, double *out)
 {
     const char *s = *p;
-    double v = 0, scale = 0.1;
+    double v = 0;
+    double scale = 0.1;
     int digits = 0;
 
     while (*s >= '0' && *s <= '9') {
@@ -170,7 +169,9 @@ fault_parse_stall(const char *s, struct lg_sim_fault *f, char *err, size_t errle
 static int
 fault_parse_status(const char *s, struct lg_sim_fault *f, char *err, size_t errlen)
 {
-    uint64_t code, d, retry;
+    uint64_t code;
+    uint64_t d;
+    uint64_t retry;
 
     if (!fault_time(&s, &f->start_ns) || !fault_sep(&s) || !fault_integer(&s, 999, &code)
         || !fault_sep(&s) || !fault_time(&s, &d)) {
@@ -272,7 +273,9 @@ fault_format_time(char *buf, size_t len, uint64_t ns)
 void
 lg_sim_fault_format(const struct lg_sim_fault *f, uint64_t origin_ns, char *buf, size_t len)
 {
-    char t[32], d[40] = "", factor[32];
+    char t[32];
+    char d[40] = "";
+    char factor[32];
     uint64_t start = f->start_ns > origin_ns ? f->start_ns - origin_ns : 0;
 
     fault_format_time(t, sizeof(t), start);

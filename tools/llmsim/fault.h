@@ -43,7 +43,7 @@ struct lg_sim_fault {
 
 /*
  * Parses one SPEC. On error returns LG_EINVAL and writes a one-line reason
- * into err (errlen bytes, always terminated).
+ * into err (errlen > 0 bytes, always terminated).
  */
 int lg_sim_fault_parse(const char *spec, struct lg_sim_fault *out, char *err, size_t errlen);
 

@@ -216,7 +216,9 @@ llmsim_shm_cached_blocks(const struct llmsim_shm *s, const char *text, size_t le
     const struct llmsim_shm_block *blocks;
     const uint32_t *table;
     size_t block_bytes = (size_t)s->prefix_block_tokens * 4;
-    uint32_t mask = s->prefix_table_mask, cap = s->prefix_cache_blocks, hits = 0;
+    uint32_t mask = s->prefix_table_mask;
+    uint32_t cap = s->prefix_cache_blocks;
+    uint32_t hits = 0;
     uint64_t h = LLMSIM_FNV_INIT;
 
     if (block_bytes == 0 || cap == 0 || s->block_off == 0 || s->table_off == 0
@@ -228,7 +230,8 @@ llmsim_shm_cached_blocks(const struct llmsim_shm *s, const char *text, size_t le
     table = (const uint32_t *)((const char *)s + s->table_off);
     for (size_t off = 0; off + block_bytes <= len; off += block_bytes) {
         uint64_t key;
-        uint32_t i, probes;
+        uint32_t i;
+        uint32_t probes;
         int found = 0;
 
         h = llmsim_shm_fnv(text + off, block_bytes, h);
@@ -260,10 +263,17 @@ llmsim_shm_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_
 {
     const uint64_t *finish;
     const struct llmsim_shm_waiter *ring;
-    double speed = s->speed, pre_ns = s->prefill_us_per_token * 1e3;
-    double base_ns = s->decode_ms * 1e6, per_ns = s->decode_ms_per_seq * 1e6;
-    uint32_t slots = s->slots, wait_cap = s->wait_cap, r = 0;
-    uint64_t k = s->steps_done, pos = s->wait_head, tail = s->wait_tail, t;
+    double speed = s->speed;
+    double pre_ns = s->prefill_us_per_token * 1e3;
+    double base_ns = s->decode_ms * 1e6;
+    double per_ns = s->decode_ms_per_seq * 1e6;
+    uint32_t slots = s->slots;
+    uint32_t wait_cap = s->wait_cap;
+    uint32_t r = 0;
+    uint64_t k = s->steps_done;
+    uint64_t pos = s->wait_head;
+    uint64_t tail = s->wait_tail;
+    uint64_t t;
     uint64_t guard = (uint64_t)slots + wait_cap + 2;
 
     if (!(speed > 0) || slots == 0 || slots > scratch_len || wait_cap == 0
@@ -295,7 +305,9 @@ llmsim_shm_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_
         return LLMSIM_SHM_EINVAL; /* torn: the caller retries */
     }
     while (guard-- > 0) {
-        uint64_t prefill = 0, fmin = UINT64_MAX, m;
+        uint64_t prefill = 0;
+        uint64_t fmin = UINT64_MAX;
+        uint64_t m;
         double step_ns;
         uint32_t kept = 0;
 

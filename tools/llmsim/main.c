@@ -190,7 +190,8 @@ static char *
 main_label_escape(const char *s)
 {
     size_t n = strlen(s);
-    char *out = lg_xmalloc(2 * n + 1), *p = out;
+    char *out = lg_xmalloc(2 * n + 1);
+    char *p = out;
 
     for (; *s; s++) {
         if (*s == '\\' || *s == '"') {
@@ -288,8 +289,8 @@ main_conf_free(struct lg_sim_conf *conf)
 static int
 main_parse(int argc, char **argv, struct lg_sim_conf *conf)
 {
-    uint64_t u;
-    double d;
+    uint64_t u = 0;
+    double d = 0;
     int opt;
     bool ok = true;
 

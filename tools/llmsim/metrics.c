@@ -217,7 +217,8 @@ metrics_llamacpp(struct evbuffer *out, const struct lg_sim *sim)
     const struct lg_sim_engine *e = &sim->engine;
     const struct lg_sim_engine_stats *st = &e->stats;
     const struct metrics_ctx m = { .out = out, .labels = "" };
-    double prefill_s = (double)st->prefill_ns / 1e9, decode_s = (double)st->decode_ns / 1e9;
+    double prefill_s = (double)st->prefill_ns / 1e9;
+    double decode_s = (double)st->decode_ns / 1e9;
 
     metrics_counter(&m, "llamacpp:prompt_tokens_total", "Number of prompt tokens processed.",
                     st->prefilled_tokens);

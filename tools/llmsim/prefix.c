@@ -170,7 +170,8 @@ prefix_table_delete(struct lg_sim_prefix *p, uint32_t i)
     uint32_t j = i;
 
     for (;;) {
-        uint32_t e, home;
+        uint32_t e;
+        uint32_t home;
 
         j = (j + 1) & p->mask;
         e = p->table[j];

@@ -104,7 +104,8 @@ lg_sim_fault_add_now(struct lg_sim *sim, const struct lg_sim_fault *f)
 void
 lg_sim_faults_apply(struct lg_sim *sim)
 {
-    uint64_t now = lg_now_ns(), next;
+    uint64_t now = lg_now_ns();
+    uint64_t next;
     double speed;
     bool stalled, failing;
     int status;
@@ -155,7 +156,9 @@ static int
 sim_resolve(const char *listen, struct sockaddr_storage *ss, socklen_t *len)
 {
     char host[256];
-    const char *colon = strrchr(listen, ':'), *h = listen, *port;
+    const char *colon = strrchr(listen, ':');
+    const char *h = listen;
+    const char *port;
     size_t hlen;
     struct addrinfo hints = { .ai_family = AF_UNSPEC,
                               .ai_socktype = SOCK_STREAM,
@@ -198,6 +201,7 @@ sim_format_bound(struct lg_sim *sim)
     char ip[INET6_ADDRSTRLEN];
     evutil_socket_t fd = evconnlistener_get_fd(sim->listener);
 
+    memset(&ss, 0, sizeof(ss));
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
         snprintf(sim->listen_addr, sizeof(sim->listen_addr), "%s", sim->conf->listen);
         return;
