@@ -6,7 +6,7 @@
  * parsed request and sequence. The engine borrows the sequence from submit
  * until it completes, is aborted or dropped.
  * Lifecycle: READ -> (route) -> answer at once | HELD (stall) | GENERATE |
- * DELAY -> READ again (keep-alive) or FLUSH -> CLOSED. Closing is deferred:
+ * DELAY -> READ again (keep-alive) or FLUSH -> LINGER -> CLOSED. Closing is deferred:
  * lg_sim_conn_close() detaches the callbacks and queues the connection for
  * the reap event, so nothing is freed under a callback. A client that goes
  * away while its sequence is in the engine aborts the sequence at once.
