@@ -17,6 +17,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ import unittest
 SRC = os.environ.get("LG_SRC") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("LG_BUILD") or os.path.join(SRC, "build")
+PYTHON = sys.executable
 
 
 def binary(name):
@@ -134,16 +136,23 @@ class Harness(unittest.TestCase):
         self._tmpdir = tempfile.TemporaryDirectory(prefix="lgtest-")
         self.tmp = self._tmpdir.name
 
+    def run(self, result=None):
+        self._result = result
+        self._bad_before = len(result.failures) + len(result.errors) if result else 0
+        return super().run(result)
+
+    def _failed(self):
+        res = getattr(self, "_result", None)
+        if res is None:
+            return False
+        return len(res.failures) + len(res.errors) > self._bad_before
+
     def tearDown(self):
-        failed = False
-        outcome = getattr(self, "_outcome", None)
-        if outcome is not None:
-            errs = getattr(outcome, "errors", None)
-            if errs:
-                failed = any(e[1] for e in errs)
-            res = getattr(outcome, "result", None)
-            if res is not None and (res.failures or res.errors):
-                failed = True
+        # tearDown runs before the failure is recorded: check in a cleanup instead
+        self.addCleanup(self._dump_and_kill)
+
+    def _dump_and_kill(self):
+        failed = self._failed()
         for p in reversed(self.procs):
             p.kill()
             if failed or os.environ.get("LG_TEST_VERBOSE"):
