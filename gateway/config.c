@@ -33,6 +33,7 @@
 #define CONF_PTR_MAX     512 /* bytes of a JSON pointer echoed in a message */
 #define CONF_KEY_MAX     64  /* longer keys get no "did you mean" */
 #define CONF_NAME_MAX    64  /* backend names */
+#define CONF_XNAME_MAX   128 /* backend names in an expanded document (NAME@[v6]:port) */
 #define CONF_MSG_MAX     1024
 
 /* Units for durations (stored in ms) and sizes (stored in bytes). */
@@ -79,6 +80,7 @@ struct lg_conf_field {
     const char *const *names;        /* ENUM values */
     const struct lg_conf_table *sub; /* OBJECT, OBJARRAY */
     const char *shorthand;           /* OBJECT, OBJARRAY: a string stands for {shorthand: s} */
+    const char *unless;              /* required, unless this sibling key is present */
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
     conf_check_fn check; /* STR */
@@ -375,6 +377,35 @@ conf_check_name(const char *s, char *why, size_t whysz)
         snprintf(why, whysz,
                  "names are 1 to %d letters, digits, \".\", \"_\", \":\" or \"-\" (got %s)",
                  CONF_NAME_MAX, conf_quote(q, sizeof(q), s));
+        return false;
+    }
+    return true;
+}
+
+/* Names discovery.c gives the backends it expands: NAME@ADDR:PORT. */
+static bool
+conf_check_expanded_name(const char *s, char *why, size_t whysz)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-@[]");
+    char q[CONF_QBUF];
+
+    if (s[n] != '\0' || n > CONF_XNAME_MAX) {
+        snprintf(why, whysz, "not a discovered backend name (got %s)", conf_quote(q, sizeof(q), s));
+        return false;
+    }
+    return true;
+}
+
+static bool conf_is_hostname(const char *s, size_t n);
+
+static bool
+conf_check_dns_name(const char *s, char *why, size_t whysz)
+{
+    char q[CONF_QBUF];
+
+    if (!conf_is_hostname(s, strlen(s)) || s[0] == '.' || s[0] == '-') {
+        snprintf(why, whysz, "expected a DNS name such as \"vllm.ns.svc.cluster.local\" (got %s)",
+                 conf_quote(q, sizeof(q), s));
         return false;
     }
     return true;
@@ -811,8 +842,12 @@ static const char *
 conf_string(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v)
 {
     char why[CONF_MSG_MAX];
+    conf_check_fn check = f->check;
     const char *s;
 
+    if (check == conf_check_name && (ctx->flags & LG_CONFIG_F_EXPANDED)) {
+        check = conf_check_expanded_name;
+    }
     if (!json_is_string(v)) {
         conf_type_error(ctx, "a string", v);
         return NULL;
@@ -823,7 +858,7 @@ conf_string(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v)
         return NULL;
     }
     if (!conf_check_printable(s, why, sizeof(why))
-        || (f->check != NULL && !f->check(s, why, sizeof(why)))) {
+        || (check != NULL && !check(s, why, sizeof(why)))) {
         conf_error(ctx, "%s", why);
         return NULL;
     }
@@ -1353,7 +1388,8 @@ conf_object(struct conf_ctx *ctx, const struct lg_conf_table *t, json_t *obj, vo
         conf_ptr_pop(ctx, mark);
     }
     for (const struct lg_conf_field *f = t->fields; f->name != NULL; f++) {
-        if (f->required && json_object_get(obj, f->name) == NULL) {
+        if (f->required && json_object_get(obj, f->name) == NULL
+            && (f->unless == NULL || json_object_get(obj, f->unless) == NULL)) {
             conf_error(ctx, "missing required key %s", conf_quote(q, sizeof(q), f->name));
         }
     }
@@ -1644,10 +1680,33 @@ static const struct lg_conf_field conf_admin_fields[] = {
 static const struct lg_conf_table conf_admin_table = { sizeof(struct lg_admin_conf),
                                                        conf_admin_fields, NULL };
 
+#define DI(f) offsetof(struct lg_discover_conf, f)
+static const struct lg_conf_field conf_discover_fields[] = {
+    { "dns", LG_CONF_STR, DI(dns), .required = true, .check = conf_check_dns_name },
+    { "port", LG_CONF_UINT, DI(port), .required = true, .min = 1, .max = 65535 },
+    { "interval", LG_CONF_DURATION, DI(interval_ms), .def = CONF_S(5), .min = 100,
+      .max = CONF_H(1) },
+    { .name = NULL },
+};
+#undef DI
+static const struct lg_conf_table conf_discover_table = { sizeof(struct lg_discover_conf),
+                                                          conf_discover_fields, NULL };
+
+static void
+conf_check_backend(struct conf_ctx *ctx, void *base, bool clean)
+{
+    struct lg_backend_conf *b = base;
+
+    if (clean && b->url != NULL && b->discover.dns != NULL) {
+        conf_error_at(ctx, "/discover", "give either url or discover, not both");
+    }
+}
+
 #define BE(f) offsetof(struct lg_backend_conf, f)
 static const struct lg_conf_field conf_backend_fields[] = {
     { "name", LG_CONF_STR, BE(name), .required = true, .check = conf_check_name },
-    { "url", LG_CONF_URL, BE(url), .required = true },
+    { "url", LG_CONF_URL, BE(url), .required = true, .unless = "discover" },
+    { "discover", LG_CONF_OBJECT, BE(discover), .sub = &conf_discover_table },
     { "models", LG_CONF_STRARRAY, BE(models), .required = true, .unique = true, .min = 1,
       .max = 1024, .aux_offset = BE(nmodels) },
     { "weight", LG_CONF_UINT, BE(weight), .def = 1, .min = 1, .max = 1000 },
@@ -1662,7 +1721,18 @@ static const struct lg_conf_field conf_backend_fields[] = {
 };
 #undef BE
 static const struct lg_conf_table conf_backend_table = { sizeof(struct lg_backend_conf),
-                                                         conf_backend_fields, NULL };
+                                                         conf_backend_fields, conf_check_backend };
+
+#define DS(f) offsetof(struct lg_discovery_conf, f)
+static const struct lg_conf_field conf_discovery_fields[] = {
+    { "nameserver", LG_CONF_ADDRESS, DS(nameserver), .aux_offset = DS(addr),
+      .aux2_offset = DS(addrlen) },
+    { "timeout", LG_CONF_DURATION, DS(timeout_ms), .def = CONF_S(2), .min = 10, .max = CONF_M(1) },
+    { .name = NULL },
+};
+#undef DS
+static const struct lg_conf_table conf_discovery_table = { sizeof(struct lg_discovery_conf),
+                                                           conf_discovery_fields, NULL };
 
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
@@ -1677,6 +1747,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "routing", LG_CONF_OBJECT, CF(routing), .sub = &conf_routing_table },
     { "health", LG_CONF_OBJECT, CF(health), .sub = &conf_health_table },
     { "admin", LG_CONF_OBJECT, CF(admin), .sub = &conf_admin_table, .shorthand = "listen" },
+    { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },
@@ -1690,21 +1761,29 @@ static const struct lg_conf_table conf_root_table = { sizeof(struct lg_config), 
 static void
 conf_free(struct lg_config *c)
 {
+    for (size_t i = 0; i < c->ntemplates; i++) {
+        conf_free_fields(&conf_backend_table, &c->templates[i]);
+    }
+    free(c->templates);
     conf_free_fields(&conf_root_table, c);
     json_decref(c->root);
     free(c->path);
     free(c);
 }
 
-/* Backends with "enabled": false were validated like the others; drop them. */
+/* Backends with "enabled": false were validated like the others; drop them.
+ * Templates ("discover") move to templates[]: discovery.c expands them. */
 static void
 conf_drop_disabled(struct lg_config *c)
 {
     size_t k = 0;
 
+    c->templates = lg_xcalloc(c->nbackends ? c->nbackends : 1, sizeof(*c->templates));
     for (size_t i = 0; i < c->nbackends; i++) {
         if (!c->backends[i].enabled) {
             conf_free_fields(&conf_backend_table, &c->backends[i]);
+        } else if (c->backends[i].discover.dns != NULL) {
+            c->templates[c->ntemplates++] = c->backends[i];
         } else {
             c->backends[k++] = c->backends[i];
         }

@@ -35,9 +35,20 @@ struct lg_listen_conf {
     char *tls_key;  /* PEM file */
 };
 
+/*
+ * A backend entry with "discover" instead of "url" is a template: its name is
+ * resolved on an interval (A and AAAA records) and expands into one backend
+ * per address, named NAME@ADDR:PORT (discovery.c).
+ */
+struct lg_discover_conf {
+    char *dns;              /* name to resolve; NULL: not a template */
+    uint32_t port;          /* port of every discovered backend */
+    uint64_t interval_ms;   /* re-resolution period */
+};
+
 struct lg_backend_conf {
     char *name;
-    char *url;            /* as written */
+    char *url;            /* as written; NULL in a template */
     bool tls;             /* https:// */
     char *host;           /* host part of the URL (no brackets) */
     uint16_t port;        /* explicit or 80/443 */
@@ -56,6 +67,7 @@ struct lg_backend_conf {
     socklen_t addrlen;
     bool enabled;           /* "enabled": false backends are validated, then left out of
                                backends[]: always true in a loaded config */
+    struct lg_discover_conf discover; /* dns != NULL: a template (in templates[]) */
 };
 
 struct lg_timeouts_conf {
@@ -123,6 +135,13 @@ struct lg_admin_conf {
     char *token;                  /* bearer token; NULL: open (loopback default) */
 };
 
+struct lg_discovery_conf {
+    char *nameserver;             /* "ip:port" of the DNS server; NULL: /etc/resolv.conf */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    uint64_t timeout_ms;          /* one DNS query */
+};
+
 struct lg_config {
     char *path;                   /* file it came from ("<string>" for tests) */
     json_t *root;                 /* the parsed document, kept for plugin sections */
@@ -136,8 +155,11 @@ struct lg_config {
     struct lg_access_log_conf access_log;
     struct lg_health_conf health;
     struct lg_admin_conf admin;
-    struct lg_backend_conf *backends;
+    struct lg_discovery_conf discovery;
+    struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
+    struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */
+    size_t ntemplates;
     int refcnt;                   /* atomic; see lg_config_ref() */
 };
 
@@ -171,6 +193,8 @@ int lg_config_load_buffer(const char *text, size_t len, const char *name, struct
 
 /* Flags for lg_config_load_buffer_flags(). */
 #define LG_CONFIG_F_NO_RESOLVE (1u << 0) /* resolve numeric hosts only; names get addrlen 0 */
+#define LG_CONFIG_F_EXPANDED   (1u << 1) /* a document discovery.c expanded: backend names
+                                            may hold '@', '[' and ']' (up to 128 bytes) */
 
 /* Largest config file accepted, in bytes. */
 #define LG_CONFIG_MAX_BYTES (8u << 20)
