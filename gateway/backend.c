@@ -144,6 +144,9 @@ fleet_index_models(struct lg_fleet *f)
     for (size_t i = 0; i < f->nbackends; i++) {
         cap += f->backends[i]->conf.nmodels;
     }
+    for (size_t i = 0; i < f->conf->ntemplates; i++) {
+        cap += f->conf->templates[i].nmodels;
+    }
     f->models = lg_xcalloc(cap ? cap : 1, sizeof(*f->models));
     for (size_t i = 0; i < f->nbackends; i++) {
         struct lg_backend *b = f->backends[i];
@@ -163,6 +166,23 @@ fleet_index_models(struct lg_fleet *f)
                 m->backends = lg_xcalloc(f->nbackends, sizeof(*m->backends));
             }
             m->backends[m->n++] = b;
+        }
+    }
+    /* a model only discovered backends serve, none discovered yet: a route
+     * without backends answers 503 (none available), not 404 (no such model) */
+    for (size_t i = 0; i < f->conf->ntemplates; i++) {
+        const struct lg_backend_conf *t = &f->conf->templates[i];
+
+        for (size_t k = 0; k < t->nmodels; k++) {
+            bool known = false;
+
+            for (size_t j = 0; j < f->nmodels && !known; j++) {
+                known = strcmp(f->models[j].model, t->models[k]) == 0;
+            }
+            if (!known) {
+                f->models[f->nmodels].model = t->models[k];
+                f->models[f->nmodels++].backends = lg_xcalloc(1, sizeof(struct lg_backend *));
+            }
         }
     }
     qsort(f->models, f->nmodels, sizeof(*f->models), fleet_model_cmp);

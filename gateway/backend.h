@@ -50,6 +50,8 @@ struct lg_backend {
 
     uint32_t inflight;              /* atomic: requests dispatched and not finished */
     int health;                     /* atomic enum lg_backend_health */
+    int retired;                    /* atomic: no fleet in force lists it (reload.c); its
+                                       connections close once their request ends */
     uint64_t retry_after_until_ns;  /* atomic: honour Retry-After until then */
     uint64_t warn_ratelimit_ns;     /* for lg_log_ratelimit() */
     struct lg_backend_stats stats;  /* atomic fields */

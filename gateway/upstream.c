@@ -103,7 +103,7 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     struct lg_upconn *u;
     struct bufferevent *bev;
     struct timeval tv;
-    uint64_t ms = w->gw->conf->timeouts.upstream_connect_ms;
+    uint64_t ms = w->fleet->conf->timeouts.upstream_connect_ms;
     int one = 1;
 
     bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
@@ -167,11 +167,12 @@ void
 lg_upstream_release(struct lg_upconn *u, bool keep)
 {
     struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
-    const struct lg_config *conf = u->w->gw->conf;
+    const struct lg_config *conf = u->w->fleet->conf;
     struct timeval tv;
 
     u->client = NULL;
-    if (!keep || u->w->draining || pool->nidle >= conf->limits.upstream_keepalive
+    if (!keep || u->w->draining || __atomic_load_n(&u->b->retired, __ATOMIC_RELAXED)
+        || pool->nidle >= conf->limits.upstream_keepalive
         || evbuffer_get_length(bufferevent_get_input(u->bev)) != 0) {
         upstream_close(u);
         return;

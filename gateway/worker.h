@@ -24,6 +24,8 @@ struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
 struct lg_alog_buf;
+struct lg_reload;
+struct lg_admin;
 
 TAILQ_HEAD(lg_client_list, lg_client);
 TAILQ_HEAD(lg_upconn_list, lg_upconn);
@@ -66,7 +68,8 @@ struct lg_worker {
 };
 
 struct lg_gateway {
-    struct lg_config *conf;       /* one reference: the configuration in force */
+    struct lg_config *conf;       /* one reference: the file's configuration in force; the
+                                     main thread's (workers read their fleet's conf) */
     char *config_path;
     unsigned nworkers;
     struct lg_worker *workers;    /* owned array */
@@ -76,6 +79,8 @@ struct lg_gateway {
     struct lg_fleet *fleet;       /* one reference: the current fleet */
     uint32_t nconnections;        /* atomic: open client connections, all workers */
     struct lg_accesslog *alog;    /* owned; NULL when off */
+    struct lg_reload *reload;     /* owned: reloads, discovery (main thread) */
+    struct lg_admin *admin;       /* owned: admin listener; NULL when off */
     bool draining;
 };
 
