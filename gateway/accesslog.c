@@ -29,10 +29,13 @@ struct lg_alog_buf {
 };
 
 struct lg_accesslog {
-    char *path;                    /* "-" = stdout */
+    char *path;                    /* "-" = stdout; the writer's: the file in use */
     int fd;
-    uint64_t flush_ms;
-    size_t buffer_bytes;
+    uint64_t flush_ms;             /* atomic */
+    size_t buffer_bytes;           /* atomic */
+    char *asked_path;              /* the path last asked for (lg_accesslog_update's caller) */
+    int next_fd;                   /* under lock: a file to switch to; -1 = none */
+    char *next_path;               /* under lock: its path */
     unsigned nbufs;
     struct lg_alog_buf *bufs;      /* owned [nbufs] */
     pthread_t thread;
@@ -85,17 +88,32 @@ alog_writer(void *arg)
 
     while (!stop) {
         struct timespec ts;
+        uint64_t flush_ms = __atomic_load_n(&log->flush_ms, __ATOMIC_RELAXED);
+        int next_fd;
+        char *next_path;
 
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)((log->flush_ms % 1000) * 1000000);
-        ts.tv_sec += (time_t)(log->flush_ms / 1000) + ts.tv_nsec / 1000000000;
+        ts.tv_nsec += (long)((flush_ms % 1000) * 1000000);
+        ts.tv_sec += (time_t)(flush_ms / 1000) + ts.tv_nsec / 1000000000;
         ts.tv_nsec %= 1000000000;
         pthread_mutex_lock(&log->lock);
-        if (!log->stop) {
+        if (!log->stop && log->next_fd < 0) {
             pthread_cond_timedwait(&log->cond, &log->lock, &ts);
         }
         stop = log->stop;
+        next_fd = log->next_fd;
+        next_path = log->next_path;
+        log->next_fd = -1;
+        log->next_path = NULL;
         pthread_mutex_unlock(&log->lock);
+        if (next_fd >= 0) {
+            alog_flush(log, tmp); /* lines so far belong to the old file */
+            close(log->fd);
+            log->fd = next_fd;
+            free(log->path);
+            log->path = next_path;
+            LG_INFO("access log now goes to %s", log->path);
+        }
         if (__atomic_exchange_n(&log->reopen, 0, __ATOMIC_ACQ_REL)) {
             int fd = alog_open_fd(log->path);
 
@@ -122,10 +140,13 @@ lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
     struct lg_accesslog *log = lg_xcalloc(1, sizeof(*log));
 
     log->path = lg_xstrdup(conf->path);
+    log->asked_path = lg_xstrdup(conf->path);
+    log->next_fd = -1;
     log->fd = alog_open_fd(log->path);
     if (log->fd < 0) {
         LG_ERROR("access log %s: cannot open: %s", log->path, strerror(errno));
         free(log->path);
+        free(log->asked_path);
         free(log);
         return LG_EIO;
     }
@@ -168,10 +189,46 @@ lg_accesslog_close(struct lg_accesslog *log)
     }
     free(log->bufs);
     close(log->fd);
+    if (log->next_fd >= 0) {
+        close(log->next_fd);
+    }
+    free(log->next_path);
+    free(log->asked_path);
     pthread_cond_destroy(&log->cond);
     pthread_mutex_destroy(&log->lock);
     free(log->path);
     free(log);
+}
+
+int
+lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *conf)
+{
+    int fd = -1;
+
+    if (strcmp(conf->path, log->asked_path) != 0) {
+        fd = alog_open_fd(conf->path);
+        if (fd < 0) {
+            LG_ERROR("access log %s: cannot open: %s", conf->path, strerror(errno));
+            return LG_EIO;
+        }
+        free(log->asked_path);
+        log->asked_path = lg_xstrdup(conf->path);
+    }
+    __atomic_store_n(&log->flush_ms, conf->flush_ms ? conf->flush_ms : 100, __ATOMIC_RELAXED);
+    __atomic_store_n(&log->buffer_bytes, conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024,
+                     __ATOMIC_RELAXED);
+    pthread_mutex_lock(&log->lock);
+    if (fd >= 0) {
+        if (log->next_fd >= 0) {
+            close(log->next_fd); /* a switch the writer has not made yet */
+        }
+        free(log->next_path);
+        log->next_fd = fd;
+        log->next_path = lg_xstrdup(conf->path);
+    }
+    pthread_cond_signal(&log->cond);
+    pthread_mutex_unlock(&log->lock);
+    return LG_OK;
 }
 
 void
@@ -304,6 +361,7 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     char mem[2048 + LG_ROUTE_EXPLAIN_BYTES];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
     uint64_t tokens;
+    size_t limit;
 
     if (buf == NULL) {
         return;
@@ -374,12 +432,13 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     mem[l.len++] = '\n';
 
     pthread_mutex_lock(&buf->lock);
-    if (evbuffer_get_length(buf->buf) < 16 * buf->log->buffer_bytes) {
+    limit = __atomic_load_n(&buf->log->buffer_bytes, __ATOMIC_RELAXED);
+    if (evbuffer_get_length(buf->buf) < 16 * limit) {
         evbuffer_add(buf->buf, mem, l.len);
     } else {
         __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
     }
-    if (evbuffer_get_length(buf->buf) >= buf->log->buffer_bytes) {
+    if (evbuffer_get_length(buf->buf) >= limit) {
         pthread_cond_signal(&buf->log->cond); /* flush early */
     }
     pthread_mutex_unlock(&buf->lock);

@@ -22,6 +22,14 @@ int lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
                       struct lg_accesslog **out);
 /* Flushes everything, stops the writer, closes the file. */
 void lg_accesslog_close(struct lg_accesslog *log);
+/*
+ * Applies a reloaded configuration: a new path is opened here (so a path
+ * that cannot be opened fails now and changes nothing: LG_EIO, logged) and
+ * the writer switches to it after writing out what the old file is owed;
+ * flush interval and buffer size apply at once. One caller thread at a time.
+ */
+int lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *conf);
+
 /* Asks the writer to reopen the file (async-signal-safe). */
 void lg_accesslog_reopen(struct lg_accesslog *log);
 
