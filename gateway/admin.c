@@ -1,0 +1,322 @@
+/*
+ * admin.c: the admin listener (see admin.h): an evhttp server on its own
+ * thread and event base.
+ *
+ * Owns: struct lg_admin, its thread, event base, evhttp server and socket.
+ * Borrows: the gateway; fleets and backends through references taken for
+ * the length of one request (lg_gateway_fleet()).
+ * Invariants: this thread only reads live state (atomics, published copies);
+ * actions go through their owners' thread-safe entry points (a reload is
+ * asked of the control thread and awaited).
+ */
+#include "admin.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <openssl/crypto.h>
+
+#include "backend.h"
+#include "config.h"
+#include "reload.h"
+#include "worker.h"
+
+#define ADMIN_MAX_BODY    (64 * 1024)
+#define ADMIN_MAX_HEADERS (16 * 1024)
+#define ADMIN_TIMEOUT_S   30
+#define ADMIN_RELOAD_WAIT 60000 /* ms an admin reload waits for its outcome */
+
+struct lg_admin {
+    struct lg_gateway *gw;   /* borrowed */
+    struct event_base *base; /* owned */
+    struct evhttp *http;     /* owned */
+    pthread_t thread;
+};
+
+static const char *const admin_health_names[] = {
+    [LG_BACKEND_UP] = "up",
+    [LG_BACKEND_DOWN] = "down",
+    [LG_BACKEND_EJECTED] = "ejected",
+    [LG_BACKEND_DRAINING] = "draining",
+};
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static void
+admin_reply(struct evhttp_request *req, int status, const char *reason, const char *type,
+            struct evbuffer *body)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+    evhttp_add_header(h, "Content-Type", type);
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    evhttp_send_reply(req, status, reason, body);
+}
+
+/* Replies with json (stolen) as the body. */
+static void
+admin_reply_json(struct evhttp_request *req, int status, const char *reason, json_t *json)
+{
+    struct evbuffer *body = evbuffer_new();
+    char *text = json_dumps(json, JSON_COMPACT);
+
+    evbuffer_add_printf(body, "%s\n", text != NULL ? text : "{}");
+    free(text);
+    json_decref(json);
+    admin_reply(req, status, reason, "application/json", body);
+    evbuffer_free(body);
+}
+
+static void
+admin_error(struct evhttp_request *req, int status, const char *reason, const char *message)
+{
+    admin_reply_json(req, status, reason,
+                     json_pack("{s:{s:s, s:i}}", "error", "message", message, "status", status));
+}
+
+/* ---- authentication -------------------------------------------------------------- */
+
+static bool
+admin_authorized(struct lg_admin *a, struct evhttp_request *req)
+{
+    struct lg_fleet *f = lg_gateway_fleet(a->gw);
+    const char *token = f->conf->admin.token;
+    const char *got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    bool ok = true;
+
+    if (token != NULL) {
+        size_t n = strlen(token);
+
+        ok = got != NULL && strncmp(got, "Bearer ", 7) == 0 && strlen(got + 7) == n
+             && CRYPTO_memcmp(got + 7, token, n) == 0;
+    }
+    lg_fleet_unref(f);
+    if (!ok) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Bearer realm=\"llmgate admin\"");
+        admin_error(req, 401, "Unauthorized", "a bearer token is required (admin.token)");
+    }
+    return ok;
+}
+
+/* ---- /admin/backends ------------------------------------------------------------- */
+
+static json_t *
+admin_backend_json(const struct lg_backend *b)
+{
+    static const char *const classes[LG_BACKEND_NCLASS] = { "none", "1xx", "2xx",
+                                                            "3xx",  "4xx", "5xx" };
+    json_t *o = json_object();
+    json_t *models = json_array();
+    json_t *resp = json_object();
+    int health = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+
+    for (size_t i = 0; i < b->conf.nmodels; i++) {
+        json_array_append_new(models, json_string(b->conf.models[i]));
+    }
+    for (int i = 0; i < LG_BACKEND_NCLASS; i++) {
+        json_object_set_new(resp, classes[i],
+                            json_integer((json_int_t)LG_STAT_GET(b, responses[i])));
+    }
+    json_object_set_new(o, "name", json_string(b->name));
+    json_object_set_new(o, "url", json_string(b->conf.url));
+    json_object_set_new(o, "models", models);
+    json_object_set_new(o, "health",
+                        json_string(health >= 0 && health < (int)LG_ARRAY_SIZE(admin_health_names)
+                                        ? admin_health_names[health]
+                                        : "unknown"));
+    json_object_set_new(o, "in_flight", json_integer(lg_backend_inflight(b)));
+    json_object_set_new(o, "requests", json_integer((json_int_t)LG_STAT_GET(b, requests)));
+    json_object_set_new(o, "responses", resp);
+    json_object_set_new(o, "retries", json_integer((json_int_t)LG_STAT_GET(b, retries)));
+    json_object_set_new(o, "connect_failures",
+                        json_integer((json_int_t)LG_STAT_GET(b, connect_failures)));
+    json_object_set_new(o, "timeouts", json_integer((json_int_t)LG_STAT_GET(b, timeouts)));
+    json_object_set_new(o, "cut_streams", json_integer((json_int_t)LG_STAT_GET(b, cut_streams)));
+    json_object_set_new(o, "weight", json_integer(b->conf.weight));
+    json_object_set_new(o, "max_inflight", json_integer(b->conf.max_inflight));
+    return o;
+}
+
+static void
+admin_backends(struct lg_admin *a, struct evhttp_request *req)
+{
+    struct lg_fleet *f = lg_gateway_fleet(a->gw);
+    struct lg_reload_stats rs;
+    json_t *list = json_array();
+
+    lg_reload_read_stats(a->gw, &rs);
+    for (size_t i = 0; i < f->nbackends; i++) {
+        json_array_append_new(list, admin_backend_json(f->backends[i]));
+    }
+    lg_fleet_unref(f);
+    admin_reply_json(
+        req, 200, "OK",
+        json_pack("{s:I, s:o}", "generation", (json_int_t)rs.generation, "backends", list));
+}
+
+/* ---- /admin/reload ------------------------------------------------------------------ */
+
+static void
+admin_reload(struct lg_admin *a, struct evhttp_request *req)
+{
+    struct lg_reload_result res;
+    json_t *errors = json_array();
+    int rc = lg_reload_request(a->gw, ADMIN_RELOAD_WAIT, &res);
+    char *save = NULL;
+
+    if (rc == LG_EBUSY) {
+        json_decref(errors);
+        admin_error(req, 503, "Service Unavailable", "the gateway is shutting down");
+        return;
+    }
+    if (rc != LG_OK) {
+        json_decref(errors);
+        admin_error(req, 504, "Gateway Timeout", "the reload did not finish in time");
+        return;
+    }
+    for (char *line = res.errors ? strtok_r(res.errors, "\n", &save) : NULL; line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_array_append_new(errors, json_string(line));
+    }
+    admin_reply_json(req, res.ok ? 200 : 422, res.ok ? "OK" : "Unprocessable Entity",
+                     json_pack("{s:b, s:I, s:I, s:o}", "ok", res.ok, "generation",
+                               (json_int_t)res.generation, "backends", (json_int_t)res.nbackends,
+                               "errors", errors));
+    lg_reload_result_free(&res);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------- */
+
+static void
+admin_on_request(struct evhttp_request *req, void *arg)
+{
+    struct lg_admin *a = arg;
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+
+    if (path == NULL) {
+        admin_error(req, 400, "Bad Request", "no path");
+        return;
+    }
+    if (strncmp(path, "/admin/", 7) == 0 && !admin_authorized(a, req)) {
+        return;
+    }
+    if (strcmp(path, "/admin/backends") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_backends(a, req);
+    } else if (strcmp(path, "/admin/reload") == 0) {
+        if (cmd != EVHTTP_REQ_POST) {
+            admin_error(req, 405, "Method Not Allowed", "use POST");
+            return;
+        }
+        admin_reload(a, req);
+    } else {
+        admin_error(req, 404, "Not Found", "no such admin endpoint");
+    }
+}
+
+/* ---- the thread --------------------------------------------------------------------------- */
+
+static void *
+admin_main(void *arg)
+{
+    struct lg_admin *a = arg;
+
+    event_base_dispatch(a->base);
+    return NULL;
+}
+
+static int
+admin_socket(const struct lg_admin_conf *ac, struct sockaddr_storage *bound)
+{
+    int fd = socket(ac->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    socklen_t len = sizeof(*bound);
+
+    if (fd < 0) {
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0
+        || bind(fd, (const struct sockaddr *)&ac->addr, ac->addrlen) != 0 || listen(fd, 128) != 0
+        || getsockname(fd, (struct sockaddr *)bound, &len) != 0) {
+        int saved = errno;
+
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int
+lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_admin **out)
+{
+    const struct lg_admin_conf *ac = &gw->conf->admin;
+    struct lg_admin *a;
+    int fd;
+
+    *out = NULL;
+    if (ac->listen == NULL) {
+        return LG_OK;
+    }
+    fd = admin_socket(ac, bound);
+    if (fd < 0) {
+        LG_ERROR("admin: cannot listen on %s: %s", ac->listen, strerror(errno));
+        return LG_EIO;
+    }
+    a = lg_xcalloc(1, sizeof(*a));
+    a->gw = gw;
+    a->base = event_base_new();
+    a->http = a->base != NULL ? evhttp_new(a->base) : NULL;
+    if (a->http == NULL || evhttp_accept_socket_with_handle(a->http, fd) == NULL) {
+        LG_ERROR("admin: cannot set up the HTTP server");
+        close(fd);
+        lg_admin_stop(a);
+        return LG_ERR;
+    }
+    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    evhttp_set_max_body_size(a->http, ADMIN_MAX_BODY);
+    evhttp_set_max_headers_size(a->http, ADMIN_MAX_HEADERS);
+    evhttp_set_timeout(a->http, ADMIN_TIMEOUT_S);
+    evhttp_set_gencb(a->http, admin_on_request, a);
+    if (pthread_create(&a->thread, NULL, admin_main, a) != 0) {
+        LG_ERROR("admin: cannot start its thread");
+        lg_admin_stop(a);
+        return LG_ERR;
+    }
+    *out = a;
+    return LG_OK;
+}
+
+void
+lg_admin_stop(struct lg_admin *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    if (a->thread) {
+        event_base_loopbreak(a->base);
+        pthread_join(a->thread, NULL);
+    }
+    if (a->http != NULL) {
+        evhttp_free(a->http);
+    }
+    if (a->base != NULL) {
+        event_base_free(a->base);
+    }
+    free(a);
+}
