@@ -1,9 +1,11 @@
 /*
  * main.c: argv, signals, startup and shutdown order, exit codes.
  *
- * Startup: config -> fleet -> access log -> listening sockets -> workers ->
- * "ready" line. Shutdown on SIGTERM/SIGINT: workers stop accepting and
- * finish their requests; after timeouts.drain whatever still runs is cut.
+ * Startup: config -> fleet (reload.c: discovery's first answers) -> access
+ * log -> listening sockets -> workers -> "ready" line. SIGHUP reloads the
+ * configuration (reload.c). Shutdown on SIGTERM/SIGINT: workers stop
+ * accepting and finish their requests; after timeouts.drain whatever still
+ * runs is cut.
  * Exit codes: 0 clean, 1 runtime failure, 2 bad usage or bad config.
  */
 #include <errno.h>
@@ -19,10 +21,12 @@
 #include <event2/thread.h>
 
 #include "accesslog.h"
+#include "admin.h"
 #include "backend.h"
 #include "config.h"
 #include "lg_version.h"
 #include "listener.h"
+#include "reload.h"
 #include "worker.h"
 
 struct main_state {
@@ -48,7 +52,8 @@ main_usage(FILE *f)
             "  -v, --version            print the version\n"
             "  -h, --help               this text\n"
             "\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGUSR1 reopens the access log.\n"
+            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the configuration;\n"
+            "SIGUSR1 reopens the access log.\n"
             "Configuration reference: conf/README.md\n");
 }
 
@@ -129,7 +134,9 @@ main_on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     if (sig == SIGHUP) {
-        LG_WARN("SIGHUP: configuration reload is not available in this build");
+        if (!ms->stopping) {
+            lg_reload_schedule(ms->gw, "SIGHUP");
+        }
         return;
     }
     if (ms->stopping) {
@@ -139,6 +146,7 @@ main_on_signal(evutil_socket_t sig, short what, void *arg)
     }
     ms->stopping = true;
     ms->gw->draining = true;
+    lg_reload_stop(ms->gw);
     LG_INFO("%s: draining %u connections (up to %" PRIu64 " ms)", strsignal((int)sig),
             lg_gateway_clients(ms->gw), ms_drain);
     for (unsigned i = 0; i < ms->gw->nworkers; i++) {
@@ -177,6 +185,7 @@ main_run(const char *path, const char *ready_file)
     struct lg_gateway gw;
     struct main_state ms = { .gw = &gw };
     struct sockaddr_storage *bound;
+    struct sockaddr_storage admin_bound;
     struct event *sigs[4];
     static const int signums[4] = { SIGTERM, SIGINT, SIGUSR1, SIGHUP };
     char line[1024];
@@ -193,9 +202,10 @@ main_run(const char *path, const char *ready_file)
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     pthread_mutex_init(&gw.fleet_lock, NULL);
-    if (lg_fleet_new(gw.conf, gw.nworkers, NULL, &gw.fleet) != LG_OK) {
+    ms.base = event_base_new();
+    if (lg_reload_init(&gw, ms.base) != LG_OK) {
         rc = 2;
-        goto out_conf;
+        goto out_fleet;
     }
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
@@ -211,14 +221,13 @@ main_run(const char *path, const char *ready_file)
             goto out_workers;
         }
     }
-    ms.base = event_base_new();
     ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
     ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
     for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
         sigs[i] = evsignal_new(ms.base, signums[i], main_on_signal, &ms);
         event_add(sigs[i], NULL);
     }
-    if (lg_workers_start(&gw) != LG_OK) {
+    if (lg_workers_start(&gw) != LG_OK || lg_admin_start(&gw, &admin_bound, &gw.admin) != LG_OK) {
         goto out_base;
     }
     off = (size_t)snprintf(line, sizeof(line), "llmgate ready listen=");
@@ -227,8 +236,13 @@ main_run(const char *path, const char *ready_file)
         lg_listener_format(&bound[i], line + off, sizeof(line) - off);
         off = strlen(line);
     }
+    if (gw.admin != NULL) {
+        off += (size_t)snprintf(line + off, sizeof(line) - off, " admin=");
+        lg_listener_format(&admin_bound, line + off, sizeof(line) - off);
+        off = strlen(line);
+    }
     snprintf(line + off, sizeof(line) - off, " workers=%u backends=%zu pid=%d version=%s",
-             gw.nworkers, gw.conf->nbackends, (int)getpid(), LG_VERSION);
+             gw.nworkers, gw.fleet->nbackends, (int)getpid(), LG_VERSION);
     main_write_ready(ready_file, line);
     LG_INFO("%s", line);
 
@@ -237,6 +251,9 @@ main_run(const char *path, const char *ready_file)
     rc = 0;
 
 out_base:
+    lg_reload_stop(&gw); /* wakes an admin request waiting for a reload */
+    lg_admin_stop(gw.admin);
+    gw.admin = NULL;
     if (rc != 0) {
         for (unsigned i = 0; i < gw.nworkers; i++) {
             if (gw.workers[i].thread) {
@@ -254,7 +271,6 @@ out_base:
     }
     event_free(ms.drain_timer);
     event_free(ms.reaper);
-    event_base_free(ms.base);
 out_workers:
     for (unsigned i = 0; i < gw.nworkers; i++) {
         lg_worker_destroy(&gw.workers[i]);
@@ -270,8 +286,9 @@ out_listen:
     free(bound);
     lg_accesslog_close(gw.alog);
 out_fleet:
+    lg_reload_free(&gw);
     lg_fleet_unref(gw.fleet);
-out_conf:
+    event_base_free(ms.base);
     pthread_mutex_destroy(&gw.fleet_lock);
     free(gw.config_path);
     lg_config_unref(gw.conf);
