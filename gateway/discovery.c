@@ -47,6 +47,7 @@ struct disc_target {
     uint64_t interval_ms;
     struct sockaddr_storage *addrs; /* owned, sorted: the addresses in force */
     size_t n;
+    size_t capaddrs;
     bool answered;                 /* a first round ended (answer or failure) */
     bool rounding;                 /* a round is in progress */
     struct disc_query *q[2];       /* A, AAAA in flight; NULL when answered */
@@ -113,7 +114,7 @@ disc_addr_cmp(const void *pa, const void *pb)
 static bool
 disc_contains(const struct sockaddr_storage *v, size_t n, const struct sockaddr_storage *a)
 {
-    return bsearch(a, v, n, sizeof(*v), disc_addr_cmp) != NULL;
+    return n > 0 && bsearch(a, v, n, sizeof(*v), disc_addr_cmp) != NULL;
 }
 
 /* ---- expansion -------------------------------------------------------------- */
@@ -312,7 +313,9 @@ disc_round_done(struct disc_target *t)
                     evdns_err_to_string(t->fail), t->n, t->n == 1 ? "" : "es");
         }
     } else {
-        qsort(t->next, t->nnext, sizeof(*t->next), disc_addr_cmp);
+        if (t->nnext > 1) {
+            qsort(t->next, t->nnext, sizeof(*t->next), disc_addr_cmp);
+        }
         for (size_t i = 1; i < t->nnext; i++) {
             if (disc_addr_cmp(&t->next[i - 1], &t->next[i]) == 0) {
                 memmove(&t->next[i], &t->next[i + 1], (t->nnext - i - 1) * sizeof(*t->next));
@@ -329,11 +332,13 @@ disc_round_done(struct disc_target *t)
         }
         if (!same) {
             struct sockaddr_storage *old = t->addrs;
+            size_t cap = t->capaddrs;
 
-            t->addrs = t->next;
+            t->addrs = t->next; /* the two arrays trade places */
+            t->capaddrs = t->capnext;
             t->n = t->nnext;
             t->next = old;
-            t->capnext = t->n; /* old array's capacity is at least its length */
+            t->capnext = cap;
         }
         if (!same || first) {
             disc_signal_change(d);
@@ -704,6 +709,7 @@ lg_discovery_free(struct lg_discovery *d)
     for (size_t i = 0; i < d->ntargets; i++) {
         disc_target_free(d->targets[i]);
     }
+    d->ntargets = 0;
     disc_drop_resolver(d);
     /* the callbacks of cancelled lookups are deferred: let them run and free their queries */
     event_base_loop(d->base, EVLOOP_NONBLOCK);
