@@ -309,8 +309,13 @@ disc_round_done(struct disc_target *t)
     t->answered = true;
     if (t->fail != 0) {
         if (first || lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
-            LG_WARN("discovery: %s: lookup failed: %s; keeping %zu address%s", t->dns,
-                    evdns_err_to_string(t->fail), t->n, t->n == 1 ? "" : "es");
+            /* evdns has no TCP fallback: a UDP answer holds about 30 A (17 AAAA) records */
+            LG_WARN("discovery: %s: lookup failed: %s%s; keeping %zu address%s", t->dns,
+                    evdns_err_to_string(t->fail),
+                    t->fail == DNS_ERR_TRUNCATED ? " (more records than one UDP answer holds: "
+                                                   "split the name)"
+                                                 : "",
+                    t->n, t->n == 1 ? "" : "es");
         }
     } else {
         if (t->nnext > 1) {
