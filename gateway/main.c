@@ -26,6 +26,7 @@
 #include "config.h"
 #include "lg_version.h"
 #include "listener.h"
+#include "probe.h"
 #include "reload.h"
 #include "worker.h"
 
@@ -43,12 +44,15 @@ main_usage(FILE *f)
     fprintf(f,
             "usage: llmgate -c FILE [--ready-file FILE]\n"
             "       llmgate --check-config FILE\n"
+            "       llmgate --probe -c FILE | --probe=URL\n"
             "       llmgate --version | --help\n"
             "\n"
             "  -c, --config FILE        run with this JSON configuration\n"
             "  -t, --check-config FILE  validate FILE, print every error as\n"
             "                           FILE:LINE:COL: error: /pointer: message; exit 0 or 2\n"
             "      --ready-file FILE    once listening, write the bound addresses there\n"
+            "      --probe[=URL]        health check (containers): GET URL, or /healthz on\n"
+            "                           FILE's first plain listen address; exit 0 on 2xx\n"
             "  -v, --version            print the version\n"
             "  -h, --help               this text\n"
             "\n"
@@ -68,8 +72,9 @@ main_check_config(const char *path)
         lg_config_errors_free(&errs);
         return 2;
     }
-    printf("%s: configuration is valid (%zu backends, %zu listen addresses)\n", path,
-           conf->nbackends, conf->nlisten);
+    printf("%s: configuration is valid (%zu backends, %zu discovered through DNS, %zu listen "
+           "addresses)\n",
+           path, conf->nbackends, conf->ntemplates, conf->nlisten);
     lg_config_unref(conf);
     return 0;
 }
@@ -302,11 +307,13 @@ main(int argc, char **argv)
         { "config", required_argument, NULL, 'c' },
         { "check-config", required_argument, NULL, 't' },
         { "ready-file", required_argument, NULL, 'r' },
+        { "probe", optional_argument, NULL, 'p' },
         { "version", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    const char *config = NULL, *check = NULL, *ready = NULL;
+    const char *config = NULL, *check = NULL, *ready = NULL, *probe_url = NULL;
+    bool probe = false;
     int ch;
 
     while ((ch = getopt_long(argc, argv, "c:t:vh", opts, NULL)) != -1) {
@@ -319,6 +326,10 @@ main(int argc, char **argv)
             break;
         case 'r':
             ready = optarg;
+            break;
+        case 'p':
+            probe = true;
+            probe_url = optarg;
             break;
         case 'v':
             printf("llmgate %s (%s)\n", LG_VERSION, LG_GIT_REV);
@@ -338,6 +349,12 @@ main(int argc, char **argv)
     }
     if (check != NULL) {
         return main_check_config(check);
+    }
+    if (probe && probe_url != NULL) {
+        return lg_probe_url(probe_url, 3000) == LG_OK ? 0 : 1;
+    }
+    if (probe && config != NULL) {
+        return lg_probe_config_file(config, 3000) == LG_OK ? 0 : 1;
     }
     if (config == NULL) {
         main_usage(stderr);
