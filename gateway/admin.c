@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "metrics.h"
 #include "reload.h"
 #include "worker.h"
 
@@ -164,6 +165,82 @@ admin_backends(struct lg_admin *a, struct evhttp_request *req)
         json_pack("{s:I, s:o}", "generation", (json_int_t)rs.generation, "backends", list));
 }
 
+/* ---- /admin/backends/NAME/drain, /undrain ------------------------------------------------ */
+
+/*
+ * Draining takes a backend out of routing (no new requests; running ones
+ * finish) until undrained; it lasts across reloads that keep the backend.
+ * The health checker moves only between up and down, so it leaves a drained
+ * backend alone; undraining puts it up and lets the checks judge again.
+ */
+static void
+admin_drain(struct lg_admin *a, struct evhttp_request *req, const char *name, bool drain)
+{
+    struct lg_fleet *f = lg_gateway_fleet(a->gw);
+    struct lg_backend *b = NULL;
+    int h;
+
+    for (size_t i = 0; i < f->nbackends && b == NULL; i++) {
+        if (strcmp(f->backends[i]->name, name) == 0) {
+            b = f->backends[i];
+        }
+    }
+    if (b == NULL) {
+        lg_fleet_unref(f);
+        admin_error(req, 404, "Not Found", "no backend of that name in the fleet in force");
+        return;
+    }
+    h = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+    if (drain) {
+        while (h != LG_BACKEND_DRAINING
+               && !__atomic_compare_exchange_n(&b->health, &h, LG_BACKEND_DRAINING, false,
+                                               __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    } else if (h == LG_BACKEND_DRAINING) {
+        __atomic_compare_exchange_n(&b->health, &h, LG_BACKEND_UP, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+    LG_INFO("admin: backend %s %s (%u requests in flight)", b->name,
+            drain ? "drained" : "undrained", lg_backend_inflight(b));
+    h = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+    admin_reply_json(req, 200, "OK",
+                     json_pack("{s:s, s:s, s:i}", "name", b->name, "health", admin_health_names[h],
+                               "in_flight", lg_backend_inflight(b)));
+    lg_fleet_unref(f);
+}
+
+/* "/admin/backends/NAME/ACTION": NAME is percent-decoded. */
+static bool
+admin_backend_action(struct lg_admin *a, struct evhttp_request *req, const char *path)
+{
+    const char *rest = path + strlen("/admin/backends/");
+    const char *slash = strrchr(rest, '/');
+    char *enc;
+    char *name;
+    bool drain;
+
+    if (slash == NULL || slash == rest) {
+        return false;
+    }
+    if (strcmp(slash, "/drain") == 0) {
+        drain = true;
+    } else if (strcmp(slash, "/undrain") == 0) {
+        drain = false;
+    } else {
+        return false;
+    }
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+        admin_error(req, 405, "Method Not Allowed", "use POST");
+        return true;
+    }
+    enc = lg_xstrndup(rest, (size_t)(slash - rest));
+    name = evhttp_uridecode(enc, 0, NULL);
+    admin_drain(a, req, name != NULL ? name : enc, drain);
+    free(name);
+    free(enc);
+    return true;
+}
+
 /* ---- /admin/reload ------------------------------------------------------------------ */
 
 static void
@@ -195,6 +272,18 @@ admin_reload(struct lg_admin *a, struct evhttp_request *req)
     lg_reload_result_free(&res);
 }
 
+/* ---- /metrics ---------------------------------------------------------------------------- */
+
+static void
+admin_metrics(struct lg_admin *a, struct evhttp_request *req)
+{
+    struct evbuffer *body = evbuffer_new();
+
+    lg_metrics_render(a->gw, body);
+    admin_reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", body);
+    evbuffer_free(body);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 static void
@@ -209,7 +298,8 @@ admin_on_request(struct evhttp_request *req, void *arg)
         admin_error(req, 400, "Bad Request", "no path");
         return;
     }
-    if (strncmp(path, "/admin/", 7) == 0 && !admin_authorized(a, req)) {
+    if ((strncmp(path, "/admin/", 7) == 0 || strcmp(path, "/metrics") == 0)
+        && !admin_authorized(a, req)) {
         return;
     }
     if (strcmp(path, "/admin/backends") == 0) {
@@ -218,13 +308,19 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_backends(a, req);
+    } else if (strcmp(path, "/metrics") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_metrics(a, req);
     } else if (strcmp(path, "/admin/reload") == 0) {
         if (cmd != EVHTTP_REQ_POST) {
             admin_error(req, 405, "Method Not Allowed", "use POST");
             return;
         }
         admin_reload(a, req);
-    } else {
+    } else if (strncmp(path, "/admin/backends/", 16) != 0 || !admin_backend_action(a, req, path)) {
         admin_error(req, 404, "Not Found", "no such admin endpoint");
     }
 }
