@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "lg_core.h"
+#include "stats.h"
 
 struct lg_upstream_pool;
 
@@ -55,6 +56,7 @@ struct lg_backend {
     uint64_t retry_after_until_ns;  /* atomic: honour Retry-After until then */
     uint64_t warn_ratelimit_ns;     /* for lg_log_ratelimit() */
     struct lg_backend_stats stats;  /* atomic fields */
+    struct lg_backend_metrics metrics; /* atomic: histograms and tokens (stats.c) */
 
     pthread_mutex_t lock;           /* guards what follows */
     uint32_t consecutive_failures;

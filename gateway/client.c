@@ -26,6 +26,7 @@
 #include "client.h"
 #include "config.h"
 #include "proxy.h"
+#include "stats.h"
 #include "worker.h"
 
 static void client_parse(struct lg_client *c);
@@ -264,6 +265,7 @@ client_log(struct lg_client *c)
     __atomic_fetch_add(&c->w->stats.bytes_in, req->head_bytes + req->body_bytes,
                        __ATOMIC_RELAXED);
     __atomic_fetch_add(&c->w->stats.bytes_out, req->bytes_out, __ATOMIC_RELAXED);
+    lg_stats_request_done(c);
     lg_accesslog_write(c->w->alog, c);
 }
 

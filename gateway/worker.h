@@ -14,6 +14,7 @@
 #include <sys/queue.h>
 
 #include "lg_core.h"
+#include "stats.h"
 
 struct event;
 struct event_base;
@@ -65,6 +66,7 @@ struct lg_worker {
     double retry_tokens;          /* retry budget (proxy.c) */
     uint64_t retry_refill_ns;
     struct lg_worker_stats stats; /* atomic reads from other threads */
+    struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
 };
 
 struct lg_gateway {
