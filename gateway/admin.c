@@ -27,8 +27,10 @@
 
 #include "backend.h"
 #include "config.h"
+#include "lg_version.h"
 #include "metrics.h"
 #include "reload.h"
+#include "statuspage.h"
 #include "worker.h"
 
 #define ADMIN_MAX_BODY    (64 * 1024)
@@ -41,6 +43,7 @@ struct lg_admin {
     struct event_base *base; /* owned */
     struct evhttp *http;     /* owned */
     pthread_t thread;
+    uint64_t started_ns; /* monotonic, for uptime */
 };
 
 static const char *const admin_health_names[] = {
@@ -136,8 +139,20 @@ admin_backend_json(const struct lg_backend *b)
                                         ? admin_health_names[health]
                                         : "unknown"));
     json_object_set_new(o, "in_flight", json_integer(lg_backend_inflight(b)));
-    json_object_set_new(o, "requests", json_integer((json_int_t)LG_STAT_GET(b, requests)));
+    json_object_set_new(o, "attempts", json_integer((json_int_t)LG_STAT_GET(b, requests)));
+    json_object_set_new(
+        o, "requests",
+        json_integer((json_int_t)__atomic_load_n(&b->metrics.requests, __ATOMIC_RELAXED)));
     json_object_set_new(o, "responses", resp);
+    json_object_set_new(
+        o, "ttft_count",
+        json_integer((json_int_t)__atomic_load_n(&b->metrics.ttft.count, __ATOMIC_RELAXED)));
+    json_object_set_new(
+        o, "ttft_sum_s",
+        json_real((double)__atomic_load_n(&b->metrics.ttft.sum_us, __ATOMIC_RELAXED) / 1e6));
+    json_object_set_new(
+        o, "completion_tokens",
+        json_integer((json_int_t)__atomic_load_n(&b->metrics.completion_tokens, __ATOMIC_RELAXED)));
     json_object_set_new(o, "retries", json_integer((json_int_t)LG_STAT_GET(b, retries)));
     json_object_set_new(o, "connect_failures",
                         json_integer((json_int_t)LG_STAT_GET(b, connect_failures)));
@@ -162,7 +177,10 @@ admin_backends(struct lg_admin *a, struct evhttp_request *req)
     lg_fleet_unref(f);
     admin_reply_json(
         req, 200, "OK",
-        json_pack("{s:I, s:o}", "generation", (json_int_t)rs.generation, "backends", list));
+        json_pack("{s:s, s:I, s:i, s:i, s:b, s:I, s:o}", "version", LG_VERSION, "generation",
+                  (json_int_t)rs.generation, "workers", (int)a->gw->nworkers, "connections",
+                  (int)lg_gateway_clients(a->gw), "draining", a->gw->draining, "uptime_s",
+                  (json_int_t)((lg_now_ns() - a->started_ns) / LG_NS_PER_S), "backends", list));
 }
 
 /* ---- /admin/backends/NAME/drain, /undrain ------------------------------------------------ */
@@ -308,6 +326,12 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_backends(a, req);
+    } else if (strcmp(path, "/") == 0 || strcmp(path, "/status") == 0) {
+        struct evbuffer *body = evbuffer_new();
+
+        evbuffer_add_reference(body, lg_status_page, strlen(lg_status_page), NULL, NULL);
+        admin_reply(req, 200, "OK", "text/html; charset=utf-8", body);
+        evbuffer_free(body);
     } else if (strcmp(path, "/metrics") == 0) {
         if (!get) {
             admin_error(req, 405, "Method Not Allowed", "use GET");
@@ -376,6 +400,7 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
     }
     a = lg_xcalloc(1, sizeof(*a));
     a->gw = gw;
+    a->started_ns = lg_now_ns();
     a->base = event_base_new();
     a->http = a->base != NULL ? evhttp_new(a->base) : NULL;
     if (a->http == NULL || evhttp_accept_socket_with_handle(a->http, fd) == NULL) {
