@@ -6,7 +6,7 @@
 set -eu
 
 pkgs="build-essential cmake pkg-config libevent-dev libssl-dev libjansson-dev node-llhttp
-      python3 curl ca-certificates nodejs npm openssl dnsmasq-base"
+      python3 curl ca-certificates nodejs npm openssl dnsmasq-base chromium"
 if [ "${1:-}" = "--bench" ]; then
     pkgs="$pkgs nginx-light haproxy wrk nghttp2-client gnuplot-nox"
 fi
