@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import unittest
+import urllib.parse
 
 import harness
 from harness import Harness, chat_body, http_request, post_json, wait_until
@@ -205,6 +206,11 @@ class DiscoveryTest(Harness):
         self.wait_fleet(ADDRS[2:], mark)
         status, h, _, _ = post_json(port, "/v1/chat/completions", chat_body())
         self.assertEqual((status, h["x-llmsim-replica"]), (200, "r4"))
+        # the admin API takes discovered names, percent-encoded
+        name = urllib.parse.quote("vllm@127.0.0.4:%d" % self.sim_port, safe="")
+        status, _, obj, _ = post_json(self.admin, "/admin/backends/%s/drain" % name, {})
+        self.assertEqual((status, obj["health"]), (200, "draining"))
+        self.assertEqual(post_json(port, "/v1/chat/completions", chat_body())[0], 503)
         self.stop_gateway()
 
 

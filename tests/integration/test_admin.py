@@ -1,0 +1,100 @@
+"""The admin API: listing backends, draining and undraining one.
+
+Drained: no new request goes to it, the stream running on it finishes,
+and it stays drained across a reload that keeps it; undrained: it takes
+traffic again.
+"""
+
+import json
+import signal
+import urllib.parse
+
+import harness
+from harness import Harness, chat_body, http_request, post_json
+
+FAST = ["--decode-ms", "3", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+
+
+class AdminTest(Harness):
+
+    def setUp(self):
+        super().setUp()
+        backends = []
+        for n in ("r1", "r2"):
+            _, port = self.start_llmsim(n, args=FAST)
+            backends.append({"name": n, "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
+        conf = self.base_config(backends, admin="127.0.0.1:0")
+        self.gw, self.port = self.start_gateway(conf)
+        self.admin = int(self.gw.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+    def backends(self):
+        status, _, data = http_request(self.admin, "GET", "/admin/backends")
+        self.assertEqual(status, 200)
+        return {b["name"]: b for b in json.loads(data)["backends"]}
+
+    def action(self, name, what):
+        status, _, obj, _ = post_json(self.admin, "/admin/backends/%s/%s"
+                                      % (urllib.parse.quote(name, safe=""), what), {})
+        return status, obj
+
+    def replicas(self, n=8):
+        got = set()
+        for _ in range(n):
+            status, h, _, _ = post_json(self.port, "/v1/chat/completions", chat_body(max_tokens=2))
+            self.assertEqual(status, 200)
+            got.add(h["x-llmsim-replica"])
+        return got
+
+    def test_list(self):
+        b = self.backends()
+        self.assertEqual(sorted(b), ["r1", "r2"])
+        self.assertEqual(b["r1"]["health"], "up")
+        self.assertEqual(b["r1"]["models"], ["m"])
+        self.assertEqual(b["r1"]["in_flight"], 0)
+        self.replicas(4)
+        b = self.backends()
+        self.assertEqual(b["r1"]["requests"] + b["r2"]["requests"], 4)
+        self.assertEqual(b["r1"]["responses"]["2xx"] + b["r2"]["responses"]["2xx"], 4)
+
+    def test_drain_and_undrain(self):
+        stream = self.stream(self.port, "POST", "/v1/chat/completions",
+                             chat_body(stream=True, max_tokens=300))
+        self.assertEqual(stream.read_head(10), 200)
+        self.assertIsNotNone(stream.next_event(10))
+        victim = stream.headers["x-llmsim-replica"]
+        other = "r2" if victim == "r1" else "r1"
+        status, obj = self.action(victim, "drain")
+        self.assertEqual((status, obj["health"], obj["in_flight"]), (200, "draining", 1))
+        self.assertEqual(self.replicas(), {other})
+        stream.read_all(30)
+        self.assertEqual(stream.ended, "complete")
+        self.assertEqual(stream.events[-1][1], "[DONE]")
+        # a reload keeps the backend, and its drained state
+        mark = len(self.gw.lines)
+        self.gw.signal(signal.SIGHUP)
+        self.gw.wait_for(r"configuration reloaded", start=mark)
+        self.assertEqual(self.backends()[victim]["health"], "draining")
+        self.assertEqual(self.replicas(), {other})
+        status, obj = self.action(victim, "undrain")
+        self.assertEqual((status, obj["health"]), (200, "up"))
+        self.assertEqual(self.replicas(), {"r1", "r2"})
+        # draining every backend: 503, not a failure upstream
+        self.action("r1", "drain")
+        self.action("r2", "drain")
+        status, _, obj, _ = post_json(self.port, "/v1/chat/completions", chat_body())
+        self.assertEqual(status, 503)
+        self.assertEqual(obj["error"]["code"], "no_backend_available")
+
+    def test_errors(self):
+        self.assertEqual(self.action("nope", "drain")[0], 404)
+        self.assertEqual(http_request(self.admin, "GET", "/admin/backends/r1/drain")[0], 405)
+        self.assertEqual(http_request(self.admin, "GET", "/admin/reload")[0], 405)
+        self.assertEqual(http_request(self.admin, "POST", "/admin/backends", body=b"{}")[0], 405)
+        self.assertEqual(http_request(self.admin, "GET", "/admin/nothing")[0], 404)
+        self.assertEqual(self.action("r1", "explode")[0], 404)
+        status, _, data = http_request(self.admin, "GET", "/admin/backends")
+        self.assertEqual(json.loads(data)["backends"][0]["health"], "up")
+
+
+if __name__ == "__main__":
+    harness.main()
