@@ -96,12 +96,15 @@ class ContainerTest(Harness):
         super().setUp()
         self.project = "lgct%d" % os.getpid()
         self.port = free_port()
-        self.env = dict(os.environ, LLMGATE_PORT=str(self.port))
+        self.admin = free_port()
+        self.env = dict(os.environ, LLMGATE_PORT=str(self.port), LLMGATE_ADMIN_PORT=str(self.admin))
         self.compose = ["podman-compose", "-p", self.project, "-f",
                         os.path.join(harness.SRC, "docker", "compose.cpu.yaml")]
         self.addCleanup(self.down)
         t0 = time.monotonic()
-        run(self.compose + ["up", "-d", "--no-build"], env=self.env, timeout=300)
+        # the services by name: podman-compose 1.0 would start the optional profiles too
+        run(self.compose + ["up", "-d", "--no-build", "sim-1", "sim-2", "sim-3", "llmgate"],
+            env=self.env, timeout=300)
         self.gw = "%s_llmgate_1" % self.project
         # the gateway answers through the published port once it loaded its config
         wait_until(self.healthy, timeout=60, interval=0.25, what="the containerised gateway")
@@ -148,6 +151,15 @@ class ContainerTest(Harness):
         summary = json.loads(out[out.index("{"):])
         self.assertEqual(summary["ok"], 60, summary)
         self.assertEqual(set(summary["replicas"]), {"sim-1", "sim-2", "sim-3"}, summary)
+
+        # metrics through the published admin port, with the compose file's token
+        status, _, data = http_request(self.admin, "GET", "/metrics",
+                                       headers={"Authorization": "Bearer llmgate-demo-token"})
+        self.assertEqual(status, 200)
+        s = harness.parse_prometheus(data.decode())
+        self.assertEqual(harness.metric(s, "llmgate_backends"), 3)
+        self.assertEqual(harness.metric(s, "llmgate_backend_requests_total"), 61)
+        self.assertEqual(harness.metric(s, "llmgate_backend_state", state="up"), 3)
 
         # the image's HEALTHCHECK (llmgate --probe with the mounted config), the user
         rc, out, _ = run(["podman", "healthcheck", "run", self.gw], check=False)
