@@ -84,6 +84,10 @@ class AdminTest(Harness):
         status, _, obj, _ = post_json(self.port, "/v1/chat/completions", chat_body())
         self.assertEqual(status, 503)
         self.assertEqual(obj["error"]["code"], "no_backend_available")
+        # SIGTERM: a clean exit (under ASan: no leak, no error)
+        self.gw.signal(signal.SIGTERM)
+        self.assertEqual(self.gw.wait(30), 0, self.gw.output()[-3000:])
+        self.assertNotIn("Sanitizer", self.gw.output())
 
     def test_errors(self):
         self.assertEqual(self.action("nope", "drain")[0], 404)
