@@ -25,9 +25,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = lg_config_load_buffer_flags((const char *)data, size, "f.json", LG_CONFIG_F_NO_RESOLVE, &c,
                                      &errs);
     if (rc == LG_OK) {
-        if (c == NULL || errs.n != 0 || c->nlisten == 0 || c->nbackends == 0 || c->workers == 0
-            || c->routing.policy == NULL) {
+        if (c == NULL || errs.n != 0 || c->nlisten == 0 || c->nbackends + c->ntemplates == 0
+            || c->workers == 0 || c->routing.policy == NULL) {
             abort();
+        }
+        for (size_t i = 0; i < c->ntemplates; i++) {
+            if (c->templates[i].discover.dns == NULL || c->templates[i].discover.port == 0
+                || c->templates[i].url != NULL) {
+                abort();
+            }
         }
         for (size_t i = 0; i < c->nbackends; i++) {
             if (c->backends[i].nmodels == 0 || c->backends[i].models[c->backends[i].nmodels]
