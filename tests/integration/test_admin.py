@@ -23,7 +23,7 @@ class AdminTest(Harness):
         for n in ("r1", "r2"):
             _, port = self.start_llmsim(n, args=FAST)
             backends.append({"name": n, "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
-        conf = self.base_config(backends, admin="127.0.0.1:0")
+        conf = self.base_config(backends, admin="127.0.0.1:0", health={"slow_start": 0})
         self.gw, self.port = self.start_gateway(conf)
         self.admin = int(self.gw.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
 

@@ -113,6 +113,7 @@ class DiscoveryTest(Harness):
                                            "interval": interval},
               "models": ["m"]}],
             discovery={"nameserver": "127.0.0.1:%d" % self.dns_port, "timeout": "300ms"},
+            health={"slow_start": 0},
             admin={"listen": "127.0.0.1:0"}, access_log=self.path("access.log"))
         proc, port = self.start_gateway(conf)
         m = proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+) .*backends=(\d+)")

@@ -42,11 +42,15 @@ class ReloadTest(Harness):
             _, port = self.start_llmsim(name, args=FAST)
             self.sims[name] = port
 
-    def conf(self, names, **extra):
+    def conf(self, names, slow_start=0, **extra):
+        """A backend that joins takes its full share at once (slow_start 0) unless said:
+        the tests check which replicas serve right after a reload."""
         backends = [{"name": n, "url": "http://127.0.0.1:%d" % self.sims[n], "models": ["m"]}
                     for n in names]
         conf = self.base_config(backends, access_log=self.path("access.log"),
                                 admin={"listen": "127.0.0.1:0"})
+        if slow_start is not None:
+            conf["health"] = {"slow_start": slow_start}
         conf.update(extra)
         return conf
 
@@ -58,8 +62,8 @@ class ReloadTest(Harness):
             f.write(raw if raw is not None else json.dumps(conf, indent=2))
         os.replace(tmp, path)
 
-    def gateway(self, names):
-        proc, port = self.start_gateway(self.conf(names))
+    def gateway(self, names, **kw):
+        proc, port = self.start_gateway(self.conf(names, **kw))
         m = proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)")
         self.gw = proc
         self.admin = int(m.group(1))
@@ -95,7 +99,8 @@ class ReloadTest(Harness):
     def test_ten_reloads_under_streaming_load(self):
         """llmload streams at a steady rate through ten reloads that add and
         remove backends: not one request fails or is cut."""
-        _, port = self.gateway(["r1", "r2"])
+        # joining backends ramp up as configured by default (slow start)
+        _, port = self.gateway(["r1", "r2"], slow_start=None)
         out = self.path("load.json")
         load = subprocess.Popen(
             [harness.binary("llmload"), "--url", "http://127.0.0.1:%d" % port, "--model", "m",
@@ -110,7 +115,7 @@ class ReloadTest(Harness):
             removed = [n for n in self.sims if n not in names]
             before = {n: sim_state(self.sims[n])["running"] for n in removed}
             inflight_at_reload.append(sum(before.values()))
-            m = self.reload(self.conf(names))
+            m = self.reload(self.conf(names, slow_start=None))
             gens.append(int(m.group(1)))
             time.sleep(1.0)
         rc = load.wait(60)
