@@ -48,6 +48,8 @@ class ProxyTest(Harness):
     def gateway(self, ports, **extra):
         backends = [{"name": "r%d" % (i + 1), "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
                     for i, p in enumerate(ports)]
+        # no scrapes or health checks: these cases count what reaches the replica
+        extra.setdefault("health", {"scrape_interval": 0, "interval": "1h"})
         conf = self.base_config(backends, access_log=self.path("access.log"), **extra)
         proc, port = self.start_gateway(conf)
         return proc, port
