@@ -274,7 +274,7 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
     pthread_mutex_unlock(&b->lock);
 }
 
-/* ---- requests awaiting a first token ------------------------------------ */
+/* ---- request counts with ages -------------------------------------------- */
 
 /*
  * One 64-bit word holds the count (low 14 bits) and the sum of the dispatch
@@ -306,31 +306,32 @@ pending_ms(uint64_t t_ns)
 }
 
 bool
-lg_backend_pending_add(struct lg_backend *b, uint64_t t_ns)
+lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
 {
     uint64_t add = (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1;
-    uint64_t w = __atomic_load_n(&b->pending_word, __ATOMIC_RELAXED);
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
 
     do {
         if ((w & PENDING_COUNT_MAX) == PENDING_COUNT_MAX) {
             return false;
         }
-    } while (!__atomic_compare_exchange_n(&b->pending_word, &w, w + add, true, __ATOMIC_RELAXED,
+    } while (!__atomic_compare_exchange_n(&b->ages[which], &w, w + add, true, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
     return true;
 }
 
 void
-lg_backend_pending_del(struct lg_backend *b, uint64_t t_ns)
+lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
 {
-    __atomic_fetch_sub(&b->pending_word, (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
+    __atomic_fetch_sub(&b->ages[which], (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
                        __ATOMIC_RELAXED);
 }
 
 uint32_t
-lg_backend_pending(const struct lg_backend *b, uint64_t now_ns, double *mean_age_ms)
+lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                double *mean_age_ms)
 {
-    uint64_t w = __atomic_load_n(&b->pending_word, __ATOMIC_RELAXED);
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
     uint32_t n = (uint32_t)(w & PENDING_COUNT_MAX);
     double mean, now = (double)pending_ms(now_ns);
 
@@ -444,9 +445,21 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->foreign = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
                                      scrape_interval_ns);
     v->load = v->inflight + v->foreign;
-    v->capacity = eng.capacity;
+    if (eng.capacity_confirmed > 0) {
+        v->capacity = eng.capacity;
+    } else if (prior->slots > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* never seen full: assume the slots its siblings have (replicas of a
+         * model usually run the same engine settings) */
+        v->capacity = LG_MAX(eng.capacity, prior->slots);
+    } else if (eng.capacity > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* it ran that many without a queue: one more slot may exist */
+        v->capacity = eng.capacity + 0.5;
+    }
     v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
-    v->pending = lg_backend_pending(b, now_ns, &v->pending_age_ms);
+    v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
+    lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;
     }
@@ -511,7 +524,8 @@ fleet_index_models(struct lg_fleet *f)
                 m->prior = (struct lg_est_prior){ .fixed_ms = LG_EST_DEFAULT_FIXED_MS,
                                                   .ms_per_kib = LG_EST_DEFAULT_MS_PER_KIB,
                                                   .itl_ms = LG_EST_DEFAULT_ITL_MS,
-                                                  .hold_ms = LG_EST_DEFAULT_HOLD_MS };
+                                                  .hold_ms = LG_EST_DEFAULT_HOLD_MS,
+                                                  .slots = 0 };
             }
             m->backends[m->n++] = b;
         }

@@ -48,7 +48,7 @@ struct lg_backend_engine {
     uint64_t t_ns;               /* when scraped (monotonic); 0 = never */
     uint32_t inflight_at_scrape; /* this gateway's in-flight then */
     int32_t flavor;              /* enum lg_engine_flavor detected or configured */
-    double capacity;             /* slots: running seen while requests waited; else the
+    double capacity;             /* slots: running seen while a queue lasted; else the
                                      most seen running; 0 = unknown */
     double capacity_confirmed;   /* 1 when seen with a queue (exact), else 0 */
 };
@@ -78,8 +78,8 @@ struct lg_backend {
     int refcnt;                  /* atomic: fleets and in-flight requests */
 
     uint32_t inflight;             /* atomic: requests dispatched and not finished */
-    uint64_t pending_word;         /* atomic: requests awaiting a first token, packed
-                                       (see backend.c, pending_*) */
+    uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
+                                      packed (see backend.c, ages_*) */
     int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */
     uint64_t retry_after_until_ns; /* atomic: honour Retry-After until then */
     uint64_t eject_until_ns;       /* atomic: passive ejection; 0 = not ejected; once
@@ -192,14 +192,20 @@ void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *h
                             uint64_t retry_after_ns, unsigned flags);
 
 /*
- * Requests awaiting their first token: counted from dispatch until the
- * first token or the end of the attempt, with their mean age, lock-free.
- * lg_backend_pending_add() returns false (and counts nothing) when the
- * counter is full; pass the same t_ns to lg_backend_pending_del().
+ * Requests of this gateway on b and their mean age, lock-free: those
+ * awaiting their first token (from dispatch to the first token or the end of
+ * the attempt), and all in flight. lg_backend_ages_add() returns false (and
+ * counts nothing) when the counter is full; pass the same t_ns to
+ * lg_backend_ages_del().
  */
-bool lg_backend_pending_add(struct lg_backend *b, uint64_t t_ns);
-void lg_backend_pending_del(struct lg_backend *b, uint64_t t_ns);
-uint32_t lg_backend_pending(const struct lg_backend *b, uint64_t now_ns, double *mean_age_ms);
+enum lg_backend_ages {
+    LG_BACKEND_AGES_PENDING = 0,
+    LG_BACKEND_AGES_INFLIGHT,
+};
+bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                         double *mean_age_ms);
 
 /*
  * Learning (any worker thread): a first token `ttft_ms` after dispatch for

@@ -53,6 +53,7 @@ enum lg_client_state {
 #define LG_REQ_F_ENCHUNK     (1u << 12) /* close-delimited upstream body re-framed as chunks */
 #define LG_REQ_F_TOKEN_WAIT  (1u << 13) /* counted in the backend's awaiting-first-token */
 #define LG_REQ_F_PROBE       (1u << 14) /* the attempt holds the backend's half-open probe */
+#define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
 
 struct lg_request {
     uint32_t flags;

@@ -214,9 +214,9 @@ lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrap
 }
 
 double
-lg_est_queue_wait_ms(double load, double capacity, double hold_ms)
+lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms)
 {
-    double excess;
+    double excess, first;
 
     if (capacity < 1) {
         capacity = 1;
@@ -225,5 +225,12 @@ lg_est_queue_wait_ms(double load, double capacity, double hold_ms)
     if (excess <= 0 || hold_ms <= 0) {
         return 0;
     }
-    return excess * hold_ms / capacity;
+    first = hold_ms / (capacity + 1);
+    if (mean_age_ms >= 0 && mean_age_ms < hold_ms / 2) {
+        first += hold_ms / 2 - mean_age_ms;
+    }
+    if (excess < 1) {
+        first *= excess; /* a fraction of a request ahead (foreign load) */
+    }
+    return first + (excess > 1 ? (excess - 1) * hold_ms / capacity : 0);
 }

@@ -44,7 +44,7 @@
 /* Peak-EWMA on the ratio: share of an upward step taken at once, half-life of its decay. */
 #define LG_EST_PEAK_UP          0.5
 #define LG_EST_PEAK_HALF_LIFE_S 5.0
-#define LG_EST_PEAK_MAX         50.0
+#define LG_EST_PEAK_MAX         8.0 /* one sample moves it at most this far */
 /* Decayed means (inter-token gap, hold time, errors). */
 #define LG_EST_MEAN_HALF_LIFE_S  5.0
 #define LG_EST_MEAN_PRIOR_WEIGHT 1.0
@@ -55,6 +55,7 @@ struct lg_est_prior {
     double ms_per_kib; /* added per KiB of prompt */
     double itl_ms;     /* inter-token gap */
     double hold_ms;    /* time a request holds an engine slot */
+    double slots;      /* engine slots, where confirmed by a queue; 0 = none known */
 };
 
 /* Defaults before any backend of the model has answered. */
@@ -134,8 +135,13 @@ double lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_a
  * Expected queueing before a new request starts on an engine that runs
  * `capacity` requests at once, each holding its slot `hold_ms` on average,
  * with `load` requests already there: the new one waits for
- * load + 1 - capacity departures, which come capacity / hold_ms at a time.
+ * load + 1 - capacity departures. Departures come hold/capacity apart; the
+ * first one comes hold/(capacity+1) after an arbitrary moment when the
+ * requests running are of all ages, later when they are younger than that:
+ * `mean_age_ms` (< 0: unknown) is the mean age of the requests there, and
+ * each millisecond it falls short of hold/2 (a batch refilled at once after
+ * a burst) delays the first departure by as much.
  */
-double lg_est_queue_wait_ms(double load, double capacity, double hold_ms);
+double lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms);
 
 #endif /* LG_ESTIMATE_H */

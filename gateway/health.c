@@ -143,8 +143,25 @@ health_on_check_timer(evutil_socket_t fd, short what, void *arg)
 
 void
 lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
-                      uint64_t now_ns, uint32_t inflight)
+                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns)
 {
+    /*
+     * A request waits a moment for the engine's next step even when a slot
+     * is free, so one scrape with a queue proves nothing; a queue on two
+     * scrapes in a row means the engine is full at the count running.
+     */
+    bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
+                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns;
+
+    if (queued) {
+        double full = 0.5 * (s->running + e->running);
+
+        e->capacity = e->capacity_confirmed > 0 ? 0.5 * e->capacity + 0.5 * full : full;
+        e->capacity_confirmed = 1;
+    }
+    if (s->running > e->capacity) {
+        e->capacity = s->running; /* at least this many run at once */
+    }
     e->waiting = s->waiting;
     e->running = s->running;
     e->kv_usage = s->kv_usage;
@@ -152,15 +169,6 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
     e->inflight_at_scrape = inflight;
     if (s->flavor != LG_ENGINE_AUTO) {
         e->flavor = (int32_t)s->flavor;
-    }
-    if (s->running > 0 && s->waiting > 0) {
-        /* requests wait while these run: the engine is full at this count;
-         * average with what was seen before (KV-bound engines vary a bit) */
-        e->capacity =
-            e->capacity_confirmed > 0 ? 0.5 * e->capacity + 0.5 * s->running : (double)s->running;
-        e->capacity_confirmed = 1;
-    } else if (s->running > e->capacity) {
-        e->capacity = s->running; /* at least this many run at once */
     }
 }
 
@@ -197,7 +205,8 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         LG_INFO("backend %s: engine metrics look like %s", b->name,
                 lg_engine_flavor_name(s.flavor));
     }
-    lg_health_fold_sample(&t->eng, &s, lg_now_ns(), lg_backend_inflight(b));
+    lg_health_fold_sample(&t->eng, &s, lg_now_ns(), lg_backend_inflight(b),
+                          t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS);
     lg_backend_publish_engine(b, &t->eng);
 }
 
@@ -242,14 +251,19 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
     for (size_t m = 0; m < f->nmodels; m++) {
         struct lg_model_route *r = &f->models[m];
         struct lg_est_prior p;
-        double fixed[64], slope[64], itl[64], hold[64];
-        size_t nf = 0, ni = 0, nh = 0;
+        double fixed[64], slope[64], itl[64], hold[64], slots[64];
+        size_t nf = 0, ni = 0, nh = 0, ns = 0;
 
         lg_route_read_prior(r, &p);
         for (size_t i = 0; i < r->n && i < 64; i++) {
             struct lg_backend_est est;
+            struct lg_backend_engine eng;
             struct lg_est_value v;
 
+            lg_backend_read_engine(r->backends[i], &eng);
+            if (eng.capacity_confirmed > 0) {
+                slots[ns++] = eng.capacity;
+            }
             lg_backend_read_est(r->backends[i], &est);
             lg_est_ttft_read(&est.ttft, now, &p, &v);
             if (v.samples >= 1) {
@@ -272,6 +286,9 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
         }
         if (nh > 0) {
             p.hold_ms = health_median(hold, nh);
+        }
+        if (ns > 0) {
+            p.slots = health_median(slots, ns);
         }
         lg_route_publish_prior(r, &p);
     }

@@ -292,7 +292,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
             size_t errlen)
 {
     struct ttft_state s = {
-        .slots = 1, .batch_weight = 0.5, .decode_weight = 0, .error_penalty = 2
+        .slots = 16, .batch_weight = 0.5, .decode_weight = 0, .error_penalty = 2
     };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
@@ -317,7 +317,8 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double kib = (double)req->prompt_bytes / 1024.0;
     double slots = v->capacity > 0 ? v->capacity : s->slots;
     double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
-    double wait = lg_est_queue_wait_ms(v->load, slots, v->hold_ms);
+    double wait =
+        lg_est_queue_wait_ms(v->load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(v->load, slots) / slots;
     double pred = service + wait + batch;
 

@@ -62,7 +62,7 @@ proxy_token_wait_end(struct lg_client *c)
 
     if (req->flags & LG_REQ_F_TOKEN_WAIT) {
         req->flags &= ~LG_REQ_F_TOKEN_WAIT;
-        lg_backend_pending_del(req->backend, req->t_dispatch);
+        lg_backend_ages_del(req->backend, LG_BACKEND_AGES_PENDING, req->t_dispatch);
     }
 }
 
@@ -81,6 +81,9 @@ proxy_first_token(struct lg_client *c)
     proxy_token_wait_end(c);
     if (req->backend == NULL || route == NULL || req->status < 200 || req->status >= 300) {
         return;
+    }
+    if (req->pick.queued) {
+        return; /* it waited for a slot: that says how busy, not how fast */
     }
     lg_route_read_prior(route, &prior);
     lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes,
@@ -227,6 +230,10 @@ proxy_end_attempt(struct lg_client *c, bool keep)
     }
     if (req->backend != NULL) {
         proxy_token_wait_end(c);
+        if (req->flags & LG_REQ_F_AGED) {
+            req->flags &= ~LG_REQ_F_AGED;
+            lg_backend_ages_del(req->backend, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch);
+        }
         if (req->flags & LG_REQ_F_PROBE) {
             req->flags &= ~LG_REQ_F_PROBE;
             lg_backend_release_probe(req->backend);
@@ -421,8 +428,11 @@ proxy_attempt(struct lg_client *c)
     if (req->pick.probe) {
         req->flags |= LG_REQ_F_PROBE;
     }
-    if (lg_backend_pending_add(b, req->t_dispatch)) {
+    if (lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, req->t_dispatch)) {
         req->flags |= LG_REQ_F_TOKEN_WAIT;
+    }
+    if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch)) {
+        req->flags |= LG_REQ_F_AGED;
     }
     req->t_connect = 0;
     req->t_first_byte = 0;

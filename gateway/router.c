@@ -517,6 +517,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->policy = r->policy;
     out->explain[0] = '\0';
     out->wait_ms = 0;
+    out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
     lg_route_read_prior(route, &prior);
@@ -589,8 +590,13 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->probe = (pk.v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
     out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
     if (pk.v[best].capacity > 0) {
-        out->wait_ms =
-            lg_est_queue_wait_ms(pk.v[best].load, pk.v[best].capacity, pk.v[best].hold_ms);
+        const struct lg_backend_view *w = &pk.v[best];
+
+        out->wait_ms = lg_est_queue_wait_ms(w->load, w->capacity, w->hold_ms,
+                                            w->inflight > 0 ? w->inflight_age_ms : -1);
+        /* with a guessed capacity, the last slot may not exist */
+        out->queued = pk.v[best].load + 1 + ((pk.v[best].flags & LG_VIEW_F_CAP_GUESS) ? 1 : 0)
+                      > pk.v[best].capacity;
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;

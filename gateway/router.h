@@ -40,6 +40,8 @@ struct lg_route_result {
     const char *policy;                   /* owned by the router: "ttft", "prefix_affinity+ttft" */
     const char *reason;                   /* static string */
     double wait_ms;                       /* queueing predicted for the winner (for learning) */
+    bool queued;                          /* the winner was (about) full: its TTFT measures
+                                             its queue more than its speed */
     uint32_t retry_after_ms;              /* on LG_EBUSY: when a backend may be back */
     bool probe;                           /* the winner is half-open: this is its probe */
     char explain[LG_ROUTE_EXPLAIN_BYTES]; /* JSON array of candidate score inputs */

@@ -203,12 +203,17 @@ test_foreign_load(void)
 static int
 test_queue_wait(void)
 {
-    LG_CHECK(lg_est_queue_wait_ms(0, 8, 1000) == 0);
-    LG_CHECK(lg_est_queue_wait_ms(6.5, 8, 1000) == 0);
-    LG_CHECK(lg_est_queue_wait_ms(7, 8, 1000) == 0);             /* the 8th slot is free */
-    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 1000), 125, 1e-9)); /* one departure */
-    LG_CHECK(near(lg_est_queue_wait_ms(15, 8, 1000), 1000, 1e-9));
-    LG_CHECK(near(lg_est_queue_wait_ms(3, 0, 100), 300, 1e-9)); /* unknown: one slot */
+    LG_CHECK(lg_est_queue_wait_ms(0, 8, 900, -1) == 0);
+    LG_CHECK(lg_est_queue_wait_ms(6.5, 8, 900, -1) == 0);
+    LG_CHECK(lg_est_queue_wait_ms(7, 8, 900, -1) == 0); /* the 8th slot is free */
+    /* full, ages unknown or spread: the first departure, then one per hold/8 */
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, -1), 100, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, 450), 100, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(10, 8, 900, -1), 100 + 2 * 112.5, 1e-9));
+    /* a batch refilled 50 ms ago: its first departure is far off */
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, 50), 500, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(7.5, 8, 900, -1), 50, 1e-9));         /* half a request */
+    LG_CHECK(near(lg_est_queue_wait_ms(3, 0, 100, -1), 50 + 2 * 100, 1e-9)); /* one slot */
     return 0;
 }
 

@@ -48,7 +48,8 @@ extern "C" {
  * History:
  *   1.0  first version.
  *   1.1  appended lg_route_info.prefix_len, and to lg_backend_view: load,
- *        foreign, capacity, hold_ms, pending, pending_age_ms, flags. With
+ *        foreign, capacity, hold_ms, pending, pending_age_ms, inflight_age_ms,
+ *        flags. With
  *        1.0 a policy could not tell how much of the prompt the prefix hash
  *        covers, nor queueing from the engine's running count, and each
  *        plugin would have blended stale scrapes with in-flight counts on
@@ -116,12 +117,14 @@ struct lg_backend_view {
     double hold_ms;            /* mean time a request holds a slot (TTFT + decode) */
     uint32_t pending;          /* requests of this gateway still awaiting a first token */
     double pending_age_ms;     /* their mean age */
+    double inflight_age_ms;    /* mean age of this gateway's requests in flight there */
     uint32_t flags;            /* LG_VIEW_F_* */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
 #define LG_VIEW_F_RAMPING   (1u << 1) /* in slow start (ramp < 1) */
 #define LG_VIEW_F_STALE     (1u << 2) /* engine_* are too old to count (or never scraped) */
+#define LG_VIEW_F_CAP_GUESS (1u << 3) /* capacity is inferred (never seen full), not measured */
 
 /* Services the host lends to plugins. */
 struct lg_host_api {
