@@ -59,7 +59,8 @@ policy_options(const char *text, const struct policy_opt *opts, size_t n, char *
             }
         }
         if (o == NULL) {
-            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (known:", key);
+            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (%s", key,
+                                          n ? "known:" : "this policy takes none");
 
             for (size_t i = 0; i < n && off < errlen; i++) {
                 off += (size_t)snprintf(err + off, errlen - off, " %s", opts[i].name);
