@@ -53,6 +53,9 @@ policy_options(const char *text, const struct policy_opt *opts, size_t n, char *
     json_object_foreach (root, key, v) {
         const struct policy_opt *o = NULL;
 
+        if (key[0] == '#') {
+            continue; /* a comment, as everywhere in the config */
+        }
         for (size_t i = 0; i < n; i++) {
             if (strcmp(opts[i].name, key) == 0) {
                 o = &opts[i];

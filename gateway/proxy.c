@@ -249,8 +249,8 @@ proxy_end_attempt(struct lg_client *c, bool keep)
  * budget_min tokens a second arrive regardless (spread over the workers); a
  * retry spends one. A fleet-wide outage thus costs at most ratio x traffic.
  */
-static bool
-proxy_take_retry_token(struct lg_client *c)
+static void
+proxy_retry_refill(struct lg_client *c, double earned)
 {
     struct lg_worker *w = c->w;
     const struct lg_retry_conf *rc = &proxy_conf(c)->routing.retry;
@@ -262,11 +262,20 @@ proxy_take_retry_token(struct lg_client *c)
         w->retry_tokens = cap;
     }
     w->retry_tokens += (double)(now - w->retry_refill_ns) / 1e9 * rc->budget_min
-                       / (double)w->gw->nworkers;
+                           / (double)w->gw->nworkers
+                       + earned * rc->budget_ratio;
     w->retry_refill_ns = now;
     if (w->retry_tokens > cap) {
         w->retry_tokens = cap;
     }
+}
+
+static bool
+proxy_take_retry_token(struct lg_client *c)
+{
+    struct lg_worker *w = c->w;
+
+    proxy_retry_refill(c, 0);
     if (w->retry_tokens < 1.0) {
         return false;
     }
@@ -874,6 +883,7 @@ lg_proxy_start(struct lg_client *c)
 
     req->fleet = lg_fleet_ref(c->w->fleet);
     conf = req->fleet->conf;
+    proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
     if (route == NULL) {
         lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
