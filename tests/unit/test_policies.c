@@ -280,6 +280,7 @@ test_ttft(void)
         LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
         LG_CHECK(cost[0] - cost[1] > 4000);
     }
+    dec.p->ops->destroy(dec.state);
     LG_CHECK(open_policy(&dec, "ttft", "{\"slots\": 0}") != 0); /* out of range */
     pol.p->ops->destroy(pol.state);
     return 0;
