@@ -51,8 +51,11 @@ struct lg_backend_conf {
     char *metrics_path;     /* default "/metrics" */
     char *health_path;      /* default "/health" */
     char *api_key;          /* sent as Authorization: Bearer to this backend; NULL: none */
-    struct sockaddr_storage addr; /* first address of host, resolved at load time */
+    struct sockaddr_storage addr; /* first address of host, resolved at load time; addrlen 0
+                                     if not resolved (LG_CONFIG_F_NO_RESOLVE) */
     socklen_t addrlen;
+    bool enabled;           /* "enabled": false backends are validated, then left out of
+                               backends[]: always true in a loaded config */
 };
 
 struct lg_timeouts_conf {
@@ -164,12 +167,26 @@ struct lg_config_errors {
  * in *out and returns LG_OK. On failure returns LG_EINVAL (or LG_EIO when the
  * file cannot be read) with every error found in errs; *out is untouched.
  * Resolves listen and backend addresses (numeric or via getaddrinfo).
+ * errs may be NULL; otherwise it starts zeroed (or freshly freed with
+ * lg_config_errors_free()) and errors are appended to it. I/O errors read
+ *   FILE: error: cannot read: REASON
+ * since they have no position.
  */
 int lg_config_load(const char *path, struct lg_config **out, struct lg_config_errors *errs);
 
 /* Same, from memory; `name` stands for the file name in messages. */
 int lg_config_load_buffer(const char *text, size_t len, const char *name, struct lg_config **out,
                           struct lg_config_errors *errs);
+
+/* Flags for lg_config_load_buffer_flags(). */
+#define LG_CONFIG_F_NO_RESOLVE (1u << 0) /* resolve numeric hosts only; names get addrlen 0 */
+
+/* Largest config file accepted, in bytes. */
+#define LG_CONFIG_MAX_BYTES (8u << 20)
+
+/* Same as lg_config_load_buffer() with LG_CONFIG_F_* flags (fuzzing, tools). */
+int lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsigned flags,
+                                struct lg_config **out, struct lg_config_errors *errs);
 
 struct lg_config *lg_config_ref(struct lg_config *conf);
 void lg_config_unref(struct lg_config *conf);
