@@ -37,9 +37,9 @@
 
 /* Half-life of TTFT samples in the fit: long enough to average the noise of
  * queueing, short enough that a recovered replica is re-learnt in < 30 s. */
-#define LG_EST_HALF_LIFE_S 10.0
+#define LG_EST_HALF_LIFE_S 5.0
 /* Weight of the prior line, in samples (split between x = 0 and x = LG_EST_PRIOR_X_KIB). */
-#define LG_EST_PRIOR_WEIGHT 2.0
+#define LG_EST_PRIOR_WEIGHT 4.0
 #define LG_EST_PRIOR_X_KIB  8.0
 /* Peak-EWMA on the ratio: share of an upward step taken at once, half-life of its decay. */
 #define LG_EST_PEAK_UP          0.5
