@@ -460,6 +460,11 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
     v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
     lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
+    if (v->pending > 0) {
+        double work = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
+
+        v->work_ahead_ms = LG_MAX(0.0, work - v->pending * v->pending_age_ms);
+    }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;
     }

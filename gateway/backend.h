@@ -78,6 +78,8 @@ struct lg_backend {
     int refcnt;                  /* atomic: fleets and in-flight requests */
 
     uint32_t inflight;             /* atomic: requests dispatched and not finished */
+    uint64_t pending_work_us;      /* atomic: predicted service TTFT of the requests
+                                      awaiting a first token, summed */
     uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
                                       packed (see backend.c, ages_*) */
     int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */

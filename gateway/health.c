@@ -143,7 +143,7 @@ health_on_check_timer(evutil_socket_t fd, short what, void *arg)
 
 void
 lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
-                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns)
+                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns, bool prefill_busy)
 {
     /*
      * A request waits a moment for the engine's next step even when a slot
@@ -151,7 +151,7 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
      * scrapes in a row means the engine is full at the count running.
      */
     bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
-                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns;
+                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy;
 
     if (queued) {
         double full = 0.5 * (s->running + e->running);
@@ -182,6 +182,10 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     const char *text;
     size_t len;
     int code = req ? evhttp_request_get_response_code(req) : 0;
+    uint64_t now, interval;
+    uint32_t pending;
+    double age_ms, work_ms;
+    bool busy;
     int rc;
 
     t->scraping = false;
@@ -205,8 +209,14 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         LG_INFO("backend %s: engine metrics look like %s", b->name,
                 lg_engine_flavor_name(s.flavor));
     }
-    lg_health_fold_sample(&t->eng, &s, lg_now_ns(), lg_backend_inflight(b),
-                          t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS);
+    now = lg_now_ns();
+    interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
+    /* a long prefill of ours in progress holds arrivals in the queue
+     * whatever the free slots: no capacity can be read from that queue */
+    pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now, &age_ms);
+    work_ms = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
+    busy = pending > 0 && work_ms - pending * age_ms > 2.0 * (double)interval / 1e6;
+    lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
     lg_backend_publish_engine(b, &t->eng);
 }
 

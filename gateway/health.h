@@ -34,10 +34,12 @@ void lg_health_stop(struct lg_health *h);
  * Folds one parsed scrape into a backend's engine state: counts, time, our
  * in-flight count at that time, and the capacity estimate (the running
  * count while requests waited on two scrapes in a row, interval_ns apart,
- * is the engine's slot count; otherwise the most seen running is only a
- * lower bound).
+ * is the engine's slot count, unless a long prefill of ours (prefill_busy)
+ * may be what holds them; otherwise the most seen running is only a lower
+ * bound).
  */
 void lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
-                           uint64_t now_ns, uint32_t inflight, uint64_t interval_ns);
+                           uint64_t now_ns, uint32_t inflight, uint64_t interval_ns,
+                           bool prefill_busy);
 
 #endif /* LG_HEALTH_H */

@@ -271,15 +271,21 @@ static const struct lg_plugin_desc p2c_desc = {
  * Predicted TTFT of this request on each candidate (shortest expected delay):
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
- *   wait    = max(0, load + 1 - slots) * hold / slots    (queueing behind the
- *             engine's full batch; load = our in-flight + others' from the
- *             engine's queue; slots from the engine's running count)
+ *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
+ *             slots, else the next departure plus hold/slots per request
+ *             more (lg_est_queue_wait_ms(); load = our in-flight + others'
+ *             from the engine's queue; slots from its running count)
+ *   ahead   = first-token work of the requests there still awaiting theirs,
+ *             minus what they have done (a long prompt being prefilled
+ *             stalls every request behind it)
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
- *   pred    = max(service + wait + batch, pending_age) * (1 + error_penalty * error_rate)
- *             (requests already waiting that long for a first token mean a
- *             new one will too: catches a stall before any sample arrives)
+ *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
+ *             * (1 + error_penalty * error_rate)
+ *             (requests waiting for a first token longer than predicted mean
+ *             a new one will wait at least as long: catches a stall before
+ *             any sample arrives)
  *   cost    = pred + decode_weight * max_tokens * itl
  *             (decode_weight > 0 lets long generations avoid a replica that
  *             starts fast but generates slowly)
@@ -324,10 +330,10 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double wait =
         lg_est_queue_wait_ms(v->load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(v->load, slots) / slots;
-    double pred = service + wait + batch;
+    double pred = service + wait + batch + v->work_ahead_ms;
 
-    if (v->pending > 0 && v->pending_age_ms > pred) {
-        pred = v->pending_age_ms;
+    if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
+        pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
     }
     pred *= 1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate));
     return pred + s->decode_weight * (double)req->max_tokens * v->itl_ms;

@@ -286,6 +286,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     router_put_num(o, "itl_ms", round(v->itl_ms * 10) / 10);
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
+        if (v->work_ahead_ms >= 1) {
+            router_put_num(o, "work_ahead_ms", round(v->work_ahead_ms));
+        }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
         router_put(o, ",\"half_open\":true");
@@ -517,6 +520,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->policy = r->policy;
     out->explain[0] = '\0';
     out->wait_ms = 0;
+    out->service_ms = 0;
     out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
@@ -589,6 +593,8 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->backend = pk.b[best];
     out->probe = (pk.v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
     out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
+    out->service_ms =
+        pk.v[best].ttft_fixed_ms + pk.v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
     if (pk.v[best].capacity > 0) {
         const struct lg_backend_view *w = &pk.v[best];
 

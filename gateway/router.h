@@ -40,6 +40,7 @@ struct lg_route_result {
     const char *policy;                   /* owned by the router: "ttft", "prefix_affinity+ttft" */
     const char *reason;                   /* static string */
     double wait_ms;                       /* queueing predicted for the winner (for learning) */
+    double service_ms;                    /* its predicted service TTFT for this request */
     bool queued;                          /* the winner was (about) full: its TTFT measures
                                              its queue more than its speed */
     uint32_t retry_after_ms;              /* on LG_EBUSY: when a backend may be back */

@@ -49,7 +49,7 @@ extern "C" {
  *   1.0  first version.
  *   1.1  appended lg_route_info.prefix_len, and to lg_backend_view: load,
  *        foreign, capacity, hold_ms, pending, pending_age_ms, inflight_age_ms,
- *        flags. With
+ *        work_ahead_ms, flags. With
  *        1.0 a policy could not tell how much of the prompt the prefix hash
  *        covers, nor queueing from the engine's running count, and each
  *        plugin would have blended stale scrapes with in-flight counts on
@@ -118,6 +118,9 @@ struct lg_backend_view {
     uint32_t pending;          /* requests of this gateway still awaiting a first token */
     double pending_age_ms;     /* their mean age */
     double inflight_age_ms;    /* mean age of this gateway's requests in flight there */
+    double work_ahead_ms;      /* first-token work still ahead there: the predicted service
+                                  TTFT of requests awaiting a first token, minus their ages
+                                  (a long prompt being prefilled delays everyone behind) */
     uint32_t flags;            /* LG_VIEW_F_* */
 };
 
