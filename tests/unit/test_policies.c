@@ -315,8 +315,8 @@ test_prefix_affinity(void)
     int o = pick(&pol, &r, &f, cost, &why);
     LG_CHECK_STR(why, "prefix_owner");
     for (size_t i = 0; i < f.n; i++) {
-        /* 75% of 8 KiB at the prior's 20 ms/KiB */
-        LG_CHECK(cost[i] == ((int)i == o ? 0 : 120));
+        /* 3 x 75% of 8 KiB at the prior's 20 ms/KiB */
+        LG_CHECK(cost[i] == ((int)i == o ? 0 : 360));
     }
     LG_CHECK(owner_of(&pol, &f, 0x1234567, false) == o);
 
@@ -357,7 +357,7 @@ test_prefix_affinity(void)
     }
     LG_CHECK(pick(&pol, &r, &f, cost, &why) != o);
     LG_CHECK_STR(why, "prefix_owner_overflow");
-    LG_CHECK(cost[o] == 120);
+    LG_CHECK(cost[o] == 360);
 
     /* no prefix: no opinion */
     r.prefix_hash = 0;
