@@ -302,7 +302,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
             size_t errlen)
 {
     struct ttft_state s = {
-        .slots = 16, .batch_weight = 1.0, .decode_weight = 0, .error_penalty = 2
+        .slots = 16, .batch_weight = 1.0, .decode_weight = 0.02, .error_penalty = 2
     };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },

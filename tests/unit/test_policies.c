@@ -215,7 +215,7 @@ test_ttft(void)
     slow->ttft_ms_per_kib = 80;
     slow->itl_ms = 60;
     slow->hold_ms = 4000;
-    LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"decode_weight\": 0}") == 0);
 
     /* idle: the fast one */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
