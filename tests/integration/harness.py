@@ -17,6 +17,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ import unittest
 SRC = os.environ.get("LG_SRC") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("LG_BUILD") or os.path.join(SRC, "build")
+PYTHON = sys.executable
 
 
 def binary(name):
@@ -103,6 +105,8 @@ class Proc:
                 pass
             self.p.wait(5)
         self._t.join(2)
+        if not self._t.is_alive() and self.p.stdout:
+            self.p.stdout.close()
 
     @property
     def pid(self):
@@ -132,16 +136,23 @@ class Harness(unittest.TestCase):
         self._tmpdir = tempfile.TemporaryDirectory(prefix="lgtest-")
         self.tmp = self._tmpdir.name
 
+    def run(self, result=None):
+        self._result = result
+        self._bad_before = len(result.failures) + len(result.errors) if result else 0
+        return super().run(result)
+
+    def _failed(self):
+        res = getattr(self, "_result", None)
+        if res is None:
+            return False
+        return len(res.failures) + len(res.errors) > self._bad_before
+
     def tearDown(self):
-        failed = False
-        outcome = getattr(self, "_outcome", None)
-        if outcome is not None:
-            errs = getattr(outcome, "errors", None)
-            if errs:
-                failed = any(e[1] for e in errs)
-            res = getattr(outcome, "result", None)
-            if res is not None and (res.failures or res.errors):
-                failed = True
+        # tearDown runs before the failure is recorded: check in a cleanup instead
+        self.addCleanup(self._dump_and_kill)
+
+    def _dump_and_kill(self):
+        failed = self._failed()
         for p in reversed(self.procs):
             p.kill()
             if failed or os.environ.get("LG_TEST_VERBOSE"):
@@ -155,6 +166,12 @@ class Harness(unittest.TestCase):
 
     def path(self, name):
         return os.path.join(self.tmp, name)
+
+    def stream(self, port, method, path, body=None, **kw):
+        """An HttpStream (see below) closed at the end of the test."""
+        s = HttpStream(port, method, path, body, **kw)
+        self.addCleanup(s.close)
+        return s
 
     # ---- simulated replicas and the gateway --------------------------------
 
@@ -253,6 +270,185 @@ def sse_events(body):
         if data:
             events.append("\n".join(data))
     return events
+
+
+class HttpStream:
+    """One HTTP/1.1 request on its own connection, its response read as it
+    arrives: the head, then the body (Content-Length or chunked), then the
+    SSE events in it, each stamped with time.monotonic() at the read that
+    completed it.
+
+    `ended` says how the body ended: "complete" (the last chunk or the whole
+    Content-Length arrived), "eof" (the peer closed before that) or "reset".
+    Reads raise socket.timeout when nothing arrives within `timeout`."""
+
+    def __init__(self, port, method, path, body=None, headers=None, timeout=30.0,
+                 host="127.0.0.1"):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        hdrs = {"Host": "%s:%d" % (host, port)}
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+            hdrs["Content-Length"] = str(len(body))
+        hdrs.update(headers or {})
+        req = "%s %s HTTP/1.1\r\n" % (method, path)
+        req += "".join("%s: %s\r\n" % kv for kv in hdrs.items()) + "\r\n"
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.t_sent = time.monotonic()
+        self.sock.sendall(req.encode() + (body or b""))
+        self.status = None
+        self.headers = {}
+        self.t_head = None
+        self.body = b""
+        self.events = []          # (t, data) of every event read so far
+        self.ended = None
+        self._buf = b""
+        self._chunked = False
+        self._left = None         # bytes left in the current chunk / the body
+        self._state = "size"      # chunked decoder: size, data, crlf, trailer
+        self._sse = b""
+        self._pending = []
+
+    def _end(self, how):
+        if self.ended is None:
+            self.ended = how
+        self.close()
+
+    def _recv(self, timeout=None):
+        if self.ended is not None:
+            return False
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            self._end("reset")
+            return False
+        if not data:
+            self._end("eof")
+            return False
+        self._buf += data
+        return True
+
+    def read_head(self, timeout=None):
+        """Reads the status line and headers (skipping 1xx); returns the status."""
+        while self.status is None:
+            while b"\r\n\r\n" not in self._buf:
+                if not self._recv(timeout):
+                    raise AssertionError("connection closed (%s) before the response head"
+                                         % self.ended)
+            head, self._buf = self._buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split()[1])
+            if 100 <= status < 200:
+                continue
+            self.status = status
+            self.t_head = time.monotonic()
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                self.headers[k.strip().lower()] = v.strip()
+            self._chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+            if not self._chunked:
+                self._left = int(self.headers.get("content-length", "0"))
+                if self._left == 0:
+                    self._end("complete")
+        return self.status
+
+    def _decode(self):
+        out = b""
+        while self._buf and self.ended is None:
+            if not self._chunked:
+                take = self._buf[:self._left]
+                self._buf = self._buf[len(take):]
+                self._left -= len(take)
+                out += take
+                if self._left == 0:
+                    self._end("complete")
+            elif self._state == "size":
+                if b"\r\n" not in self._buf:
+                    break
+                line, self._buf = self._buf.split(b"\r\n", 1)
+                self._left = int(line.split(b";")[0], 16)
+                self._state = "data" if self._left else "trailer"
+            elif self._state == "data":
+                take = self._buf[:self._left]
+                self._buf = self._buf[len(take):]
+                self._left -= len(take)
+                out += take
+                if self._left == 0:
+                    self._state = "crlf"
+            elif self._state == "crlf":
+                if len(self._buf) < 2:
+                    break
+                if self._buf[:2] != b"\r\n":
+                    raise AssertionError("bad chunk framing: %r" % self._buf[:20])
+                self._buf = self._buf[2:]
+                self._state = "size"
+            else:  # trailer: ends with an empty line
+                if b"\r\n" not in self._buf:
+                    break
+                line, self._buf = self._buf.split(b"\r\n", 1)
+                if not line:
+                    self._end("complete")
+        return out
+
+    def _collect(self, data, t):
+        self.body += data
+        self._sse += data.replace(b"\r\n", b"\n")
+        while b"\n\n" in self._sse:
+            block, self._sse = self._sse.split(b"\n\n", 1)
+            lines = [ln[5:].lstrip(b" ") for ln in block.split(b"\n") if ln.startswith(b"data:")]
+            if lines:
+                ev = (t, b"\n".join(lines).decode("utf-8", "replace"))
+                self.events.append(ev)
+                self._pending.append(ev)
+
+    def next_event(self, timeout=None):
+        """The next SSE event as (t, data), or None once the body has ended."""
+        if self.status is None:
+            self.read_head(timeout)
+        while not self._pending:
+            self._collect(self._decode(), time.monotonic())
+            if self._pending or self.ended is not None:
+                break
+            self._recv(timeout)
+        return self._pending.pop(0) if self._pending else None
+
+    def read_all(self, timeout=None):
+        """Reads until the body ends (or the connection does); returns self."""
+        while self.next_event(timeout) is not None:
+            pass
+        return self
+
+    def json(self):
+        return json.loads(self.body)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def read_concurrently(streams, timeout=30.0):
+    """read_all() on each stream in its own thread, so that every event is
+    stamped when it arrives; re-raises the first failure."""
+    errors = []
+
+    def run(s):
+        try:
+            s.read_all(timeout)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    if errors:
+        raise errors[0]
+    return streams
 
 
 def scrape(port, path="/metrics"):

@@ -16,6 +16,35 @@ import harness
 from harness import (Harness, RecordingProxy, StreamReader, chat_body, dechunk, http_request,
                      post_json, split_http_response, sse_events, wait_until)
 
+FLOOD_EVENTS = 400000
+FLOOD_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 100)
+FLOOD_BODY_BYTES = (len(b"%x\r\n" % (len(FLOOD_EVENT) * 1000)) + len(FLOOD_EVENT) * 1000 + 2) * (
+    FLOOD_EVENTS // 1000) + len(b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % 14)
+
+# One POST, answered with FLOOD_EVENTS SSE events in chunks of 1000, as fast as possible.
+FLOOD_SERVER = r"""
+import socket, sys
+n = int(sys.argv[1])
+ev = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 100)
+chunk = b"%x\r\n" % (len(ev) * 1000) + ev * 1000 + b"\r\n"
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print("flood ready %d" % s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += c.recv(65536)
+    head, _, body = req.partition(b"\r\n\r\n")
+    length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
+    while len(body) < length:
+        body += c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _ in range(n // 1000):
+        c.sendall(chunk)
+    c.sendall(b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % 14)
+    c.close()
+"""
+
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
 
 
@@ -80,8 +109,8 @@ class ProxyTest(Harness):
 
         log = read_log(self.path("access.log"), 2)
         self.assertEqual([r["status"] for r in log], [200, 200])
-        s = log[1]
-        self.assertTrue(s["stream"])
+        # workers flush their own buffers: lines are not in global order
+        s = [r for r in log if r["stream"]][0]
         self.assertIn(s["backend"], ("r1", "r2"))
         self.assertEqual(s["tokens"], 4)
         self.assertEqual(s["attempts"], 1)
@@ -240,30 +269,90 @@ class ProxyTest(Harness):
         self.assertLess(ms, 100.0, "upstream closed %.1f ms after the client left" % ms)
 
     def test_slow_reader_memory_is_bounded(self):
-        (port,) = self.fleet(1, args=["--decode-ms", "0.05", "--decode-ms-per-seq", "0",
-                                      "--prefill-us-per-token", "1"])
-        gwp, gw = self.gateway([port], limits={"stream_buffer_bytes": 65536})
+        # A replica that dumps a 64 MiB stream as fast as loopback allows.
+        flood = self.start([harness.PYTHON, "-c", FLOOD_SERVER, str(FLOOD_EVENTS)],
+                           name="flood")
+        fport = int(flood.wait_for(r"flood ready (\d+)").group(1))
+        (port,) = self.fleet(1)
+        conf = self.base_config([
+            {"name": "flood", "url": "http://127.0.0.1:%d" % fport, "models": ["big"]},
+            {"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"})
+        gwp, gw = self.start_gateway(conf)
         rss0 = gwp.rss_kib()
-        r = StreamReader(gw, chat_body(stream=True, max_tokens=20000))
-        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        r = StreamReader(gw, chat_body(model="big", stream=True))
         r.read_until(b"data: ")
-        # the client stops reading; the replica keeps generating
-        time.sleep(1.5)
-        rss1 = gwp.rss_kib()
-        self.assertLess(rss1 - rss0, 8 * 1024, "gateway grew %d KiB" % (rss1 - rss0))
-        # a second client is not slowed down meanwhile
+        # the client stops reading while the replica keeps sending
+        time.sleep(2.0)
+        grown = gwp.rss_kib() - rss0
+        self.assertLess(grown, 16 * 1024, "gateway grew %d KiB holding a stalled stream" % grown)
+        # another client is not slowed down meanwhile
         t0 = time.monotonic()
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=5))
         self.assertEqual(status, 200)
         self.assertLess(time.monotonic() - t0, 2.0)
-        # and once the reader reads, the whole stream arrives intact
-        raw = r.read_until(b"data: [DONE]", timeout=120)
+        # once the reader reads, every byte arrives, in order, complete
+        total = len(r.raw)
+        r.sock.settimeout(30)
+        tail = b""
+        while True:
+            chunk = r.sock.recv(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            tail = (tail + chunk)[-64:]
+            if tail.endswith(b"0\r\n\r\n"):
+                break
         r.close()
+        self.assertTrue(tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), tail)
+        head_len = r.raw.find(b"\r\n\r\n") + 4
+        self.assertEqual(total - head_len, FLOOD_BODY_BYTES)
+
+    # ---- timeouts and the access log ----------------------------------------
+
+    def test_first_byte_timeout_is_504(self):
+        (port,) = self.fleet(1, args=FAST + ["--fault", "stall@0"])
+        _, gw = self.gateway([port], timeouts={"first_byte": "1s"},
+                             routing={"policy": "round_robin", "retry": {"attempts": 1}})
+        t0 = time.monotonic()
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        took = time.monotonic() - t0
+        self.assertEqual(status, 504)
+        self.assertEqual(obj["error"]["code"], "first_byte_timeout")
+        self.assertTrue(0.9 < took < 5.0, took)
+
+    def test_stream_idle_timeout_cuts_the_stream(self):
+        (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
+        _, gw = self.gateway([port], timeouts={"stream_idle": "1s"})
+        r = StreamReader(gw, chat_body(stream=True, max_tokens=500))
+        r.read_until(b"data: ")
+        status, _, _ = http_request(port, "POST", "/sim/control", {"fault": "stall@0"})
+        self.assertEqual(status, 200)
+        t0 = time.monotonic()
+        raw = r.read_to_eof(timeout=10)
+        took = time.monotonic() - t0
+        r.close()
+        self.assertTrue(r.eof)
+        self.assertLess(took, 5.0)
         _, body = split_http_response(raw)
-        data, _ = dechunk(body)
-        events = sse_events(data)
-        self.assertEqual(events[-1], "[DONE]")
-        self.assertGreaterEqual(len(events), 20000)
+        data, complete = dechunk(body)
+        self.assertFalse(complete, "a cut stream must not end with the last chunk")
+        self.assertNotIn("[DONE]", sse_events(data))
+        log = read_log(self.path("access.log"), 1)
+        self.assertEqual(log[0]["error"], "stream_idle_timeout")
+
+    def test_access_log_reopens_on_sigusr1(self):
+        ports = self.fleet(1)
+        gwp, gw = self.gateway(ports)
+        path = self.path("access.log")
+        self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body())[0], 200)
+        read_log(path, 1)
+        os.rename(path, path + ".1")
+        gwp.signal(signal.SIGUSR1)
+        gwp.wait_for(r"access log .* reopened")
+        self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body())[0], 200)
+        self.assertEqual(len(read_log(path, 1)), 1)
+        self.assertEqual(len(read_log(path + ".1", 1)), 1)
 
     # ---- shutdown ----------------------------------------------------------
 

@@ -1,0 +1,591 @@
+/*
+ * api.c: OpenAI request inspection and response rendering for llmsim.
+ *
+ * Owns: the fields of a struct lg_sim_request it fills (model, block keys,
+ * input hashes). Request bodies are parsed with jansson (depth and size are
+ * bounded by the caller's body limit and jansson's own depth limit); the
+ * parsed document is dropped before returning. Stream chunks are formatted
+ * into a stack buffer and appended with one evbuffer_add each, so a token
+ * costs no allocation beyond the output buffer's own growth.
+ */
+#include "api.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "lg_core.h"
+#include "prefix.h"
+
+/* ---- request inspection ---------------------------------------------------- */
+
+struct api_scan {
+    struct lg_sim_prefix_hasher hasher;
+    uint64_t bytes; /* text bytes (or 4 per token id) counted as prompt */
+};
+
+static int api_reject(struct lg_sim_api_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+api_reject(struct lg_sim_api_error *err, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+
+    err->status = 400;
+    err->type = "invalid_request_error";
+    err->param = param;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return LG_EINVAL;
+}
+
+static void
+api_scan_text(struct api_scan *sc, const char *s, size_t n)
+{
+    lg_sim_prefix_hasher_feed(&sc->hasher, s, n);
+    sc->bytes += n;
+}
+
+/* A token id counts as one token: 4 bytes of prompt, hashed as its value. */
+static void
+api_scan_token_id(struct api_scan *sc, json_int_t id)
+{
+    uint32_t v = (uint32_t)id;
+    unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                           (unsigned char)(v >> 24) };
+
+    lg_sim_prefix_hasher_feed(&sc->hasher, b, sizeof(b));
+    sc->bytes += 4;
+}
+
+/* Chat content: a string, null, or an array of parts whose text parts count. */
+static int
+api_scan_content(struct api_scan *sc, json_t *content, struct lg_sim_api_error *err)
+{
+    size_t i;
+    json_t *part;
+
+    if (content == NULL || json_is_null(content)) {
+        return LG_OK;
+    }
+    if (json_is_string(content)) {
+        api_scan_text(sc, json_string_value(content), json_string_length(content));
+        return LG_OK;
+    }
+    if (!json_is_array(content)) {
+        return api_reject(err, "messages", "message content must be a string or an array");
+    }
+    json_array_foreach (content, i, part) {
+        json_t *text = json_object_get(part, "text");
+
+        if (!json_is_object(part)) {
+            return api_reject(err, "messages", "content parts must be objects");
+        }
+        if (json_is_string(text)) {
+            api_scan_text(sc, json_string_value(text), json_string_length(text));
+        }
+    }
+    return LG_OK;
+}
+
+static int
+api_scan_messages(struct api_scan *sc, json_t *messages, struct lg_sim_api_error *err)
+{
+    size_t i;
+    json_t *m;
+
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        return api_reject(err, "messages", "'messages' must be a non-empty array");
+    }
+    json_array_foreach (messages, i, m) {
+        json_t *role;
+        int rc;
+
+        if (!json_is_object(m)) {
+            return api_reject(err, "messages", "messages[%zu] must be an object", i);
+        }
+        role = json_object_get(m, "role");
+        if (role != NULL && !json_is_string(role)) {
+            return api_reject(err, "messages", "messages[%zu].role must be a string", i);
+        }
+        if (role != NULL) {
+            /* the role is part of the cached text, not of the counted prompt */
+            lg_sim_prefix_hasher_feed(&sc->hasher, json_string_value(role),
+                                      json_string_length(role));
+        }
+        rc = api_scan_content(sc, json_object_get(m, "content"), err);
+        if (rc != LG_OK) {
+            return rc;
+        }
+    }
+    return LG_OK;
+}
+
+/* One prompt or input: a string or an array of token ids; *h hashes it alone. */
+static int
+api_scan_one(struct api_scan *sc, json_t *v, const char *param, uint64_t *h,
+             struct lg_sim_api_error *err)
+{
+    size_t i;
+    json_t *id;
+
+    if (json_is_string(v)) {
+        api_scan_text(sc, json_string_value(v), json_string_length(v));
+        *h = lg_hash64(json_string_value(v), json_string_length(v), *h);
+        return LG_OK;
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        return api_reject(err, param, "'%s' must be a string or a non-empty array", param);
+    }
+    json_array_foreach (v, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0
+            || json_integer_value(id) > UINT32_MAX) {
+            return api_reject(err, param, "'%s' token ids must be integers within 0..%u", param,
+                              UINT32_MAX);
+        }
+        api_scan_token_id(sc, json_integer_value(id));
+        *h = lg_mix64(*h ^ (uint64_t)json_integer_value(id));
+    }
+    return LG_OK;
+}
+
+/*
+ * A prompt or input field: a string, an array of token ids, or an array of
+ * strings or token-id arrays (several prompts count as one concatenated
+ * prompt). Embeddings keep one hash per input for their vectors.
+ */
+static int
+api_scan_prompt(struct api_scan *sc, json_t *v, const char *param, struct lg_sim_request *req,
+                struct lg_sim_api_error *err)
+{
+    bool embed = req->kind == LG_SIM_API_EMBEDDING;
+    size_t i;
+    size_t n;
+    json_t *e;
+    int rc;
+
+    if (v == NULL || json_is_null(v)) {
+        return api_reject(err, param, "'%s' is required", param);
+    }
+    if (json_is_string(v) || (json_is_array(v) && json_is_integer(json_array_get(v, 0)))) {
+        uint64_t h = LG_HASH64_INIT;
+
+        rc = api_scan_one(sc, v, param, &h, err);
+        if (rc == LG_OK && embed) {
+            req->input_hashes = lg_xmalloc(sizeof(uint64_t));
+            req->input_hashes[0] = h;
+            req->ninputs = 1;
+        }
+        return rc;
+    }
+    n = json_array_size(v);
+    if (!json_is_array(v) || n == 0) {
+        return api_reject(err, param, "'%s' must be a string or a non-empty array", param);
+    }
+    if (n > LG_SIM_API_MAX_INPUTS) {
+        return api_reject(err, param, "'%s' has more than %u elements", param,
+                          LG_SIM_API_MAX_INPUTS);
+    }
+    if (embed) {
+        req->input_hashes = lg_xcalloc(n, sizeof(uint64_t));
+    }
+    json_array_foreach (v, i, e) {
+        uint64_t h = LG_HASH64_INIT;
+
+        rc = api_scan_one(sc, e, param, &h, err);
+        if (rc != LG_OK) {
+            return rc;
+        }
+        if (embed) {
+            req->input_hashes[req->ninputs++] = h;
+        }
+    }
+    return LG_OK;
+}
+
+static int
+api_get_bool(json_t *root, const char *key, bool *out, struct lg_sim_api_error *err)
+{
+    json_t *v = json_object_get(root, key);
+
+    if (v == NULL || json_is_null(v)) {
+        return LG_OK;
+    }
+    if (!json_is_boolean(v)) {
+        return api_reject(err, key, "'%s' must be a boolean", key);
+    }
+    *out = json_is_true(v);
+    return LG_OK;
+}
+
+static int
+api_get_max_tokens(json_t *root, uint32_t *out, struct lg_sim_api_error *err)
+{
+    static const char *const keys[] = { "max_completion_tokens", "max_tokens" };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(keys); i++) {
+        json_t *v = json_object_get(root, keys[i]);
+        json_int_t n;
+
+        if (v == NULL || json_is_null(v)) {
+            continue;
+        }
+        if (!json_is_integer(v)) {
+            return api_reject(err, keys[i], "'%s' must be an integer", keys[i]);
+        }
+        n = json_integer_value(v);
+        if (n < 1 || n > LG_SIM_API_MAX_TOKENS) {
+            return api_reject(err, keys[i],
+                              "'%s' must be within 1..%d (got %" JSON_INTEGER_FORMAT ")", keys[i],
+                              LG_SIM_API_MAX_TOKENS, n);
+        }
+        *out = (uint32_t)n;
+        return LG_OK;
+    }
+    return LG_OK;
+}
+
+static int
+api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    json_t *model = json_object_get(root, "model");
+    json_t *so = json_object_get(root, "stream_options");
+    int rc;
+
+    if (model != NULL && !json_is_null(model)) {
+        if (!json_is_string(model) || json_string_length(model) == 0
+            || json_string_length(model) > LG_SIM_API_MODEL_MAX
+            || strlen(json_string_value(model)) != json_string_length(model)) {
+            return api_reject(err, "model",
+                              "'model' must be a non-empty string of at most %d bytes",
+                              LG_SIM_API_MODEL_MAX);
+        }
+        req->model = lg_xstrdup(json_string_value(model));
+    }
+    if (req->kind == LG_SIM_API_EMBEDDING) {
+        return LG_OK;
+    }
+    rc = api_get_bool(root, "stream", &req->stream, err);
+    if (rc == LG_OK) {
+        rc = api_get_bool(root, "ignore_eos", &req->ignore_eos, err);
+    }
+    if (rc == LG_OK) {
+        rc = api_get_max_tokens(root, &req->max_tokens, err);
+    }
+    if (rc != LG_OK) {
+        return rc;
+    }
+    if (so != NULL && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            return api_reject(err, "stream_options", "'stream_options' must be an object");
+        }
+        rc = api_get_bool(so, "include_usage", &req->include_usage, err);
+    }
+    return rc;
+}
+
+/* Fills req from a parsed document; consumes the reference to root. */
+static int
+api_parse_root(enum lg_sim_api_kind kind, json_t *root, const json_error_t *jerr,
+               uint32_t block_tokens, struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    struct api_scan sc;
+    int rc;
+
+    memset(req, 0, sizeof(*req));
+    req->kind = kind;
+    if (root == NULL) {
+        return api_reject(err, NULL, "invalid JSON body: %s (line %d, column %d)", jerr->text,
+                          jerr->line, jerr->column);
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return api_reject(err, NULL, "the request body must be a JSON object");
+    }
+    lg_sim_prefix_hasher_init(&sc.hasher, block_tokens, LG_SIM_API_MAX_BLOCK_KEYS);
+    sc.bytes = 0;
+    rc = api_get_options(root, req, err);
+    if (rc == LG_OK) {
+        switch (kind) {
+        case LG_SIM_API_CHAT:
+            rc = api_scan_messages(&sc, json_object_get(root, "messages"), err);
+            break;
+        case LG_SIM_API_COMPLETION:
+            rc = api_scan_prompt(&sc, json_object_get(root, "prompt"), "prompt", req, err);
+            break;
+        case LG_SIM_API_EMBEDDING:
+            rc = api_scan_prompt(&sc, json_object_get(root, "input"), "input", req, err);
+            break;
+        }
+    }
+    json_decref(root);
+    if (rc != LG_OK) {
+        lg_sim_prefix_hasher_free(&sc.hasher);
+        lg_sim_request_free(req);
+        req->kind = kind;
+        return rc;
+    }
+    req->prompt_bytes = sc.bytes;
+    req->prompt_tokens = (uint32_t)LG_MIN(UINT32_MAX, LG_MAX(1, sc.bytes / 4));
+    req->block_keys = lg_sim_prefix_hasher_take(&sc.hasher, &req->nblocks);
+    return LG_OK;
+}
+
+int
+lg_sim_api_parse(enum lg_sim_api_kind kind, const char *body, size_t len, uint32_t block_tokens,
+                 struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr);
+
+    return api_parse_root(kind, root, &jerr, block_tokens, req, err);
+}
+
+/* jansson pulls the body straight out of the evbuffer: no linear copy of it. */
+static size_t
+api_evbuffer_read(void *buffer, size_t buflen, void *data)
+{
+    int n = evbuffer_remove(data, buffer, buflen);
+
+    return n > 0 ? (size_t)n : 0;
+}
+
+int
+lg_sim_api_parse_buffer(enum lg_sim_api_kind kind, struct evbuffer *body, uint32_t block_tokens,
+                        struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    json_error_t jerr;
+    json_t *root = json_load_callback(api_evbuffer_read, body, 0, &jerr);
+
+    return api_parse_root(kind, root, &jerr, block_tokens, req, err);
+}
+
+void
+lg_sim_request_free(struct lg_sim_request *req)
+{
+    free(req->model);
+    free(req->block_keys);
+    free(req->input_hashes);
+    memset(req, 0, sizeof(*req));
+}
+
+/* ---- rendering ------------------------------------------------------------- */
+
+int
+lg_sim_api_token(uint64_t seed, uint32_t index, char *buf, size_t len)
+{
+    unsigned word = (unsigned)(lg_mix64(seed ^ lg_mix64(index)) % 100);
+
+    return snprintf(buf, len, " tok%u", word);
+}
+
+char *
+lg_sim_api_json_escape(const char *s)
+{
+    json_t *str = json_string(s);
+    char *dumped;
+    char *out;
+    size_t n;
+
+    if (str == NULL) {
+        return NULL;
+    }
+    dumped = json_dumps(str, JSON_ENCODE_ANY);
+    json_decref(str);
+    if (dumped == NULL) {
+        return NULL;
+    }
+    n = strlen(dumped);
+    out = lg_xstrndup(dumped + 1, n - 2); /* drop the quotes */
+    free(dumped);
+    return out;
+}
+
+#define API_CHUNK_HEAD 16   /* room for the chunk-size line before the payload */
+#define API_CHUNK_MAX  4096 /* one event; model names are bounded so it fits */
+
+static int api_chunk(struct evbuffer *out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int
+api_chunk(struct evbuffer *out, const char *fmt, ...)
+{
+    char buf[API_CHUNK_MAX];
+    char head[API_CHUNK_HEAD];
+    size_t room = sizeof(buf) - API_CHUNK_HEAD - 2;
+    va_list ap;
+    int n;
+    int h;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf + API_CHUNK_HEAD, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room) {
+        return LG_EINVAL;
+    }
+    h = snprintf(head, sizeof(head), "%x\r\n", (unsigned)n);
+    memcpy(buf + API_CHUNK_HEAD - h, head, (size_t)h);
+    memcpy(buf + API_CHUNK_HEAD + n, "\r\n", 2);
+    return evbuffer_add(out, buf + API_CHUNK_HEAD - h, (size_t)h + (size_t)n + 2) == 0 ? LG_OK
+                                                                                       : LG_ENOMEM;
+}
+
+static const char *
+api_id_prefix(const struct lg_sim_api_resp *r)
+{
+    return r->kind == LG_SIM_API_CHAT ? "chatcmpl-" : "cmpl-";
+}
+
+static const char *
+api_chunk_object(const struct lg_sim_api_resp *r)
+{
+    return r->kind == LG_SIM_API_CHAT ? "chat.completion.chunk" : "text_completion";
+}
+
+#define API_HEAD_FMT                                                                             \
+    "data: {\"id\":\"%s%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":\"%" \
+    "s\","
+#define API_HEAD_ARGS(r) \
+    api_id_prefix(r), (r)->id, api_chunk_object(r), (r)->created, (r)->model_json
+
+int
+lg_sim_api_chunk_token(struct evbuffer *out, const struct lg_sim_api_resp *r, uint32_t index)
+{
+    char tok[32];
+
+    lg_sim_api_token(r->seed, index, tok, sizeof(tok));
+    if (r->kind == LG_SIM_API_COMPLETION) {
+        return api_chunk(out,
+                         API_HEAD_FMT "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,"
+                                      "\"finish_reason\":null}]}\n\n",
+                         API_HEAD_ARGS(r), tok);
+    }
+    return api_chunk(out,
+                     API_HEAD_FMT "\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
+                                  "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+                     API_HEAD_ARGS(r), index == 0 ? "\"role\":\"assistant\"," : "", tok);
+}
+
+int
+lg_sim_api_chunk_finish(struct evbuffer *out, const struct lg_sim_api_resp *r)
+{
+    if (r->kind == LG_SIM_API_COMPLETION) {
+        return api_chunk(out,
+                         API_HEAD_FMT "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
+                                      "\"finish_reason\":\"length\"}]}\n\n",
+                         API_HEAD_ARGS(r));
+    }
+    return api_chunk(out,
+                     API_HEAD_FMT "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                                  "\"finish_reason\":\"length\"}]}\n\n",
+                     API_HEAD_ARGS(r));
+}
+
+int
+lg_sim_api_chunk_usage(struct evbuffer *out, const struct lg_sim_api_resp *r)
+{
+    return api_chunk(out,
+                     API_HEAD_FMT "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
+                                  "\"completion_tokens\":%u,\"total_tokens\":%" PRIu64 "}}\n\n",
+                     API_HEAD_ARGS(r), r->prompt_tokens, r->completion_tokens,
+                     (uint64_t)r->prompt_tokens + r->completion_tokens);
+}
+
+int
+lg_sim_api_chunk_done(struct evbuffer *out)
+{
+    static const char done[] = "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n";
+
+    return evbuffer_add(out, done, sizeof(done) - 1) == 0 ? LG_OK : LG_ENOMEM;
+}
+
+int
+lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r)
+{
+    bool chat = r->kind == LG_SIM_API_CHAT;
+    char tok[32];
+    int rc = 0;
+
+    rc |= evbuffer_add_printf(out,
+                              "{\"id\":\"%s%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64
+                              ",\"model\":\"%s\",\"choices\":[{\"index\":0,%s",
+                              api_id_prefix(r), r->id, chat ? "chat.completion" : "text_completion",
+                              r->created, r->model_json,
+                              chat ? "\"message\":{\"role\":\"assistant\",\"content\":\""
+                                   : "\"text\":\"")
+          < 0;
+    for (uint32_t i = 0; i < r->completion_tokens; i++) {
+        int n = lg_sim_api_token(r->seed, i, tok, sizeof(tok));
+
+        rc |= evbuffer_add(out, tok, (size_t)n);
+    }
+    rc |= evbuffer_add_printf(out,
+                              "\"%s,\"logprobs\":null,\"finish_reason\":\"length\"}],"
+                              "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,"
+                              "\"total_tokens\":%" PRIu64 "}}",
+                              chat ? "}" : "", r->prompt_tokens, r->completion_tokens,
+                              (uint64_t)r->prompt_tokens + r->completion_tokens)
+          < 0;
+    return rc ? LG_ENOMEM : LG_OK;
+}
+
+int
+lg_sim_api_body_embeddings(struct evbuffer *out, const struct lg_sim_request *req,
+                           const char *model_json, uint64_t seed, uint32_t dim)
+{
+    int rc = 0;
+
+    rc |= evbuffer_add_printf(out, "{\"object\":\"list\",\"data\":[") < 0;
+    for (uint32_t i = 0; i < req->ninputs; i++) {
+        rc |= evbuffer_add_printf(out, "%s{\"object\":\"embedding\",\"index\":%u,\"embedding\":[",
+                                  i ? "," : "", i)
+              < 0;
+        for (uint32_t j = 0; j < dim; j++) {
+            uint64_t x = lg_mix64(req->input_hashes[i] ^ lg_mix64(seed + j));
+            double v = (double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+
+            rc |= evbuffer_add_printf(out, "%s%.6f", j ? "," : "", v) < 0;
+        }
+        rc |= evbuffer_add(out, "]}", 2);
+    }
+    rc |= evbuffer_add_printf(out,
+                              "],\"model\":\"%s\",\"usage\":{\"prompt_tokens\":%u,"
+                              "\"total_tokens\":%u}}",
+                              model_json, req->prompt_tokens, req->prompt_tokens)
+          < 0;
+    return rc ? LG_ENOMEM : LG_OK;
+}
+
+int
+lg_sim_api_body_error(struct evbuffer *out, int status, const char *type, const char *param,
+                      const char *message)
+{
+    json_t *body = json_pack("{s:{s:s,s:s,s:s?,s:i}}", "error", "message", message, "type", type,
+                             "param", param, "code", status);
+    char *text;
+    int rc;
+
+    if (body == NULL) {
+        /* the message was not valid UTF-8 (a quoted fragment of the input) */
+        body = json_pack("{s:{s:s,s:s,s:s?,s:i}}", "error", "message", "invalid request", "type",
+                         type, "param", param, "code", status);
+    }
+    if (body == NULL) {
+        return LG_ENOMEM;
+    }
+    text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (text == NULL) {
+        return LG_ENOMEM;
+    }
+    rc = evbuffer_add(out, text, strlen(text)) == 0 ? LG_OK : LG_ENOMEM;
+    free(text);
+    return rc;
+}

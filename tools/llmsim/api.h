@@ -1,0 +1,102 @@
+/*
+ * api.h: the OpenAI wire format as llmsim speaks it: inspection of request
+ * bodies (chat, completions, embeddings) and rendering of responses, stream
+ * chunks and error bodies.
+ */
+#ifndef LG_SIM_API_H
+#define LG_SIM_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct evbuffer;
+
+enum lg_sim_api_kind {
+    LG_SIM_API_CHAT = 0,   /* POST /v1/chat/completions */
+    LG_SIM_API_COMPLETION, /* POST /v1/completions */
+    LG_SIM_API_EMBEDDING,  /* POST /v1/embeddings */
+};
+
+#define LG_SIM_API_MODEL_MAX      256     /* bytes of a model name */
+#define LG_SIM_API_MAX_TOKENS     1000000 /* bound on max_tokens */
+#define LG_SIM_API_MAX_INPUTS     2048    /* embedding inputs per request */
+#define LG_SIM_API_MAX_BLOCK_KEYS (1u << 20)
+
+/* What llmsim needs from a request body; every pointer is owned. */
+struct lg_sim_request {
+    enum lg_sim_api_kind kind;
+    char *model; /* NULL when the body named none */
+    bool stream;
+    bool include_usage;     /* stream_options.include_usage */
+    bool ignore_eos;        /* accepted; llmsim always generates max_tokens */
+    uint32_t max_tokens;    /* 0 = not given (the replica's default applies) */
+    uint64_t prompt_bytes;  /* message contents or prompt strings */
+    uint32_t prompt_tokens; /* prompt_bytes / 4 (or token ids counted), at least 1 */
+    uint64_t *block_keys;   /* prefix-cache keys of the prompt's whole blocks */
+    uint32_t nblocks;
+    uint64_t *input_hashes; /* embeddings: one hash per input */
+    uint32_t ninputs;
+};
+
+/* A rejected request: HTTP status and the fields of an OpenAI error body. */
+struct lg_sim_api_error {
+    int status;
+    const char *type;  /* "invalid_request_error"... (static) */
+    const char *param; /* offending field or NULL (static) */
+    char message[256];
+};
+
+/*
+ * Parses a request body of `len` bytes. block_tokens sets the prefix-cache
+ * block size (0: no keys). Returns LG_OK and fills *req (release it with
+ * lg_sim_request_free), or LG_EINVAL with *err filled and *req empty.
+ */
+int lg_sim_api_parse(enum lg_sim_api_kind kind, const char *body, size_t len, uint32_t block_tokens,
+                     struct lg_sim_request *req, struct lg_sim_api_error *err);
+/* Same, reading (and draining) the body from an evbuffer. */
+int lg_sim_api_parse_buffer(enum lg_sim_api_kind kind, struct evbuffer *body, uint32_t block_tokens,
+                            struct lg_sim_request *req, struct lg_sim_api_error *err);
+void lg_sim_request_free(struct lg_sim_request *req);
+
+/* The text of token number `index` (" tok17"): a function of seed and index only. */
+int lg_sim_api_token(uint64_t seed, uint32_t index, char *buf, size_t len);
+
+/* Escapes s for use inside a JSON string (no quotes added); NULL if it cannot. */
+char *lg_sim_api_json_escape(const char *s);
+
+/* Fixed fields shared by every chunk of one response. */
+struct lg_sim_api_resp {
+    enum lg_sim_api_kind kind;
+    uint64_t id;            /* rendered as chatcmpl-<hex> / cmpl-<hex> */
+    int64_t created;        /* wall-clock seconds */
+    const char *model_json; /* escaped model name (borrowed) */
+    uint32_t prompt_tokens;
+    uint32_t completion_tokens;
+    uint64_t seed;
+};
+
+/*
+ * Stream pieces, each one complete HTTP/1.1 chunk (size line, payload, CRLF)
+ * appended to out with a single evbuffer_add and no allocation:
+ * token: `data: {chunk}\n\n` for token `index` (the first also carries the
+ * assistant role); finish: the chunk with finish_reason; usage: the usage
+ * chunk; done: `data: [DONE]\n\n` followed by the last-chunk marker.
+ */
+int lg_sim_api_chunk_token(struct evbuffer *out, const struct lg_sim_api_resp *r, uint32_t index);
+int lg_sim_api_chunk_finish(struct evbuffer *out, const struct lg_sim_api_resp *r);
+int lg_sim_api_chunk_usage(struct evbuffer *out, const struct lg_sim_api_resp *r);
+int lg_sim_api_chunk_done(struct evbuffer *out);
+
+/* A whole non-streaming completion body (JSON, no HTTP framing). */
+int lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r);
+
+/* An embeddings response body: `dim` numbers per input. */
+int lg_sim_api_body_embeddings(struct evbuffer *out, const struct lg_sim_request *req,
+                               const char *model_json, uint64_t seed, uint32_t dim);
+
+/* {"error":{"message","type","param","code"}} */
+int lg_sim_api_body_error(struct evbuffer *out, int status, const char *type, const char *param,
+                          const char *message);
+
+#endif /* LG_SIM_API_H */

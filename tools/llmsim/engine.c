@@ -1,0 +1,490 @@
+/*
+ * engine.c: llmsim's simulated continuous-batching engine (model in engine.h).
+ *
+ * Owns: the step timer, the prefix cache, the free-slot stack.
+ * Borrows: sequences, from submit until they complete, are aborted or are
+ * dropped; the shared state mapping, for the engine's lifetime.
+ * One step at a time: KICKED (start at the top of the loop, so requests that
+ * arrive together are admitted together) -> STEP (timer armed for its end)
+ * -> the next step or IDLE. A stall turns the end of a step into BLOCKED.
+ * Every change is published to the shared state inside one seqlock section.
+ */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "lg_core.h"
+#include "shm.h"
+
+const double lg_sim_ttft_buckets[LG_SIM_TTFT_BUCKETS] = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+    1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+};
+
+static void engine_on_step(evutil_socket_t fd, short what, void *arg);
+
+/* ---- shared state ---------------------------------------------------------- */
+
+static void
+engine_shm_begin(struct lg_sim_engine *e)
+{
+    if (e->shm != NULL) {
+        lg_sim_shm_begin(e->shm);
+    }
+}
+
+static void
+engine_shm_end(struct lg_sim_engine *e)
+{
+    struct llmsim_shm *m;
+
+    if (e->shm == NULL || e->shm->map == NULL) {
+        return;
+    }
+    m = e->shm->map;
+    if (e->shm->depth == 1) {
+        uint32_t flags = 0;
+
+        if (e->phase == LG_SIM_ENGINE_ST_STEP || e->phase == LG_SIM_ENGINE_ST_BLOCKED) {
+            flags |= LLMSIM_SHM_F_STEP;
+        }
+        flags |= e->stalled ? LLMSIM_SHM_F_STALLED : 0;
+        flags |= e->failing ? LLMSIM_SHM_F_FAILING : 0;
+        m->slots = e->conf.slots;
+        m->running = e->nrunning;
+        m->waiting = e->nwaiting;
+        m->speed = e->conf.speed;
+        m->prefill_us_per_token = e->conf.prefill_us_per_token;
+        m->decode_ms = e->conf.decode_ms;
+        m->decode_ms_per_seq = e->conf.decode_ms_per_seq;
+        m->queued_prefill_tokens = e->queued_prefill_tokens;
+        m->remaining_decode_tokens = e->remaining_decode_tokens;
+        m->busy_until_ns_hint = (flags & LLMSIM_SHM_F_STEP) ? e->step_end_ns : 0;
+        m->flags = flags;
+        m->updated_ns = lg_now_ns();
+        m->steps_done = e->stats.steps;
+        m->step_start_ns = (flags & LLMSIM_SHM_F_STEP) ? e->step_start_ns : 0;
+        m->step_prefill_tokens = e->step_prefill_tokens;
+        m->completed = e->stats.completed;
+        m->aborted = e->stats.aborted;
+        m->prefix_hits = e->stats.prefix_hits;
+        m->prefix_queries = e->stats.prefix_queries;
+    }
+    lg_sim_shm_end(e->shm);
+}
+
+static bool
+engine_ring_on(const struct lg_sim_engine *e)
+{
+    return e->shm != NULL && e->shm->map != NULL;
+}
+
+/* Publishes waiters without a ring entry while the ring has room. */
+static void
+engine_ring_fill(struct lg_sim_engine *e)
+{
+    struct llmsim_shm *m = e->shm->map;
+
+    while (e->wait_unpublished != NULL && m->wait_tail - m->wait_head < LG_SIM_SHM_WAIT_CAP) {
+        struct lg_sim_seq *seq = e->wait_unpublished;
+        struct llmsim_shm_waiter *w = &e->shm->ring[m->wait_tail & (LG_SIM_SHM_WAIT_CAP - 1)];
+
+        w->uncached_tokens = seq->uncached_tokens;
+        w->max_tokens = seq->max_tokens;
+        seq->wait_pos = m->wait_tail++;
+        seq->wait_published = true;
+        e->wait_unpublished = TAILQ_NEXT(seq, link);
+    }
+}
+
+/* seq leaves the waiting list: its ring entry becomes a hole. Call before removal. */
+static void
+engine_ring_leave(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    struct llmsim_shm *m;
+
+    if (!engine_ring_on(e)) {
+        return;
+    }
+    m = e->shm->map;
+    if (e->wait_unpublished == seq) {
+        e->wait_unpublished = TAILQ_NEXT(seq, link);
+    }
+    if (seq->wait_published) {
+        e->shm->ring[seq->wait_pos & (LG_SIM_SHM_WAIT_CAP - 1)].max_tokens = 0;
+        seq->wait_published = false;
+    }
+    while (m->wait_head < m->wait_tail
+           && e->shm->ring[m->wait_head & (LG_SIM_SHM_WAIT_CAP - 1)].max_tokens == 0) {
+        m->wait_head++;
+    }
+}
+
+/* ---- steps ----------------------------------------------------------------- */
+
+static void
+engine_kick(struct lg_sim_engine *e)
+{
+    if (e->phase != LG_SIM_ENGINE_ST_IDLE || e->stalled) {
+        return;
+    }
+    if (e->nwaiting == 0 && e->nrunning == 0) {
+        return;
+    }
+    e->phase = LG_SIM_ENGINE_ST_KICKED;
+    event_active(e->step_ev, EV_TIMEOUT, 1);
+}
+
+static void
+engine_release(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    TAILQ_REMOVE(&e->running, seq, link);
+    e->nrunning--;
+    e->free_slots[e->nfree++] = seq->slot;
+    if (engine_ring_on(e)) {
+        e->shm->finish[seq->slot] = 0;
+    }
+    e->remaining_decode_tokens -= seq->max_tokens - seq->generated;
+    seq->state = LG_SIM_SEQ_ST_IDLE;
+}
+
+static void
+engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    uint32_t block = e->conf.prefix_block_tokens;
+    uint32_t hits = lg_sim_prefix_lookup(&e->prefix, seq->block_keys, seq->nblocks);
+    uint64_t cached = (uint64_t)hits * block;
+
+    engine_ring_leave(e, seq);
+    TAILQ_REMOVE(&e->waiting, seq, link);
+    e->nwaiting--;
+    e->queued_prefill_tokens -= seq->uncached_tokens;
+    /* the last prompt token is always computed: it yields the first token */
+    cached = LG_MIN(cached, (uint64_t)seq->prompt_tokens - 1);
+    seq->cached_tokens = (uint32_t)cached;
+    seq->uncached_tokens = seq->prompt_tokens - seq->cached_tokens;
+    e->stats.prefix_queries += seq->prompt_tokens;
+    e->stats.prefix_hits += cached;
+    e->stats.prompt_tokens += seq->prompt_tokens;
+    e->stats.prefilled_tokens += seq->uncached_tokens;
+    e->step_prefill_tokens += seq->uncached_tokens;
+    e->queued_prefill_tokens += seq->uncached_tokens;
+    seq->slot = e->free_slots[--e->nfree];
+    seq->state = LG_SIM_SEQ_ST_RUNNING;
+    TAILQ_INSERT_TAIL(&e->running, seq, link);
+    e->nrunning++;
+    if (engine_ring_on(e)) {
+        /* the step starting now is number steps + 1 and emits its first token */
+        e->shm->finish[seq->slot] = e->stats.steps + seq->max_tokens;
+    }
+}
+
+static void
+engine_arm(struct lg_sim_engine *e)
+{
+    uint64_t now;
+    uint64_t delay;
+    struct timeval tv;
+
+    /* libevent adds the delay to the time the loop iteration began: refresh
+     * it, or a step armed late in a busy iteration would end early */
+    event_base_update_cache_time(event_get_base(e->step_ev));
+    now = lg_now_ns();
+    delay = e->step_end_ns > now ? e->step_end_ns - now + 999 : 0;
+    tv.tv_sec = (time_t)(delay / LG_NS_PER_S);
+    tv.tv_usec = (suseconds_t)((delay % LG_NS_PER_S) / 1000);
+    evtimer_add(e->step_ev, &tv);
+}
+
+/* Admits what fits and starts a step at `start`, or goes idle. */
+static void
+engine_start_step(struct lg_sim_engine *e, uint64_t start)
+{
+    double prefill_ns;
+    double decode_ns;
+
+    engine_shm_begin(e);
+    e->step_prefill_tokens = 0;
+    while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting)) {
+        engine_admit(e, TAILQ_FIRST(&e->waiting));
+    }
+    if (engine_ring_on(e)) {
+        engine_ring_fill(e);
+    }
+    if (e->nrunning == 0) {
+        e->phase = LG_SIM_ENGINE_ST_IDLE;
+        engine_shm_end(e);
+        return;
+    }
+    prefill_ns =
+        e->conf.prefill_us_per_token * 1e3 * (double)e->step_prefill_tokens / e->conf.speed;
+    decode_ns = (e->conf.decode_ms + e->conf.decode_ms_per_seq * e->nrunning) * 1e6 / e->conf.speed;
+    e->stats.prefill_ns += (uint64_t)prefill_ns;
+    e->stats.decode_ns += (uint64_t)decode_ns;
+    e->step_start_ns = start;
+    e->step_end_ns = start + (uint64_t)llround(prefill_ns + decode_ns);
+    e->phase = LG_SIM_ENGINE_ST_STEP;
+    engine_arm(e);
+    engine_shm_end(e);
+}
+
+static void
+engine_note_first_token(struct lg_sim_engine *e, struct lg_sim_seq *seq, uint64_t now)
+{
+    double ttft = (double)(now - seq->arrival_ns) / 1e9;
+    size_t b = 0;
+
+    seq->first_token_ns = now;
+    while (b < LG_SIM_TTFT_BUCKETS && ttft > lg_sim_ttft_buckets[b]) {
+        b++;
+    }
+    e->stats.ttft_counts[b]++;
+    e->stats.ttft_sum_s += ttft;
+    /* its prompt is now in the KV cache: later prompts can reuse it */
+    lg_sim_prefix_insert(&e->prefix, seq->block_keys, seq->nblocks);
+}
+
+/* The end of a step: one token for every running sequence, then the next step. */
+static void
+engine_end_step(struct lg_sim_engine *e)
+{
+    uint64_t now = lg_now_ns();
+    struct lg_sim_seq *seq;
+    struct lg_sim_seq *next;
+
+    engine_shm_begin(e);
+    e->stats.steps++;
+    e->queued_prefill_tokens -= e->step_prefill_tokens;
+    e->step_prefill_tokens = 0;
+    for (seq = TAILQ_FIRST(&e->running); seq != NULL; seq = next) {
+        uint32_t index = seq->generated++;
+        bool last = seq->generated == seq->max_tokens;
+
+        next = TAILQ_NEXT(seq, link);
+        e->remaining_decode_tokens--;
+        e->stats.generation_tokens++;
+        if (index == 0) {
+            engine_note_first_token(e, seq, now);
+        }
+        if (last) {
+            engine_release(e, seq);
+            e->stats.completed++;
+            e->ops->on_token(seq, index, true);
+        } else if (!e->ops->on_token(seq, index, false)) {
+            engine_release(e, seq);
+            e->stats.dropped++;
+        }
+    }
+    e->phase = LG_SIM_ENGINE_ST_IDLE;
+    if (!e->stalled && (e->nrunning > 0 || e->nwaiting > 0)) {
+        engine_start_step(e, now <= e->step_end_ns + LLMSIM_SHM_CATCH_UP_NS ? e->step_end_ns : now);
+    }
+    engine_shm_end(e);
+}
+
+static void
+engine_on_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_sim_engine *e = arg;
+
+    switch (e->phase) {
+    case LG_SIM_ENGINE_ST_KICKED:
+        if (e->stalled) {
+            e->phase = LG_SIM_ENGINE_ST_IDLE;
+            break;
+        }
+        engine_start_step(e, lg_now_ns());
+        break;
+    case LG_SIM_ENGINE_ST_STEP:
+        if (lg_now_ns() < e->step_end_ns) {
+            engine_arm(e); /* woken early: tokens never leave before their time */
+            break;
+        }
+        if (e->stalled) {
+            engine_shm_begin(e);
+            e->phase = LG_SIM_ENGINE_ST_BLOCKED;
+            engine_shm_end(e);
+            break;
+        }
+        engine_end_step(e);
+        break;
+    case LG_SIM_ENGINE_ST_IDLE:
+    case LG_SIM_ENGINE_ST_BLOCKED:
+        break;
+    }
+}
+
+/* ---- API ------------------------------------------------------------------- */
+
+int
+lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
+                   const struct lg_sim_engine_conf *conf, const struct lg_sim_engine_ops *ops,
+                   struct lg_sim_shm *shm)
+{
+    bool shared = shm != NULL && shm->map != NULL;
+
+    memset(e, 0, sizeof(*e));
+    e->conf = *conf;
+    e->ops = ops;
+    e->shm = shared ? shm : NULL;
+    TAILQ_INIT(&e->waiting);
+    TAILQ_INIT(&e->running);
+    e->step_ev = evtimer_new(base, engine_on_step, e);
+    if (e->step_ev == NULL) {
+        return LG_ENOMEM;
+    }
+    e->free_slots = lg_xmalloc((size_t)conf->slots * sizeof(*e->free_slots));
+    for (uint32_t i = 0; i < conf->slots; i++) {
+        e->free_slots[i] = conf->slots - 1 - i; /* slot 0 is taken first */
+    }
+    e->nfree = conf->slots;
+    lg_sim_prefix_init(&e->prefix, conf->prefix_block_tokens ? conf->prefix_cache_blocks : 0,
+                       shared ? shm->blocks : NULL, shared ? shm->table : NULL);
+    engine_shm_begin(e);
+    engine_shm_end(e);
+    return LG_OK;
+}
+
+void
+lg_sim_engine_free(struct lg_sim_engine *e)
+{
+    if (e->step_ev != NULL) {
+        event_free(e->step_ev);
+        e->step_ev = NULL;
+    }
+    free(e->free_slots);
+    e->free_slots = NULL;
+    lg_sim_prefix_free(&e->prefix);
+}
+
+void
+lg_sim_engine_submit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    uint32_t hits = lg_sim_prefix_match(&e->prefix, seq->block_keys, seq->nblocks);
+    uint64_t cached =
+        LG_MIN((uint64_t)hits * e->conf.prefix_block_tokens, (uint64_t)seq->prompt_tokens - 1);
+
+    engine_shm_begin(e);
+    seq->generated = 0;
+    seq->cached_tokens = 0;
+    seq->uncached_tokens = seq->prompt_tokens - (uint32_t)cached; /* estimate until admitted */
+    seq->wait_published = false;
+    seq->first_token_ns = 0;
+    seq->arrival_ns = lg_now_ns();
+    seq->state = LG_SIM_SEQ_ST_WAITING;
+    TAILQ_INSERT_TAIL(&e->waiting, seq, link);
+    e->nwaiting++;
+    e->stats.submitted++;
+    e->queued_prefill_tokens += seq->uncached_tokens;
+    e->remaining_decode_tokens += seq->max_tokens;
+    if (engine_ring_on(e)) {
+        if (e->wait_unpublished == NULL) {
+            e->wait_unpublished = seq;
+        }
+        engine_ring_fill(e);
+    }
+    engine_kick(e);
+    engine_shm_end(e);
+}
+
+void
+lg_sim_engine_abort(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    if (seq->state == LG_SIM_SEQ_ST_IDLE) {
+        return;
+    }
+    engine_shm_begin(e);
+    if (seq->state == LG_SIM_SEQ_ST_WAITING) {
+        engine_ring_leave(e, seq);
+        TAILQ_REMOVE(&e->waiting, seq, link);
+        e->nwaiting--;
+        e->queued_prefill_tokens -= seq->uncached_tokens;
+        e->remaining_decode_tokens -= seq->max_tokens;
+        seq->state = LG_SIM_SEQ_ST_IDLE;
+        if (engine_ring_on(e)) {
+            engine_ring_fill(e);
+        }
+    } else {
+        engine_release(e, seq);
+        if (e->nrunning == 0 && e->phase == LG_SIM_ENGINE_ST_STEP) {
+            /* nothing left to compute: the waiting sequences need not wait for it */
+            evtimer_del(e->step_ev);
+            e->queued_prefill_tokens -= e->step_prefill_tokens;
+            e->step_prefill_tokens = 0;
+            e->phase = LG_SIM_ENGINE_ST_IDLE;
+            engine_kick(e);
+        }
+    }
+    e->stats.aborted++;
+    e->stats.last_abort_wall_ns = lg_wall_ns();
+    engine_shm_end(e);
+}
+
+void
+lg_sim_engine_set_speed(struct lg_sim_engine *e, double speed)
+{
+    engine_shm_begin(e);
+    e->conf.speed = speed;
+    engine_shm_end(e);
+}
+
+void
+lg_sim_engine_set_failing(struct lg_sim_engine *e, bool failing)
+{
+    engine_shm_begin(e);
+    e->failing = failing;
+    engine_shm_end(e);
+}
+
+void
+lg_sim_engine_set_stalled(struct lg_sim_engine *e, bool stalled)
+{
+    if (e->stalled == stalled) {
+        return;
+    }
+    engine_shm_begin(e);
+    e->stalled = stalled;
+    if (!stalled) {
+        if (e->phase == LG_SIM_ENGINE_ST_BLOCKED) {
+            /* the held step ends now: its tokens go out at the top of the loop */
+            e->phase = LG_SIM_ENGINE_ST_STEP;
+            e->step_end_ns = lg_now_ns();
+            event_active(e->step_ev, EV_TIMEOUT, 1);
+        } else {
+            engine_kick(e);
+        }
+    }
+    engine_shm_end(e);
+}
+
+uint64_t
+lg_sim_engine_kv_tokens(const struct lg_sim_engine *e)
+{
+    const struct lg_sim_seq *seq;
+    uint64_t tokens = 0;
+
+    TAILQ_FOREACH (seq, &e->running, link) {
+        tokens += (uint64_t)seq->prompt_tokens + seq->generated;
+    }
+    return tokens;
+}
+
+double
+lg_sim_engine_kv_usage(const struct lg_sim_engine *e)
+{
+    const struct lg_sim_seq *seq;
+    uint64_t block = e->conf.prefix_block_tokens;
+    uint64_t blocks = 0;
+
+    if (block == 0 || e->conf.prefix_cache_blocks == 0) {
+        return e->conf.slots ? (double)e->nrunning / e->conf.slots : 0;
+    }
+    TAILQ_FOREACH (seq, &e->running, link) {
+        blocks += ((uint64_t)seq->prompt_tokens + seq->generated + block - 1) / block;
+    }
+    return LG_MIN(1.0, (double)blocks / e->conf.prefix_cache_blocks);
+}
