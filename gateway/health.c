@@ -33,6 +33,7 @@ struct health_target {
     enum lg_engine_flavor flavor;   /* configured, or detected by the first scrape */
     bool checking;                  /* a check is in flight */
     bool scraping;                  /* a scrape is in flight */
+    uint32_t scrape_failures;       /* answers without metrics in a row: scrapes back off */
     uint32_t ok_run, fail_run;      /* consecutive check results */
     struct lg_backend_engine eng;   /* last published engine state */
     uint64_t warn_ns;               /* rate limit for scrape warnings */
@@ -190,6 +191,9 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
 
     t->scraping = false;
     if (code != 200) {
+        /* an answer, but not metrics: nothing to scrape there (no answer at
+         * all is the health checks' business, and retried at full rate) */
+        t->scrape_failures += code != 0;
         if (lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
             LG_WARN("backend %s: scraping %s failed (%s %d); its engine load is not counted",
                     b->name, b->conf.metrics_path, code ? "status" : "no response", code);
@@ -200,6 +204,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     len = evbuffer_get_length(body);
     text = len ? (const char *)evbuffer_pullup(body, -1) : "";
     rc = lg_engine_metrics_parse(text, len, t->flavor, &s);
+    t->scrape_failures = rc == LG_OK ? 0 : t->scrape_failures + 1;
     if (rc != LG_OK && lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
         LG_WARN("backend %s: %s has no %s queue metrics; its engine load is not counted", b->name,
                 b->conf.metrics_path, lg_engine_flavor_name(t->flavor));
@@ -225,8 +230,18 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct health_target *t = arg;
 
+    uint64_t ms = t->h->f->conf->health.scrape_interval_ms;
+    struct timeval tv;
+
     (void)fd;
     (void)what;
+    /* a backend without engine metrics is asked less and less often (up to
+     * every 30 s), so a plain HTTP server is not hammered four times a second */
+    for (uint32_t i = 0; i < t->scrape_failures && i < 8 && ms < 30000; i++) {
+        ms *= 2;
+    }
+    tv = health_tv(LG_MAX(LG_MIN(ms, 30000), t->h->f->conf->health.scrape_interval_ms));
+    event_add(t->scrape_ev, &tv);
     if (t->scraping) {
         return;
     }
@@ -402,10 +417,8 @@ health_target_init(struct lg_health *h, struct health_target *t, struct lg_backe
         event_add(t->check_ev, &tv);
     }
     if (scrape) {
-        t->scrape_ev = event_new(h->base, -1, EV_PERSIST, health_on_scrape_timer, t);
-        tv = health_tv(hc->scrape_interval_ms);
-        event_add(t->scrape_ev, &tv);
-        event_active(t->scrape_ev, EV_TIMEOUT, 0); /* the first sample now */
+        t->scrape_ev = event_new(h->base, -1, 0, health_on_scrape_timer, t);
+        event_active(t->scrape_ev, EV_TIMEOUT, 0); /* the first sample now; it re-arms */
     }
     return true;
 }

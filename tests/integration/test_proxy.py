@@ -277,7 +277,8 @@ class ProxyTest(Harness):
         conf = self.base_config([
             {"name": "flood", "url": "http://127.0.0.1:%d" % fport, "models": ["big"]},
             {"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
-            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"})
+            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"},
+            health={"scrape_interval": 0, "interval": "1h"})  # the flood server answers any GET
         gwp, gw = self.start_gateway(conf)
         rss0 = gwp.rss_kib()
         r = StreamReader(gw, chat_body(model="big", stream=True))
