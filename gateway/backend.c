@@ -244,8 +244,8 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
     uint64_t now = lg_now_ns();
     uint64_t until;
 
-    if (status != 0) {
-        LG_STAT_ADD(b, responses[cls], 1);
+    if (!(flags & LG_BACKEND_R_MIDWAY)) {
+        LG_STAT_ADD(b, responses[cls], 1); /* a cut after the head was counted with it */
     }
     if (retry_after_ns > 0) {
         __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);

@@ -180,6 +180,7 @@ lg_backend_inflight(const struct lg_backend *b)
 
 /* Outcome flags for lg_backend_note_result(). */
 #define LG_BACKEND_R_REFUSED 1u /* the connection was refused: nothing listens there */
+#define LG_BACKEND_R_MIDWAY  2u /* failed after its response head (already counted) */
 
 /*
  * Records the outcome of one attempt: status 0 = no response (connect

@@ -128,7 +128,7 @@ proxy_failed_midway(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     if (req->backend != NULL) {
-        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, 0);
+        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, LG_BACKEND_R_MIDWAY);
         lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, req->backend, 0,
                               0, 0);
     }
