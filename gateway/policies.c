@@ -274,7 +274,9 @@ static const struct lg_plugin_desc p2c_desc = {
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
  *             slots, else the next departure plus hold/slots per request
  *             more (lg_est_queue_wait_ms(); load = our in-flight + others'
- *             from the engine's queue; slots from its running count)
+ *             from the engine's queue + foreign_margin * sqrt(2 * others' *
+ *             sample age / hold), the spread of others' load since the
+ *             scrape; slots from its running count)
  *   ahead   = first-token work of the requests there still awaiting theirs,
  *             minus what they have done (a long prompt being prefilled
  *             stalls every request behind it)
@@ -295,6 +297,7 @@ struct ttft_state {
     double batch_weight;
     double decode_weight;
     double error_penalty;
+    double foreign_margin;
 };
 
 static int
@@ -302,13 +305,15 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
             size_t errlen)
 {
     struct ttft_state s = {
-        .slots = 16, .batch_weight = 1.0, .decode_weight = 0.02, .error_penalty = 2
+        .slots = 16, .batch_weight = 1.0, .decode_weight = 0.02, .error_penalty = 2,
+        .foreign_margin = 1
     };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
         { "decode_weight", &s.decode_weight, 0, 10 },
         { "error_penalty", &s.error_penalty, 0, 1000 },
+        { "foreign_margin", &s.foreign_margin, 0, 100 },
     };
 
     (void)host;
@@ -327,9 +332,16 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double kib = (double)req->prompt_bytes / 1024.0;
     double slots = v->capacity > 0 ? v->capacity : s->slots;
     double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
+    double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
+    /* others' load has changed since the scrape: about foreign/hold arrivals
+     * and as many departures a millisecond, so its spread grows as the
+     * square root of the sample's age; margin standard deviations of it
+     * count as load (gateways sharing a fleet stop racing for one last slot) */
+    double load = v->load + s->foreign_margin
+                                * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
     double wait =
-        lg_est_queue_wait_ms(v->load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
-    double batch = s->batch_weight * v->itl_ms * LG_MIN(v->load, slots) / slots;
+        lg_est_queue_wait_ms(load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
+    double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
     double pred = service + wait + batch + v->work_ahead_ms;
 
     if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
