@@ -143,6 +143,18 @@ lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prio
     e->peak = peak < 1.0 ? 1.0 : peak;
     e->peak_t_ns = now_ns;
 
+    /*
+     * The fit takes a sample at most LG_EST_FIT_MAX times its prediction:
+     * a lasting change still moves it that much per sample (and the peak
+     * covers it meanwhile), but one request that got stuck behind
+     * something the model does not see (another's long prefill in the same
+     * engine step) cannot make an idle replica look 30x slower for a fit
+     * half-life.
+     */
+    if (ms > LG_EST_FIT_MAX * pred + 1.0) {
+        ms = LG_EST_FIT_MAX * pred + 1.0;
+    }
+
     d = est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
     e->w = e->w * d + 1;
     e->sx = e->sx * d + kib;

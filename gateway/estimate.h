@@ -44,10 +44,12 @@
 /* Peak-EWMA on the ratio: share of an upward step taken at once, half-life of its decay. */
 #define LG_EST_PEAK_UP          0.5
 #define LG_EST_PEAK_HALF_LIFE_S 5.0
-#define LG_EST_PEAK_MAX         8.0 /* one sample moves it at most this far */
+#define LG_EST_PEAK_MAX         3.0 /* a ratio above counts as this much */
+/* Largest sample the fit takes, as a multiple of its prediction (a robust fit). */
+#define LG_EST_FIT_MAX 4.0
 /* Decayed means (inter-token gap, hold time, errors). */
 #define LG_EST_MEAN_HALF_LIFE_S  5.0
-#define LG_EST_MEAN_PRIOR_WEIGHT 1.0
+#define LG_EST_MEAN_PRIOR_WEIGHT 4.0
 
 /* The prior line for a model's backends (fleet medians), and fallbacks. */
 struct lg_est_prior {

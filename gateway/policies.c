@@ -288,7 +288,11 @@ static const struct lg_plugin_desc p2c_desc = {
  *             (requests waiting for a first token longer than predicted mean
  *             a new one will wait at least as long: catches a stall before
  *             any sample arrives)
- *   cost    = pred + decode_weight * max_tokens * itl
+ *   cost    = pred + prefill_share * ms_per_kib * prompt_kib * pending
+ *             + decode_weight * max_tokens * itl
+ *             (the middle term: the delay its prefill causes the requests
+ *             there still awaiting a first token; keeps long prompts off
+ *             replicas where short ones are about to start)
  *             (decode_weight > 0 lets long generations avoid a replica that
  *             starts fast but generates slowly)
  */
@@ -298,22 +302,26 @@ struct ttft_state {
     double decode_weight;
     double error_penalty;
     double foreign_margin;
+    double prefill_share;
 };
 
 static int
 ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
             size_t errlen)
 {
-    struct ttft_state s = {
-        .slots = 16, .batch_weight = 1.0, .decode_weight = 0.02, .error_penalty = 2,
-        .foreign_margin = 1
-    };
+    struct ttft_state s = { .slots = 16,
+                            .batch_weight = 1.0,
+                            .decode_weight = 0.02,
+                            .error_penalty = 2,
+                            .foreign_margin = 1,
+                            .prefill_share = 1 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
         { "decode_weight", &s.decode_weight, 0, 10 },
         { "error_penalty", &s.error_penalty, 0, 1000 },
         { "foreign_margin", &s.foreign_margin, 0, 100 },
+        { "prefill_share", &s.prefill_share, 0, 100 },
     };
 
     (void)host;
@@ -337,8 +345,8 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * and as many departures a millisecond, so its spread grows as the
      * square root of the sample's age; margin standard deviations of it
      * count as load (gateways sharing a fleet stop racing for one last slot) */
-    double load = v->load + s->foreign_margin
-                                * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
+    double load =
+        v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
     double wait =
         lg_est_queue_wait_ms(load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
@@ -348,6 +356,10 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
         pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
     }
     pred *= 1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate));
+    /* its own prefill holds up the requests there still awaiting a first
+     * token (an engine step that prefills it makes them all wait): a long
+     * prompt goes where it delays the fewest */
+    pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
     return pred + s->decode_weight * (double)req->max_tokens * v->itl_ms;
 }
 

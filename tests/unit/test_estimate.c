@@ -148,10 +148,11 @@ test_peak_reaction(void)
 
     t = feed(&e, t, 1, 0.5, 200, 100); /* one 5x sample */
     lg_est_ttft_read(&e, t, &prior, &v);
-    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 2.5 * base);
-    t = feed(&e, t, 1, 0.5, 200, 100);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 1.8 * base);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 2.5 * base); /* one sample is not proof */
+    t = feed(&e, t, 3, 0.5, 200, 100);
     lg_est_ttft_read(&e, t, &prior, &v);
-    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 3.5 * base);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 2.8 * base); /* a few are */
 
     /* the replica recovers: fast samples bring it down within seconds */
     t = feed(&e, t, 30, 0.5, 40, 20);
@@ -177,7 +178,8 @@ test_mean(void)
         t += S(0.1);
         lg_est_mean_add(&m, t, 60, LG_EST_MEAN_HALF_LIFE_S);
     }
-    LG_CHECK(near(lg_est_mean_read(&m, t, 15, LG_EST_MEAN_HALF_LIFE_S), 60, 0.05));
+    LG_CHECK(near(lg_est_mean_read(&m, t, 15, LG_EST_MEAN_HALF_LIFE_S), 60,
+                  0.1)); /* the prior weighs 4 */
     LG_CHECK(lg_est_mean_weight(&m, t, LG_EST_MEAN_HALF_LIFE_S) > 20);
     LG_CHECK(near(lg_est_mean_read(&m, t + S(60), 15, LG_EST_MEAN_HALF_LIFE_S), 15, 0.05));
     return 0;
@@ -217,6 +219,24 @@ test_queue_wait(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/* One request stuck behind something unseen does not make a replica look slow for long. */
+static int
+test_outlier_is_bounded(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t;
+
+    lg_est_ttft_init(&e);
+    t = feed(&e, S(1), 40, 0.5, 40, 20); /* 50 ms */
+    t = feed(&e, t, 1, 0.5, 1500, 0);    /* 30x: admitted with a long prefill */
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 2.5 * 50);
+    lg_est_ttft_read(&e, t + S(10), &prior, &v); /* the peak fades, the fit barely moved */
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 1.4 * 50);
+    return 0;
+}
+
+LG_TEST_MAIN(test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait)
