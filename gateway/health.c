@@ -186,7 +186,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     uint64_t now, interval;
     uint32_t pending;
     double age_ms, work_ms;
-    bool busy;
+    bool busy, detected;
     int rc;
 
     t->scraping = false;
@@ -209,10 +209,9 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         LG_WARN("backend %s: %s has no %s queue metrics; its engine load is not counted", b->name,
                 b->conf.metrics_path, lg_engine_flavor_name(t->flavor));
     }
-    if (t->flavor == LG_ENGINE_AUTO && s.flavor != LG_ENGINE_AUTO) {
+    detected = t->flavor == LG_ENGINE_AUTO && s.flavor != LG_ENGINE_AUTO;
+    if (detected) {
         t->flavor = s.flavor;
-        LG_INFO("backend %s: engine metrics look like %s", b->name,
-                lg_engine_flavor_name(s.flavor));
     }
     now = lg_now_ns();
     interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
@@ -223,6 +222,11 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     busy = pending > 0 && work_ms - pending * age_ms > 2.0 * (double)interval / 1e6;
     lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
     lg_backend_publish_engine(b, &t->eng);
+    if (detected) {
+        /* after publishing: whoever reads this line can count on the sample */
+        LG_INFO("backend %s: engine metrics look like %s", b->name,
+                lg_engine_flavor_name(s.flavor));
+    }
 }
 
 static void

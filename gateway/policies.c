@@ -393,9 +393,9 @@ static const struct lg_plugin_desc ttft_desc = {
  * -weight / ln(U(key, backend id)) and the highest owns the key, so adding
  * or removing a backend moves only its own share of keys. Bounded load
  * (consistent hashing with bounded loads, Mirrokni et al.): a candidate
- * whose load would exceed ceil(bound * its weighted fair share) is passed
- * over for the next in hash order, so one hot prefix cannot pile onto one
- * replica.
+ * whose load would exceed ceil(bound * its weighted fair share) + slack is
+ * passed over for the next in hash order, so one hot prefix cannot pile
+ * onto one replica.
  *
  * Cost: 0 for the owner, and for every other candidate the prefill a warm
  * cache would have saved: the shared part of the prompt times the prefill
@@ -417,6 +417,7 @@ struct aff_state {
     double shared;         /* share of the prompt assumed cached (prefix) */
     double min_ms;         /* least affinity cost (session) */
     double miss_factor;    /* a miss costs this many times the prefill it redoes */
+    double slack;          /* requests over the bound always allowed (small loads) */
 };
 
 static int
@@ -428,7 +429,8 @@ aff_create_common(const char *options, void **state, char *err, size_t errlen, b
                            .min_ms_per_kib = 10,
                            .shared = session ? 1.0 : 0.75,
                            .min_ms = session ? 100 : 0,
-                           .miss_factor = 3 };
+                           .miss_factor = 3,
+                           .slack = 2 };
     const struct policy_opt opts[] = {
         { "bound", &s.bound, 1, 100 },
         { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
@@ -436,6 +438,7 @@ aff_create_common(const char *options, void **state, char *err, size_t errlen, b
         { "shared", &s.shared, 0, 1 },
         { "min_ms", &s.min_ms, 0, 1e7 },
         { "miss_factor", &s.miss_factor, 0, 1000 },
+        { "slack", &s.slack, 0, 1e6 },
     };
 
     if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
@@ -505,7 +508,10 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
         if (top < 0) {
             top = best;
         }
-        if (c[best]->load + 1 <= ceil(s->bound * load * policy_weight(c[best]) / weights)) {
+        /* the slack keeps a lone request (or a scrape that still counts a
+         * finished one) from moving a key when the fleet is nearly idle */
+        if (c[best]->load + 1
+            <= ceil(s->bound * load * policy_weight(c[best]) / weights) + s->slack) {
             owner = best;
         }
     }
