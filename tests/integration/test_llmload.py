@@ -451,7 +451,8 @@ class LlmloadTest(harness.Harness):
         seen = [t for t, _ in srv.requests]
         self.assertEqual(len(seen), len(planned))
         drift = [abs((a - seen[0]) - (p - planned[0])) for a, p in zip(seen, planned)]
-        self.assertLess(sorted(drift)[len(drift) // 2], 0.02)
+        # measured by a Python server: its own scheduling noise dominates on a busy machine
+        self.assertLess(sorted(drift)[len(drift) // 2], 0.05)
         self.assertLess(s["sched_lag_ms"]["p50"], 5)
 
     def test_closed_loop_concurrency(self):
