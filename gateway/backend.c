@@ -229,6 +229,7 @@ backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t no
     }
     len_ms = LG_MIN(len_ms, hc->eject_max_ms);
     b->ejections++;
+    __atomic_fetch_add(&b->ejections_total, 1, __ATOMIC_RELAXED);
     b->consecutive_failures = 0;
     __atomic_store_n(&b->eject_until_ns, now + len_ms * LG_NS_PER_MS, __ATOMIC_RELAXED);
     __atomic_store_n(&b->up_since_ns, 0, __ATOMIC_RELAXED);

@@ -91,6 +91,7 @@ struct lg_backend {
                                        past, the backend is half-open */
     uint32_t probe_busy;           /* atomic: the half-open probe is in flight */
     uint64_t up_since_ns;          /* atomic: slow start began then; 0 = full share */
+    uint64_t ejections_total;      /* atomic: passive ejections since it joined (metrics) */
     uint64_t warn_ratelimit_ns;    /* for lg_log_ratelimit() */
     struct lg_backend_stats stats; /* atomic fields */
     struct lg_backend_metrics metrics; /* atomic: histograms and tokens (stats.c) */
