@@ -12,6 +12,7 @@
 #include "admin.h"
 
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,8 +29,10 @@
 #include "backend.h"
 #include "config.h"
 #include "lg_version.h"
+#include "livestate.h"
 #include "metrics.h"
 #include "reload.h"
+#include "router.h"
 #include "statuspage.h"
 #include "worker.h"
 
@@ -37,6 +40,7 @@
 #define ADMIN_MAX_HEADERS (16 * 1024)
 #define ADMIN_TIMEOUT_S   30
 #define ADMIN_RELOAD_WAIT 60000 /* ms an admin reload waits for its outcome */
+#define ADMIN_MAX_MODELS  32    /* models whose routing /admin/backends explains */
 
 struct lg_admin {
     struct lg_gateway *gw;   /* borrowed */
@@ -71,7 +75,7 @@ static void
 admin_reply_json(struct evhttp_request *req, int status, const char *reason, json_t *json)
 {
     struct evbuffer *body = evbuffer_new();
-    char *text = json_dumps(json, JSON_COMPACT);
+    char *text = json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(10));
 
     evbuffer_add_printf(body, "%s\n", text != NULL ? text : "{}");
     free(text);
@@ -114,15 +118,53 @@ admin_authorized(struct lg_admin *a, struct evhttp_request *req)
 
 /* ---- /admin/backends ------------------------------------------------------------- */
 
+/* A number, or null when it is not known (negative, or not finite). */
 static json_t *
-admin_backend_json(const struct lg_backend *b)
+admin_num(double v, bool known)
+{
+    return known && isfinite(v) ? json_real(round(v * 1000) / 1000) : json_null();
+}
+
+/* The engine's last scrape and the router's estimates (what its policies see). */
+static void
+admin_live_json(json_t *o, const struct lg_live *lv)
+{
+    const struct lg_backend_view *v = &lv->view;
+    bool scraped = v->engine_age_ns != UINT64_MAX;
+
+    json_object_set_new(
+        o, "engine",
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:b, s:s}", "waiting",
+                  scraped && v->engine_waiting >= 0 ? json_integer(v->engine_waiting) : json_null(),
+                  "running",
+                  scraped && v->engine_running >= 0 ? json_integer(v->engine_running) : json_null(),
+                  "kv_usage", admin_num(v->engine_kv_usage, scraped && v->engine_kv_usage >= 0),
+                  "age_ms", admin_num((double)v->engine_age_ns / 1e6, scraped), "capacity",
+                  admin_num(v->capacity, v->capacity > 0), "stale",
+                  (v->flags & LG_VIEW_F_STALE) != 0, "flavor",
+                  lg_live_flavor_name(lv->engine_flavor)));
+    json_object_set_new(
+        o, "estimate",
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "ttft_ms",
+                  admin_num(lv->ttft_1kib_ms, true), "ttft_fixed_ms",
+                  admin_num(v->ttft_fixed_ms, true), "ttft_ms_per_kib",
+                  admin_num(v->ttft_ms_per_kib, true), "itl_ms", admin_num(v->itl_ms, true),
+                  "error_rate", admin_num(v->error_rate, true), "samples",
+                  admin_num(v->samples, true), "load", admin_num(v->load, true), "foreign",
+                  admin_num(v->foreign, true), "hold_ms", admin_num(v->hold_ms, true), "pending",
+                  (json_int_t)v->pending, "work_ahead_ms", admin_num(v->work_ahead_ms, true)));
+    json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
+}
+
+static json_t *
+admin_backend_json(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now)
 {
     static const char *const classes[LG_BACKEND_NCLASS] = { "none", "1xx", "2xx",
                                                             "3xx",  "4xx", "5xx" };
     json_t *o = json_object();
     json_t *models = json_array();
     json_t *resp = json_object();
-    int health = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+    struct lg_live lv;
 
     for (size_t i = 0; i < b->conf.nmodels; i++) {
         json_array_append_new(models, json_string(b->conf.models[i]));
@@ -134,10 +176,8 @@ admin_backend_json(const struct lg_backend *b)
     json_object_set_new(o, "name", json_string(b->name));
     json_object_set_new(o, "url", json_string(b->conf.url));
     json_object_set_new(o, "models", models);
-    json_object_set_new(o, "health",
-                        json_string(health >= 0 && health < (int)LG_ARRAY_SIZE(admin_health_names)
-                                        ? admin_health_names[health]
-                                        : "unknown"));
+    lg_live_read(f, b, now, &lv);
+    json_object_set_new(o, "health", json_string(lg_live_state_names[lv.state]));
     json_object_set_new(o, "in_flight", json_integer(lg_backend_inflight(b)));
     json_object_set_new(o, "attempts", json_integer((json_int_t)LG_STAT_GET(b, requests)));
     json_object_set_new(
@@ -160,27 +200,73 @@ admin_backend_json(const struct lg_backend *b)
     json_object_set_new(o, "cut_streams", json_integer((json_int_t)LG_STAT_GET(b, cut_streams)));
     json_object_set_new(o, "weight", json_integer(b->conf.weight));
     json_object_set_new(o, "max_inflight", json_integer(b->conf.max_inflight));
+    json_object_set_new(
+        o, "ejections",
+        json_integer((json_int_t)__atomic_load_n(&b->ejections_total, __ATOMIC_RELAXED)));
+    admin_live_json(o, &lv);
     return o;
+}
+
+/*
+ * The current routing scores: for each model (the first ADMIN_MAX_MODELS),
+ * the pick the router would make now for a typical request (a 1 KiB streamed
+ * chat prompt asking 128 tokens), with every candidate's score inputs. A dry
+ * run: nothing is sent, and a half-open probe slot it wins is given back.
+ */
+static json_t *
+admin_routing(const struct lg_fleet *f)
+{
+    json_t *list = json_array();
+
+    for (size_t i = 0; i < f->nmodels && i < ADMIN_MAX_MODELS; i++) {
+        const struct lg_model_route *m = &f->models[i];
+        struct lg_route_req rq = { .model = m->model,
+                                   .path = "/v1/chat/completions",
+                                   .stream = true,
+                                   .prompt_bytes = 1024,
+                                   .max_tokens = 128 };
+        struct lg_route_result *res = lg_xcalloc(1, sizeof(*res));
+        int rc = lg_router_pick(f->router, m, &rq, 0, res);
+        json_t *cands = json_loads(res->explain[0] ? res->explain : "[]", 0, NULL);
+
+        if (rc == LG_OK && res->probe) {
+            lg_backend_release_probe(res->backend);
+        }
+        json_array_append_new(list,
+                              json_pack("{s:s, s:s, s:o, s:s, s:o}", "model", m->model, "policy",
+                                        res->policy ? res->policy : "", "pick",
+                                        rc == LG_OK ? json_string(res->backend->name) : json_null(),
+                                        "reason", res->reason ? res->reason : "", "candidates",
+                                        cands != NULL ? cands : json_array()));
+        free(res);
+    }
+    return list;
 }
 
 static void
 admin_backends(struct lg_admin *a, struct evhttp_request *req)
 {
     struct lg_fleet *f = lg_gateway_fleet(a->gw);
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    bool scores = query == NULL || strstr(query, "scores=0") == NULL;
+    uint64_t now = lg_now_ns();
     struct lg_reload_stats rs;
     json_t *list = json_array();
+    json_t *routing;
 
     lg_reload_read_stats(a->gw, &rs);
     for (size_t i = 0; i < f->nbackends; i++) {
-        json_array_append_new(list, admin_backend_json(f->backends[i]));
+        json_array_append_new(list, admin_backend_json(f, f->backends[i], now));
     }
+    routing = scores ? admin_routing(f) : json_null();
     lg_fleet_unref(f);
-    admin_reply_json(
-        req, 200, "OK",
-        json_pack("{s:s, s:I, s:i, s:i, s:b, s:I, s:o}", "version", LG_VERSION, "generation",
-                  (json_int_t)rs.generation, "workers", (int)a->gw->nworkers, "connections",
-                  (int)lg_gateway_clients(a->gw), "draining", a->gw->draining, "uptime_s",
-                  (json_int_t)((lg_now_ns() - a->started_ns) / LG_NS_PER_S), "backends", list));
+    admin_reply_json(req, 200, "OK",
+                     json_pack("{s:s, s:I, s:i, s:i, s:b, s:I, s:o, s:o}", "version", LG_VERSION,
+                               "generation", (json_int_t)rs.generation, "workers",
+                               (int)a->gw->nworkers, "connections", (int)lg_gateway_clients(a->gw),
+                               "draining", a->gw->draining, "uptime_s",
+                               (json_int_t)((lg_now_ns() - a->started_ns) / LG_NS_PER_S),
+                               "backends", list, "routing", routing));
 }
 
 /* ---- /admin/backends/NAME/drain, /undrain ------------------------------------------------ */
@@ -214,9 +300,11 @@ admin_drain(struct lg_admin *a, struct evhttp_request *req, const char *name, bo
                && !__atomic_compare_exchange_n(&b->health, &h, LG_BACKEND_DRAINING, false,
                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
         }
-    } else if (h == LG_BACKEND_DRAINING) {
-        __atomic_compare_exchange_n(&b->health, &h, LG_BACKEND_UP, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
+    } else if (h == LG_BACKEND_DRAINING
+               && __atomic_compare_exchange_n(&b->health, &h, LG_BACKEND_UP, false,
+                                              __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        /* back in: ramp its share up like any backend that joins (slow start) */
+        __atomic_store_n(&b->up_since_ns, lg_now_ns(), __ATOMIC_RELAXED);
     }
     LG_INFO("admin: backend %s %s (%u requests in flight)", b->name,
             drain ? "drained" : "undrained", lg_backend_inflight(b));

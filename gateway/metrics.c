@@ -10,6 +10,7 @@
 #include "metrics.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "backend.h"
 #include "config.h"
 #include "lg_version.h"
+#include "livestate.h"
 #include "reload.h"
 #include "stats.h"
 #include "worker.h"
@@ -29,12 +31,6 @@
 
 static const char *const metrics_classes[LG_BACKEND_NCLASS] = { "none", "1xx", "2xx",
                                                                 "3xx",  "4xx", "5xx" };
-static const char *const metrics_states[] = {
-    [LG_BACKEND_UP] = "up",
-    [LG_BACKEND_DOWN] = "down",
-    [LG_BACKEND_EJECTED] = "ejected",
-    [LG_BACKEND_DRAINING] = "draining",
-};
 
 static void
 mx_family(struct evbuffer *out, const char *name, const char *type, const char *help)
@@ -325,7 +321,7 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
 
 /* ---- backends --------------------------------------------------------------------- */
 
-/* One counter family over every backend, read by `get`. */
+/* One family over every backend: `expr` reads backend `b`. */
 #define MX_BACKEND_FAMILY(out, f, name, type, help, expr)   \
     do {                                                    \
         mx_family((out), (name), (type), (help));           \
@@ -334,6 +330,106 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
             mx_backend_u64((out), (name), b, (expr));       \
         }                                                   \
     } while (0)
+
+/* A gauge per backend, skipping those for which `known` is false. */
+static void
+mx_backend_gauge(struct evbuffer *out, const char *name, const struct lg_backend *b, double v,
+                 bool known)
+{
+    if (!known || !isfinite(v)) {
+        return;
+    }
+    evbuffer_add_printf(out, "%s{backend=\"", name);
+    mx_value(out, b->name);
+    evbuffer_add_printf(out, "\"} ");
+    mx_double(out, v);
+    evbuffer_add(out, "\n", 1);
+}
+
+/* State, slow start, the engine's last scrape and the router's estimates. */
+static void
+mx_live(struct evbuffer *out, const struct lg_fleet *f)
+{
+    struct lg_live *lv = lg_xcalloc(f->nbackends ? f->nbackends : 1, sizeof(*lv));
+    uint64_t now = lg_now_ns();
+    static const struct {
+        const char *name;
+        const char *help;
+    } g[] = {
+        { "llmgate_backend_slow_start_ratio",
+          "Share of its traffic a backend in slow start may take now (1: full)." },
+        { "llmgate_backend_engine_requests_waiting",
+          "Requests waiting in the engine, from its /metrics (all clients)." },
+        { "llmgate_backend_engine_requests_running",
+          "Requests running in the engine, from its /metrics (all clients)." },
+        { "llmgate_backend_engine_kv_cache_usage_ratio",
+          "KV-cache use reported by the engine, 0..1." },
+        { "llmgate_backend_engine_scrape_age_seconds",
+          "Age of the engine's last scraped figures." },
+        { "llmgate_backend_engine_capacity",
+          "Requests the engine runs at once (slots), as learnt." },
+        { "llmgate_backend_load", "Requests on the engine now as the router counts them: this "
+                                  "gateway's in flight plus other clients' (faded scrape)." },
+        { "llmgate_backend_ttft_estimate_seconds",
+          "Learnt service TTFT of a 1 KiB prompt without queueing (the router's estimate)." },
+        { "llmgate_backend_inter_token_estimate_seconds", "Learnt gap between tokens." },
+        { "llmgate_backend_error_ratio", "Recent share of failed attempts (decaying)." },
+    };
+
+    for (size_t i = 0; i < f->nbackends; i++) {
+        lg_live_read(f, f->backends[i], now, &lv[i]);
+    }
+    mx_family(out, "llmgate_backend_state", "gauge",
+              "1 for the backend's state (up; down: failed active checks; ejected: passive "
+              "back-off; half_open: one probe at a time; held: honouring a Retry-After; "
+              "draining: admin, no new requests).");
+    for (size_t i = 0; i < f->nbackends; i++) {
+        for (int k = 0; k < LG_LIVE_NSTATES; k++) {
+            evbuffer_add_printf(out, "llmgate_backend_state{backend=\"");
+            mx_value(out, f->backends[i]->name);
+            evbuffer_add_printf(out, "\",state=\"%s\"} %d\n", lg_live_state_names[k],
+                                (int)lv[i].state == k);
+        }
+    }
+    MX_BACKEND_FAMILY(out, f, "llmgate_backend_ejections_total", "counter",
+                      "Passive ejections (failures in a row) since the backend joined.",
+                      LOAD(&b->ejections_total));
+    for (size_t k = 0; k < LG_ARRAY_SIZE(g); k++) {
+        mx_family(out, g[k].name, "gauge", g[k].help);
+        for (size_t i = 0; i < f->nbackends; i++) {
+            const struct lg_backend_view *v = &lv[i].view;
+            bool scraped = v->engine_age_ns != UINT64_MAX;
+            double x[] = {
+                v->ramp,
+                v->engine_waiting,
+                v->engine_running,
+                v->engine_kv_usage,
+                (double)v->engine_age_ns / 1e9,
+                v->capacity,
+                v->load,
+                lv[i].ttft_1kib_ms / 1e3,
+                v->itl_ms / 1e3,
+                v->error_rate,
+            };
+            bool known[] = {
+                true,
+                scraped && v->engine_waiting >= 0,
+                scraped && v->engine_running >= 0,
+                scraped && v->engine_kv_usage >= 0,
+                scraped,
+                v->capacity > 0,
+                true,
+                true,
+                true,
+                true,
+            };
+
+            mx_backend_gauge(out, g[k].name, f->backends[i], x[k], known[k]);
+        }
+    }
+    free(lv);
+}
+
 
 static void
 mx_backends(struct evbuffer *out, const struct lg_fleet *f)
@@ -383,19 +479,7 @@ mx_backends(struct evbuffer *out, const struct lg_fleet *f)
                       "Request bytes sent to the backend.", LG_STAT_GET(b, bytes_out));
     MX_BACKEND_FAMILY(out, f, "llmgate_backend_received_bytes_total", "counter",
                       "Response bytes relayed from the backend.", LG_STAT_GET(b, bytes_in));
-    mx_family(out, "llmgate_backend_state", "gauge",
-              "1 for the backend's health state (up, down: failed active checks, ejected: "
-              "passive back-off, draining: no new requests), 0 for the others.");
-    for (size_t i = 0; i < f->nbackends; i++) {
-        const struct lg_backend *b = f->backends[i];
-        int h = LOAD(&b->health);
-
-        for (int k = 0; k < (int)LG_ARRAY_SIZE(metrics_states); k++) {
-            evbuffer_add_printf(out, "llmgate_backend_state{backend=\"");
-            mx_value(out, b->name);
-            evbuffer_add_printf(out, "\",state=\"%s\"} %d\n", metrics_states[k], h == k);
-        }
-    }
+    mx_live(out, f);
     mx_family(out, "llmgate_backend_ttft_seconds", "histogram",
               "Time to first token: from the request's first byte to the first content event "
               "(the whole response when not streamed), successful responses.");
