@@ -8,6 +8,7 @@ cumulative, ending with +Inf equal to _count).
 """
 
 import json
+import os
 import re
 import signal
 
@@ -175,6 +176,77 @@ class MetricsTest(Harness):
         self.assertEqual(metric(s, "llmgate_config_last_reload_success"), 0)
         self.assertEqual(metric(s, "llmgate_config_generation"), 2)
         self.assertGreater(metric(s, "llmgate_config_last_reload_timestamp_seconds"), 1.6e9)
+
+    def test_live_state_and_ejection(self):
+        """The engines' scraped figures and the router's estimates appear per backend;
+        a backend that keeps failing is ejected, and the metrics and the admin API say so."""
+        self.sims = {}
+        backends = []
+        _, port = self.start_llmsim("r1", args=FAST)
+        backends.append({"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
+        # r2: nothing listens there, so every attempt is refused
+        backends.append({"name": "r2", "url": "http://127.0.0.1:%d" % harness.free_port(),
+                         "models": ["m"], "flavor": "none"})
+        conf = self.base_config(backends, admin="127.0.0.1:0",
+                                health={"scrape_interval": "50ms", "eject_consecutive": 2,
+                                        "eject_base": "30s"})
+        conf["routing"] = {"policy": "round_robin", "retry": {"attempts": 2, "budget_min": 100}}
+        proc, port = self.start_gateway(conf)
+        self.gw = proc
+        self.admin = int(proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+        for _ in range(6):  # r2's failures are retried on r1: every client gets its answer
+            self.assertEqual(post_json(port, "/v1/chat/completions", chat_body())[0], 200)
+        self.gw.wait_for(r"backend r2 ejected")
+        harness.wait_until(lambda: metric(self.scrape()[1], "llmgate_backend_engine_requests_waiting",
+                                          backend="r1") is not None, what="r1's engine figures")
+        _, s = self.scrape()
+        self.assertEqual(metric(s, "llmgate_backend_state", backend="r2", state="ejected"), 1)
+        self.assertEqual(metric(s, "llmgate_backend_state", backend="r1", state="up"), 1)
+        self.assertGreaterEqual(metric(s, "llmgate_backend_ejections_total", backend="r2"), 1)
+        self.assertEqual(metric(s, "llmgate_backend_ejections_total", backend="r1"), 0)
+        self.assertGreater(metric(s, "llmgate_backend_responses_total", backend="r2",
+                                  **{"class": "none"}), 0)
+        self.assertGreater(metric(s, "llmgate_backend_retries_total", backend="r1"), 0)
+        self.assertGreaterEqual(metric(s, "llmgate_backend_engine_requests_running", backend="r1"), 0)
+        self.assertLess(metric(s, "llmgate_backend_engine_scrape_age_seconds", backend="r1"), 5)
+        self.assertGreater(metric(s, "llmgate_backend_ttft_estimate_seconds", backend="r1"), 0)
+        self.assertGreater(metric(s, "llmgate_backend_error_ratio", backend="r2"), 0)
+        self.assertEqual(metric(s, "llmgate_backend_slow_start_ratio", backend="r1"), 1)
+        status, _, data = http_request(self.admin, "GET", "/admin/backends")
+        obj = json.loads(data)
+        b = {x["name"]: x for x in obj["backends"]}
+        self.assertEqual((b["r1"]["health"], b["r2"]["health"]), ("up", "ejected"))
+        self.assertEqual(b["r1"]["engine"]["flavor"], "vllm")
+        self.assertEqual(b["r1"]["engine"]["waiting"], 0)
+        self.assertGreater(b["r1"]["estimate"]["ttft_ms"], 0)
+        # the routing scores: a dry run for the model, which picks the healthy one
+        self.assertEqual(len(obj["routing"]), 1)
+        r = obj["routing"][0]
+        self.assertEqual((r["model"], r["policy"], r["pick"]), ("m", "round_robin", "r1"))
+        self.assertEqual([c["backend"] for c in r["candidates"]], ["r1"])
+        self.assertIsNone(json.loads(http_request(self.admin, "GET",
+                                                  "/admin/backends?scores=0")[2])["routing"])
+
+    def test_dashboard_uses_exposed_metrics(self):
+        """Every metric the Grafana dashboard queries is one /metrics exposes."""
+        self.start_fleet({"listen": "127.0.0.1:0"})
+        text, _ = self.scrape()
+        types = check_format(self, text)
+        with open(os.path.join(harness.SRC, "docker", "grafana", "dashboards",
+                               "llmgate.json")) as f:
+            dash = json.load(f)
+        exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+        self.assertGreater(len(exprs), 10)
+        used = set()
+        for e in exprs:
+            for name in re.findall(r"\b(llmgate_[a-z_]+)", e):
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                fam = base if base in types and types[base] == "histogram" else name
+                used.add(fam)
+                self.assertIn(fam, types, "the dashboard queries %s (%s)" % (name, e))
+        for fam in ("llmgate_backend_ttft_seconds", "llmgate_backend_engine_requests_waiting",
+                    "llmgate_backend_requests_total"):
+            self.assertIn(fam, used)
 
     def test_token_protects_metrics_and_admin(self):
         port = self.start_fleet({"listen": "127.0.0.1:0", "token": "s3cret"})
