@@ -6,7 +6,12 @@
 set -eu
 
 pkgs="build-essential cmake pkg-config libevent-dev libssl-dev libjansson-dev node-llhttp
-      python3 curl ca-certificates nodejs npm openssl dnsmasq-base chromium"
+      python3 curl ca-certificates openssl dnsmasq-base chromium"
+# Node.js may come from elsewhere than Debian (NodeSource's nodejs ships its own
+# npm and conflicts with Debian's npm package): ask for Debian's only when the
+# commands are missing.
+command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
 if [ "${1:-}" = "--bench" ]; then
     pkgs="$pkgs nginx-light haproxy wrk nghttp2-client gnuplot-nox"
 fi
