@@ -705,6 +705,14 @@ client_parse(struct lg_client *c)
             }
             if (err == HPE_OK && req->head_bytes > conf->limits.max_header_bytes) {
                 err = client_reject(c, 431, "headers_too_large");
+            } else if (err == HPE_OK && req->t_start != 0) {
+                /* client_header bounds the whole head, not the gap between
+                 * reads: a byte every second must not keep a slot forever */
+                uint64_t spent_ms = (lg_now_ns() - req->t_start) / LG_NS_PER_MS;
+
+                client_set_read_timeout(c, spent_ms < conf->timeouts.client_header_ms
+                                               ? conf->timeouts.client_header_ms - spent_ms
+                                               : 1);
             }
         } else {
             /* body bytes: moved when contiguous, already decoded when chunked */
