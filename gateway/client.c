@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "client.h"
 #include "config.h"
+#include "connlimit.h"
 #include "headcheck.h"
 #include "proxy.h"
 #include "worker.h"
@@ -388,6 +389,7 @@ lg_client_close(struct lg_client *c, const char *why)
     TAILQ_REMOVE(&c->w->clients, c, link);
     c->w->nclients--;
     __atomic_fetch_sub(&c->w->gw->nconnections, 1, __ATOMIC_RELAXED);
+    lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
     lg_worker_reap_client(c->w, c);

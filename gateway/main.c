@@ -21,6 +21,7 @@
 #include "accesslog.h"
 #include "backend.h"
 #include "config.h"
+#include "connlimit.h"
 #include "lg_version.h"
 #include "listener.h"
 #include "worker.h"
@@ -193,6 +194,7 @@ main_run(const char *path, const char *ready_file)
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     pthread_mutex_init(&gw.fleet_lock, NULL);
+    gw.connlimit = lg_connlimit_new();
     if (lg_fleet_new(gw.conf, gw.nworkers, NULL, &gw.fleet) != LG_OK) {
         rc = 2;
         goto out_conf;
@@ -273,6 +275,7 @@ out_fleet:
     lg_fleet_unref(gw.fleet);
 out_conf:
     pthread_mutex_destroy(&gw.fleet_lock);
+    lg_connlimit_free(gw.connlimit);
     free(gw.config_path);
     lg_config_unref(gw.conf);
     return rc;

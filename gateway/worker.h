@@ -19,6 +19,7 @@ struct event;
 struct event_base;
 struct evconnlistener;
 struct lg_client;
+struct lg_connlimit;
 struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
@@ -75,6 +76,7 @@ struct lg_gateway {
     pthread_mutex_t fleet_lock;   /* guards fleet */
     struct lg_fleet *fleet;       /* one reference: the current fleet */
     uint32_t nconnections;        /* atomic: open client connections, all workers */
+    struct lg_connlimit *connlimit; /* owned: connections per source address */
     struct lg_accesslog *alog;    /* owned; NULL when off */
     bool draining;
 };
