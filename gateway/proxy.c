@@ -227,6 +227,31 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status)
     lg_client_fail(c, status, why, "the backend failed before responding (%s)", why);
 }
 
+/*
+ * A pooled connection closed before any response byte: the backend closed it
+ * while idle just as our request went out (a keep-alive race), which says
+ * nothing about the backend. Try again without spending the retry budget or
+ * an attempt; each pass retires one pooled connection, so this ends on a
+ * fresh connection at the latest.
+ */
+static void
+proxy_retry_fresh(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_model_route *route = lg_fleet_find_model(req->fleet, req->info.model);
+
+    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
+        if (route->backends[i] == req->backend) {
+            req->tried_mask &= ~(1ull << i);
+        }
+    }
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "backend %s closed a pooled connection on reuse: again",
+                req->backend->name);
+    proxy_end_attempt(c, false);
+    req->attempts--;
+    proxy_attempt(c);
+}
+
 static void
 proxy_write_request(struct lg_client *c, struct lg_upconn *u)
 {
@@ -328,7 +353,7 @@ proxy_attempt(struct lg_client *c)
     req->t_first_byte = 0;
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_failed", 502);
+        proxy_attempt_failed(c, "connect_failed", 503);
         return;
     }
     req->up = u;
@@ -697,13 +722,15 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     /* EOF or error */
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_refused", 502);
+        proxy_attempt_failed(c, "connect_refused", 503); /* down, not misbehaving */
+        return;
+    }
+    if (c->state == LG_CLIENT_ST_WAIT_HEAD && req->up_reused && req->up_bytes == 0) {
+        proxy_retry_fresh(c);
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        proxy_attempt_failed(c, req->up_reused && req->up_bytes == 0 ? "pooled_connection_closed"
-                                                                     : "upstream_closed",
-                             502);
+        proxy_attempt_failed(c, "upstream_closed", 502);
         return;
     }
     if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
