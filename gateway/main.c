@@ -24,6 +24,7 @@
 #include "connlimit.h"
 #include "lg_version.h"
 #include "listener.h"
+#include "tls.h"
 #include "worker.h"
 
 struct main_state {
@@ -49,7 +50,8 @@ main_usage(FILE *f)
             "  -v, --version            print the version\n"
             "  -h, --help               this text\n"
             "\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGUSR1 reopens the access log.\n"
+            "Signals: SIGTERM/SIGINT drain and exit 0; SIGUSR1 reopens the access log;\n"
+            "SIGHUP reloads the TLS certificates.\n"
             "Configuration reference: conf/README.md\n");
 }
 
@@ -117,6 +119,32 @@ main_on_reaper(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/*
+ * SIGHUP: what can change without a restart is re-read from the same files:
+ * TLS certificates (new connections use them). A failure keeps what runs.
+ */
+static void
+main_reload(struct lg_gateway *gw)
+{
+    LG_INFO("SIGHUP: reloading TLS certificates");
+    lg_tls_reload(gw->tls, gw->conf);
+}
+
+/* TLS contexts: every listener's, and every https backend's (to fail early). */
+static int
+main_tls_setup(struct lg_gateway *gw)
+{
+    if (lg_tls_new(gw->conf, &gw->tls) != LG_OK) {
+        return LG_EINVAL;
+    }
+    for (size_t i = 0; i < gw->fleet->nbackends; i++) {
+        if (lg_tls_backend_prepare(gw->fleet->backends[i]) != LG_OK) {
+            return LG_EINVAL;
+        }
+    }
+    return LG_OK;
+}
+
 static void
 main_on_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -130,7 +158,7 @@ main_on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     if (sig == SIGHUP) {
-        LG_WARN("SIGHUP: configuration reload is not available in this build");
+        main_reload(ms->gw);
         return;
     }
     if (ms->stopping) {
@@ -198,6 +226,10 @@ main_run(const char *path, const char *ready_file)
     if (lg_fleet_new(gw.conf, gw.nworkers, NULL, &gw.fleet) != LG_OK) {
         rc = 2;
         goto out_conf;
+    }
+    if (main_tls_setup(&gw) != LG_OK) {
+        rc = 2;
+        goto out_fleet;
     }
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
@@ -272,6 +304,7 @@ out_listen:
     free(bound);
     lg_accesslog_close(gw.alog);
 out_fleet:
+    lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);
 out_conf:
     pthread_mutex_destroy(&gw.fleet_lock);

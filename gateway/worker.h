@@ -20,6 +20,7 @@ struct event_base;
 struct evconnlistener;
 struct lg_client;
 struct lg_connlimit;
+struct lg_tls;
 struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
@@ -77,6 +78,7 @@ struct lg_gateway {
     struct lg_fleet *fleet;       /* one reference: the current fleet */
     uint32_t nconnections;        /* atomic: open client connections, all workers */
     struct lg_connlimit *connlimit; /* owned: connections per source address */
+    struct lg_tls *tls;           /* owned: server TLS contexts per listen entry */
     struct lg_accesslog *alog;    /* owned; NULL when off */
     bool draining;
 };
