@@ -28,6 +28,7 @@
 #include "connlimit.h"
 #include "headcheck.h"
 #include "proxy.h"
+#include "tls.h"
 #include "worker.h"
 
 static void client_parse(struct lg_client *c);
@@ -776,6 +777,9 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     struct lg_request *req = &c->req;
 
     (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        return; /* TLS handshake done: the request comes next */
+    }
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
             lg_client_cut(c, "client_stalled");
@@ -805,16 +809,26 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
 }
 
 int
-lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen)
+lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
+              struct ssl_st *ssl)
 {
     struct lg_client *c;
     const struct lg_config *conf = w->fleet->conf;
+    const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
     int one = 1;
 
     c = lg_xcalloc(1, sizeof(*c));
-    c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (ssl != NULL) {
+        /* the SSL (and with it the socket) is the bufferevent's now, even on failure */
+        c->bev = lg_tls_accept_bev(w->base, fd, ssl, opts);
+        c->tls = true;
+    } else {
+        c->bev = bufferevent_socket_new(w->base, fd, opts);
+        if (c->bev == NULL) {
+            evutil_closesocket(fd);
+        }
+    }
     if (c->bev == NULL) {
-        evutil_closesocket(fd);
         free(c);
         return LG_ENOMEM;
     }

@@ -26,6 +26,7 @@ struct event;
 struct lg_worker;
 struct lg_upconn;
 struct lg_fleet;
+struct ssl_st;
 
 enum lg_client_state {
     LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
@@ -109,6 +110,7 @@ struct lg_client {
     llhttp_t parser;
     struct sockaddr_storage addr;
     char addr_str[64];              /* client IP as text */
+    bool tls;                       /* the connection is HTTPS */
     uint32_t requests;              /* requests served on this connection */
     uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
     struct lg_request req;
@@ -119,8 +121,12 @@ struct lg_client {
 #define LG_CONN_LOG(level, c, fmt, ...)                                             \
     LG_LOG(level, "conn=%" PRIu64 " while %s: " fmt, (c)->id, (c)->action, ##__VA_ARGS__)
 
-/* Accepts fd on worker w (takes ownership of fd). */
-int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen);
+/*
+ * Accepts fd on worker w (takes ownership of fd, and of ssl: when not NULL
+ * the connection speaks TLS and its handshake starts now).
+ */
+int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
+                  struct ssl_st *ssl);
 
 /* Frees a client queued by lg_client_close() (the worker's reaper only). */
 void lg_client_free(struct lg_client *c);

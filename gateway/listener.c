@@ -21,6 +21,7 @@
 #include "config.h"
 #include "connlimit.h"
 #include "listener.h"
+#include "tls.h"
 #include "worker.h"
 
 #define LISTENER_BACKLOG       4096
@@ -130,8 +131,10 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
 {
     struct lg_worker *w = arg;
     const struct lg_config *conf = w->fleet->conf;
+    struct ssl_st *ssl;
+    bool tls_failed;
+    size_t i;
 
-    (void)l;
     if (w->draining) {
         close(fd);
         return;
@@ -158,7 +161,16 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
         listener_refuse(fd, listener_msg_per_ip, sizeof(listener_msg_per_ip) - 1);
         return;
     }
-    if (lg_client_new(w, fd, sa, salen) != LG_OK) {
+    for (i = 0; i < w->nlisteners && w->listeners[i] != l; i++) {
+    }
+    ssl = lg_tls_accept_ssl(w->gw->tls, i, &tls_failed);
+    if (tls_failed) {
+        LG_WARN("cannot allocate a TLS session: dropping a client");
+        lg_connlimit_release(w->gw->connlimit, sa);
+        close(fd);
+        return;
+    }
+    if (lg_client_new(w, fd, sa, salen, ssl) != LG_OK) {
         lg_connlimit_release(w->gw->connlimit, sa);
     }
 }
