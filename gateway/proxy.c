@@ -24,6 +24,7 @@
 #include "client.h"
 #include "config.h"
 #include "proxy.h"
+#include "tls.h"
 #include "upstream.h"
 #include "worker.h"
 
@@ -293,7 +294,11 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
         evbuffer_add(out, ", ", 2);
     }
     evbuffer_add(out, c->addr_str, strlen(c->addr_str));
-    evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+    if (c->tls) {
+        evbuffer_add(out, "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: ", 42);
+    } else {
+        evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+    }
     evbuffer_add(out, req->id, strlen(req->id));
     if (bc->api_key != NULL) {
         evbuffer_add(out, "\r\nAuthorization: Bearer ", 24);
@@ -720,6 +725,20 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     /* EOF or error */
+    if (c->state == LG_CLIENT_ST_CONNECT && u->b->conf.tls) {
+        char why[512];
+
+        if (lg_tls_failed(u->bev, why, sizeof(why))) {
+            static uint64_t last;
+
+            if (lg_log_ratelimit(&last, LG_NS_PER_S)) {
+                LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
+            }
+            LG_STAT_ADD(u->b, connect_failures, 1);
+            proxy_attempt_failed(c, "upstream_tls_error", 502);
+            return;
+        }
+    }
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
         proxy_attempt_failed(c, "connect_refused", 503); /* down, not misbehaving */
