@@ -6,18 +6,18 @@
  * stripes, each a small chained hash under its own mutex, so that accepts on
  * different workers rarely wait for each other.
  */
+#include "connlimit.h"
+
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "connlimit.h"
-
 #define CONNLIMIT_STRIPES 64
 #define CONNLIMIT_BUCKETS 256 /* per stripe */
 
 struct connlimit_entry {
-    uint8_t key[16];            /* IPv6 address, or IPv4 as ::ffff:a.b.c.d */
+    uint8_t key[16]; /* IPv6 address, or IPv4 as ::ffff:a.b.c.d */
     uint32_t count;
     struct connlimit_entry *next;
 };

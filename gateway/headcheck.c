@@ -3,11 +3,12 @@
  *
  * Owns nothing. Reads the head in place (evbuffer_peek), never copies it.
  */
+#include "headcheck.h"
+
 #include <string.h>
 
 #include <event2/buffer.h>
 
-#include "headcheck.h"
 #include "httphdr.h"
 
 const char *

@@ -62,9 +62,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (memchr(a.model, '\0', sizeof(a.model)) == NULL || strlen(a.model) > LG_MODEL_MAX) {
         abort();
     }
-    if (strcmp(a.model, b.model) != 0 || a.stream != b.stream
-        || a.include_usage != b.include_usage || a.max_tokens != b.max_tokens
-        || a.prompt_bytes != b.prompt_bytes || a.prefix_hash != b.prefix_hash) {
+    if (strcmp(a.model, b.model) != 0 || a.stream != b.stream || a.include_usage != b.include_usage
+        || a.max_tokens != b.max_tokens || a.prompt_bytes != b.prompt_bytes
+        || a.prefix_hash != b.prefix_hash) {
         abort();
     }
     if (a.max_tokens < -1 || (prefix == 0 && a.prefix_hash != 0)) {
