@@ -75,9 +75,13 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     uint64_t start = __atomic_fetch_add(&r->rr_next, 1, __ATOMIC_RELAXED);
     size_t n = route->n;
 
+    size_t nfull = 0;
+    uint64_t soonest = UINT64_MAX;
+
     out->backend = NULL;
     out->policy = r->policy;
     out->explain[0] = '\0';
+    out->retry_after_ms = 0;
     for (size_t k = 0; k < n; k++) {
         size_t i = (size_t)((start + k) % n);
         struct lg_backend *b = route->backends[i];
@@ -87,7 +91,24 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             out->reason = k == 0 ? "next_in_turn" : "next_available";
             return LG_OK;
         }
+        if (i < 64 && (tried_mask & (1ull << i))) {
+            continue;
+        }
+        if (lg_backend_is_available(b, now)) {
+            nfull++; /* available, but at max_inflight */
+        } else if (__atomic_load_n(&b->health, __ATOMIC_RELAXED) == LG_BACKEND_UP) {
+            soonest = LG_MIN(soonest, __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED));
+        }
     }
-    out->reason = "no_available_backend";
+    /* "full" and "down" differ for the caller: the first is worth waiting for */
+    if (nfull > 0) {
+        out->reason = "all_backends_at_max_inflight";
+        out->retry_after_ms = 1000;
+    } else {
+        out->reason = "no_available_backend";
+        out->retry_after_ms = soonest == UINT64_MAX
+                                  ? 1000
+                                  : (uint32_t)LG_MIN((soonest - now) / LG_NS_PER_MS + 1, 3600000);
+    }
     return LG_EBUSY;
 }

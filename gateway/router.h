@@ -32,6 +32,7 @@ struct lg_route_result {
     struct lg_backend *backend;           /* borrowed from the fleet */
     const char *policy;                   /* static or owned by the router */
     const char *reason;                   /* static string */
+    uint32_t retry_after_ms;              /* on LG_EBUSY: when a backend may be back */
     char explain[LG_ROUTE_EXPLAIN_BYTES]; /* JSON array of candidate score inputs */
 };
 
