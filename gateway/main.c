@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "config.h"
 #include "connlimit.h"
+#include "keys.h"
 #include "lg_version.h"
 #include "listener.h"
 #include "tls.h"
@@ -41,18 +42,39 @@ main_usage(FILE *f)
     fprintf(f,
             "usage: llmgate -c FILE [--ready-file FILE]\n"
             "       llmgate --check-config FILE\n"
+            "       printf %%s KEY | llmgate --hash-key\n"
             "       llmgate --version | --help\n"
             "\n"
             "  -c, --config FILE        run with this JSON configuration\n"
             "  -t, --check-config FILE  validate FILE, print every error as\n"
             "                           FILE:LINE:COL: error: /pointer: message; exit 0 or 2\n"
             "      --ready-file FILE    once listening, write the bound addresses there\n"
+            "      --hash-key           print the SHA-256 of the API key read from standard\n"
+            "                           input, for the keys file (auth.keys_file)\n"
             "  -v, --version            print the version\n"
             "  -h, --help               this text\n"
             "\n"
             "Signals: SIGTERM/SIGINT drain and exit 0; SIGUSR1 reopens the access log;\n"
-            "SIGHUP reloads the TLS certificates.\n"
+            "SIGHUP reloads the TLS certificates and the API keys.\n"
             "Configuration reference: conf/README.md\n");
+}
+
+/* The API keys file, when auth is on; errors printed like the config's. */
+static int
+main_keys_load(const struct lg_config *conf, struct lg_keys **out)
+{
+    struct lg_config_errors errs = { 0 };
+
+    *out = NULL;
+    if (conf->auth.keys_file == NULL) {
+        return LG_OK;
+    }
+    if (lg_keys_load(conf->auth.keys_file, out, &errs) != LG_OK) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return LG_EINVAL;
+    }
+    return LG_OK;
 }
 
 static int
@@ -65,6 +87,16 @@ main_check_config(const char *path)
         lg_config_errors_print(&errs, stderr);
         lg_config_errors_free(&errs);
         return 2;
+    }
+    if (conf->auth.keys_file != NULL) {
+        struct lg_keys *keys;
+
+        if (main_keys_load(conf, &keys) != LG_OK) {
+            lg_config_unref(conf);
+            return 2;
+        }
+        printf("%s: %zu API keys\n", conf->auth.keys_file, lg_keys_count(keys));
+        lg_keys_free(keys);
     }
     printf("%s: configuration is valid (%zu backends, %zu listen addresses)\n", path,
            conf->nbackends, conf->nlisten);
@@ -126,8 +158,37 @@ main_on_reaper(evutil_socket_t fd, short what, void *arg)
 static void
 main_reload(struct lg_gateway *gw)
 {
-    LG_INFO("SIGHUP: reloading TLS certificates");
+    LG_INFO("SIGHUP: reloading TLS certificates and API keys");
     lg_tls_reload(gw->tls, gw->conf);
+    if (gw->keys != NULL) {
+        lg_keys_reload(gw->keys);
+    }
+}
+
+/* --hash-key: the SHA-256 of the key on stdin (one trailing newline ignored). */
+static int
+main_hash_key(void)
+{
+    char buf[4097], hex[65];
+    size_t n = fread(buf, 1, sizeof(buf), stdin);
+
+    if (n == sizeof(buf)) {
+        fprintf(stderr, "llmgate: --hash-key: a key is at most %zu bytes\n", sizeof(buf) - 1);
+        return 2;
+    }
+    if (n > 0 && buf[n - 1] == '\n') {
+        n--;
+    }
+    if (n > 0 && buf[n - 1] == '\r') {
+        n--;
+    }
+    if (n == 0) {
+        fprintf(stderr, "llmgate: --hash-key: no key on standard input\n");
+        return 2;
+    }
+    lg_keys_hash_hex(buf, n, hex);
+    printf("%s\n", hex);
+    return 0;
 }
 
 /* TLS contexts: every listener's, and every https backend's (to fail early). */
@@ -227,7 +288,7 @@ main_run(const char *path, const char *ready_file)
         rc = 2;
         goto out_conf;
     }
-    if (main_tls_setup(&gw) != LG_OK) {
+    if (main_tls_setup(&gw) != LG_OK || main_keys_load(gw.conf, &gw.keys) != LG_OK) {
         rc = 2;
         goto out_fleet;
     }
@@ -304,6 +365,7 @@ out_listen:
     free(bound);
     lg_accesslog_close(gw.alog);
 out_fleet:
+    lg_keys_free(gw.keys);
     lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);
 out_conf:
@@ -321,6 +383,7 @@ main(int argc, char **argv)
         { "config", required_argument, NULL, 'c' },
         { "check-config", required_argument, NULL, 't' },
         { "ready-file", required_argument, NULL, 'r' },
+        { "hash-key", no_argument, NULL, 'k' },
         { "version", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -339,6 +402,8 @@ main(int argc, char **argv)
         case 'r':
             ready = optarg;
             break;
+        case 'k':
+            return main_hash_key();
         case 'v':
             printf("llmgate %s (%s)\n", LG_VERSION, LG_GIT_REV);
             return 0;

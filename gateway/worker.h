@@ -21,6 +21,7 @@ struct evconnlistener;
 struct lg_client;
 struct lg_connlimit;
 struct lg_tls;
+struct lg_keys;
 struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
@@ -79,6 +80,7 @@ struct lg_gateway {
     uint32_t nconnections;        /* atomic: open client connections, all workers */
     struct lg_connlimit *connlimit; /* owned: connections per source address */
     struct lg_tls *tls;           /* owned: server TLS contexts per listen entry */
+    struct lg_keys *keys;         /* owned: API keys; NULL: no authentication */
     struct lg_accesslog *alog;    /* owned; NULL when off */
     bool draining;
 };
