@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #include "accesslog.h"
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "config.h"
@@ -283,6 +284,7 @@ client_end_request(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     lg_proxy_release(c);
+    lg_keys_release(&req->auth);
     if (req->body != NULL) {
         evbuffer_free(req->body);
         req->body = NULL;
@@ -315,7 +317,12 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
         req->flags |= LG_REQ_F_CLOSE;
     }
     if (status == 503 || status == 429) {
-        snprintf(extra, sizeof(extra), "Retry-After: 1\r\n");
+        /* when the router knows when a backend may be back, say so */
+        uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
+
+        snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
+    } else if (status == 401) {
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"llmgate\"\r\n");
     } else if (status == 405) {
         const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
 
@@ -564,6 +571,9 @@ client_dispatch(struct lg_client *c)
         lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
         return;
     }
+    if (lg_auth_admit(c) != LG_OK) {
+        return;
+    }
     lg_proxy_start(c);
 }
 
@@ -619,6 +629,9 @@ client_on_head(struct lg_client *c)
     if (req->hdrs.url_len == 0 || req->hdrs.buf[req->hdrs.url_off] != '/') {
         req->flags |= LG_REQ_F_CLOSE;
         lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
+        return LG_EINVAL;
+    }
+    if (lg_auth_head(c) != LG_OK) {
         return LG_EINVAL;
     }
     if (p->flags & F_CHUNKED) {

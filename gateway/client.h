@@ -15,6 +15,7 @@
 #include <llhttp.h>
 
 #include "httphdr.h"
+#include "keys.h"
 #include "lg_core.h"
 #include "openai.h"
 #include "router.h"
@@ -67,6 +68,7 @@ struct lg_request {
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_route_result pick;  /* last routing decision */
+    struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
 
     /* the exchange with the backend (proxy.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */
