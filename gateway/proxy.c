@@ -280,7 +280,8 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "expect")
             || lg_str_ieq(name, h->name_len, "x-forwarded-for")
             || lg_str_ieq(name, h->name_len, "x-request-id")
-            || (bc->api_key != NULL && lg_str_ieq(name, h->name_len, "authorization"))) {
+            || ((bc->api_key != NULL || c->w->gw->keys != NULL)
+                && lg_str_ieq(name, h->name_len, "authorization"))) {
             continue;
         }
         evbuffer_add(out, name, h->name_len);
