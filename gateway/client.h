@@ -28,6 +28,7 @@ struct lg_worker;
 struct lg_upconn;
 struct lg_fleet;
 struct ssl_st;
+struct lg_admission_waiter;
 
 enum lg_client_state {
     LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
@@ -69,6 +70,7 @@ struct lg_request {
     struct lg_route_req route;
     struct lg_route_result pick;  /* last routing decision */
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
+    struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
     /* the exchange with the backend (proxy.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */

@@ -19,6 +19,7 @@
 #include <event2/thread.h>
 
 #include "accesslog.h"
+#include "admission.h"
 #include "backend.h"
 #include "config.h"
 #include "connlimit.h"
@@ -306,6 +307,7 @@ main_run(const char *path, const char *ready_file)
             goto out_workers;
         }
     }
+    gw.admission = lg_admission_new(&gw);
     ms.base = event_base_new();
     ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
     ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
@@ -351,6 +353,7 @@ out_base:
     event_free(ms.reaper);
     event_base_free(ms.base);
 out_workers:
+    lg_admission_free(gw.admission); /* before the event bases it has events on */
     for (unsigned i = 0; i < gw.nworkers; i++) {
         lg_worker_destroy(&gw.workers[i]);
     }

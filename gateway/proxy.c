@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "accesslog.h"
+#include "admission.h"
 #include "backend.h"
 #include "client.h"
 #include "config.h"
@@ -154,6 +155,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
         __atomic_fetch_sub(&req->backend->inflight, 1, __ATOMIC_RELAXED);
         lg_backend_unref(req->backend);
         req->backend = NULL;
+        lg_admission_released(c->w->gw->admission, c->w->id, req->info.model);
     }
 }
 
@@ -327,6 +329,9 @@ proxy_attempt(struct lg_client *c)
     int rc;
 
     rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
+    if (req->attempts == 0 && lg_admission_hold(c->w->gw->admission, c, rc)) {
+        return; /* waits for a backend slot (admission.c), or was refused */
+    }
     if (rc != LG_OK) {
         if (req->attempts > 0) {
             lg_client_fail(c, req->fail_status ? req->fail_status : 502,
@@ -857,10 +862,17 @@ lg_proxy_abort(struct lg_client *c, const char *why)
 }
 
 void
+lg_proxy_admitted(struct lg_client *c)
+{
+    proxy_attempt(c);
+}
+
+void
 lg_proxy_release(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
+    lg_admission_cancel(c);
     lg_proxy_abort(c, "released");
     if (req->timer != NULL) {
         event_free(req->timer);

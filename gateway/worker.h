@@ -22,6 +22,7 @@ struct lg_client;
 struct lg_connlimit;
 struct lg_tls;
 struct lg_keys;
+struct lg_admission;
 struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
@@ -81,6 +82,7 @@ struct lg_gateway {
     struct lg_connlimit *connlimit; /* owned: connections per source address */
     struct lg_tls *tls;           /* owned: server TLS contexts per listen entry */
     struct lg_keys *keys;         /* owned: API keys; NULL: no authentication */
+    struct lg_admission *admission; /* owned: the admission queue */
     struct lg_accesslog *alog;    /* owned; NULL when off */
     bool draining;
 };
