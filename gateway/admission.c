@@ -5,9 +5,11 @@
  * and tick events; each waiter (with its deadline timer) from enqueue to
  * dispatch or cancel; the per-model counters (never freed before the whole).
  * Borrows: the waiting clients (a waiter is freed before its client can be).
- * Invariants: a worker's waiters are only touched by that worker's thread;
- * the per-model table and its counters are shared under `lock`; `queued` of
- * a model counts the waiters of every worker for it.
+ * Invariants: a worker's list of waiters is only touched by that worker's
+ * thread; the per-model table, each model's `order` (every waiter of the
+ * model, all workers, oldest first) and its counters are shared under
+ * `lock`. A waiter is dispatched only when it heads its model's `order`:
+ * first come, first served across workers.
  */
 #include "admission.h"
 
@@ -30,9 +32,13 @@
 #define ADMISSION_TICK_MS 100
 #define ADMISSION_WINDOW  10 /* seconds of completions behind the drain rate */
 
+struct lg_admission_waiter;
+TAILQ_HEAD(admission_list, lg_admission_waiter);
+
 struct admission_model {
     char *name;
     uint32_t queued;                 /* waiters, all workers (under lock) */
+    struct admission_list order;     /* the same waiters, oldest first (under lock) */
     uint64_t sec[ADMISSION_WINDOW];  /* which second each slot counts */
     uint32_t done[ADMISSION_WINDOW]; /* slots given back during that second */
     struct admission_model *next;
@@ -48,12 +54,11 @@ struct lg_admission_waiter {
     struct admission_worker *aw;
     struct admission_model *m;
     enum admission_state state;
-    uint64_t since_ns;      /* arrival: the queue's order */
-    struct event *deadline; /* owned */
-    TAILQ_ENTRY(lg_admission_waiter) link;
+    uint64_t since_ns;                      /* arrival: the queue's order */
+    struct event *deadline;                 /* owned */
+    TAILQ_ENTRY(lg_admission_waiter) link;  /* its worker's list, while QUEUED */
+    TAILQ_ENTRY(lg_admission_waiter) mlink; /* its model's order, until dropped */
 };
-
-TAILQ_HEAD(admission_list, lg_admission_waiter);
 
 struct admission_worker {
     struct lg_admission *a;
@@ -91,6 +96,7 @@ admission_model(struct lg_admission *a, const char *name)
     }
     m = lg_xcalloc(1, sizeof(*m));
     m->name = lg_xstrdup(name);
+    TAILQ_INIT(&m->order);
     m->next = a->buckets[b];
     a->buckets[b] = m;
     return m;
@@ -212,7 +218,13 @@ admission_unlink(struct lg_admission_waiter *wt)
     __atomic_sub_fetch(&aw->a->waiting, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Forgets the waiter: out of the list (if in it), out of its model's count, freed. */
+static void admission_wake(struct lg_admission *a);
+
+/*
+ * Forgets the waiter: out of its worker's list (if in it), out of its model's
+ * order and count, freed. The next in line may go now (or the slot it took is
+ * gone, and they find no room): every worker with waiters gets to look.
+ */
 static void
 admission_drop(struct lg_admission_waiter *wt)
 {
@@ -222,11 +234,15 @@ admission_drop(struct lg_admission_waiter *wt)
         admission_unlink(wt);
     }
     pthread_mutex_lock(&a->lock);
+    TAILQ_REMOVE(&wt->m->order, wt, mlink);
     wt->m->queued--;
     pthread_mutex_unlock(&a->lock);
     wt->c->req.waiter = NULL;
     event_free(wt->deadline);
     free(wt);
+    if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
+        admission_wake(a);
+    }
 }
 
 static void
@@ -267,26 +283,29 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c)
         return LG_EBUSY;
     }
     aw = &a->aw[c->w->id];
+    wt = lg_xcalloc(1, sizeof(*wt));
+    wt->c = c;
+    wt->aw = aw;
+    wt->state = ADMISSION_ST_DISPATCHING; /* not in the worker's list yet */
     pthread_mutex_lock(&a->lock);
     m = admission_model(a, c->req.info.model);
     ahead = m->queued;
     full = ahead >= conf->limits.queue_length;
     if (!full) {
         m->queued++;
+        wt->m = m;
+        wt->since_ns = lg_now_ns(); /* taken under the lock: `order` stays sorted */
+        TAILQ_INSERT_TAIL(&m->order, wt, mlink);
     }
     pthread_mutex_unlock(&a->lock);
     if (full) {
+        free(wt);
         c->req.pick.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
         lg_client_fail(c, 429, "queue_full",
                        "every backend for \"%s\" is busy and %u requests are waiting already",
                        c->req.info.model, ahead);
         return LG_EBUSY;
     }
-    wt = lg_xcalloc(1, sizeof(*wt));
-    wt->c = c;
-    wt->aw = aw;
-    wt->m = m;
-    wt->since_ns = lg_now_ns();
     wt->deadline = evtimer_new(c->w->base, admission_on_deadline, wt);
     tv.tv_sec = (time_t)(conf->timeouts.queue_ms / 1000);
     tv.tv_usec = (suseconds_t)((conf->timeouts.queue_ms % 1000) * 1000);
@@ -357,37 +376,54 @@ lg_admission_cancel(struct lg_client *c)
     }
 }
 
-/* The first waiter (in order) whose model is not known to be full and has room now. */
+/* Is wt the oldest waiter of its model, all workers? */
+static bool
+admission_is_head(struct lg_admission_waiter *wt)
+{
+    struct lg_admission *a = wt->aw->a;
+    bool head;
+
+    pthread_mutex_lock(&a->lock);
+    head = TAILQ_FIRST(&wt->m->order) == wt;
+    pthread_mutex_unlock(&a->lock);
+    return head;
+}
+
+/*
+ * The first waiter of this worker that heads its model's order and whose
+ * model has room now; models seen without room (or headed elsewhere) are
+ * noted in `skip` and not looked at again in this pass.
+ */
 static struct lg_admission_waiter *
-admission_next(struct admission_worker *aw, const struct lg_model_route **full, size_t *nfull,
+admission_next(struct admission_worker *aw, const struct admission_model **skip, size_t *nskip,
                size_t cap)
 {
     struct lg_admission_waiter *wt;
 
     TAILQ_FOREACH (wt, &aw->waiters, link) {
-        const struct lg_model_route *route =
-            lg_fleet_find_model(wt->c->req.fleet, wt->c->req.info.model);
+        const struct lg_model_route *route;
         bool known = false;
 
-        for (size_t i = 0; i < *nfull && !known; i++) {
-            known = full[i] == route;
+        for (size_t i = 0; i < *nskip && !known; i++) {
+            known = skip[i] == wt->m;
         }
         if (known) {
             continue;
         }
-        if (route != NULL && lg_router_has_candidate(route, 0)) {
+        route = lg_fleet_find_model(wt->c->req.fleet, wt->c->req.info.model);
+        if (admission_is_head(wt) && route != NULL && lg_router_has_candidate(route, 0)) {
             return wt;
         }
-        if (*nfull < cap) {
-            full[(*nfull)++] = route;
+        if (*nskip < cap) {
+            skip[(*nskip)++] = wt->m; /* later waiters of this model are not its head */
         }
     }
     return NULL;
 }
 
 /*
- * Dispatches, in order, the waiters whose model has a backend with room now.
- * Each pass takes one waiter out or marks its model full, so it ends. After
+ * Dispatches, in order, the waiters that head their model's order and find
+ * room. Each pass takes one waiter out or notes its model, so it ends. After
  * lg_proxy_admitted() the waiter may be freed (and its request over): only
  * the client, which outlives this callback, is looked at again.
  */
@@ -395,22 +431,22 @@ static void
 admission_on_wake(evutil_socket_t fd, short what, void *arg)
 {
     struct admission_worker *aw = arg;
-    const struct lg_model_route *full[32];
-    size_t nfull = 0;
+    const struct admission_model *skip[32];
+    size_t nskip = 0;
     struct lg_admission_waiter *wt;
 
     (void)fd;
     (void)what;
-    while ((wt = admission_next(aw, full, &nfull, LG_ARRAY_SIZE(full))) != NULL) {
+    while ((wt = admission_next(aw, skip, &nskip, LG_ARRAY_SIZE(skip))) != NULL) {
         struct lg_client *c = wt->c;
-        const struct lg_model_route *route = lg_fleet_find_model(c->req.fleet, c->req.info.model);
+        const struct admission_model *m = wt->m;
 
         admission_unlink(wt);
         wt->state = ADMISSION_ST_DISPATCHING;
         lg_proxy_admitted(c); /* ends in lg_admission_hold(): dropped or queued again */
         if (c->req.waiter != NULL && c->req.waiter->state == ADMISSION_ST_QUEUED
-            && nfull < LG_ARRAY_SIZE(full)) {
-            full[nfull++] = route; /* it went back: its model is full again */
+            && nskip < LG_ARRAY_SIZE(skip)) {
+            skip[nskip++] = m; /* it went back: its model is full again */
         }
     }
 }
