@@ -509,6 +509,7 @@ keys_read_file(const char *path, char **text, size_t *len, struct lg_config_erro
     }
     if (ferror(f)) {
         free(*text);
+        *text = NULL;
         fclose(f);
         goto fail;
     }

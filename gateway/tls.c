@@ -352,7 +352,10 @@ lg_tls_connect_bev(struct event_base *base, struct lg_backend *b, int options)
         /* RFC 6066 section 3: no SNI for an address; verify the address instead */
         ok = b->conf.tls_insecure || X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
     } else {
-        ok = SSL_set_tlsext_host_name(ssl, name) == 1;
+        char sni[256]; /* the macro takes a non-const pointer */
+
+        snprintf(sni, sizeof(sni), "%s", name);
+        ok = SSL_set_tlsext_host_name(ssl, sni) == 1;
         if (ok && !b->conf.tls_insecure) {
             SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
             ok = SSL_set1_host(ssl, name) == 1;
