@@ -281,6 +281,7 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "content-length")
             || lg_str_ieq(name, h->name_len, "expect")
             || lg_str_ieq(name, h->name_len, "x-forwarded-for")
+            || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
                 && lg_str_ieq(name, h->name_len, "authorization"))) {
