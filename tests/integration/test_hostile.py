@@ -243,7 +243,8 @@ class HostileTest(Harness):
         self.assertTrue(closed)
         # an upgrade offer is ignored (RFC 9110 section 7.8): answered, not switched
         h2c = post_head(b"Connection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\n"
-                        b"HTTP2-Settings: AAMA\r\nContent-Length: %d\r\n\r\n" % len(BODY)) + BODY
+                        b"HTTP2-Settings: AAMA\r\nX-Forwarded-Proto: https\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(BODY)) + BODY
         out, closed = exchange(gw, h2c)
         self.assertEqual(status_of(out), 200, out[:300])
         # what went upstream is one request per client request, each with one
@@ -255,6 +256,9 @@ class HostileTest(Harness):
                 low = head.lower()
                 self.assertEqual(low.count(b"content-length:"), 1, head)
                 self.assertEqual(low.count(b"host:"), 1, head)
+                # the scheme is the gateway's to say, never the client's
+                self.assertEqual(low.count(b"x-forwarded-proto:"), 1, head)
+                self.assertIn(b"x-forwarded-proto: http\r\n", low)
                 for name in (b"transfer-encoding", b"x-trailer", b"upgrade", b"http2-settings",
                              b"connection"):
                     self.assertNotIn(name, low)
