@@ -32,6 +32,7 @@ ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 ctx.load_verify_locations(ca)
 ctx.verify_mode = ssl.CERT_REQUIRED
+ctx.sni_callback = lambda sock, name, c: print("relay sni %s" % name, flush=True)
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
 print("relay ready %d" % s.getsockname()[1], flush=True)
 
@@ -322,16 +323,19 @@ class TlsTest(Harness):
                             str(sim)], name="relay")
         port = int(relay.wait_for(r"relay ready (\d+)").group(1))
         _, gw = self.edge_gateway(port, {"ca_file": self.ca, "cert": self.ccert,
-                                         "key": self.ckey})
+                                         "key": self.ckey, "server_name": "localhost"})
         status, _, obj, _ = harness.post_json(gw, "/v1/chat/completions", chat_body())
         self.assertEqual(status, 200, obj)
+        relay.wait_for(r"relay sni localhost")  # SNI: the configured name
         relay.wait_for(r"relay client .*llmgate-client")
         # without the certificate the relay refuses the handshake
         _, gw2 = self.start_gateway(self.base_config(
             [{"name": "nocert", "url": "https://127.0.0.1:%d" % port, "models": ["m"],
               "tls": {"ca_file": self.ca}}]), name="nocert")
+        n = len(relay.lines)
         status, _, obj, _ = harness.post_json(gw2, "/v1/chat/completions", chat_body())
         self.assertEqual(status, 502, obj)
+        relay.wait_for(r"relay sni None", start=n)  # an IP in the URL: no SNI (RFC 6066)
 
     def test_bad_tls_files_stop_the_start(self):
         conf = self.base_config(self.sim_backend(1))
