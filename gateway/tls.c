@@ -110,7 +110,7 @@ tls_server_ctx(const struct lg_listen_conf *lc)
         goto fail_free_ctx;
     }
     /* no session tickets: no ticket key to rotate; TLS 1.2 sessions resume by id */
-    SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
     SSL_CTX_set_num_tickets(ctx, 0);
     SSL_CTX_set_dh_auto(ctx, 1);
     SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, NULL);
