@@ -42,6 +42,7 @@ static const char *const client_state_names[] = {
     [LG_CLIENT_ST_WAIT_HEAD] = "waiting for the response head",
     [LG_CLIENT_ST_RELAY] = "relaying the response",
     [LG_CLIENT_ST_FLUSH] = "flushing the last response",
+    [LG_CLIENT_ST_LINGER] = "dropping the rest of a refused request",
     [LG_CLIENT_ST_CLOSING] = "closing",
 };
 
@@ -410,6 +411,53 @@ lg_client_free(struct lg_client *c)
     free(c);
 }
 
+#define CLIENT_LINGER_MS 2000
+
+static void
+client_linger_drop(struct lg_client *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/*
+ * The last response is out. If the client may still be sending a request we
+ * refused, closing now would reset the connection (the kernel answers unread
+ * input with RST, and the client may lose our response with it): send FIN,
+ * then read and drop its bytes for a moment (a deadline, not an idle time).
+ * Cut streams and TLS connections just close.
+ */
+static void
+client_close_flushed(struct lg_client *c)
+{
+    int fd = bufferevent_getfd(c->bev);
+
+    if (!c->linger || c->tls || fd < 0 || shutdown(fd, SHUT_WR) != 0) {
+        lg_client_close(c, "done");
+        return;
+    }
+    lg_client_set_state(c, LG_CLIENT_ST_LINGER);
+    c->linger_until_ns = lg_now_ns() + CLIENT_LINGER_MS * LG_NS_PER_MS;
+    client_linger_drop(c);
+    bufferevent_set_timeouts(c->bev, NULL, NULL);
+    client_set_read_timeout(c, CLIENT_LINGER_MS);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+static void
+client_linger_read(struct lg_client *c)
+{
+    uint64_t now = lg_now_ns();
+
+    client_linger_drop(c);
+    if (now >= c->linger_until_ns) {
+        lg_client_close(c, "done");
+        return;
+    }
+    client_set_read_timeout(c, (c->linger_until_ns - now) / LG_NS_PER_MS + 1);
+}
+
 /* The request is over: log it, then read the next one or close. */
 static void
 client_next_request(struct lg_client *c)
@@ -426,12 +474,14 @@ client_next_request(struct lg_client *c)
                                  (suseconds_t)((client_conf(c)->timeouts.client_stall_ms % 1000)
                                                * 1000) };
 
+        c->linger = !(req->flags & LG_REQ_F_COMPLETE)
+                    || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
         lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
         bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
         bufferevent_set_timeouts(c->bev, NULL, &stall);
         bufferevent_disable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-            lg_client_close(c, "done");
+            client_close_flushed(c);
         }
         return;
     }
@@ -703,10 +753,10 @@ client_parse(struct lg_client *c)
         err = lg_http_execute(&c->parser, in, &consumed);
         if (c->state == LG_CLIENT_ST_READ_HEAD) {
             /* RFC 9112 sections 2.2, 5.2: what llhttp 8 lets through, checked
-             * in the head before it is drained */
-            const char *bad = err == HPE_PAUSED ? lg_headcheck_raw(in, consumed) : NULL;
+             * in every piece of the head before it is drained */
+            const char *bad = lg_headcheck_feed(&req->headcheck, in, consumed);
 
-            if (bad != NULL) {
+            if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
                 err = client_reject(c, 400, "bad_request");
                 llhttp_set_error_reason(&c->parser, bad);
             }
@@ -765,6 +815,8 @@ client_on_read(struct bufferevent *bev, void *arg)
     (void)bev;
     if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
         client_parse(c);
+    } else if (c->state == LG_CLIENT_ST_LINGER) {
+        client_linger_read(c);
     }
     /* otherwise a pipelined request waits in the input (bounded by the
      * read high watermark) until this one is done */
@@ -779,7 +831,7 @@ client_on_write(struct bufferevent *bev, void *arg)
         lg_proxy_on_client_drained(c);
     } else if (c->state == LG_CLIENT_ST_FLUSH
                && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-        lg_client_close(c, "done");
+        client_close_flushed(c);
     }
 }
 
@@ -792,6 +844,10 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
         return; /* TLS handshake done: the request comes next */
+    }
+    if (c->state == LG_CLIENT_ST_LINGER) {
+        lg_client_close(c, "done"); /* the client finished, or its time is up */
+        return;
     }
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {

@@ -14,6 +14,7 @@
 
 #include <llhttp.h>
 
+#include "headcheck.h"
 #include "httphdr.h"
 #include "keys.h"
 #include "lg_core.h"
@@ -37,6 +38,7 @@ enum lg_client_state {
     LG_CLIENT_ST_WAIT_HEAD,     /* request going upstream; waiting for the response head */
     LG_CLIENT_ST_RELAY,         /* response streaming to the client */
     LG_CLIENT_ST_FLUSH,         /* last response being written, then close */
+    LG_CLIENT_ST_LINGER,        /* response out, write side shut: dropping input, then close */
     LG_CLIENT_ST_CLOSING,       /* queued for reaping; callbacks detached */
 };
 
@@ -69,6 +71,7 @@ struct lg_request {
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_route_result pick;  /* last routing decision */
+    struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
@@ -115,6 +118,8 @@ struct lg_client {
     struct sockaddr_storage addr;
     char addr_str[64];              /* client IP as text */
     bool tls;                       /* the connection is HTTPS */
+    bool linger;                    /* unread request bytes may follow the last response */
+    uint64_t linger_until_ns;       /* LINGER: closed at this time at the latest */
     uint32_t requests;              /* requests served on this connection */
     uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
     struct lg_request req;

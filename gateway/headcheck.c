@@ -12,34 +12,42 @@
 #include "httphdr.h"
 
 const char *
-lg_headcheck_raw(struct evbuffer *in, size_t head_len)
+lg_headcheck_feed(struct lg_headcheck *h, struct evbuffer *in, size_t len)
 {
-    struct evbuffer_iovec vec[16];
-    int n = evbuffer_peek(in, (ev_ssize_t)head_len, NULL, vec, (int)LG_ARRAY_SIZE(vec));
+    struct evbuffer_ptr pos;
     size_t seen = 0;
-    char prev = '\0';
-    bool after_lf = false;
 
-    if (n > (int)LG_ARRAY_SIZE(vec)) {
-        return "the request head is too fragmented"; /* cannot happen under max_header_bytes */
+    if (evbuffer_ptr_set(in, &pos, 0, EVBUFFER_PTR_SET) != 0) {
+        return NULL;
     }
-    for (int i = 0; i < n && seen < head_len; i++) {
-        const char *p = vec[i].iov_base;
-        size_t len = LG_MIN(vec[i].iov_len, head_len - seen);
+    while (seen < len) {
+        struct evbuffer_iovec vec[16];
+        int n = evbuffer_peek(in, (ev_ssize_t)(len - seen), &pos, vec, (int)LG_ARRAY_SIZE(vec));
+        size_t pass = 0;
 
-        for (size_t k = 0; k < len; k++) {
-            char ch = p[k];
-
-            if (after_lf && (ch == ' ' || ch == '\t')) {
-                return "obsolete line folding in a header";
-            }
-            if (ch == '\n' && prev != '\r') {
-                return "a line of the request head ends in a bare LF";
-            }
-            after_lf = ch == '\n';
-            prev = ch;
+        if (n <= 0) {
+            break;
         }
-        seen += len;
+        for (int i = 0; i < LG_MIN(n, (int)LG_ARRAY_SIZE(vec)) && seen + pass < len; i++) {
+            const char *p = vec[i].iov_base;
+            size_t k = LG_MIN(vec[i].iov_len, len - seen - pass);
+
+            for (size_t j = 0; j < k; j++) {
+                if (h->line_end && (p[j] == ' ' || p[j] == '\t')) {
+                    return "obsolete line folding in a header";
+                }
+                if (p[j] == '\n' && h->prev != '\r') {
+                    return "a line of the request head ends in a bare LF";
+                }
+                h->line_end = p[j] == '\n';
+                h->prev = p[j];
+            }
+            pass += k;
+        }
+        seen += pass;
+        if (evbuffer_ptr_set(in, &pos, pass, EVBUFFER_PTR_ADD) != 0) {
+            break;
+        }
     }
     return NULL;
 }

@@ -13,12 +13,20 @@
 struct evbuffer;
 struct lg_hdrs;
 
+/* The raw-head scanner's state, kept across reads; zeroed at each request. */
+struct lg_headcheck {
+    char prev;     /* the byte before */
+    bool line_end; /* the byte before ended a line */
+};
+
 /*
- * Scans the first head_len bytes of `in` (the raw head, request line to the
- * blank line) for a line folded onto the previous one or a line ending in a
- * bare LF. Returns NULL when clean, else a static reason.
+ * Scans the next len bytes of the raw head (the request line to the blank
+ * line, in as many pieces as it arrived) at the start of `in`, for a line
+ * folded onto the previous one or a line ending in a bare LF. Call it on
+ * every piece before it is drained. Returns NULL while clean, else a static
+ * reason.
  */
-const char *lg_headcheck_raw(struct evbuffer *in, size_t head_len);
+const char *lg_headcheck_feed(struct lg_headcheck *h, struct evbuffer *in, size_t len);
 
 /*
  * Checks the parsed fields: exactly one Host (HTTP/1.1) or at most one

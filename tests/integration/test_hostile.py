@@ -51,6 +51,7 @@ def exchange(port, data, timeout=5.0, chunks=None, delay=0.0):
     (bytes received, closed) where closed means the gateway closed the
     connection (EOF or reset) within the timeout."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # pieces stay pieces
     out = b""
     closed = False
     try:
@@ -224,6 +225,24 @@ class HostileTest(Harness):
                                         % len(BODY)) + BODY)
         self.assertEqual(status_of(out), 200, out[:300])
         self.assertEqual(rec.connections, 1)
+
+    def test_checks_hold_when_the_head_arrives_in_pieces(self):
+        # A head trickled in small reads is checked as a whole: a fold or a
+        # bare LF in an early piece is found too.
+        rec = self.recorded_backend()
+        _, gw = self.gateway(rec.port)
+        names = ("obs-fold", "obs-fold with a tab", "bare LF after the request line",
+                 "bare CR in a header value", "two different content-lengths",
+                 "content-length with transfer-encoding", "two Host headers")
+        for name, raw, want in [c for c in SMUGGLING if c[0] in names]:
+            with self.subTest(name):
+                head_end = raw.index(b"\r\n\r\n") if b"\r\n\r\n" in raw else len(raw)
+                pieces = [raw[i:i + 3] for i in range(0, head_end, 3)] + [raw[head_end:]]
+                out, closed = exchange(gw, None, chunks=pieces, delay=0.005)
+                self.assertEqual(status_of(out), want, "%s: got %r" % (name, out[:200]))
+                self.assertTrue(closed)
+        time.sleep(0.3)
+        self.assertEqual(rec.connections, 0)
 
     def test_split_and_pipelined_valid_requests_still_work(self):
         # The same checks must not refuse legitimate framing: a chunked body,
