@@ -25,6 +25,7 @@ struct lg_admission;
 struct lg_admission_waiter;
 struct lg_client;
 struct lg_gateway;
+struct lg_model_route;
 
 /* Creates the queues for gw's workers (their event bases must exist). */
 struct lg_admission *lg_admission_new(struct lg_gateway *gw);
@@ -32,8 +33,9 @@ struct lg_admission *lg_admission_new(struct lg_gateway *gw);
 void lg_admission_free(struct lg_admission *a);
 
 /*
- * Called by the proxy with the result (rc) of a request's first routing, and
- * again each time a queued request is routed on its way out of the queue.
+ * Called by the proxy with the result (rc) of each routing of a request (a
+ * retry may wait too), including when a queued request is routed on its way
+ * out of the queue.
  * Returns true when the request waits now (the proxy stops there and resumes
  * it later with lg_proxy_admitted()) or was refused with 429 (queue full, or
  * queueing off); false when the proxy goes on with rc as it is. A new request
@@ -41,6 +43,13 @@ void lg_admission_free(struct lg_admission *a);
  * others wait for its model already (no overtaking).
  */
 bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc);
+
+/*
+ * Could a request wait in the queue for one of route's backends not in
+ * tried_mask (one that is up but at max_inflight)? A retry may then wait
+ * for it rather than fail.
+ */
+bool lg_admission_can_wait(const struct lg_model_route *route, uint64_t tried_mask);
 
 /* Takes c out of the queue if it is there (request ending); idempotent. */
 void lg_admission_cancel(struct lg_client *c);

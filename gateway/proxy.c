@@ -201,8 +201,10 @@ proxy_can_retry(struct lg_client *c)
         return false;
     }
     if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)) {
-        return false;
+                                 req->tried_mask)
+        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model),
+                                  req->tried_mask)) {
+        return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
 }
@@ -330,7 +332,7 @@ proxy_attempt(struct lg_client *c)
     int rc;
 
     rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
-    if (req->attempts == 0 && lg_admission_hold(c->w->gw->admission, c, rc)) {
+    if (lg_admission_hold(c->w->gw->admission, c, rc)) {
         return; /* waits for a backend slot (admission.c), or was refused */
     }
     if (rc != LG_OK) {

@@ -163,6 +163,36 @@ class AdmissionTest(Harness):
         self.assertEqual(w.wait()[0], 200)
         self.assertEqual(sim_state(sim)["requests"], 2)  # the leavers never reached it
 
+    def test_retry_waits_for_a_full_backend(self):
+        # "busy" answers 429 to everything (no Retry-After), "good" has one
+        # slot, taken. The request goes to busy (the only one with room),
+        # and its retry waits in the queue for good instead of failing.
+        _, busy = self.start_llmsim("busy", args=SLOW + ["--fault", "status@0:429:600:0"])
+        _, good = self.start_llmsim("good", args=SLOW)
+        backends = [{"name": "busy", "url": "http://127.0.0.1:%d" % busy, "models": ["m"]},
+                    {"name": "good", "url": "http://127.0.0.1:%d" % good, "models": ["m"],
+                     "max_inflight": 1}]
+        conf = self.base_config(backends, workers=1, access_log=self.path("access.log"),
+                                health={"eject_consecutive": 0})
+        _, gw = self.start_gateway(conf)
+        hold = None
+        while hold is None:  # round robin: the hold must land on good
+            s = self.stream(gw, "POST", "/v1/chat/completions",
+                            chat_body(stream=True, max_tokens=30))
+            if s.read_head() == 200:
+                hold = s
+            else:
+                s.read_all()
+        w = Async(gw, chat_body(max_tokens=2))
+        time.sleep(0.3)
+        hold.read_all()
+        status, hdrs, _, _ = w.wait()
+        self.assertEqual((status, hdrs.get("x-llmsim-replica")), (200, "good"))
+        log = read_log(self.path("access.log"), 2)
+        last = [r for r in log if not r["stream"]][0]
+        self.assertEqual(last["attempts"], 2)
+        self.assertGreater(last["queue"], 100)
+
     def test_flood_is_bounded(self):
         sims = []
         for i in range(2):
