@@ -750,6 +750,11 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     }
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
+        /* Nothing listens there: leave it alone for a second, as if it had
+         * said Retry-After: 1, so that a queue waiting for room does not
+         * pour into a dead backend and burn the retry budget. */
+        __atomic_store_n(&u->b->retry_after_until_ns, lg_now_ns() + LG_NS_PER_S,
+                         __ATOMIC_RELAXED);
         proxy_attempt_failed(c, "connect_refused", 503); /* down, not misbehaving */
         return;
     }
