@@ -384,13 +384,22 @@ class HostileTest(Harness):
 
     # ---- connection limits -------------------------------------------------
 
+    def held_connection(self, gw):
+        """A keep-alive connection the gateway has accepted (one answered request proves it)."""
+        s = socket.create_connection(("127.0.0.1", gw), timeout=10 * harness.SLOW)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        got = b""
+        while b'{"status":"ok"}' not in got:
+            chunk = s.recv(4096)
+            self.assertTrue(chunk, "closed before answering")
+            got += chunk
+        return s
+
     def test_global_connection_cap_refuses_cleanly(self):
         _, port = self.start_llmsim("r1", args=FAST)
         _, gw = self.gateway(port, limits={"max_connections": 4})
-        held = [socket.create_connection(("127.0.0.1", gw), timeout=5) for _ in range(4)]
+        held = [self.held_connection(gw) for _ in range(4)]
         self.addCleanup(lambda: [h.close() for h in held])
-        # the four are accepted (they count once the gateway took them)
-        time.sleep(0.2)
         out, closed = exchange(gw, b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
         self.assertEqual(status_of(out), 503, out)
         self.assertIn(b"Retry-After: ", out)
@@ -412,9 +421,8 @@ class HostileTest(Harness):
         _, port = self.start_llmsim("r1", args=FAST)
         _, gw = self.gateway(port, limits={"max_connections_per_ip": 3},
                              listen="0.0.0.0:0")
-        held = [socket.create_connection(("127.0.0.1", gw), timeout=5) for _ in range(3)]
+        held = [self.held_connection(gw) for _ in range(3)]
         self.addCleanup(lambda: [h.close() for h in held])
-        time.sleep(0.2)
         out, closed = exchange(gw, b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
         self.assertEqual(status_of(out), 429, out)
         self.assertIn(b"Retry-After: ", out)
