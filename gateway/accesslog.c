@@ -372,6 +372,8 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     line_cstr(&l, req->id);
     line_lit(&l, ",\"client\":");
     line_cstr(&l, c->addr_str);
+    line_lit(&l, ",\"key\":");
+    line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
     line_lit(&l, ",\"method\":");
     line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");

@@ -16,6 +16,7 @@
 
 #include "health.h"
 #include "router.h"
+#include "tls.h"
 #include "upstream.h"
 
 /* ---- lock-free publication (sequence counters) -------------------------- */
@@ -77,6 +78,10 @@ backend_conf_copy(struct lg_backend_conf *dst, const struct lg_backend_conf *src
     dst->metrics_path = src->metrics_path ? lg_xstrdup(src->metrics_path) : NULL;
     dst->health_path = src->health_path ? lg_xstrdup(src->health_path) : NULL;
     dst->api_key = src->api_key ? lg_xstrdup(src->api_key) : NULL;
+    dst->tls_ca_file = src->tls_ca_file ? lg_xstrdup(src->tls_ca_file) : NULL;
+    dst->tls_server_name = src->tls_server_name ? lg_xstrdup(src->tls_server_name) : NULL;
+    dst->tls_cert = src->tls_cert ? lg_xstrdup(src->tls_cert) : NULL;
+    dst->tls_key = src->tls_key ? lg_xstrdup(src->tls_key) : NULL;
     dst->models = lg_xcalloc(src->nmodels + 1, sizeof(char *));
     for (size_t i = 0; i < src->nmodels; i++) {
         dst->models[i] = lg_xstrdup(src->models[i]);
@@ -94,6 +99,10 @@ backend_conf_free(struct lg_backend_conf *c)
     free(c->metrics_path);
     free(c->health_path);
     free(c->api_key);
+    free(c->tls_ca_file);
+    free(c->tls_server_name);
+    free(c->tls_cert);
+    free(c->tls_key);
     for (size_t i = 0; i < c->nmodels; i++) {
         free(c->models[i]);
     }
@@ -140,6 +149,7 @@ lg_backend_unref(struct lg_backend *b)
     if (b == NULL || __atomic_sub_fetch(&b->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {
         return;
     }
+    lg_tls_backend_release(b);
     lg_upstream_pools_free(b->pools, b->npools);
     pthread_mutex_destroy(&b->lock);
     pthread_mutex_destroy(&b->eng_lock);

@@ -21,6 +21,7 @@
 struct lg_upstream_pool;
 struct lg_backend_view;
 struct lg_health;
+struct ssl_ctx_st;
 
 enum lg_backend_health {
     LG_BACKEND_UP = 0,   /* takes traffic */
@@ -110,6 +111,7 @@ struct lg_backend {
 
     struct lg_upstream_pool *pools; /* [nworkers], each owned by its worker */
     unsigned npools;
+    struct ssl_ctx_st *tls_ctx;     /* owned (tls.c): https client context, set once (atomic) */
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */

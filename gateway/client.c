@@ -22,11 +22,15 @@
 #include <event2/event.h>
 
 #include "accesslog.h"
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "config.h"
+#include "connlimit.h"
+#include "headcheck.h"
 #include "proxy.h"
 #include "stats.h"
+#include "tls.h"
 #include "worker.h"
 
 static void client_parse(struct lg_client *c);
@@ -39,6 +43,7 @@ static const char *const client_state_names[] = {
     [LG_CLIENT_ST_WAIT_HEAD] = "waiting for the response head",
     [LG_CLIENT_ST_RELAY] = "relaying the response",
     [LG_CLIENT_ST_FLUSH] = "flushing the last response",
+    [LG_CLIENT_ST_LINGER] = "dropping the rest of a refused request",
     [LG_CLIENT_ST_CLOSING] = "closing",
 };
 
@@ -115,6 +120,9 @@ client_on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct lg_client *c = p->data;
 
+    if (c->state == LG_CLIENT_ST_READ_BODY) {
+        return 0; /* a chunked body's trailer: never forwarded, not kept */
+    }
     if (lg_hdrs_on_field(&c->req.hdrs, at, n) != LG_OK) {
         return client_reject(c, 431, "headers_too_large");
     }
@@ -126,6 +134,9 @@ client_on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct lg_client *c = p->data;
 
+    if (c->state == LG_CLIENT_ST_READ_BODY) {
+        return 0;
+    }
     if (lg_hdrs_on_value(&c->req.hdrs, at, n) != LG_OK) {
         return client_reject(c, 431, "headers_too_large");
     }
@@ -276,6 +287,7 @@ client_end_request(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     lg_proxy_release(c);
+    lg_keys_release(&req->auth);
     if (req->body != NULL) {
         evbuffer_free(req->body);
         req->body = NULL;
@@ -312,6 +324,8 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
         uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
 
         snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
+    } else if (status == 401) {
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"llmgate\"\r\n");
     } else if (status == 405) {
         const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
 
@@ -386,6 +400,7 @@ lg_client_close(struct lg_client *c, const char *why)
     TAILQ_REMOVE(&c->w->clients, c, link);
     c->w->nclients--;
     __atomic_fetch_sub(&c->w->gw->nconnections, 1, __ATOMIC_RELAXED);
+    lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
     lg_worker_reap_client(c->w, c);
@@ -396,6 +411,53 @@ lg_client_free(struct lg_client *c)
 {
     bufferevent_free(c->bev);
     free(c);
+}
+
+#define CLIENT_LINGER_MS 2000
+
+static void
+client_linger_drop(struct lg_client *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/*
+ * The last response is out. If the client may still be sending a request we
+ * refused, closing now would reset the connection (the kernel answers unread
+ * input with RST, and the client may lose our response with it): send FIN,
+ * then read and drop its bytes for a moment (a deadline, not an idle time).
+ * Cut streams and TLS connections just close.
+ */
+static void
+client_close_flushed(struct lg_client *c)
+{
+    int fd = bufferevent_getfd(c->bev);
+
+    if (!c->linger || c->tls || fd < 0 || shutdown(fd, SHUT_WR) != 0) {
+        lg_client_close(c, "done");
+        return;
+    }
+    lg_client_set_state(c, LG_CLIENT_ST_LINGER);
+    c->linger_until_ns = lg_now_ns() + CLIENT_LINGER_MS * LG_NS_PER_MS;
+    client_linger_drop(c);
+    bufferevent_set_timeouts(c->bev, NULL, NULL);
+    client_set_read_timeout(c, CLIENT_LINGER_MS);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+static void
+client_linger_read(struct lg_client *c)
+{
+    uint64_t now = lg_now_ns();
+
+    client_linger_drop(c);
+    if (now >= c->linger_until_ns) {
+        lg_client_close(c, "done");
+        return;
+    }
+    client_set_read_timeout(c, (c->linger_until_ns - now) / LG_NS_PER_MS + 1);
 }
 
 /* The request is over: log it, then read the next one or close. */
@@ -414,12 +476,14 @@ client_next_request(struct lg_client *c)
                                  (suseconds_t)((client_conf(c)->timeouts.client_stall_ms % 1000)
                                                * 1000) };
 
+        c->linger = !(req->flags & LG_REQ_F_COMPLETE)
+                    || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
         lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
         bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
         bufferevent_set_timeouts(c->bev, NULL, &stall);
         bufferevent_disable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-            lg_client_close(c, "done");
+            client_close_flushed(c);
         }
         return;
     }
@@ -559,6 +623,9 @@ client_dispatch(struct lg_client *c)
         lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
         return;
     }
+    if (lg_auth_admit(c) != LG_OK) {
+        return;
+    }
     lg_proxy_start(c);
 }
 
@@ -605,9 +672,18 @@ client_on_head(struct lg_client *c)
         lg_client_fail(c, 400, "bad_request", "only HTTP/1.0 and HTTP/1.1 are supported");
         return LG_EINVAL;
     }
+    if (lg_headcheck_fields(&req->hdrs, req->http_minor) != NULL) {
+        req->flags |= LG_REQ_F_CLOSE;
+        lg_client_fail(c, 400, "bad_request", "%s",
+                       lg_headcheck_fields(&req->hdrs, req->http_minor));
+        return LG_EINVAL;
+    }
     if (req->hdrs.url_len == 0 || req->hdrs.buf[req->hdrs.url_off] != '/') {
         req->flags |= LG_REQ_F_CLOSE;
         lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
+        return LG_EINVAL;
+    }
+    if (lg_auth_head(c) != LG_OK) {
         return LG_EINVAL;
     }
     if (p->flags & F_CHUNKED) {
@@ -658,23 +734,6 @@ client_parse_error(struct lg_client *c, int err)
                    llhttp_get_error_reason(&c->parser));
 }
 
-/*
- * RFC 9112 section 5.2: a server must reject obs-fold (a header line that
- * starts with SP or HTAB) or replace it; llhttp 8 accepts it, so look for it
- * in the head before it is drained.
- */
-static bool
-client_has_obs_fold(struct evbuffer *in, size_t head_len)
-{
-    struct evbuffer_ptr end;
-
-    if (evbuffer_ptr_set(in, &end, head_len, EVBUFFER_PTR_SET) != 0) {
-        return false;
-    }
-    return evbuffer_search_range(in, "\n ", 2, NULL, &end).pos >= 0
-           || evbuffer_search_range(in, "\n\t", 2, NULL, &end).pos >= 0;
-}
-
 static void
 client_parse(struct lg_client *c)
 {
@@ -695,9 +754,13 @@ client_parse(struct lg_client *c)
         c->pass_body = 0;
         err = lg_http_execute(&c->parser, in, &consumed);
         if (c->state == LG_CLIENT_ST_READ_HEAD) {
-            if (err == HPE_PAUSED && client_has_obs_fold(in, consumed)) {
+            /* RFC 9112 sections 2.2, 5.2: what llhttp 8 lets through, checked
+             * in every piece of the head before it is drained */
+            const char *bad = lg_headcheck_feed(&req->headcheck, in, consumed);
+
+            if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
                 err = client_reject(c, 400, "bad_request");
-                llhttp_set_error_reason(&c->parser, "obsolete line folding in a header");
+                llhttp_set_error_reason(&c->parser, bad);
             }
             evbuffer_drain(in, consumed);
             req->head_bytes += consumed;
@@ -710,6 +773,14 @@ client_parse(struct lg_client *c)
             }
             if (err == HPE_OK && req->head_bytes > conf->limits.max_header_bytes) {
                 err = client_reject(c, 431, "headers_too_large");
+            } else if (err == HPE_OK && req->t_start != 0) {
+                /* client_header bounds the whole head, not the gap between
+                 * reads: a byte every second must not keep a slot forever */
+                uint64_t spent_ms = (lg_now_ns() - req->t_start) / LG_NS_PER_MS;
+
+                client_set_read_timeout(c, spent_ms < conf->timeouts.client_header_ms
+                                               ? conf->timeouts.client_header_ms - spent_ms
+                                               : 1);
             }
         } else {
             /* body bytes: moved when contiguous, already decoded when chunked */
@@ -746,6 +817,8 @@ client_on_read(struct bufferevent *bev, void *arg)
     (void)bev;
     if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
         client_parse(c);
+    } else if (c->state == LG_CLIENT_ST_LINGER) {
+        client_linger_read(c);
     }
     /* otherwise a pipelined request waits in the input (bounded by the
      * read high watermark) until this one is done */
@@ -760,7 +833,7 @@ client_on_write(struct bufferevent *bev, void *arg)
         lg_proxy_on_client_drained(c);
     } else if (c->state == LG_CLIENT_ST_FLUSH
                && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-        lg_client_close(c, "done");
+        client_close_flushed(c);
     }
 }
 
@@ -771,6 +844,13 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     struct lg_request *req = &c->req;
 
     (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        return; /* TLS handshake done: the request comes next */
+    }
+    if (c->state == LG_CLIENT_ST_LINGER) {
+        lg_client_close(c, "done"); /* the client finished, or its time is up */
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
             lg_client_cut(c, "client_stalled");
@@ -800,16 +880,26 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
 }
 
 int
-lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen)
+lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
+              struct ssl_st *ssl)
 {
     struct lg_client *c;
     const struct lg_config *conf = w->fleet->conf;
+    const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
     int one = 1;
 
     c = lg_xcalloc(1, sizeof(*c));
-    c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (ssl != NULL) {
+        /* the SSL (and with it the socket) is the bufferevent's now, even on failure */
+        c->bev = lg_tls_accept_bev(w->base, fd, ssl, opts);
+        c->tls = true;
+    } else {
+        c->bev = bufferevent_socket_new(w->base, fd, opts);
+        if (c->bev == NULL) {
+            evutil_closesocket(fd);
+        }
+    }
     if (c->bev == NULL) {
-        evutil_closesocket(fd);
         free(c);
         return LG_ENOMEM;
     }

@@ -14,7 +14,9 @@
 
 #include <llhttp.h>
 
+#include "headcheck.h"
 #include "httphdr.h"
+#include "keys.h"
 #include "lg_core.h"
 #include "openai.h"
 #include "router.h"
@@ -26,6 +28,8 @@ struct event;
 struct lg_worker;
 struct lg_upconn;
 struct lg_fleet;
+struct ssl_st;
+struct lg_admission_waiter;
 
 enum lg_client_state {
     LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
@@ -34,6 +38,7 @@ enum lg_client_state {
     LG_CLIENT_ST_WAIT_HEAD,     /* request going upstream; waiting for the response head */
     LG_CLIENT_ST_RELAY,         /* response streaming to the client */
     LG_CLIENT_ST_FLUSH,         /* last response being written, then close */
+    LG_CLIENT_ST_LINGER,        /* response out, write side shut: dropping input, then close */
     LG_CLIENT_ST_CLOSING,       /* queued for reaping; callbacks detached */
 };
 
@@ -69,6 +74,9 @@ struct lg_request {
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_route_result pick;  /* last routing decision */
+    struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
+    struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
+    struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
     /* the exchange with the backend (proxy.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */
@@ -112,6 +120,9 @@ struct lg_client {
     llhttp_t parser;
     struct sockaddr_storage addr;
     char addr_str[64];              /* client IP as text */
+    bool tls;                       /* the connection is HTTPS */
+    bool linger;                    /* unread request bytes may follow the last response */
+    uint64_t linger_until_ns;       /* LINGER: closed at this time at the latest */
     uint32_t requests;              /* requests served on this connection */
     uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
     struct lg_request req;
@@ -122,8 +133,12 @@ struct lg_client {
 #define LG_CONN_LOG(level, c, fmt, ...)                                             \
     LG_LOG(level, "conn=%" PRIu64 " while %s: " fmt, (c)->id, (c)->action, ##__VA_ARGS__)
 
-/* Accepts fd on worker w (takes ownership of fd). */
-int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen);
+/*
+ * Accepts fd on worker w (takes ownership of fd, and of ssl: when not NULL
+ * the connection speaks TLS and its handshake starts now).
+ */
+int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
+                  struct ssl_st *ssl);
 
 /* Frees a client queued by lg_client_close() (the worker's reaper only). */
 void lg_client_free(struct lg_client *c);

@@ -426,6 +426,20 @@ conf_check_header_name(const char *s, char *why, size_t whysz)
     return true;
 }
 
+/* A TLS server name: a DNS name or an IP literal, as the certificate names it. */
+static bool
+conf_check_server_name(const char *s, char *why, size_t whysz)
+{
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:");
+    char q[CONF_QBUF];
+
+    if (s[n] != '\0' || n > 253) {
+        snprintf(why, whysz, "not a host name (got %s)", conf_quote(q, sizeof(q), s));
+        return false;
+    }
+    return true;
+}
+
 static bool
 conf_check_path(const char *s, char *why, size_t whysz)
 {
@@ -1583,6 +1597,7 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
       .max = CONF_H(1) },
     { "client_stall", LG_CONF_DURATION, TO(client_stall_ms), .def = CONF_S(60), .min = 1,
       .max = CONF_H(1) },
+    { "queue", LG_CONF_DURATION, TO(queue_ms), .def = CONF_S(30), .min = 1, .max = CONF_H(1) },
     { .name = NULL },
 };
 #undef TO
@@ -1604,6 +1619,7 @@ static const struct lg_conf_field conf_limits_fields[] = {
       .min = CONF_KIB(1), .max = CONF_MIB(64) },
     { "upstream_keepalive", LG_CONF_UINT, LI(upstream_keepalive), .def = 64, .min = 0,
       .max = 10000 },
+    { "queue_length", LG_CONF_UINT, LI(queue_length), .def = 1024, .min = 0, .max = 1000000 },
     { .name = NULL },
 };
 #undef LI
@@ -1716,15 +1732,44 @@ static const struct lg_conf_field conf_discover_fields[] = {
 static const struct lg_conf_table conf_discover_table = { sizeof(struct lg_discover_conf),
                                                           conf_discover_fields, NULL };
 
+/*
+ * Cross checks of a backend: url or discover, TLS settings need https (or a
+ * discovered backend), a client key needs its certificate.
+ */
 static void
 conf_check_backend(struct conf_ctx *ctx, void *base, bool clean)
 {
     struct lg_backend_conf *b = base;
 
-    if (clean && b->url != NULL && b->discover.dns != NULL) {
+    if (!clean) {
+        return;
+    }
+    if (b->url != NULL && b->discover.dns != NULL) {
         conf_error_at(ctx, "/discover", "give either url or discover, not both");
+    } else if (!b->tls && (b->tls_ca_file || b->tls_server_name || b->tls_cert || b->tls_key
+                           || b->tls_insecure)) {
+        conf_error_at(ctx, "/tls", "TLS settings need an https:// URL");
+    } else if ((b->tls_cert == NULL) != (b->tls_key == NULL)) {
+        conf_error_at(ctx, b->tls_cert ? "/tls/cert" : "/tls/key",
+                      "a client certificate needs both cert and key");
+    } else if (b->tls_insecure && b->tls_ca_file != NULL) {
+        conf_error_at(ctx, "/tls/insecure_skip_verify", "contradicts ca_file: choose one");
     }
 }
+
+#define BT(f) offsetof(struct lg_backend_conf, f)
+static const struct lg_conf_field conf_backend_tls_fields[] = {
+    { "ca_file", LG_CONF_FILE, BT(tls_ca_file), .required = false },
+    { "server_name", LG_CONF_STR, BT(tls_server_name), .check = conf_check_server_name },
+    { "cert", LG_CONF_FILE, BT(tls_cert), .required = false },
+    { "key", LG_CONF_FILE, BT(tls_key), .required = false },
+    { "insecure_skip_verify", LG_CONF_BOOL, BT(tls_insecure), .def = 0 },
+    { .name = NULL },
+};
+#undef BT
+/* like listen's: the fields live in struct lg_backend_conf, the "tls" field has offset 0 */
+static const struct lg_conf_table conf_backend_tls_table = { sizeof(struct lg_backend_conf),
+                                                             conf_backend_tls_fields, NULL };
 
 #define BE(f) offsetof(struct lg_backend_conf, f)
 static const struct lg_conf_field conf_backend_fields[] = {
@@ -1741,6 +1786,7 @@ static const struct lg_conf_field conf_backend_fields[] = {
     { "health_path", LG_CONF_STR, BE(health_path), .def_str = "/health", .check = conf_check_path },
     { "api_key", LG_CONF_STR, BE(api_key), .required = false },
     { "enabled", LG_CONF_BOOL, BE(enabled), .def = 1 },
+    { "tls", LG_CONF_OBJECT, 0, .sub = &conf_backend_tls_table },
     { .name = NULL },
 };
 #undef BE
@@ -1758,6 +1804,15 @@ static const struct lg_conf_field conf_discovery_fields[] = {
 static const struct lg_conf_table conf_discovery_table = { sizeof(struct lg_discovery_conf),
                                                            conf_discovery_fields, NULL };
 
+#define AU(f) offsetof(struct lg_auth_conf, f)
+static const struct lg_conf_field conf_auth_fields[] = {
+    { "keys_file", LG_CONF_FILE, AU(keys_file), .required = true },
+    { .name = NULL },
+};
+#undef AU
+static const struct lg_conf_table conf_auth_table = { sizeof(struct lg_auth_conf),
+                                                      conf_auth_fields, NULL };
+
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
@@ -1772,6 +1827,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "health", LG_CONF_OBJECT, CF(health), .sub = &conf_health_table },
     { "admin", LG_CONF_OBJECT, CF(admin), .sub = &conf_admin_table, .shorthand = "listen" },
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
+    { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },

@@ -62,6 +62,12 @@ struct lg_backend_conf {
     char *metrics_path;     /* default "/metrics" */
     char *health_path;      /* default "/health" */
     char *api_key;          /* sent as Authorization: Bearer to this backend; NULL: none */
+    char *tls_ca_file;      /* https: PEM CAs the backend's certificate must chain to;
+                               NULL: the system's default CAs */
+    char *tls_server_name;  /* https: SNI and the name verified; NULL: the URL's host */
+    char *tls_cert;         /* https: client certificate chain (PEM); NULL: none */
+    char *tls_key;          /* https: its private key (PEM) */
+    bool tls_insecure;      /* https: insecure_skip_verify (no verification at all) */
     struct sockaddr_storage addr; /* first address of host, resolved at load time; addrlen 0
                                      if not resolved (LG_CONFIG_F_NO_RESOLVE) */
     socklen_t addrlen;
@@ -81,6 +87,7 @@ struct lg_timeouts_conf {
     uint64_t drain_ms;            /* on SIGTERM: how long in-flight requests may run */
     uint64_t upstream_idle_ms;    /* idle pooled upstream connection is closed after */
     uint64_t client_stall_ms;     /* a client that reads nothing for this long is cut */
+    uint64_t queue_ms;            /* longest wait in the admission queue (admission.c) */
 };
 
 struct lg_limits_conf {
@@ -92,6 +99,8 @@ struct lg_limits_conf {
     size_t stream_buffer_bytes;    /* bytes queued to a slow client before the
                                       upstream read is paused */
     uint32_t upstream_keepalive;   /* idle pooled connections per backend per worker */
+    uint32_t queue_length;         /* requests waiting per model when every backend is at
+                                      max_inflight; 0 = refuse at once */
 };
 
 struct lg_retry_conf {
@@ -151,6 +160,10 @@ struct lg_discovery_conf {
     uint64_t timeout_ms;          /* one DNS query */
 };
 
+struct lg_auth_conf {
+    char *keys_file;              /* API keys (keys.c); NULL: no authentication */
+};
+
 struct lg_config {
     char *path;                   /* file it came from ("<string>" for tests) */
     json_t *root;                 /* the parsed document, kept for plugin sections */
@@ -165,6 +178,7 @@ struct lg_config {
     struct lg_health_conf health;
     struct lg_admin_conf admin;
     struct lg_discovery_conf discovery;
+    struct lg_auth_conf auth;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

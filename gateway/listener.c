@@ -19,7 +19,9 @@
 #include "backend.h"
 #include "client.h"
 #include "config.h"
+#include "connlimit.h"
 #include "listener.h"
+#include "tls.h"
 #include "worker.h"
 
 #define LISTENER_BACKLOG       4096
@@ -100,17 +102,24 @@ lg_listener_open(struct lg_gateway *gw, struct sockaddr_storage *bound)
     return LG_OK;
 }
 
-/* Sends a fixed 503 to a connection we cannot take, then closes it. */
-static void
-listener_refuse(int fd)
-{
-    static const char msg[] =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-        "Content-Length: 125\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-        "{\"error\":{\"message\":\"the gateway is at its connection limit\","
-        "\"type\":\"api_error\",\"param\":null,\"code\":\"too_many_connections\"}}\n";
+/* Fixed answers to connections we cannot take (sent before reading anything). */
+static const char listener_msg_full[] =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    "Content-Length: 125\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    "{\"error\":{\"message\":\"the gateway is at its connection limit\","
+    "\"type\":\"api_error\",\"param\":null,\"code\":\"too_many_connections\"}}\n";
+static const char listener_msg_per_ip[] =
+    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+    "Content-Length: 145\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    "{\"error\":{\"message\":\"too many connections from this address\","
+    "\"type\":\"rate_limit_error\",\"param\":null,"
+    "\"code\":\"too_many_connections_from_address\"}}\n";
 
-    if (send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+/* Sends a fixed refusal to a connection we cannot take, then closes it. */
+static void
+listener_refuse(int fd, const char *msg, size_t len)
+{
+    if (send(fd, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         /* best effort: the connection is going away either way */
     }
     close(fd);
@@ -122,8 +131,10 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
 {
     struct lg_worker *w = arg;
     const struct lg_config *conf = w->fleet->conf;
+    struct ssl_st *ssl;
+    bool tls_failed;
+    size_t i;
 
-    (void)l;
     if (w->draining) {
         close(fd);
         return;
@@ -136,10 +147,32 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
             LG_WARN("connection limit (%u) reached: refusing new clients",
                     conf->limits.max_connections);
         }
-        listener_refuse(fd);
+        listener_refuse(fd, listener_msg_full, sizeof(listener_msg_full) - 1);
         return;
     }
-    lg_client_new(w, fd, sa, salen);
+    if (!lg_connlimit_acquire(w->gw->connlimit, sa, conf->limits.max_connections_per_ip)) {
+        static uint64_t last_ip;
+
+        __atomic_fetch_add(&w->stats.refused, 1, __ATOMIC_RELAXED);
+        if (lg_log_ratelimit(&last_ip, 5 * LG_NS_PER_S)) {
+            LG_WARN("per-address connection limit (%u) reached: refusing a client",
+                    conf->limits.max_connections_per_ip);
+        }
+        listener_refuse(fd, listener_msg_per_ip, sizeof(listener_msg_per_ip) - 1);
+        return;
+    }
+    for (i = 0; i < w->nlisteners && w->listeners[i] != l; i++) {
+    }
+    ssl = lg_tls_accept_ssl(w->gw->tls, i, &tls_failed);
+    if (tls_failed) {
+        LG_WARN("cannot allocate a TLS session: dropping a client");
+        lg_connlimit_release(w->gw->connlimit, sa);
+        close(fd);
+        return;
+    }
+    if (lg_client_new(w, fd, sa, salen, ssl) != LG_OK) {
+        lg_connlimit_release(w->gw->connlimit, sa);
+    }
 }
 
 static void

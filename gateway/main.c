@@ -22,12 +22,16 @@
 
 #include "accesslog.h"
 #include "admin.h"
+#include "admission.h"
 #include "backend.h"
 #include "config.h"
+#include "connlimit.h"
+#include "keys.h"
 #include "lg_version.h"
 #include "listener.h"
 #include "probe.h"
 #include "reload.h"
+#include "tls.h"
 #include "worker.h"
 
 struct main_state {
@@ -45,6 +49,7 @@ main_usage(FILE *f)
             "usage: llmgate -c FILE [--ready-file FILE]\n"
             "       llmgate --check-config FILE\n"
             "       llmgate --probe -c FILE | --probe=URL\n"
+            "       printf %%s KEY | llmgate --hash-key\n"
             "       llmgate --version | --help\n"
             "\n"
             "  -c, --config FILE        run with this JSON configuration\n"
@@ -53,12 +58,32 @@ main_usage(FILE *f)
             "      --ready-file FILE    once listening, write the bound addresses there\n"
             "      --probe[=URL]        health check (containers): GET URL, or /healthz on\n"
             "                           FILE's first plain listen address; exit 0 on 2xx\n"
+            "      --hash-key           print the SHA-256 of the API key read from standard\n"
+            "                           input, for the keys file (auth.keys_file)\n"
             "  -v, --version            print the version\n"
             "  -h, --help               this text\n"
             "\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the configuration;\n"
-            "SIGUSR1 reopens the access log.\n"
+            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the configuration,\n"
+            "the TLS certificates and the API keys; SIGUSR1 reopens the access log.\n"
             "Configuration reference: conf/README.md\n");
+}
+
+/* The API keys file, when auth is on; errors printed like the config's. */
+static int
+main_keys_load(const struct lg_config *conf, struct lg_keys **out)
+{
+    struct lg_config_errors errs = { 0 };
+
+    *out = NULL;
+    if (conf->auth.keys_file == NULL) {
+        return LG_OK;
+    }
+    if (lg_keys_load(conf->auth.keys_file, out, &errs) != LG_OK) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return LG_EINVAL;
+    }
+    return LG_OK;
 }
 
 static int
@@ -71,6 +96,16 @@ main_check_config(const char *path)
         lg_config_errors_print(&errs, stderr);
         lg_config_errors_free(&errs);
         return 2;
+    }
+    if (conf->auth.keys_file != NULL) {
+        struct lg_keys *keys;
+
+        if (main_keys_load(conf, &keys) != LG_OK) {
+            lg_config_unref(conf);
+            return 2;
+        }
+        printf("%s: %zu API keys\n", conf->auth.keys_file, lg_keys_count(keys));
+        lg_keys_free(keys);
     }
     printf("%s: configuration is valid (%zu backends, %zu discovered through DNS, %zu listen "
            "addresses)\n",
@@ -124,6 +159,47 @@ main_on_reaper(evutil_socket_t fd, short what, void *arg)
     if (running == 0) {
         event_base_loopexit(ms->base, NULL);
     }
+}
+
+/* --hash-key: the SHA-256 of the key on stdin (one trailing newline ignored). */
+static int
+main_hash_key(void)
+{
+    char buf[4097], hex[65];
+    size_t n = fread(buf, 1, sizeof(buf), stdin);
+
+    if (n == sizeof(buf)) {
+        fprintf(stderr, "llmgate: --hash-key: a key is at most %zu bytes\n", sizeof(buf) - 1);
+        return 2;
+    }
+    if (n > 0 && buf[n - 1] == '\n') {
+        n--;
+    }
+    if (n > 0 && buf[n - 1] == '\r') {
+        n--;
+    }
+    if (n == 0) {
+        fprintf(stderr, "llmgate: --hash-key: no key on standard input\n");
+        return 2;
+    }
+    lg_keys_hash_hex(buf, n, hex);
+    printf("%s\n", hex);
+    return 0;
+}
+
+/* TLS contexts: every listener's, and every https backend's (to fail early). */
+static int
+main_tls_setup(struct lg_gateway *gw)
+{
+    if (lg_tls_new(gw->conf, &gw->tls) != LG_OK) {
+        return LG_EINVAL;
+    }
+    for (size_t i = 0; i < gw->fleet->nbackends; i++) {
+        if (lg_tls_backend_prepare(gw->fleet->backends[i]) != LG_OK) {
+            return LG_EINVAL;
+        }
+    }
+    return LG_OK;
 }
 
 static void
@@ -207,8 +283,13 @@ main_run(const char *path, const char *ready_file)
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     pthread_mutex_init(&gw.fleet_lock, NULL);
+    gw.connlimit = lg_connlimit_new();
     ms.base = event_base_new();
     if (lg_reload_init(&gw, ms.base) != LG_OK) {
+        rc = 2;
+        goto out_fleet;
+    }
+    if (main_tls_setup(&gw) != LG_OK || main_keys_load(gw.conf, &gw.keys) != LG_OK) {
         rc = 2;
         goto out_fleet;
     }
@@ -226,6 +307,7 @@ main_run(const char *path, const char *ready_file)
             goto out_workers;
         }
     }
+    gw.admission = lg_admission_new(&gw);
     ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
     ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
     for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
@@ -277,6 +359,7 @@ out_base:
     event_free(ms.drain_timer);
     event_free(ms.reaper);
 out_workers:
+    lg_admission_free(gw.admission); /* before the event bases it has events on */
     for (unsigned i = 0; i < gw.nworkers; i++) {
         lg_worker_destroy(&gw.workers[i]);
     }
@@ -292,9 +375,12 @@ out_listen:
     lg_accesslog_close(gw.alog);
 out_fleet:
     lg_reload_free(&gw);
+    lg_keys_free(gw.keys);
+    lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);
     event_base_free(ms.base);
     pthread_mutex_destroy(&gw.fleet_lock);
+    lg_connlimit_free(gw.connlimit);
     free(gw.config_path);
     lg_config_unref(gw.conf);
     return rc;
@@ -308,6 +394,7 @@ main(int argc, char **argv)
         { "check-config", required_argument, NULL, 't' },
         { "ready-file", required_argument, NULL, 'r' },
         { "probe", optional_argument, NULL, 'p' },
+        { "hash-key", no_argument, NULL, 'k' },
         { "version", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -331,6 +418,8 @@ main(int argc, char **argv)
             probe = true;
             probe_url = optarg;
             break;
+        case 'k':
+            return main_hash_key();
         case 'v':
             printf("llmgate %s (%s)\n", LG_VERSION, LG_GIT_REV);
             return 0;

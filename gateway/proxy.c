@@ -20,10 +20,12 @@
 #include <event2/event.h>
 
 #include "accesslog.h"
+#include "admission.h"
 #include "backend.h"
 #include "client.h"
 #include "config.h"
 #include "proxy.h"
+#include "tls.h"
 #include "upstream.h"
 #include "worker.h"
 
@@ -251,6 +253,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
         __atomic_fetch_sub(&req->backend->inflight, 1, __ATOMIC_RELAXED);
         lg_backend_unref(req->backend);
         req->backend = NULL;
+        lg_admission_released(c->w->gw->admission, c->w->id, req->info.model);
     }
 }
 
@@ -305,8 +308,10 @@ proxy_can_retry(struct lg_client *c)
         return false;
     }
     if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)) {
-        return false;
+                                 req->tried_mask)
+        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model),
+                                  req->tried_mask)) {
+        return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
 }
@@ -377,8 +382,10 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "content-length")
             || lg_str_ieq(name, h->name_len, "expect")
             || lg_str_ieq(name, h->name_len, "x-forwarded-for")
+            || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
-            || (bc->api_key != NULL && lg_str_ieq(name, h->name_len, "authorization"))) {
+            || ((bc->api_key != NULL || c->w->gw->keys != NULL)
+                && lg_str_ieq(name, h->name_len, "authorization"))) {
             continue;
         }
         evbuffer_add(out, name, h->name_len);
@@ -392,7 +399,11 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
         evbuffer_add(out, ", ", 2);
     }
     evbuffer_add(out, c->addr_str, strlen(c->addr_str));
-    evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+    if (c->tls) {
+        evbuffer_add(out, "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: ", 42);
+    } else {
+        evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+    }
     evbuffer_add(out, req->id, strlen(req->id));
     if (bc->api_key != NULL) {
         evbuffer_add(out, "\r\nAuthorization: Bearer ", 24);
@@ -420,6 +431,9 @@ proxy_attempt(struct lg_client *c)
     int rc;
 
     rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
+    if (lg_admission_hold(c->w->gw->admission, c, rc)) {
+        return; /* waits for a backend slot (admission.c), or was refused */
+    }
     if (rc != LG_OK) {
         if (req->attempts > 0) {
             lg_client_fail(c, req->fail_status ? req->fail_status : 502,
@@ -458,7 +472,7 @@ proxy_attempt(struct lg_client *c)
     req->t_first_byte = 0;
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_failed", 502, 0);
+        proxy_attempt_failed(c, "connect_failed", 503, 0);
         return;
     }
     req->up = u;
@@ -835,9 +849,29 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     /* EOF or error */
+    if (c->state == LG_CLIENT_ST_CONNECT && u->b->conf.tls) {
+        char why[512];
+
+        if (lg_tls_failed(u->bev, why, sizeof(why))) {
+            static uint64_t last;
+
+            if (lg_log_ratelimit(&last, LG_NS_PER_S)) {
+                LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
+            }
+            LG_STAT_ADD(u->b, connect_failures, 1);
+            proxy_attempt_failed(c, "upstream_tls_error", 502, 0);
+            return;
+        }
+    }
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_refused", 502, LG_BACKEND_R_REFUSED);
+        /* Nothing listens there: down, not misbehaving. Besides the ejection,
+         * leave it alone for a second (as if it had said Retry-After: 1) so
+         * that a queue waiting for room does not pour into it and burn the
+         * retry budget when ejection is off. */
+        __atomic_store_n(&u->b->retry_after_until_ns, lg_now_ns() + LG_NS_PER_S,
+                         __ATOMIC_RELAXED);
+        proxy_attempt_failed(c, "connect_refused", 503, LG_BACKEND_R_REFUSED);
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
@@ -958,10 +992,17 @@ lg_proxy_abort(struct lg_client *c, const char *why)
 }
 
 void
+lg_proxy_admitted(struct lg_client *c)
+{
+    proxy_attempt(c);
+}
+
+void
 lg_proxy_release(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
+    lg_admission_cancel(c);
     lg_proxy_abort(c, "released");
     if (req->timer != NULL) {
         event_free(req->timer);

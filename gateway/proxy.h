@@ -24,6 +24,9 @@ void lg_proxy_on_client_drained(struct lg_client *c);
  */
 void lg_proxy_abort(struct lg_client *c, const char *why);
 
+/* A request that waited in the admission queue may try for a backend now. */
+void lg_proxy_admitted(struct lg_client *c);
+
 /* Frees what the request holds of the proxy (timer, fleet); end of request. */
 void lg_proxy_release(struct lg_client *c);
 

@@ -24,6 +24,8 @@
 #include "backend.h"
 #include "config.h"
 #include "discovery.h"
+#include "keys.h"
+#include "tls.h"
 #include "worker.h"
 
 #define RELOAD_F_FILE    1u /* re-read the configuration file */
@@ -254,6 +256,13 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
                             "reload (%s in force); restart llmgate to change it\n",
                             path, cur->admin.listen ? cur->admin.listen : "none");
     }
+    if (!reload_same_str(cur->auth.keys_file, next->auth.keys_file)) {
+        evbuffer_add_printf(errors,
+                            "%s: error: /auth/keys_file: the keys file cannot change on reload "
+                            "(%s in force; its contents are re-read on every reload); restart "
+                            "llmgate to change it\n",
+                            path, cur->auth.keys_file ? cur->auth.keys_file : "none");
+    }
     if ((cur->access_log.path == NULL) != (next->access_log.path == NULL)) {
         evbuffer_add_printf(errors,
                             "%s: error: /access_log: the access log cannot be turned %s on "
@@ -263,18 +272,43 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
 }
 
 /*
- * TLS certificates and keys: re-read here, before anything else changes, so
- * that a certificate that does not load refuses the whole reload (the
- * listeners' contexts are swapped by the TLS module, e.g. lg_tls_reload()).
- * Plain listeners have nothing to do.
+ * TLS certificates and API keys: re-read here, before anything else changes,
+ * so that a certificate or keys file that does not load refuses the whole
+ * reload (the TLS module swaps the listeners' contexts all or nothing; the
+ * keys module swaps its table). A later refusal (the fleet cannot be built)
+ * leaves the fresh certificates and keys in force: they are what the files
+ * say now either way.
  */
 static int
 reload_prepare_tls(struct lg_reload *r, const struct lg_config *next, struct evbuffer *errors)
 {
-    (void)r;
-    (void)next;
-    (void)errors;
+    struct lg_gateway *gw = r->gw;
+
+    if (gw->tls != NULL && lg_tls_reload(gw->tls, next) != LG_OK) {
+        evbuffer_add_printf(errors, "%s: error: /listen: a TLS certificate or key does not load "
+                                    "(see above); the certificates in force stay\n",
+                            next->path);
+        return LG_EINVAL;
+    }
+    if (gw->keys != NULL && lg_keys_reload(gw->keys) != LG_OK) {
+        evbuffer_add_printf(errors, "%s: error: /auth/keys_file: \"%s\" does not load (see above); "
+                                    "the keys in force stay\n",
+                            next->path, next->auth.keys_file);
+        return LG_EINVAL;
+    }
     return LG_OK;
+}
+
+/* Every https backend of a new fleet has its client context (fail early). */
+static bool
+reload_backends_tls(struct lg_fleet *nf)
+{
+    for (size_t i = 0; i < nf->nbackends; i++) {
+        if (lg_tls_backend_prepare(nf->backends[i]) != LG_OK) {
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Everything is checked: put conf in force (takes its reference). */
@@ -289,6 +323,10 @@ reload_commit(struct lg_reload *r, struct lg_config *conf, uint64_t ticket)
 
     if (reload_build(r, conf, &nf) != LG_OK) {
         evbuffer_add_printf(errors, "%s: error: cannot build the fleet (see above)\n", conf->path);
+    } else if (!reload_backends_tls(nf)) {
+        evbuffer_add_printf(errors, "%s: error: /backends: an https backend's TLS files do not "
+                                    "load (see above)\n",
+                            conf->path);
     } else if (gw->alog != NULL && conf->access_log.path != NULL
                && lg_accesslog_update(gw->alog, &conf->access_log) != LG_OK) {
         evbuffer_add_printf(errors, "%s: error: /access_log/path: cannot open \"%s\"\n", conf->path,

@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "tls.h"
 #include "upstream.h"
 #include "worker.h"
 
@@ -106,14 +107,19 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     uint64_t ms = w->fleet->conf->timeouts.upstream_connect_ms;
     int one = 1;
 
-    bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (b->conf.tls) {
+        bev = lg_tls_connect_bev(w->base, b, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    } else {
+        bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    }
     if (bev == NULL) {
         return NULL;
     }
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
-    /* libevent applies the write timeout to the connect itself */
-    bufferevent_set_timeouts(bev, NULL, &tv);
+    /* libevent applies the write timeout to the connect itself; a TLS
+     * handshake also waits to read, so it gets the same bound */
+    bufferevent_set_timeouts(bev, b->conf.tls ? &tv : NULL, &tv);
     if (bufferevent_socket_connect(bev, (const struct sockaddr *)&b->conf.addr,
                                    (int)b->conf.addrlen)
         != 0) {

@@ -20,6 +20,10 @@ struct event;
 struct event_base;
 struct evconnlistener;
 struct lg_client;
+struct lg_connlimit;
+struct lg_tls;
+struct lg_keys;
+struct lg_admission;
 struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
@@ -80,6 +84,10 @@ struct lg_gateway {
     pthread_mutex_t fleet_lock;   /* guards fleet */
     struct lg_fleet *fleet;       /* one reference: the current fleet */
     uint32_t nconnections;        /* atomic: open client connections, all workers */
+    struct lg_connlimit *connlimit; /* owned: connections per source address */
+    struct lg_tls *tls;           /* owned: server TLS contexts per listen entry */
+    struct lg_keys *keys;         /* owned: API keys; NULL: no authentication */
+    struct lg_admission *admission; /* owned: the admission queue */
     struct lg_accesslog *alog;    /* owned; NULL when off */
     struct lg_reload *reload;     /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;       /* owned: admin listener; NULL when off */

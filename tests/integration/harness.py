@@ -6,8 +6,14 @@ instead of sleeping. Everything started through a Harness is killed at
 tearDown, and its output is kept for failure messages.
 
 Environment:
-  LG_BUILD  the CMake build folder (default: <repo>/build)
-  LG_SRC    the repository root (default: two folders up from this file)
+  LG_BUILD     the CMake build folder (default: <repo>/build)
+  LG_SRC       the repository root (default: two folders up from this file)
+  LG_VALGRIND  when set (1), start_gateway() runs llmgate under valgrind
+               (memcheck, definite leaks are errors); at the end of the test
+               the gateway is stopped with SIGTERM and must exit without a
+               valgrind error (exit status 99 fails the test). In a sanitizer
+               build (LG_SANITIZE in the CMake cache) gateways are stopped the
+               same way, so that LeakSanitizer's report fails the test.
 """
 
 import http.client
@@ -27,6 +33,32 @@ SRC = os.environ.get("LG_SRC") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("LG_BUILD") or os.path.join(SRC, "build")
 PYTHON = sys.executable
+VALGRIND = os.environ.get("LG_VALGRIND", "") not in ("", "0")
+
+
+def _sanitized():
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return any(ln.startswith("LG_SANITIZE:") and ln.strip().split("=", 1)[1]
+                       for ln in f)
+    except OSError:
+        return False
+
+
+# A sanitizer build reports leaks at exit: such gateways are stopped with
+# SIGTERM too, and must exit 0.
+SANITIZED = _sanitized()
+# Timing bounds of tests scale with this (valgrind slows the gateway ~20x).
+SLOW = 10.0 if VALGRIND else 1.0
+
+
+def gateway_prefix():
+    """argv prefix for llmgate: valgrind's, under LG_VALGRIND."""
+    if not VALGRIND:
+        return []
+    return ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
+            "--errors-for-leak-kinds=definite", "--show-leak-kinds=definite",
+            "--track-fds=no", "--num-callers=30"]
 
 
 def binary(name):
@@ -43,14 +75,15 @@ class Proc:
     wait_for(regex) blocks until a line matches (returns the match) or the
     deadline passes (raises with the output so far)."""
 
-    def __init__(self, argv, name=None, env=None, cwd=None):
+    def __init__(self, argv, name=None, env=None, cwd=None, preexec_fn=None):
         self.argv = argv
         self.name = name or os.path.basename(argv[0])
         self.lines = []
+        self.graceful = False     # stop with SIGTERM (and check the exit) instead of SIGKILL
         self._cond = threading.Condition()
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                                  start_new_session=True)
+                                  start_new_session=True, preexec_fn=preexec_fn)
         self._t = threading.Thread(target=self._reader, daemon=True)
         self._t.start()
 
@@ -96,6 +129,22 @@ class Proc:
         rc = self.p.wait(timeout)
         self._t.join(2)
         return rc
+
+    def stop(self, timeout=120.0):
+        """SIGTERM, then a second SIGTERM (stop without draining) after a
+        moment; returns the exit status (SIGKILL after timeout: None)."""
+        if self.p.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.p.wait(2)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGTERM)
+                try:
+                    self.p.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    return None
+        self._t.join(5)
+        return self.p.returncode
 
     def kill(self):
         if self.p.poll() is None:
@@ -153,14 +202,23 @@ class Harness(unittest.TestCase):
 
     def _dump_and_kill(self):
         failed = self._failed()
+        bad = []
         for p in reversed(self.procs):
+            if p.graceful:
+                rc = p.stop()
+                if rc != 0:
+                    bad.append("%s exited with %s (99: valgrind found errors; 23: leaks; "
+                               "see its output)" % (p.name, rc))
+                    failed = True
             p.kill()
             if failed or os.environ.get("LG_TEST_VERBOSE"):
                 print("----- output of %s -----\n%s" % (p.name, p.output()[-20000:]))
         self._tmpdir.cleanup()
+        if bad:
+            raise AssertionError("; ".join(bad))
 
-    def start(self, argv, name=None, env=None):
-        p = Proc(argv, name=name, env=env)
+    def start(self, argv, name=None, env=None, preexec_fn=None):
+        p = Proc(argv, name=name, env=env, preexec_fn=preexec_fn)
         self.procs.append(p)
         return p
 
@@ -191,14 +249,17 @@ class Harness(unittest.TestCase):
             json.dump(conf, f, indent=2)
         return path
 
-    def start_gateway(self, conf, args=(), env=None):
+    def start_gateway(self, conf, args=(), env=None, name="llmgate", preexec_fn=None):
         """Writes conf (a dict) and starts llmgate; returns (proc, port).
 
         The gateway prints "llmgate ready listen=ADDR:PORT[,...] ..." once
-        every listener is bound; the first listener's port is returned."""
-        path = self.write_config(conf)
-        p = self.start([binary("llmgate"), "-c", path] + list(args), name="llmgate", env=env)
-        m = p.wait_for(r"llmgate ready .*listen=[^ ,]*:(\d+)")
+        every listener is bound; the first listener's port is returned.
+        Under LG_VALGRIND the gateway runs in valgrind (see the top)."""
+        path = self.write_config(conf, name + ".json")
+        argv = gateway_prefix() + [binary("llmgate"), "-c", path] + list(args)
+        p = self.start(argv, name=name, env=env, preexec_fn=preexec_fn)
+        p.graceful = VALGRIND or SANITIZED
+        m = p.wait_for(r"llmgate ready .*listen=[^ ,]*:(\d+)", timeout=60 if VALGRIND else 15)
         return p, int(m.group(1))
 
     def base_config(self, backends, **extra):

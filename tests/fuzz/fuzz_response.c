@@ -1,0 +1,115 @@
+/*
+ * fuzz_response.c: upstream response handling through the real proxy code
+ * (fuzz_gateway.h): the input is what the backend answers, in two pieces.
+ *
+ * First byte: bits 0-4 pick the split point, bit 5 makes the client speak
+ * HTTP/1.0 (de-chunked relay), bit 6 asks for a stream, bit 7 sends two
+ * requests on one keep-alive connection: the backend answers the first with a
+ * clean response and the second (on the same, pooled, connection) with the
+ * input. After the input the backend closes its connection.
+ *
+ * Checks: no crash, no leak, no client left behind; whatever the client gets
+ * starts as an HTTP response of its version.
+ */
+#include <stdint.h>
+
+#include "fuzz_gateway.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char fs_clean[] =
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+
+/* Waits (spinning the loop) until the backend connection got n requests. */
+static bool
+fs_wait_requests(struct fg *f, unsigned n)
+{
+    for (int i = 0; i < 20; i++) {
+        unsigned got = 0;
+        const char *p;
+
+        if (f->nup > 0) {
+            for (p = f->up_in[0];
+                 (p = memmem(p, (size_t)(f->up_in[0] + f->up_in_len[0] - p), "X-Request-Id: ", 14))
+                 != NULL;
+                 p += 14) {
+                got++;
+            }
+        }
+        if (got >= n) {
+            return true;
+        }
+        fg_spin(f, NULL, NULL);
+    }
+    return false;
+}
+
+static void
+fs_backend_send(struct fg *f, const void *data, size_t len)
+{
+    if (f->nup > 0 && f->up_fd[0] >= 0 && len > 0
+        && send(f->up_fd[0], data, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the gateway closed it already */
+    }
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct fg *f = fg_setup();
+    bool http10, stream, two;
+    char req[512];
+    char body[160];
+    size_t split, n, blen;
+    const uint8_t *p;
+    int rlen;
+
+    if (size < 1) {
+        return 0;
+    }
+    f->gw.keys = NULL;
+    http10 = (data[0] & 0x20) != 0;
+    stream = (data[0] & 0x40) != 0;
+    two = (data[0] & 0x80) != 0;
+    p = data + 1;
+    n = size - 1;
+    split = n * (data[0] & 0x1f) / 31;
+    blen = (size_t)snprintf(body, sizeof(body),
+                            "{\"model\":\"m\",\"stream\":%s,\"messages\":[{\"role\":\"user\","
+                            "\"content\":\"hi\"}]}",
+                            stream ? "true" : "false");
+    rlen = snprintf(req, sizeof(req),
+                    "POST /v1/chat/completions HTTP/1.%d\r\nHost: gw\r\n%sContent-Length: %zu"
+                    "\r\n\r\n%s",
+                    http10 ? 0 : 1, http10 ? "Connection: keep-alive\r\n" : "", blen, body);
+
+    fg_open_client(f);
+    fg_send(f, req, (size_t)rlen);
+    if (two) {
+        fg_send(f, req, (size_t)rlen);
+    }
+    if (fs_wait_requests(f, 1)) {
+        if (two) {
+            fs_backend_send(f, fs_clean, sizeof(fs_clean) - 1);
+            fs_wait_requests(f, 2);
+        }
+        fs_backend_send(f, p, split);
+        fg_spin(f, NULL, NULL);
+        fs_backend_send(f, p + split, n - split);
+        fg_spin(f, NULL, NULL);
+        if (f->nup > 0 && f->up_fd[0] >= 0) {
+            close(f->up_fd[0]); /* EOF: ends a close-delimited body, cuts anything else */
+            f->up_fd[0] = -1;
+        }
+        fg_spin(f, NULL, NULL);
+    }
+    fg_finish(f, NULL, NULL);
+
+    if (getenv("FG_DEBUG") != NULL) {
+        fprintf(stderr, "client got %zu bytes: %.60s\n", f->out_len, f->out);
+    }
+    if (f->out_len > 0 && (f->out_len < 9 || memcmp(f->out, "HTTP/1.1 ", 9) != 0)) {
+        abort(); /* the client got something that is not a response */
+    }
+    return 0;
+}

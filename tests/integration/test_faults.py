@@ -1,0 +1,289 @@
+"""Faults from backends, injected with llmsim's fault modes (and, for the
+cases llmsim has no knob for, tiny Python backends).
+
+Before the first response byte reaches the client, a failure is retried on
+another backend within the retry budget and the client never sees it; after
+it, the client sees a cut stream (never a clean end) within stream_idle, and
+no other stream is disturbed. All backends down: a fast 503.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import harness
+from harness import Harness, chat_body, http_request, post_json, wait_until
+
+FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+SLOWER = ["--decode-ms", "20", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+
+# A backend for the faults llmsim has no knob for. Modes:
+#   race     answers the first request of each connection (keep-alive), then
+#            reads the next request and closes without answering: the gateway
+#            reused a pooled connection the backend was closing.
+#   garbage  answers every request with a response no parser may accept.
+TINY_BACKEND = r"""
+import socket, sys, threading
+mode = sys.argv[1]
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0)); s.listen(64)
+print("tiny ready %d" % s.getsockname()[1], flush=True)
+BODY = (b'{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}')
+
+def read_request(c, buf):
+    while b"\r\n\r\n" not in buf:
+        d = c.recv(65536)
+        if not d:
+            return None, b""
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    n = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            n = int(line.split(b":")[1])
+    while len(rest) < n:
+        d = c.recv(65536)
+        if not d:
+            return None, b""
+        rest += d
+    return head, rest[n:]
+
+def serve(c):
+    buf = b""
+    served = 0
+    while True:
+        head, buf = read_request(c, buf)
+        if head is None:
+            break
+        if mode == "garbage":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok")
+            print("tiny garbage", flush=True)
+            break
+        if served == 1:
+            print("tiny closed a reused connection", flush=True)
+            break
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY)
+        served += 1
+        print("tiny served", flush=True)
+    c.close()
+
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def sim_state(port):
+    status, _, data = http_request(port, "GET", "/sim/state")
+    assert status == 200, status
+    return json.loads(data)
+
+
+def sim_control(port, obj):
+    status, _, data = http_request(port, "POST", "/sim/control", obj)
+    assert status == 200, (status, data)
+    return json.loads(data)
+
+
+def read_log(path, n, timeout=10.0):
+    def lines():
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            got = [json.loads(ln) for ln in f if ln.strip()]
+        return got if len(got) >= n else None
+    return wait_until(lines, timeout=timeout, what="%d access-log lines" % n)
+
+
+class FaultsTest(Harness):
+
+    def replicas(self, specs):
+        """specs: list of (name, models, extra args); returns {name: port}."""
+        ports = {}
+        for name, models, args in specs:
+            _, ports[name] = self.start_llmsim(name, models=models, args=list(args))
+        return ports
+
+    def gateway(self, ports, models=None, **extra):
+        backends = [{"name": n, "url": "http://127.0.0.1:%d" % p,
+                     "models": (models or {}).get(n, ["m"])} for n, p in ports.items()]
+        conf = self.base_config(backends, access_log=self.path("access.log"), **extra)
+        conf.setdefault("health", {}).update({"eject_consecutive": 0})
+        return self.start_gateway(conf)
+
+    def tiny(self, mode):
+        p = self.start([harness.PYTHON, "-c", TINY_BACKEND, mode], name="tiny-" + mode)
+        return p, int(p.wait_for(r"tiny ready (\d+)").group(1))
+
+    # ---- before the first byte: retried, invisible to the client ----------
+
+    def test_refused_connections_are_retried_elsewhere(self):
+        ports = self.replicas([("good", ["m"], FAST)])
+        ports = {"dead": harness.free_port(), **ports}
+        _, gw = self.gateway(ports)
+        t0 = time.monotonic()
+        for _ in range(8):
+            status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+            self.assertEqual(status, 200)
+            self.assertEqual(hdrs["x-llmsim-replica"], "good")
+        elapsed = time.monotonic() - t0
+        log = read_log(self.path("access.log"), 8)
+        self.assertTrue(all(r["status"] == 200 for r in log))
+        retried = sum(r["attempts"] == 2 for r in log)
+        self.assertGreater(retried, 0, log)
+        # a refused backend is left alone for a second: not one retry per request
+        self.assertLessEqual(retried, 1 + int(elapsed), log)
+
+    def test_stall_before_first_byte_is_retried_elsewhere(self):
+        ports = self.replicas([("stuck", ["m"], FAST + ["--fault", "stall@0"]),
+                               ("good", ["m"], FAST)])
+        _, gw = self.gateway(ports, timeouts={"first_byte": "500ms"})
+        for _ in range(4):
+            t0 = time.monotonic()
+            status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(stream=False))
+            self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "good"))
+            self.assertLess(time.monotonic() - t0, 3.0 * harness.SLOW)
+        log = read_log(self.path("access.log"), 4)
+        retried = [r for r in log if r["attempts"] == 2]
+        self.assertTrue(retried, log)
+        self.assertTrue(all(r["error"] == "first_byte_timeout" for r in retried), retried)
+
+    def test_429_and_503_are_retried_and_retry_after_honoured(self):
+        for code in (429, 503):
+            with self.subTest(code=code):
+                ports = self.replicas([("busy%d" % code, ["m"],
+                                        FAST + ["--fault", "status@0:%d:600:3" % code]),
+                                       ("good%d" % code, ["m"], FAST)])
+                _, gw = self.gateway(ports)
+                t0 = time.monotonic()
+                replicas = set()
+                while time.monotonic() - t0 < 1.5:
+                    status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+                    self.assertEqual(status, 200)
+                    replicas.add(hdrs["x-llmsim-replica"])
+                self.assertEqual(replicas, {"good%d" % code})
+                # Retry-After: 3 s: the busy replica saw one request, not one per turn
+                self.assertEqual(sim_state(ports["busy%d" % code])["requests"], 1)
+                for p in list(self.procs):
+                    p.kill()
+                self.procs.clear()
+
+    def test_pooled_connection_closed_on_reuse_is_retried(self):
+        tiny, port = self.tiny("race")
+        conf = self.base_config([{"name": "t", "url": "http://127.0.0.1:%d" % port,
+                                  "models": ["m"]}], workers=1,
+                                access_log=self.path("access.log"))
+        _, gw = self.start_gateway(conf)
+        for i in range(4):
+            status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+            self.assertEqual(status, 200, obj)
+        tiny.wait_for(r"tiny closed a reused connection")
+        log = read_log(self.path("access.log"), 4)
+        self.assertTrue(all(r["status"] == 200 and r["error"] is None for r in log), log)
+
+    def test_malformed_response_is_retried_elsewhere(self):
+        _, bad = self.tiny("garbage")
+        ports = self.replicas([("good", ["m"], FAST)])
+        _, gw = self.gateway({"bad": bad, **ports})
+        for _ in range(4):
+            status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+            self.assertEqual((status, hdrs.get("x-llmsim-replica")), (200, "good"))
+
+    def test_retry_budget_prevents_a_retry_storm(self):
+        # One replica fails every request it gets (no Retry-After); each of its
+        # failures wants a retry. The budget caps retries at 10 + ratio x requests.
+        ports = self.replicas([("bad", ["m"], FAST + ["--fault", "status@0:503:600:0"]),
+                               ("good", ["m"], FAST)])
+        _, gw = self.gateway(ports, routing={"retry": {"attempts": 2, "budget_ratio": 0.1,
+                                                       "budget_min": 0}},
+                             workers=1)
+        n = 80
+        statuses = []
+        for _ in range(n):
+            status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+            statuses.append(status)
+        log = read_log(self.path("access.log"), n)
+        retries = sum(r["attempts"] - 1 for r in log)
+        first_bad = sim_state(ports["bad"])["requests"]
+        self.assertGreater(first_bad, 30)              # round robin sent it half the requests
+        self.assertLessEqual(retries, 10 + 0.1 * n + 1)  # but they were not all retried
+        self.assertGreater(statuses.count(503), 0)      # the rest got the backend's answer
+        self.assertEqual(statuses.count(200) + statuses.count(503), n)
+
+    def test_all_backends_down_is_a_fast_503(self):
+        ports = {"d1": harness.free_port(), "d2": harness.free_port()}
+        _, gw = self.gateway(ports)
+        for stream in (False, True):
+            t0 = time.monotonic()
+            status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(stream=stream))
+            self.assertEqual(status, 503, obj)
+            self.assertIn("retry-after", hdrs)
+            self.assertLess(time.monotonic() - t0, 1.0 * harness.SLOW)
+
+    # ---- after the first byte: a cut, and nobody else notices -------------
+
+    def _two_streams(self, fault_args=(), control=None, stream_idle="1s"):
+        """A stream on replica `bad` (model a) and one on `good` (model m) at
+        once; the fault hits `bad` mid-stream. Returns (bad stream, good
+        stream, seconds from the fault to the end of the bad stream)."""
+        ports = self.replicas([("bad", ["a"], SLOWER + list(fault_args)),
+                               ("good", ["m"], SLOWER)])
+        _, gw = self.gateway(ports, models={"bad": ["a"], "good": ["m"]},
+                             timeouts={"stream_idle": stream_idle})
+        sa = self.stream(gw, "POST", "/v1/chat/completions",
+                         chat_body(model="a", stream=True, max_tokens=200))
+        sb = self.stream(gw, "POST", "/v1/chat/completions",
+                         chat_body(model="m", stream=True, max_tokens=60))
+        self.assertEqual(sa.read_head(), 200)
+        self.assertEqual(sb.read_head(), 200)
+        sa.next_event()
+        sb.next_event()
+        t_fault = time.monotonic()
+        if control is not None:
+            sim_control(ports["bad"], control)
+        harness.read_concurrently([sa, sb], timeout=15)
+        return sa, sb, time.monotonic() - t_fault
+
+    def assert_cut(self, s):
+        self.assertIn(s.ended, ("eof", "reset"), "the stream ended %s" % s.ended)
+        self.assertNotEqual(s.events[-1][1] if s.events else None, "[DONE]")
+
+    def assert_clean(self, s, tokens):
+        self.assertEqual(s.ended, "complete")
+        self.assertEqual(s.events[-1][1], "[DONE]")
+        # the tokens, then a last chunk with finish_reason (and no content)
+        self.assertEqual(len([e for e in s.events if '"content"' in e[1]]), tokens)
+
+    def test_crash_mid_stream_cuts_only_that_stream(self):
+        sa, sb, took = self._two_streams(control={"fault": "crash@0.1"})
+        self.assert_cut(sa)
+        self.assertLess(took, 3.0 * harness.SLOW)
+        self.assert_clean(sb, 60)
+        log = read_log(self.path("access.log"), 2)
+        cut = [r for r in log if r["model"] == "a"][0]
+        self.assertIn(cut["error"], ("upstream_closed_mid_response", "upstream_reset"))
+
+    def test_connection_closed_mid_stream_cuts_only_that_stream(self):
+        sa, sb, _ = self._two_streams(fault_args=["--fault", "close-after-tokens:5"])
+        self.assert_cut(sa)
+        self.assertLessEqual(len(sa.events), 5)
+        self.assert_clean(sb, 60)
+
+    def test_stall_mid_stream_is_cut_after_stream_idle(self):
+        sa, sb, took = self._two_streams(control={"fault": "stall@0:30"}, stream_idle="1s")
+        self.assert_cut(sa)
+        self.assertGreater(took, 0.8)
+        self.assertLess(took, 4.0 * harness.SLOW)
+        self.assert_clean(sb, 60)
+        log = read_log(self.path("access.log"), 2)
+        cut = [r for r in log if r["model"] == "a"][0]
+        self.assertEqual(cut["error"], "stream_idle_timeout")
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,129 @@
+/*
+ * test_headcheck.c: the request-head checks beyond llhttp: obs-fold and bare
+ * LF in the raw head (also across evbuffer chains), and the Host rules.
+ */
+#include <event2/buffer.h>
+
+#include "headcheck.h"
+#include "httphdr.h"
+#include "lg_test.h"
+
+/*
+ * Feeds s to the scanner as the client code does: piece by piece (each read
+ * a chain of its own), each piece scanned, then drained.
+ */
+static const char *
+raw(const char *s, size_t piece)
+{
+    struct lg_headcheck h = { 0 };
+    struct evbuffer *in = evbuffer_new();
+    size_t n = strlen(s);
+    const char *why = NULL;
+
+    for (size_t i = 0; i < n && why == NULL; i += piece) {
+        struct evbuffer *chunk = evbuffer_new();
+        size_t k = LG_MIN(piece, n - i);
+
+        evbuffer_add(chunk, s + i, k);
+        evbuffer_add_buffer(in, chunk);
+        evbuffer_free(chunk);
+        evbuffer_add(in, "\n ignored", 10); /* what comes after is not looked at */
+        why = lg_headcheck_feed(&h, in, k);
+        evbuffer_drain(in, evbuffer_get_length(in));
+    }
+    evbuffer_free(in);
+    return why;
+}
+
+/* The whole head at once, in a buffer of many small chains. */
+static const char *
+raw_chains(const char *s)
+{
+    struct lg_headcheck h = { 0 };
+    struct evbuffer *in = evbuffer_new();
+    const char *why;
+
+    for (size_t i = 0; s[i] != '\0'; i++) {
+        struct evbuffer *chunk = evbuffer_new();
+
+        evbuffer_add(chunk, s + i, 1);
+        evbuffer_add_buffer(in, chunk);
+        evbuffer_free(chunk);
+    }
+    why = lg_headcheck_feed(&h, in, strlen(s));
+    evbuffer_free(in);
+    return why;
+}
+
+static int
+test_raw(void)
+{
+    const char *ok = "POST /v1/x HTTP/1.1\r\nHost: a\r\nX: b\r\n\r\n";
+
+    for (size_t piece = 1; piece <= 8; piece++) {
+        LG_CHECK(raw(ok, piece) == NULL);
+        LG_CHECK_STR(raw("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", piece),
+                     "obsolete line folding in a header");
+        LG_CHECK_STR(raw("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\tb\r\n\r\n", piece),
+                     "obsolete line folding in a header");
+        LG_CHECK_STR(raw("GET / HTTP/1.1\nHost: a\r\n\r\n", piece),
+                     "a line of the request head ends in a bare LF");
+        LG_CHECK_STR(raw("GET / HTTP/1.1\r\nHost: a\r\n\n", piece),
+                     "a line of the request head ends in a bare LF");
+    }
+    /* a space inside a value is fine */
+    LG_CHECK(raw("GET / HTTP/1.1\r\nHost: a\r\nX: a b\r\n\r\n", 3) == NULL);
+    /* more chains than one peek returns */
+    LG_CHECK(raw_chains(ok) == NULL);
+    LG_CHECK_STR(raw_chains("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n\r\nY: b\n\r\n"),
+                 "a line of the request head ends in a bare LF");
+    return 0;
+}
+
+static const char *
+fields(unsigned minor, const char *const *hdrs)
+{
+    static struct lg_hdrs hs;
+
+    lg_hdrs_release(&hs);
+    lg_hdrs_init(&hs, 4096, 32);
+    lg_hdrs_on_url(&hs, "/", 1);
+    for (size_t i = 0; hdrs[i] != NULL; i += 2) {
+        lg_hdrs_on_field(&hs, hdrs[i], strlen(hdrs[i]));
+        lg_hdrs_on_value(&hs, hdrs[i + 1], strlen(hdrs[i + 1]));
+    }
+    return lg_headcheck_fields(&hs, minor);
+}
+
+static int
+test_host(void)
+{
+    const char *one[] = { "Host", "gw.example:8080", "X", "y", NULL };
+    const char *v6[] = { "host", "[::1]:80", NULL };
+    const char *empty[] = { "Host", "", NULL };
+    const char *none[] = { "X", "y", NULL };
+    const char *two[] = { "Host", "a", "HOST", "a", NULL };
+    const char *bad[] = { "Host", "a b", NULL };
+    const char *slash[] = { "Host", "a/b", NULL };
+
+    LG_CHECK(fields(1, one) == NULL);
+    LG_CHECK(fields(1, v6) == NULL);
+    LG_CHECK(fields(1, empty) == NULL);
+    LG_CHECK(fields(0, none) == NULL); /* HTTP/1.0 needs none */
+    LG_CHECK_STR(fields(1, none), "an HTTP/1.1 request needs a Host header");
+    LG_CHECK_STR(fields(0, two), "more than one Host header");
+    LG_CHECK_STR(fields(1, bad), "invalid Host header");
+    LG_CHECK_STR(fields(1, slash), "invalid Host header");
+    return 0;
+}
+
+static int
+test_cleanup(void)
+{
+    const char *none[] = { NULL };
+
+    (void)fields(1, none);
+    return 0;
+}
+
+LG_TEST_MAIN(test_raw, test_host, test_cleanup)
