@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Profiles llmgate under the proxy benchmark's load (perf or callgrind).
+
+Usage:
+  python3 bench/proxy/profile.py perf      [--conns 64] [--seconds 10] [--sse] [--no-log]
+  python3 bench/proxy/profile.py callgrind [--conns 64] [--requests 20000] [--sse] [--no-log]
+
+Starts the pbench backend and llmgate (1 worker, pinned as in run.py), puts
+load on it (wrk with small POSTs, or --sse: pbench sse with 200 streams),
+and prints the top of the profile; the raw data stays in the output folder
+(bench/out/profile-<ts>/). perf samples cpu-clock with DWARF call graphs
+(hardware counters are not available in most VMs); callgrind counts
+instructions exactly, so before/after comparisons of one change are stable
+even on a noisy machine.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run  # noqa: E402  (the benchmark's process helpers)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tool", choices=("perf", "callgrind"))
+    ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--sse", action="store_true")
+    ap.add_argument("--no-log", action="store_true")
+    ap.add_argument("--build", default=os.path.join(run.SRC, "build"))
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    run.BUILD = os.path.abspath(a.build)
+    run.OUT = os.path.abspath(a.out or os.path.join(
+        run.SRC, "bench", "out", "profile-%s" % time.strftime("%Y%m%d-%H%M%S")))
+    os.makedirs(run.OUT, exist_ok=True)
+    run.ARGS = argparse.Namespace(sched="other", load_cpus="0", proxy_cpus="1")
+    if a.sse:
+        be = run.start_pbench_backend("backend", sse=True, events=64, gap_us=10000)
+    else:
+        be = run.start_pbench_backend("backend")
+    gw = None
+    vg = None
+    try:
+        if a.tool == "callgrind":
+            # llmgate under valgrind: start it by hand with the benchmark's config
+            c = run.start_contender("llmgate", 1, be.port, log_on=not a.no_log)
+            conf = os.path.join(run.OUT, "run", "llmgate-w1", "llmgate.json")
+            c.stop()
+            out = os.path.join(run.OUT, "callgrind.out")
+            vg = run.Proc(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+                           os.path.join(run.BUILD, "llmgate"), "-c", conf], "valgrind",
+                          cpus="1", pipe=True)
+            port = int(vg.readline(timeout=120, pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
+                       .group(1))
+            load(a, port, callgrind=True)
+            vg.stop(timeout=60)
+            vg = None
+            print(subprocess.run(["callgrind_annotate", "--inclusive=no", out],
+                                 stdout=subprocess.PIPE).stdout.decode()[:12000])
+            print(subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
+                                 stdout=subprocess.PIPE).stdout.decode()[:8000])
+            return
+        gw = run.start_contender("llmgate", 1, be.port, log_on=not a.no_log)
+        load(a, gw.port, warm_only=True)
+        data = os.path.join(run.OUT, "perf.data")
+        perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "--call-graph",
+                                 "dwarf,16384", "-o", data, "-p", str(gw.pids[0])],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        load(a, gw.port)
+        perf.send_signal(2)
+        perf.wait(60)
+        rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--stdio",
+                              "--sort", "dso,symbol", "-g", "none", "--percent-limit", "0.7"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
+        print("\n".join(ln for ln in rep.splitlines() if ln and not ln.startswith("#")))
+    finally:
+        if vg:
+            vg.stop()
+        if gw:
+            gw.stop()
+        be.stop()
+
+
+def load(a, port, warm_only=False, callgrind=False):
+    pb = os.path.join(run.BUILD, "pbench")
+    if a.sse:
+        secs = 1 if warm_only else a.seconds
+        subprocess.run(["taskset", "-c", "0", pb, "sse", "--target", "127.0.0.1:%d" % port,
+                        "--streams", "200", "--duration", str(secs), "--warmup", "0.5",
+                        "--spread-us", "10000"], stdout=subprocess.DEVNULL)
+        return
+    if callgrind:
+        # a fixed amount of work: instruction counts are then comparable
+        subprocess.run(["taskset", "-c", "0", pb, "load", "--target", "127.0.0.1:%d" % port,
+                        "--rate", "2000", "--conns", str(a.conns), "--warmup", "0",
+                        "--duration", str(a.requests / 2000)], stdout=subprocess.DEVNULL)
+        return
+    secs = 1 if warm_only else a.seconds
+    out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c%d" % a.conns, "-d%gs" % secs,
+                          "-s", run.wrk_script(300),
+                          "http://127.0.0.1:%d/v1/chat/completions" % port],
+                         stdout=subprocess.PIPE).stdout.decode()
+    if not warm_only:
+        print([ln for ln in out.splitlines() if "Requests/sec" in ln])
+
+
+if __name__ == "__main__":
+    main()
