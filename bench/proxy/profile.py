@@ -3,7 +3,8 @@
 
 Usage:
   python3 bench/proxy/profile.py perf      [--conns 64] [--seconds 10] [--sse] [--no-log]
-  python3 bench/proxy/profile.py callgrind [--conns 64] [--requests 20000] [--sse] [--no-log]
+  python3 bench/proxy/profile.py callgrind [--conns 64] [--requests 5000] [--sse] [--no-log]
+                                           [--body-bytes N] [--top N]
 
 Starts the pbench backend and llmgate (1 worker, pinned as in run.py), puts
 load on it (wrk with small POSTs, or --sse: pbench sse with 200 streams),
@@ -16,6 +17,7 @@ even on a noisy machine.
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,9 +31,11 @@ def main():
     ap.add_argument("tool", choices=("perf", "callgrind"))
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--sse", action="store_true")
     ap.add_argument("--no-log", action="store_true")
+    ap.add_argument("--body-bytes", type=int, default=300)
+    ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--build", default=os.path.join(run.SRC, "build"))
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -48,23 +52,36 @@ def main():
     vg = None
     try:
         if a.tool == "callgrind":
-            # llmgate under valgrind: start it by hand with the benchmark's config
+            # llmgate under valgrind with the benchmark's config; instrumentation
+            # starts after a warm-up, so the profile holds exactly a.requests
             c = run.start_contender("llmgate", 1, be.port, log_on=not a.no_log)
             conf = os.path.join(run.OUT, "run", "llmgate-w1", "llmgate.json")
             c.stop()
             out = os.path.join(run.OUT, "callgrind.out")
-            vg = run.Proc(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+            vg = run.Proc(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                           "--callgrind-out-file=" + out,
                            os.path.join(run.BUILD, "llmgate"), "-c", conf], "valgrind",
                           cpus="1", pipe=True)
             port = int(vg.readline(timeout=120, pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
                        .group(1))
-            load(a, port, callgrind=True)
+            load(a, port, callgrind=True, count=max(200, a.requests // 10))
+            subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)],
+                           stdout=subprocess.DEVNULL)
+            load(a, port, callgrind=True, count=a.requests)
+            subprocess.run(["callgrind_control", "-i", "off", str(vg.pid)],
+                           stdout=subprocess.DEVNULL)
             vg.stop(timeout=60)
             vg = None
-            print(subprocess.run(["callgrind_annotate", "--inclusive=no", out],
-                                 stdout=subprocess.PIPE).stdout.decode()[:12000])
-            print(subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
-                                 stdout=subprocess.PIPE).stdout.decode()[:8000])
+            dump = out
+            ann = subprocess.run(["callgrind_annotate", "--inclusive=no", dump],
+                                 stdout=subprocess.PIPE).stdout.decode()
+            m = re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", ann)
+            total = int(m.group(1).replace(",", "")) if m else 0
+            unit = "event" if a.sse else "request"
+            print("instructions per %s: %.0f (%d %ss)" % (unit, total / a.requests, a.requests,
+                                                          unit))
+            body = ann[ann.find("file:function"):]
+            print("\n".join(body.splitlines()[:a.top + 2]))
             return
         gw = run.start_contender("llmgate", 1, be.port, log_on=not a.no_log)
         load(a, gw.port, warm_only=True)
@@ -88,8 +105,14 @@ def main():
         be.stop()
 
 
-def load(a, port, warm_only=False, callgrind=False):
+def load(a, port, warm_only=False, callgrind=False, count=0):
     pb = os.path.join(run.BUILD, "pbench")
+    if a.sse and callgrind:
+        # 100 streams x 100 events/s: count events in count / 10000 s
+        subprocess.run(["taskset", "-c", "0", pb, "sse", "--target", "127.0.0.1:%d" % port,
+                        "--streams", "100", "--duration", str(count / 10000), "--warmup", "0",
+                        "--spread-us", "10000"], stdout=subprocess.DEVNULL)
+        return
     if a.sse:
         secs = 1 if warm_only else a.seconds
         subprocess.run(["taskset", "-c", "0", pb, "sse", "--target", "127.0.0.1:%d" % port,
@@ -99,12 +122,13 @@ def load(a, port, warm_only=False, callgrind=False):
     if callgrind:
         # a fixed amount of work: instruction counts are then comparable
         subprocess.run(["taskset", "-c", "0", pb, "load", "--target", "127.0.0.1:%d" % port,
-                        "--rate", "2000", "--conns", str(a.conns), "--warmup", "0",
-                        "--duration", str(a.requests / 2000)], stdout=subprocess.DEVNULL)
+                        "--rate", "1000", "--conns", str(a.conns), "--warmup", "0",
+                        "--duration", str(count / 1000), "--body-bytes", str(a.body_bytes)],
+                       stdout=subprocess.DEVNULL)
         return
     secs = 1 if warm_only else a.seconds
     out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c%d" % a.conns, "-d%gs" % secs,
-                          "-s", run.wrk_script(300),
+                          "-s", run.wrk_script(a.body_bytes),
                           "http://127.0.0.1:%d/v1/chat/completions" % port],
                          stdout=subprocess.PIPE).stdout.decode()
     if not warm_only:
