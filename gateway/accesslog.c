@@ -6,8 +6,6 @@
  * Invariant: workers only append under their buffer's lock; only the writer
  * thread touches the file descriptor.
  */
-#include "accesslog.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,29 +17,30 @@
 #include <event2/buffer.h>
 #include <llhttp.h>
 
+#include "accesslog.h"
 #include "backend.h"
 #include "client.h"
 #include "config.h"
 
 struct lg_alog_buf {
     pthread_mutex_t lock;
-    struct evbuffer *buf;     /* owned: lines not yet written */
-    struct lg_accesslog *log; /* borrowed */
+    struct evbuffer *buf;          /* owned: lines not yet written */
+    struct lg_accesslog *log;      /* borrowed */
 };
 
 struct lg_accesslog {
-    char *path; /* "-" = stdout */
+    char *path;                    /* "-" = stdout */
     int fd;
     uint64_t flush_ms;
     size_t buffer_bytes;
     unsigned nbufs;
-    struct lg_alog_buf *bufs; /* owned [nbufs] */
+    struct lg_alog_buf *bufs;      /* owned [nbufs] */
     pthread_t thread;
-    pthread_mutex_t lock; /* guards stop and the condition */
+    pthread_mutex_t lock;          /* guards stop and the condition */
     pthread_cond_t cond;
     bool stop;
-    int reopen;       /* atomic: set by SIGUSR1 */
-    uint64_t dropped; /* atomic */
+    int reopen;                    /* atomic: set by SIGUSR1 */
+    uint64_t dropped;              /* atomic */
 };
 
 static int
@@ -70,8 +69,8 @@ alog_flush(struct lg_accesslog *log, struct evbuffer *tmp)
             if (errno == EINTR) {
                 continue;
             }
-            LG_ERROR("access log %s: write failed: %s; %zu bytes lost", log->path, strerror(errno),
-                     evbuffer_get_length(tmp));
+            LG_ERROR("access log %s: write failed: %s; %zu bytes lost", log->path,
+                     strerror(errno), evbuffer_get_length(tmp));
             evbuffer_drain(tmp, evbuffer_get_length(tmp));
         }
     }
@@ -410,8 +409,7 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     line_u64(&l, tokens);
     line_lit(&l, ",\"itl\":");
     if (req->content_events > 1) {
-        line_ms(&l, 0 + 1,
-                1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
+        line_ms(&l, 0 + 1, 1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
     } else {
         line_lit(&l, "null");
     }

@@ -5,20 +5,20 @@
  * at once, in one pass, whatever the read boundaries: a unit test feeds
  * streams split at every offset and compares the results.
  */
-#include "sse.h"
-
 #include <string.h>
+
+#include "sse.h"
 
 /* ---- JSON probe --------------------------------------------------------- */
 
 enum {
-    PROBE_OUT = 0,   /* between tokens */
-    PROBE_STR,       /* in a string that may be a key */
-    PROBE_STR_ESC,   /* after a backslash in such a string */
-    PROBE_VAL_FIRST, /* just inside a content string value */
-    PROBE_VAL,       /* in a string value we skip */
-    PROBE_VAL_ESC,   /* after a backslash in it */
-    PROBE_NUM,       /* in a token count */
+    PROBE_OUT = 0,     /* between tokens */
+    PROBE_STR,         /* in a string that may be a key */
+    PROBE_STR_ESC,     /* after a backslash in such a string */
+    PROBE_VAL_FIRST,   /* just inside a content string value */
+    PROBE_VAL,         /* in a string value we skip */
+    PROBE_VAL_ESC,     /* after a backslash in it */
+    PROBE_NUM,         /* in a token count */
 };
 
 enum {
@@ -35,10 +35,7 @@ enum {
     WANT_PROMPT_TOKENS,
 };
 
-#define PROBE_KEY(k, w)     \
-    {                       \
-        k, sizeof(k) - 1, w \
-    }
+#define PROBE_KEY(k, w) { k, sizeof(k) - 1, w }
 
 static const struct {
     const char *key;
@@ -79,7 +76,8 @@ probe_lookup(const struct lg_json_probe *p)
         return WANT_NONE;
     }
     for (size_t i = 0; i < LG_ARRAY_SIZE(probe_keys); i++) {
-        if (probe_keys[i].len == p->key_len && memcmp(probe_keys[i].key, p->key, p->key_len) == 0) {
+        if (probe_keys[i].len == p->key_len
+            && memcmp(probe_keys[i].key, p->key, p->key_len) == 0) {
             return probe_keys[i].want;
         }
     }
@@ -258,8 +256,8 @@ enum {
 };
 
 static const char sse_done[] = "[DONE]";
-#define SSE_DONE_LEN 6
-#define SSE_NO_MATCH 0xff
+#define SSE_DONE_LEN  6
+#define SSE_NO_MATCH  0xff
 
 void
 lg_sse_init(struct lg_sse *s)
