@@ -1,7 +1,8 @@
 /*
  * worker.c: event-loop threads, cross-thread commands and deferred frees.
  *
- * Owns: each worker's event_base and its events, the reap lists.
+ * Owns: each worker's event_base (lock-free: one thread) and its events,
+ * the command eventfd, the reap lists.
  * Invariants: a worker's clients, upstream connections and pools are only
  * touched by its thread; other threads only call lg_worker_post(). Objects
  * are freed from the reap event, at the top of the loop, never from inside
@@ -10,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -109,10 +111,14 @@ static void
 worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_worker *w = arg;
-    uint32_t cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
+    uint64_t n;
+    uint32_t cmd;
 
-    (void)fd;
     (void)what;
+    if (read(fd, &n, sizeof(n)) < 0) {
+        /* EAGAIN: a post raced with an earlier wake-up that saw its bits */
+    }
+    cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
     if (cmd & LG_WORKER_CMD_FLEET) {
         worker_adopt_fleet(w);
     }
@@ -127,8 +133,13 @@ worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 void
 lg_worker_post(struct lg_worker *w, uint32_t cmd)
 {
+    uint64_t one = 1;
+
     __atomic_fetch_or(&w->cmd, cmd, __ATOMIC_ACQ_REL);
-    event_active(w->cmd_ev, EV_TIMEOUT, 0);
+    /* an eventfd, not event_active(): worker bases have no lock to make that safe */
+    if (write(event_get_fd(w->cmd_ev), &one, sizeof(one)) < 0) {
+        LG_ERROR("worker %u: cannot post a command: %s", w->id, strerror(errno));
+    }
 }
 
 /* After the loop: cut what still runs and free everything the worker holds. */
@@ -182,18 +193,37 @@ lg_workers_join(struct lg_gateway *gw)
 int
 lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
 {
+    struct event_config *cfg;
+    int cmd_fd;
+
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->gw = gw;
     TAILQ_INIT(&w->reap_clients);
     TAILQ_INIT(&w->reap_upconns);
     TAILQ_INIT(&w->clients);
-    w->base = event_base_new();
-    if (w->base == NULL) {
+    /*
+     * Only this worker's thread touches its base (others post through an
+     * eventfd), so it needs no lock: libevent would otherwise take one in
+     * every event_add, event_del and event_pending, many times per request.
+     */
+    cfg = event_config_new();
+    if (cfg == NULL || event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) != 0) {
+        event_config_free(cfg);
+        return LG_ENOMEM;
+    }
+    w->base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    cmd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->base == NULL || cmd_fd < 0) {
+        if (cmd_fd >= 0) {
+            close(cmd_fd);
+        }
         return LG_ENOMEM;
     }
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
-    w->cmd_ev = event_new(w->base, -1, 0, worker_on_cmd, w);
+    w->cmd_ev = event_new(w->base, cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
+    event_add(w->cmd_ev, NULL);
     w->fleet = lg_gateway_fleet(gw);
     w->alog = lg_accesslog_buffer(gw->alog, id);
     return lg_listener_attach(w);
@@ -210,6 +240,7 @@ lg_worker_destroy(struct lg_worker *w)
         event_free(w->reap_ev);
     }
     if (w->cmd_ev != NULL) {
+        close(event_get_fd(w->cmd_ev));
         event_free(w->cmd_ev);
     }
     lg_fleet_unref(w->fleet);
