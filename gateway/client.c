@@ -579,8 +579,15 @@ client_set_request_id(struct lg_client *c)
             return;
         }
     }
-    snprintf(req->id, sizeof(req->id), "%016" PRIx64 "%016" PRIx64, c->id,
-             lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests));
+    /* 32 hex digits: connection id, then a mix of time and request count */
+    {
+        uint64_t v[2] = { c->id, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests) };
+
+        for (int i = 0; i < 32; i++) {
+            req->id[i] = "0123456789abcdef"[(v[i / 16] >> (60 - 4 * (i % 16))) & 15];
+        }
+        req->id[32] = '\0';
+    }
 }
 
 /* The head is in: check it before reading any body byte. */
