@@ -25,7 +25,7 @@
  * duplicate keys wins; keys compare after unescaping). No string is copied
  * except the model name; the hashed prompt prefix is unescaped on the fly.
  * About 40 times fewer instructions than building a jansson document, and
- * no allocation for an ordinary body (tests/fuzz/fuzz_openai.c compares the
+ * no allocation for an ordinary body (tests/fuzz/fuzz_openai_ref.c compares the
  * two on every input).
  */
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_openai.c: request-body inspection against jansson. lg_openai_inspect()
+ * fuzz_openai_ref.c: request-body inspection against jansson. lg_openai_inspect()
  * reads bodies with its own scanner; on every input it must agree with the
  * jansson document reading below (the gateway's earlier implementation, kept
  * here as the reference): accept exactly the same bodies and extract the same
