@@ -21,6 +21,7 @@
 
 #include "accesslog.h"
 #include "backend.h"
+#include "bevio.h"
 #include "client.h"
 #include "config.h"
 #include "proxy.h"
@@ -402,6 +403,9 @@ proxy_attempt(struct lg_client *c)
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
     }
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    if (u->state != LG_UPCONN_ST_CONNECTING) {
+        lg_bevio_flush(u->bev); /* the request leaves in this iteration */
+    }
 }
 
 /* ---- the response head -------------------------------------------------- */
@@ -671,17 +675,26 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
     }
 }
 
+static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in);
+
 static void
 proxy_on_up_read(struct bufferevent *bev, void *arg)
 {
     struct lg_upconn *u = arg;
     struct lg_client *c = u->client;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    struct lg_request *req;
 
     if (c == NULL) {
         return;
     }
+    proxy_up_read(c, u, bufferevent_get_input(bev));
+    lg_bevio_flush(c->bev); /* what was relayed leaves in this iteration */
+}
+
+static void
+proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
+{
+    struct lg_request *req;
+
     req = &c->req;
     req->t_now = lg_now_ns();
     if (req->t_first_byte == 0) {

@@ -18,6 +18,7 @@
 
 #include "accesslog.h"
 #include "backend.h"
+#include "bevio.h"
 #include "client.h"
 #include "listener.h"
 #include "upstream.h"
@@ -206,9 +207,15 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
      * Only this worker's thread touches its base (others post through an
      * eventfd), so it needs no lock: libevent would otherwise take one in
      * every event_add, event_del and event_pending, many times per request.
+     * The epoll changelist applies event changes at the next epoll_wait, so
+     * a write event armed and disarmed within one iteration (bevio.c) costs
+     * no syscall. (It must not meet dup()ed descriptors: we make none.)
      */
     cfg = event_config_new();
-    if (cfg == NULL || event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) != 0) {
+    if (cfg == NULL
+        || event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK
+                                          | EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST)
+               != 0) {
         event_config_free(cfg);
         return LG_ENOMEM;
     }
@@ -221,6 +228,7 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
         }
         return LG_ENOMEM;
     }
+    lg_bevio_init(w->base);
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
     w->cmd_ev = event_new(w->base, cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
     event_add(w->cmd_ev, NULL);

@@ -5,6 +5,7 @@ Usage:
   python3 bench/proxy/run.py [--quick] [--rounds N] [--workers 1,2]
                              [--only rps,stream,memory,large,log] [--out DIR]
                              [--build DIR] [--contenders direct,nginx,haproxy,llmgate]
+                           [--ref-build DIR] [--sched fifo|other]
 
 Every contender is started fresh for every trial, and trials are interleaved
 (direct nginx haproxy llmgate, direct nginx haproxy llmgate, ...) over the
@@ -397,7 +398,7 @@ backend be
                  stdout_path=access)
         wait_port(port, p)
         return Contender(kind, port, [p], [p.pid], access)
-    if kind == "llmgate":
+    if kind in ("llmgate", "llmgate-ref"):
         conf = os.path.join(d, "llmgate.json")
         with open(conf, "w") as f:
             json.dump({
@@ -411,8 +412,8 @@ backend be
                 "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
                               "models": ["m"], "flavor": "none"}],
             }, f, indent=1)
-        p = Proc([os.path.join(BUILD, "llmgate"), "-c", conf], name, cpus=ARGS.proxy_cpus,
-                 pipe=True)
+        binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref" else BUILD, "llmgate")
+        p = Proc([binary, "-c", conf], name, cpus=ARGS.proxy_cpus, pipe=True)
         m = p.readline(pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
         return Contender(kind, int(m.group(1)), [p], [p.pid], access)
     raise ValueError(kind)
@@ -843,6 +844,9 @@ def main():
     ap.add_argument("--idle-conns", type=int)
     ap.add_argument("--streams", type=int)
     ap.add_argument("--sse-streams", type=int, default=200)
+    ap.add_argument("--ref-build", metavar="DIR",
+                    help="also run the llmgate of another build as contender llmgate-ref "
+                         "(before/after comparisons in one run)")
     ap.add_argument("--sched", choices=("fifo", "other"),
                     default="fifo" if os.geteuid() == 0 else "other",
                     help="run every benchmark process under SCHED_FIFO priority 1 (default "
@@ -853,6 +857,10 @@ def main():
     ARGS.idle_conns = ARGS.idle_conns or (2000 if ARGS.quick else 10000)
     ARGS.streams = ARGS.streams or (1000 if ARGS.quick else 5000)
     ARGS.contenders = [c for c in ARGS.contenders.split(",") if c]
+    if ARGS.ref_build:
+        ARGS.ref_build = os.path.abspath(ARGS.ref_build)
+        if "llmgate-ref" not in ARGS.contenders:
+            ARGS.contenders.append("llmgate-ref")
     measures = [m for m in ARGS.only.split(",") if m]
     for m in measures:
         if m not in ALL_MEASURES:
