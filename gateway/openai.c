@@ -256,16 +256,18 @@ oa_plain_run(const unsigned char *p, const unsigned char *end)
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
 
     while (end - p >= 8) {
-        uint64_t x, quote, bslash;
+        uint64_t x, quote, bslash, m;
 
         memcpy(&x, p, 8);
         quote = x ^ (ones * '"');
         bslash = x ^ (ones * '\\');
-        /* a high bit in each byte that is < 0x20, '"', '\\' or >= 0x80 (a
-         * borrow may flag a later byte too: the byte loop sorts it out) */
-        if ((((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | x)
-            & high) {
-            break;
+        /* a high bit in each byte that is < 0x20, '"', '\\' or >= 0x80; borrows
+         * only run upwards, so the lowest one flagged is a true one */
+        m = (((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash)
+             | x)
+            & high;
+        if (m != 0) {
+            return p + (__builtin_ctzll(m) >> 3);
         }
         p += 8;
     }

@@ -143,20 +143,22 @@ probe_out(struct lg_json_probe *p, char c)
  * bytes at a time, as most of a body is the inside of string values that
  * only their closing quote (or a backslash) ends.
  */
-static size_t
+static inline size_t
 sse_find2(const char *data, size_t i, size_t len, char a, char b)
 {
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
     const uint64_t ma = ones * (unsigned char)a, mb = ones * (unsigned char)b;
 
     while (len - i >= 8) {
-        uint64_t x, xa, xb;
+        uint64_t x, xa, xb, m;
 
         memcpy(&x, data + i, 8);
         xa = x ^ ma;
         xb = x ^ mb;
-        if ((((xa - ones) & ~xa) | ((xb - ones) & ~xb)) & high) {
-            break;
+        /* the lowest flagged byte is a true match (borrows only run upwards) */
+        m = (((xa - ones) & ~xa) | ((xb - ones) & ~xb)) & high;
+        if (m != 0) {
+            return i + ((size_t)__builtin_ctzll(m) >> 3);
         }
         i += 8;
     }
@@ -185,6 +187,12 @@ lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
                 p->key_overflow = k < j - i;
             }
             i = j;
+            if (i == len) {
+                break;
+            }
+        } else if (p->state == PROBE_OUT && p->pending == PENDING_NONE) {
+            /* between tokens with nothing pending only a quote matters */
+            i = sse_find2(data, i, len, '"', '"');
             if (i == len) {
                 break;
             }
