@@ -83,6 +83,7 @@ alog_writer(void *arg)
     struct evbuffer *tmp = evbuffer_new();
     bool stop = false;
 
+    pthread_setname_np(pthread_self(), "llmgate-log");
     while (!stop) {
         struct timespec ts;
 

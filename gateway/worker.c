@@ -9,6 +9,7 @@
  * their own callbacks.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -163,7 +164,10 @@ static void *
 worker_main(void *arg)
 {
     struct lg_worker *w = arg;
+    char name[16];
 
+    snprintf(name, sizeof(name), "llmgate-w%u", w->id);
+    pthread_setname_np(pthread_self(), name); /* top -H, perf, schedulers see who is who */
     event_base_dispatch(w->base);
     worker_cleanup(w);
     return NULL;

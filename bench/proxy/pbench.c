@@ -11,6 +11,7 @@
  *            receive time of the event (SO_TIMESTAMPNS) minus its stamp
  *   hold     opens idle keep-alive connections and long streams on command
  *            (stdin), for memory measurements
+ *   relay    a TCP pass-through (read, write, no parsing): the floor
  * Owns: its sockets and buffers. Single-threaded.
  */
 #include <arpa/inet.h>
@@ -1824,12 +1825,222 @@ cmd_hold(int argc, char **argv)
     return 0;
 }
 
+/* ---- relay: the floor of a proxy ---------------------------------------- */
+
+/*
+ * A TCP pass-through: each accepted connection gets its own connection to
+ * the target and bytes are copied both ways (read, write) with no parsing.
+ * What no HTTP proxy can beat on this machine.
+ */
+struct rside {
+    int fd;
+    struct rside *peer;
+    char *pend;       /* bytes the peer's socket did not take yet */
+    size_t pend_len;
+    size_t pend_off;
+    bool dead;
+};
+
+static struct {
+    int ep;
+    struct sockaddr_in target;
+    struct rside *dead;
+} rl;
+
+static void
+rl_close(struct rside *a)
+{
+    struct rside *pair[2] = { a, a->peer };
+
+    for (int i = 0; i < 2; i++) {
+        if (pair[i] != NULL && !pair[i]->dead) {
+            pair[i]->dead = true;
+            close(pair[i]->fd);
+        }
+    }
+}
+
+/* Copies what a can read into its peer; stops reading while the peer is full. */
+static void
+rl_pump(struct rside *a)
+{
+    char buf[PB_BUF];
+    struct rside *b = a->peer;
+
+    while (b->pend_len == 0) {
+        ssize_t n = read(a->fd, buf, sizeof(buf)), w;
+
+        if (n < 0 && errno == EAGAIN) {
+            return;
+        }
+        if (n <= 0) {
+            rl_close(a);
+            return;
+        }
+        w = write(b->fd, buf, (size_t)n);
+        if (w < 0 && errno != EAGAIN) {
+            rl_close(a);
+            return;
+        }
+        if (w < 0) {
+            w = 0;
+        }
+        if (w < n) {
+            b->pend = xmalloc((size_t)(n - w));
+            memcpy(b->pend, buf + w, (size_t)(n - w));
+            b->pend_len = (size_t)(n - w);
+            b->pend_off = 0;
+            ep_mod(rl.ep, b->fd, EPOLLIN | EPOLLOUT, b);
+            ep_mod(rl.ep, a->fd, 0, a);
+            return;
+        }
+        if ((size_t)n < sizeof(buf)) {
+            return;
+        }
+    }
+}
+
+static void
+rl_on(struct rside *a, uint32_t events)
+{
+    if (a->dead) {
+        return;
+    }
+    if ((events & EPOLLOUT) && a->pend_len > 0) {
+        ssize_t w = write(a->fd, a->pend + a->pend_off, a->pend_len - a->pend_off);
+
+        if (w < 0 && errno != EAGAIN) {
+            rl_close(a);
+            return;
+        }
+        a->pend_off += w > 0 ? (size_t)w : 0;
+        if (a->pend_off == a->pend_len) {
+            free(a->pend);
+            a->pend = NULL;
+            a->pend_len = 0;
+            ep_mod(rl.ep, a->fd, EPOLLIN, a);
+            ep_mod(rl.ep, a->peer->fd, EPOLLIN, a->peer);
+            rl_pump(a->peer);
+        }
+    }
+    if (!a->dead && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+        rl_pump(a);
+    }
+}
+
+static int
+cmd_relay(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "listen", required_argument, NULL, 'l' },
+        { "target", required_argument, NULL, 't' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *listen_at = "127.0.0.1:0", *target = NULL;
+    struct epoll_event evs[PB_MAX_EVENTS];
+    struct sockaddr_in sa;
+    socklen_t slen = sizeof(sa);
+    int lfd, one = 1, o;
+
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'l':
+            listen_at = optarg;
+            break;
+        case 't':
+            target = optarg;
+            break;
+        default:
+            return 2;
+        }
+    }
+    if (target == NULL) {
+        die("relay: --target is required");
+    }
+    raise_nofile();
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    parse_addr(target, &rl.target);
+    parse_addr(listen_at, &sa);
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 4096) != 0) {
+        die("cannot listen on %s: %s", listen_at, strerror(errno));
+    }
+    getsockname(lfd, (struct sockaddr *)&sa, &slen);
+    rl.ep = epoll_create1(EPOLL_CLOEXEC);
+    ep_add(rl.ep, lfd, EPOLLIN, &tag_listen);
+    printf("pbench relay ready listen=127.0.0.1:%u\n", ntohs(sa.sin_port));
+    fflush(stdout);
+    while (!pb_stop) {
+        int n = epoll_wait(rl.ep, evs, PB_MAX_EVENTS, -1);
+        struct rside *freelist = NULL;
+
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == &tag_listen) {
+                int fd;
+
+                while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+                    struct rside *a = xcalloc(2, sizeof(*a)), *b = a + 1;
+
+                    set_nodelay(fd);
+                    a->fd = fd;
+                    /* a blocking connect on loopback: the floor counts no pool */
+                    b->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                    if (b->fd < 0
+                        || connect(b->fd, (struct sockaddr *)&rl.target, sizeof(rl.target)) != 0) {
+                        close(fd);
+                        if (b->fd >= 0) {
+                            close(b->fd);
+                        }
+                        free(a);
+                        continue;
+                    }
+                    fcntl(b->fd, F_SETFL, O_NONBLOCK);
+                    set_nodelay(b->fd);
+                    a->peer = b;
+                    b->peer = a;
+                    ep_add(rl.ep, a->fd, EPOLLIN, a);
+                    ep_add(rl.ep, b->fd, EPOLLIN, b);
+                }
+            } else {
+                rl_on(evs[i].data.ptr, evs[i].events);
+            }
+        }
+        /* pairs closed in this batch: free both halves once neither can fire again */
+        for (int i = 0; i < n; i++) {
+            struct rside *a = evs[i].data.ptr;
+
+            if (a != (void *)&tag_listen && a->dead && a->peer != NULL && a->peer->dead) {
+                struct rside *first = a < a->peer ? a : a->peer;
+
+                if (first->peer != NULL) {
+                    first->peer->peer = NULL;
+                    first->peer = NULL;
+                    free(first->pend);
+                    free(first[1].pend);
+                    first->pend = (char *)freelist;
+                    freelist = first;
+                }
+            }
+        }
+        while (freelist != NULL) {
+            struct rside *next = (struct rside *)freelist->pend;
+
+            free(freelist);
+            freelist = next;
+        }
+    }
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: pbench backend|load|sse|hold [options] (see bench/proxy/README.md)\n");
+                "usage: pbench backend|load|sse|hold|relay [options] (see bench/proxy/README.md)\n");
         return 2;
     }
     if (strcmp(argv[1], "backend") == 0) {
@@ -1843,6 +2054,9 @@ main(int argc, char **argv)
     }
     if (strcmp(argv[1], "hold") == 0) {
         return cmd_hold(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "relay") == 0) {
+        return cmd_relay(argc - 1, argv + 1);
     }
     fprintf(stderr, "pbench: unknown command %s\n", argv[1]);
     return 2;

@@ -47,7 +47,8 @@ import urllib.request
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROXIES = ["nginx", "haproxy", "llmgate"]
-ALL_CONTENDERS = ["direct"] + PROXIES
+# relay: pbench's TCP pass-through (read, write, no HTTP): the floor of a proxy
+ALL_CONTENDERS = ["direct", "relay"] + PROXIES
 ALL_MEASURES = ["rps", "stream", "memory", "large", "log"]
 # File descriptors a process may open: raised to 2^17 where allowed (root with
 # CAP_SYS_RESOURCE), else the hard limit we were given.
@@ -306,6 +307,22 @@ class Contender:
         return rss_kib(self.pids)
 
 
+def log_writer_priority(pid):
+    """Under SCHED_FIFO a thread runs until it blocks, so llmgate's access-log
+    writer (a thread of its own) would wait for an idle moment of a saturated
+    worker and the log would drop lines. Give it the next priority up: it
+    still costs the same CPU, taken when it wakes, as the normal scheduler
+    would give it. (nginx and HAProxy write their logs from the worker.)"""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() == "llmgate-log":
+                    subprocess.run(["chrt", "-f", "-p", "2", tid], check=True,
+                                   stdout=subprocess.DEVNULL)
+        except OSError:
+            pass
+
+
 def start_contender(kind, workers, backend_port, log_on=True, tag=""):
     name = "%s-w%d%s" % (kind, workers, tag)
     d = os.path.join(OUT, "run", name)
@@ -313,6 +330,11 @@ def start_contender(kind, workers, backend_port, log_on=True, tag=""):
     access = os.path.join(d, "access.log")
     if kind == "direct":
         return Contender(kind, backend_port, [], [])
+    if kind == "relay":
+        p = Proc([os.path.join(BUILD, "pbench"), "relay", "--target",
+                  "127.0.0.1:%d" % backend_port], name, cpus=ARGS.proxy_cpus, pipe=True)
+        m = p.readline(pattern=r"listen=[^ ]*:(\d+)")
+        return Contender(kind, int(m.group(1)), [p], [p.pid])
     if kind == "nginx":
         port = free_port()
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -415,6 +437,8 @@ backend be
         binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref" else BUILD, "llmgate")
         p = Proc([binary, "-c", conf], name, cpus=ARGS.proxy_cpus, pipe=True)
         m = p.readline(pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
+        if ARGS.sched == "fifo":
+            log_writer_priority(p.pid)
         return Contender(kind, int(m.group(1)), [p], [p.pid], access)
     raise ValueError(kind)
 
@@ -520,7 +544,7 @@ def progress(msg):
 def contenders_for(measure):
     cs = ARGS.contenders
     if measure in ("memory", "log"):
-        cs = [c for c in cs if c != "direct"]
+        cs = [c for c in cs if c not in ("direct", "relay")]
     return cs
 
 
@@ -550,7 +574,7 @@ def measure_rps(workers, nbytes, wrk_conns, lat_conns, label):
                 be.stop()
     # the same offered rate for everyone: half of the slowest proxy's maximum
     maxes = [med([t[wrk_conns[0]]["rps"] for t in res["trials"][k]])
-             for k in ARGS.contenders if k != "direct"]
+             for k in ARGS.contenders if k not in ("direct", "relay")]
     maxes = [m for m in maxes if m]
     if not maxes:
         maxes = [med([t[wrk_conns[0]]["rps"] for t in res["trials"]["direct"]])]
