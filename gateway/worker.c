@@ -1,8 +1,7 @@
 /*
  * worker.c: event-loop threads, cross-thread commands and deferred frees.
  *
- * Owns: each worker's event_base (lock-free: one thread) and its events,
- * the command eventfd, the reap lists.
+ * Owns: each worker's event_base and its events, the reap lists.
  * Invariants: a worker's clients, upstream connections and pools are only
  * touched by its thread; other threads only call lg_worker_post(). Objects
  * are freed from the reap event, at the top of the loop, never from inside
@@ -12,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -113,14 +111,10 @@ static void
 worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_worker *w = arg;
-    uint64_t n;
-    uint32_t cmd;
+    uint32_t cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
 
+    (void)fd;
     (void)what;
-    if (read(fd, &n, sizeof(n)) < 0) {
-        /* EAGAIN: a post raced with an earlier wake-up that saw its bits */
-    }
-    cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
     if (cmd & LG_WORKER_CMD_FLEET) {
         worker_adopt_fleet(w);
     }
@@ -135,13 +129,8 @@ worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 void
 lg_worker_post(struct lg_worker *w, uint32_t cmd)
 {
-    uint64_t one = 1;
-
     __atomic_fetch_or(&w->cmd, cmd, __ATOMIC_ACQ_REL);
-    /* an eventfd, not event_active(): worker bases have no lock to make that safe */
-    if (write(event_get_fd(w->cmd_ev), &one, sizeof(one)) < 0) {
-        LG_ERROR("worker %u: cannot post a command: %s", w->id, strerror(errno));
-    }
+    event_active(w->cmd_ev, EV_TIMEOUT, 0);
 }
 
 /* After the loop: cut what still runs and free everything the worker holds. */
@@ -199,7 +188,6 @@ int
 lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
 {
     struct event_config *cfg;
-    int cmd_fd;
 
     memset(w, 0, sizeof(*w));
     w->id = id;
@@ -208,34 +196,23 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     TAILQ_INIT(&w->reap_upconns);
     TAILQ_INIT(&w->clients);
     /*
-     * Only this worker's thread touches its base (others post through an
-     * eventfd), so it needs no lock: libevent would otherwise take one in
-     * every event_add, event_del and event_pending, many times per request.
      * The epoll changelist applies event changes at the next epoll_wait, so
-     * a write event armed and disarmed within one iteration (bevio.c) costs
-     * no syscall. (It must not meet dup()ed descriptors: we make none.)
+     * a write event armed and disarmed within one loop iteration (bevio.c)
+     * costs no syscall. (It must not meet dup()ed descriptors: we make none.)
      */
     cfg = event_config_new();
-    if (cfg == NULL
-        || event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK
-                                          | EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST)
-               != 0) {
+    if (cfg == NULL || event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST) != 0) {
         event_config_free(cfg);
         return LG_ENOMEM;
     }
     w->base = event_base_new_with_config(cfg);
     event_config_free(cfg);
-    cmd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (w->base == NULL || cmd_fd < 0) {
-        if (cmd_fd >= 0) {
-            close(cmd_fd);
-        }
+    if (w->base == NULL) {
         return LG_ENOMEM;
     }
     lg_bevio_init(w->base);
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
-    w->cmd_ev = event_new(w->base, cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
-    event_add(w->cmd_ev, NULL);
+    w->cmd_ev = event_new(w->base, -1, 0, worker_on_cmd, w);
     w->fleet = lg_gateway_fleet(gw);
     w->alog = lg_accesslog_buffer(gw->alog, id);
     return lg_listener_attach(w);
@@ -252,7 +229,6 @@ lg_worker_destroy(struct lg_worker *w)
         event_free(w->reap_ev);
     }
     if (w->cmd_ev != NULL) {
-        close(event_get_fd(w->cmd_ev));
         event_free(w->cmd_ev);
     }
     lg_fleet_unref(w->fleet);

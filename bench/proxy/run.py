@@ -694,17 +694,17 @@ def measure_stream(workers):
 
 # ---- measure 3: memory -----------------------------------------------------------------
 
-def capacity(kind):
-    """Client connections a contender can hold (idle, streams) within NOFILE.
-
-    One process holds every socket for llmgate and HAProxy (threads): a stream
-    costs a client and a backend socket. HAProxy also refuses more than its
-    maxconn clients. nginx spreads connections over its worker processes."""
+def capacity(kind, workers):
+    """Client sockets a contender can hold within NOFILE (a stream costs a
+    client and a backend socket). llmgate and HAProxy hold every socket in one
+    process (threads), and HAProxy refuses more than its maxconn clients;
+    nginx has a limit per worker process (the kernel spreads connections over
+    them with reuseport)."""
     reserve = 64
     if kind == "haproxy":
         return HAPROXY_MAXCONN - reserve
     if kind == "nginx":
-        return None  # per worker process: not the limit here
+        return (NOFILE - reserve) * workers
     return NOFILE - reserve
 
 
@@ -760,14 +760,12 @@ def measure_memory(workers):
     res = {k: [] for k in contenders_for("memory")}
     for rnd in range(ARGS.rounds):
         for kind in contenders_for("memory"):
-            cap = capacity(kind)
-            idle = min(n_idle, cap) if cap else n_idle
-            streams = min(n_streams, cap // 2) if cap else n_streams
+            cap = capacity(kind, workers)
+            idle = min(n_idle, cap)
+            streams = min(n_streams, cap // 2)
             a = hold_session(kind, workers, idle, 0, "idle")
             b = hold_session(kind, workers, 0, streams, "streams")
-            both_streams = n_streams
-            if cap is not None:
-                both_streams = max(0, min(n_streams, (cap - idle) // 2))
+            both_streams = max(0, min(n_streams, (cap - idle) // 2))
             t = hold_session(kind, workers, idle, both_streams, "together")
             res[kind].append({
                 "idle": a, "streams": b, "together": t,
@@ -854,8 +852,13 @@ def machine():
     return info
 
 
+def _on_term(signum, frame):
+    raise KeyboardInterrupt  # unwinds through the finally blocks that stop every process
+
+
 def main():
     global ARGS, BUILD, OUT
+    signal.signal(signal.SIGTERM, _on_term)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 round, short runs, fewer connections")
     ap.add_argument("--rounds", type=int)
