@@ -1251,6 +1251,14 @@ cmd_load(int argc, char **argv)
            ld.reconnects, (double)ld.lat.n / duration);
     print_pcts("latency_us", ld.lat.v, ld.lat.n);
     printf("}\n");
+    for (unsigned i = 0; i < ld.nconns; i++) {
+        close(ld.conns[i].fd);
+    }
+    free(ld.conns);
+    free(ld.idle);
+    free(ld.pending);
+    free(ld.lat.v);
+    free(ld.req);
     return 0;
 }
 
@@ -1510,6 +1518,12 @@ cmd_sse(int argc, char **argv)
     print_pcts("delay_us", sc.delay.v, sc.delay.n);
     printf("}\n");
     fflush(stdout);
+    for (unsigned i = 0; i < opened; i++) {
+        close(conns[i].fd);
+    }
+    free(conns);
+    free(sc.delay.v);
+    free(sc.req);
     return 0;
 }
 
