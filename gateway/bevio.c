@@ -1,6 +1,5 @@
 /*
- * bevio.c: makes a socket bufferevent write what was just queued in this
- * loop iteration.
+ * bevio.c: plain socket bufferevents without libevent's per-event overheads.
  *
  * libevent writes a bufferevent's output when EPOLLOUT fires: queueing bytes
  * arms EPOLLOUT (epoll_ctl), the next epoll_wait reports it, the bytes go
@@ -9,9 +8,14 @@
  * write callback in this iteration; with the epoll changelist (worker bases)
  * the arm and the disarm then cancel out before they reach the kernel. If
  * the socket is full the event simply stays armed, as before.
+ * Reading: libevent 2.1 reads at most 4 KiB per read event; lg_bevio_read()
+ * lets a caller that expects more (a request body) take it in one readv.
  * Owns nothing. Only plain socket bufferevents, recognised by their ops
  * table, are touched (bufferevent_struct.h: libevent 2.1's layout).
  */
+#include <sys/uio.h>
+
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_struct.h>
 #include <event2/event.h>
@@ -43,4 +47,40 @@ lg_bevio_flush(struct bufferevent *bev)
         && event_pending(&bev->ev_write, EV_WRITE, NULL)) {
         event_active(&bev->ev_write, EV_WRITE, 1);
     }
+}
+
+size_t
+lg_bevio_read(struct bufferevent *bev, size_t max)
+{
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_iovec vec[2];
+    struct iovec iov[2];
+    size_t left = max;
+    ssize_t got;
+    int n;
+
+    if (bev->be_ops != __atomic_load_n(&bevio_socket_ops, __ATOMIC_RELAXED) || max == 0
+        || bufferevent_getfd(bev) < 0) {
+        return 0;
+    }
+    /* the bufferevent keeps its input's end frozen outside its own reads */
+    evbuffer_unfreeze(in, 0);
+    n = evbuffer_reserve_space(in, (ev_ssize_t)max, vec, 2);
+    for (int i = 0; i < n; i++) {
+        vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
+        left -= vec[i].iov_len;
+        iov[i].iov_base = vec[i].iov_base;
+        iov[i].iov_len = vec[i].iov_len;
+    }
+    got = n > 0 ? readv(bufferevent_getfd(bev), iov, n) : -1;
+    if (got > 0) {
+        left = (size_t)got;
+        for (int i = 0; i < n; i++) {
+            vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
+            left -= vec[i].iov_len;
+        }
+        evbuffer_commit_space(in, vec, n);
+    }
+    evbuffer_freeze(in, 0);
+    return got > 0 ? (size_t)got : 0; /* nothing reserved is committed otherwise */
 }
