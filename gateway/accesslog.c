@@ -86,6 +86,7 @@ alog_writer(void *arg)
     struct evbuffer *tmp = evbuffer_new();
     bool stop = false;
 
+    pthread_setname_np(pthread_self(), "llmgate-log");
     while (!stop) {
         struct timespec ts;
         uint64_t flush_ms = __atomic_load_n(&log->flush_ms, __ATOMIC_RELAXED);
@@ -275,29 +276,48 @@ line_lit(struct alog_line *l, const char *s)
     line_raw(l, s, strlen(s));
 }
 
+/* Bytes a JSON string cannot hold as they are. */
+static const bool alog_esc[256] = {
+    [0x00 ... 0x1f] = true,
+    ['"'] = true,
+    ['\\'] = true,
+    [0x7f] = true,
+};
+
 static void
 line_str(struct alog_line *l, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    size_t i = 0;
 
     if (s == NULL) {
         line_lit(l, "null");
         return;
     }
     line_raw(l, "\"", 1);
-    for (size_t i = 0; i < n && l->len + 6 < l->cap; i++) {
-        unsigned char c = (unsigned char)s[i];
+    /* runs of plain bytes go in with one copy; room for an escape is kept */
+    while (i < n && l->len + 6 < l->cap) {
+        size_t room = l->cap - 6 - l->len, j = i;
+        unsigned char c;
 
+        while (j < n && j - i < room && !alog_esc[(unsigned char)s[j]]) {
+            j++;
+        }
+        memcpy(l->p + l->len, s + i, j - i);
+        l->len += j - i;
+        i = j;
+        if (i == n || l->len + 6 >= l->cap || !alog_esc[(unsigned char)s[i]]) {
+            continue;
+        }
+        c = (unsigned char)s[i++];
         if (c == '"' || c == '\\') {
             char e[2] = { '\\', (char)c };
 
             line_raw(l, e, 2);
-        } else if (c < 0x20 || c == 0x7f) {
+        } else {
             char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
 
             line_raw(l, e, 6);
-        } else {
-            l->p[l->len++] = (char)c;
         }
     }
     line_raw(l, "\"", 1);
@@ -309,48 +329,78 @@ line_cstr(struct alog_line *l, const char *s)
     line_str(l, s, s ? strlen(s) : 0);
 }
 
+/* Decimal digits of v, right-aligned in b[20]; returns where they start. */
+static char *
+alog_digits(char b[20], uint64_t v)
+{
+    char *p = b + 20;
+
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
 static void
 line_u64(struct alog_line *l, uint64_t v)
 {
-    char b[24];
-    int n = snprintf(b, sizeof(b), "%" PRIu64, v);
+    char b[20];
+    char *p = alog_digits(b, v);
 
-    line_raw(l, b, (size_t)n);
+    line_raw(l, p, (size_t)(b + 20 - p));
 }
 
 /* Milliseconds with microsecond precision between two stamps, or null. */
 static void
 line_ms(struct alog_line *l, uint64_t from, uint64_t to)
 {
-    char b[32];
-    int n;
+    uint64_t us;
+    char frac[4];
 
     if (from == 0 || to == 0 || to < from) {
         line_lit(l, "null");
         return;
     }
-    n = snprintf(b, sizeof(b), "%" PRIu64 ".%03" PRIu64, (to - from) / 1000000,
-                 ((to - from) / 1000) % 1000);
-    line_raw(l, b, (size_t)n);
+    us = (to - from) / 1000;
+    line_u64(l, us / 1000);
+    frac[0] = '.';
+    frac[1] = (char)('0' + (us / 100) % 10);
+    frac[2] = (char)('0' + (us / 10) % 10);
+    frac[3] = (char)('0' + us % 10);
+    line_raw(l, frac, 4);
 }
 
+/* "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (quoted); the date part is made once a second per thread. */
 static void
 line_time(struct alog_line *l, uint64_t wall_ns)
 {
+    static __thread time_t cached_sec = -1;
+    static __thread char cached[24];
+    static __thread size_t cached_len;
     time_t sec = (time_t)(wall_ns / LG_NS_PER_S);
-    struct tm tm;
-    size_t n;
-    int k;
+    unsigned us = (unsigned)((wall_ns / 1000) % 1000000);
+    char frac[10];
 
     if (l->cap - l->len < 40) {
         return;
     }
-    gmtime_r(&sec, &tm);
-    n = strftime(l->p + l->len, 40, "\"%Y-%m-%dT%H:%M:%S", &tm);
-    k = snprintf(l->p + l->len + n, 40 - n, ".%06uZ\"", (unsigned)((wall_ns / 1000) % 1000000));
-    if (k > 0 && (size_t)k < 40 - n) {
-        l->len += n + (size_t)k;
+    if (sec != cached_sec) {
+        struct tm tm;
+
+        gmtime_r(&sec, &tm);
+        cached_len = strftime(cached, sizeof(cached), "\"%Y-%m-%dT%H:%M:%S", &tm);
+        cached_sec = sec;
     }
+    line_raw(l, cached, cached_len);
+    frac[0] = '.';
+    for (int i = 6; i >= 1; i--) {
+        frac[i] = (char)('0' + us % 10);
+        us /= 10;
+    }
+    frac[7] = 'Z';
+    frac[8] = '"';
+    line_raw(l, frac, 9);
 }
 
 void

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 #include <time.h>
 
 enum lg_rc {
@@ -105,8 +107,15 @@ char *lg_xstrndup(const char *s, size_t n);
 #define LG_MIN(a, b)     ((a) < (b) ? (a) : (b))
 #define LG_MAX(a, b)     ((a) > (b) ? (a) : (b))
 
-/* Case-insensitive comparison of a counted string with a C string. */
-bool lg_str_ieq(const char *s, size_t n, const char *lit);
+/*
+ * Case-insensitive comparison of a counted string with a C string. Inline:
+ * with a literal the length test is a constant and most calls end there.
+ */
+static inline bool
+lg_str_ieq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
+}
 
 /* 64-bit FNV-1a, for prefix hashes and consistent hashing. */
 static inline uint64_t

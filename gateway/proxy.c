@@ -22,6 +22,7 @@
 #include "accesslog.h"
 #include "admission.h"
 #include "backend.h"
+#include "bevio.h"
 #include "client.h"
 #include "config.h"
 #include "proxy.h"
@@ -134,6 +135,57 @@ proxy_failed_midway(struct lg_client *c)
         lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, req->backend, 0,
                               0, 0);
     }
+}
+
+/*
+ * A message head is assembled here and handed to the bufferevent in one
+ * evbuffer_add: each add to a bufferevent's output runs its callbacks (and
+ * takes the event base lock), which cost more than the copy.
+ */
+struct proxy_head {
+    struct evbuffer *out;
+    size_t n;
+    char buf[2048];
+};
+
+static void
+head_add(struct proxy_head *h, const void *p, size_t n)
+{
+    if (h->n + n > sizeof(h->buf)) {
+        evbuffer_add(h->out, h->buf, h->n);
+        h->n = 0;
+        if (n > sizeof(h->buf)) {
+            evbuffer_add(h->out, p, n);
+            return;
+        }
+    }
+    memcpy(h->buf + h->n, p, n);
+    h->n += n;
+}
+
+static void
+head_str(struct proxy_head *h, const char *s)
+{
+    head_add(h, s, strlen(s));
+}
+
+static void
+head_u64(struct proxy_head *h, uint64_t v)
+{
+    char b[20], *p = b + sizeof(b);
+
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    head_add(h, p, (size_t)(b + sizeof(b) - p));
+}
+
+static void
+head_flush(struct proxy_head *h)
+{
+    evbuffer_add(h->out, h->buf, h->n);
+    h->n = 0;
 }
 
 /* ---- response parser callbacks (parser.data is the upstream connection) -- */
@@ -363,17 +415,18 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
     struct lg_hdrs *hs = &req->hdrs;
     const struct lg_backend_conf *bc = &u->b->conf;
     struct evbuffer *out = bufferevent_get_output(u->bev);
+    struct proxy_head hb = { .out = out };
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
     size_t before = evbuffer_get_length(out);
 
-    evbuffer_add(out, method, strlen(method));
-    evbuffer_add(out, " ", 1);
-    evbuffer_add(out, bc->path_prefix, strlen(bc->path_prefix));
-    evbuffer_add(out, hs->buf + hs->url_off, hs->url_len);
-    evbuffer_add(out, " HTTP/1.1\r\nHost: ", 17);
-    evbuffer_add(out, bc->host_header, strlen(bc->host_header));
-    evbuffer_add(out, "\r\n", 2);
+    head_str(&hb, method);
+    head_add(&hb, " ", 1);
+    head_str(&hb, bc->path_prefix);
+    head_add(&hb, hs->buf + hs->url_off, hs->url_len);
+    head_add(&hb, " HTTP/1.1\r\nHost: ", 17);
+    head_str(&hb, bc->host_header);
+    head_add(&hb, "\r\n", 2);
     for (uint32_t i = 0; i < hs->n; i++) {
         const struct lg_hdr *h = &hs->h[i];
         const char *name = lg_hdrs_name(hs, h);
@@ -388,31 +441,33 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
                 && lg_str_ieq(name, h->name_len, "authorization"))) {
             continue;
         }
-        evbuffer_add(out, name, h->name_len);
-        evbuffer_add(out, ": ", 2);
-        evbuffer_add(out, lg_hdrs_value(hs, h), h->value_len);
-        evbuffer_add(out, "\r\n", 2);
+        head_add(&hb, name, h->name_len);
+        head_add(&hb, ": ", 2);
+        head_add(&hb, lg_hdrs_value(hs, h), h->value_len);
+        head_add(&hb, "\r\n", 2);
     }
-    evbuffer_add(out, "X-Forwarded-For: ", 17);
+    head_add(&hb, "X-Forwarded-For: ", 17);
     if (xff != NULL) {
-        evbuffer_add(out, lg_hdrs_value(hs, xff), xff->value_len);
-        evbuffer_add(out, ", ", 2);
+        head_add(&hb, lg_hdrs_value(hs, xff), xff->value_len);
+        head_add(&hb, ", ", 2);
     }
-    evbuffer_add(out, c->addr_str, strlen(c->addr_str));
+    head_str(&hb, c->addr_str);
     if (c->tls) {
-        evbuffer_add(out, "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: ", 42);
+        head_add(&hb, "\r\nX-Forwarded-Proto: https\r\nX-Request-Id: ", 42);
     } else {
-        evbuffer_add(out, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
+        head_add(&hb, "\r\nX-Forwarded-Proto: http\r\nX-Request-Id: ", 41);
     }
-    evbuffer_add(out, req->id, strlen(req->id));
+    head_str(&hb, req->id);
     if (bc->api_key != NULL) {
-        evbuffer_add(out, "\r\nAuthorization: Bearer ", 24);
-        evbuffer_add(out, bc->api_key, strlen(bc->api_key));
+        head_add(&hb, "\r\nAuthorization: Bearer ", 24);
+        head_str(&hb, bc->api_key);
     }
     if (req->method != HTTP_GET || req->body_bytes > 0) {
-        evbuffer_add_printf(out, "\r\nContent-Length: %" PRIu64, req->body_bytes);
+        head_add(&hb, "\r\nContent-Length: ", 18);
+        head_u64(&hb, req->body_bytes);
     }
-    evbuffer_add(out, "\r\n\r\n", 4);
+    head_add(&hb, "\r\n\r\n", 4);
+    head_flush(&hb);
     /* The body goes by reference: kept intact in req->body for a retry. */
     if (req->body_bytes > 0) {
         evbuffer_add_buffer_reference(out, req->body);
@@ -492,6 +547,9 @@ proxy_attempt(struct lg_client *c)
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
     }
     bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    if (u->state != LG_UPCONN_ST_CONNECTING) {
+        lg_bevio_flush(u->bev); /* the request leaves in this iteration */
+    }
 }
 
 /* ---- the response head -------------------------------------------------- */
@@ -552,13 +610,18 @@ proxy_write_head(struct lg_client *c, struct lg_upconn *u)
     struct lg_request *req = &c->req;
     struct lg_hdrs *hs = &u->hdrs;
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct proxy_head hb = { .out = out };
     size_t before = evbuffer_get_length(out);
     int status = u->parser.status_code;
     bool has_id = false, has_accel = false;
     const char *reason = hs->url_len ? hs->buf + hs->url_off : proxy_reason_phrase(status);
 
     lg_hdrs_mark_hop_by_hop(hs);
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason);
+    head_add(&hb, "HTTP/1.1 ", 9);
+    head_u64(&hb, (uint64_t)status);
+    head_add(&hb, " ", 1);
+    head_str(&hb, reason);
+    head_add(&hb, "\r\n", 2);
     for (uint32_t i = 0; i < hs->n; i++) {
         const struct lg_hdr *h = &hs->h[i];
         const char *name = lg_hdrs_name(hs, h);
@@ -575,17 +638,17 @@ proxy_write_head(struct lg_client *c, struct lg_upconn *u)
         } else if (lg_str_ieq(name, h->name_len, "x-accel-buffering")) {
             has_accel = true;
         }
-        evbuffer_add(out, name, h->name_len);
-        evbuffer_add(out, ": ", 2);
-        evbuffer_add(out, value, h->value_len);
-        evbuffer_add(out, "\r\n", 2);
+        head_add(&hb, name, h->name_len);
+        head_add(&hb, ": ", 2);
+        head_add(&hb, value, h->value_len);
+        head_add(&hb, "\r\n", 2);
     }
     if (u->parser.flags & F_CHUNKED) {
         req->flags |= LG_REQ_F_UP_CHUNKED;
         if (req->http_minor == 0) {
             req->flags |= LG_REQ_F_DECHUNK | LG_REQ_F_CLOSE; /* HTTP/1.0 knows no chunks */
         } else {
-            evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+            head_add(&hb, "Transfer-Encoding: chunked\r\n", 28);
         }
     } else if (!(u->parser.flags & F_CONTENT_LENGTH) && llhttp_message_needs_eof(&u->parser)) {
         /* Close-delimited: re-frame as chunks so a cut can never look complete. */
@@ -594,27 +657,28 @@ proxy_write_head(struct lg_client *c, struct lg_upconn *u)
             req->flags |= LG_REQ_F_CLOSE;
         } else {
             req->flags |= LG_REQ_F_ENCHUNK;
-            evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+            head_add(&hb, "Transfer-Encoding: chunked\r\n", 28);
         }
     }
     if (!has_id) {
-        evbuffer_add(out, "X-Request-Id: ", 14);
-        evbuffer_add(out, req->id, strlen(req->id));
-        evbuffer_add(out, "\r\n", 2);
+        head_add(&hb, "X-Request-Id: ", 14);
+        head_str(&hb, req->id);
+        head_add(&hb, "\r\n", 2);
     }
     if ((req->flags & LG_REQ_F_SSE) && !has_accel) {
-        evbuffer_add(out, "X-Accel-Buffering: no\r\n", 23);
+        head_add(&hb, "X-Accel-Buffering: no\r\n", 23);
     }
     if (c->w->draining) {
         req->flags |= LG_REQ_F_CLOSE;
     }
     if (req->flags & LG_REQ_F_CLOSE) {
-        evbuffer_add(out, "Connection: close\r\n\r\n", 21);
+        head_add(&hb, "Connection: close\r\n\r\n", 21);
     } else if (req->http_minor == 0) {
-        evbuffer_add(out, "Connection: keep-alive\r\n\r\n", 26);
+        head_add(&hb, "Connection: keep-alive\r\n\r\n", 26);
     } else {
-        evbuffer_add(out, "\r\n", 2);
+        head_add(&hb, "\r\n", 2);
     }
+    head_flush(&hb);
     req->status = status;
     req->flags |= LG_REQ_F_STARTED;
     req->bytes_out += evbuffer_get_length(out) - before;
@@ -705,7 +769,15 @@ proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
         return;
     }
     if (req->flags & LG_REQ_F_ENCHUNK) {
-        evbuffer_add_printf(out, "%zx\r\n", n);
+        char size[20];
+        size_t k = sizeof(size) - 2, v = n;
+
+        memcpy(size + k, "\r\n", 2);
+        do {
+            size[--k] = "0123456789abcdef"[v & 15];
+            v >>= 4;
+        } while (v != 0);
+        evbuffer_add(out, size + k, sizeof(size) - k);
         evbuffer_remove_buffer(in, out, n);
         evbuffer_add(out, "\r\n", 2);
     } else {
@@ -756,17 +828,26 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
     }
 }
 
+static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in);
+
 static void
 proxy_on_up_read(struct bufferevent *bev, void *arg)
 {
     struct lg_upconn *u = arg;
     struct lg_client *c = u->client;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    struct lg_request *req;
 
     if (c == NULL) {
         return;
     }
+    proxy_up_read(c, u, bufferevent_get_input(bev));
+    lg_bevio_flush(c->bev); /* what was relayed leaves in this iteration */
+}
+
+static void
+proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
+{
+    struct lg_request *req;
+
     req = &c->req;
     req->t_now = lg_now_ns();
     if (req->t_first_byte == 0) {

@@ -35,17 +35,20 @@ enum {
     WANT_PROMPT_TOKENS,
 };
 
+#define PROBE_KEY(k, w) { k, sizeof(k) - 1, w }
+
 static const struct {
     const char *key;
+    uint8_t len;
     uint8_t want;
 } probe_keys[] = {
-    { "content", WANT_CONTENT },
-    { "text", WANT_CONTENT },
-    { "reasoning_content", WANT_CONTENT },
-    { "reasoning", WANT_CONTENT },
-    { "tool_calls", WANT_TOOL_CALLS },
-    { "completion_tokens", WANT_COMPLETION_TOKENS },
-    { "prompt_tokens", WANT_PROMPT_TOKENS },
+    PROBE_KEY("content", WANT_CONTENT),
+    PROBE_KEY("text", WANT_CONTENT),
+    PROBE_KEY("reasoning_content", WANT_CONTENT),
+    PROBE_KEY("reasoning", WANT_CONTENT),
+    PROBE_KEY("tool_calls", WANT_TOOL_CALLS),
+    PROBE_KEY("completion_tokens", WANT_COMPLETION_TOKENS),
+    PROBE_KEY("prompt_tokens", WANT_PROMPT_TOKENS),
 };
 
 void
@@ -73,7 +76,7 @@ probe_lookup(const struct lg_json_probe *p)
         return WANT_NONE;
     }
     for (size_t i = 0; i < LG_ARRAY_SIZE(probe_keys); i++) {
-        if (strlen(probe_keys[i].key) == p->key_len
+        if (probe_keys[i].len == p->key_len
             && memcmp(probe_keys[i].key, p->key, p->key_len) == 0) {
             return probe_keys[i].want;
         }
@@ -135,12 +138,66 @@ probe_out(struct lg_json_probe *p, char c)
     p->pending = PENDING_NONE;
 }
 
+/*
+ * Index of the first byte equal to a or b in data[i, len), or len: eight
+ * bytes at a time, as most of a body is the inside of string values that
+ * only their closing quote (or a backslash) ends.
+ */
+static inline size_t
+sse_find2(const char *data, size_t i, size_t len, char a, char b)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    const uint64_t ma = ones * (unsigned char)a, mb = ones * (unsigned char)b;
+
+    while (len - i >= 8) {
+        uint64_t x, xa, xb, m;
+
+        memcpy(&x, data + i, 8);
+        xa = x ^ ma;
+        xb = x ^ mb;
+        /* the lowest flagged byte is a true match (borrows only run upwards) */
+        m = (((xa - ones) & ~xa) | ((xb - ones) & ~xb)) & high;
+        if (m != 0) {
+            return i + ((size_t)__builtin_ctzll(m) >> 3);
+        }
+        i += 8;
+    }
+    while (i < len && data[i] != a && data[i] != b) {
+        i++;
+    }
+    return i;
+}
+
 void
 lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
-        char c = data[i];
+        char c;
 
+        if (p->state == PROBE_VAL || p->state == PROBE_STR) {
+            /* inside a string: jump to the next quote or escape, keeping
+             * what a key needs of the bytes passed over */
+            size_t j = sse_find2(data, i, len, '"', '\\');
+
+            if (p->state == PROBE_STR && !p->key_overflow && j > i) {
+                size_t k = LG_MIN(j - i, (size_t)(LG_JSON_KEY_MAX - p->key_len));
+
+                memcpy(p->key + p->key_len, data + i, k);
+                p->key_len = (uint8_t)(p->key_len + k);
+                p->key_overflow = k < j - i;
+            }
+            i = j;
+            if (i == len) {
+                break;
+            }
+        } else if (p->state == PROBE_OUT && p->pending == PENDING_NONE) {
+            /* between tokens with nothing pending only a quote matters */
+            i = sse_find2(data, i, len, '"', '"');
+            if (i == len) {
+                break;
+            }
+        }
+        c = data[i];
         switch (p->state) {
         case PROBE_OUT:
             probe_out(p, c);
@@ -320,11 +377,8 @@ lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
             break;
         case LINE_VALUE: {
             /* The value runs to the end of the line or of this read. */
-            size_t j = i;
+            size_t j = sse_find2(data, i, len, '\r', '\n');
 
-            while (j < len && data[j] != '\r' && data[j] != '\n') {
-                j++;
-            }
             if (!s->value_started && data[i] == ' ') {
                 i++; /* one leading space is not part of the value (may come in a later read) */
             }

@@ -115,6 +115,8 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     if (bev == NULL) {
         return NULL;
     }
+    /* a large request body leaves in 256 KiB writes, not libevent's 16 KiB per event */
+    bufferevent_set_max_single_write(bev, 256 * 1024);
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
     /* libevent applies the write timeout to the connect itself; a TLS

@@ -1,6 +1,6 @@
 /*
- * util.c: allocation wrappers that abort on failure, rc names and small
- * string helpers. Owns nothing.
+ * util.c: allocation wrappers that abort on failure, and rc names (the small
+ * string helpers are inline in lg_core.h). Owns nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,10 +92,4 @@ lg_xstrndup(const char *s, size_t n)
     memcpy(p, s, n);
     p[n] = '\0';
     return p;
-}
-
-bool
-lg_str_ieq(const char *s, size_t n, const char *lit)
-{
-    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
 }

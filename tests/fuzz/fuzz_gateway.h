@@ -81,6 +81,10 @@ fg_setup(void)
                  "   \"max_body_bytes\": 4096, \"stream_buffer_bytes\": 1024,\n"
                  "   \"queue_length\": 2},\n"
                  " \"routing\": {\"retry\": {\"attempts\": 2, \"budget_min\": 1000000}},\n"
+                 /* no checker traffic to the fake backend, no state carried
+                  * from one input to the next (ejections, slow start) */
+                 " \"health\": {\"interval\": \"1h\", \"scrape_interval\": 0,\n"
+                 "   \"eject_consecutive\": 0, \"slow_start\": 0},\n"
                  " \"backends\": [{\"name\": \"b\", \"url\": \"http://127.0.0.1:%u\",\n"
                  "   \"models\": [\"m\"], \"max_inflight\": 4, \"api_key\": \"up\"}]}",
                  ntohs(sin.sin_port));

@@ -263,6 +263,12 @@ class Harness(unittest.TestCase):
         return p, int(m.group(1))
 
     def base_config(self, backends, **extra):
+        """A gateway config over backends; extra keys replace the defaults.
+        A class whose backends sit behind a RecordingProxy sets
+        quiet_backends = True: no active checks or /metrics scrapes, so the
+        recorder sees only what the gateway forwards."""
+        if getattr(self, "quiet_backends", False):
+            extra.setdefault("health", {"interval": "1h", "scrape_interval": 0})
         conf = {"listen": "127.0.0.1:0", "workers": 2, "log_level": "info",
                 "routing": {"policy": "round_robin"},
                 "backends": backends}

@@ -51,6 +51,7 @@ def read_log(path, n):
 
 
 class AuthTest(Harness):
+    quiet_backends = True  # RecordingProxy in front of the backends
 
     def setUp(self):
         super().setUp()

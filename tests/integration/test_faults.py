@@ -199,7 +199,8 @@ class FaultsTest(Harness):
         # failures wants a retry. The budget caps retries at 10 + ratio x requests.
         ports = self.replicas([("bad", ["m"], FAST + ["--fault", "status@0:503:600:0"]),
                                ("good", ["m"], FAST)])
-        _, gw = self.gateway(ports, routing={"retry": {"attempts": 2, "budget_ratio": 0.1,
+        _, gw = self.gateway(ports, routing={"policy": "round_robin",
+                                             "retry": {"attempts": 2, "budget_ratio": 0.1,
                                                        "budget_min": 0}},
                              workers=1)
         n = 80

@@ -186,6 +186,7 @@ SMUGGLING = [
 
 
 class HostileTest(Harness):
+    quiet_backends = True  # RecordingProxy in front of the backends
 
     def gateway(self, backend_port, **extra):
         conf = self.base_config(

@@ -126,6 +126,7 @@ def https_request(port, cafile, method, path, body=None, headers=None, sock=None
 
 
 class TlsTest(Harness):
+    quiet_backends = True  # RecordingProxy in front of the backends
 
     def setUp(self):
         super().setUp()

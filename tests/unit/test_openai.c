@@ -1,30 +1,44 @@
 /*
- * test_openai.c: request-body inspection and error bodies.
+ * test_openai.c: request-body inspection: the fields read (with jansson's
+ * rules: the last duplicate key wins, keys compare unescaped), the prompt
+ * size and prefix hash, bodies split across evbuffer chains, and the bodies
+ * refused with their messages.
  */
-#include <string.h>
-
 #include <event2/buffer.h>
 
 #include "lg_test.h"
 #include "openai.h"
 
 static int
-inspect(const char *body, struct lg_openai_req *out, char *err)
+inspect(const char *body, size_t prefix, struct lg_openai_req *r, char *err)
+{
+    return lg_openai_inspect_mem(body, strlen(body), prefix, r, err, 256);
+}
+
+/* The same body in chains of 1, 2, 3... bytes. */
+static int
+inspect_split(const char *body, size_t prefix, struct lg_openai_req *r, char *err)
 {
     struct evbuffer *b = evbuffer_new();
+    size_t len = strlen(body), off = 0, step = 1;
     int rc;
 
-    /* several chains: jansson reads them through the callback */
-    for (size_t i = 0; i < strlen(body); i += 7) {
-        struct evbuffer *piece = evbuffer_new();
+    while (off < len) {
+        size_t n = LG_MIN(step, len - off);
 
-        evbuffer_add(piece, body + i, strlen(body + i) < 7 ? strlen(body + i) : 7);
-        evbuffer_add_buffer(b, piece);
-        evbuffer_free(piece);
+        evbuffer_add_reference(b, body + off, n, NULL, NULL);
+        off += n;
+        step++;
     }
-    rc = lg_openai_inspect(b, 16, out, err, 256);
+    rc = lg_openai_inspect(b, prefix, r, err, 256);
     evbuffer_free(b);
     return rc;
+}
+
+static uint64_t
+prefix_of(const char *bytes, size_t n)
+{
+    return lg_mix64(lg_hash64(bytes, n, LG_HASH64_INIT)) | 1;
 }
 
 static int
@@ -32,103 +46,143 @@ test_chat_fields(void)
 {
     struct lg_openai_req r;
     char err[256];
+    const char *body = "{\"model\":\"llama-8b\",\"stream\":true,\"stream_options\":"
+                       "{\"include_usage\":true},\"max_tokens\":64,\"messages\":["
+                       "{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":\"hello\"}]}";
 
-    LG_CHECK(inspect("{\"model\":\"llama\",\"stream\":true,\"max_tokens\":42,"
-                     "\"stream_options\":{\"include_usage\":true},"
-                     "\"messages\":[{\"role\":\"system\",\"content\":\"You are kind.\"},"
-                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]}",
-                     &r, err)
-             == LG_OK);
-    LG_CHECK_STR(r.model, "llama");
-    LG_CHECK(r.stream);
-    LG_CHECK(r.include_usage);
-    LG_CHECK(r.max_tokens == 42);
-    LG_CHECK(r.prompt_bytes == strlen("You are kind.") + 2);
-    LG_CHECK(r.prefix_hash != 0);
+    LG_CHECK(inspect(body, 2048, &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "llama-8b");
+    LG_CHECK(r.stream && r.include_usage);
+    LG_CHECK(r.max_tokens == 64);
+    LG_CHECK(r.prompt_bytes == 14);
+    LG_CHECK(r.prefix_hash == prefix_of("systemBe brief.userhello", 24));
+    LG_CHECK(inspect(body, 8, &r, err) == LG_OK);
+    LG_CHECK(r.prefix_hash == prefix_of("systemBe", 8));
+    LG_CHECK(inspect(body, 0, &r, err) == LG_OK);
+    LG_CHECK(r.prefix_hash == 0);
+    LG_CHECK(inspect_split(body, 2048, &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "llama-8b");
+    LG_CHECK(r.prefix_hash == prefix_of("systemBe brief.userhello", 24));
     return 0;
 }
 
 static int
-test_prefix_hash_covers_only_the_prefix(void)
-{
-    struct lg_openai_req a, b, c;
-    char err[256];
-
-    /* prefix_bytes is 16: "system" + the first 10 bytes of the system prompt */
-    LG_CHECK(inspect("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
-                     "\"0123456789 shared\"},{\"role\":\"user\",\"content\":\"one\"}]}",
-                     &a, err)
-             == LG_OK);
-    LG_CHECK(inspect("{\"messages\":[{\"role\":\"system\",\"content\":\"0123456789 other\"},"
-                     "{\"content\":\"two\",\"role\":\"user\"}],\"model\":\"m\"}",
-                     &b, err)
-             == LG_OK);
-    LG_CHECK(inspect("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
-                     "\"X123456789 shared\"}]}",
-                     &c, err)
-             == LG_OK);
-    LG_CHECK(a.prefix_hash == b.prefix_hash);
-    LG_CHECK(a.prefix_hash != c.prefix_hash);
-    return 0;
-}
-
-static int
-test_completions_and_embeddings(void)
+test_jansson_rules(void)
 {
     struct lg_openai_req r;
     char err[256];
 
-    LG_CHECK(inspect("{\"model\":\"m\",\"prompt\":[\"ab\",\"cde\"],"
-                     "\"max_completion_tokens\":7,\"max_tokens\":9}",
-                     &r, err)
+    /* last duplicate wins; an escaped key is the same key; role hashes before content */
+    LG_CHECK(inspect("{\"model\":\"a\",\"mod\\u0065l\":\"b\",\"max_tokens\":1,"
+                     "\"max_completion_tokens\":null,\"max_tokens\":2,"
+                     "\"messages\":[{\"content\":\"x\\ny\",\"role\":\"u\",\"role\":\"v\"}]}",
+                     2048, &r, err)
              == LG_OK);
-    LG_CHECK(r.prompt_bytes == 5);
-    LG_CHECK(r.max_tokens == 7); /* the newer name wins */
-    LG_CHECK(!r.stream);
-    LG_CHECK(inspect("{\"model\":\"e\",\"input\":[[1,2,3],\"abcd\"]}", &r, err) == LG_OK);
-    LG_CHECK(r.prompt_bytes == 12 + 4);
-    return 0;
-}
-
-static int
-test_errors(void)
-{
-    struct lg_openai_req r;
-    char err[256];
-
-    LG_CHECK(inspect("{\"model\":", &r, err) == LG_EINVAL);
-    LG_CHECK(strstr(err, "malformed JSON") != NULL);
-    LG_CHECK(inspect("[1,2]", &r, err) == LG_EINVAL);
-    LG_CHECK(inspect("{\"model\":3}", &r, err) == LG_EINVAL);
-    LG_CHECK(strstr(err, "\"model\" must be a string") != NULL);
-    LG_CHECK(inspect("{\"model\":\"m\",\"stream\":\"yes\"}", &r, err) == LG_EINVAL);
-    LG_CHECK(inspect("{\"model\":\"m\",\"max_tokens\":-1}", &r, err) == LG_EINVAL);
-    LG_CHECK(inspect("{\"model\":\"m\"} trailing", &r, err) == LG_EINVAL);
-    /* a missing model is reported by the caller, not here */
-    LG_CHECK(inspect("{\"messages\":[]}", &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "b");
+    LG_CHECK(r.max_tokens == 2);
+    LG_CHECK(r.prompt_bytes == 3);
+    LG_CHECK(r.prefix_hash == prefix_of("vx\ny", 4));
+    /* parts: strings, objects' text, token ids; a messages that is no array gives way to prompt */
+    LG_CHECK(
+        inspect("{\"messages\":{},\"input\":\"no\",\"prompt\":[\"ab\",{\"text\":\"c\"},7,[1,2],"
+                "1.5,{\"type\":\"image\"}]}",
+                2048, &r, err)
+        == LG_OK);
     LG_CHECK(r.model[0] == '\0');
+    LG_CHECK(r.max_tokens == -1);
+    LG_CHECK(r.prompt_bytes == 2 + 1 + 4 + 8);
+    LG_CHECK(r.prefix_hash == prefix_of("abc", 3));
+    /* a present prompt (even null) hides input */
+    LG_CHECK(inspect("{\"prompt\":null,\"input\":\"x\"}", 2048, &r, err) == LG_OK);
+    LG_CHECK(r.prompt_bytes == 0 && r.prefix_hash == 0);
+    /* escapes unescape before hashing and counting; UTF-8 passes as is */
+    LG_CHECK(inspect_split("{\"prompt\":\"\\u00e9\\ud83d\\ude00\\\"\xc3\xa9\"}", 2048, &r, err)
+             == LG_OK);
+    LG_CHECK(r.prompt_bytes == 2 + 4 + 1 + 2);
+    LG_CHECK(r.prefix_hash == prefix_of("\xc3\xa9\xf0\x9f\x98\x80\"\xc3\xa9", 9));
     return 0;
 }
 
 static int
-test_error_body_escapes(void)
+test_refused(void)
 {
-    struct evbuffer *b = evbuffer_new();
-    char out[512];
+    static const struct {
+        const char *body;
+        const char *msg;
+    } cases[] = {
+        { "", "'{' or '[' expected" },
+        { "\"str\"", "'{' or '[' expected" },
+        { "[1]", "must be a JSON object" },
+        { "{\"model\":\"m\"} x", "end of input expected" },
+        { "{\"model\":\"m\",}", "string or '}' expected" },
+        { "{\"model\":\"m\"\n,\"a\":tru}", "line 2 column" },
+        { "{\"a\":\"\\u0000\"}", "\\u0000 is not allowed" },
+        { "{\"a\":\"\\ud800x\"}", "high surrogate" },
+        { "{\"a\":\"\\udc00\"}", "lone low surrogate" },
+        { "{\"a\":\"\xed\xa0\x80\"}", "invalid UTF-8" },
+        { "{\"a\":\"\xc0\xaf\"}", "invalid UTF-8" },
+        { "{\"a\":\"tab\there\"}", "control character" },
+        { "{\"a\":01}", "invalid number" },
+        { "{\"a\":9223372036854775808}", "integer out of range" },
+        { "{\"a\":1e400}", "real number out of range" },
+        { "{\"model\":7}", "\"model\" must be a string" },
+        { "{\"stream\":\"yes\"}", "\"stream\" must be a boolean" },
+        { "{\"max_tokens\":-1}", "non-negative integer" },
+        { "{\"max_tokens\":1.0}", "non-negative integer" },
+    };
+    struct lg_openai_req r;
+    char err[256];
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        if (inspect(cases[i].body, 2048, &r, err) == LG_OK || strstr(err, cases[i].msg) == NULL) {
+            fprintf(stderr, "body %s: got \"%s\", want \"%s\"\n", cases[i].body, err, cases[i].msg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+test_limits(void)
+{
+    struct lg_openai_req r;
+    char err[256], body[8192], model[300];
     size_t n;
 
-    n = lg_openai_error_body(b, "bad \"x\"\n\x01", "invalid_request_error", "bad_request");
-    LG_CHECK(n == evbuffer_get_length(b) && n < sizeof(out));
-    evbuffer_remove(b, out, n);
-    out[n] = '\0';
-    LG_CHECK_STR(out, "{\"error\":{\"message\":\"bad \\\"x\\\"\\n\\u0001\","
-                      "\"type\":\"invalid_request_error\",\"param\":null,"
-                      "\"code\":\"bad_request\"}}\n");
-    evbuffer_free(b);
-    LG_CHECK_STR(lg_openai_error_type(429), "rate_limit_error");
-    LG_CHECK_STR(lg_openai_error_type(503), "api_error");
+    /* nesting: 2048 levels pass, a value below them does not */
+    n = 0;
+    for (int i = 0; i < 2048; i++) {
+        body[n++] = '[';
+    }
+    for (int i = 0; i < 2048; i++) {
+        body[n++] = ']';
+    }
+    LG_CHECK(lg_openai_inspect_mem(body, n, 0, &r, err, sizeof(err)) != LG_OK);
+    LG_CHECK(strstr(err, "must be a JSON object") != NULL);
+    memmove(body + 2049, body + 2048, n - 2048);
+    body[2048] = '1';
+    LG_CHECK(lg_openai_inspect_mem(body, n + 1, 0, &r, err, sizeof(err)) != LG_OK);
+    LG_CHECK(strstr(err, "maximum nesting depth") != NULL);
+    /* a model name of exactly LG_MODEL_MAX bytes fits, one more does not */
+    memset(model, 'm', LG_MODEL_MAX);
+    model[LG_MODEL_MAX] = '\0';
+    snprintf(body, sizeof(body), "{\"model\":\"%s\"}", model);
+    LG_CHECK(inspect(body, 0, &r, err) == LG_OK);
+    LG_CHECK(strlen(r.model) == LG_MODEL_MAX);
+    snprintf(body, sizeof(body), "{\"model\":\"%sm\"}", model);
+    LG_CHECK(inspect(body, 0, &r, err) != LG_OK);
+    LG_CHECK(strstr(err, "longer than") != NULL);
+    /* many tokens: the tape leaves the stack */
+    n = (size_t)snprintf(body, sizeof(body), "{\"x\":[");
+    for (int i = 0; i < 1000; i++) {
+        n += (size_t)snprintf(body + n, sizeof(body) - n, "%s%d", i ? "," : "", i);
+    }
+    snprintf(body + n, sizeof(body) - n, "],\"model\":\"m\",\"prompt\":[1,2,3]}");
+    LG_CHECK(inspect_split(body, 16, &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "m");
+    LG_CHECK(r.prompt_bytes == 12);
     return 0;
 }
 
-LG_TEST_MAIN(test_chat_fields, test_prefix_hash_covers_only_the_prefix,
-             test_completions_and_embeddings, test_errors, test_error_body_escapes)
+LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_refused, test_limits)

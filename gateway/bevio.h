@@ -1,0 +1,33 @@
+/*
+ * bevio.h: plain socket bufferevents without libevent's per-event overheads:
+ * write queued output in the current loop iteration, read large inputs in
+ * large pieces.
+ */
+#ifndef LG_BEVIO_H
+#define LG_BEVIO_H
+
+struct bufferevent;
+struct event_base;
+
+/* Learns what a plain socket bufferevent looks like (once, any base). */
+void lg_bevio_init(struct event_base *base);
+
+/*
+ * If bev is a plain socket bufferevent waiting to write, runs its write now
+ * (later in this loop iteration) instead of after the next epoll_wait. Safe
+ * on any bufferevent: TLS and filter ones, and those not waiting to write,
+ * are left alone. Never on a socket whose connect is still in progress.
+ */
+void lg_bevio_flush(struct bufferevent *bev);
+
+/*
+ * Reads up to `max` more bytes from a plain socket bufferevent straight
+ * into its input buffer, in one readv: libevent 2.1 reads at most 4 KiB per
+ * read event (a loop round trip, an ioctl and a readv each), which makes a
+ * large request body cost hundreds of them. Returns the bytes read; 0 when
+ * nothing was waiting, on EOF or error (the bufferevent reports those itself
+ * on its next read), or for other kinds of bufferevent.
+ */
+size_t lg_bevio_read(struct bufferevent *bev, size_t max);
+
+#endif /* LG_BEVIO_H */

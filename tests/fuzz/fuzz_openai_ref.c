@@ -1,0 +1,222 @@
+/*
+ * fuzz_openai_ref.c: request-body inspection against jansson. lg_openai_inspect()
+ * reads bodies with its own scanner; on every input it must agree with the
+ * jansson document reading below (the gateway's earlier implementation, kept
+ * here as the reference): accept exactly the same bodies and extract the same
+ * model, stream flags, max_tokens, prompt size and prefix hash. The body is
+ * also fed split into several evbuffer chains at points drawn from the first
+ * input byte, and with three prefix lengths.
+ * One deliberate difference: jansson's stream reader drops a NUL byte that
+ * follows a token it had to push back ("1\0," reads as "1,"); the scanner
+ * refuses every raw NUL, as RFC 8259 does. Bodies with one must be refused.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "openai.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* ---- the reference: jansson, as the gateway used it before ---------------- */
+
+struct ref_prefix {
+    uint64_t hash;
+    size_t left;
+    bool any;
+};
+
+static void
+ref_prefix_add(struct ref_prefix *p, const char *s, size_t n)
+{
+    size_t k = LG_MIN(n, p->left);
+
+    if (k == 0) {
+        return;
+    }
+    p->hash = lg_hash64(s, k, p->hash);
+    p->left -= k;
+    p->any = true;
+}
+
+static void
+ref_add_text(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
+{
+    size_t i;
+    json_t *part;
+
+    if (json_is_string(v)) {
+        out->prompt_bytes += json_string_length(v);
+        ref_prefix_add(pre, json_string_value(v), json_string_length(v));
+        return;
+    }
+    if (!json_is_array(v)) {
+        return;
+    }
+    json_array_foreach (v, i, part) {
+        if (json_is_string(part)) {
+            ref_add_text(part, out, pre);
+        } else if (json_is_object(part)) {
+            ref_add_text(json_object_get(part, "text"), out, pre);
+        } else if (json_is_integer(part)) {
+            out->prompt_bytes += 4;
+        } else if (json_is_array(part)) {
+            out->prompt_bytes += 4 * json_array_size(part);
+        }
+    }
+}
+
+static int
+ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_req *out)
+{
+    struct ref_prefix pre = { .hash = LG_HASH64_INIT, .left = prefix_bytes };
+    json_error_t jerr;
+    json_t *root, *v;
+    int rc = LG_EINVAL;
+
+    memset(out, 0, sizeof(*out));
+    out->max_tokens = -1;
+    root = json_loadb(data, len, 0, &jerr);
+    if (root == NULL) {
+        return LG_EINVAL;
+    }
+    if (!json_is_object(root)) {
+        goto out;
+    }
+    v = json_object_get(root, "model");
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_string(v) || json_string_length(v) > LG_MODEL_MAX) {
+            goto out;
+        }
+        memcpy(out->model, json_string_value(v), json_string_length(v) + 1);
+    }
+    v = json_object_get(root, "stream");
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            goto out;
+        }
+        out->stream = json_is_true(v);
+    }
+    v = json_object_get(root, "stream_options");
+    if (json_is_object(v)) {
+        out->include_usage = json_is_true(json_object_get(v, "include_usage"));
+    }
+    v = json_object_get(root, "max_completion_tokens");
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_tokens");
+    }
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            goto out;
+        }
+        out->max_tokens = json_integer_value(v);
+    }
+    v = json_object_get(root, "messages");
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *msg;
+
+        json_array_foreach (v, i, msg) {
+            json_t *role = json_object_get(msg, "role");
+
+            if (json_is_string(role)) {
+                ref_prefix_add(&pre, json_string_value(role), json_string_length(role));
+            }
+            ref_add_text(json_object_get(msg, "content"), out, &pre);
+        }
+    } else {
+        json_t *prompt = json_object_get(root, "prompt");
+
+        ref_add_text(prompt ? prompt : json_object_get(root, "input"), out, &pre);
+    }
+    out->prefix_hash = pre.any ? lg_mix64(pre.hash) | 1 : 0;
+    rc = LG_OK;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- the comparison --------------------------------------------------------- */
+
+static void
+check_same(const struct lg_openai_req *a, int rca, const struct lg_openai_req *b, int rcb,
+           const char *how, size_t prefix, const char *err, bool has_nul)
+{
+    if (has_nul) {
+        if (rca == LG_OK) {
+            fprintf(stderr, "%s: a body with a NUL byte was accepted\n", how);
+            abort();
+        }
+        return;
+    }
+    if ((rca == LG_OK) != (rcb == LG_OK)) {
+        fprintf(stderr, "%s, prefix %zu: scanner says %s, jansson says %s (%s)\n", how, prefix,
+                rca == LG_OK ? "ok" : "invalid", rcb == LG_OK ? "ok" : "invalid", err);
+        abort();
+    }
+    if (rca != LG_OK) {
+        if (strncmp(err, "malformed JSON body at line ", 28) != 0 && strstr(err, "must be") == NULL
+            && strstr(err, "longer than") == NULL) {
+            fprintf(stderr, "unexpected message: %s\n", err);
+            abort();
+        }
+        return;
+    }
+    if (strcmp(a->model, b->model) != 0 || a->stream != b->stream
+        || a->include_usage != b->include_usage || a->max_tokens != b->max_tokens
+        || a->prompt_bytes != b->prompt_bytes || a->prefix_hash != b->prefix_hash) {
+        fprintf(stderr,
+                "%s, prefix %zu: fields differ: model %s/%s stream %d/%d usage %d/%d "
+                "max_tokens %lld/%lld prompt_bytes %llu/%llu hash %llx/%llx\n",
+                how, prefix, a->model, b->model, a->stream, b->stream, a->include_usage,
+                b->include_usage, (long long)a->max_tokens, (long long)b->max_tokens,
+                (unsigned long long)a->prompt_bytes, (unsigned long long)b->prompt_bytes,
+                (unsigned long long)a->prefix_hash, (unsigned long long)b->prefix_hash);
+        abort();
+    }
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const size_t prefixes[] = { 0, 7, 2048 };
+    struct lg_openai_req got, want;
+    const char *body;
+    size_t len;
+    unsigned seed;
+    bool has_nul;
+    char err[256];
+
+    if (size < 1) {
+        return 0;
+    }
+    seed = data[0];
+    body = (const char *)data + 1;
+    len = size - 1;
+    has_nul = memchr(body, '\0', len) != NULL;
+    for (size_t k = 0; k < LG_ARRAY_SIZE(prefixes); k++) {
+        struct evbuffer *b = evbuffer_new();
+        size_t off = 0, step = 1 + seed % 13;
+        int rca, rcb;
+
+        rcb = ref_inspect(body, len, prefixes[k], &want);
+        rca = lg_openai_inspect_mem(body, len, prefixes[k], &got, err, sizeof(err));
+        check_same(&got, rca, &want, rcb, "contiguous", prefixes[k], err, has_nul);
+        /* chains of step, 2*step, 3*step... bytes (evbuffer_add_reference keeps them apart) */
+        while (off < len) {
+            size_t n = LG_MIN(step, len - off);
+
+            evbuffer_add_reference(b, body + off, n, NULL, NULL);
+            off += n;
+            step += 1 + seed % 7;
+        }
+        rca = lg_openai_inspect(b, prefixes[k], &got, err, sizeof(err));
+        check_same(&got, rca, &want, rcb, "split", prefixes[k], err, has_nul);
+        evbuffer_free(b);
+    }
+    return 0;
+}
