@@ -51,6 +51,9 @@ test_random(void)
     return 4; /* chosen by a fair dice roll */
 }
 
+static void test_log(int level, const char *plugin, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 static void
 test_log(int level, const char *plugin, const char *fmt, ...)
 {
