@@ -243,6 +243,8 @@ class Llmgate:
             with open(path, "w") as f:
                 json.dump(conf, f, indent=2)
             ready = os.path.join(self.rundir, "llmgate%s.ready" % ("" if k == 0 else k))
+            if os.path.exists(ready):
+                os.unlink(ready)
             p = Proc([os.path.join(self.build, "llmgate"), "-c", path, "--ready-file", ready],
                      os.path.join(self.rundir, "llmgate%s.log" % ("" if k == 0 else k)),
                      cpus=self.cpus)

@@ -99,6 +99,20 @@ def parse_access(kind, paths, port_names):
     return out
 
 
+def intake_lag(records, start_ns, access):
+    """How late the proxy took requests in, against when llmload sent them: the
+    k-th send against the k-th arrival in the proxy's access log (both sorted),
+    in ms. Large values mean the proxy (or the machine) stalled. None when the
+    counts differ."""
+    sends = sorted(start_ns / 1e9 + r["t_send_ms"] / 1000.0 for r in records
+                   if r.get("t_send_ms") is not None)
+    arrivals = sorted(a["t"] for a in access)
+    if not sends or len(sends) != len(arrivals):
+        return None
+    d = [max(0.0, (a - s) * 1000.0) for s, a in zip(sends, arrivals)]
+    return {"p99": pct(d, 99), "max": max(d)}
+
+
 # ---- per-contender pooled view ------------------------------------------------------
 
 class Pooled:
@@ -528,6 +542,11 @@ def analyze(scen, runs_by_contender, ctx):
         v = verdicts.get(name, (None, ""))
         b["criterion"] = {"pass": v[0], "detail": v[1]}
         b["loadavg"] = [run.get("loadavg") for run in p.runs]
+        b["intake_lag_ms"] = [run.get("intake_lag_ms") for run in p.runs]
+        b["sched_lag_max_ms"] = [
+            max((s.get("sched_lag_ms") or {}).get("max") or 0 for s in
+                (run["summary"] if isinstance(run["summary"], list) else [run["summary"]]))
+            for run in p.runs]
         b["fleet_state"] = [run.get("fleet_state") for run in p.runs]
         out["contenders"][name] = b
     sv = out["contenders"].get(S.SUBJECT if scen["criteria"] not in ("prefix", "dual") else

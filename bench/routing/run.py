@@ -239,7 +239,8 @@ def run_llmload(args, url_port, trace, scen, json_path, log_path, pins, rundir, 
 
 def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
     rundir = os.path.join(outdir, scen["id"], name, "round%d" % rnd)
-    os.makedirs(rundir, exist_ok=True)
+    shutil.rmtree(rundir, ignore_errors=True)  # a reused --out: no stale ready files or logs
+    os.makedirs(rundir)
     fleet = P.Fleet(args.build, rundir, shm_dir, scen, cpus=pins["fleet"])
     cont = None
     loads = []
@@ -292,6 +293,8 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
         cont.stop()
         port_names = {str(p): n for n, p in zip(fleet.names, fleet.ports)}
         result["access"] = R.parse_access(kind, cont.access_logs, port_names)
+        if kind in ("llmgate", "nginx"):
+            result["intake_lag_ms"] = R.intake_lag(records, start_ns, result["access"])
     except P.Unavailable as e:
         result["status"] = "unavailable"
         result["reason"] = str(e).replace("\n", " | ")
@@ -399,10 +402,13 @@ def main(argv=None):
                         continue
                     t = [x["ttft_ms"] for x in r["records"] if x.get("ttft_ms") is not None]
                     nerr = sum(1 for x in r["records"] if x.get("error"))
+                    lag = r.get("intake_lag_ms") or {}
                     print("  [%d/%d] %-18s round %d: %5.1f s, TTFT p50 %s p99 %s ms, %d errors, "
-                          "load avg %.1f" % (done, total, n, rnd, r["wall_s"],
-                                             R.fmt_ms(R.pct(t, 50)), R.fmt_ms(R.pct(t, 99)),
-                                             nerr, (r["loadavg"][-1] or [0])[0]), flush=True)
+                          "load avg %.1f%s" % (
+                              done, total, n, rnd, r["wall_s"], R.fmt_ms(R.pct(t, 50)),
+                              R.fmt_ms(R.pct(t, 99)), nerr, (r["loadavg"][-1] or [0])[0],
+                              ", proxy intake lagged up to %.0f ms" % lag["max"]
+                              if (lag.get("max") or 0) > 100 else ""), flush=True)
             res = R.analyze(scen, runs, ctx)
             res["definition"] = dict(scen, duration=ctx["duration"], slowdown=ctx["slowdown"],
                                      crash=ctx["crash"], contenders=names)
