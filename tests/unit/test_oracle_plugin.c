@@ -196,11 +196,15 @@ gateway_prefix_hash(const char *system, const char *user, size_t len)
     return lg_mix64(h) | 1;
 }
 
+static uint32_t g_inflight_a; /* this gateway's requests open on a, as the host would say */
+
 /* Scores views named a and b (in that order) for a request; returns 0 on success. */
 static int
 score2(void *state, const struct lg_route_info *req, double cost[2])
 {
-    struct lg_backend_view va = { .size = sizeof(va), .name = "a", .id = 1, .weight = 1 };
+    struct lg_backend_view va = {
+        .size = sizeof(va), .name = "a", .id = 1, .weight = 1, .inflight = g_inflight_a
+    };
     struct lg_backend_view vb = { .size = sizeof(vb), .name = "b", .id = 2, .weight = 1 };
     const struct lg_backend_view *cands[2] = { &va, &vb };
     const char *why = NULL;
@@ -275,6 +279,19 @@ test_live(void)
         goto out;
     }
 
+    /*
+     * three requests sent to a that it has not seen yet (in transit) queue
+     * ahead: each 100 prompt tokens, 16 output tokens on the only slot, so
+     * 3 x (30.5 + 15 x 20.5) ms, then ours
+     */
+    g_inflight_a = 3;
+    LG_CHECK(score2(st, &req, cost) == 0);
+    g_inflight_a = 0;
+    if (cost[0] < 3 * 338.0 + 30.0 || cost[0] > 3 * 338.0 + 31.0) {
+        fprintf(stderr, "in transit: %.3f, expected 1044.5\n", cost[0]);
+        goto out;
+    }
+
     /* a busy with a 60-token generation on its only slot: about 60 x 20.5 ms ahead */
     busy = send_chat(&a, "s", "busy", 60, 1);
     LG_CHECK(busy >= 0);
@@ -293,7 +310,9 @@ test_live(void)
             sleep_ms(5);
         }
         LG_CHECK(s->running == 1);
+        g_inflight_a = 1; /* the request above, which a has seen: nothing in transit */
         LG_CHECK(score2(st, &req, cost) == 0);
+        g_inflight_a = 0;
         LG_CHECK(llmsim_shm_predict_ttft_ns(s, lg_now_ns(), 100, scratch, 4, &direct)
                  == LLMSIM_SHM_OK);
         munmap((void *)(uintptr_t)s, (size_t)sbuf.st_size);
