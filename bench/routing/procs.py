@@ -37,12 +37,21 @@ def tail(path, lines=6):
     return "\n".join(data.strip().splitlines()[-lines:])
 
 
+# Niceness of the fleet and the proxies (run.py --nice): on a machine shared
+# with other work, a negative value keeps that work from starving them.
+NICE = 0
+
+
 class Proc:
     """A child process with its output in a file; reaped by a thread as soon as it exits."""
 
-    def __init__(self, argv, log_path, cpus=None, env=None, cwd=None):
+    def __init__(self, argv, log_path, cpus=None, env=None, cwd=None, nice=None):
+        nice = NICE if nice is None else nice
+        self.name = os.path.basename(argv[0])
         if cpus:
             argv = ["taskset", "-c", cpus] + list(argv)
+        if nice:
+            argv = ["nice", "-n", str(nice)] + list(argv)
         self.argv = argv
         self.log_path = log_path
         self.log = open(log_path, "ab")
@@ -93,7 +102,7 @@ class Proc:
                 pass
             if self.exited.wait(0.01):
                 raise Unavailable("%s exited (status %s): %s" % (
-                    os.path.basename(self.argv[0]), self.p.returncode, tail(self.log_path)))
+                    self.name, self.p.returncode, tail(self.log_path)))
         raise Unavailable("no %s after %.0f s: %s" % (what, timeout, tail(self.log_path)))
 
     def wait_port(self, port, timeout=10.0):

@@ -553,6 +553,14 @@ def analyze(scen, runs_by_contender, ctx):
                                ("prefix_affinity" if scen["criteria"] == "prefix"
                                 else S.SUBJECT + S.DUAL_SUFFIX), {})
     out["subject_verdict"] = sv.get("criterion", {"pass": None, "detail": "not run"})
+    for name, p in pools.items():
+        for run in p.runs:
+            lag = (run.get("intake_lag_ms") or {}).get("max") or 0
+            if lag > 100:
+                ctx["notes"].append(
+                    "%s round %d: the proxy took requests in up to %.0f ms after llmload sent "
+                    "them (a stalled proxy or a busy machine; load average %s)."
+                    % (name, run["round"], lag, run.get("loadavg")))
     out["_pools"] = pools
     return out
 

@@ -61,6 +61,9 @@ def parse_args(argv=None):
     ap.add_argument("--realtime", dest="realtime", action="store_true", default=None,
                     help="run llmload under SCHED_FIFO (default: when root)")
     ap.add_argument("--no-realtime", dest="realtime", action="store_false")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="niceness of the fleet and the proxies, e.g. -10 on a machine shared "
+                         "with other work (default 0)")
     ap.add_argument("--no-plots", action="store_true", help="skip gnuplot")
     args = ap.parse_args(argv)
     if args.rounds < 1:
@@ -112,6 +115,7 @@ def machine_info(args):
         "nginx": cmd([nginx, "-v"]) if nginx else None,
         "haproxy": cmd([haproxy, "-v"]) if haproxy else None,
         "argv": sys.argv[1:], "workers": args.workers, "realtime": args.realtime,
+        "nice": args.nice,
         "pinning": pinning(args.pin),
     }
 
@@ -361,6 +365,7 @@ def main(argv=None):
     outdir = os.path.abspath(args.out or os.path.join(SRC, "bench", "out", "routing-" + stamp))
     os.makedirs(outdir, exist_ok=True)
     pins = pinning(args.pin)
+    P.NICE = args.nice
     info = machine_info(args)
     shm_dir = tempfile.mkdtemp(prefix="lgbench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                else None)
