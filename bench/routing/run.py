@@ -351,6 +351,15 @@ def plots(args, outdir, res, ctx, replicas):
     return [os.path.relpath(m, outdir) for m in made]
 
 
+def verdict_summary(results):
+    out = []
+    for k, v in results.items():
+        crit = v["subject_verdict"]
+        mark = "n/a " if crit["pass"] is None else ("PASS" if crit["pass"] else "FAIL")
+        out.append("%s scenario %s (%s): %s" % (mark, k, v["title"], crit["detail"] or "not run"))
+    return out
+
+
 def main(argv=None):
     args = parse_args(argv)
     args.build = os.path.abspath(args.build)
@@ -375,6 +384,7 @@ def main(argv=None):
           "", "Machine: %s CPUs (%s), kernel %s; load average at start %s; %s; %s; llmgate %s."
           % (info["cpus"], info["cpu_model"], info["kernel"], info["loadavg_start"],
              info["nginx"], info["haproxy"], info["git"]), ""]
+    head_len = len(md)
     plan = []
     for scen in scens:
         names = args.contenders.split(",") if args.contenders else list(scen["contenders"])
@@ -429,16 +439,18 @@ def main(argv=None):
     finally:
         shutil.rmtree(shm_dir, ignore_errors=True)
         info["loadavg_end"] = loadavg()
+        summary = verdict_summary(results)
         with open(os.path.join(outdir, "results.json"), "w") as f:
             json.dump({"machine": info, "quick": args.quick, "rounds": args.rounds,
                        "scenarios": results}, f, indent=1, default=str)
         with open(os.path.join(outdir, "results.md"), "w") as f:
-            f.write("\n".join(md) + "\n")
-    verdicts = [(k, v["subject_verdict"]) for k, v in results.items()]
+            f.write("\n".join(md[:head_len] + ["Load average at the end: %s." % info["loadavg_end"],
+                                               "", "### Verdicts for the default policy (%s)"
+                                               % S.SUBJECT, ""]
+                              + ["- " + line for line in summary] + [""] + md[head_len:]) + "\n")
     print("\nVerdicts for llmgate's default policy (%s):" % S.SUBJECT)
-    for k, v in verdicts:
-        mark = "n/a " if v["pass"] is None else ("PASS" if v["pass"] else "FAIL")
-        print("  %s scenario %s: %s" % (mark, k, v["detail"] or "not run"))
+    for line in summary:
+        print("  " + line)
     print("\nresults: %s/results.json, %s/results.md" % (outdir, outdir))
     return 0
 
