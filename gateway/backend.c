@@ -8,12 +8,62 @@
  * which happens on a worker-free path (see upstream.c: pools are emptied by
  * their workers before the final unref at shutdown or after a reload).
  */
+#include "backend.h"
+
+#include <llmgate/plugin.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "health.h"
 #include "router.h"
 #include "upstream.h"
+
+/* ---- lock-free publication (sequence counters) -------------------------- */
+
+/*
+ * A published struct is copied word by word with relaxed atomics between
+ * two reads of its sequence counter; a writer makes the counter odd while it
+ * copies. Readers never block writers and retry only on a torn copy. The
+ * words are accessed through a may_alias type so the copies are neither data
+ * races nor aliasing violations.
+ */
+typedef uint64_t __attribute__((may_alias)) backend_word;
+
+static void
+backend_seq_publish(uint32_t *seq, void *dst, const void *src, size_t n)
+{
+    backend_word *d = dst;
+    const backend_word *s = src;
+    uint32_t v = __atomic_load_n(seq, __ATOMIC_RELAXED);
+
+    __atomic_store_n(seq, v + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (size_t i = 0; i < n / sizeof(*d); i++) {
+        __atomic_store_n(&d[i], s[i], __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(seq, v + 2, __ATOMIC_RELEASE);
+}
+
+static void
+backend_seq_read(const uint32_t *seq, void *dst, const void *src, size_t n)
+{
+    backend_word *d = dst;
+    const backend_word *s = src;
+    uint32_t v1, v2;
+
+    do {
+        v1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+        for (size_t i = 0; i < n / sizeof(*d); i++) {
+            d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        v2 = __atomic_load_n(seq, __ATOMIC_RELAXED);
+    } while ((v1 & 1) || v1 != v2);
+}
+
+_Static_assert(sizeof(struct lg_backend_est) % sizeof(uint64_t) == 0, "published by words");
+_Static_assert(sizeof(struct lg_backend_engine) % sizeof(uint64_t) == 0, "published by words");
+_Static_assert(sizeof(struct lg_est_prior) % sizeof(uint64_t) == 0, "published by words");
 
 static void
 backend_conf_copy(struct lg_backend_conf *dst, const struct lg_backend_conf *src)
@@ -51,6 +101,8 @@ backend_conf_free(struct lg_backend_conf *c)
     memset(c, 0, sizeof(*c));
 }
 
+static uint32_t backend_next_id;
+
 static struct lg_backend *
 backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
 {
@@ -58,8 +110,18 @@ backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
 
     backend_conf_copy(&b->conf, bc);
     b->name = b->conf.name;
+    b->id = __atomic_add_fetch(&backend_next_id, 1, __ATOMIC_RELAXED);
     b->refcnt = 1;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->eng_lock, NULL);
+    lg_est_ttft_init(&b->est.ttft);
+    lg_est_mean_init(&b->est.itl);
+    lg_est_mean_init(&b->est.hold);
+    lg_est_mean_init(&b->est.err);
+    b->est_pub = b->est;
+    b->eng_pub = (struct lg_backend_engine){
+        .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
+    };
     b->npools = nworkers;
     b->pools = lg_upstream_pools_new(b, nworkers);
     return b;
@@ -80,35 +142,338 @@ lg_backend_unref(struct lg_backend *b)
     }
     lg_upstream_pools_free(b->pools, b->npools);
     pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->eng_lock);
     backend_conf_free(&b->conf);
     free(b);
+}
+
+bool
+lg_backend_is_half_open(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+
+    return until != 0 && now_ns >= until;
 }
 
 bool
 lg_backend_is_available(const struct lg_backend *b, uint64_t now_ns)
 {
     int h = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+    uint64_t until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
 
     if (h != LG_BACKEND_UP) {
         return false;
     }
-    return __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED) <= now_ns;
+    if (__atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED) > now_ns) {
+        return false;
+    }
+    if (until == 0) {
+        return true;
+    }
+    return now_ns >= until && __atomic_load_n(&b->probe_busy, __ATOMIC_RELAXED) == 0;
+}
+
+bool
+lg_backend_claim_probe(struct lg_backend *b)
+{
+    uint32_t zero = 0;
+
+    return __atomic_compare_exchange_n(&b->probe_busy, &zero, 1, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_RELAXED);
 }
 
 void
-lg_backend_note_result(struct lg_backend *b, int status, uint64_t retry_after_ns)
+lg_backend_release_probe(struct lg_backend *b)
+{
+    __atomic_store_n(&b->probe_busy, 0, __ATOMIC_RELEASE);
+}
+
+double
+lg_backend_ramp(const struct lg_backend *b, uint64_t now_ns, uint64_t slow_start_ns)
+{
+    uint64_t since = __atomic_load_n(&b->up_since_ns, __ATOMIC_RELAXED);
+    double r;
+
+    if (since == 0 || slow_start_ns == 0 || now_ns >= since + slow_start_ns) {
+        return 1.0;
+    }
+    r = now_ns > since ? (double)(now_ns - since) / (double)slow_start_ns : 0;
+    return 0.1 + 0.9 * r;
+}
+
+uint64_t
+lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns, uint64_t down_retry_ns)
+{
+    uint64_t at = now_ns, t;
+
+    if (__atomic_load_n(&b->health, __ATOMIC_RELAXED) != LG_BACKEND_UP) {
+        at = now_ns + down_retry_ns;
+    }
+    t = __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED);
+    at = LG_MAX(at, t);
+    t = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    return LG_MAX(at, t);
+}
+
+/* Starts (or extends) an ejection; b->lock held. */
+static void
+backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t now)
+{
+    uint64_t len_ms = hc->eject_base_ms;
+
+    if (b->last_eject_end_ns != 0 && now - b->last_eject_end_ns > hc->eject_max_ms * LG_NS_PER_MS) {
+        b->ejections = 0; /* up long enough since the last one: forgive */
+    }
+    for (uint32_t i = 0; i < b->ejections && len_ms < hc->eject_max_ms; i++) {
+        len_ms *= 2;
+    }
+    len_ms = LG_MIN(len_ms, hc->eject_max_ms);
+    b->ejections++;
+    b->consecutive_failures = 0;
+    __atomic_store_n(&b->eject_until_ns, now + len_ms * LG_NS_PER_MS, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->up_since_ns, 0, __ATOMIC_RELAXED);
+    LG_WARN("backend %s ejected for %" PRIu64 " ms (ejection %u)", b->name, len_ms, b->ejections);
+}
+
+void
+lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
+                       uint64_t retry_after_ns, unsigned flags)
 {
     int cls = (status >= 100 && status < 600) ? status / 100 : 0;
     bool failed = cls == 0 || cls == 5 || status == 429;
+    uint64_t now = lg_now_ns();
+    uint64_t until;
 
-    LG_STAT_ADD(b, responses[cls], 1);
+    if (!(flags & LG_BACKEND_R_MIDWAY)) {
+        LG_STAT_ADD(b, responses[cls], 1); /* a cut after the head was counted with it */
+    }
     if (retry_after_ns > 0) {
-        __atomic_store_n(&b->retry_after_until_ns, lg_now_ns() + retry_after_ns,
-                         __ATOMIC_RELAXED);
+        __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);
     }
     pthread_mutex_lock(&b->lock);
-    b->consecutive_failures = failed ? b->consecutive_failures + 1 : 0;
+    lg_est_mean_add(&b->est.err, now, failed ? 1.0 : 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    if (!failed) {
+        b->consecutive_failures = 0;
+        if (until != 0 && now >= until) {
+            /* the half-open probe (or a straggler) succeeded: close */
+            __atomic_store_n(&b->eject_until_ns, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&b->up_since_ns, now, __ATOMIC_RELAXED);
+            b->last_eject_end_ns = now;
+            LG_INFO("backend %s is back after ejection %u", b->name, b->ejections);
+        }
+    } else if (until != 0 && now < until) {
+        /* ejected already: a failure of a request sent before says nothing new */
+    } else if (hc->eject_consecutive > 0) {
+        b->consecutive_failures += (flags & LG_BACKEND_R_REFUSED) ? hc->eject_consecutive : 1;
+        if (until != 0 || b->consecutive_failures >= hc->eject_consecutive) {
+            backend_eject(b, hc, now);
+        }
+    }
     pthread_mutex_unlock(&b->lock);
+}
+
+/* ---- request counts with ages -------------------------------------------- */
+
+/*
+ * One 64-bit word holds the count (low 14 bits) and the sum of the dispatch
+ * times (ms since the process's first use, the other 50 bits), so a reader
+ * gets both consistently from one load: 16383 requests of a process up for
+ * two years fit.
+ */
+#define PENDING_COUNT_BITS 14
+#define PENDING_COUNT_MAX  ((1u << PENDING_COUNT_BITS) - 1)
+
+static uint64_t pending_epoch_ns;
+
+static uint64_t
+pending_ms(uint64_t t_ns)
+{
+    uint64_t epoch = __atomic_load_n(&pending_epoch_ns, __ATOMIC_RELAXED);
+
+    if (epoch == 0) {
+        uint64_t want = t_ns > LG_NS_PER_S ? t_ns - LG_NS_PER_S : 1;
+
+        if (!__atomic_compare_exchange_n(&pending_epoch_ns, &epoch, want, false, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED)) {
+            /* epoch now holds the winner's value */
+        } else {
+            epoch = want;
+        }
+    }
+    return t_ns > epoch ? (t_ns - epoch) / LG_NS_PER_MS : 0;
+}
+
+bool
+lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    uint64_t add = (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1;
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+
+    do {
+        if ((w & PENDING_COUNT_MAX) == PENDING_COUNT_MAX) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&b->ages[which], &w, w + add, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+void
+lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    __atomic_fetch_sub(&b->ages[which], (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
+                       __ATOMIC_RELAXED);
+}
+
+uint32_t
+lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                double *mean_age_ms)
+{
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+    uint32_t n = (uint32_t)(w & PENDING_COUNT_MAX);
+    double mean, now = (double)pending_ms(now_ns);
+
+    if (n == 0) {
+        *mean_age_ms = 0;
+        return 0;
+    }
+    mean = (double)(w >> PENDING_COUNT_BITS) / n;
+    *mean_age_ms = now > mean ? now - mean : 0;
+    return n;
+}
+
+/* ---- estimators --------------------------------------------------------- */
+
+void
+lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
+                     double ttft_ms, double wait_ms)
+{
+    /* the queueing the model predicted is not the replica's speed; if the
+     * prediction overshot, keep at least a quarter of what was observed */
+    double y = LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
+    uint64_t now = lg_now_ns();
+
+    pthread_mutex_lock(&b->lock);
+    lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0, y);
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_note_done(struct lg_backend *b, double itl_ms, double hold_ms)
+{
+    uint64_t now = lg_now_ns();
+
+    pthread_mutex_lock(&b->lock);
+    if (itl_ms >= 0) {
+        lg_est_mean_add(&b->est.itl, now, itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (hold_ms >= 0) {
+        lg_est_mean_add(&b->est.hold, now, hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_read_est(const struct lg_backend *b, struct lg_backend_est *out)
+{
+    backend_seq_read(&b->est_seq, out, &b->est_pub, sizeof(*out));
+}
+
+void
+lg_backend_read_engine(const struct lg_backend *b, struct lg_backend_engine *out)
+{
+    backend_seq_read(&b->eng_seq, out, &b->eng_pub, sizeof(*out));
+}
+
+void
+lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_engine *e)
+{
+    pthread_mutex_lock(&b->eng_lock);
+    backend_seq_publish(&b->eng_seq, &b->eng_pub, e, sizeof(*e));
+    pthread_mutex_unlock(&b->eng_lock);
+}
+
+void
+lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out)
+{
+    backend_seq_read(&r->prior_seq, out, &r->prior, sizeof(*out));
+}
+
+void
+lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
+{
+    /* one writer: the fleet's health thread */
+    backend_seq_publish(&r->prior_seq, &r->prior, p, sizeof(*p));
+}
+
+void
+lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
+                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
+{
+    struct lg_backend_est est;
+    struct lg_backend_engine eng;
+    struct lg_est_value tv;
+    uint64_t age;
+
+    lg_backend_read_est(b, &est);
+    lg_backend_read_engine(b, &eng);
+    lg_est_ttft_read(&est.ttft, now_ns, prior, &tv);
+    age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
+
+    memset(v, 0, sizeof(*v));
+    v->size = sizeof(*v);
+    v->name = b->name;
+    v->id = b->id;
+    v->weight = b->conf.weight ? b->conf.weight : 1;
+    v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
+    v->inflight = lg_backend_inflight(b);
+    v->max_inflight = b->conf.max_inflight;
+    v->engine_waiting = eng.waiting;
+    v->engine_running = eng.running;
+    v->engine_kv_usage = eng.kv_usage;
+    v->engine_age_ns = age;
+    v->inflight_at_scrape = eng.inflight_at_scrape;
+    v->ttft_fixed_ms = tv.fixed_ms;
+    v->ttft_ms_per_kib = tv.ms_per_kib;
+    v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->samples = tv.samples;
+    v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    v->foreign = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
+                                     scrape_interval_ns);
+    v->load = v->inflight + v->foreign;
+    if (eng.capacity_confirmed > 0) {
+        v->capacity = eng.capacity;
+    } else if (prior->slots > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* never seen full: assume the slots its siblings have (replicas of a
+         * model usually run the same engine settings) */
+        v->capacity = LG_MAX(eng.capacity, prior->slots);
+    } else if (eng.capacity > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* it ran that many without a queue: one more slot may exist */
+        v->capacity = eng.capacity + 0.5;
+    }
+    v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
+    lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
+    if (v->pending > 0) {
+        double work = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
+
+        v->work_ahead_ms = LG_MAX(0.0, work - v->pending * v->pending_age_ms);
+    }
+    if (lg_backend_is_half_open(b, now_ns)) {
+        v->flags |= LG_VIEW_F_HALF_OPEN;
+    }
+    if (v->ramp < 1.0) {
+        v->flags |= LG_VIEW_F_RAMPING;
+    }
+    if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
+        v->flags |= LG_VIEW_F_STALE;
+    }
 }
 
 /* ---- fleet -------------------------------------------------------------- */
@@ -161,6 +526,11 @@ fleet_index_models(struct lg_fleet *f)
                 m = &f->models[f->nmodels++];
                 m->model = b->conf.models[k];
                 m->backends = lg_xcalloc(f->nbackends, sizeof(*m->backends));
+                m->prior = (struct lg_est_prior){ .fixed_ms = LG_EST_DEFAULT_FIXED_MS,
+                                                  .ms_per_kib = LG_EST_DEFAULT_MS_PER_KIB,
+                                                  .itl_ms = LG_EST_DEFAULT_ITL_MS,
+                                                  .hold_ms = LG_EST_DEFAULT_HOLD_MS,
+                                                  .slots = 0 };
             }
             m->backends[m->n++] = b;
         }
@@ -185,12 +555,21 @@ lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *p
             lg_backend_ref(b);
         } else {
             b = backend_new(&conf->backends[i], nworkers);
+            if (prev != NULL) {
+                /* joins a running fleet: ramp its share up (slow start) */
+                __atomic_store_n(&b->up_since_ns, lg_now_ns(), __ATOMIC_RELAXED);
+            }
         }
         b->index = (uint32_t)i;
         f->backends[f->nbackends++] = b;
     }
     fleet_index_models(f);
     rc = lg_router_new(conf, &f->router);
+    if (rc != LG_OK) {
+        lg_fleet_unref(f);
+        return rc;
+    }
+    rc = lg_health_start(f, &f->health);
     if (rc != LG_OK) {
         lg_fleet_unref(f);
         return rc;
@@ -212,6 +591,7 @@ lg_fleet_unref(struct lg_fleet *f)
     if (f == NULL || __atomic_sub_fetch(&f->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {
         return;
     }
+    lg_health_stop(f->health);
     lg_router_free(f->router);
     for (size_t i = 0; i < f->nmodels; i++) {
         free(f->models[i].backends);

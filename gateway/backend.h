@@ -14,48 +14,94 @@
 #include <pthread.h>
 
 #include "config.h"
+#include "estimate.h"
 #include "lg_core.h"
 
 struct lg_upstream_pool;
+struct lg_backend_view;
+struct lg_health;
 
 enum lg_backend_health {
-    LG_BACKEND_UP = 0,      /* takes traffic */
-    LG_BACKEND_DOWN,        /* failed active checks */
-    LG_BACKEND_EJECTED,     /* passive: too many consecutive failures; back-off running */
-    LG_BACKEND_DRAINING,    /* admin or reload: no new requests, running ones finish */
+    LG_BACKEND_UP = 0,   /* takes traffic */
+    LG_BACKEND_DOWN,     /* failed active checks */
+    LG_BACKEND_EJECTED,  /* passive: too many consecutive failures; back-off running */
+    LG_BACKEND_DRAINING, /* admin or reload: no new requests, running ones finish */
+};
+
+/*
+ * The estimators (estimate.h) of one backend. Workers update them under
+ * `lock` and publish a copy through a sequence counter, so readers (every
+ * routing decision) copy it without taking a lock.
+ */
+struct lg_backend_est {
+    struct lg_est_ttft ttft; /* service TTFT fit and peak */
+    struct lg_est_mean itl;  /* inter-token gap, ms */
+    struct lg_est_mean hold; /* time a request holds an engine slot, ms */
+    struct lg_est_mean err;  /* failed attempts: 1, others 0 */
+};
+
+/* The engine's own view of its load, from its /metrics (health.c writes it). */
+struct lg_backend_engine {
+    int32_t waiting;             /* -1 = unknown */
+    int32_t running;             /* -1 = unknown */
+    double kv_usage;             /* -1 = unknown */
+    uint64_t t_ns;               /* when scraped (monotonic); 0 = never */
+    uint32_t inflight_at_scrape; /* this gateway's in-flight then */
+    int32_t flavor;              /* enum lg_engine_flavor detected or configured */
+    double capacity;             /* slots: running seen while a queue lasted; else the
+                                     most seen running; 0 = unknown */
+    double capacity_confirmed;   /* 1 when seen with a queue (exact), else 0 */
 };
 
 /* Response classes counted per backend: 1xx..5xx, and "no response". */
 #define LG_BACKEND_NCLASS 6
 
 struct lg_backend_stats {
-    uint64_t requests;              /* dispatched attempts */
+    uint64_t requests;                     /* dispatched attempts */
     uint64_t responses[LG_BACKEND_NCLASS]; /* [0] = failed before a status, [k] = kxx */
-    uint64_t retries;               /* attempts that were retries */
+    uint64_t retries;                      /* attempts that were retries */
     uint64_t connect_failures;
     uint64_t timeouts;
-    uint64_t cut_streams;           /* failed after bytes reached the client */
-    uint64_t client_aborts;         /* client left; upstream closed at once */
-    uint64_t connects;              /* new upstream connections */
-    uint64_t reuses;                /* requests sent on a pooled connection */
-    uint64_t bytes_in;              /* response bytes relayed */
-    uint64_t bytes_out;             /* request bytes sent */
+    uint64_t cut_streams;   /* failed after bytes reached the client */
+    uint64_t client_aborts; /* client left; upstream closed at once */
+    uint64_t connects;      /* new upstream connections */
+    uint64_t reuses;        /* requests sent on a pooled connection */
+    uint64_t bytes_in;      /* response bytes relayed */
+    uint64_t bytes_out;     /* request bytes sent */
 };
 
 struct lg_backend {
-    char *name;                     /* owned */
-    struct lg_backend_conf conf;    /* owned deep copy: outlives the config it came from */
-    uint32_t index;                 /* position in the fleet that created it */
-    int refcnt;                     /* atomic: fleets and in-flight requests */
+    char *name;                  /* owned */
+    struct lg_backend_conf conf; /* owned deep copy: outlives the config it came from */
+    uint32_t index;              /* position in the fleet that created it */
+    uint32_t id;                 /* unique for the process: survives reloads */
+    int refcnt;                  /* atomic: fleets and in-flight requests */
 
-    uint32_t inflight;              /* atomic: requests dispatched and not finished */
-    int health;                     /* atomic enum lg_backend_health */
-    uint64_t retry_after_until_ns;  /* atomic: honour Retry-After until then */
-    uint64_t warn_ratelimit_ns;     /* for lg_log_ratelimit() */
-    struct lg_backend_stats stats;  /* atomic fields */
+    uint32_t inflight;             /* atomic: requests dispatched and not finished */
+    uint64_t pending_work_us;      /* atomic: predicted service TTFT of the requests
+                                      awaiting a first token, summed */
+    uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
+                                      packed (see backend.c, ages_*) */
+    int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */
+    uint64_t retry_after_until_ns; /* atomic: honour Retry-After until then */
+    uint64_t eject_until_ns;       /* atomic: passive ejection; 0 = not ejected; once
+                                       past, the backend is half-open */
+    uint32_t probe_busy;           /* atomic: the half-open probe is in flight */
+    uint64_t up_since_ns;          /* atomic: slow start began then; 0 = full share */
+    uint64_t warn_ratelimit_ns;    /* for lg_log_ratelimit() */
+    struct lg_backend_stats stats; /* atomic fields */
 
-    pthread_mutex_t lock;           /* guards what follows */
+    uint32_t est_seq;              /* atomic: odd while est_pub is being written */
+    struct lg_backend_est est_pub; /* published copy, read with lg_backend_read_est() */
+    uint32_t eng_seq;              /* atomic: odd while eng_pub is being written */
+    struct lg_backend_engine eng_pub;
+
+    pthread_mutex_t lock;      /* guards what follows, and writes of est_pub */
+    struct lg_backend_est est; /* the writers' copy */
     uint32_t consecutive_failures;
+    uint32_t ejections; /* back-off doubles with each; reset after eject_max up */
+    uint64_t last_eject_end_ns;
+    pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) */
 
     struct lg_upstream_pool *pools; /* [nworkers], each owned by its worker */
     unsigned npools;
@@ -63,9 +109,11 @@ struct lg_backend {
 
 /* One model name and the backends serving it (borrowed from the fleet). */
 struct lg_model_route {
-    const char *model;              /* borrowed from a backend's conf */
-    struct lg_backend **backends;   /* owned array of borrowed pointers */
+    const char *model;            /* borrowed from a backend's conf */
+    struct lg_backend **backends; /* owned array of borrowed pointers */
     size_t n;
+    uint32_t prior_seq;        /* atomic: odd while prior is being written */
+    struct lg_est_prior prior; /* fleet medians for the model (health.c writes it) */
 };
 
 /*
@@ -74,13 +122,14 @@ struct lg_model_route {
  * one they started with.
  */
 struct lg_fleet {
-    int refcnt;                     /* atomic */
-    struct lg_config *conf;         /* one reference, released with the fleet */
-    struct lg_backend **backends;   /* owned references */
+    int refcnt;                   /* atomic */
+    struct lg_config *conf;       /* one reference, released with the fleet */
+    struct lg_backend **backends; /* owned references */
     size_t nbackends;
-    struct lg_model_route *models;  /* sorted by name */
+    struct lg_model_route *models; /* sorted by name */
     size_t nmodels;
-    struct lg_router *router;       /* owned */
+    struct lg_router *router; /* owned */
+    struct lg_health *health; /* owned: active checks and scrapes; NULL when off */
 };
 
 /*
@@ -99,7 +148,25 @@ const struct lg_model_route *lg_fleet_find_model(const struct lg_fleet *f, const
 struct lg_backend *lg_backend_ref(struct lg_backend *b);
 void lg_backend_unref(struct lg_backend *b);
 
+/*
+ * May b take a new request now? Up, not held off by Retry-After, not ejected
+ * (or half-open with its probe slot free).
+ */
 bool lg_backend_is_available(const struct lg_backend *b, uint64_t now_ns);
+
+/* Is b half-open (ejection back-off over, no success since)? */
+bool lg_backend_is_half_open(const struct lg_backend *b, uint64_t now_ns);
+
+/* Claims the half-open probe slot; false if another request has it. */
+bool lg_backend_claim_probe(struct lg_backend *b);
+void lg_backend_release_probe(struct lg_backend *b);
+
+/* Slow start: the share b may take now, 0.1..1 over slow_start_ns. */
+double lg_backend_ramp(const struct lg_backend *b, uint64_t now_ns, uint64_t slow_start_ns);
+
+/* Earliest time b may take requests again (now if available). */
+uint64_t lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns,
+                                 uint64_t down_retry_ns);
 
 /* Counter helpers (relaxed atomics). */
 #define LG_STAT_ADD(b, field, n) __atomic_fetch_add(&(b)->stats.field, (n), __ATOMIC_RELAXED)
@@ -111,8 +178,64 @@ lg_backend_inflight(const struct lg_backend *b)
     return __atomic_load_n(&b->inflight, __ATOMIC_RELAXED);
 }
 
-/* Records the outcome of one attempt: status 0 = no response (connect
- * failure, reset, timeout). Drives passive health. */
-void lg_backend_note_result(struct lg_backend *b, int status, uint64_t retry_after_ns);
+/* Outcome flags for lg_backend_note_result(). */
+#define LG_BACKEND_R_REFUSED 1u /* the connection was refused: nothing listens there */
+#define LG_BACKEND_R_MIDWAY  2u /* failed after its response head (already counted) */
+
+/*
+ * Records the outcome of one attempt: status 0 = no response (connect
+ * failure, reset, timeout). Failures (no response, 5xx, 429) in a row eject
+ * the backend for eject_base * 2^k (at most eject_max); a refused connection
+ * counts as eject_consecutive failures at once. Once the back-off is over
+ * the backend is half-open: one probe at a time; a success closes it (and
+ * starts slow start), a failure re-ejects it for longer. retry_after_ns > 0
+ * holds the backend off for that long (Retry-After).
+ */
+void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
+                            uint64_t retry_after_ns, unsigned flags);
+
+/*
+ * Requests of this gateway on b and their mean age, lock-free: those
+ * awaiting their first token (from dispatch to the first token or the end of
+ * the attempt), and all in flight. lg_backend_ages_add() returns false (and
+ * counts nothing) when the counter is full; pass the same t_ns to
+ * lg_backend_ages_del().
+ */
+enum lg_backend_ages {
+    LG_BACKEND_AGES_PENDING = 0,
+    LG_BACKEND_AGES_INFLIGHT,
+};
+bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                         double *mean_age_ms);
+
+/*
+ * Learning (any worker thread): a first token `ttft_ms` after dispatch for
+ * a prompt of prompt_bytes, of which `wait_ms` was predicted queueing; then,
+ * at the end, the gap between tokens (itl_ms < 0: unknown) and the time the
+ * request held its slot.
+ */
+void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior,
+                          uint64_t prompt_bytes, double ttft_ms, double wait_ms);
+void lg_backend_note_done(struct lg_backend *b, double itl_ms, double hold_ms);
+
+/* Copies the published estimators / engine sample (any thread, no lock). */
+void lg_backend_read_est(const struct lg_backend *b, struct lg_backend_est *out);
+void lg_backend_read_engine(const struct lg_backend *b, struct lg_backend_engine *out);
+void lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_engine *e);
+
+/* The route's prior (any thread, no lock) and its update (health.c). */
+void lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out);
+void lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p);
+
+/*
+ * Fills a plugin view of b at now_ns: live counts, engine sample blended
+ * with in-flight (scrape_interval_ns tells how old is stale), estimates read
+ * against the route's prior. The view borrows b's name.
+ */
+void lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns,
+                          const struct lg_est_prior *prior, uint64_t scrape_interval_ns,
+                          uint64_t slow_start_ns, struct lg_backend_view *v);
 
 #endif /* LG_BACKEND_H */

@@ -306,7 +306,10 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
         req->flags |= LG_REQ_F_CLOSE;
     }
     if (status == 503 || status == 429) {
-        snprintf(extra, sizeof(extra), "Retry-After: 1\r\n");
+        /* when the router knows when a backend may be back, say so */
+        uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
+
+        snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
     } else if (status == 405) {
         const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
 

@@ -51,6 +51,9 @@ enum lg_client_state {
 #define LG_REQ_F_PAUSED_UP   (1u << 10) /* upstream reading paused: client output full */
 #define LG_REQ_F_DECHUNK     (1u << 11) /* HTTP/1.0 client: relay decoded body bytes */
 #define LG_REQ_F_ENCHUNK     (1u << 12) /* close-delimited upstream body re-framed as chunks */
+#define LG_REQ_F_TOKEN_WAIT  (1u << 13) /* counted in the backend's awaiting-first-token */
+#define LG_REQ_F_PROBE       (1u << 14) /* the attempt holds the backend's half-open probe */
+#define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
 
 struct lg_request {
     uint32_t flags;

@@ -1585,9 +1585,33 @@ static const struct lg_conf_field conf_retry_fields[] = {
 static const struct lg_conf_table conf_retry_table = { sizeof(struct lg_retry_conf),
                                                        conf_retry_fields, NULL };
 
+#define ST(f) offsetof(struct lg_route_stage_conf, f)
+static const struct lg_conf_field conf_stage_fields[] = {
+    { "policy", LG_CONF_STR, ST(policy), .required = true },
+    { "weight", LG_CONF_DOUBLE, ST(weight), .def = 1, .min = 0, .max = 1000000 },
+    { "options", LG_CONF_JSON, ST(options), .required = false },
+    { .name = NULL },
+};
+#undef ST
+static const struct lg_conf_table conf_stage_table = { sizeof(struct lg_route_stage_conf),
+                                                       conf_stage_fields, NULL };
+
+/* A pipeline replaces the one-stage `policy` (whose default is then "ttft"). */
+static void
+conf_check_routing(struct conf_ctx *ctx, void *base, bool clean)
+{
+    struct lg_routing_conf *r = base;
+
+    if (clean && r->policy != NULL && r->npipeline > 0) {
+        conf_error_at(ctx, "/policy", "give either policy or pipeline, not both");
+    }
+}
+
 #define RO(f) offsetof(struct lg_routing_conf, f)
 static const struct lg_conf_field conf_routing_fields[] = {
-    { "policy", LG_CONF_STR, RO(policy), .def_str = "round_robin" },
+    { "policy", LG_CONF_STR, RO(policy), .required = false },
+    { "pipeline", LG_CONF_OBJARRAY, RO(pipeline), .min = 1, .max = 8, .sub = &conf_stage_table,
+      .shorthand = "policy", .aux_offset = RO(npipeline) },
     { "plugins", LG_CONF_STRARRAY, RO(plugins), .min = 0, .max = 64, .aux_offset = RO(nplugins) },
     { "options", LG_CONF_JSON, RO(policy_options), .required = false },
     { "retry", LG_CONF_OBJECT, RO(retry), .sub = &conf_retry_table },
@@ -1597,7 +1621,7 @@ static const struct lg_conf_field conf_routing_fields[] = {
 };
 #undef RO
 static const struct lg_conf_table conf_routing_table = { sizeof(struct lg_routing_conf),
-                                                         conf_routing_fields, NULL };
+                                                         conf_routing_fields, conf_check_routing };
 
 #define AL(f) offsetof(struct lg_access_log_conf, f)
 static const struct lg_conf_field conf_access_log_fields[] = {

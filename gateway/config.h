@@ -88,11 +88,20 @@ struct lg_retry_conf {
     uint32_t budget_min;   /* retries always allowed per second, whatever the ratio */
 };
 
+/* One stage of a routing pipeline (router.c). */
+struct lg_route_stage_conf {
+    char *policy;             /* a built-in or loaded policy's name */
+    double weight;            /* multiplies the stage's costs; default 1 */
+    json_t *options;          /* borrowed from root; NULL: routing.options[policy] */
+};
+
 struct lg_routing_conf {
-    char *policy;             /* name of a built-in or loaded policy */
+    char *policy;             /* name of a built-in or loaded policy (one-stage pipeline) */
+    struct lg_route_stage_conf *pipeline; /* stages, in order; when set, `policy` is unset */
+    size_t npipeline;
     char **plugins;           /* NULL-terminated paths of policy .so files to load */
     size_t nplugins;
-    json_t *policy_options;   /* "options" object passed to the policy (borrowed from root) */
+    json_t *policy_options;   /* "options": {policy name: its options} (borrowed from root) */
     struct lg_retry_conf retry;
     char *session_header;     /* header whose value pins a client to a backend; NULL: off */
     size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */

@@ -46,6 +46,94 @@ proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
     bufferevent_set_timeouts(bev, read_ms ? &r : NULL, write_ms ? &w : NULL);
 }
 
+/* ---- learning ----------------------------------------------------------- */
+
+static const struct lg_model_route *
+proxy_route(const struct lg_client *c)
+{
+    return lg_fleet_find_model(c->req.fleet, c->req.info.model);
+}
+
+/* The first-token work this attempt adds to its backend while it awaits one. */
+static uint64_t
+proxy_work_us(const struct lg_request *req)
+{
+    double us = req->pick.service_ms * 1000.0;
+
+    return us > 0 && us < 1e12 ? (uint64_t)us : 0;
+}
+
+/* The attempt no longer awaits a first token (it came, or the attempt ended). */
+static void
+proxy_token_wait_end(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->flags & LG_REQ_F_TOKEN_WAIT) {
+        req->flags &= ~LG_REQ_F_TOKEN_WAIT;
+        lg_backend_ages_del(req->backend, LG_BACKEND_AGES_PENDING, req->t_dispatch);
+        __atomic_fetch_sub(&req->backend->pending_work_us, proxy_work_us(req), __ATOMIC_RELAXED);
+    }
+}
+
+/*
+ * The first token of a good response: teaches the backend's TTFT model the
+ * time since dispatch (the gateway queues nothing before it), minus the
+ * queueing the router predicted there.
+ */
+static void
+proxy_first_token(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_model_route *route = proxy_route(c);
+    struct lg_est_prior prior;
+
+    proxy_token_wait_end(c);
+    if (req->backend == NULL || route == NULL || req->status < 200 || req->status >= 300) {
+        return;
+    }
+    if (req->pick.queued) {
+        return; /* it waited for a slot: that says how busy, not how fast */
+    }
+    lg_route_read_prior(route, &prior);
+    lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes,
+                         (double)(req->t_first_token - req->t_dispatch) / 1e6, req->pick.wait_ms);
+}
+
+/* A response ended well: decode speed, slot hold time, policies' on_result. */
+static void
+proxy_learn_done(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    struct lg_backend *b = req->backend;
+    double itl = -1, hold;
+
+    if (b == NULL || req->status < 200 || req->status >= 300) {
+        return;
+    }
+    if ((req->flags & LG_REQ_F_SSE) && req->content_events > 1) {
+        itl = (double)(req->t_last_token - req->t_first_token) / 1e6
+              / (double)(req->content_events - 1);
+    }
+    hold = (double)(req->t_end - req->t_dispatch) / 1e6 - req->pick.wait_ms;
+    lg_backend_note_done(b, itl, hold > 0 ? hold : 0);
+    lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, b, req->status,
+                          req->t_first_token - req->t_dispatch, req->t_end - req->t_dispatch);
+}
+
+/* The backend failed after the response started (reset, silence, garbage). */
+static void
+proxy_failed_midway(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->backend != NULL) {
+        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, LG_BACKEND_R_MIDWAY);
+        lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, req->backend, 0,
+                              0, 0);
+    }
+}
+
 /* ---- response parser callbacks (parser.data is the upstream connection) -- */
 
 static int
@@ -101,6 +189,7 @@ proxy_on_body(llhttp_t *p, const char *at, size_t n)
         if (got > 0) {
             if (req->t_first_token == 0) {
                 req->t_first_token = req->t_now;
+                proxy_first_token(c);
             }
             req->t_last_token = req->t_now;
             req->content_events += got;
@@ -150,6 +239,15 @@ proxy_end_attempt(struct lg_client *c, bool keep)
         req->up = NULL;
     }
     if (req->backend != NULL) {
+        proxy_token_wait_end(c);
+        if (req->flags & LG_REQ_F_AGED) {
+            req->flags &= ~LG_REQ_F_AGED;
+            lg_backend_ages_del(req->backend, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch);
+        }
+        if (req->flags & LG_REQ_F_PROBE) {
+            req->flags &= ~LG_REQ_F_PROBE;
+            lg_backend_release_probe(req->backend);
+        }
         __atomic_fetch_sub(&req->backend->inflight, 1, __ATOMIC_RELAXED);
         lg_backend_unref(req->backend);
         req->backend = NULL;
@@ -161,8 +259,8 @@ proxy_end_attempt(struct lg_client *c, bool keep)
  * budget_min tokens a second arrive regardless (spread over the workers); a
  * retry spends one. A fleet-wide outage thus costs at most ratio x traffic.
  */
-static bool
-proxy_take_retry_token(struct lg_client *c)
+static void
+proxy_retry_refill(struct lg_client *c, double earned)
 {
     struct lg_worker *w = c->w;
     const struct lg_retry_conf *rc = &proxy_conf(c)->routing.retry;
@@ -174,11 +272,20 @@ proxy_take_retry_token(struct lg_client *c)
         w->retry_tokens = cap;
     }
     w->retry_tokens += (double)(now - w->retry_refill_ns) / 1e9 * rc->budget_min
-                       / (double)w->gw->nworkers;
+                           / (double)w->gw->nworkers
+                       + earned * rc->budget_ratio;
     w->retry_refill_ns = now;
     if (w->retry_tokens > cap) {
         w->retry_tokens = cap;
     }
+}
+
+static bool
+proxy_take_retry_token(struct lg_client *c)
+{
+    struct lg_worker *w = c->w;
+
+    proxy_retry_refill(c, 0);
     if (w->retry_tokens < 1.0) {
         return false;
     }
@@ -206,12 +313,14 @@ proxy_can_retry(struct lg_client *c)
 
 /* An attempt failed before any response byte reached the client. */
 static void
-proxy_attempt_failed(struct lg_client *c, const char *why, int status)
+proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned flags)
 {
     struct lg_request *req = &c->req;
 
     if (req->backend != NULL) {
-        lg_backend_note_result(req->backend, 0, 0);
+        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, flags);
+        lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, req->backend, 0,
+                              0, 0);
         if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
             LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (attempt %u)",
                         req->backend->name, why, req->attempts);
@@ -225,6 +334,21 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status)
         return;
     }
     lg_client_fail(c, status, why, "the backend failed before responding (%s)", why);
+}
+
+/* The bit of backend b in tried_mask (its index in the model's route). */
+static uint64_t
+proxy_backend_bit(struct lg_client *c, const struct lg_backend *b)
+{
+    const struct lg_model_route *route = proxy_route(c);
+    uint64_t bits = 0;
+
+    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
+        if (route->backends[i] == b) {
+            bits |= 1ull << i;
+        }
+    }
+    return bits;
 }
 
 static void
@@ -310,11 +434,7 @@ proxy_attempt(struct lg_client *c)
         return;
     }
     b = req->pick.backend;
-    for (size_t i = 0; i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            req->tried_mask |= 1ull << i;
-        }
-    }
+    req->tried_mask |= proxy_backend_bit(c, b);
     req->attempts++;
     req->backend = lg_backend_ref(b);
     __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
@@ -324,11 +444,21 @@ proxy_attempt(struct lg_client *c)
     }
     req->flags |= LG_REQ_F_PROXIED;
     req->t_dispatch = lg_now_ns();
+    if (req->pick.probe) {
+        req->flags |= LG_REQ_F_PROBE;
+    }
+    if (lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, req->t_dispatch)) {
+        req->flags |= LG_REQ_F_TOKEN_WAIT;
+        __atomic_fetch_add(&b->pending_work_us, proxy_work_us(req), __ATOMIC_RELAXED);
+    }
+    if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch)) {
+        req->flags |= LG_REQ_F_AGED;
+    }
     req->t_connect = 0;
     req->t_first_byte = 0;
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_failed", 502);
+        proxy_attempt_failed(c, "connect_failed", 502, 0);
         return;
     }
     req->up = u;
@@ -489,7 +619,11 @@ proxy_on_head(struct lg_client *c, struct lg_upconn *u)
     int status = u->parser.status_code;
     uint64_t retry_after = proxy_retry_after_ns(&u->hdrs);
 
-    lg_backend_note_result(req->backend, status, retry_after);
+    lg_backend_note_result(req->backend, &conf->health, status, retry_after, 0);
+    if (proxy_is_retryable_status(status)) {
+        lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, req->backend,
+                              status, 0, 0);
+    }
     if (proxy_is_retryable_status(status) && proxy_can_retry(c)) {
         LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere",
                     req->backend->name, status);
@@ -576,7 +710,11 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
     req->t_end = lg_now_ns();
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
+        if (!(req->flags & LG_REQ_F_SSE)) {
+            proxy_first_token(c);
+        }
     }
+    proxy_learn_done(c);
     if (req->flags & LG_REQ_F_ENCHUNK) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
 
@@ -597,9 +735,10 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
                 req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
                 llhttp_get_error_reason(&u->parser));
     if (req->flags & LG_REQ_F_STARTED) {
+        proxy_failed_midway(c);
         lg_client_cut(c, "upstream_protocol_error");
     } else {
-        proxy_attempt_failed(c, "upstream_protocol_error", 502);
+        proxy_attempt_failed(c, "upstream_protocol_error", 502, 0);
     }
 }
 
@@ -684,12 +823,13 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_TIMEOUT) {
         if (c->state == LG_CLIENT_ST_CONNECT) {
             LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, "connect_timeout", 504);
+            proxy_attempt_failed(c, "connect_timeout", 504, 0);
         } else if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
             LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_attempt_failed(c, "first_byte_timeout", 504);
+            proxy_attempt_failed(c, "first_byte_timeout", 504, 0);
         } else {
             LG_STAT_ADD(u->b, timeouts, 1);
+            proxy_failed_midway(c);
             lg_client_cut(c, "stream_idle_timeout");
         }
         return;
@@ -697,13 +837,19 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     /* EOF or error */
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_refused", 502);
+        proxy_attempt_failed(c, "connect_refused", 502, LG_BACKEND_R_REFUSED);
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        proxy_attempt_failed(c, req->up_reused && req->up_bytes == 0 ? "pooled_connection_closed"
-                                                                     : "upstream_closed",
-                             502);
+        if (req->up_reused && req->up_bytes == 0) {
+            /* a keep-alive race, not the backend's fault: retry, count nothing */
+            proxy_end_attempt(c, false);
+            req->attempts--;
+            req->tried_mask &= ~proxy_backend_bit(c, u->b);
+            proxy_attempt(c);
+            return;
+        }
+        proxy_attempt_failed(c, "upstream_closed", 502, 0);
         return;
     }
     if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
@@ -715,6 +861,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             return;
         }
     }
+    proxy_failed_midway(c);
     lg_client_cut(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response" : "upstream_reset");
 }
 
@@ -747,6 +894,7 @@ lg_proxy_start(struct lg_client *c)
 
     req->fleet = lg_fleet_ref(c->w->fleet);
     conf = req->fleet->conf;
+    proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
     if (route == NULL) {
         lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",

@@ -77,6 +77,8 @@ class ProxyTest(Harness):
     def gateway(self, ports, **extra):
         backends = [{"name": "r%d" % (i + 1), "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
                     for i, p in enumerate(ports)]
+        # no scrapes or health checks: these cases count what reaches the replica
+        extra.setdefault("health", {"scrape_interval": 0, "interval": "1h"})
         conf = self.base_config(backends, access_log=self.path("access.log"), **extra)
         proc, port = self.start_gateway(conf)
         return proc, port
@@ -275,7 +277,8 @@ class ProxyTest(Harness):
         conf = self.base_config([
             {"name": "flood", "url": "http://127.0.0.1:%d" % fport, "models": ["big"]},
             {"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
-            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"})
+            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"},
+            health={"scrape_interval": 0, "interval": "1h"})  # the flood server answers any GET
         gwp, gw = self.start_gateway(conf)
         rss0 = gwp.rss_kib()
         r = StreamReader(gw, chat_body(model="big", stream=True))
@@ -305,6 +308,52 @@ class ProxyTest(Harness):
         self.assertTrue(tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), tail)
         head_len = r.raw.find(b"\r\n\r\n") + 4
         self.assertEqual(total - head_len, FLOOD_BODY_BYTES)
+
+    # ---- timeouts and the access log ----------------------------------------
+
+    def test_first_byte_timeout_is_504(self):
+        (port,) = self.fleet(1, args=FAST + ["--fault", "stall@0"])
+        _, gw = self.gateway([port], timeouts={"first_byte": "1s"},
+                             routing={"policy": "round_robin", "retry": {"attempts": 1}})
+        t0 = time.monotonic()
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        took = time.monotonic() - t0
+        self.assertEqual(status, 504)
+        self.assertEqual(obj["error"]["code"], "first_byte_timeout")
+        self.assertTrue(0.9 < took < 5.0, took)
+
+    def test_stream_idle_timeout_cuts_the_stream(self):
+        (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
+        _, gw = self.gateway([port], timeouts={"stream_idle": "1s"})
+        r = StreamReader(gw, chat_body(stream=True, max_tokens=500))
+        r.read_until(b"data: ")
+        status, _, _ = http_request(port, "POST", "/sim/control", {"fault": "stall@0"})
+        self.assertEqual(status, 200)
+        t0 = time.monotonic()
+        raw = r.read_to_eof(timeout=10)
+        took = time.monotonic() - t0
+        r.close()
+        self.assertTrue(r.eof)
+        self.assertLess(took, 5.0)
+        _, body = split_http_response(raw)
+        data, complete = dechunk(body)
+        self.assertFalse(complete, "a cut stream must not end with the last chunk")
+        self.assertNotIn("[DONE]", sse_events(data))
+        log = read_log(self.path("access.log"), 1)
+        self.assertEqual(log[0]["error"], "stream_idle_timeout")
+
+    def test_access_log_reopens_on_sigusr1(self):
+        ports = self.fleet(1)
+        gwp, gw = self.gateway(ports)
+        path = self.path("access.log")
+        self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body())[0], 200)
+        read_log(path, 1)
+        os.rename(path, path + ".1")
+        gwp.signal(signal.SIGUSR1)
+        gwp.wait_for(r"access log .* reopened")
+        self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body())[0], 200)
+        self.assertEqual(len(read_log(path, 1)), 1)
+        self.assertEqual(len(read_log(path + ".1", 1)), 1)
 
     # ---- shutdown ----------------------------------------------------------
 

@@ -853,8 +853,46 @@ test_null_means_default(void)
     lg_config_errors_print(&errs, stderr);
     LG_CHECK(c != NULL);
     LG_CHECK(c->workers >= 1 && c->access_log.path == NULL && c->admin.listen == NULL);
-    LG_CHECK_STR(c->routing.policy, "round_robin");
+    LG_CHECK(c->routing.policy == NULL); /* the router's default: ttft */
     lg_config_unref(c);
+    return 0;
+}
+
+static int
+test_routing_pipeline(void)
+{
+    char *text =
+        with_top("\"routing\": {\"pipeline\": [\"prefix_affinity\", {\"policy\": \"ttft\", "
+                 "\"weight\": 2.5, \"options\": {\"slots\": 8}}]},");
+    struct lg_config_errors errs;
+    struct lg_config *c = load(text, &errs);
+
+    free(text);
+    lg_config_errors_print(&errs, stderr);
+    LG_CHECK(c != NULL && c->routing.policy == NULL && c->routing.npipeline == 2);
+    LG_CHECK_STR(c->routing.pipeline[0].policy, "prefix_affinity");
+    LG_CHECK(c->routing.pipeline[0].weight == 1 && c->routing.pipeline[0].options == NULL);
+    LG_CHECK_STR(c->routing.pipeline[1].policy, "ttft");
+    LG_CHECK(c->routing.pipeline[1].weight == 2.5);
+    LG_CHECK(json_integer_value(json_object_get(c->routing.pipeline[1].options, "slots")) == 8);
+    lg_config_unref(c);
+
+    LG_CHECK(expect_top_error("\"routing\": {\"policy\": \"ttft\", \"pipeline\": [\"ttft\"]},",
+                              "t.json:2:23: error: /routing/policy: give either policy or "
+                              "pipeline, not both")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"pipeline\": []},",
+                              "t.json:2:25: error: /routing/pipeline: must not be empty")
+             == 0);
+    text = with_top("\"routing\": {\"pipeline\": [{\"weight\": -1}]},");
+    LG_CHECK(expect_errors(text,
+                           "t.json:2:37: error: /routing/pipeline/0/weight: must be between 0 "
+                           "and 1e+06 (got -1)",
+                           "t.json:2:26: error: /routing/pipeline/0: missing required key "
+                           "\"policy\"",
+                           NULL)
+             == 0);
+    free(text);
     return 0;
 }
 
@@ -992,5 +1030,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_null_means_default, test_disabled_backends, test_health_cross_check,
-             test_example_files, test_io_error, test_refcount, test_no_resolve_flag)
+             test_null_means_default, test_routing_pipeline, test_disabled_backends,
+             test_health_cross_check, test_example_files, test_io_error, test_refcount,
+             test_no_resolve_flag)

@@ -42,7 +42,19 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 0 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 1 /* bump when appending members or ops */
+
+/*
+ * History:
+ *   1.0  first version.
+ *   1.1  appended lg_route_info.prefix_len, and to lg_backend_view: load,
+ *        foreign, capacity, hold_ms, pending, pending_age_ms, inflight_age_ms,
+ *        work_ahead_ms, flags. With
+ *        1.0 a policy could not tell how much of the prompt the prefix hash
+ *        covers, nor queueing from the engine's running count, and each
+ *        plugin would have blended stale scrapes with in-flight counts on
+ *        its own.
+ */
 
 enum lg_plugin_kind {
     LG_PLUGIN_POLICY = 1,
@@ -67,6 +79,8 @@ struct lg_route_info {
     uint64_t prefix_hash;    /* hash of the prompt's first routing.prefix_bytes; 0 = none */
     uint64_t session_hash;   /* hash of the session header's value; 0 = none */
     uint32_t attempt;        /* 1 for the first try, 2 for the first retry... */
+    /* 1.1 */
+    uint64_t prefix_len;     /* prompt bytes prefix_hash covers (<= routing.prefix_bytes) */
 };
 
 /*
@@ -95,7 +109,25 @@ struct lg_backend_view {
     double itl_ms;             /* inter-token gap */
     double samples;            /* effective sample weight behind the estimates */
     double error_rate;         /* recent share of failed attempts, 0..1 */
+
+    /* 1.1: the host's blend of the above, so every policy counts load alike */
+    double load;               /* requests on the engine now: inflight + foreign */
+    double foreign;            /* other clients' requests there (scrape, faded with age) */
+    double capacity;           /* requests it runs at once (engine slots); 0 = unknown */
+    double hold_ms;            /* mean time a request holds a slot (TTFT + decode) */
+    uint32_t pending;          /* requests of this gateway still awaiting a first token */
+    double pending_age_ms;     /* their mean age */
+    double inflight_age_ms;    /* mean age of this gateway's requests in flight there */
+    double work_ahead_ms;      /* first-token work still ahead there: the predicted service
+                                  TTFT of requests awaiting a first token, minus their ages
+                                  (a long prompt being prefilled delays everyone behind) */
+    uint32_t flags;            /* LG_VIEW_F_* */
 };
+
+#define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
+#define LG_VIEW_F_RAMPING   (1u << 1) /* in slow start (ramp < 1) */
+#define LG_VIEW_F_STALE     (1u << 2) /* engine_* are too old to count (or never scraped) */
+#define LG_VIEW_F_CAP_GUESS (1u << 3) /* capacity is inferred (never seen full), not measured */
 
 /* Services the host lends to plugins. */
 struct lg_host_api {

@@ -1,0 +1,248 @@
+/*
+ * estimate.c: TTFT fit, Peak-EWMA factor, decayed means and the load and
+ * queueing formulas (see estimate.h for the model).
+ *
+ * Owns nothing: every function works on structs its caller owns and
+ * serialises. Readers never modify a struct: decay is applied on the fly to
+ * a copy, so a published estimate can be read by any thread at any time.
+ */
+#include "estimate.h"
+
+#include <math.h>
+
+double
+lg_est_decay(uint64_t dt_ns, double half_life_s)
+{
+    if (half_life_s <= 0) {
+        return 0;
+    }
+    return exp(-(double)dt_ns / 1e9 * M_LN2 / half_life_s);
+}
+
+static double
+est_decay_since(uint64_t t_ns, uint64_t now_ns, double half_life_s)
+{
+    return now_ns > t_ns ? lg_est_decay(now_ns - t_ns, half_life_s) : 1.0;
+}
+
+void
+lg_est_ttft_init(struct lg_est_ttft *e)
+{
+    *e = (struct lg_est_ttft){ .peak = 1.0 };
+}
+
+static double
+est_prior_line(const struct lg_est_prior *p, double kib)
+{
+    return p->fixed_ms + p->ms_per_kib * kib;
+}
+
+/* Solves the fit at now_ns (peak not applied). */
+static void
+est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+             double *fixed, double *slope, double *weight)
+{
+    const double k = LG_EST_PRIOR_WEIGHT, h = k / 2, xp = LG_EST_PRIOR_X_KIB;
+    double d = est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
+    double fref = est_prior_line(p, 1.0);
+    /* this backend's slowness relative to the prior line, itself pulled to 1 */
+    double s = (d * e->sy + k * fref) / (d * e->sf + k * fref);
+    double y0, y1, W, X, Y, XX, XY, det, a, b;
+
+    if (!(s > 0) || !isfinite(s)) {
+        s = 1.0;
+    }
+    y0 = s * p->fixed_ms;
+    y1 = s * est_prior_line(p, xp);
+    W = d * e->w + k;
+    X = d * e->sx + h * xp;
+    Y = d * e->sy + h * y0 + h * y1;
+    XX = d * e->sxx + h * xp * xp;
+    XY = d * e->sxy + h * xp * y1;
+    det = W * XX - X * X;
+    if (det > 1e-9 * W * XX) {
+        b = (W * XY - X * Y) / det;
+        a = (Y - b * X) / W;
+    } else {
+        b = s * p->ms_per_kib;
+        a = (Y - b * X) / W;
+    }
+    if (b < 0) {
+        b = 0;
+        a = Y / W;
+    }
+    if (a < 0) {
+        a = 0;
+        b = XX > 0 ? XY / XX : 0;
+    }
+    *fixed = a;
+    *slope = b;
+    *weight = d * e->w;
+}
+
+static double
+est_peak_at(const struct lg_est_ttft *e, uint64_t now_ns)
+{
+    double d = est_decay_since(e->peak_t_ns, now_ns, LG_EST_PEAK_HALF_LIFE_S);
+
+    return 1.0 + (e->peak - 1.0) * d;
+}
+
+void
+lg_est_ttft_read(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+                 struct lg_est_value *out)
+{
+    double a, b, w, peak = est_peak_at(e, now_ns);
+
+    est_ttft_fit(e, now_ns, p, &a, &b, &w);
+    out->fixed_ms = a * peak;
+    out->ms_per_kib = b * peak;
+    out->peak = peak;
+    out->samples = w;
+}
+
+double
+lg_est_ttft_predict(const struct lg_est_value *v, double kib)
+{
+    return v->fixed_ms + v->ms_per_kib * (kib > 0 ? kib : 0);
+}
+
+void
+lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p, double kib,
+                double ms)
+{
+    double a, b, w, pred, ratio, peak, d;
+
+    if (!(kib >= 0) || !isfinite(kib)) {
+        kib = 0;
+    }
+    if (!(ms >= 0) || !isfinite(ms)) {
+        return;
+    }
+    est_ttft_fit(e, now_ns, p, &a, &b, &w);
+    pred = a + b * kib;
+    ratio = ms / (pred > 0.1 ? pred : 0.1);
+    if (ratio > LG_EST_PEAK_MAX) {
+        ratio = LG_EST_PEAK_MAX;
+    }
+    /*
+     * A surprise on a long prompt is more likely a slope the fit has not
+     * learnt yet than a slower replica: the peak only takes the share of the
+     * surprise that falls on the fixed part, which short requests pin down.
+     * The fit learns the rest.
+     */
+    if (pred > 0.1) {
+        ratio = 1.0 + (ratio - 1.0) * (a / pred);
+    }
+    peak = est_peak_at(e, now_ns);
+    if (ratio > peak) {
+        peak += LG_EST_PEAK_UP * (ratio - peak); /* fast up */
+    } else {
+        peak += 0.1 * (ratio - peak); /* slow down, on top of the decay */
+    }
+    e->peak = peak < 1.0 ? 1.0 : peak;
+    e->peak_t_ns = now_ns;
+
+    /*
+     * The fit takes a sample at most LG_EST_FIT_MAX times its prediction:
+     * a lasting change still moves it that much per sample (and the peak
+     * covers it meanwhile), but one request that got stuck behind
+     * something the model does not see (another's long prefill in the same
+     * engine step) cannot make an idle replica look 30x slower for a fit
+     * half-life.
+     */
+    if (ms > LG_EST_FIT_MAX * pred + 1.0) {
+        ms = LG_EST_FIT_MAX * pred + 1.0;
+    }
+
+    d = est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
+    e->w = e->w * d + 1;
+    e->sx = e->sx * d + kib;
+    e->sy = e->sy * d + ms;
+    e->sxx = e->sxx * d + kib * kib;
+    e->sxy = e->sxy * d + kib * ms;
+    e->sf = e->sf * d + est_prior_line(p, kib);
+    if (now_ns > e->t_ns) {
+        e->t_ns = now_ns;
+    }
+}
+
+void
+lg_est_mean_init(struct lg_est_mean *m)
+{
+    *m = (struct lg_est_mean){ 0 };
+}
+
+double
+lg_est_mean_weight(const struct lg_est_mean *m, uint64_t now_ns, double half_life_s)
+{
+    return m->w * est_decay_since(m->t_ns, now_ns, half_life_s);
+}
+
+double
+lg_est_mean_read(const struct lg_est_mean *m, uint64_t now_ns, double prior, double half_life_s)
+{
+    double d = est_decay_since(m->t_ns, now_ns, half_life_s);
+    const double k = LG_EST_MEAN_PRIOR_WEIGHT;
+
+    return (d * m->sy + k * prior) / (d * m->w + k);
+}
+
+void
+lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_life_s)
+{
+    double d = est_decay_since(m->t_ns, now_ns, half_life_s);
+
+    if (!isfinite(v)) {
+        return;
+    }
+    m->w = m->w * d + 1;
+    m->sy = m->sy * d + v;
+    if (now_ns > m->t_ns) {
+        m->t_ns = now_ns;
+    }
+}
+
+double
+lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape, uint64_t age_ns,
+                    uint64_t interval_ns)
+{
+    double total = 0, trust;
+
+    if (interval_ns == 0 || age_ns == UINT64_MAX || (waiting < 0 && running < 0)) {
+        return 0;
+    }
+    if (age_ns <= 2 * interval_ns) {
+        trust = 1.0;
+    } else if (age_ns >= 4 * interval_ns) {
+        return 0;
+    } else {
+        trust = (double)(4 * interval_ns - age_ns) / (double)(2 * interval_ns);
+    }
+    total += waiting > 0 ? waiting : 0;
+    total += running > 0 ? running : 0;
+    total -= inflight_at_scrape;
+    return total > 0 ? total * trust : 0;
+}
+
+double
+lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms)
+{
+    double excess, first;
+
+    if (capacity < 1) {
+        capacity = 1;
+    }
+    excess = load + 1 - capacity;
+    if (excess <= 0 || hold_ms <= 0) {
+        return 0;
+    }
+    first = hold_ms / (capacity + 1);
+    if (mean_age_ms >= 0 && mean_age_ms < hold_ms / 2) {
+        first += hold_ms / 2 - mean_age_ms;
+    }
+    if (excess < 1) {
+        first *= excess; /* a fraction of a request ahead (foreign load) */
+    }
+    return first + (excess > 1 ? (excess - 1) * hold_ms / capacity : 0);
+}

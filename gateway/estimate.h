@@ -1,0 +1,149 @@
+/*
+ * estimate.h: the per-backend estimators behind latency-aware routing, as
+ * pure functions on plain structs (no clocks, no locks, no backends), so the
+ * math is unit-tested on its own. backend.c owns the instances, serialises
+ * the writers and publishes copies to the readers.
+ *
+ * TTFT model. For one backend, the time from dispatch to first token when
+ * nothing is queued ahead of the request ("service TTFT") is
+ *
+ *     ttft(x) = peak * (fixed + slope * x)          x = prompt KiB
+ *
+ * - fixed and slope come from a time-decayed weighted least-squares fit of
+ *   the observed service TTFTs against x (half-life LG_EST_HALF_LIFE_S).
+ *   Fitting both parts is what keeps a long prompt from making a healthy
+ *   replica look slow: its long TTFT lands on the slope, not on the fixed
+ *   part that short requests pay.
+ * - The fit is regularised by LG_EST_PRIOR_WEIGHT pseudo-samples of a prior
+ *   line (the fleet's median fixed and slope for the model), scaled by this
+ *   backend's own slowness relative to that line. When samples stop, their
+ *   weight decays and the estimate drifts back to the prior: a replica that
+ *   was slow once is tried again within about a minute. The scaling keeps a
+ *   replica that is 4x slower on short prompts from being assumed fast on
+ *   long ones before it has seen one.
+ * - peak >= 1 is a Peak-EWMA on the ratio observed / predicted: it jumps
+ *   half-way up at once when a sample is slower than predicted and decays
+ *   back to 1 with half-life LG_EST_PEAK_HALF_LIFE_S. A replica that
+ *   suddenly slows down loses its share after one or two samples instead of
+ *   a fit half-life; the fit then takes over and the peak fades.
+ *
+ * Decayed means (inter-token gap, slot hold time, error rate) use the same
+ * decayed sums with a prior, read at any time without a writer.
+ */
+#ifndef LG_ESTIMATE_H
+#define LG_ESTIMATE_H
+
+#include "lg_core.h"
+
+/* Half-life of TTFT samples in the fit: long enough to average the noise of
+ * queueing, short enough that a recovered replica is re-learnt in < 30 s. */
+#define LG_EST_HALF_LIFE_S 5.0
+/* Weight of the prior line, in samples (split between x = 0 and x = LG_EST_PRIOR_X_KIB). */
+#define LG_EST_PRIOR_WEIGHT 4.0
+#define LG_EST_PRIOR_X_KIB  8.0
+/* Peak-EWMA on the ratio: share of an upward step taken at once, half-life of its decay. */
+#define LG_EST_PEAK_UP          0.5
+#define LG_EST_PEAK_HALF_LIFE_S 5.0
+#define LG_EST_PEAK_MAX         3.0 /* a ratio above counts as this much */
+/* Largest sample the fit takes, as a multiple of its prediction (a robust fit). */
+#define LG_EST_FIT_MAX 4.0
+/* Decayed means (inter-token gap, hold time, errors). */
+#define LG_EST_MEAN_HALF_LIFE_S  5.0
+#define LG_EST_MEAN_PRIOR_WEIGHT 4.0
+
+/* The prior line for a model's backends (fleet medians), and fallbacks. */
+struct lg_est_prior {
+    double fixed_ms;   /* TTFT of an empty prompt */
+    double ms_per_kib; /* added per KiB of prompt */
+    double itl_ms;     /* inter-token gap */
+    double hold_ms;    /* time a request holds an engine slot */
+    double slots;      /* engine slots, where confirmed by a queue; 0 = none known */
+};
+
+/* Defaults before any backend of the model has answered. */
+#define LG_EST_DEFAULT_FIXED_MS   50.0
+#define LG_EST_DEFAULT_MS_PER_KIB 10.0
+#define LG_EST_DEFAULT_ITL_MS     20.0
+#define LG_EST_DEFAULT_HOLD_MS    1000.0
+
+/*
+ * TTFT fit state: decayed sums as of t_ns, and the peak factor as of
+ * peak_t_ns. Plain doubles, copied whole to publish (backend.c).
+ */
+struct lg_est_ttft {
+    double w;      /* sum of sample weights */
+    double sx, sy; /* weighted sums of x (KiB) and y (ms) */
+    double sxx, sxy;
+    double sf;          /* weighted sum of the prior line at each sample's x */
+    double peak;        /* >= 1 */
+    uint64_t t_ns;      /* time the sums were last decayed to */
+    uint64_t peak_t_ns; /* time peak was last set */
+};
+
+/* A decayed mean with a prior: value = (d*sy + k*prior) / (d*w + k). */
+struct lg_est_mean {
+    double w, sy;
+    uint64_t t_ns;
+};
+
+/* The TTFT model read at a given time. */
+struct lg_est_value {
+    double fixed_ms;   /* peak included */
+    double ms_per_kib; /* peak included */
+    double peak;
+    double samples; /* effective weight of real samples behind the fit */
+};
+
+void lg_est_ttft_init(struct lg_est_ttft *e);
+
+/* Reads the model at now_ns, with the sums decayed toward the prior. */
+void lg_est_ttft_read(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+                      struct lg_est_value *out);
+
+/* Predicted service TTFT (ms) for a prompt of x KiB. */
+double lg_est_ttft_predict(const struct lg_est_value *v, double kib);
+
+/*
+ * Adds one observation: a prompt of `kib` KiB got its first token `ms`
+ * after dispatch, queueing excluded. Updates the peak from the ratio to the
+ * prediction before the sample, then the fit.
+ */
+void lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+                     double kib, double ms);
+
+void lg_est_mean_init(struct lg_est_mean *m);
+double lg_est_mean_read(const struct lg_est_mean *m, uint64_t now_ns, double prior,
+                        double half_life_s);
+/* Effective weight of the samples behind the mean at now_ns. */
+double lg_est_mean_weight(const struct lg_est_mean *m, uint64_t now_ns, double half_life_s);
+void lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_life_s);
+
+/* exp(-dt * ln2 / half_life): the weight left after dt_ns. */
+double lg_est_decay(uint64_t dt_ns, double half_life_s);
+
+/*
+ * Engine load blending. A scrape of the engine's queue says how many
+ * requests it held (running + waiting) `age_ns` ago, of which
+ * `inflight_at_scrape` were ours. Other clients' share is trusted fully up
+ * to 2 scrape intervals old, then faded linearly to nothing at 4 intervals:
+ * a stale sample never keeps steering traffic away (fail open), and a
+ * missing one counts as no foreign load. Our own in-flight count is exact
+ * and immediate, so picks made since the scrape are never forgotten.
+ */
+double lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape,
+                           uint64_t age_ns, uint64_t interval_ns);
+
+/*
+ * Expected queueing before a new request starts on an engine that runs
+ * `capacity` requests at once, each holding its slot `hold_ms` on average,
+ * with `load` requests already there: the new one waits for
+ * load + 1 - capacity departures. Departures come hold/capacity apart; the
+ * first one comes hold/(capacity+1) after an arbitrary moment when the
+ * requests running are of all ages, later when they are younger than that:
+ * `mean_age_ms` (< 0: unknown) is the mean age of the requests there, and
+ * each millisecond it falls short of hold/2 (a batch refilled at once after
+ * a burst) delays the first departure by as much.
+ */
+double lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms);
+
+#endif /* LG_ESTIMATE_H */

@@ -1,0 +1,479 @@
+/*
+ * health.c: the fleet's checker thread: active health checks, engine
+ * /metrics scrapes and the per-model priors (see health.h).
+ *
+ * Owns: struct lg_health, its thread and event base, one evhttp connection
+ * per checked backend (keep-alive, reused for checks and scrapes), and the
+ * timers. Borrows: the fleet and its backends (the fleet stops this thread
+ * before it frees them).
+ * Writes, in backends: health (UP/DOWN), up_since_ns, the engine sample;
+ * in routes: the prior. Workers only read those.
+ */
+#include "health.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "backend.h"
+#include "config.h"
+#include "enginemetrics.h"
+
+struct health_target {
+    struct lg_health *h;            /* borrowed: owner */
+    struct lg_backend *b;           /* borrowed from the fleet */
+    struct evhttp_connection *conn; /* owned */
+    struct event *check_ev;         /* owned; NULL: no active checks */
+    struct event *scrape_ev;        /* owned; NULL: no scraping */
+    enum lg_engine_flavor flavor;   /* configured, or detected by the first scrape */
+    bool checking;                  /* a check is in flight */
+    bool scraping;                  /* a scrape is in flight */
+    uint32_t scrape_failures;       /* answers without metrics in a row: scrapes back off */
+    uint32_t ok_run, fail_run;      /* consecutive check results */
+    struct lg_backend_engine eng;   /* last published engine state */
+    uint64_t warn_ns;               /* rate limit for scrape warnings */
+};
+
+struct lg_health {
+    struct lg_fleet *f;            /* borrowed */
+    struct event_base *base;       /* owned */
+    struct event *prior_ev;        /* owned */
+    struct event *stop_ev;         /* owned; activated by lg_health_stop() */
+    struct health_target *targets; /* owned [n] */
+    size_t n;
+    pthread_t thread;
+};
+
+static struct timeval
+health_tv(uint64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+
+    return tv;
+}
+
+/* ---- active checks ------------------------------------------------------ */
+
+static void
+health_check_result(struct health_target *t, bool ok, int code)
+{
+    const struct lg_health_conf *hc = &t->h->f->conf->health;
+    struct lg_backend *b = t->b;
+    int state = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+
+    if (ok) {
+        t->fail_run = 0;
+        t->ok_run++;
+        if (state == LG_BACKEND_DOWN && t->ok_run >= hc->rise) {
+            __atomic_store_n(&b->up_since_ns, lg_now_ns(), __ATOMIC_RELAXED);
+            __atomic_store_n(&b->health, LG_BACKEND_UP, __ATOMIC_RELAXED);
+            LG_INFO("backend %s is up (%u checks passed)", b->name, t->ok_run);
+        }
+        return;
+    }
+    t->ok_run = 0;
+    t->fail_run++;
+    if (state == LG_BACKEND_UP && t->fail_run >= hc->fall) {
+        __atomic_store_n(&b->health, LG_BACKEND_DOWN, __ATOMIC_RELAXED);
+        LG_WARN("backend %s is down (%u checks failed, last: %s %d)", b->name, t->fail_run,
+                code ? "status" : "no response", code);
+    }
+}
+
+static void
+health_on_check_done(struct evhttp_request *req, void *arg)
+{
+    struct health_target *t = arg;
+    int code = req ? evhttp_request_get_response_code(req) : 0;
+
+    t->checking = false;
+    health_check_result(t, code >= 200 && code < 300, code);
+}
+
+static int
+health_get(struct health_target *t, const char *path, void (*cb)(struct evhttp_request *, void *))
+{
+    struct evhttp_request *req = evhttp_request_new(cb, t);
+    char target[1024];
+
+    if (req == NULL) {
+        return LG_ENOMEM;
+    }
+    snprintf(target, sizeof(target), "%s%s", t->b->conf.path_prefix, path);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", t->b->conf.host_header);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "User-Agent", "llmgate-health");
+    if (t->b->conf.api_key != NULL) {
+        char auth[512];
+
+        snprintf(auth, sizeof(auth), "Bearer %s", t->b->conf.api_key);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Authorization", auth);
+    }
+    if (evhttp_make_request(t->conn, req, EVHTTP_REQ_GET, target) != 0) {
+        return LG_EIO; /* evhttp freed req */
+    }
+    return LG_OK;
+}
+
+static void
+health_on_check_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct health_target *t = arg;
+
+    const struct lg_health_conf *hc = &t->h->f->conf->health;
+    struct timeval tv = health_tv(hc->interval_ms);
+
+    (void)fd;
+    (void)what;
+    event_add(t->check_ev, &tv);
+    if (t->checking) {
+        return; /* the previous one is still out: its timeout will count */
+    }
+    t->checking = true;
+    if (health_get(t, t->b->conf.health_path, health_on_check_done) != LG_OK) {
+        t->checking = false;
+        health_check_result(t, false, 0);
+    }
+}
+
+/* ---- scrapes ------------------------------------------------------------ */
+
+void
+lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
+                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns, bool prefill_busy)
+{
+    /*
+     * A request waits a moment for the engine's next step even when a slot
+     * is free, so one scrape with a queue proves nothing; a queue on two
+     * scrapes in a row means the engine is full at the count running.
+     */
+    bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
+                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy;
+
+    if (queued) {
+        double full = 0.5 * (s->running + e->running);
+
+        e->capacity = e->capacity_confirmed > 0 ? 0.5 * e->capacity + 0.5 * full : full;
+        e->capacity_confirmed = 1;
+    }
+    if (s->running > e->capacity) {
+        e->capacity = s->running; /* at least this many run at once */
+    }
+    e->waiting = s->waiting;
+    e->running = s->running;
+    e->kv_usage = s->kv_usage;
+    e->t_ns = now_ns;
+    e->inflight_at_scrape = inflight;
+    if (s->flavor != LG_ENGINE_AUTO) {
+        e->flavor = (int32_t)s->flavor;
+    }
+}
+
+static void
+health_on_scrape_done(struct evhttp_request *req, void *arg)
+{
+    struct health_target *t = arg;
+    struct lg_backend *b = t->b;
+    struct lg_engine_sample s;
+    struct evbuffer *body;
+    const char *text;
+    size_t len;
+    int code = req ? evhttp_request_get_response_code(req) : 0;
+    uint64_t now, interval;
+    uint32_t pending;
+    double age_ms, work_ms;
+    bool busy, detected;
+    int rc;
+
+    t->scraping = false;
+    if (code != 200) {
+        /* an answer, but not metrics: nothing to scrape there (no answer at
+         * all is the health checks' business, and retried at full rate) */
+        t->scrape_failures += code != 0;
+        if (lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
+            LG_WARN("backend %s: scraping %s failed (%s %d); its engine load is not counted",
+                    b->name, b->conf.metrics_path, code ? "status" : "no response", code);
+        }
+        return;
+    }
+    body = evhttp_request_get_input_buffer(req);
+    len = evbuffer_get_length(body);
+    text = len ? (const char *)evbuffer_pullup(body, -1) : "";
+    rc = lg_engine_metrics_parse(text, len, t->flavor, &s);
+    t->scrape_failures = rc == LG_OK ? 0 : t->scrape_failures + 1;
+    if (rc != LG_OK && lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
+        LG_WARN("backend %s: %s has no %s queue metrics; its engine load is not counted", b->name,
+                b->conf.metrics_path, lg_engine_flavor_name(t->flavor));
+    }
+    detected = t->flavor == LG_ENGINE_AUTO && s.flavor != LG_ENGINE_AUTO;
+    if (detected) {
+        t->flavor = s.flavor;
+    }
+    now = lg_now_ns();
+    interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
+    /* a long prefill of ours in progress holds arrivals in the queue
+     * whatever the free slots: no capacity can be read from that queue */
+    pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now, &age_ms);
+    work_ms = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
+    busy = pending > 0 && work_ms - pending * age_ms > 2.0 * (double)interval / 1e6;
+    lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
+    lg_backend_publish_engine(b, &t->eng);
+    if (detected) {
+        /* after publishing: whoever reads this line can count on the sample */
+        LG_INFO("backend %s: engine metrics look like %s", b->name,
+                lg_engine_flavor_name(s.flavor));
+    }
+}
+
+static void
+health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct health_target *t = arg;
+
+    uint64_t ms = t->h->f->conf->health.scrape_interval_ms;
+    struct timeval tv;
+
+    (void)fd;
+    (void)what;
+    /* a backend without engine metrics is asked less and less often (up to
+     * every 30 s), so a plain HTTP server is not hammered four times a second */
+    for (uint32_t i = 0; i < t->scrape_failures && i < 8 && ms < 30000; i++) {
+        ms *= 2;
+    }
+    tv = health_tv(LG_MAX(LG_MIN(ms, 30000), t->h->f->conf->health.scrape_interval_ms));
+    event_add(t->scrape_ev, &tv);
+    if (t->scraping) {
+        return;
+    }
+    t->scraping = true;
+    if (health_get(t, t->b->conf.metrics_path, health_on_scrape_done) != LG_OK) {
+        t->scraping = false;
+    }
+}
+
+/* ---- priors ------------------------------------------------------------- */
+
+static double
+health_median(double *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        double x = v[i];
+        size_t j = i;
+
+        while (j > 0 && v[j - 1] > x) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The prior of each model: medians of its backends' own estimates. */
+static void
+health_update_priors(struct lg_fleet *f, uint64_t now)
+{
+    for (size_t m = 0; m < f->nmodels; m++) {
+        struct lg_model_route *r = &f->models[m];
+        struct lg_est_prior p;
+        double fixed[64], slope[64], itl[64], hold[64], slots[64];
+        size_t nf = 0, ni = 0, nh = 0, ns = 0;
+
+        lg_route_read_prior(r, &p);
+        for (size_t i = 0; i < r->n && i < 64; i++) {
+            struct lg_backend_est est;
+            struct lg_backend_engine eng;
+            struct lg_est_value v;
+
+            lg_backend_read_engine(r->backends[i], &eng);
+            if (eng.capacity_confirmed > 0) {
+                slots[ns++] = eng.capacity;
+            }
+            lg_backend_read_est(r->backends[i], &est);
+            lg_est_ttft_read(&est.ttft, now, &p, &v);
+            if (v.samples >= 1) {
+                fixed[nf] = v.fixed_ms / v.peak;
+                slope[nf++] = v.ms_per_kib / v.peak;
+            }
+            if (lg_est_mean_weight(&est.itl, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
+                itl[ni++] = lg_est_mean_read(&est.itl, now, p.itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+            }
+            if (lg_est_mean_weight(&est.hold, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
+                hold[nh++] = lg_est_mean_read(&est.hold, now, p.hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+            }
+        }
+        if (nf > 0) {
+            p.fixed_ms = health_median(fixed, nf);
+            p.ms_per_kib = health_median(slope, nf);
+        }
+        if (ni > 0) {
+            p.itl_ms = health_median(itl, ni);
+        }
+        if (nh > 0) {
+            p.hold_ms = health_median(hold, nh);
+        }
+        if (ns > 0) {
+            p.slots = health_median(slots, ns);
+        }
+        lg_route_publish_prior(r, &p);
+    }
+}
+
+static void
+health_on_prior_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_health *h = arg;
+
+    (void)fd;
+    (void)what;
+    health_update_priors(h->f, lg_now_ns());
+}
+
+/* ---- thread ------------------------------------------------------------- */
+
+static void
+health_on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_health *h = arg;
+
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(h->base);
+}
+
+static void *
+health_main(void *arg)
+{
+    struct lg_health *h = arg;
+
+    event_base_dispatch(h->base);
+    return NULL;
+}
+
+static void
+health_free(struct lg_health *h)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        struct health_target *t = &h->targets[i];
+
+        if (t->check_ev != NULL) {
+            event_free(t->check_ev);
+        }
+        if (t->scrape_ev != NULL) {
+            event_free(t->scrape_ev);
+        }
+        if (t->conn != NULL) {
+            evhttp_connection_free(t->conn); /* cancels requests in flight */
+        }
+    }
+    free(h->targets);
+    if (h->prior_ev != NULL) {
+        event_free(h->prior_ev);
+    }
+    if (h->stop_ev != NULL) {
+        event_free(h->stop_ev);
+    }
+    if (h->base != NULL) {
+        event_base_free(h->base);
+    }
+    free(h);
+}
+
+/* Sets up checks and scrapes for one backend; false if it gets neither. */
+static bool
+health_target_init(struct lg_health *h, struct health_target *t, struct lg_backend *b)
+{
+    const struct lg_health_conf *hc = &h->f->conf->health;
+    bool check = hc->interval_ms > 0 && b->conf.health_path && b->conf.health_path[0];
+    bool scrape = hc->scrape_interval_ms > 0 && b->conf.flavor != LG_ENGINE_NONE
+                  && b->conf.metrics_path && b->conf.metrics_path[0];
+    struct timeval tv;
+
+    t->h = h;
+    t->b = b;
+    t->flavor = b->conf.flavor;
+    lg_backend_read_engine(b, &t->eng);
+    if (!check && !scrape) {
+        return false;
+    }
+    if (b->conf.tls) {
+        LG_WARN("backend %s: https backends are not health-checked or scraped yet", b->name);
+        return false;
+    }
+    t->conn = evhttp_connection_base_new(h->base, NULL, b->conf.host, b->conf.port);
+    if (t->conn == NULL) {
+        LG_WARN("backend %s: cannot set up health checks", b->name);
+        return false;
+    }
+    tv = health_tv(hc->timeout_ms ? hc->timeout_ms : 1000);
+    evhttp_connection_set_timeout_tv(t->conn, &tv);
+    evhttp_connection_set_retries(t->conn, 0);
+    evhttp_connection_set_max_headers_size(t->conn, 64 * 1024);
+    evhttp_connection_set_max_body_size(t->conn, LG_ENGINE_METRICS_MAX_BYTES);
+    if (check) {
+        /* spread the first checks so a big fleet is not probed in one burst */
+        t->check_ev = event_new(h->base, -1, 0, health_on_check_timer, t);
+        tv = health_tv(lg_mix64(b->id) % (hc->interval_ms + 1));
+        event_add(t->check_ev, &tv);
+    }
+    if (scrape) {
+        t->scrape_ev = event_new(h->base, -1, 0, health_on_scrape_timer, t);
+        event_active(t->scrape_ev, EV_TIMEOUT, 0); /* the first sample now; it re-arms */
+    }
+    return true;
+}
+
+int
+lg_health_start(struct lg_fleet *f, struct lg_health **out)
+{
+    struct lg_health *h;
+    struct timeval tv;
+    size_t active = 0;
+
+    *out = NULL;
+    if (f->nbackends == 0) {
+        return LG_OK;
+    }
+    h = lg_xcalloc(1, sizeof(*h));
+    h->f = f;
+    h->base = event_base_new();
+    if (h->base == NULL) {
+        LG_ERROR("health checks: cannot create an event base");
+        free(h);
+        return LG_ERR;
+    }
+    h->targets = lg_xcalloc(f->nbackends, sizeof(*h->targets));
+    h->n = f->nbackends;
+    for (size_t i = 0; i < f->nbackends; i++) {
+        active += health_target_init(h, &h->targets[i], f->backends[i]);
+    }
+    h->prior_ev = event_new(h->base, -1, EV_PERSIST, health_on_prior_timer, h);
+    tv = health_tv(500);
+    event_add(h->prior_ev, &tv);
+    h->stop_ev = event_new(h->base, -1, 0, health_on_stop, h);
+    event_add(h->stop_ev, NULL);
+    if (pthread_create(&h->thread, NULL, health_main, h) != 0) {
+        LG_ERROR("health checks: cannot start the thread");
+        health_free(h);
+        return LG_ERR;
+    }
+    pthread_setname_np(h->thread, "lg-health");
+    LG_DEBUG("health: %zu of %zu backends checked or scraped", active, f->nbackends);
+    *out = h;
+    return LG_OK;
+}
+
+void
+lg_health_stop(struct lg_health *h)
+{
+    if (h == NULL) {
+        return;
+    }
+    event_active(h->stop_ev, EV_READ, 0);
+    pthread_join(h->thread, NULL);
+    health_free(h);
+}

@@ -1,0 +1,564 @@
+/*
+ * policies.c: the built-in routing policies, written against the public
+ * plugin ABI exactly as a shared-object plugin would be (they only see
+ * lg_route_info and lg_backend_view), and registered through
+ * lg_builtin_policies[].
+ *
+ *   round_robin       rotation, weighted by backend weight
+ *   least_request     fewest requests in flight from this gateway
+ *   p2c               power of two choices: two random candidates, then the
+ *                     one with fewer in flight
+ *   ttft              predicted time to first token (the default)
+ *   prefix_affinity   rendezvous hashing of the prompt prefix, bounded load
+ *   session_affinity  the same on the session header's value
+ *
+ * Every score is in expected milliseconds of TTFT, so the stages compose
+ * (plugin.h). Owns: each policy's state (created and destroyed through its
+ * ops). Options arrive as JSON text; errors name their JSON pointer.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "estimate.h"
+#include "plugin.h"
+
+/* ---- options ------------------------------------------------------------ */
+
+struct policy_opt {
+    const char *name;
+    double *dst;
+    double min, max;
+};
+
+/* Reads numeric options; unknown keys and out-of-range values are errors. */
+static int
+policy_options(const char *text, const struct policy_opt *opts, size_t n, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(text ? text : "{}", JSON_REJECT_DUPLICATES, &jerr);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, ": options must be a JSON object");
+        json_decref(root);
+        return -1;
+    }
+    json_object_foreach (root, key, v) {
+        const struct policy_opt *o = NULL;
+
+        if (key[0] == '#') {
+            continue; /* a comment, as everywhere in the config */
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(opts[i].name, key) == 0) {
+                o = &opts[i];
+            }
+        }
+        if (o == NULL) {
+            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (%s", key,
+                                          n ? "known:" : "this policy takes none");
+
+            for (size_t i = 0; i < n && off < errlen; i++) {
+                off += (size_t)snprintf(err + off, errlen - off, " %s", opts[i].name);
+            }
+            if (off < errlen) {
+                snprintf(err + off, errlen - off, ")");
+            }
+            rc = -1;
+            break;
+        }
+        if (!json_is_number(v) || json_number_value(v) < o->min || json_number_value(v) > o->max) {
+            snprintf(err, errlen, "/%s: must be a number from %g to %g", key, o->min, o->max);
+            rc = -1;
+            break;
+        }
+        *o->dst = json_number_value(v);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void
+policy_free(void *state)
+{
+    free(state);
+}
+
+static double
+policy_weight(const struct lg_backend_view *v)
+{
+    return v->weight > 0 ? (double)v->weight : 1.0;
+}
+
+/* ---- round_robin -------------------------------------------------------- */
+
+struct rr_state {
+    uint64_t next; /* atomic */
+};
+
+static int
+rr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+          size_t errlen)
+{
+    (void)host;
+    if (policy_options(options, NULL, 0, err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xcalloc(1, sizeof(struct rr_state));
+    return 0;
+}
+
+/* The candidate whose turn it is costs 0, the next 1 us, and so on. */
+static void
+rr_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+         size_t n, double *cost, const char **why)
+{
+    struct rr_state *s = state;
+    uint64_t turn = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+    double total = 0, at;
+    size_t owner = 0;
+
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        total += policy_weight(c[i]);
+    }
+    at = fmod((double)turn, total);
+    for (size_t i = 0; i < n; i++) {
+        at -= policy_weight(c[i]);
+        if (at < 0) {
+            owner = i;
+            break;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        cost[(owner + k) % n] = (double)k * 0.001;
+    }
+    *why = "next_in_turn";
+}
+
+static const struct lg_policy_ops rr_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = rr_create,
+    .destroy = policy_free,
+    .score = rr_score,
+};
+
+static const struct lg_plugin_desc rr_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "round_robin", "1", &rr_ops,
+};
+
+/* ---- least_request and p2c ---------------------------------------------- */
+
+struct lr_state {
+    const struct lg_host_api *host;
+    double ms_per_request; /* what one request in flight costs, to compose with TTFT stages */
+    double choices;        /* p2c: candidates sampled */
+};
+
+static int
+lr_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
+                 size_t errlen, bool p2c)
+{
+    struct lr_state s = { .host = host, .ms_per_request = 100, .choices = 2 };
+    const struct policy_opt opts[] = {
+        { "ms_per_request", &s.ms_per_request, 0, 1e6 },
+        { "choices", &s.choices, 1, 64 },
+    };
+
+    if (policy_options(options, opts, p2c ? 2 : 1, err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static int
+lr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+          size_t errlen)
+{
+    return lr_create_common(host, options, state, err, errlen, false);
+}
+
+static int
+p2c_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+           size_t errlen)
+{
+    return lr_create_common(host, options, state, err, errlen, true);
+}
+
+static void
+lr_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+         size_t n, double *cost, const char **why)
+{
+    const struct lr_state *s = state;
+
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = (double)c[i]->inflight * s->ms_per_request / policy_weight(c[i]);
+    }
+    *why = "least_inflight";
+}
+
+/* Keeps `choices` candidates drawn at random (without replacement). */
+static void
+p2c_filter(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+           size_t n, unsigned char *keep)
+{
+    const struct lr_state *s = state;
+    size_t want = (size_t)s->choices, order[64];
+
+    (void)req;
+    (void)c;
+    if (n <= want || n > 64) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        order[i] = i;
+        keep[i] = 0;
+    }
+    for (size_t k = 0; k < want; k++) {
+        size_t j = k + (size_t)(s->host->random() % (n - k));
+        size_t t = order[k];
+
+        order[k] = order[j];
+        order[j] = t;
+        keep[order[k]] = 1;
+    }
+}
+
+static void
+p2c_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+          size_t n, double *cost, const char **why)
+{
+    lr_score(state, req, c, n, cost, why);
+    *why = "p2c_least_inflight";
+}
+
+static const struct lg_policy_ops lr_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = lr_create,
+    .destroy = policy_free,
+    .score = lr_score,
+};
+
+static const struct lg_plugin_desc lr_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "least_request", "1", &lr_ops,
+};
+
+static const struct lg_policy_ops p2c_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = p2c_create,
+    .destroy = policy_free,
+    .filter = p2c_filter,
+    .score = p2c_score,
+};
+
+static const struct lg_plugin_desc p2c_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "p2c", "1", &p2c_ops,
+};
+
+/* ---- ttft --------------------------------------------------------------- */
+
+/*
+ * Predicted TTFT of this request on each candidate (shortest expected delay):
+ *
+ *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
+ *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
+ *             slots, else the next departure plus hold/slots per request
+ *             more (lg_est_queue_wait_ms(); load = our in-flight + others'
+ *             from the engine's queue + foreign_margin * sqrt(2 * others' *
+ *             sample age / hold), the spread of others' load since the
+ *             scrape; slots from its running count)
+ *   ahead   = first-token work of the requests there still awaiting theirs,
+ *             minus what they have done (a long prompt being prefilled
+ *             stalls every request behind it)
+ *   batch   = batch_weight * itl * min(load, slots) / slots
+ *             (a new request first waits for the step in progress, and steps
+ *             grow with the batch: spreads load before any queue forms)
+ *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
+ *             * (1 + error_penalty * error_rate)
+ *             (requests waiting for a first token longer than predicted mean
+ *             a new one will wait at least as long: catches a stall before
+ *             any sample arrives)
+ *   cost    = pred + prefill_share * ms_per_kib * prompt_kib * pending
+ *             + decode_weight * max_tokens * itl
+ *             (the middle term: the delay its prefill causes the requests
+ *             there still awaiting a first token; keeps long prompts off
+ *             replicas where short ones are about to start)
+ *             (decode_weight > 0 lets long generations avoid a replica that
+ *             starts fast but generates slowly)
+ */
+struct ttft_state {
+    double slots; /* capacity assumed when the engine does not say */
+    double batch_weight;
+    double decode_weight;
+    double error_penalty;
+    double foreign_margin;
+    double prefill_share;
+};
+
+static int
+ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+            size_t errlen)
+{
+    struct ttft_state s = { .slots = 16,
+                            .batch_weight = 1.0,
+                            .decode_weight = 0.02,
+                            .error_penalty = 2,
+                            .foreign_margin = 1,
+                            .prefill_share = 1 };
+    const struct policy_opt opts[] = {
+        { "slots", &s.slots, 1, 1e6 },
+        { "batch_weight", &s.batch_weight, 0, 100 },
+        { "decode_weight", &s.decode_weight, 0, 10 },
+        { "error_penalty", &s.error_penalty, 0, 1000 },
+        { "foreign_margin", &s.foreign_margin, 0, 100 },
+        { "prefill_share", &s.prefill_share, 0, 100 },
+    };
+
+    (void)host;
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static double
+ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
+             const struct lg_backend_view *v)
+{
+    double kib = (double)req->prompt_bytes / 1024.0;
+    double slots = v->capacity > 0 ? v->capacity : s->slots;
+    double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
+    double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
+    /* others' load has changed since the scrape: about foreign/hold arrivals
+     * and as many departures a millisecond, so its spread grows as the
+     * square root of the sample's age; margin standard deviations of it
+     * count as load (gateways sharing a fleet stop racing for one last slot) */
+    double load =
+        v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
+    double wait =
+        lg_est_queue_wait_ms(load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
+    double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
+    double pred = service + wait + batch + v->work_ahead_ms;
+
+    if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
+        pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
+    }
+    pred *= 1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate));
+    /* its own prefill holds up the requests there still awaiting a first
+     * token (an engine step that prefills it makes them all wait): a long
+     * prompt goes where it delays the fewest */
+    pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    return pred + s->decode_weight * (double)req->max_tokens * v->itl_ms;
+}
+
+static void
+ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+           size_t n, double *cost, const char **why)
+{
+    const struct ttft_state *s = state;
+
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = ttft_predict(s, req, c[i]);
+    }
+    *why = "lowest_predicted_ttft";
+}
+
+static const struct lg_policy_ops ttft_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = ttft_create,
+    .destroy = policy_free,
+    .score = ttft_score,
+};
+
+static const struct lg_plugin_desc ttft_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "ttft", "1", &ttft_ops,
+};
+
+/* ---- prefix_affinity and session_affinity -------------------------------- */
+
+/*
+ * Rendezvous (highest random weight) hashing: each candidate draws
+ * -weight / ln(U(key, backend id)) and the highest owns the key, so adding
+ * or removing a backend moves only its own share of keys. Bounded load
+ * (consistent hashing with bounded loads, Mirrokni et al.): a candidate
+ * whose load would exceed ceil(bound * its weighted fair share) + slack is
+ * passed over for the next in hash order, so one hot prefix cannot pile
+ * onto one replica.
+ *
+ * Cost: 0 for the owner, and for every other candidate the prefill a warm
+ * cache would have saved: the shared part of the prompt times the prefill
+ * speed (learnt; the slowest candidate's, since the owner's own slope is
+ * already lowered by its cache hits), times miss_factor. A miss costs more
+ * than the request's own wait: the engine spends that prefill time on it
+ * while the requests behind wait, and it evicts some other prefix, whose
+ * next request misses in turn; without the factor, a loaded fleet drifts
+ * into thrashing caches (measured: p90 TTFT 4.6x worse at factor 1 than 3
+ * with 12 shared 20 KB prompts on 4 replicas). Composed with ttft, a
+ * request leaves its warm replica only when the queue there costs more than
+ * that.
+ */
+struct aff_state {
+    bool session;
+    double bound;          /* load bound, as a multiple of the fair share */
+    double ms_per_kib;     /* prefill speed; 0 = learnt */
+    double min_ms_per_kib; /* floor of the learnt one */
+    double shared;         /* share of the prompt assumed cached (prefix) */
+    double min_ms;         /* least affinity cost (session) */
+    double miss_factor;    /* a miss costs this many times the prefill it redoes */
+    double slack;          /* requests over the bound always allowed (small loads) */
+};
+
+static int
+aff_create_common(const char *options, void **state, char *err, size_t errlen, bool session)
+{
+    struct aff_state s = { .session = session,
+                           .bound = 1.5,
+                           .ms_per_kib = 0,
+                           .min_ms_per_kib = 10,
+                           .shared = session ? 1.0 : 0.75,
+                           .min_ms = session ? 100 : 0,
+                           .miss_factor = 3,
+                           .slack = 2 };
+    const struct policy_opt opts[] = {
+        { "bound", &s.bound, 1, 100 },
+        { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
+        { "min_ms_per_kib", &s.min_ms_per_kib, 0, 1e6 },
+        { "shared", &s.shared, 0, 1 },
+        { "min_ms", &s.min_ms, 0, 1e7 },
+        { "miss_factor", &s.miss_factor, 0, 1000 },
+        { "slack", &s.slack, 0, 1e6 },
+    };
+
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static int
+prefix_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+              size_t errlen)
+{
+    (void)host;
+    return aff_create_common(options, state, err, errlen, false);
+}
+
+static int
+session_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+               size_t errlen)
+{
+    (void)host;
+    return aff_create_common(options, state, err, errlen, true);
+}
+
+static double
+aff_hrw(uint64_t key, const struct lg_backend_view *v)
+{
+    uint64_t h = lg_mix64(key ^ lg_mix64((uint64_t)v->id * 0x9e3779b97f4a7c15ull));
+    double u = ((double)(h >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+
+    return -policy_weight(v) / log(u);
+}
+
+static void
+aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+          size_t n, double *cost, const char **why)
+{
+    const struct aff_state *s = state;
+    uint64_t key = s->session ? req->session_hash : req->prefix_hash;
+    double h[64], load = 1, weights = 0, slope = s->ms_per_kib, kib, saved;
+    ssize_t owner = -1, top = -1;
+    unsigned char seen[64] = { 0 };
+
+    if (key == 0 || n > 64) {
+        return; /* no key: no opinion (all costs stay 0) */
+    }
+    for (size_t i = 0; i < n; i++) {
+        h[i] = aff_hrw(key, c[i]);
+        load += c[i]->load;
+        weights += policy_weight(c[i]);
+        if (s->ms_per_kib <= 0) {
+            slope = LG_MAX(slope, c[i]->ttft_ms_per_kib);
+        }
+    }
+    /* walk the hash order until a candidate is under its bound */
+    for (size_t k = 0; k < n && owner < 0; k++) {
+        ssize_t best = -1;
+
+        for (size_t i = 0; i < n; i++) {
+            if (!seen[i] && (best < 0 || h[i] > h[best])) {
+                best = (ssize_t)i;
+            }
+        }
+        seen[best] = 1;
+        if (top < 0) {
+            top = best;
+        }
+        /* the slack keeps a lone request (or a scrape that still counts a
+         * finished one) from moving a key when the fleet is nearly idle */
+        if (c[best]->load + 1
+            <= ceil(s->bound * load * policy_weight(c[best]) / weights) + s->slack) {
+            owner = best;
+        }
+    }
+    if (owner < 0) {
+        owner = top; /* everyone is over: stay where the cache is */
+    }
+    if (s->ms_per_kib <= 0) {
+        slope = LG_MAX(slope, s->min_ms_per_kib);
+    }
+    kib = LG_MAX((double)req->prefix_len, (double)req->prompt_bytes * s->shared) / 1024.0;
+    saved = LG_MAX(s->min_ms, s->miss_factor * slope * kib);
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = (ssize_t)i == owner ? 0 : saved;
+    }
+    if (s->session) {
+        *why = owner == top ? "session_owner" : "session_owner_overflow";
+    } else {
+        *why = owner == top ? "prefix_owner" : "prefix_owner_overflow";
+    }
+}
+
+static const struct lg_policy_ops prefix_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = prefix_create,
+    .destroy = policy_free,
+    .score = aff_score,
+};
+
+static const struct lg_plugin_desc prefix_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "prefix_affinity", "1", &prefix_ops,
+};
+
+static const struct lg_policy_ops session_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = session_create,
+    .destroy = policy_free,
+    .score = aff_score,
+};
+
+static const struct lg_plugin_desc session_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "session_affinity", "1",
+    &session_ops,
+};
+
+/* ---- the table ---------------------------------------------------------- */
+
+const struct lg_plugin_desc *const lg_builtin_policies[] = {
+    &ttft_desc, &rr_desc, &lr_desc, &p2c_desc, &prefix_desc, &session_desc,
+};
+const size_t lg_builtin_npolicies = LG_ARRAY_SIZE(lg_builtin_policies);

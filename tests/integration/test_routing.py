@@ -1,0 +1,446 @@
+"""Routing against real llmsim replicas: model-aware candidates, passive
+ejection and its return with slow start, Retry-After, retries and the retry
+budget, active health checks, engine scraping in each vocabulary, the ttft
+policy against a slow replica, prefix and session affinity, and a policy
+plugin loaded from a shared object.
+
+Each case states the fleet, what the clients send and what must happen;
+routing decisions are read back from the access log ("candidates" explains
+each one) and from the replicas' own counters (/sim/state).
+"""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import harness
+from harness import (Harness, StreamReader, chat_body, http_request, post_json, sse_events,
+                     wait_until)
+
+FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+
+
+def sim_state(port):
+    status, _, data = http_request(port, "GET", "/sim/state")
+    assert status == 200, status
+    return json.loads(data)
+
+
+def read_log(path, n=None, timeout=10.0):
+    """Access-log records, waiting until at least n are there."""
+    def lines():
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            got = [json.loads(ln) for ln in f if ln.strip()]
+        return got if n is None or len(got) >= n else None
+    return wait_until(lines, timeout=timeout, what="%s access-log lines" % n)
+
+
+def chat(port, content="hello", max_tokens=4, headers=None, stream=False, timeout=30.0):
+    status, hdrs, _, data = post_json(port, "/v1/chat/completions",
+                                      chat_body(content=content, max_tokens=max_tokens,
+                                                stream=stream), headers=headers,
+                                      timeout=timeout)
+    return status, hdrs, data
+
+
+def run_concurrently(n_threads, fn, duration=None, count=None):
+    """Runs fn(i) from n_threads threads until `duration` s or `count` calls."""
+    lock = threading.Lock()
+    state = {"next": 0}
+    results = []
+    deadline = time.monotonic() + duration if duration else None
+
+    def worker():
+        while True:
+            with lock:
+                i = state["next"]
+                if (count is not None and i >= count) or (
+                        deadline is not None and time.monotonic() > deadline):
+                    return
+                state["next"] += 1
+            r = fn(i)
+            with lock:
+                results.append(r)
+
+    ts = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return results
+
+
+class RoutingTest(Harness):
+
+    # ---- fleet and gateway ----------------------------------------------------
+
+    def fleet(self, specs):
+        """specs: list of (name, llmsim args, models). Returns {name: port}."""
+        ports = {}
+        for name, args, models in specs:
+            _, port = self.start_llmsim(name, models=models, args=list(args))
+            ports[name] = port
+        return ports
+
+    def gateway(self, ports, routing=None, health=None, models=None, workers=2, extra=None):
+        backends = []
+        for name, port in ports.items():
+            backends.append({"name": name, "url": "http://127.0.0.1:%d" % port,
+                             "models": (models or {}).get(name, ["m"])})
+        conf = self.base_config(backends, workers=workers, access_log={
+            "path": self.path("access.log"), "flush": 0})
+        conf["routing"] = routing or {"policy": "ttft"}
+        conf["health"] = dict({"interval": "1h", "scrape_interval": "100ms"}, **(health or {}))
+        conf.update(extra or {})
+        return self.start_gateway(conf)
+
+    def log(self, n=None):
+        return read_log(self.path("access.log"), n)
+
+    # ---- model-aware candidates -------------------------------------------------
+
+    def test_model_aware_candidates_with_aliases(self):
+        ports = self.fleet([("a", FAST, ["m", "m-alias"]), ("b", FAST, ["other"]),
+                            ("c", FAST, ["m"])])
+        _, gw = self.gateway(ports, models={"a": ["m", "m-alias"], "b": ["other"],
+                                            "c": ["m"]})
+        # llmsim answers for its first --model name whatever alias is asked
+        for _ in range(6):
+            self.assertEqual(chat(gw)[0], 200)
+        for _ in range(4):
+            status, hdrs, _ = chat_alias(gw, "m-alias")
+            self.assertEqual(status, 200)
+            self.assertEqual(hdrs["x-llmsim-replica"], "a")
+        status, hdrs, _ = chat_alias(gw, "other")
+        self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "b"))
+        self.assertEqual(chat_alias(gw, "nope")[0], 404)
+        log = self.log(12)
+        for rec in log:
+            names = {c["backend"] for c in rec.get("candidates", [])}
+            if rec["model"] == "m":
+                self.assertEqual(names, {"a", "c"}, rec)
+                self.assertIn(rec["backend"], ("a", "c"))
+            elif rec["model"] == "m-alias":
+                self.assertEqual(names, {"a"}, rec)
+                self.assertEqual(rec["reason"], "only_candidate")
+        self.assertEqual(sim_state(ports["b"])["requests"], 1)
+
+    # ---- passive health ---------------------------------------------------------
+
+    def test_passive_ejection_and_return_with_slow_start(self):
+        # r1 answers 503 (no Retry-After hold) for its first 2.5 s
+        ports = self.fleet([("r1", FAST + ["--fault", "status@0:503:2.5:0"], ["m"]),
+                            ("r2", FAST, ["m"])])
+        gp, gw = self.gateway(ports, routing={"policy": "round_robin"}, health={
+            "eject_consecutive": 3, "eject_base": "1s", "eject_max": "4s",
+            "slow_start": "3s"}, workers=1)
+        t0 = time.monotonic()
+        sent = 0
+        while time.monotonic() - t0 < 2.0:
+            status, hdrs, _ = chat(gw)
+            self.assertEqual(status, 200)  # retried on r2 when r1 fails
+            self.assertEqual(hdrs["x-llmsim-replica"], "r2")
+            sent += 1
+        gp.wait_for(r"backend r1 ejected for 1000 ms \(ejection 1\)")
+        # ejected for 1 s, then a half-open probe fails (still 503): 2 s more
+        gp.wait_for(r"backend r1 ejected for 2000 ms \(ejection 2\)", timeout=10)
+        r1_attempts = sim_state(ports["r1"])["requests"]
+        # 3 failures eject, then one probe per back-off: nothing like one in two
+        self.assertLessEqual(r1_attempts, 3 + 2, "r1 got %d of %d" % (r1_attempts, sent))
+        # after the fault (2.5 s), the next probe (at 3 s) succeeds; probes ride
+        # on traffic, so keep it coming
+        while not any("backend r1 is back after ejection" in ln for ln in gp.lines):
+            self.assertEqual(chat(gw)[0], 200)
+            self.assertLess(time.monotonic() - t0, 10, "r1 never came back")
+        # slow start over 3 s: r1's share of the next requests, by time since
+        t1 = time.monotonic()
+        where = run_concurrently(2, lambda i: (time.monotonic() - t1, chat(gw)[1][
+            "x-llmsim-replica"]), duration=4.5)
+        early = [r for t, r in where if t < 0.75]     # ramp 0.1 .. 0.33
+        late = [r for t, r in where if t > 3.3]       # full share
+        self.assertGreaterEqual(min(len(early), len(late)), 8, where)
+        share_early = early.count("r1") / len(early)
+        share_late = late.count("r1") / len(late)
+        self.assertLess(share_early, 0.3, "slow start let r1 take %.2f at once" % share_early)
+        self.assertGreater(share_late, 0.35, "r1 did not get its share back: %.2f" % share_late)
+        ramps = [c["ramp"] for r in self.log() for c in r.get("candidates", [])
+                 if c["backend"] == "r1" and "ramp" in c]
+        self.assertTrue(ramps and min(ramps) < 0.5, "no slow start in the access log")
+
+    def test_retry_after_is_honoured(self):
+        ports = self.fleet([("r1", FAST, ["m"]), ("r2", FAST, ["m"])])
+        _, gw = self.gateway(ports, routing={"policy": "round_robin"}, workers=1)
+        # from now, r1 answers 429 with Retry-After: 2 for 1.5 s
+        status, _, _ = http_request(ports["r1"], "POST", "/sim/control",
+                                    {"fault": "status@0:429:1.5:2"})
+        self.assertEqual(status, 200)
+        for _ in range(2):
+            self.assertEqual(chat(gw)[0], 200)
+        t429 = time.monotonic()
+        self.assertEqual(sim_state(ports["r1"])["requests"], 1)  # one 429 with Retry-After: 2
+        while time.monotonic() - t429 < 1.7:
+            status, hdrs, _ = chat(gw)
+            self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "r2"))
+        self.assertEqual(sim_state(ports["r1"])["requests"], 1)
+        # once the hold is over, r1 takes requests again
+        while chat(gw)[1]["x-llmsim-replica"] != "r1":
+            self.assertLess(time.monotonic() - t429, 5, "r1 never came back")
+        self.assertGreater(time.monotonic() - t429, 1.7)
+        rec = [r for r in self.log() if r["attempts"] == 2]
+        self.assertEqual(len(rec), 1)
+        self.assertEqual(rec[0]["backend"], "r2")
+
+    # ---- retries ----------------------------------------------------------------
+
+    def test_no_retry_after_the_first_byte(self):
+        # r1 cuts every stream after 3 tokens; r2 is fine
+        ports = self.fleet([("r1", FAST + ["--fault", "close-after-tokens:3"], ["m"]),
+                            ("r2", FAST, ["m"])])
+        _, gw = self.gateway(ports, routing={"policy": "round_robin"},
+                             health={"eject_consecutive": 0}, workers=1)
+        cut = 0
+        for i in range(6):
+            r = StreamReader(gw, chat_body(stream=True, max_tokens=20))
+            raw = r.read_to_eof(timeout=10)
+            r.close()
+            if b"0\r\n\r\n" not in raw:
+                cut += 1
+                self.assertIn(b"data:", raw)  # the client got tokens, then the cut
+        self.assertEqual(cut, 3)
+        log = self.log(6)
+        for rec in log:
+            self.assertEqual(rec["attempts"], 1, rec)
+            if rec["backend"] == "r1":
+                self.assertEqual(rec["error"], "upstream_closed_mid_response")
+        # no duplicate generation was started on r2
+        self.assertEqual(sim_state(ports["r2"])["requests"], 3)
+
+    def test_retry_budget_bounds_an_outage(self):
+        always_503 = ["--fault", "status@0:503:3600:0"]
+        ports = self.fleet([("r1", FAST + always_503, ["m"]), ("r2", FAST + always_503, ["m"]),
+                            ("r3", FAST + always_503, ["m"])])
+        # no ejection: the budget alone must bound the attempts
+        _, gw = self.gateway(ports, routing={"policy": "round_robin", "retry": {
+            "attempts": 3, "budget_ratio": 0.2, "budget_min": 0}},
+            health={"eject_consecutive": 0}, workers=1)
+        n = 60
+        t0 = time.monotonic()
+        for _ in range(n):
+            s0 = time.monotonic()
+            status = chat(gw)[0]
+            self.assertIn(status, (502, 503))
+            self.assertLess(time.monotonic() - s0, 1.0)
+        total = sum(sim_state(p)["requests"] for p in ports.values())
+        # without a budget: 3 attempts each = 180; with it: n + 10 to start + 20% of n
+        self.assertLessEqual(total, n + 10 + 0.2 * n + 1)
+        self.assertGreaterEqual(total, n + 10)
+        self.assertLess(time.monotonic() - t0, 20)
+
+    def test_outage_with_ejection_fails_fast_with_retry_after(self):
+        always_503 = ["--fault", "status@0:503:3600:0"]
+        ports = self.fleet([("r1", FAST + always_503, ["m"]), ("r2", FAST + always_503, ["m"])])
+        gp, gw = self.gateway(ports, health={"eject_consecutive": 2, "eject_base": "5s"},
+                              workers=1)
+        for _ in range(6):
+            chat(gw)
+        gp.wait_for(r"backend r1 ejected")
+        gp.wait_for(r"backend r2 ejected")
+        before = sum(sim_state(p)["requests"] for p in ports.values())
+        s0 = time.monotonic()
+        status, hdrs, data = chat(gw)
+        self.assertLess(time.monotonic() - s0, 0.5)
+        self.assertEqual(status, 503)
+        self.assertIn(b"no_backend_available", data)
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 2)  # the back-off left, rounded up
+        self.assertLessEqual(int(hdrs["retry-after"]), 5)
+        self.assertEqual(sum(sim_state(p)["requests"] for p in ports.values()), before)
+
+    # ---- active health checks -----------------------------------------------------
+
+    def test_health_checks_mark_a_stopped_replica_down_and_up(self):
+        ports = self.fleet([("r1", FAST, ["m"]), ("r2", FAST, ["m"])])
+        sim1 = self.procs[0]
+        gp, gw = self.gateway(ports, routing={"policy": "round_robin"}, health={
+            "interval": "100ms", "timeout": "150ms", "rise": 2, "fall": 2,
+            "scrape_interval": 0, "eject_consecutive": 0, "slow_start": 0})
+        os.kill(sim1.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: sim1.signal(signal.SIGCONT))
+        gp.wait_for(r"backend r1 is down \(2 checks failed", timeout=10)
+        for _ in range(4):
+            status, hdrs, _ = chat(gw)
+            self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "r2"))
+        os.kill(sim1.pid, signal.SIGCONT)
+        gp.wait_for(r"backend r1 is up \(2 checks passed\)", timeout=10)
+        seen = {chat(gw)[1]["x-llmsim-replica"] for _ in range(4)}
+        self.assertEqual(seen, {"r1", "r2"})
+
+    # ---- engine metrics -----------------------------------------------------------
+
+    def test_scrapes_each_flavor(self):
+        flavors = ["vllm", "sglang", "tgi", "llamacpp"]
+        slow = ["--slots", "2", "--decode-ms", "50", "--decode-ms-per-seq", "0"]
+        ports = self.fleet([(f, slow + ["--flavor", f], ["m"]) for f in flavors]
+                           + [("idle", FAST, ["m"])])
+        # other clients load each engine directly: 2 running, 3 waiting
+        readers = []
+        for f in flavors:
+            for _ in range(5):
+                readers.append(StreamReader(ports[f], chat_body(stream=True, max_tokens=400)))
+        self.addCleanup(lambda: [r.close() for r in readers])
+        for f in flavors:
+            wait_until(lambda: (lambda s: s["running"] == 2 and s["waiting"] == 3)(
+                sim_state(ports[f])), what="queue on " + f)
+        # the gateway scrapes every backend as it starts (and says which
+        # vocabulary it found), so its first request already sees the queues
+        gp, gw = self.gateway(ports, routing={"policy": "ttft"})
+        for f in flavors:
+            gp.wait_for(r"backend %s: engine metrics look like %s" % (f, f))
+
+        def routed_with_fresh_samples():
+            # the gateway's own request goes to "idle" and explains what it saw
+            status, hdrs, _ = chat(gw, max_tokens=1)
+            self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "idle"))
+            rec = self.log()[-1]
+            cands = {c["backend"]: c for c in rec["candidates"]}
+            fresh = all(cands.get(f, {}).get("waiting") == 3 for f in flavors)
+            return cands if fresh else None
+
+        cands = wait_until(routed_with_fresh_samples, timeout=10, interval=0.05,
+                           what="the queues in the access log")
+        self.assertEqual(set(cands), set(flavors) | {"idle"})
+        for f in flavors:
+            c = cands[f]
+            self.assertEqual((c["running"], c["waiting"]), (2, 3), c)
+            self.assertLess(c["scrape_age_ms"], 300)
+            self.assertEqual(c["foreign"], 5, c)  # none of them is ours
+            if f in ("vllm", "sglang", "llamacpp"):
+                self.assertIn("kv", c)
+
+    # ---- latency-aware routing ----------------------------------------------------
+
+    def test_ttft_steers_away_from_a_slow_replica(self):
+        base = ["--decode-ms", "5", "--decode-ms-per-seq", "0.5", "--prefill-us-per-token", "100"]
+        ports = self.fleet([("f1", base, ["m"]), ("f2", base, ["m"]),
+                            ("slow", base + ["--speed", "0.25"], ["m"])])
+
+        def share_of_slow(policy):
+            gp, gw = self.gateway(ports, routing={"policy": policy})
+            before = sim_state(ports["slow"])["requests"]
+            before_all = sum(sim_state(p)["requests"] for p in ports.values())
+            run_concurrently(6, lambda i: chat(gw, content="x" * 800, max_tokens=16),
+                             duration=4.0)
+            slow = sim_state(ports["slow"])["requests"] - before
+            total = sum(sim_state(p)["requests"] for p in ports.values()) - before_all
+            gp.kill()
+            return slow / total, total
+
+        rr, n_rr = share_of_slow("round_robin")
+        ttft, n_ttft = share_of_slow("ttft")
+        print("\n  slow replica's share: round_robin %.2f (%d requests), ttft %.2f (%d)"
+              % (rr, n_rr, ttft, n_ttft))
+        self.assertAlmostEqual(rr, 1 / 3, delta=0.05)
+        self.assertLess(ttft, rr / 2, "slow share: ttft %.2f vs round robin %.2f" % (ttft, rr))
+        self.assertGreater(n_ttft, n_rr)  # the same clients got more done
+        rec = self.log()[-1]
+        self.assertEqual(rec["policy"], "ttft")
+        self.assertTrue(all("ttft_ms" in c and "score" in c for c in rec["candidates"]))
+
+    def test_prefix_affinity_with_bounded_load(self):
+        ports = self.fleet([("r%d" % i, FAST + ["--decode-ms", "20"], ["m"]) for i in range(4)])
+        _, gw = self.gateway(ports, routing={"pipeline": [{"policy": "prefix_affinity"},
+                                                          {"policy": "ttft"}]})
+        system = {g: ("You are assistant %d. " % g) * 200 for g in range(3)}  # ~4 KiB each
+
+        def ask(i):
+            g = i % 3
+            status, hdrs, _ = chat(gw, content=system[g] + " question %d" % i, max_tokens=4)
+            self.assertEqual(status, 200)
+            return g, hdrs["x-llmsim-replica"]
+
+        # a trickle: each prefix stays on one replica, where its cache is warm
+        where = {}
+        for g, replica in run_concurrently(2, ask, count=30):
+            where.setdefault(g, []).append(replica)
+        for g, replicas in where.items():
+            top = max(set(replicas), key=replicas.count)
+            self.assertGreaterEqual(replicas.count(top), len(replicas) - 1, where)
+        hits = sum(sim_state(p)["prefix_hits"] for p in ports.values())
+        lookups = sum(sim_state(p)["prefix_lookups"] for p in ports.values())
+        self.assertGreater(hits / lookups, 0.6)
+        self.assertIn("prefix_owner", {r["reason"] for r in self.log(30)})
+
+        # a burst of one prefix: bounded load spreads it, no replica takes it all
+        mark = len(self.log(30))
+        got = run_concurrently(16, lambda i: chat(gw, content=system[0] + " burst %d" % i,
+                                                  max_tokens=60)[1]["x-llmsim-replica"],
+                               count=48)
+        counts = {r: got.count(r) for r in set(got)}
+        self.assertGreaterEqual(len(counts), 2, counts)
+        self.assertLess(max(counts.values()), 0.75 * 48, counts)
+        reasons = {r["reason"] for r in self.log(mark + 48)[mark:]}
+        self.assertTrue(reasons & {"prefix_owner_overflow", "lowest_predicted_ttft"}, reasons)
+
+    def test_session_affinity(self):
+        ports = self.fleet([("r%d" % i, FAST, ["m"]) for i in range(3)])
+        _, gw = self.gateway(ports, routing={"policy": "least_request",
+                                             "session_header": "X-Session-Id"})
+        where = {}
+        for turn in range(4):
+            for s in range(8):
+                status, hdrs, _ = chat(gw, headers={"X-Session-Id": "session-%d" % s})
+                self.assertEqual(status, 200)
+                where.setdefault(s, set()).add(hdrs["x-llmsim-replica"])
+        for s, backends in where.items():
+            self.assertEqual(len(backends), 1, "session %d moved: %s" % (s, backends))
+        self.assertGreaterEqual(len(set().union(*where.values())), 2)
+        rec = self.log(32)[-1]
+        self.assertEqual(rec["policy"], "session_affinity+least_request")
+        self.assertIn(rec["reason"], ("session_owner", "session_owner_overflow",
+                                      "least_inflight"))
+
+    # ---- plugins ----------------------------------------------------------------
+
+    def test_plugin_from_shared_object(self):
+        ports = self.fleet([("r1", FAST, ["m"]), ("r2", FAST, ["m"])])
+        plugin = os.path.join(harness.BUILD, "plugins", "least_kv.so")
+        gp, gw = self.gateway(ports, routing={
+            "plugins": [plugin],
+            "pipeline": ["ttft", {"policy": "least_kv", "weight": 2}],
+            "options": {"least_kv": {"ms_per_full": 500}}})
+        gp.wait_for(r"loaded policy plugin least_kv 1.0 from .*least_kv.so \(ABI 1\.1\)")
+        for _ in range(4):
+            self.assertEqual(chat(gw)[0], 200)
+        rec = self.log(4)[-1]
+        self.assertEqual(rec["policy"], "ttft+least_kv")
+        for c in rec["candidates"]:
+            self.assertEqual(len(c["score"]), 2)
+
+    def test_bad_routing_config_is_refused(self):
+        ports = self.fleet([("r1", FAST, ["m"])])
+        for routing, want in [
+                ({"policy": "nope"}, r"/routing/policy: policy \"nope\" is not known"),
+                ({"pipeline": ["ttft", {"policy": "ttft", "options": {"slotz": 1}}]},
+                 r"/routing/pipeline/1/options/slotz: unknown option"),
+                ({"plugins": [os.path.join(harness.BUILD, "plugins",
+                                           "lgtest_bad_major.so")]},
+                 r"/routing/plugins/0: .*major differs")]:
+            backends = [{"name": "r1", "url": "http://127.0.0.1:%d" % ports["r1"],
+                         "models": ["m"]}]
+            path = self.write_config(self.base_config(backends, routing=routing))
+            p = self.start([harness.binary("llmgate"), "-c", path], name="llmgate-bad")
+            p.wait_for(want)
+            self.assertEqual(p.wait(), 2)
+
+
+def chat_alias(port, model):
+    status, hdrs, _, data = post_json(port, "/v1/chat/completions",
+                                      chat_body(model=model, max_tokens=2))
+    return status, hdrs, data
+
+
+if __name__ == "__main__":
+    harness.main()

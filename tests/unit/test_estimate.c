@@ -1,0 +1,242 @@
+/*
+ * test_estimate.c: the TTFT fit, the Peak-EWMA factor, decayed means, and
+ * the load and queueing formulas, on synthetic replicas whose true TTFT is
+ * a known line.
+ */
+#include <math.h>
+
+#include "estimate.h"
+#include "lg_test.h"
+
+#define S(x) ((uint64_t)((x)*1e9))
+
+static const struct lg_est_prior prior = {
+    .fixed_ms = 40, .ms_per_kib = 20, .itl_ms = 15, .hold_ms = 500
+};
+
+static bool
+near(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * fabs(want);
+}
+
+/* A replica with TTFT = fixed + slope * kib, sampled every 100 ms from t. */
+static uint64_t
+feed(struct lg_est_ttft *e, uint64_t t, int n, double kib, double fixed, double slope)
+{
+    for (int i = 0; i < n; i++) {
+        t += S(0.1);
+        lg_est_ttft_add(e, t, &prior, kib, fixed + slope * kib);
+    }
+    return t;
+}
+
+static int
+test_fit_recovers_line(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t = S(1);
+
+    lg_est_ttft_init(&e);
+    for (int i = 0; i < 200; i++) {
+        double kib = (i % 10) * 3.0;
+
+        t += S(0.05);
+        lg_est_ttft_add(&e, t, &prior, kib, 30 + 12 * kib);
+    }
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(near(v.fixed_ms, 30, 0.05));
+    LG_CHECK(near(v.ms_per_kib, 12, 0.05));
+    LG_CHECK(v.peak < 1.05);
+    LG_CHECK(v.samples > 50);
+    return 0;
+}
+
+/*
+ * Two healthy replicas of the same speed; one also serves a few very long
+ * prompts. Its prediction for short requests must stay that of the other,
+ * and its prediction for long ones must match what they really take.
+ */
+static int
+test_long_prompt_does_not_look_slow(void)
+{
+    struct lg_est_ttft a, b;
+    struct lg_est_value va, vb;
+    uint64_t ta = S(1), tb = S(1);
+
+    lg_est_ttft_init(&a);
+    lg_est_ttft_init(&b);
+    ta = feed(&a, ta, 50, 0.5, 40, 20);
+    tb = feed(&b, tb, 50, 0.5, 40, 20);
+    for (int i = 0; i < 3; i++) {
+        ta = feed(&a, ta, 1, 64, 40, 20); /* 64 KiB prompt: 1320 ms, healthy */
+        ta = feed(&a, ta, 5, 0.5, 40, 20);
+        tb = feed(&b, tb, 6, 0.5, 40, 20);
+    }
+    lg_est_ttft_read(&a, ta, &prior, &va);
+    lg_est_ttft_read(&b, tb, &prior, &vb);
+    LG_CHECK(near(lg_est_ttft_predict(&va, 0.5), lg_est_ttft_predict(&vb, 0.5), 0.15));
+    LG_CHECK(near(lg_est_ttft_predict(&va, 0.5), 50, 0.15));
+    LG_CHECK(near(lg_est_ttft_predict(&va, 64), 1320, 0.2));
+    LG_CHECK(va.peak < 1.2);
+
+    /* the very first long prompt, before any slope was learnt, either */
+    lg_est_ttft_init(&a);
+    ta = feed(&a, S(1), 50, 0.5, 40, 50); /* steeper than the prior's 20 ms/KiB */
+    ta = feed(&a, ta, 1, 64, 40, 50);     /* 3240 ms vs ~1300 predicted */
+    lg_est_ttft_read(&a, ta, &prior, &va);
+    LG_CHECK(va.peak < 1.1);
+    LG_CHECK(near(lg_est_ttft_predict(&va, 0.5), 65, 0.2));
+    return 0;
+}
+
+/* A replica 4x slower on short prompts is assumed 4x slower on long ones too. */
+static int
+test_slow_replica_slope_scales(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t;
+
+    lg_est_ttft_init(&e);
+    t = feed(&e, S(1), 100, 0.5, 160, 80);
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(near(lg_est_ttft_predict(&v, 0.5), 200, 0.1));
+    LG_CHECK(lg_est_ttft_predict(&v, 32) > 3 * (40 + 20 * 32));
+    return 0;
+}
+
+/* Without samples, a slow replica's estimate returns to the prior. */
+static int
+test_decay_toward_prior(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t;
+
+    lg_est_ttft_init(&e);
+    lg_est_ttft_read(&e, S(5), &prior, &v);
+    LG_CHECK(near(v.fixed_ms, prior.fixed_ms, 0.01)); /* nothing known: the prior */
+    LG_CHECK(near(v.ms_per_kib, prior.ms_per_kib, 0.01));
+
+    t = feed(&e, S(1), 50, 1, 200, 100); /* 5x slow */
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 1) > 250);
+    lg_est_ttft_read(&e, t + S(10), &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 1) > 200); /* one half-life: still clearly slow */
+    lg_est_ttft_read(&e, t + S(90), &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 1) < 1.5 * (40 + 20));
+    LG_CHECK(v.samples < 0.2);
+    return 0;
+}
+
+/* Peak-EWMA: a sudden slowdown shows after one sample; it fades without samples. */
+static int
+test_peak_reaction(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t;
+    double base;
+
+    lg_est_ttft_init(&e);
+    t = feed(&e, S(1), 200, 0.5, 40, 20);
+    lg_est_ttft_read(&e, t, &prior, &v);
+    base = lg_est_ttft_predict(&v, 0.5);
+    LG_CHECK(near(base, 50, 0.05));
+
+    t = feed(&e, t, 1, 0.5, 200, 100); /* one 5x sample */
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 1.8 * base);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 2.5 * base); /* one sample is not proof */
+    t = feed(&e, t, 3, 0.5, 200, 100);
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) > 2.8 * base); /* a few are */
+
+    /* the replica recovers: fast samples bring it down within seconds */
+    t = feed(&e, t, 30, 0.5, 40, 20);
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 1.5 * base);
+
+    /* a single outlier with no samples after it fades on its own */
+    t = feed(&e, t, 1, 0.5, 200, 100);
+    lg_est_ttft_read(&e, t + S(20), &prior, &v);
+    LG_CHECK(v.peak < 1.2);
+    return 0;
+}
+
+static int
+test_mean(void)
+{
+    struct lg_est_mean m;
+    uint64_t t = S(1);
+
+    lg_est_mean_init(&m);
+    LG_CHECK(lg_est_mean_read(&m, t, 15, LG_EST_MEAN_HALF_LIFE_S) == 15);
+    for (int i = 0; i < 50; i++) {
+        t += S(0.1);
+        lg_est_mean_add(&m, t, 60, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(lg_est_mean_read(&m, t, 15, LG_EST_MEAN_HALF_LIFE_S), 60,
+                  0.1)); /* the prior weighs 4 */
+    LG_CHECK(lg_est_mean_weight(&m, t, LG_EST_MEAN_HALF_LIFE_S) > 20);
+    LG_CHECK(near(lg_est_mean_read(&m, t + S(60), 15, LG_EST_MEAN_HALF_LIFE_S), 15, 0.05));
+    return 0;
+}
+
+static int
+test_foreign_load(void)
+{
+    const uint64_t iv = 250 * LG_NS_PER_MS;
+
+    /* 10 on the engine, 4 of them ours: 6 foreign while fresh */
+    LG_CHECK(lg_est_foreign_load(4, 6, 4, 100 * LG_NS_PER_MS, iv) == 6);
+    LG_CHECK(lg_est_foreign_load(4, 6, 4, 2 * iv, iv) == 6);
+    LG_CHECK(near(lg_est_foreign_load(4, 6, 4, 3 * iv, iv), 3, 1e-9)); /* fading */
+    LG_CHECK(lg_est_foreign_load(4, 6, 4, 4 * iv, iv) == 0);           /* stale: fail open */
+    LG_CHECK(lg_est_foreign_load(4, 6, 4, UINT64_MAX, iv) == 0);       /* never scraped */
+    LG_CHECK(lg_est_foreign_load(-1, -1, 0, 0, iv) == 0);              /* unknown */
+    LG_CHECK(lg_est_foreign_load(0, 3, 5, 0, iv) == 0); /* ours not there yet: not negative */
+    LG_CHECK(lg_est_foreign_load(4, 6, 0, 0, 0) == 0);  /* scraping off */
+    return 0;
+}
+
+static int
+test_queue_wait(void)
+{
+    LG_CHECK(lg_est_queue_wait_ms(0, 8, 900, -1) == 0);
+    LG_CHECK(lg_est_queue_wait_ms(6.5, 8, 900, -1) == 0);
+    LG_CHECK(lg_est_queue_wait_ms(7, 8, 900, -1) == 0); /* the 8th slot is free */
+    /* full, ages unknown or spread: the first departure, then one per hold/8 */
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, -1), 100, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, 450), 100, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(10, 8, 900, -1), 100 + 2 * 112.5, 1e-9));
+    /* a batch refilled 50 ms ago: its first departure is far off */
+    LG_CHECK(near(lg_est_queue_wait_ms(8, 8, 900, 50), 500, 1e-9));
+    LG_CHECK(near(lg_est_queue_wait_ms(7.5, 8, 900, -1), 50, 1e-9));         /* half a request */
+    LG_CHECK(near(lg_est_queue_wait_ms(3, 0, 100, -1), 50 + 2 * 100, 1e-9)); /* one slot */
+    return 0;
+}
+
+/* One request stuck behind something unseen does not make a replica look slow for long. */
+static int
+test_outlier_is_bounded(void)
+{
+    struct lg_est_ttft e;
+    struct lg_est_value v;
+    uint64_t t;
+
+    lg_est_ttft_init(&e);
+    t = feed(&e, S(1), 40, 0.5, 40, 20); /* 50 ms */
+    t = feed(&e, t, 1, 0.5, 1500, 0);    /* 30x: admitted with a long prefill */
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 2.5 * 50);
+    lg_est_ttft_read(&e, t + S(10), &prior, &v); /* the peak fades, the fit barely moved */
+    LG_CHECK(lg_est_ttft_predict(&v, 0.5) < 1.4 * 50);
+    return 0;
+}
+
+LG_TEST_MAIN(test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+             test_slow_replica_slope_scales, test_decay_toward_prior, test_peak_reaction, test_mean,
+             test_foreign_load, test_queue_wait)

@@ -1,0 +1,70 @@
+/*
+ * test_health.c: folding engine scrapes into a backend's engine state: the
+ * counts, our in-flight at the time, and the capacity inferred from them.
+ */
+#include "backend.h"
+#include "enginemetrics.h"
+#include "health.h"
+#include "lg_test.h"
+
+#define MS(x) ((uint64_t)(x)*LG_NS_PER_MS)
+
+static struct lg_engine_sample
+sample(int32_t waiting, int32_t running)
+{
+    struct lg_engine_sample s = {
+        .flavor = LG_ENGINE_VLLM, .waiting = waiting, .running = running, .kv_usage = 0.5
+    };
+
+    return s;
+}
+
+static int
+test_counts_and_lower_bound(void)
+{
+    struct lg_backend_engine e = { .waiting = -1, .running = -1, .kv_usage = -1 };
+    struct lg_engine_sample s = sample(0, 3);
+
+    lg_health_fold_sample(&e, &s, MS(1000), 2, MS(250), false);
+    LG_CHECK(e.waiting == 0 && e.running == 3 && e.kv_usage == 0.5);
+    LG_CHECK(e.t_ns == MS(1000) && e.inflight_at_scrape == 2 && e.flavor == LG_ENGINE_VLLM);
+    LG_CHECK(e.capacity == 3 && e.capacity_confirmed == 0); /* at least 3 slots */
+    s = sample(0, 2);
+    lg_health_fold_sample(&e, &s, MS(1250), 2, MS(250), false);
+    LG_CHECK(e.capacity == 3); /* a lower bound never falls */
+    return 0;
+}
+
+static int
+test_capacity_from_a_lasting_queue(void)
+{
+    struct lg_backend_engine e = { .waiting = -1, .running = -1, .kv_usage = -1 };
+    struct lg_engine_sample s;
+
+    /* one scrape with a queue: a request waiting for the next step, not proof */
+    s = sample(0, 5);
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), false);
+    s = sample(2, 6);
+    lg_health_fold_sample(&e, &s, MS(1250), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 0 && e.capacity == 6);
+    /* the queue lasts: full at 8 */
+    s = sample(3, 8);
+    lg_health_fold_sample(&e, &s, MS(1500), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 1 && e.capacity == 8);
+
+    /* a queue held by our own long prefill says nothing about slots */
+    e = (struct lg_backend_engine){ .waiting = -1, .running = -1, .kv_usage = -1 };
+    s = sample(4, 2);
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), true);
+    lg_health_fold_sample(&e, &s, MS(1250), 0, MS(250), true);
+    LG_CHECK(e.capacity_confirmed == 0);
+
+    /* two queued scrapes too far apart do not confirm either */
+    e = (struct lg_backend_engine){ .waiting = -1, .running = -1, .kv_usage = -1 };
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), false);
+    lg_health_fold_sample(&e, &s, MS(3000), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 0);
+    return 0;
+}
+
+LG_TEST_MAIN(test_counts_and_lower_bound, test_capacity_from_a_lasting_queue)

@@ -1,0 +1,134 @@
+/*
+ * test_openai.c: request-body inspection and error bodies.
+ */
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "lg_test.h"
+#include "openai.h"
+
+static int
+inspect(const char *body, struct lg_openai_req *out, char *err)
+{
+    struct evbuffer *b = evbuffer_new();
+    int rc;
+
+    /* several chains: jansson reads them through the callback */
+    for (size_t i = 0; i < strlen(body); i += 7) {
+        struct evbuffer *piece = evbuffer_new();
+
+        evbuffer_add(piece, body + i, strlen(body + i) < 7 ? strlen(body + i) : 7);
+        evbuffer_add_buffer(b, piece);
+        evbuffer_free(piece);
+    }
+    rc = lg_openai_inspect(b, 16, out, err, 256);
+    evbuffer_free(b);
+    return rc;
+}
+
+static int
+test_chat_fields(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"model\":\"llama\",\"stream\":true,\"max_tokens\":42,"
+                     "\"stream_options\":{\"include_usage\":true},"
+                     "\"messages\":[{\"role\":\"system\",\"content\":\"You are kind.\"},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]}",
+                     &r, err)
+             == LG_OK);
+    LG_CHECK_STR(r.model, "llama");
+    LG_CHECK(r.stream);
+    LG_CHECK(r.include_usage);
+    LG_CHECK(r.max_tokens == 42);
+    LG_CHECK(r.prompt_bytes == strlen("You are kind.") + 2);
+    LG_CHECK(r.prefix_hash != 0);
+    return 0;
+}
+
+static int
+test_prefix_hash_covers_only_the_prefix(void)
+{
+    struct lg_openai_req a, b, c;
+    char err[256];
+
+    /* prefix_bytes is 16: "system" + the first 10 bytes of the system prompt */
+    LG_CHECK(inspect("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
+                     "\"0123456789 shared\"},{\"role\":\"user\",\"content\":\"one\"}]}",
+                     &a, err)
+             == LG_OK);
+    LG_CHECK(inspect("{\"messages\":[{\"role\":\"system\",\"content\":\"0123456789 other\"},"
+                     "{\"content\":\"two\",\"role\":\"user\"}],\"model\":\"m\"}",
+                     &b, err)
+             == LG_OK);
+    LG_CHECK(inspect("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
+                     "\"X123456789 shared\"}]}",
+                     &c, err)
+             == LG_OK);
+    LG_CHECK(a.prefix_hash == b.prefix_hash);
+    LG_CHECK(a.prefix_hash != c.prefix_hash);
+    return 0;
+}
+
+static int
+test_completions_and_embeddings(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"model\":\"m\",\"prompt\":[\"ab\",\"cde\"],"
+                     "\"max_completion_tokens\":7,\"max_tokens\":9}",
+                     &r, err)
+             == LG_OK);
+    LG_CHECK(r.prompt_bytes == 5);
+    LG_CHECK(r.max_tokens == 7); /* the newer name wins */
+    LG_CHECK(!r.stream);
+    LG_CHECK(inspect("{\"model\":\"e\",\"input\":[[1,2,3],\"abcd\"]}", &r, err) == LG_OK);
+    LG_CHECK(r.prompt_bytes == 12 + 4);
+    return 0;
+}
+
+static int
+test_errors(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"model\":", &r, err) == LG_EINVAL);
+    LG_CHECK(strstr(err, "malformed JSON") != NULL);
+    LG_CHECK(inspect("[1,2]", &r, err) == LG_EINVAL);
+    LG_CHECK(inspect("{\"model\":3}", &r, err) == LG_EINVAL);
+    LG_CHECK(strstr(err, "\"model\" must be a string") != NULL);
+    LG_CHECK(inspect("{\"model\":\"m\",\"stream\":\"yes\"}", &r, err) == LG_EINVAL);
+    LG_CHECK(inspect("{\"model\":\"m\",\"max_tokens\":-1}", &r, err) == LG_EINVAL);
+    LG_CHECK(inspect("{\"model\":\"m\"} trailing", &r, err) == LG_EINVAL);
+    /* a missing model is reported by the caller, not here */
+    LG_CHECK(inspect("{\"messages\":[]}", &r, err) == LG_OK);
+    LG_CHECK(r.model[0] == '\0');
+    return 0;
+}
+
+static int
+test_error_body_escapes(void)
+{
+    struct evbuffer *b = evbuffer_new();
+    char out[512];
+    size_t n;
+
+    n = lg_openai_error_body(b, "bad \"x\"\n\x01", "invalid_request_error", "bad_request");
+    LG_CHECK(n == evbuffer_get_length(b) && n < sizeof(out));
+    evbuffer_remove(b, out, n);
+    out[n] = '\0';
+    LG_CHECK_STR(out, "{\"error\":{\"message\":\"bad \\\"x\\\"\\n\\u0001\","
+                      "\"type\":\"invalid_request_error\",\"param\":null,"
+                      "\"code\":\"bad_request\"}}\n");
+    evbuffer_free(b);
+    LG_CHECK_STR(lg_openai_error_type(429), "rate_limit_error");
+    LG_CHECK_STR(lg_openai_error_type(503), "api_error");
+    return 0;
+}
+
+LG_TEST_MAIN(test_chat_fields, test_prefix_hash_covers_only_the_prefix,
+             test_completions_and_embeddings, test_errors, test_error_body_escapes)

@@ -1,0 +1,403 @@
+/*
+ * test_policies.c: each built-in policy's choices on hand-made candidate
+ * views, through the same ops a dlopen()ed plugin exposes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lg_test.h"
+#include "plugin.h"
+
+#define N_MAX 8
+
+struct fleet {
+    struct lg_backend_view v[N_MAX];
+    const struct lg_backend_view *p[N_MAX];
+    size_t n;
+};
+
+/* A healthy, idle replica: 40 ms + 20 ms/KiB, 15 ms between tokens, 8 slots. */
+static struct lg_backend_view *
+add(struct fleet *f, const char *name)
+{
+    struct lg_backend_view *v = &f->v[f->n];
+
+    memset(v, 0, sizeof(*v));
+    v->size = sizeof(*v);
+    v->name = name;
+    v->id = (uint32_t)f->n + 1;
+    v->weight = 1;
+    v->ramp = 1;
+    v->engine_waiting = -1;
+    v->engine_running = -1;
+    v->engine_kv_usage = -1;
+    v->engine_age_ns = UINT64_MAX;
+    v->ttft_fixed_ms = 40;
+    v->ttft_ms_per_kib = 20;
+    v->itl_ms = 15;
+    v->samples = 50;
+    v->capacity = 8;
+    v->hold_ms = 1000;
+    v->flags = LG_VIEW_F_STALE;
+    f->p[f->n] = v;
+    f->n++;
+    return v;
+}
+
+static void
+set_load(struct lg_backend_view *v, uint32_t inflight, double foreign)
+{
+    v->inflight = inflight;
+    v->foreign = foreign;
+    v->load = inflight + foreign;
+}
+
+struct policy {
+    const struct lg_plugin *p;
+    void *state;
+};
+
+static int
+open_policy(struct policy *pol, const char *name, const char *options)
+{
+    char err[256];
+
+    pol->p = lg_plugin_find(name);
+    if (pol->p == NULL) {
+        return -1;
+    }
+    if (pol->p->ops->create(lg_plugin_host(), options, &pol->state, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Filters, scores and returns the cheapest candidate's index (first on ties). */
+static int
+pick(struct policy *pol, const struct lg_route_info *req, struct fleet *f, double *cost,
+     const char **why)
+{
+    const struct lg_backend_view *live[N_MAX];
+    unsigned char keep[N_MAX];
+    size_t idx[N_MAX], m = 0;
+    double c[N_MAX];
+    int best = -1;
+
+    memset(keep, 1, sizeof(keep));
+    if (LG_POLICY_HAS(pol->p->ops, filter)) {
+        pol->p->ops->filter(pol->state, req, f->p, f->n, keep);
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        if (keep[i]) {
+            idx[m] = i;
+            live[m++] = f->p[i];
+        }
+    }
+    for (size_t k = 0; k < m; k++) {
+        c[k] = 0;
+    }
+    *why = NULL;
+    pol->p->ops->score(pol->state, req, live, m, c, why);
+    for (size_t i = 0; i < f->n; i++) {
+        cost[i] = NAN;
+    }
+    for (size_t k = 0; k < m; k++) {
+        cost[idx[k]] = c[k];
+        if (best < 0 || c[k] < cost[best]) {
+            best = (int)idx[k];
+        }
+    }
+    return best;
+}
+
+static struct lg_route_info
+req_of(uint64_t prompt_bytes, uint32_t max_tokens, uint64_t prefix, uint64_t session)
+{
+    struct lg_route_info r = { .size = sizeof(r),
+                               .model = "m",
+                               .path = "/v1/chat/completions",
+                               .stream = 1,
+                               .prompt_bytes = prompt_bytes,
+                               .max_tokens = max_tokens,
+                               .prefix_hash = prefix,
+                               .session_hash = session,
+                               .attempt = 1,
+                               .prefix_len =
+                                   prefix ? (prompt_bytes < 2048 ? prompt_bytes : 2048) : 0 };
+
+    return r;
+}
+
+static int
+test_round_robin(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol;
+    struct lg_route_info r = req_of(100, 10, 0, 0);
+    int count[3] = { 0 }, last = -1, repeats = 0;
+    double cost[N_MAX];
+    const char *why;
+
+    add(&f, "a");
+    add(&f, "b")->weight = 2;
+    add(&f, "c");
+    LG_CHECK(open_policy(&pol, "round_robin", "{}") == 0);
+    for (int i = 0; i < 400; i++) {
+        int k = pick(&pol, &r, &f, cost, &why);
+
+        count[k]++;
+        repeats += k == last && f.v[k].weight == 1;
+        last = k;
+    }
+    LG_CHECK(count[0] == 100 && count[1] == 200 && count[2] == 100); /* weighted turns */
+    LG_CHECK(repeats == 0);
+    LG_CHECK_STR(why, "next_in_turn");
+    pol.p->ops->destroy(pol.state);
+    LG_CHECK(open_policy(&pol, "round_robin", "{\"x\":1}") != 0);
+    return 0;
+}
+
+static int
+test_least_request_and_p2c(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy lr, p2c;
+    struct lg_route_info r = req_of(100, 10, 0, 0);
+    int count[3] = { 0 };
+    double cost[N_MAX];
+    const char *why;
+
+    set_load(add(&f, "a"), 5, 0);
+    set_load(add(&f, "b"), 2, 9); /* foreign load: least_request counts ours only */
+    set_load(add(&f, "c"), 10, 0);
+    LG_CHECK(open_policy(&lr, "least_request", "{}") == 0);
+    LG_CHECK(pick(&lr, &r, &f, cost, &why) == 1);
+    LG_CHECK_STR(why, "least_inflight");
+    LG_CHECK(cost[0] == 500 && cost[1] == 200); /* 100 ms per request by default */
+    f.v[2].weight = 10;                         /* 10 per weight unit: cheapest */
+    LG_CHECK(pick(&lr, &r, &f, cost, &why) == 2);
+    f.v[2].weight = 1;
+
+    LG_CHECK(open_policy(&p2c, "p2c", "{}") == 0);
+    for (int i = 0; i < 300; i++) {
+        int k = pick(&p2c, &r, &f, cost, &why);
+        int scored = 0;
+
+        for (size_t j = 0; j < f.n; j++) {
+            scored += !isnan(cost[j]);
+        }
+        LG_CHECK(scored == 2); /* the filter kept two */
+        count[k]++;
+    }
+    /* the most loaded never wins a pair; the least loaded wins both its pairs */
+    LG_CHECK(count[2] == 0 && count[1] > count[0] && count[0] > 50);
+    LG_CHECK_STR(why, "p2c_least_inflight");
+    lr.p->ops->destroy(lr.state);
+    p2c.p->ops->destroy(p2c.state);
+    return 0;
+}
+
+static int
+test_ttft(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol, dec;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *fast, *slow;
+    struct lg_route_info shrt = req_of(512, 64, 0, 0), lng = req_of(16 * 1024, 64, 0, 0);
+
+    fast = add(&f, "fast");
+    slow = add(&f, "slow");
+    slow->ttft_fixed_ms = 160; /* 4x slower */
+    slow->ttft_ms_per_kib = 80;
+    slow->itl_ms = 60;
+    slow->hold_ms = 4000;
+    LG_CHECK(open_policy(&pol, "ttft", "{\"decode_weight\": 0}") == 0);
+
+    /* idle: the fast one */
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    LG_CHECK_STR(why, "lowest_predicted_ttft");
+    LG_CHECK(fabs(cost[0] - 50) < 1e-9 && fabs(cost[1] - 200) < 1e-9);
+
+    /* fast has free slots: it still wins, a bit dearer (batching) */
+    set_load(fast, 6, 0);
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    LG_CHECK(cost[0] > 50 && cost[0] < 65);
+
+    /* fast is full and was just refilled: its queue costs more than the slow one */
+    set_load(fast, 8, 0);
+    fast->inflight_age_ms = 100;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    /* ... but not when its batch is about to turn over and slow is busy too */
+    fast->inflight_age_ms = 500;
+    set_load(slow, 4, 0);
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+
+    /* the engine's queue says other clients fill fast: their load counts */
+    set_load(fast, 2, 7);
+    set_load(slow, 0, 0);
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+
+    /* a long prompt goes where prefill is fast, even if the fixed part is not */
+    set_load(fast, 0, 0);
+    fast->ttft_fixed_ms = 20;
+    fast->ttft_ms_per_kib = 30;
+    slow->ttft_fixed_ms = 60;
+    slow->ttft_ms_per_kib = 5;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    LG_CHECK(pick(&pol, &lng, &f, cost, &why) == 1);
+
+    /* requests there have waited 3 s for a first token: it is stalled */
+    slow->pending = 3;
+    slow->pending_age_ms = 3000;
+    LG_CHECK(pick(&pol, &lng, &f, cost, &why) == 0);
+    slow->pending = 0;
+
+    /* failing replicas cost more: with 90% failing, nearly 3x */
+    slow->error_rate = 0.9;
+    pick(&pol, &lng, &f, cost, &why);
+    LG_CHECK(fabs(cost[1] - 140 * 2.8) < 1e-6);
+    slow->error_rate = 0;
+
+    /* equal TTFT, different decode speed: only decode_weight tells them apart */
+    fast->ttft_fixed_ms = slow->ttft_fixed_ms = 50;
+    fast->ttft_ms_per_kib = slow->ttft_ms_per_kib = 10;
+    fast->itl_ms = slow->itl_ms = 15;
+    slow->itl_ms = 60;
+    fast->hold_ms = slow->hold_ms = 1000;
+    fast->itl_ms = 15;
+    LG_CHECK(open_policy(&dec, "ttft", "{\"decode_weight\": 0.05, \"batch_weight\": 0}") == 0);
+    {
+        struct lg_route_info many = req_of(512, 2000, 0, 0);
+        struct lg_backend_view tmp = *fast;
+
+        /* swap so the slow decoder comes first: a tie would pick it */
+        *fast = *slow;
+        *slow = tmp;
+        LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
+        LG_CHECK(cost[0] - cost[1] > 4000);
+    }
+    dec.p->ops->destroy(dec.state);
+    LG_CHECK(open_policy(&dec, "ttft", "{\"slots\": 0}") != 0); /* out of range */
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
+static int
+owner_of(struct policy *pol, struct fleet *f, uint64_t key, bool session)
+{
+    struct lg_route_info r = req_of(4096, 10, session ? 0 : key, session ? key : 0);
+    double cost[N_MAX];
+    const char *why;
+
+    return pick(pol, &r, f, cost, &why);
+}
+
+static int
+test_prefix_affinity(void)
+{
+    struct fleet f = { .n = 0 }, g = { .n = 0 };
+    struct policy pol;
+    int count[4] = { 0 }, moved = 0;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_route_info r = req_of(8192, 10, 0x1234567, 0);
+
+    for (int i = 0; i < 4; i++) {
+        add(&f, "x");
+    }
+    LG_CHECK(open_policy(&pol, "prefix_affinity", "{}") == 0);
+
+    /* a prefix has one owner, cost 0; the others pay the prefill it saves */
+    int o = pick(&pol, &r, &f, cost, &why);
+    LG_CHECK_STR(why, "prefix_owner");
+    for (size_t i = 0; i < f.n; i++) {
+        /* 3 x 75% of 8 KiB at the prior's 20 ms/KiB */
+        LG_CHECK(cost[i] == ((int)i == o ? 0 : 360));
+    }
+    LG_CHECK(owner_of(&pol, &f, 0x1234567, false) == o);
+
+    /* keys spread evenly */
+    for (uint64_t k = 1; k <= 4000; k++) {
+        count[owner_of(&pol, &f, lg_mix64(k), false)]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(count[i] > 850 && count[i] < 1150);
+    }
+
+    /* removing a replica moves only its own keys */
+    g.n = 0;
+    for (int i = 0; i < 4; i++) {
+        if (i != 2) {
+            g.v[g.n] = f.v[i];
+            g.p[g.n] = &g.v[g.n];
+            g.n++;
+        }
+    }
+    for (uint64_t k = 1; k <= 2000; k++) {
+        int a = owner_of(&pol, &f, lg_mix64(k), false);
+        int b = owner_of(&pol, &g, lg_mix64(k), false);
+        int b_in_f = b >= 2 ? b + 1 : b;
+
+        if (a != 2) {
+            moved += a != b_in_f;
+        }
+    }
+    LG_CHECK(moved == 0);
+
+    /* bounded load: an owner far above its fair share hands over to the next */
+    set_load(&f.v[o], 12, 0);
+    for (size_t i = 0; i < f.n; i++) {
+        if ((int)i != o) {
+            set_load(&f.v[i], 1, 0);
+        }
+    }
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) != o);
+    LG_CHECK_STR(why, "prefix_owner_overflow");
+    LG_CHECK(cost[o] == 360);
+
+    /* no prefix: no opinion */
+    r.prefix_hash = 0;
+    for (size_t i = 0; i < f.n; i++) {
+        cost[i] = -1;
+    }
+    pick(&pol, &r, &f, cost, &why);
+    for (size_t i = 0; i < f.n; i++) {
+        LG_CHECK(cost[i] == 0);
+    }
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
+static int
+test_session_affinity(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_route_info r = req_of(1024, 10, 0, 0xabcdef);
+    int o;
+
+    for (int i = 0; i < 3; i++) {
+        add(&f, "x");
+    }
+    LG_CHECK(open_policy(&pol, "session_affinity", "{\"min_ms\": 250}") == 0);
+    o = pick(&pol, &r, &f, cost, &why);
+    LG_CHECK_STR(why, "session_owner");
+    LG_CHECK(cost[(o + 1) % 3] == 250); /* a short prompt: the floor */
+    for (int i = 0; i < 20; i++) {
+        LG_CHECK(owner_of(&pol, &f, 0xabcdef, true) == o);
+    }
+    /* the prefix does not matter to it */
+    r.prefix_hash = 99;
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == o);
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
+LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_prefix_affinity,
+             test_session_affinity)
