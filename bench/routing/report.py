@@ -543,6 +543,7 @@ def analyze(scen, runs_by_contender, ctx):
         b["criterion"] = {"pass": v[0], "detail": v[1]}
         b["loadavg"] = [run.get("loadavg") for run in p.runs]
         b["intake_lag_ms"] = [run.get("intake_lag_ms") for run in p.runs]
+        b["foreign_rt_s"] = [run.get("foreign_rt_s") for run in p.runs]
         b["sched_lag_max_ms"] = [
             max((s.get("sched_lag_ms") or {}).get("max") or 0 for s in
                 (run["summary"] if isinstance(run["summary"], list) else [run["summary"]]))
@@ -555,6 +556,12 @@ def analyze(scen, runs_by_contender, ctx):
     out["subject_verdict"] = sv.get("criterion", {"pass": None, "detail": "not run"})
     for name, p in pools.items():
         for run in p.runs:
+            if run.get("foreign_rt_s"):
+                ctx["notes"].append(
+                    "%s round %d: other real-time processes ran during the run (%s; seconds "
+                    "seen), taking CPU from the fleet and the proxy." % (
+                        name, run["round"], ", ".join("%s %d" % kv for kv in
+                                                      sorted(run["foreign_rt_s"].items()))))
             lag = (run.get("intake_lag_ms") or {}).get("max") or 0
             if lag > 100:
                 ctx["notes"].append(

@@ -85,6 +85,45 @@ def pinning(spec):
     return {"load": parts[0] or None, "proxy": parts[1] or None, "fleet": parts[2] or None}
 
 
+def foreign_rt(own):
+    """Names of user-space processes outside this benchmark running under a
+    real-time policy: they take the CPUs from the fleet and the proxy."""
+    names = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in own:
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if not f.read(1):
+                    continue  # a kernel thread
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if len(fields) > 38 and fields[38] in ("1", "2"):  # SCHED_FIFO, SCHED_RR
+            names.add(comm)
+    return names
+
+
+class RtWatch(threading.Thread):
+    """Samples foreign real-time processes once a second during a run."""
+
+    def __init__(self, own):
+        super().__init__(daemon=True)
+        self.own = own
+        self.seen = {}
+        self.stop = threading.Event()
+
+    def run(self):
+        while True:
+            for name in foreign_rt(self.own()):
+                self.seen[name] = self.seen.get(name, 0) + 1
+            if self.stop.wait(1.0):
+                return
+
+
 def loadavg():
     try:
         with open("/proc/loadavg") as f:
@@ -252,6 +291,15 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
     threads = []
     result = {"round": rnd, "status": "ok", "loadavg": [loadavg()]}
     t_start = time.monotonic()
+
+    def own():
+        pids = {os.getpid()}
+        for p in list(fleet.procs) + (cont.procs if cont else []) + [x[0] for x in loads]:
+            if p is not None:
+                pids.add(p.pid)
+        return pids
+    watch = RtWatch(own)
+    watch.start()
     try:
         fleet.start()
         kind, cont = make_contender(name, scen, args, rundir, fleet, shm_dir, pins)
@@ -304,12 +352,14 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
         result["reason"] = str(e).replace("\n", " | ")
     finally:
         stop.set()
+        watch.stop.set()
         for proc, _, _ in loads:
             proc.stop()
         if cont is not None:
             cont.stop()
         fleet.stop()
     result["loadavg"].append(loadavg())
+    result["foreign_rt_s"] = dict(watch.seen)
     result["wall_s"] = time.monotonic() - t_start
     return result
 
@@ -360,8 +410,16 @@ def verdict_summary(results):
     return out
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    # stop cleanly (every process of the run in progress) on SIGTERM, and on
+    # SIGINT even when started in the background with SIGINT ignored
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
     args.build = os.path.abspath(args.build)
     for b in ("llmgate", "llmsim", "llmload"):
         if not os.access(os.path.join(args.build, b), os.X_OK):
@@ -423,7 +481,10 @@ def main(argv=None):
                               done, total, n, rnd, r["wall_s"], R.fmt_ms(R.pct(t, 50)),
                               R.fmt_ms(R.pct(t, 99)), nerr, (r["loadavg"][-1] or [0])[0],
                               ", proxy intake lagged up to %.0f ms" % lag["max"]
-                              if (lag.get("max") or 0) > 100 else ""), flush=True)
+                              if (lag.get("max") or 0) > 100 else "") +
+                          (", other real-time work: %s" % ", ".join(
+                              "%s %d s" % kv for kv in sorted(r["foreign_rt_s"].items()))
+                           if r.get("foreign_rt_s") else ""), flush=True)
             res = R.analyze(scen, runs, ctx)
             res["definition"] = dict(scen, duration=ctx["duration"], slowdown=ctx["slowdown"],
                                      crash=ctx["crash"], contenders=names)
@@ -456,4 +517,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        print("\ninterrupted (%s): partial results were written" % (e or "SIGINT"),
+              file=sys.stderr)
+        sys.exit(130)
