@@ -1,0 +1,179 @@
+"""Routing benchmark scenarios: fleets, workloads, faults and what must hold.
+
+Every number a scenario uses is here, so a reader can check what was run.
+Rates are fractions of the fleet's capacity, computed from llmsim's timing
+model (capacity_rps below; bench/routing/README.md explains it).
+"""
+
+# llmsim timing model shared by every replica (see tools/llmsim/README.md):
+# a step lasts (prefill_us_per_token x admitted prompt tokens + decode_ms +
+# decode_ms_per_seq x running) / speed and yields one token per running
+# sequence. These values look like a small model on a fast GPU: 10 ms per
+# decode step plus 0.25 ms per sequence in the batch, 20k prompt tokens/s.
+SIM = {
+    "slots": 16,
+    "decode_ms": 10.0,
+    "decode_ms_per_seq": 0.25,
+    "prefill_us_per_token": 50.0,
+    "prefix_block_tokens": 16,
+    "prefix_cache_blocks": 8192,
+    "flavor": "vllm",
+}
+
+# The default request mix: prompts of 256..2048 bytes (64..512 tokens); most
+# answers short, a fifth long (the long ones are what a slow replica makes
+# slow end to end).
+PROMPT = "256-2048"
+MAX_TOKENS = "mix:80%16-64,20%128-256"
+# --quick (a smoke run) also shortens answers, so that draining the slowest
+# replica does not dominate a few seconds of arrivals.
+QUICK_MAX_TOKENS = "mix:80%8-32,20%32-64"
+
+HETERO = [1.0, 1.0, 0.5, 0.25]
+HOMOG = [1.0, 1.0, 1.0, 1.0]
+
+# llmgate contenders: name -> routing section (the gateway's defaults for
+# everything else). "prefix_affinity" is the affinity stage combined with the
+# load stage, as the policy is meant to be deployed.
+LLMGATE_ROUTING = {
+    "round_robin": {"policy": "round_robin"},
+    "least_request": {"policy": "least_request"},
+    "p2c": {"policy": "p2c"},
+    "ttft": {"policy": "ttft"},
+    "prefix_affinity": {"pipeline": ["prefix_affinity", "ttft"]},
+    "oracle": {"pipeline": [{"policy": "oracle", "options": {}}]},  # options filled per run
+}
+PEERS = ("nginx", "haproxy")
+# Scenario 7: the same policy in two gateway instances sharing the fleet.
+DUAL_SUFFIX = "_x2"
+
+ALL_SINGLE = ["round_robin", "least_request", "p2c", "ttft", "nginx", "haproxy", "oracle"]
+
+# What the benchmark judges: the gateway's default policy.
+SUBJECT = "ttft"
+
+
+def spec_mean(spec):
+    """Mean of an llmload SPEC: N, A-B or mix:P1%V1,P2%V2,..."""
+    spec = str(spec)
+    if spec.startswith("mix:"):
+        total = 0.0
+        for part in spec[4:].split(","):
+            pct, val = part.split("%", 1)
+            total += float(pct) / 100.0 * spec_mean(val)
+        return total
+    if "-" in spec:
+        a, b = spec.split("-", 1)
+        return (float(a) + float(b)) / 2.0
+    return float(spec)
+
+
+def request_cost_ms(sim, prompt_bytes, max_tokens, prefix_bytes=0):
+    """Engine time one average request consumes at full batch, speed 1.
+
+    At capacity every slot is busy, so each step lasts decode_ms +
+    decode_ms_per_seq x slots (plus the prefill of what it admits) and
+    serves `slots` sequences: a request of M tokens uses M/slots of the
+    steps, and its own prefill on top.
+    """
+    slots = sim["slots"]
+    step_ms = sim["decode_ms"] + sim["decode_ms_per_seq"] * slots
+    prompt_tokens = (spec_mean(prompt_bytes) + prefix_bytes) / 4.0
+    return spec_mean(max_tokens) * step_ms / slots + prompt_tokens * sim["prefill_us_per_token"] / 1000.0
+
+
+def capacity_rps(sim, speeds, prompt_bytes, max_tokens, prefix_bytes=0):
+    """Requests per second the fleet completes when saturated (no cache hits)."""
+    return sum(speeds) * 1000.0 / request_cost_ms(sim, prompt_bytes, max_tokens, prefix_bytes)
+
+
+def _s(**kw):
+    base = {
+        "sim": dict(SIM),
+        "prompt_bytes": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "prefix_groups": 0,
+        "prefix_bytes": 0,
+        "burst": None,
+        "faults": [],          # (replica index, llmsim fault SPEC, seconds after the load starts)
+        "crash": None,          # {"replica": i, "at": s, "restart_after": s}
+        "gateways": 1,
+        "timeout_s": 30,
+        "seed": 11,
+    }
+    base.update(kw)
+    return base
+
+
+SCENARIOS = [
+    _s(id="1a", scenario=1, title="Heterogeneous fleet at 70% of capacity",
+       speeds=HETERO, load=0.7, duration=15, quick=6, contenders=ALL_SINGLE,
+       what="speeds 1, 1, 0.5, 0.25; Poisson arrivals at 70% of the fleet's capacity",
+       criteria="hetero"),
+    _s(id="1b", scenario=1, title="Heterogeneous fleet at 90% of capacity",
+       speeds=HETERO, load=0.9, duration=15, quick=6, contenders=ALL_SINGLE,
+       what="as 1a at 90% of capacity", criteria="hetero"),
+    _s(id="2", scenario=2, title="One replica slows 5x mid-run, then recovers",
+       speeds=HOMOG, load=0.7, duration=50, quick=24,
+       slowdown={"replica": 3, "factor": 5.0, "at": 8.0, "for": 12.0},
+       quick_slowdown={"replica": 3, "factor": 5.0, "at": 6.0, "for": 8.0},
+       contenders=["round_robin", "least_request", "ttft", "nginx", "oracle"],
+       what="4 equal replicas at 70% load; r4 runs 5x slower from t=8 s to t=20 s",
+       criteria="degrade"),
+    _s(id="3", scenario=3, title="A replica crashes with streams in flight",
+       speeds=HOMOG, load=0.5, duration=24, quick=14,
+       crash={"replica": 3, "at": 8.0, "restart_after": 4.0},
+       quick_crash={"replica": 3, "at": 4.0, "restart_after": 3.0},
+       contenders=["round_robin", "least_request", "ttft", "nginx", "haproxy"],
+       what="4 equal replicas at 50% load; r4 exits at t=8 s (llmsim crash@) and is "
+            "restarted on the same port 4 s later",
+       criteria="crash"),
+    _s(id="4", scenario=4, title="Bursty arrivals",
+       speeds=HOMOG, load=0.5, duration=20, quick=10, burst="10:0.5:4.5",
+       contenders=["round_robin", "least_request", "p2c", "ttft", "nginx", "oracle"],
+       what="4 equal replicas, mean 50% load, all of it in 0.5 s bursts every 5 s "
+            "(10x the mean rate)",
+       criteria="burst"),
+    _s(id="5", scenario=5, title="90% short, 10% very long prompts",
+       speeds=HETERO, load=0.7, duration=15, quick=6,
+       prompt_bytes="mix:90%256-2048,10%32000",
+       contenders=["round_robin", "least_request", "ttft", "nginx", "oracle"],
+       what="fleet of 1a, prompts 256..2048 bytes with 10% of 32,000 bytes (8k tokens); "
+            "70% load",
+       criteria="longshort", short_max_bytes=2048),
+    _s(id="6", scenario=6, title="Shared system prompts (prefix cache)",
+       speeds=HOMOG, load=0.6, duration=20, quick=8,
+       prompt_bytes="128-512", max_tokens="16-64", prefix_groups=16, prefix_bytes=8000,
+       sim=dict(SIM, prefix_cache_blocks=640),
+       contenders=["round_robin", "ttft", "prefix_affinity", "oracle"],
+       what="4 equal replicas, each with a 640-block (10k-token) prefix cache; 16 groups "
+            "of an 8,000-byte system prompt (125 blocks each: 3x one cache); 60% of the "
+            "capacity without cache hits",
+       criteria="prefix"),
+    _s(id="7", scenario=7, title="Two gateways in front of the same fleet",
+       speeds=HETERO, load=0.9, duration=15, quick=6,
+       contenders=["round_robin", "ttft", "ttft" + DUAL_SUFFIX,
+                   "least_request" + DUAL_SUFFIX],
+       what="fleet and load of 1b; X_x2 = two llmgate instances, each replaying half of "
+            "the trace",
+       criteria="dual"),
+]
+
+
+def by_id():
+    return {s["id"]: s for s in SCENARIOS}
+
+
+def select(arg):
+    """Scenarios for --scenario: 'all', '1' (both variants), '1b', or a comma list."""
+    if arg in (None, "", "all"):
+        return list(SCENARIOS)
+    out = []
+    for part in str(arg).split(","):
+        part = part.strip()
+        hits = [s for s in SCENARIOS if s["id"] == part or str(s["scenario"]) == part]
+        if not hits:
+            raise ValueError("unknown scenario %r (known: %s)" % (
+                part, ", ".join(s["id"] for s in SCENARIOS)))
+        out.extend(h for h in hits if h not in out)
+    return out

@@ -1,0 +1,713 @@
+/*
+ * oracle.c: a benchmark-only routing policy that knows the truth. Each
+ * candidate is an llmsim replica started with --state-shm; the oracle maps
+ * that file and scores the candidate with the exact TTFT one more request
+ * would get there now (llmsim_shm_predict_ttft_ns(): the replica's true queue,
+ * slots, step in progress and speed, read with no delay), so the benchmark has
+ * a lower bound for what any real policy (which sees stale, partial signals)
+ * can reach.
+ *
+ *   "routing": {"plugins": ["build/plugins/oracle.so"],
+ *               "pipeline": [{"policy": "oracle",
+ *                             "options": {"shm": "/dev/shm/bench/%s.state"}}]}
+ *
+ * Options (a flat JSON object; keys starting with '#' are comments):
+ *   shm           path of a candidate's state file, "%s" standing for its
+ *                 backend name (default: $LLMGATE_ORACLE_SHM)
+ *   shared_bytes  bytes (roles included) of the prompt prefix that requests
+ *                 with the same prefix hash share; 0 = only what the hash
+ *                 covers (default 0)
+ *   prefix_bytes  routing.prefix_bytes, for hosts whose route info does not
+ *                 carry prefix_len (ABI 1.0; default 2048)
+ *
+ * Prefix cache: the host hashes the prompt's first prefix_len bytes (roles and
+ * contents) with 64-bit FNV-1a, then splitmix64, then sets bit 0. llmsim keys
+ * its cache blocks with the FNV-1a of all text up to each block's end, so when
+ * prefix_len is a whole number of blocks, inverting splitmix64 gives the key
+ * of the block that ends the hashed prefix (two candidates, for the lost bit)
+ * and the oracle looks it up in the replica's own table: when present, the
+ * shared prefix is cached there (its blocks are touched together, so LRU
+ * evicts them together). Otherwise the whole prompt counts as uncached.
+ *
+ * Replicas that die or restart: every RECHECK_NS the state file is stat()ed
+ * (a new inode is remapped; old mappings stay until destroy, since another
+ * thread may still read them) and the publishing pid probed with kill(pid, 0);
+ * a dead or stalled replica costs DEAD_MS. A restarted replica must get a new
+ * file (remove the old one first): llmsim truncates an existing file, which
+ * would fault a reader of the old mapping.
+ *
+ * Requests in transit: the replica only counts a request once it has read
+ * it, but this gateway may route several in one turn of its event loop (a
+ * burst). The view's `inflight` (this gateway's requests open there) beyond
+ * the replica's running + waiting are queued ahead of the new request in the
+ * prediction, with its own size; without that the oracle herds every request
+ * of a burst onto the replica that looked best before the first of them
+ * arrived. (With other gateways in front of the same replicas, their share of
+ * running + waiting hides some of ours: the oracle is meant for one gateway.)
+ *
+ * Owns: its state (per-backend mappings, created lazily on first sight of a
+ * backend name), freed by destroy. Threads: ops run on several event loops;
+ * the backend table is append-only under a mutex, mappings are published
+ * with atomic stores.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <llmgate/plugin.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "llmsim_shm.h"
+
+#define ORACLE_MAX_BACKENDS 256
+#define ORACLE_PATH_MAX     512
+#define ORACLE_RETIRED_MAX  64
+#define RECHECK_NS          20000000ull /* stat and pid probe at most every 20 ms */
+#define DEAD_MS             1e9         /* cost of a replica that cannot answer */
+#define SCRATCH_SLOTS       4096
+#define DEFAULT_MAX_TOKENS  16 /* llmsim's --max-tokens-default */
+
+struct oracle_map {
+    const struct llmsim_shm *shm; /* NULL: not mapped (yet) */
+    size_t size;
+    ino_t ino;
+};
+
+struct oracle_backend {
+    char name[72];
+    char path[ORACLE_PATH_MAX];
+    struct oracle_map *map; /* atomic: the current mapping, or NULL */
+    uint64_t next_check_ns; /* atomic */
+    int alive;              /* atomic: the publishing process exists */
+    pthread_mutex_t lock;   /* held while remapping */
+};
+
+struct oracle {
+    const struct lg_host_api *host;
+    char shm_template[ORACLE_PATH_MAX];
+    uint64_t shared_bytes;
+    uint64_t prefix_bytes;
+    pthread_mutex_t lock; /* appends to backends and retired */
+    struct oracle_backend *backends[ORACLE_MAX_BACKENDS];
+    size_t nbackends; /* atomic: readers scan [0, nbackends) without the lock */
+    struct oracle_map *retired[ORACLE_RETIRED_MAX];
+    size_t nretired;
+};
+
+/* ---- options ------------------------------------------------------------- */
+
+static const char *
+oracle_skip_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+        p++;
+    }
+    return p;
+}
+
+/* Reads a JSON string at p (at its opening quote) into out; returns past it or NULL. */
+static const char *
+oracle_read_string(const char *p, char *out, size_t outlen)
+{
+    size_t n = 0;
+
+    if (*p++ != '"') {
+        return NULL;
+    }
+    while (*p != '"') {
+        char c = *p++;
+
+        if (c == '\0' || (unsigned char)c < 0x20) {
+            return NULL;
+        }
+        if (c == '\\') {
+            c = *p++;
+            if (c != '"' && c != '\\' && c != '/') {
+                return NULL; /* paths and names need no other escape */
+            }
+        }
+        if (n + 1 >= outlen) {
+            return NULL;
+        }
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return p + 1;
+}
+
+/* Skips a scalar JSON value (string, number, true, false, null); NULL if it is not one. */
+static const char *
+oracle_skip_scalar(const char *p)
+{
+    char tmp[ORACLE_PATH_MAX];
+
+    if (*p == '"') {
+        return oracle_read_string(p, tmp, sizeof(tmp));
+    }
+    if (*p == '{' || *p == '[' || *p == '\0') {
+        return NULL;
+    }
+    while (*p != '\0' && *p != ',' && *p != '}' && *p != ' ' && *p != '\n') {
+        p++;
+    }
+    return p;
+}
+
+static int
+oracle_read_u64(const char *p, const char **end, uint64_t *out)
+{
+    char *e;
+    unsigned long long v;
+
+    if (*p < '0' || *p > '9') {
+        return -1;
+    }
+    errno = 0;
+    v = strtoull(p, &e, 10);
+    if (errno != 0 || v > (1ull << 40)) {
+        return -1;
+    }
+    *end = e;
+    *out = v;
+    return 0;
+}
+
+static int
+oracle_parse_options(struct oracle *o, const char *opts, char *err, size_t errlen)
+{
+    const char *p = oracle_skip_ws(opts);
+
+    if (*p++ != '{') {
+        snprintf(err, errlen, "/: options must be a JSON object");
+        return -1;
+    }
+    p = oracle_skip_ws(p);
+    while (*p != '}') {
+        char key[64];
+
+        p = oracle_read_string(p, key, sizeof(key));
+        if (p == NULL) {
+            snprintf(err, errlen, "/: expected a key (known: shm, shared_bytes, prefix_bytes)");
+            return -1;
+        }
+        p = oracle_skip_ws(p);
+        if (*p++ != ':') {
+            snprintf(err, errlen, "/%s: expected ':'", key);
+            return -1;
+        }
+        p = oracle_skip_ws(p);
+        if (key[0] == '#') {
+            p = oracle_skip_scalar(p);
+            if (p == NULL) {
+                snprintf(err, errlen, "/%s: comments must be scalars here", key);
+                return -1;
+            }
+        } else if (strcmp(key, "shm") == 0) {
+            p = oracle_read_string(p, o->shm_template, sizeof(o->shm_template));
+            if (p == NULL || strstr(o->shm_template, "%s") == NULL
+                || strchr(strstr(o->shm_template, "%s") + 2, '%') != NULL
+                || strchr(o->shm_template, '%') != strstr(o->shm_template, "%s")) {
+                snprintf(err, errlen, "/shm: must be a path with one \"%%s\" (the backend name)");
+                return -1;
+            }
+        } else if (strcmp(key, "shared_bytes") == 0 || strcmp(key, "prefix_bytes") == 0) {
+            uint64_t *dst = key[0] == 's' ? &o->shared_bytes : &o->prefix_bytes;
+
+            if (oracle_read_u64(p, &p, dst) != 0) {
+                snprintf(err, errlen, "/%s: must be an integer between 0 and 2^40", key);
+                return -1;
+            }
+        } else {
+            snprintf(err, errlen, "/%s: unknown option (known: shm, shared_bytes, prefix_bytes)",
+                     key);
+            return -1;
+        }
+        p = oracle_skip_ws(p);
+        if (*p == ',') {
+            p = oracle_skip_ws(p + 1);
+        } else if (*p != '}') {
+            snprintf(err, errlen, "/: expected ',' or '}' after /%s", key);
+            return -1;
+        }
+    }
+    if (*oracle_skip_ws(p + 1) != '\0') {
+        snprintf(err, errlen, "/: trailing text after the options object");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- mappings ------------------------------------------------------------ */
+
+static struct oracle_map *
+oracle_map_open(const char *path, ino_t *ino)
+{
+    struct oracle_map *m;
+    struct stat st;
+    void *p;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0) {
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct llmsim_shm)) {
+        close(fd);
+        return NULL;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        return NULL;
+    }
+    if (!llmsim_shm_valid(p, (size_t)st.st_size)) {
+        munmap(p, (size_t)st.st_size);
+        return NULL;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        munmap(p, (size_t)st.st_size);
+        return NULL;
+    }
+    m->shm = p;
+    m->size = (size_t)st.st_size;
+    m->ino = st.st_ino;
+    *ino = st.st_ino;
+    return m;
+}
+
+static void
+oracle_map_free(struct oracle_map *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    munmap((void *)(uintptr_t)m->shm, m->size);
+    free(m);
+}
+
+/* Keeps a replaced mapping alive until destroy (another thread may still read it). */
+static void
+oracle_retire(struct oracle *o, struct oracle_map *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&o->lock);
+    if (o->nretired < ORACLE_RETIRED_MAX) {
+        o->retired[o->nretired++] = m;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&o->lock);
+    /* m != NULL: dozens of restarts filled the list; leaking beats unmapping under a reader */
+}
+
+/* Re-reads the file's identity and the publisher's liveness (rate-limited). */
+static void
+oracle_refresh(struct oracle *o, struct oracle_backend *b, uint64_t now)
+{
+    struct oracle_map *cur;
+    struct stat st;
+    bool alive = false;
+
+    if (now < __atomic_load_n(&b->next_check_ns, __ATOMIC_RELAXED)
+        || pthread_mutex_trylock(&b->lock) != 0) {
+        return;
+    }
+    __atomic_store_n(&b->next_check_ns, now + RECHECK_NS, __ATOMIC_RELAXED);
+    cur = __atomic_load_n(&b->map, __ATOMIC_ACQUIRE);
+    if (stat(b->path, &st) == 0 && (cur == NULL || st.st_ino != cur->ino)) {
+        ino_t ino;
+        struct oracle_map *fresh = oracle_map_open(b->path, &ino);
+
+        if (fresh != NULL) {
+            __atomic_store_n(&b->map, fresh, __ATOMIC_RELEASE);
+            oracle_retire(o, cur);
+            cur = fresh;
+        }
+    }
+    if (cur != NULL) {
+        pid_t pid = (pid_t)__atomic_load_n(&cur->shm->pid, __ATOMIC_RELAXED);
+
+        alive = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    }
+    __atomic_store_n(&b->alive, alive, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&b->lock);
+}
+
+static struct oracle_backend *
+oracle_backend_get(struct oracle *o, const char *name)
+{
+    size_t n = __atomic_load_n(&o->nbackends, __ATOMIC_ACQUIRE);
+    struct oracle_backend *b;
+
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(o->backends[i]->name, name) == 0) {
+            return o->backends[i];
+        }
+    }
+    if (strlen(name) >= sizeof(b->name)) {
+        return NULL;
+    }
+    pthread_mutex_lock(&o->lock);
+    n = o->nbackends;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(o->backends[i]->name, name) == 0) {
+            pthread_mutex_unlock(&o->lock);
+            return o->backends[i];
+        }
+    }
+    b = NULL;
+    if (n < ORACLE_MAX_BACKENDS) {
+        b = calloc(1, sizeof(*b));
+    }
+    if (b != NULL) {
+        const char *at = strstr(o->shm_template, "%s");
+
+        snprintf(b->name, sizeof(b->name), "%s", name);
+        snprintf(b->path, sizeof(b->path), "%.*s%s%s", (int)(at - o->shm_template), o->shm_template,
+                 name, at + 2);
+        pthread_mutex_init(&b->lock, NULL);
+        o->backends[n] = b;
+        __atomic_store_n(&o->nbackends, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&o->lock);
+    return b;
+}
+
+/* ---- prefix cache -------------------------------------------------------- */
+
+/* Multiplicative inverse of an odd 64-bit number (Newton's iteration). */
+static uint64_t
+oracle_inverse(uint64_t a)
+{
+    uint64_t x = a; /* correct to 3 bits; each step doubles that */
+
+    for (int i = 0; i < 5; i++) {
+        x *= 2 - a * x;
+    }
+    return x;
+}
+
+static uint64_t
+oracle_unxorshift(uint64_t y, int s)
+{
+    uint64_t x = y;
+
+    for (int k = s; k < 64; k += s) {
+        x = y ^ (x >> s);
+    }
+    return x;
+}
+
+/* The inverse of llmsim_shm_mix() (splitmix64's finaliser). */
+static uint64_t
+oracle_unmix(uint64_t y)
+{
+    y = oracle_unxorshift(y, 31);
+    y *= oracle_inverse(0x94d049bb133111ebull);
+    y = oracle_unxorshift(y, 27);
+    y *= oracle_inverse(0xbf58476d1ce4e5b9ull);
+    y = oracle_unxorshift(y, 30);
+    return y - 0x9e3779b97f4a7c15ull;
+}
+
+static bool
+oracle_has_key(const struct llmsim_shm *s, uint64_t key)
+{
+    const struct llmsim_shm_block *blocks;
+    const uint32_t *table;
+    uint32_t mask = s->prefix_table_mask;
+    uint32_t cap = s->prefix_cache_blocks;
+    uint32_t i;
+
+    if (cap == 0 || s->block_off == 0 || s->table_off == 0
+        || (uint64_t)s->table_off + ((uint64_t)mask + 1) * 4 > s->size
+        || (uint64_t)s->block_off + (uint64_t)cap * sizeof(*blocks) > s->size) {
+        return false;
+    }
+    blocks = (const struct llmsim_shm_block *)((const char *)s + s->block_off);
+    table = (const uint32_t *)((const char *)s + s->table_off);
+    i = (uint32_t)llmsim_shm_mix(key) & mask;
+    for (uint32_t probes = 0; probes <= mask; probes++, i = (i + 1) & mask) {
+        uint32_t e = table[i];
+
+        if (e == 0) {
+            return false;
+        }
+        if (e <= cap && blocks[e - 1].key == key) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Prompt tokens the replica has cached for this request (seqlocked read). */
+static uint32_t
+oracle_cached_tokens(const struct oracle *o, const struct llmsim_shm *s,
+                     const struct lg_route_info *req)
+{
+    uint64_t len = o->prefix_bytes;
+    uint64_t block_bytes = (uint64_t)s->prefix_block_tokens * 4;
+    uint64_t shared;
+    uint64_t h0;
+    uint64_t h1;
+
+#if LG_PLUGIN_ABI_MINOR >= 1
+    if (req->size >= offsetof(struct lg_route_info, prefix_len) + sizeof(req->prefix_len)) {
+        len = req->prefix_len;
+    }
+#endif
+    if (req->prefix_hash == 0 || block_bytes == 0 || len == 0 || len % block_bytes != 0) {
+        return 0;
+    }
+    h0 = llmsim_shm_key(oracle_unmix(req->prefix_hash));
+    h1 = llmsim_shm_key(oracle_unmix(req->prefix_hash ^ 1));
+    for (int attempt = 0; attempt < 100; attempt++) {
+        uint32_t seq = llmsim_shm_read_begin(s);
+        bool hit = oracle_has_key(s, h0) || oracle_has_key(s, h1);
+
+        if (!llmsim_shm_read_retry(s, seq)) {
+            if (!hit) {
+                return 0;
+            }
+            shared = o->shared_bytes > len ? o->shared_bytes : len;
+            return (uint32_t)(shared / block_bytes * s->prefix_block_tokens);
+        }
+    }
+    return 0;
+}
+
+/* ---- ops ----------------------------------------------------------------- */
+
+static int
+oracle_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+              size_t errlen)
+{
+    struct oracle *o = calloc(1, sizeof(*o));
+    const char *env = getenv("LLMGATE_ORACLE_SHM");
+
+    if (o == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    o->host = host;
+    o->prefix_bytes = 2048;
+    if (env != NULL && strlen(env) < sizeof(o->shm_template)) {
+        snprintf(o->shm_template, sizeof(o->shm_template), "%s", env);
+    }
+    if (oracle_parse_options(o, options ? options : "{}", err, errlen) != 0) {
+        free(o);
+        return -1;
+    }
+    if (strstr(o->shm_template, "%s") == NULL) {
+        snprintf(err, errlen,
+                 "/shm: required (a state-file path with \"%%s\" for the backend name), "
+                 "or set LLMGATE_ORACLE_SHM");
+        free(o);
+        return -1;
+    }
+    pthread_mutex_init(&o->lock, NULL);
+    *state = o;
+    return 0;
+}
+
+static void
+oracle_destroy(void *state)
+{
+    struct oracle *o = state;
+
+    for (size_t i = 0; i < o->nbackends; i++) {
+        oracle_map_free(o->backends[i]->map);
+        pthread_mutex_destroy(&o->backends[i]->lock);
+        free(o->backends[i]);
+    }
+    for (size_t i = 0; i < o->nretired; i++) {
+        oracle_map_free(o->retired[i]);
+    }
+    pthread_mutex_destroy(&o->lock);
+    free(o);
+}
+
+/*
+ * llmsim_shm_predict_unlocked() (same model, same steps) with `extra` more
+ * requests of `extra_tokens` uncached tokens and `extra_max` output tokens
+ * queued ahead of ours: the requests this gateway sent that the replica has
+ * not registered yet.
+ */
+static int
+oracle_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_t uncached_tokens,
+                        uint32_t extra, uint32_t extra_tokens, uint32_t extra_max,
+                        uint64_t *scratch, size_t scratch_len, uint64_t *ttft_ns)
+{
+    const uint64_t *finish;
+    const struct llmsim_shm_waiter *ring;
+    double speed = s->speed;
+    double pre_ns = s->prefill_us_per_token * 1e3;
+    double base_ns = s->decode_ms * 1e6;
+    double per_ns = s->decode_ms_per_seq * 1e6;
+    uint32_t slots = s->slots;
+    uint32_t wait_cap = s->wait_cap;
+    uint32_t r = 0;
+    uint64_t k = s->steps_done;
+    uint64_t pos = s->wait_head;
+    uint64_t tail = s->wait_tail;
+    uint64_t t;
+    uint64_t guard = (uint64_t)slots + wait_cap + extra + 2;
+
+    if (!(speed > 0) || slots == 0 || slots > scratch_len || wait_cap == 0
+        || (wait_cap & (wait_cap - 1)) != 0 || (uint64_t)s->slot_off + (uint64_t)slots * 8 > s->size
+        || (uint64_t)s->wait_off + (uint64_t)wait_cap * sizeof(*ring) > s->size) {
+        return LLMSIM_SHM_EINVAL;
+    }
+    if (s->flags & LLMSIM_SHM_F_STALLED) {
+        *ttft_ns = UINT64_MAX;
+        return LLMSIM_SHM_OK;
+    }
+    finish = (const uint64_t *)((const char *)s + s->slot_off);
+    ring = (const struct llmsim_shm_waiter *)((const char *)s + s->wait_off);
+    t = now_ns;
+    if (s->flags & LLMSIM_SHM_F_STEP) {
+        k++;
+        if (s->busy_until_ns_hint + LLMSIM_SHM_CATCH_UP_NS >= t) {
+            t = s->busy_until_ns_hint;
+        }
+    }
+    for (uint32_t i = 0; i < slots; i++) {
+        if (finish[i] > k) {
+            scratch[r++] = finish[i];
+        }
+    }
+    if (tail - pos > wait_cap) {
+        return LLMSIM_SHM_EINVAL;
+    }
+    while (guard-- > 0) {
+        uint64_t prefill = 0;
+        uint64_t fmin = UINT64_MAX;
+        uint64_t m;
+        double step_ns;
+        uint32_t kept = 0;
+
+        while (r < slots) {
+            const struct llmsim_shm_waiter *w;
+
+            if (pos == tail && extra > 0) {
+                extra--;
+                prefill += extra_tokens;
+                scratch[r++] = k + extra_max;
+                continue;
+            }
+            if (pos == tail) {
+                step_ns = (pre_ns * (double)(prefill + uncached_tokens) + base_ns
+                           + per_ns * (double)(r + 1))
+                          / speed;
+                *ttft_ns = t + (uint64_t)step_ns - now_ns;
+                return LLMSIM_SHM_OK;
+            }
+            w = &ring[pos++ & (wait_cap - 1)];
+            if (w->max_tokens == 0) {
+                continue;
+            }
+            prefill += w->uncached_tokens;
+            scratch[r++] = k + w->max_tokens;
+        }
+        for (uint32_t i = 0; i < r; i++) {
+            fmin = scratch[i] < fmin ? scratch[i] : fmin;
+        }
+        m = fmin > k ? fmin - k : 1;
+        step_ns = (pre_ns * (double)prefill + base_ns + per_ns * (double)r) / speed
+                  + (double)(m - 1) * (base_ns + per_ns * (double)r) / speed;
+        t += (uint64_t)step_ns;
+        k += m;
+        for (uint32_t i = 0; i < r; i++) {
+            if (scratch[i] > k) {
+                scratch[kept++] = scratch[i];
+            }
+        }
+        r = kept;
+    }
+    return LLMSIM_SHM_EINVAL;
+}
+
+static double
+oracle_predict_ms(struct oracle *o, const struct lg_route_info *req,
+                  const struct lg_backend_view *v, uint64_t now)
+{
+    static __thread uint64_t scratch[SCRATCH_SLOTS];
+    struct oracle_backend *b = oracle_backend_get(o, v->name);
+    const struct oracle_map *m;
+    uint64_t tokens = req->prompt_bytes / 4;
+    uint32_t max_tokens = req->max_tokens ? req->max_tokens : DEFAULT_MAX_TOKENS;
+    uint32_t cached;
+
+    if (b == NULL) {
+        return DEAD_MS;
+    }
+    oracle_refresh(o, b, now);
+    m = __atomic_load_n(&b->map, __ATOMIC_ACQUIRE);
+    if (m == NULL || !__atomic_load_n(&b->alive, __ATOMIC_ACQUIRE)) {
+        return DEAD_MS;
+    }
+    cached = oracle_cached_tokens(o, m->shm, req);
+    tokens = tokens > cached ? tokens - cached : 0;
+    if (tokens < 1) {
+        tokens = 1;
+    }
+    if (tokens > UINT32_MAX) {
+        tokens = UINT32_MAX;
+    }
+    for (int attempt = 0; attempt < 100; attempt++) {
+        const struct llmsim_shm *s = m->shm;
+        uint32_t seq = llmsim_shm_read_begin(s);
+        uint32_t known = s->running + s->waiting;
+        uint32_t extra = v->inflight > known ? v->inflight - known : 0;
+        uint64_t ttft = 0;
+        int rc = oracle_predict_unlocked(s, now, (uint32_t)tokens, extra, (uint32_t)tokens,
+                                         max_tokens, scratch, SCRATCH_SLOTS, &ttft);
+
+        if (!llmsim_shm_read_retry(s, seq)) {
+            return rc != LLMSIM_SHM_OK || ttft == UINT64_MAX ? DEAD_MS : (double)ttft / 1e6;
+        }
+    }
+    return DEAD_MS;
+}
+
+static void
+oracle_score(void *state, const struct lg_route_info *req,
+             const struct lg_backend_view *const *cands, size_t n, double *cost, const char **why)
+{
+    struct oracle *o = state;
+    uint64_t now = o->host->now_ns();
+
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = oracle_predict_ms(o, req, cands[i], now);
+    }
+    *why = "true_ttft";
+}
+
+static const struct lg_policy_ops oracle_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = oracle_create,
+    .destroy = oracle_destroy,
+    .score = oracle_score,
+};
+
+static const struct lg_plugin_desc oracle_desc = {
+    .abi_major = LG_PLUGIN_ABI_MAJOR,
+    .abi_minor = LG_PLUGIN_ABI_MINOR,
+    .kind = LG_PLUGIN_POLICY,
+    .name = "oracle",
+    .version = "1.0",
+    .ops = &oracle_ops,
+};
+
+LG_PLUGIN_EXPORT const struct lg_plugin_desc *
+lg_plugin_describe(void)
+{
+    return &oracle_desc;
+}

@@ -1,0 +1,71 @@
+"""Smoke test of the routing benchmark (bench/routing/run.py): a few seconds of
+scenario 1a with llmgate's round robin and nginx, checking that the run
+completes and leaves its table, results and per-request logs behind. It proves
+the tool works, not what it measures: the benchmark itself is run by hand
+(bench/routing/README.md)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BUILD, SRC  # noqa: E402
+
+RUN = os.path.join(SRC, "bench", "routing", "run.py")
+
+
+def count_lines(path):
+    with open(path) as f:
+        return sum(1 for _ in f)
+
+
+def which(name):
+    for d in os.environ.get("PATH", "").split(":") + ["/usr/sbin", "/sbin"]:
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return True
+    return False
+
+
+class BenchRoutingSmoke(unittest.TestCase):
+    def test_quick_run(self):
+        if not which("nginx"):
+            self.skipTest("nginx is not installed (tools/install-deps.sh --bench)")
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as out:
+            argv = [sys.executable, RUN, "--quick", "--scenario", "1a", "--rounds", "1",
+                    "--duration", "4", "--contenders", "round_robin,nginx", "--no-realtime",
+                    "--build", BUILD, "--out", out]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertIn("== Scenario 1a", r.stdout)
+            self.assertRegex(r.stdout, r"\nround_robin +\d+ ")
+            self.assertRegex(r.stdout, r"\nnginx +\d+ ")
+
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            s1 = res["scenarios"]["1a"]
+            trace_lines = count_lines(os.path.join(out, "1a", "trace.jsonl"))
+            self.assertGreater(trace_lines, 20)
+            for name in ("round_robin", "nginx"):
+                c = s1["contenders"][name]
+                self.assertNotIn("unavailable", c, c)
+                self.assertEqual(c["requests"], trace_lines, name)
+                self.assertGreater(c["ttft_p99"], 0)
+                self.assertAlmostEqual(sum(c["shares"].values()), 1.0, places=3)
+                log = os.path.join(out, "1a", name, "round1", "requests.jsonl")
+                self.assertEqual(count_lines(log), trace_lines)
+            # the same trace: both saw every request; round robin splits it evenly
+            rr = s1["contenders"]["round_robin"]["shares"]
+            self.assertLess(max(rr.values()) - min(rr.values()), 0.1)
+            self.assertEqual(s1["contenders"]["round_robin"]["ttft_p99_vs_rr"], 1.0)
+            with open(os.path.join(out, "results.md")) as f:
+                md = f.read()
+            self.assertIn("| contender | n | TTFT p50", md)
+            if which("gnuplot"):
+                self.assertTrue(os.path.getsize(os.path.join(out, "plots", "cdf_1a.svg")) > 1000)
+
+
+if __name__ == "__main__":
+    unittest.main()
