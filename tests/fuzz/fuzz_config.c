@@ -25,8 +25,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = lg_config_load_buffer_flags((const char *)data, size, "f.json", LG_CONFIG_F_NO_RESOLVE, &c,
                                      &errs);
     if (rc == LG_OK) {
+        /* routing: a policy, a pipeline, or neither (the default, ttft), never both */
         if (c == NULL || errs.n != 0 || c->nlisten == 0 || c->nbackends + c->ntemplates == 0
-            || c->workers == 0 || c->routing.policy == NULL) {
+            || c->workers == 0 || (c->routing.policy != NULL && c->routing.npipeline > 0)) {
             abort();
         }
         for (size_t i = 0; i < c->ntemplates; i++) {
