@@ -474,7 +474,7 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     } else {
         line_lit(&l, "null");
     }
-    if (req->pick.explain[0] != '\0') {
+    if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
         line_lit(&l, ",\"candidates\":");
         line_lit(&l, req->pick.explain);
     }

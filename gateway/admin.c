@@ -227,7 +227,7 @@ admin_routing(const struct lg_fleet *f)
                                    .max_tokens = 128 };
         struct lg_route_result *res = lg_xcalloc(1, sizeof(*res));
         int rc = lg_router_pick(f->router, m, &rq, 0, res);
-        json_t *cands = json_loads(res->explain[0] ? res->explain : "[]", 0, NULL);
+        json_t *cands = json_loads(res->explain ? res->explain : "[]", 0, NULL);
 
         if (rc == LG_OK && res->probe) {
             lg_backend_release_probe(res->backend);
@@ -238,6 +238,7 @@ admin_routing(const struct lg_fleet *f)
                                         rc == LG_OK ? json_string(res->backend->name) : json_null(),
                                         "reason", res->reason ? res->reason : "", "candidates",
                                         cands != NULL ? cands : json_array()));
+        lg_route_result_clear(res);
         free(res);
     }
     return list;

@@ -289,6 +289,7 @@ client_end_request(struct lg_client *c)
 
     lg_proxy_release(c);
     lg_keys_release(&req->auth);
+    lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
         evbuffer_free(req->body);
         req->body = NULL;

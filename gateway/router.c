@@ -226,39 +226,84 @@ struct router_buf {
     bool full;
 };
 
-static void router_put(struct router_buf *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
+/*
+ * The explanation is written on every routed request, so it is formatted by
+ * hand: printf's floating-point path cost about 15% of a small request's
+ * instructions (callgrind, bench/NOTES.md step 13).
+ */
 static void
-router_put(struct router_buf *o, const char *fmt, ...)
+router_raw(struct router_buf *o, const char *s, size_t n)
 {
-    va_list ap;
-    int n;
-
-    if (o->full) {
-        return;
-    }
-    va_start(ap, fmt);
-    n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= o->cap - o->len) {
+    if (o->full || n >= o->cap - o->len) {
         o->full = true;
         return;
     }
-    o->len += (size_t)n;
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
 }
 
-/* A JSON number for a double: integers without decimals, null if not finite. */
+static void
+router_str(struct router_buf *o, const char *s)
+{
+    router_raw(o, s, strlen(s));
+}
+
+static void
+router_u64(struct router_buf *o, uint64_t v)
+{
+    char b[20], *q = b + sizeof(b);
+
+    do {
+        *--q = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    router_raw(o, q, (size_t)(b + sizeof(b) - q));
+}
+
+/* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
+static void
+router_dec(struct router_buf *o, double v)
+{
+    char frac[4];
+    uint64_t whole, milli;
+    int n = 3;
+
+    if (!isfinite(v)) {
+        router_raw(o, "null", 4);
+        return;
+    }
+    if (v < 0) {
+        router_raw(o, "-", 1);
+        v = -v;
+    }
+    if (v >= 1e15) {
+        router_u64(o, UINT64_C(1000000000000000)); /* a cost this large only says "huge" */
+        return;
+    }
+    milli = (uint64_t)llround(v * 1000.0);
+    whole = milli / 1000;
+    milli %= 1000;
+    router_u64(o, whole);
+    if (milli == 0) {
+        return;
+    }
+    frac[0] = '.';
+    frac[1] = (char)('0' + milli / 100);
+    frac[2] = (char)('0' + milli / 10 % 10);
+    frac[3] = (char)('0' + milli % 10);
+    while (frac[n] == '0') {
+        n--;
+    }
+    router_raw(o, frac, (size_t)n + 1);
+}
+
 static void
 router_put_num(struct router_buf *o, const char *key, double v)
 {
-    if (!isfinite(v)) {
-        router_put(o, ",\"%s\":null", key);
-    } else if (v == floor(v) && fabs(v) < 1e15) {
-        router_put(o, ",\"%s\":%.0f", key, v);
-    } else {
-        router_put(o, ",\"%s\":%.4g", key, v);
-    }
+    router_raw(o, ",\"", 2);
+    router_str(o, key);
+    router_raw(o, "\":", 2);
+    router_dec(o, v);
 }
 
 /* Names are config-validated ([A-Za-z0-9._-]), so they need no escaping. */
@@ -267,17 +312,20 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
                    const char *dropped_by, const double *costs, size_t nstages, size_t stride,
                    double total)
 {
-    router_put(o, "%s{\"backend\":\"%s\",\"inflight\":%u", o->len > 1 ? "," : "", v->name,
-               v->inflight);
+    router_str(o, o->len > 1 ? ",{\"backend\":\"" : "{\"backend\":\"");
+    router_str(o, v->name);
+    router_raw(o, "\",\"inflight\":", 13);
+    router_u64(o, v->inflight);
     router_put_num(o, "foreign", round(v->foreign * 100) / 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
-        router_put(o, ",\"waiting\":%d,\"running\":%d", v->engine_waiting, v->engine_running);
+        router_put_num(o, "waiting", v->engine_waiting);
+        router_put_num(o, "running", v->engine_running);
         router_put_num(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
         if (v->engine_kv_usage >= 0) {
             router_put_num(o, "kv", round(v->engine_kv_usage * 1000) / 1000);
         }
     } else {
-        router_put(o, ",\"scrape\":\"stale\"");
+        router_str(o, ",\"scrape\":\"stale\"");
     }
     if (v->capacity > 0) {
         router_put_num(o, "slots", round(v->capacity * 10) / 10);
@@ -291,28 +339,27 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
-        router_put(o, ",\"half_open\":true");
+        router_str(o, ",\"half_open\":true");
     }
     if (v->flags & LG_VIEW_F_RAMPING) {
         router_put_num(o, "ramp", round(v->ramp * 100) / 100);
     }
     if (dropped_by != NULL) {
-        router_put(o, ",\"filtered\":\"%s\"}", dropped_by);
+        router_str(o, ",\"filtered\":\"");
+        router_str(o, dropped_by);
+        router_raw(o, "\"}", 2);
         return;
     }
-    router_put(o, ",\"score\":[");
+    router_str(o, ",\"score\":[");
     for (size_t s = 0; s < nstages; s++) {
-        double c = costs[s * stride];
-
-        if (!isfinite(c)) {
-            router_put(o, "%snull", s ? "," : "");
-        } else {
-            router_put(o, "%s%.4g", s ? "," : "", c);
+        if (s > 0) {
+            router_raw(o, ",", 1);
         }
+        router_dec(o, costs[s * stride]);
     }
-    router_put(o, "]");
+    router_raw(o, "]", 1);
     router_put_num(o, "total", round(total * 100) / 100);
-    router_put(o, "}");
+    router_raw(o, "}", 1);
 }
 
 /* ---- picking ------------------------------------------------------------ */
@@ -480,10 +527,11 @@ static void
 router_explain(const struct lg_router *r, const struct router_pick *pk, double kib,
                struct lg_route_result *out)
 {
-    struct router_buf o = { out->explain, 0, sizeof(out->explain) - 16, false };
+    char buf[LG_ROUTE_EXPLAIN_BYTES];
+    struct router_buf o = { buf, 0, sizeof(buf) - 16, false };
     size_t shown = 0;
 
-    router_put(&o, "[");
+    router_raw(&o, "[", 1);
     for (size_t i = 0; i < pk->n; i++) {
         size_t before = o.len;
 
@@ -499,10 +547,23 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
         /* the reserve of 16 bytes always fits this */
         o.cap += 16;
         o.full = false;
-        router_put(&o, "%s{\"more\":%zu}", shown ? "," : "", pk->n - shown);
+        router_str(&o, shown ? ",{\"more\":" : "{\"more\":");
+        router_u64(&o, pk->n - shown);
+        router_raw(&o, "}", 1);
     }
-    router_put(&o, "]");
+    router_raw(&o, "]", 1);
+    /* an exact-size copy: requests keep it until their log line, idle connections nothing */
+    free(out->explain);
+    out->explain = lg_xmalloc(o.len + 1);
+    memcpy(out->explain, buf, o.len);
     out->explain[o.len] = '\0';
+}
+
+void
+lg_route_result_clear(struct lg_route_result *res)
+{
+    free(res->explain);
+    res->explain = NULL;
 }
 
 int
@@ -518,7 +579,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
 
     out->backend = NULL;
     out->policy = r->policy;
-    out->explain[0] = '\0';
+    lg_route_result_clear(out);
     out->wait_ms = 0;
     out->service_ms = 0;
     out->queued = false;

@@ -36,17 +36,21 @@ struct lg_route_req {
 #define LG_ROUTER_MAX_STAGES 8
 
 struct lg_route_result {
-    struct lg_backend *backend;           /* borrowed from the fleet */
-    const char *policy;                   /* owned by the router: "ttft", "prefix_affinity+ttft" */
-    const char *reason;                   /* static string */
-    double wait_ms;                       /* queueing predicted for the winner (for learning) */
-    double service_ms;                    /* its predicted service TTFT for this request */
-    bool queued;                          /* the winner was (about) full: its TTFT measures
-                                             its queue more than its speed */
-    uint32_t retry_after_ms;              /* on LG_EBUSY: when a backend may be back */
-    bool probe;                           /* the winner is half-open: this is its probe */
-    char explain[LG_ROUTE_EXPLAIN_BYTES]; /* JSON array of candidate score inputs */
+    struct lg_backend *backend; /* borrowed from the fleet */
+    const char *policy;         /* owned by the router: "ttft", "prefix_affinity+ttft" */
+    const char *reason;         /* static string */
+    double wait_ms;             /* queueing predicted for the winner (for learning) */
+    double service_ms;          /* its predicted service TTFT for this request */
+    bool queued;                /* the winner was (about) full: its TTFT measures
+                                   its queue more than its speed */
+    uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */
+    bool probe;                 /* the winner is half-open: this is its probe */
+    char *explain;              /* owned: JSON array of candidate score inputs, NULL when
+                                   none; freed by the next pick and lg_route_result_clear() */
 };
+
+/* Frees what a pick left in res (its explanation); res stays usable. */
+void lg_route_result_clear(struct lg_route_result *res);
 
 struct lg_router;
 
