@@ -329,26 +329,13 @@ line_cstr(struct alog_line *l, const char *s)
     line_str(l, s, s ? strlen(s) : 0);
 }
 
-/* Decimal digits of v, right-aligned in b[20]; returns where they start. */
-static char *
-alog_digits(char b[20], uint64_t v)
-{
-    char *p = b + 20;
-
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    return p;
-}
-
 static void
 line_u64(struct alog_line *l, uint64_t v)
 {
-    char b[20];
-    char *p = alog_digits(b, v);
+    char b[LG_U64_DIGITS];
+    char *p = lg_u64_digits(b, v);
 
-    line_raw(l, p, (size_t)(b + 20 - p));
+    line_raw(l, p, (size_t)(b + LG_U64_DIGITS - p));
 }
 
 /* Milliseconds with microsecond precision between two stamps, or null. */

@@ -117,6 +117,23 @@ lg_str_ieq(const char *s, size_t n, const char *lit)
     return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
 }
 
+/*
+ * Decimal digits of v, right-aligned in b[LG_U64_DIGITS]; returns where they
+ * start (hot paths format numbers without printf).
+ */
+#define LG_U64_DIGITS 20
+static inline char *
+lg_u64_digits(char b[LG_U64_DIGITS], uint64_t v)
+{
+    char *p = b + LG_U64_DIGITS;
+
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
 /* 64-bit FNV-1a, for prefix hashes and consistent hashing. */
 static inline uint64_t
 lg_hash64(const void *data, size_t n, uint64_t h)

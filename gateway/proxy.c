@@ -172,13 +172,10 @@ head_str(struct proxy_head *h, const char *s)
 static void
 head_u64(struct proxy_head *h, uint64_t v)
 {
-    char b[20], *p = b + sizeof(b);
+    char b[LG_U64_DIGITS];
+    char *p = lg_u64_digits(b, v);
 
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    head_add(h, p, (size_t)(b + sizeof(b) - p));
+    head_add(h, p, (size_t)(b + LG_U64_DIGITS - p));
 }
 
 static void

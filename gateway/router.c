@@ -251,13 +251,10 @@ router_str(struct router_buf *o, const char *s)
 static void
 router_u64(struct router_buf *o, uint64_t v)
 {
-    char b[20], *q = b + sizeof(b);
+    char b[LG_U64_DIGITS];
+    char *q = lg_u64_digits(b, v);
 
-    do {
-        *--q = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    router_raw(o, q, (size_t)(b + sizeof(b) - q));
+    router_raw(o, q, (size_t)(b + LG_U64_DIGITS - q));
 }
 
 /* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
