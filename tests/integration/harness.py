@@ -278,6 +278,17 @@ class Harness(unittest.TestCase):
 
 # ---- HTTP helpers ------------------------------------------------------------
 
+def read_access_log(path, n, timeout=15.0):
+    """Waits until the access log at path has at least n lines; returns them parsed."""
+    def lines():
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            got = [json.loads(ln) for ln in f if ln.strip()]
+        return got if len(got) >= n else None
+    return wait_until(lines, timeout=timeout, what="%d access-log lines" % n)
+
+
 def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
     """One request on a fresh connection; returns (status, headers dict, body bytes)."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)

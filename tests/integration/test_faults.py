@@ -90,14 +90,7 @@ def sim_control(port, obj):
     return json.loads(data)
 
 
-def read_log(path, n, timeout=10.0):
-    def lines():
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            got = [json.loads(ln) for ln in f if ln.strip()]
-        return got if len(got) >= n else None
-    return wait_until(lines, timeout=timeout, what="%d access-log lines" % n)
+read_log = harness.read_access_log
 
 
 class FaultsTest(Harness):

@@ -28,7 +28,7 @@ class ProbeTest(Harness):
         rc, _, err = probe("--probe=http://127.0.0.1:%d/nope" % port)
         self.assertEqual(rc, 1)
         self.assertIn("status 404", err)
-        proc.kill()
+        self.assertEqual(proc.stop(), 0)  # (sanitizer and valgrind runs check the exit too)
         rc, _, err = probe("--probe", "-c", self.path("llmgate.json"))
         self.assertEqual(rc, 1)
         self.assertIn("Connection refused", err)
