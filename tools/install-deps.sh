@@ -1,19 +1,20 @@
 #!/bin/sh
 # Installs the Debian 12 packages llmgate builds and tests with, if missing.
 # Needs root (or sudo) only when something is missing.
-#   tools/install-deps.sh          build + test dependencies
-#   tools/install-deps.sh --bench  also the benchmark peers (nginx, haproxy, wrk, gnuplot)
+#   tools/install-deps.sh          build + test dependencies (nginx: the routing
+#                                  benchmark's smoke test runs it)
+#   tools/install-deps.sh --bench  also the other benchmark peers (haproxy, wrk, gnuplot)
 set -eu
 
 pkgs="build-essential cmake pkg-config libevent-dev libssl-dev libjansson-dev node-llhttp
-      python3 curl ca-certificates openssl dnsmasq-base chromium"
+      python3 curl ca-certificates openssl dnsmasq-base chromium nginx-light"
 # Node.js may come from elsewhere than Debian (NodeSource's nodejs ships its own
 # npm and conflicts with Debian's npm package): ask for Debian's only when the
 # commands are missing.
 command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
 command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
 if [ "${1:-}" = "--bench" ]; then
-    pkgs="$pkgs nginx-light haproxy wrk nghttp2-client gnuplot-nox"
+    pkgs="$pkgs haproxy wrk nghttp2-client gnuplot-nox"
 fi
 
 missing=""
