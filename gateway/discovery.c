@@ -75,24 +75,6 @@ struct lg_discovery {
 
 /* ---- addresses ------------------------------------------------------------ */
 
-void
-lg_discovery_format(const struct sockaddr_storage *ss, char *out, size_t outlen)
-{
-    char ip[INET6_ADDRSTRLEN];
-
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
-
-        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
-
-        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
-    }
-}
-
 /* Orders IPv4 before IPv6, then by address bytes (ports are all equal). */
 static int
 disc_addr_cmp(const void *pa, const void *pb)
@@ -127,7 +109,7 @@ disc_entry(json_t *tmpl, const char *name, const struct sockaddr_storage *ss)
     char addr[INET6_ADDRSTRLEN + 16];
     char buf[256];
 
-    lg_discovery_format(ss, addr, sizeof(addr));
+    lg_sockaddr_format(ss, addr, sizeof(addr));
     json_object_del(e, "discover");
     snprintf(buf, sizeof(buf), "%s@%s", name, addr);
     json_object_set_new(e, "name", json_string(buf));
@@ -282,13 +264,13 @@ disc_log_diff(const struct disc_target *t)
     line[0] = '\0';
     for (size_t i = 0; i < t->nnext && off < sizeof(line) - 64; i++) {
         if (!disc_contains(t->addrs, t->n, &t->next[i])) {
-            lg_discovery_format(&t->next[i], a, sizeof(a));
+            lg_sockaddr_format(&t->next[i], a, sizeof(a));
             off += (size_t)snprintf(line + off, sizeof(line) - off, " +%s", a);
         }
     }
     for (size_t i = 0; i < t->n && off < sizeof(line) - 64; i++) {
         if (!disc_contains(t->next, t->nnext, &t->addrs[i])) {
-            lg_discovery_format(&t->addrs[i], a, sizeof(a));
+            lg_sockaddr_format(&t->addrs[i], a, sizeof(a));
             off += (size_t)snprintf(line + off, sizeof(line) - off, " -%s", a);
         }
     }

@@ -80,7 +80,4 @@ int lg_discovery_expand_with(struct lg_config *base, const struct lg_discovery_s
  */
 void lg_discovery_free(struct lg_discovery *d);
 
-/* Formats an address as "1.2.3.4:80" or "[::1]:80". */
-void lg_discovery_format(const struct sockaddr_storage *ss, char *out, size_t outlen);
-
 #endif /* LG_DISCOVERY_H */

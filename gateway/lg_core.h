@@ -101,6 +101,10 @@ void *lg_xrealloc(void *p, size_t n);
 char *lg_xstrdup(const char *s);
 char *lg_xstrndup(const char *s, size_t n);
 
+struct sockaddr_storage;
+/* Formats an address as "1.2.3.4:80" or "[::1]:80" (util.c). */
+void lg_sockaddr_format(const struct sockaddr_storage *ss, char *out, size_t outlen);
+
 /* ---- small helpers ------------------------------------------------------ */
 
 #define LG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

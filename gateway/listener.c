@@ -27,24 +27,6 @@
 #define LISTENER_BACKLOG       4096
 #define LISTENER_RETRY_MS      100
 
-void
-lg_listener_format(const struct sockaddr_storage *ss, char *out, size_t outlen)
-{
-    char ip[INET6_ADDRSTRLEN];
-
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
-
-        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
-
-        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
-    }
-}
-
 static int
 listener_socket(const struct sockaddr_storage *addr, socklen_t len)
 {

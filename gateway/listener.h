@@ -25,7 +25,4 @@ int lg_listener_attach(struct lg_worker *w);
 /* Stops accepting on w (drain): closes its listening sockets. */
 void lg_listener_close(struct lg_worker *w);
 
-/* Formats an address as "ip:port" ("[v6]:port"). */
-void lg_listener_format(const struct sockaddr_storage *ss, char *out, size_t outlen);
-
 #endif /* LG_LISTENER_H */

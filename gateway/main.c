@@ -320,12 +320,12 @@ main_run(const char *path, const char *ready_file)
     off = (size_t)snprintf(line, sizeof(line), "llmgate ready listen=");
     for (size_t i = 0; i < gw.conf->nlisten && off < sizeof(line) - 80; i++) {
         off += (size_t)snprintf(line + off, sizeof(line) - off, "%s", i ? "," : "");
-        lg_listener_format(&bound[i], line + off, sizeof(line) - off);
+        lg_sockaddr_format(&bound[i], line + off, sizeof(line) - off);
         off = strlen(line);
     }
     if (gw.admin != NULL) {
         off += (size_t)snprintf(line + off, sizeof(line) - off, " admin=");
-        lg_listener_format(&admin_bound, line + off, sizeof(line) - off);
+        lg_sockaddr_format(&admin_bound, line + off, sizeof(line) - off);
         off = strlen(line);
     }
     snprintf(line + off, sizeof(line) - off, " workers=%u backends=%zu pid=%d version=%s",

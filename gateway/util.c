@@ -1,7 +1,9 @@
 /*
- * util.c: allocation wrappers that abort on failure, and rc names (the small
- * string helpers are inline in lg_core.h). Owns nothing.
+ * util.c: allocation wrappers that abort on failure, rc names, address
+ * formatting (the small string helpers are inline in lg_core.h). Owns nothing.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,4 +94,22 @@ lg_xstrndup(const char *s, size_t n)
     memcpy(p, s, n);
     p[n] = '\0';
     return p;
+}
+
+void
+lg_sockaddr_format(const struct sockaddr_storage *ss, char *out, size_t outlen)
+{
+    char ip[INET6_ADDRSTRLEN];
+
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+
+        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, outlen, "[%s]:%u", ip, ntohs(s6->sin6_port));
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+
+        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+        snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
+    }
 }

@@ -230,9 +230,9 @@ test_format(void)
     struct sockaddr_storage b = addr("::1", 80);
     char buf[64];
 
-    lg_discovery_format(&a, buf, sizeof(buf));
+    lg_sockaddr_format(&a, buf, sizeof(buf));
     LG_CHECK_STR(buf, "127.0.0.2:8080");
-    lg_discovery_format(&b, buf, sizeof(buf));
+    lg_sockaddr_format(&b, buf, sizeof(buf));
     LG_CHECK_STR(buf, "[::1]:80");
     return 0;
 }
