@@ -258,6 +258,13 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
     if (!(flags & LG_BACKEND_R_MIDWAY)) {
         LG_STAT_ADD(b, responses[cls], 1); /* a cut after the head was counted with it */
     }
+    if (retry_after_ns == 0 && (flags & LG_BACKEND_R_REFUSED)) {
+        /* Nothing listens there: besides the ejection below, hold it off for a
+         * second as if it had said Retry-After: 1, so that a queue waiting for
+         * room does not pour into it and burn the retry budget when ejection
+         * is off. */
+        retry_after_ns = LG_NS_PER_S;
+    }
     if (retry_after_ns > 0) {
         __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);
     }

@@ -943,12 +943,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     }
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
-        /* Nothing listens there: down, not misbehaving. Besides the ejection,
-         * leave it alone for a second (as if it had said Retry-After: 1) so
-         * that a queue waiting for room does not pour into it and burn the
-         * retry budget when ejection is off. */
-        __atomic_store_n(&u->b->retry_after_until_ns, lg_now_ns() + LG_NS_PER_S,
-                         __ATOMIC_RELAXED);
+        /* nothing listens there: down, not misbehaving (backend.c holds it off) */
         proxy_attempt_failed(c, "connect_refused", 503, LG_BACKEND_R_REFUSED);
         return;
     }
