@@ -278,15 +278,22 @@ class Harness(unittest.TestCase):
 
 # ---- HTTP helpers ------------------------------------------------------------
 
-def read_access_log(path, n, timeout=15.0):
-    """Waits until the access log at path has at least n lines; returns them parsed."""
+def read_access_log(path, n=None, timeout=15.0):
+    """Access-log records, parsed; waits until at least n are there (any, when n is None)."""
     def lines():
         if not os.path.exists(path):
             return None
         with open(path) as f:
             got = [json.loads(ln) for ln in f if ln.strip()]
-        return got if len(got) >= n else None
-    return wait_until(lines, timeout=timeout, what="%d access-log lines" % n)
+        return got if n is None or len(got) >= n else None
+    return wait_until(lines, timeout=timeout, what="%s access-log lines" % n)
+
+
+def sim_state(port):
+    """An llmsim replica's /sim/state."""
+    status, _, data = http_request(port, "GET", "/sim/state")
+    assert status == 200, status
+    return json.loads(data)
 
 
 def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):

@@ -19,10 +19,7 @@ FAST = ["--slots", "1", "--decode-ms", "1", "--decode-ms-per-seq", "0",
         "--prefill-us-per-token", "1"]
 
 
-def sim_state(port):
-    status, _, data = http_request(port, "GET", "/sim/state")
-    assert status == 200
-    return json.loads(data)
+sim_state = harness.sim_state
 
 
 read_log = harness.read_access_log

@@ -78,10 +78,7 @@ while True:
 """
 
 
-def sim_state(port):
-    status, _, data = http_request(port, "GET", "/sim/state")
-    assert status == 200, status
-    return json.loads(data)
+sim_state = harness.sim_state
 
 
 def sim_control(port, obj):

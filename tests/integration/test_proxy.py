@@ -48,21 +48,10 @@ while True:
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
 
 
-def sim_state(port):
-    status, _, data = http_request(port, "GET", "/sim/state")
-    assert status == 200, status
-    return json.loads(data)
+sim_state = harness.sim_state
 
 
-def read_log(path, n=None, timeout=5.0):
-    """Reads access-log lines, waiting until at least n are there."""
-    def lines():
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            got = [json.loads(ln) for ln in f if ln.strip()]
-        return got if n is None or len(got) >= n else None
-    return wait_until(lines, timeout=timeout, what="%s access-log lines" % n)
+read_log = harness.read_access_log
 
 
 class ProxyTest(Harness):

@@ -27,10 +27,7 @@ RELOAD_SETS = [
 ]
 
 
-def sim_state(port):
-    status, _, data = http_request(port, "GET", "/sim/state")
-    assert status == 200, status
-    return json.loads(data)
+sim_state = harness.sim_state
 
 
 class ReloadTest(Harness):
