@@ -17,6 +17,8 @@
  * ops). Options arrive as JSON text; errors name their JSON pointer.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,21 @@ static double
 policy_weight(const struct lg_backend_view *v)
 {
     return v->weight > 0 ? (double)v->weight : 1.0;
+}
+
+/*
+ * Requests the candidate runs at once: what its engine showed while a queue
+ * lasted; a guess (never seen full: the most it ran) counts as at least
+ * `assumed`, the operator's word for its engines' slots, since running 6
+ * without a queue says nothing against a 7th; unknown is `assumed`.
+ */
+static double
+policy_slots(const struct lg_backend_view *v, double assumed)
+{
+    if (v->capacity <= 0) {
+        return assumed;
+    }
+    return (v->flags & LG_VIEW_F_CAP_GUESS) ? LG_MAX(v->capacity, assumed) : v->capacity;
 }
 
 /* ---- round_robin -------------------------------------------------------- */
@@ -397,6 +414,24 @@ static const struct lg_plugin_desc ttft_desc = {
  * passed over for the next in hash order, so one hot prefix cannot pile
  * onto one replica.
  *
+ * prefix_affinity also balances the keys themselves. Shared system prompts
+ * are few (a dozen, not thousands), and hashing a dozen keys onto four
+ * replicas gives some three and others six: the replica with six cannot
+ * hold them all, and an LRU cache cycling through more prefixes than it
+ * holds misses every time (measured: 63% hits where a partition that fits
+ * gives over 90%). So the first request of a prefix assigns it an owner
+ * for good: the first candidate in hash order that owns fewer than
+ * ceil(key_bound * keys * weight / total weight) of the live keys, keys
+ * counting the new one. The assignment is kept in a small table (`keys`
+ * entries, 4-way sets, least recently seen evicted; a key unseen for
+ * `key_ttl_s` stops counting) under a mutex taken once per request. A key
+ * whose owner is no longer a candidate (removed, ejected) is reassigned on
+ * a first attempt. With balance_keys 0 the owner is the hash's alone, which
+ * several gateway replicas agree on without talking (with the table each
+ * gateway balances the keys it sees, in the order it sees them; they agree
+ * on most keys, not all). session_affinity keeps the plain hash: sessions
+ * are many, and many keys spread evenly by hashing alone.
+ *
  * Cost: 0 for the owner, and for every other candidate the prefill a warm
  * cache would have saved: the shared part of the prompt times the prefill
  * speed (learnt; the slowest candidate's, since the owner's own slope is
@@ -409,7 +444,34 @@ static const struct lg_plugin_desc ttft_desc = {
  * request leaves its warm replica only when the queue there costs more than
  * that.
  */
+#define AFF_MAX_CANDS 64
+#define AFF_WAYS 4
+#define AFF_MAX_OWNERS 128
+
+struct aff_key {
+    uint64_t key; /* 0 = empty */
+    uint64_t seen_ns;
+    uint32_t owner; /* backend id */
+};
+
+struct aff_owner {
+    uint32_t id;
+    uint32_t keys;
+};
+
+struct aff_table {
+    pthread_mutex_t lock;
+    struct aff_key *slot; /* nsets * AFF_WAYS */
+    size_t nsets;         /* a power of two */
+    uint64_t ttl_ns;
+    uint64_t swept_ns;
+    uint32_t live; /* keys seen within ttl (as of the last sweep, plus new ones) */
+    size_t nowners;
+    struct aff_owner owner[AFF_MAX_OWNERS];
+};
+
 struct aff_state {
+    const struct lg_host_api *host;
     bool session;
     double bound;          /* load bound, as a multiple of the fair share */
     double ms_per_kib;     /* prefill speed; 0 = learnt */
@@ -418,19 +480,45 @@ struct aff_state {
     double min_ms;         /* least affinity cost (session) */
     double miss_factor;    /* a miss costs this many times the prefill it redoes */
     double slack;          /* requests over the bound always allowed (small loads) */
+    double balance_keys;   /* 1 = balanced key table (prefix), 0 = hash only */
+    double key_bound;      /* keys per candidate, as a multiple of the fair share */
+    double keys;           /* table entries */
+    double key_ttl_s;      /* a key unseen this long stops counting */
+    double slots;          /* requests an engine runs at once, unless it showed otherwise */
+    struct aff_table *table;
 };
 
-static int
-aff_create_common(const char *options, void **state, char *err, size_t errlen, bool session)
+static void
+aff_destroy(void *state)
 {
-    struct aff_state s = { .session = session,
+    struct aff_state *s = state;
+
+    if (s->table != NULL) {
+        pthread_mutex_destroy(&s->table->lock);
+        free(s->table->slot);
+        free(s->table);
+    }
+    free(s);
+}
+
+static int
+aff_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
+                  size_t errlen, bool session)
+{
+    struct aff_state s = { .host = host,
+                           .session = session,
                            .bound = 1.5,
                            .ms_per_kib = 0,
                            .min_ms_per_kib = 10,
                            .shared = session ? 1.0 : 0.75,
                            .min_ms = session ? 100 : 0,
                            .miss_factor = 3,
-                           .slack = 2 };
+                           .slack = 2,
+                           .balance_keys = session ? 0 : 1,
+                           .key_bound = 1,
+                           .keys = 4096,
+                           .key_ttl_s = 120,
+                           .slots = 16 };
     const struct policy_opt opts[] = {
         { "bound", &s.bound, 1, 100 },
         { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
@@ -439,13 +527,34 @@ aff_create_common(const char *options, void **state, char *err, size_t errlen, b
         { "min_ms", &s.min_ms, 0, 1e7 },
         { "miss_factor", &s.miss_factor, 0, 1000 },
         { "slack", &s.slack, 0, 1e6 },
+        { "slots", &s.slots, 1, 1e6 },
+        { "balance_keys", &s.balance_keys, 0, 1 },
+        { "key_bound", &s.key_bound, 1, 100 },
+        { "keys", &s.keys, 64, 1 << 20 },
+        { "key_ttl_s", &s.key_ttl_s, 1, 86400 },
     };
+    struct aff_state *out;
 
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+    /* the key table is prefix_affinity's: sessions take no key options */
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen)
+        != 0) {
         return -1;
     }
-    *state = lg_xmalloc(sizeof(s));
-    memcpy(*state, &s, sizeof(s));
+    out = lg_xmalloc(sizeof(*out));
+    *out = s;
+    if (s.balance_keys > 0) {
+        struct aff_table *t = lg_xcalloc(1, sizeof(*t));
+
+        t->nsets = 16;
+        while (t->nsets * AFF_WAYS < (size_t)s.keys) {
+            t->nsets *= 2;
+        }
+        t->slot = lg_xcalloc(t->nsets * AFF_WAYS, sizeof(*t->slot));
+        t->ttl_ns = (uint64_t)(s.key_ttl_s * 1e9);
+        pthread_mutex_init(&t->lock, NULL);
+        out->table = t;
+    }
+    *state = out;
     return 0;
 }
 
@@ -453,16 +562,14 @@ static int
 prefix_create(const struct lg_host_api *host, const char *options, void **state, char *err,
               size_t errlen)
 {
-    (void)host;
-    return aff_create_common(options, state, err, errlen, false);
+    return aff_create_common(host, options, state, err, errlen, false);
 }
 
 static int
 session_create(const struct lg_host_api *host, const char *options, void **state, char *err,
                size_t errlen)
 {
-    (void)host;
-    return aff_create_common(options, state, err, errlen, true);
+    return aff_create_common(host, options, state, err, errlen, true);
 }
 
 static double
@@ -474,17 +581,133 @@ aff_hrw(uint64_t key, const struct lg_backend_view *v)
     return -policy_weight(v) / log(u);
 }
 
+static struct aff_owner *
+aff_owner_of(struct aff_table *t, uint32_t id, bool add)
+{
+    for (size_t i = 0; i < t->nowners; i++) {
+        if (t->owner[i].id == id) {
+            return &t->owner[i];
+        }
+    }
+    if (!add || t->nowners == AFF_MAX_OWNERS) {
+        return NULL;
+    }
+    t->owner[t->nowners] = (struct aff_owner){ .id = id, .keys = 0 };
+    return &t->owner[t->nowners++];
+}
+
+static void
+aff_count(struct aff_table *t, uint32_t id, int delta)
+{
+    struct aff_owner *o = aff_owner_of(t, id, delta > 0);
+
+    if (o != NULL && (delta > 0 || o->keys > 0)) {
+        o->keys += (uint32_t)delta;
+        t->live += (uint32_t)delta;
+    }
+}
+
+/* Once a second: drops keys past their ttl and recounts the live ones. */
+static void
+aff_sweep(struct aff_table *t, uint64_t now)
+{
+    if (now - t->swept_ns < 1000000000ull && t->swept_ns != 0) {
+        return;
+    }
+    t->swept_ns = now;
+    t->nowners = 0;
+    t->live = 0;
+    for (size_t i = 0; i < t->nsets * AFF_WAYS; i++) {
+        struct aff_key *e = &t->slot[i];
+
+        if (e->key != 0 && now - e->seen_ns > t->ttl_ns) {
+            e->key = 0;
+        }
+        if (e->key != 0) {
+            aff_count(t, e->owner, +1);
+        }
+    }
+}
+
+/*
+ * The table's owner of key among the candidates (its index), assigning one
+ * if the key is new or its owner is gone. order[] is the hash order.
+ */
+static ssize_t
+aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
+                const struct lg_backend_view *const *c, size_t n, const size_t *order,
+                double weights)
+{
+    struct aff_table *t = s->table;
+    uint64_t now = s->host->now_ns(), key = req->prefix_hash;
+    struct aff_key *set, *e = NULL, *victim;
+    ssize_t owner = -1;
+    double total;
+
+    pthread_mutex_lock(&t->lock);
+    aff_sweep(t, now);
+    set = &t->slot[(lg_mix64(key) & (t->nsets - 1)) * AFF_WAYS];
+    victim = &set[0];
+    for (size_t w = 0; w < AFF_WAYS; w++) {
+        if (set[w].key == key) {
+            e = &set[w];
+            break;
+        }
+        if (set[w].key == 0 || (victim->key != 0 && set[w].seen_ns < victim->seen_ns)) {
+            victim = &set[w];
+        }
+    }
+    if (e != NULL) {
+        for (size_t i = 0; i < n && owner < 0; i++) {
+            if (c[i]->id == e->owner) {
+                owner = (ssize_t)i;
+            }
+        }
+        if (owner >= 0 || req->attempt > 1) {
+            e->seen_ns = now;
+            goto unlock; /* kept (a retry does not move a key) */
+        }
+        aff_count(t, e->owner, -1); /* its owner is gone: reassign */
+    }
+    /* the first in hash order under its share of the keys, this one counted */
+    total = (double)t->live + 1;
+    for (size_t k = 0; k < n && owner < 0; k++) {
+        const struct aff_owner *o = aff_owner_of(t, c[order[k]]->id, false);
+        double have = o != NULL ? o->keys : 0;
+
+        if (have + 1 <= ceil(s->key_bound * total * policy_weight(c[order[k]]) / weights)) {
+            owner = (ssize_t)order[k];
+        }
+    }
+    if (owner < 0) {
+        owner = (ssize_t)order[0];
+    }
+    if (e == NULL) {
+        e = victim;
+        if (e->key != 0 && now - e->seen_ns <= t->ttl_ns) {
+            aff_count(t, e->owner, -1);
+        }
+        e->key = key;
+    }
+    e->owner = c[owner]->id;
+    e->seen_ns = now;
+    aff_count(t, e->owner, +1);
+unlock:
+    pthread_mutex_unlock(&t->lock);
+    return owner;
+}
+
 static void
 aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
           size_t n, double *cost, const char **why)
 {
     const struct aff_state *s = state;
     uint64_t key = s->session ? req->session_hash : req->prefix_hash;
-    double h[64], load = 1, weights = 0, slope = s->ms_per_kib, kib, saved;
-    ssize_t owner = -1, top = -1;
-    unsigned char seen[64] = { 0 };
+    double h[AFF_MAX_CANDS], load = 1, weights = 0, slope = s->ms_per_kib, kib, saved;
+    size_t order[AFF_MAX_CANDS];
+    ssize_t owner = -1, home;
 
-    if (key == 0 || n > 64) {
+    if (key == 0 || n == 0 || n > AFF_MAX_CANDS) {
         return; /* no key: no opinion (all costs stay 0) */
     }
     for (size_t i = 0; i < n; i++) {
@@ -494,29 +717,34 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
         if (s->ms_per_kib <= 0) {
             slope = LG_MAX(slope, c[i]->ttft_ms_per_kib);
         }
+        /* insertion sort into hash order, highest first */
+        size_t k = i;
+        while (k > 0 && h[order[k - 1]] < h[i]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
     }
-    /* walk the hash order until a candidate is under its bound */
-    for (size_t k = 0; k < n && owner < 0; k++) {
-        ssize_t best = -1;
+    home = s->table != NULL ? aff_table_owner(s, req, c, n, order, weights) : (ssize_t)order[0];
+    /* the home candidate, then the others in hash order, until one is under
+     * its load bound; the slack keeps a lone request (or a scrape that still
+     * counts a finished one) from moving a key when the fleet is nearly idle,
+     * and a candidate with a free slot is never over: nothing waits there,
+     * and moving would trade a queue that does not exist for a cache miss
+     * (and an eviction) that does */
+    for (size_t k = 0; k <= n && owner < 0; k++) {
+        ssize_t i = k == 0 ? home : (ssize_t)order[k - 1];
 
-        for (size_t i = 0; i < n; i++) {
-            if (!seen[i] && (best < 0 || h[i] > h[best])) {
-                best = (ssize_t)i;
-            }
+        if (k > 0 && i == home) {
+            continue;
         }
-        seen[best] = 1;
-        if (top < 0) {
-            top = best;
-        }
-        /* the slack keeps a lone request (or a scrape that still counts a
-         * finished one) from moving a key when the fleet is nearly idle */
-        if (c[best]->load + 1
-            <= ceil(s->bound * load * policy_weight(c[best]) / weights) + s->slack) {
-            owner = best;
+        if (c[i]->load + 1 <= ceil(s->bound * load * policy_weight(c[i]) / weights) + s->slack
+            || c[i]->load + 1 <= policy_slots(c[i], s->slots)) {
+            owner = i;
         }
     }
     if (owner < 0) {
-        owner = top; /* everyone is over: stay where the cache is */
+        owner = home; /* everyone is over: stay where the cache is */
     }
     if (s->ms_per_kib <= 0) {
         slope = LG_MAX(slope, s->min_ms_per_kib);
@@ -527,16 +755,16 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
         cost[i] = (ssize_t)i == owner ? 0 : saved;
     }
     if (s->session) {
-        *why = owner == top ? "session_owner" : "session_owner_overflow";
+        *why = owner == home ? "session_owner" : "session_owner_overflow";
     } else {
-        *why = owner == top ? "prefix_owner" : "prefix_owner_overflow";
+        *why = owner == home ? "prefix_owner" : "prefix_owner_overflow";
     }
 }
 
 static const struct lg_policy_ops prefix_ops = {
     .size = sizeof(struct lg_policy_ops),
     .create = prefix_create,
-    .destroy = policy_free,
+    .destroy = aff_destroy,
     .score = aff_score,
 };
 
@@ -547,7 +775,7 @@ static const struct lg_plugin_desc prefix_desc = {
 static const struct lg_policy_ops session_ops = {
     .size = sizeof(struct lg_policy_ops),
     .create = session_create,
-    .destroy = policy_free,
+    .destroy = aff_destroy,
     .score = aff_score,
 };
 
