@@ -7,6 +7,8 @@
  * are freed from the reap event, at the top of the loop, never from inside
  * their own callbacks.
  */
+#include "worker.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,6 @@
 #include "client.h"
 #include "listener.h"
 #include "upstream.h"
-#include "worker.h"
 
 static void
 worker_maybe_exit(struct lg_worker *w)
