@@ -4,8 +4,9 @@
  * struct lg_gateway is the process: configuration, fleet, workers. Each
  * struct lg_worker is one thread with its own event_base, its own listening
  * sockets (SO_REUSEPORT: the kernel spreads connections), its clients and
- * its upstream pools. Objects of a worker are touched only by its thread;
- * other threads talk to it through lg_worker_post().
+ * its upstream pools. Objects of a worker, its event base included, are
+ * touched only by its thread (the base has no lock): other threads talk to
+ * it through lg_worker_post() and nothing else, never event_active().
  */
 #ifndef LG_WORKER_H
 #define LG_WORKER_H
@@ -39,6 +40,7 @@ TAILQ_HEAD(lg_upconn_list, lg_upconn);
 #define LG_WORKER_CMD_DRAIN 1u /* stop accepting, close idle clients, exit when empty */
 #define LG_WORKER_CMD_STOP  2u /* exit now: cut whatever runs */
 #define LG_WORKER_CMD_FLEET 4u /* adopt gw->fleet */
+#define LG_WORKER_CMD_ADMIT 8u /* look at this worker's admission queue (admission.c) */
 
 struct lg_worker_stats {
     uint64_t accepted;  /* client connections accepted */
@@ -56,7 +58,8 @@ struct lg_worker {
     struct evconnlistener **listeners; /* owned; NULL entries once closed */
     size_t nlisteners;
     struct event *accept_retry; /* re-enables listeners after EMFILE */
-    struct event *cmd_ev;       /* activated by lg_worker_post() */
+    struct event *cmd_ev;       /* reads cmd_fd */
+    int cmd_fd;                 /* owned eventfd: lg_worker_post() writes to it */
     uint32_t cmd;               /* atomic: pending LG_WORKER_CMD_* bits */
     struct event *reap_ev;      /* frees closed clients and upstream conns */
     struct lg_client_list reap_clients;
@@ -103,7 +106,10 @@ void lg_worker_destroy(struct lg_worker *w);
 int lg_workers_start(struct lg_gateway *gw);
 void lg_workers_join(struct lg_gateway *gw);
 
-/* Posts command bits to a worker; safe from any thread. */
+/*
+ * Posts command bits to a worker; safe from any thread (the worker's own
+ * included). The worker runs them at its next loop turn.
+ */
 void lg_worker_post(struct lg_worker *w, uint32_t cmd);
 
 /* Returns the gateway's current fleet with a reference (any thread). */
