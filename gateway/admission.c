@@ -65,7 +65,7 @@ struct admission_worker {
     struct lg_worker *w;           /* borrowed */
     struct admission_list waiters; /* by since_ns */
     uint32_t nwaiting;             /* atomic: read by other workers' releases */
-    struct event *wake;            /* owned: activated from any thread */
+    struct event *wake;            /* owned: activated by its worker's thread only */
     struct event *tick;            /* owned: slow re-check while waiters exist */
 };
 
@@ -218,7 +218,7 @@ admission_unlink(struct lg_admission_waiter *wt)
     __atomic_sub_fetch(&aw->a->waiting, 1, __ATOMIC_ACQ_REL);
 }
 
-static void admission_wake(struct lg_admission *a);
+static void admission_wake(struct lg_admission *a, unsigned self);
 
 /*
  * Forgets the waiter: out of its worker's list (if in it), out of its model's
@@ -229,6 +229,7 @@ static void
 admission_drop(struct lg_admission_waiter *wt)
 {
     struct lg_admission *a = wt->aw->a;
+    unsigned self = (unsigned)(wt->aw - a->aw); /* the waiter's worker: this thread */
 
     if (wt->state == ADMISSION_ST_QUEUED) {
         admission_unlink(wt);
@@ -241,7 +242,7 @@ admission_drop(struct lg_admission_waiter *wt)
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        admission_wake(a);
+        admission_wake(a, self);
     }
 }
 
@@ -316,14 +317,32 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c)
     return LG_OK;
 }
 
-/* Wakes every worker that has waiters (deferred to each one's loop). Any thread. */
+/*
+ * Wakes every worker that has waiters (deferred to each one's loop). Called
+ * on worker `self`'s thread: its own wake event is activated directly, the
+ * others get LG_WORKER_CMD_ADMIT (worker bases have no lock, so another
+ * thread must not activate their events).
+ */
 static void
-admission_wake(struct lg_admission *a)
+admission_wake(struct lg_admission *a, unsigned self)
 {
     for (unsigned i = 0; i < a->nworkers; i++) {
-        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) > 0) {
-            event_active(a->aw[i].wake, EV_TIMEOUT, 0);
+        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) == 0) {
+            continue;
         }
+        if (i == self) {
+            event_active(a->aw[i].wake, EV_TIMEOUT, 0);
+        } else {
+            lg_worker_post(a->aw[i].w, LG_WORKER_CMD_ADMIT);
+        }
+    }
+}
+
+void
+lg_admission_wake_worker(struct lg_admission *a, unsigned worker)
+{
+    if (a != NULL && worker < a->nworkers) {
+        event_active(a->aw[worker].wake, EV_TIMEOUT, 0);
     }
 }
 
@@ -357,7 +376,7 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc)
         }
         /* others wait for this model: no overtaking; they get the free slot first */
         if (admission_enqueue(a, c) == LG_OK) {
-            admission_wake(a); /* there is room: let the oldest waiters take it */
+            admission_wake(a, c->w->id); /* there is room: let the oldest waiters take it */
         }
         return true;
     }
@@ -475,7 +494,6 @@ lg_admission_released(struct lg_admission *a, unsigned worker, const char *model
     struct admission_model *m;
     size_t slot = now_s % ADMISSION_WINDOW;
 
-    (void)worker;
     if (a == NULL) {
         return;
     }
@@ -488,7 +506,7 @@ lg_admission_released(struct lg_admission *a, unsigned worker, const char *model
     m->done[slot]++;
     pthread_mutex_unlock(&a->lock);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        admission_wake(a);
+        admission_wake(a, worker);
     }
 }
 

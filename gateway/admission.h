@@ -10,7 +10,8 @@
  * Waiting requests stay on their worker (a queue per worker, in arrival
  * order); the per-model length and the drain rate are shared. Whenever an
  * attempt anywhere releases its backend slot, every worker with waiters is
- * woken (event_active on its own event: safe across threads) and dispatches
+ * woken (its own wake event, or LG_WORKER_CMD_ADMIT through lg_worker_post()
+ * from another worker: worker bases have no lock) and dispatches
  * what the router now has room for; a slow tick on each worker with waiters
  * also re-checks, for capacity that returns another way (Retry-After over,
  * a backend back up). A request is never dispatched from inside another
@@ -56,9 +57,16 @@ void lg_admission_cancel(struct lg_client *c);
 
 /*
  * A request of `model` on worker `worker` gave back its backend slot: counts
- * it for the drain rate and wakes the workers that have waiters. Any thread.
+ * it for the drain rate and wakes the workers that have waiters. On worker
+ * `worker`'s thread.
  */
 void lg_admission_released(struct lg_admission *a, unsigned worker, const char *model);
+
+/*
+ * Worker `worker` received LG_WORKER_CMD_ADMIT: schedules a look at its
+ * waiters in its loop. On that worker's thread. NULL a is fine.
+ */
+void lg_admission_wake_worker(struct lg_admission *a, unsigned worker);
 
 /* Requests waiting for `model` now, all workers (tests, metrics). */
 uint32_t lg_admission_queued(struct lg_admission *a, const char *model);

@@ -1,27 +1,33 @@
 /*
  * worker.c: event-loop threads, cross-thread commands and deferred frees.
  *
- * Owns: each worker's event_base and its events, the reap lists.
- * Invariants: a worker's clients, upstream connections and pools are only
- * touched by its thread; other threads only call lg_worker_post(). Objects
+ * Owns: each worker's event_base (without a lock: one thread) and its
+ * events, the command eventfd, the reap lists.
+ * Invariants: a worker's base, clients, upstream connections and pools are
+ * only touched by its thread; other threads only call lg_worker_post(),
+ * which sets command bits and writes to the eventfd (an event_active() from
+ * another thread would race: the base has no lock). Objects
  * are freed from the reap event, at the top of the loop, never from inside
  * their own callbacks.
  */
+#include "worker.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "accesslog.h"
+#include "admission.h"
 #include "backend.h"
 #include "bevio.h"
 #include "client.h"
 #include "listener.h"
 #include "upstream.h"
-#include "worker.h"
 
 static void
 worker_maybe_exit(struct lg_worker *w)
@@ -111,10 +117,22 @@ static void
 worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_worker *w = arg;
-    uint32_t cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
+    uint64_t n;
+    uint32_t cmd;
 
-    (void)fd;
     (void)what;
+    /*
+     * Reset the eventfd before taking the bits: a post whose bits the
+     * exchange below misses wrote to the eventfd after this read, so the
+     * event fires again.
+     */
+    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN) {
+        LG_ERROR("worker %u: cannot read commands: %s", w->id, strerror(errno));
+    }
+    cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
+    if (cmd & LG_WORKER_CMD_ADMIT) {
+        lg_admission_wake_worker(w->gw->admission, w->id);
+    }
     if (cmd & LG_WORKER_CMD_FLEET) {
         worker_adopt_fleet(w);
     }
@@ -129,8 +147,13 @@ worker_on_cmd(evutil_socket_t fd, short what, void *arg)
 void
 lg_worker_post(struct lg_worker *w, uint32_t cmd)
 {
+    static const uint64_t one = 1;
+
     __atomic_fetch_or(&w->cmd, cmd, __ATOMIC_ACQ_REL);
-    event_active(w->cmd_ev, EV_TIMEOUT, 0);
+    /* fails only when the counter is near 2^64 - 1, which means "readable" anyway */
+    if (write(w->cmd_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+        LG_ERROR("worker %u: cannot post a command: %s", w->id, strerror(errno));
+    }
 }
 
 /* After the loop: cut what still runs and free everything the worker holds. */
@@ -192,16 +215,22 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     memset(w, 0, sizeof(*w));
     w->id = id;
     w->gw = gw;
+    w->cmd_fd = -1;
     TAILQ_INIT(&w->reap_clients);
     TAILQ_INIT(&w->reap_upconns);
     TAILQ_INIT(&w->clients);
     /*
+     * No lock: only this thread touches the base (others post through the
+     * eventfd), and with evthread_use_pthreads() on, libevent would take the
+     * base's mutex in every event_add, event_del, event_pending and
+     * event_active, dozens of times per request.
      * The epoll changelist applies event changes at the next epoll_wait, so
      * a write event armed and disarmed within one loop iteration (bevio.c)
      * costs no syscall. (It must not meet dup()ed descriptors: we make none.)
      */
     cfg = event_config_new();
-    if (cfg == NULL || event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST) != 0) {
+    if (cfg == NULL || event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) != 0
+        || event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST) != 0) {
         event_config_free(cfg);
         return LG_ENOMEM;
     }
@@ -210,9 +239,17 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     if (w->base == NULL) {
         return LG_ENOMEM;
     }
+    w->cmd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->cmd_fd < 0) {
+        LG_ERROR("worker %u: eventfd: %s", id, strerror(errno));
+        return LG_ERR;
+    }
     lg_bevio_init(w->base);
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
-    w->cmd_ev = event_new(w->base, -1, 0, worker_on_cmd, w);
+    w->cmd_ev = event_new(w->base, w->cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
+    if (w->reap_ev == NULL || w->cmd_ev == NULL || event_add(w->cmd_ev, NULL) != 0) {
+        return LG_ENOMEM;
+    }
     w->fleet = lg_gateway_fleet(gw);
     w->alog = lg_accesslog_buffer(gw->alog, id);
     return lg_listener_attach(w);
@@ -230,6 +267,9 @@ lg_worker_destroy(struct lg_worker *w)
     }
     if (w->cmd_ev != NULL) {
         event_free(w->cmd_ev);
+    }
+    if (w->base != NULL && w->cmd_fd >= 0) { /* base: lg_worker_init() ran (cmd_fd set) */
+        close(w->cmd_fd);
     }
     lg_fleet_unref(w->fleet);
     if (w->base != NULL) {

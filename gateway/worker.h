@@ -4,8 +4,9 @@
  * struct lg_gateway is the process: configuration, fleet, workers. Each
  * struct lg_worker is one thread with its own event_base, its own listening
  * sockets (SO_REUSEPORT: the kernel spreads connections), its clients and
- * its upstream pools. Objects of a worker are touched only by its thread;
- * other threads talk to it through lg_worker_post().
+ * its upstream pools. Objects of a worker, its event base included, are
+ * touched only by its thread (the base has no lock): other threads talk to
+ * it through lg_worker_post() and nothing else, never event_active().
  */
 #ifndef LG_WORKER_H
 #define LG_WORKER_H
@@ -39,58 +40,60 @@ TAILQ_HEAD(lg_upconn_list, lg_upconn);
 #define LG_WORKER_CMD_DRAIN 1u /* stop accepting, close idle clients, exit when empty */
 #define LG_WORKER_CMD_STOP  2u /* exit now: cut whatever runs */
 #define LG_WORKER_CMD_FLEET 4u /* adopt gw->fleet */
+#define LG_WORKER_CMD_ADMIT 8u /* look at this worker's admission queue (admission.c) */
 
 struct lg_worker_stats {
-    uint64_t accepted;           /* client connections accepted */
-    uint64_t refused;            /* refused over max_connections */
-    uint64_t requests;           /* requests completed (any status) */
-    uint64_t bytes_in;           /* request bytes received from clients */
-    uint64_t bytes_out;          /* response bytes sent to clients */
+    uint64_t accepted;  /* client connections accepted */
+    uint64_t refused;   /* refused over max_connections */
+    uint64_t requests;  /* requests completed (any status) */
+    uint64_t bytes_in;  /* request bytes received from clients */
+    uint64_t bytes_out; /* response bytes sent to clients */
 };
 
 struct lg_worker {
     unsigned id;
-    struct lg_gateway *gw;        /* borrowed */
+    struct lg_gateway *gw; /* borrowed */
     pthread_t thread;
-    struct event_base *base;      /* owned */
+    struct event_base *base;           /* owned */
     struct evconnlistener **listeners; /* owned; NULL entries once closed */
     size_t nlisteners;
-    struct event *accept_retry;   /* re-enables listeners after EMFILE */
-    struct event *cmd_ev;         /* activated by lg_worker_post() */
-    uint32_t cmd;                 /* atomic: pending LG_WORKER_CMD_* bits */
-    struct event *reap_ev;        /* frees closed clients and upstream conns */
+    struct event *accept_retry; /* re-enables listeners after EMFILE */
+    struct event *cmd_ev;       /* reads cmd_fd */
+    int cmd_fd;                 /* owned eventfd: lg_worker_post() writes to it */
+    uint32_t cmd;               /* atomic: pending LG_WORKER_CMD_* bits */
+    struct event *reap_ev;      /* frees closed clients and upstream conns */
     struct lg_client_list reap_clients;
     struct lg_upconn_list reap_upconns;
     struct lg_client_list clients; /* every open client connection */
     uint32_t nclients;
-    struct lg_fleet *fleet;       /* one reference: the fleet new requests use */
-    struct lg_alog_buf *alog;     /* this worker's access-log buffer (NULL: off) */
-    uint64_t conn_seq;            /* connection ids: id * 2^40 + seq */
+    struct lg_fleet *fleet;   /* one reference: the fleet new requests use */
+    struct lg_alog_buf *alog; /* this worker's access-log buffer (NULL: off) */
+    uint64_t conn_seq;        /* connection ids: id * 2^40 + seq */
     bool draining;
-    double retry_tokens;          /* retry budget (proxy.c) */
+    double retry_tokens; /* retry budget (proxy.c) */
     uint64_t retry_refill_ns;
-    struct lg_worker_stats stats; /* atomic reads from other threads */
+    struct lg_worker_stats stats;     /* atomic reads from other threads */
     struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
 };
 
 struct lg_gateway {
-    struct lg_config *conf;       /* one reference: the file's configuration in force; the
+    struct lg_config *conf; /* one reference: the file's configuration in force; the
                                      main thread's (workers read their fleet's conf) */
     char *config_path;
     unsigned nworkers;
-    struct lg_worker *workers;    /* owned array */
-    int *listen_fds;              /* [nlisten * nworkers], handed to workers */
+    struct lg_worker *workers; /* owned array */
+    int *listen_fds;           /* [nlisten * nworkers], handed to workers */
     size_t nlisten;
-    pthread_mutex_t fleet_lock;   /* guards fleet */
-    struct lg_fleet *fleet;       /* one reference: the current fleet */
-    uint32_t nconnections;        /* atomic: open client connections, all workers */
+    pthread_mutex_t fleet_lock;     /* guards fleet */
+    struct lg_fleet *fleet;         /* one reference: the current fleet */
+    uint32_t nconnections;          /* atomic: open client connections, all workers */
     struct lg_connlimit *connlimit; /* owned: connections per source address */
-    struct lg_tls *tls;           /* owned: server TLS contexts per listen entry */
-    struct lg_keys *keys;         /* owned: API keys; NULL: no authentication */
+    struct lg_tls *tls;             /* owned: server TLS contexts per listen entry */
+    struct lg_keys *keys;           /* owned: API keys; NULL: no authentication */
     struct lg_admission *admission; /* owned: the admission queue */
-    struct lg_accesslog *alog;    /* owned; NULL when off */
-    struct lg_reload *reload;     /* owned: reloads, discovery (main thread) */
-    struct lg_admin *admin;       /* owned: admin listener; NULL when off */
+    struct lg_accesslog *alog;      /* owned; NULL when off */
+    struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
+    struct lg_admin *admin;         /* owned: admin listener; NULL when off */
     bool draining;
 };
 
@@ -103,7 +106,10 @@ void lg_worker_destroy(struct lg_worker *w);
 int lg_workers_start(struct lg_gateway *gw);
 void lg_workers_join(struct lg_gateway *gw);
 
-/* Posts command bits to a worker; safe from any thread. */
+/*
+ * Posts command bits to a worker; safe from any thread (the worker's own
+ * included). The worker runs them at its next loop turn.
+ */
 void lg_worker_post(struct lg_worker *w, uint32_t cmd);
 
 /* Returns the gateway's current fleet with a reference (any thread). */
