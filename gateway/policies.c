@@ -444,8 +444,8 @@ static const struct lg_plugin_desc ttft_desc = {
  * request leaves its warm replica only when the queue there costs more than
  * that.
  */
-#define AFF_MAX_CANDS 64
-#define AFF_WAYS 4
+#define AFF_MAX_CANDS  64
+#define AFF_WAYS       4
 #define AFF_MAX_OWNERS 128
 
 struct aff_key {
@@ -536,8 +536,7 @@ aff_create_common(const struct lg_host_api *host, const char *options, void **st
     struct aff_state *out;
 
     /* the key table is prefix_affinity's: sessions take no key options */
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen)
-        != 0) {
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen) != 0) {
         return -1;
     }
     out = lg_xmalloc(sizeof(*out));
