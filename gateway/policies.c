@@ -355,7 +355,7 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
              const struct lg_backend_view *v)
 {
     double kib = (double)req->prompt_bytes / 1024.0;
-    double slots = v->capacity > 0 ? v->capacity : s->slots;
+    double slots = policy_slots(v, s->slots);
     double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
     double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
     /* others' load has changed since the scrape: about foreign/hold arrivals
