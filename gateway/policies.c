@@ -664,7 +664,10 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
         }
         if (owner >= 0 || req->attempt > 1) {
             e->seen_ns = now;
-            goto unlock; /* kept (a retry does not move a key) */
+            if (owner < 0) {
+                owner = (ssize_t)order[0]; /* a retry does not move a key */
+            }
+            goto unlock;
         }
         aff_count(t, e->owner, -1); /* its owner is gone: reassign */
     }

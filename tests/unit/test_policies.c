@@ -455,6 +455,27 @@ test_prefix_key_balance(void)
     }
     LG_CHECK(worst_hashed >= 6);
 
+    /* a retry whose key's owner is not a candidate goes by hash order and
+     * leaves the key where it is */
+    for (int i = 0; i < 4; i++) {
+        if (i != first[0]) {
+            g.v[g.n] = f.v[i];
+            g.p[g.n] = &g.v[g.n];
+            g.n++;
+        }
+    }
+    {
+        struct lg_route_info r = req_of(4096, 10, lg_mix64(100), 0);
+        double cost[N_MAX];
+        const char *why;
+
+        r.attempt = 2;
+        LG_CHECK(pick(&pol, &r, &g, cost, &why) >= 0);
+        LG_CHECK_STR(why, "prefix_owner");
+        LG_CHECK(owner_of(&pol, &f, lg_mix64(100), false) == first[0]);
+    }
+    g.n = 0;
+
     /* a key whose owner leaves is reassigned for good, the others stay */
     for (int i = 0; i < 4; i++) {
         if (i != 1) {
