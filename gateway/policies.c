@@ -686,8 +686,8 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
     }
     if (e == NULL) {
         e = victim;
-        if (e->key != 0 && now - e->seen_ns <= t->ttl_ns) {
-            aff_count(t, e->owner, -1);
+        if (e->key != 0) {
+            aff_count(t, e->owner, -1); /* every entry counts until evicted or swept */
         }
         e->key = key;
     }

@@ -53,6 +53,20 @@ set_load(struct lg_backend_view *v, uint32_t inflight, double foreign)
     v->load = inflight + foreign;
 }
 
+/* g = f without candidate `drop` (a replica removed, ejected or already tried). */
+static void
+fleet_without(const struct fleet *f, struct fleet *g, size_t drop)
+{
+    g->n = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (i != drop) {
+            g->v[g->n] = f->v[i];
+            g->p[g->n] = &g->v[g->n];
+            g->n++;
+        }
+    }
+}
+
 struct policy {
     const struct lg_plugin *p;
     void *state;
@@ -329,14 +343,7 @@ test_prefix_affinity(void)
     }
 
     /* removing a replica moves only its own keys */
-    g.n = 0;
-    for (int i = 0; i < 4; i++) {
-        if (i != 2) {
-            g.v[g.n] = f.v[i];
-            g.p[g.n] = &g.v[g.n];
-            g.n++;
-        }
-    }
+    fleet_without(&f, &g, 2);
     for (uint64_t k = 1; k <= 2000; k++) {
         int a = owner_of(&pol, &f, lg_mix64(k), false);
         int b = owner_of(&pol, &g, lg_mix64(k), false);
@@ -457,13 +464,7 @@ test_prefix_key_balance(void)
 
     /* a retry whose key's owner is not a candidate goes by hash order and
      * leaves the key where it is */
-    for (int i = 0; i < 4; i++) {
-        if (i != first[0]) {
-            g.v[g.n] = f.v[i];
-            g.p[g.n] = &g.v[g.n];
-            g.n++;
-        }
-    }
+    fleet_without(&f, &g, (size_t)first[0]);
     {
         struct lg_route_info r = req_of(4096, 10, lg_mix64(100), 0);
         double cost[N_MAX];
@@ -474,16 +475,9 @@ test_prefix_key_balance(void)
         LG_CHECK_STR(why, "prefix_owner");
         LG_CHECK(owner_of(&pol, &f, lg_mix64(100), false) == first[0]);
     }
-    g.n = 0;
 
     /* a key whose owner leaves is reassigned for good, the others stay */
-    for (int i = 0; i < 4; i++) {
-        if (i != 1) {
-            g.v[g.n] = f.v[i];
-            g.p[g.n] = &g.v[g.n];
-            g.n++;
-        }
-    }
+    fleet_without(&f, &g, 1);
     for (uint64_t k = 0; k < 16; k++) {
         int o = owner_of(&pol, &g, lg_mix64(k + 100), false);
         int in_f = o >= 1 ? o + 1 : o;
