@@ -362,6 +362,71 @@ lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t
     return n;
 }
 
+/* ---- first-token work ahead, request by request ---------------------------- */
+
+/*
+ * A slot holds (due << DUE_SERVICE_BITS) | service: due is when the
+ * request's predicted service TTFT ends (ms on the ages clock, + 1 so a
+ * taken slot is never 0), service that prediction in ms (capped).
+ */
+#define DUE_SERVICE_BITS 20
+#define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
+#define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
+
+int
+lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+{
+    uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
+    uint64_t due = pending_ms(t_ns) + service + 1;
+    uint64_t word = (due << DUE_SERVICE_BITS) | service;
+
+    for (unsigned k = 0; k < LG_BACKEND_DUE_SLOTS; k++) {
+        unsigned i = (hint + k) % LG_BACKEND_DUE_SLOTS;
+        uint64_t free_slot = 0;
+
+        if (__atomic_load_n(&b->due[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&b->due[i], &free_slot, word, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+void
+lg_backend_due_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_DUE_SLOTS) {
+        __atomic_store_n(&b->due[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms)
+{
+    uint64_t now = pending_ms(now_ns), sum = 0, longest = 0;
+
+    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
+        uint64_t due = w >> DUE_SERVICE_BITS, service = w & DUE_SERVICE_MAX;
+        uint64_t start = due - 1 - service, age = now > start ? now - start : 0;
+
+        if (w == 0) {
+            continue;
+        }
+        /* what is left of its prediction; once nearly used up, a share of
+         * the time it has taken: a request past its prediction is behind
+         * something the model did not see, and the longer it has waited the
+         * longer it is likely to wait still */
+        sum += LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
+        longest = LG_MAX(longest, service);
+    }
+    if (longest_ms != NULL) {
+        *longest_ms = (double)longest;
+    }
+    return (double)sum;
+}
+
 /* ---- estimators --------------------------------------------------------- */
 
 void
@@ -428,6 +493,16 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
     backend_seq_publish(&r->prior_seq, &r->prior, p, sizeof(*p));
 }
 
+bool
+lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
+{
+    /* a false confirmation (a queue the gateway could not explain) must not
+     * hold the replica at a few slots for good: the policies would stop
+     * sending it more, and it would never show it runs more */
+    return e->capacity_confirmed > 0 && now_ns >= e->confirmed_t_ns
+           && now_ns - e->confirmed_t_ns <= LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S;
+}
+
 void
 lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
                      uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
@@ -463,25 +538,23 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->foreign = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
                                      scrape_interval_ns);
     v->load = v->inflight + v->foreign;
-    if (eng.capacity_confirmed > 0) {
+    if (lg_backend_engine_confirmed(&eng, now_ns)) {
         v->capacity = eng.capacity;
     } else if (prior->slots > 0) {
         v->flags |= LG_VIEW_F_CAP_GUESS;
-        /* never seen full: assume the slots its siblings have (replicas of a
-         * model usually run the same engine settings) */
-        v->capacity = LG_MAX(eng.capacity, prior->slots);
-    } else if (eng.capacity > 0) {
+        /* not seen full lately: assume the slots its siblings have (replicas
+         * of a model usually run the same engine settings) */
+        v->capacity = LG_MAX(eng.run_max, prior->slots);
+    } else if (eng.run_max > 0) {
         v->flags |= LG_VIEW_F_CAP_GUESS;
         /* it ran that many without a queue: one more slot may exist */
-        v->capacity = eng.capacity + 0.5;
+        v->capacity = eng.run_max + 0.5;
     }
     v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
     v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
     lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
     if (v->pending > 0) {
-        double work = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
-
-        v->work_ahead_ms = LG_MAX(0.0, work - v->pending * v->pending_age_ms);
+        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL);
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

@@ -53,10 +53,21 @@ struct lg_backend_engine {
     double capacity;             /* slots: running seen while a queue lasted; else the
                                      most seen running; 0 = unknown */
     double capacity_confirmed;   /* 1 when seen with a queue (exact), else 0 */
+    uint64_t confirmed_t_ns;     /* last queue that confirmed it (LG_ENGINE_CONFIRM_TTL_S) */
+    int32_t run_max;             /* the most seen running at once (recently) */
+    uint64_t run_max_t_ns;       /* last scrape that saw it run that many (or one less) */
 };
+
+/* A queue-confirmed capacity holds this long without another confirming queue. */
+#define LG_ENGINE_CONFIRM_TTL_S 10
+/* The most seen running is forgotten after this long without running that many. */
+#define LG_ENGINE_RUN_MAX_TTL_S 60
+/* KV-cache usage at which an engine stops admitting for lack of cache. */
+#define LG_ENGINE_KV_FULL 0.9
 
 /* Response classes counted per backend: 1xx..5xx, and "no response". */
 #define LG_BACKEND_NCLASS 6
+#define LG_BACKEND_DUE_SLOTS 64 /* requests awaiting a first token counted one by one */
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -80,8 +91,6 @@ struct lg_backend {
     int refcnt;                  /* atomic: fleets and in-flight requests */
 
     uint32_t inflight;             /* atomic: requests dispatched and not finished */
-    uint64_t pending_work_us;      /* atomic: predicted service TTFT of the requests
-                                      awaiting a first token, summed */
     uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
                                       packed (see backend.c, ages_*) */
     int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */
@@ -112,6 +121,10 @@ struct lg_backend {
     struct lg_upstream_pool *pools; /* [nworkers], each owned by its worker */
     unsigned npools;
     struct ssl_ctx_st *tls_ctx;     /* owned (tls.c): https client context, set once (atomic) */
+
+    /* atomic: when each request awaiting a first token here should have it,
+     * 0 = free (lg_backend_due_add) */
+    uint64_t due[LG_BACKEND_DUE_SLOTS];
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */
@@ -213,6 +226,20 @@ enum lg_backend_ages {
     LG_BACKEND_AGES_INFLIGHT,
 };
 bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+/*
+ * First-token work still ahead on b, request by request: each request
+ * awaiting a first token holds a slot with the time its predicted service
+ * TTFT ends (dispatch + service_ms). lg_backend_work_ahead_ms() sums what is
+ * left of each, an overdue request counting 0 (a sum of differences would let
+ * its negative remainder cancel another's work). lg_backend_due_add() returns
+ * the slot to pass to lg_backend_due_del(), or -1 when all are taken (the
+ * request is then not counted). Lock-free, any thread; ms resolution.
+ */
+int lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint);
+void lg_backend_due_del(struct lg_backend *b, int slot);
+/* ... and sets *longest_ms (when not NULL) to the longest predicted service
+ * among them, overdue or not: a long prefill may still hold the engine. */
+double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms);
 void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
 uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
                          double *mean_age_ms);
@@ -235,6 +262,9 @@ void lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_eng
 /* The route's prior (any thread, no lock) and its update (health.c). */
 void lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out);
 void lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p);
+
+/* Whether e's capacity was confirmed by a queue lately (LG_ENGINE_CONFIRM_TTL_S). */
+bool lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns);
 
 /*
  * Fills a plugin view of b at now_ns: live counts, engine sample blended

@@ -101,6 +101,7 @@ struct lg_request {
     uint64_t t_start;             /* first byte of the request */
     uint64_t t_read;              /* whole request read */
     uint64_t t_dispatch;          /* backend picked (last attempt) */
+    int due_slot;                 /* its slot in the backend's due[] (LG_REQ_F_TOKEN_WAIT) */
     uint64_t t_connect;           /* connection ready (last attempt) */
     uint64_t t_first_byte;        /* first response byte from the backend */
     uint64_t t_first_token;       /* first content event (or whole response) */

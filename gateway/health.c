@@ -149,16 +149,29 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
     /*
      * A request waits a moment for the engine's next step even when a slot
      * is free, so one scrape with a queue proves nothing; a queue on two
-     * scrapes in a row means the engine is full at the count running.
+     * scrapes in a row means the engine is full at the count running. Unless
+     * it ran more than that at once before with its KV cache not full: then
+     * a long step (a long prompt's prefill, ours or another client's) holds
+     * arrivals until it ends, and the queue says nothing about slots.
      */
+    bool at_max = s->running + 1 >= e->run_max || s->kv_usage >= LG_ENGINE_KV_FULL;
     bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
-                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy;
+                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy
+                  && at_max;
 
+    if (e->run_max_t_ns != 0 && now_ns - e->run_max_t_ns > LG_ENGINE_RUN_MAX_TTL_S * LG_NS_PER_S) {
+        e->run_max = s->running; /* engines restart with other settings */
+    }
+    if (s->running + 1 >= e->run_max) {
+        e->run_max = LG_MAX(e->run_max, s->running);
+        e->run_max_t_ns = now_ns;
+    }
     if (queued) {
         double full = 0.5 * (s->running + e->running);
 
         e->capacity = e->capacity_confirmed > 0 ? 0.5 * e->capacity + 0.5 * full : full;
         e->capacity_confirmed = 1;
+        e->confirmed_t_ns = now_ns;
     }
     if (s->running > e->capacity) {
         e->capacity = s->running; /* at least this many run at once */
@@ -185,7 +198,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
     uint32_t pending;
-    double age_ms, work_ms;
+    double age_ms, work_ms, longest_ms = 0;
     bool busy, detected;
     int rc;
 
@@ -216,10 +229,13 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     now = lg_now_ns();
     interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
     /* a long prefill of ours in progress holds arrivals in the queue
-     * whatever the free slots: no capacity can be read from that queue */
+     * whatever the free slots: no capacity can be read from that queue (a
+     * long prompt still awaiting its first token may be in it, even past its
+     * predicted time: the slope of a new fleet is learnt from such prompts) */
     pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now, &age_ms);
-    work_ms = (double)__atomic_load_n(&b->pending_work_us, __ATOMIC_RELAXED) / 1000.0;
-    busy = pending > 0 && work_ms - pending * age_ms > 2.0 * (double)interval / 1e6;
+    work_ms = pending > 0 ? lg_backend_work_ahead_ms(b, now, &longest_ms) : 0;
+    busy = pending > 0 && (work_ms > 2.0 * (double)interval / 1e6
+                           || longest_ms >= (double)interval / 1e6);
     lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
@@ -290,7 +306,7 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
             struct lg_est_value v;
 
             lg_backend_read_engine(r->backends[i], &eng);
-            if (eng.capacity_confirmed > 0) {
+            if (lg_backend_engine_confirmed(&eng, now)) {
                 slots[ns++] = eng.capacity;
             }
             lg_backend_read_est(r->backends[i], &est);

@@ -295,8 +295,8 @@ static const struct lg_plugin_desc p2c_desc = {
  *             sample age / hold), the spread of others' load since the
  *             scrape; slots from its running count)
  *   ahead   = first-token work of the requests there still awaiting theirs,
- *             minus what they have done (a long prompt being prefilled
- *             stalls every request behind it)
+ *             minus what each has done, an overdue one counting 0 (a long
+ *             prompt being prefilled stalls every request behind it)
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)

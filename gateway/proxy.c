@@ -57,15 +57,6 @@ proxy_route(const struct lg_client *c)
     return lg_fleet_find_model(c->req.fleet, c->req.info.model);
 }
 
-/* The first-token work this attempt adds to its backend while it awaits one. */
-static uint64_t
-proxy_work_us(const struct lg_request *req)
-{
-    double us = req->pick.service_ms * 1000.0;
-
-    return us > 0 && us < 1e12 ? (uint64_t)us : 0;
-}
-
 /* The attempt no longer awaits a first token (it came, or the attempt ended). */
 static void
 proxy_token_wait_end(struct lg_client *c)
@@ -75,7 +66,7 @@ proxy_token_wait_end(struct lg_client *c)
     if (req->flags & LG_REQ_F_TOKEN_WAIT) {
         req->flags &= ~LG_REQ_F_TOKEN_WAIT;
         lg_backend_ages_del(req->backend, LG_BACKEND_AGES_PENDING, req->t_dispatch);
-        __atomic_fetch_sub(&req->backend->pending_work_us, proxy_work_us(req), __ATOMIC_RELAXED);
+        lg_backend_due_del(req->backend, req->due_slot);
     }
 }
 
@@ -515,7 +506,8 @@ proxy_attempt(struct lg_client *c)
     }
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, req->t_dispatch)) {
         req->flags |= LG_REQ_F_TOKEN_WAIT;
-        __atomic_fetch_add(&b->pending_work_us, proxy_work_us(req), __ATOMIC_RELAXED);
+        req->due_slot = lg_backend_due_add(b, req->t_dispatch, req->pick.service_ms,
+                                           (uint32_t)(req->t_dispatch >> 10));
     }
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch)) {
         req->flags |= LG_REQ_F_AGED;

@@ -67,4 +67,48 @@ test_capacity_from_a_lasting_queue(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_counts_and_lower_bound, test_capacity_from_a_lasting_queue)
+static int
+test_queue_below_the_most_seen(void)
+{
+    struct lg_backend_engine e = { .waiting = -1, .running = -1, .kv_usage = -1 };
+    struct lg_engine_sample s;
+
+    /* it ran 12 at once; then a long step holds arrivals at 4 running */
+    s = sample(0, 12);
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), false);
+    s = sample(3, 4);
+    lg_health_fold_sample(&e, &s, MS(1250), 0, MS(250), false);
+    lg_health_fold_sample(&e, &s, MS(1500), 0, MS(250), false);
+    lg_health_fold_sample(&e, &s, MS(1750), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 0 && e.run_max == 12);
+    LG_CHECK(!lg_backend_engine_confirmed(&e, MS(1750)));
+
+    /* the same queue with the KV cache full: full at 4 for lack of cache */
+    s.kv_usage = 0.95;
+    lg_health_fold_sample(&e, &s, MS(2000), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 1 && e.capacity == 4);
+    LG_CHECK(lg_backend_engine_confirmed(&e, MS(2000)));
+
+    /* no queue confirms it again: the confirmation lapses */
+    s = sample(0, 4);
+    lg_health_fold_sample(&e, &s, MS(2250), 0, MS(250), false);
+    LG_CHECK(lg_backend_engine_confirmed(&e, MS(2000) + LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S));
+    LG_CHECK(!lg_backend_engine_confirmed(&e, MS(2001) + LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S));
+
+    /* the most seen is forgotten when not reached for long (a restart with
+     * fewer slots): then a queue at 4 confirms 4 again */
+    e = (struct lg_backend_engine){ .waiting = -1, .running = -1, .kv_usage = -1 };
+    s = sample(0, 12);
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), false);
+    s = sample(3, 4);
+    lg_health_fold_sample(&e, &s, MS(1000) + LG_ENGINE_RUN_MAX_TTL_S * LG_NS_PER_S + 1, 0,
+                          MS(250), false);
+    LG_CHECK(e.run_max == 4);
+    lg_health_fold_sample(&e, &s, MS(1250) + LG_ENGINE_RUN_MAX_TTL_S * LG_NS_PER_S, 0, MS(250),
+                          false);
+    LG_CHECK(e.capacity_confirmed == 1 && e.capacity == 4);
+    return 0;
+}
+
+LG_TEST_MAIN(test_counts_and_lower_bound, test_capacity_from_a_lasting_queue,
+             test_queue_below_the_most_seen)

@@ -119,8 +119,9 @@ struct lg_backend_view {
     double pending_age_ms;     /* their mean age */
     double inflight_age_ms;    /* mean age of this gateway's requests in flight there */
     double work_ahead_ms;      /* first-token work still ahead there: the predicted service
-                                  TTFT of requests awaiting a first token, minus their ages
-                                  (a long prompt being prefilled delays everyone behind) */
+                                  TTFT of each request awaiting a first token, minus its age,
+                                  at least 0 (a long prompt being prefilled delays everyone
+                                  behind) */
     uint32_t flags;            /* LG_VIEW_F_* */
 };
 
