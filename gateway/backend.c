@@ -493,6 +493,25 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
     backend_seq_publish(&r->prior_seq, &r->prior, p, sizeof(*p));
 }
 
+/*
+ * The time to read b's TTFT estimate at. A replica that was slow gets fewer
+ * requests, so fewer samples tell when it is fast again: with nothing of
+ * ours in flight there and no sample for LG_EST_IDLE_S, its estimate fades
+ * toward the prior LG_EST_IDLE_SPEEDUP times faster from then on. One
+ * request then goes there; while it is in flight the estimate reads as
+ * before (no herd), and its sample settles the question.
+ */
+static uint64_t
+backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t inflight)
+{
+    uint64_t idle_ns = (uint64_t)LG_EST_IDLE_S * LG_NS_PER_S;
+
+    if (inflight > 0 || e->t_ns == 0 || now_ns < e->t_ns + idle_ns) {
+        return now_ns;
+    }
+    return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
+}
+
 bool
 lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
 {
@@ -514,7 +533,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
 
     lg_backend_read_est(b, &est);
     lg_backend_read_engine(b, &eng);
-    lg_est_ttft_read(&est.ttft, now_ns, prior, &tv);
+    lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
+                     prior, &tv);
     age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
 
     memset(v, 0, sizeof(*v));

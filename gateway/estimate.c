@@ -111,7 +111,7 @@ void
 lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p, double kib,
                 double ms)
 {
-    double a, b, w, pred, ratio, peak, d;
+    double a, b, w, pred, ratio, peak, d, forget;
 
     if (!(kib >= 0) || !isfinite(kib)) {
         kib = 0;
@@ -122,6 +122,9 @@ lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prio
     est_ttft_fit(e, now_ns, p, &a, &b, &w);
     pred = a + b * kib;
     ratio = ms / (pred > 0.1 ? pred : 0.1);
+    /* far faster than the fit: the replica changed (it recovered); what
+     * it did before counts half as much from now on */
+    forget = ratio < LG_EST_FORGET_BELOW && e->w > 0 ? 0.5 : 1.0;
     if (ratio > LG_EST_PEAK_MAX) {
         ratio = LG_EST_PEAK_MAX;
     }
@@ -140,7 +143,7 @@ lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prio
     } else {
         peak += 0.1 * (ratio - peak); /* slow down, on top of the decay */
     }
-    e->peak = peak < 1.0 ? 1.0 : peak;
+    e->peak = peak < 1.0 || forget < 1.0 ? 1.0 : peak;
     e->peak_t_ns = now_ns;
 
     /*
@@ -155,7 +158,7 @@ lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prio
         ms = LG_EST_FIT_MAX * pred + 1.0;
     }
 
-    d = est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
+    d = forget * est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
     e->w = e->w * d + 1;
     e->sx = e->sx * d + kib;
     e->sy = e->sy * d + ms;

@@ -45,6 +45,12 @@
 #define LG_EST_PEAK_UP          0.5
 #define LG_EST_PEAK_HALF_LIFE_S 5.0
 #define LG_EST_PEAK_MAX         3.0 /* a ratio above counts as this much */
+/* A replica idle (nothing in flight) without a sample for this long sees its
+ * estimate fade this many times faster (backend.c: it gets tried again). */
+#define LG_EST_IDLE_S       3
+#define LG_EST_IDLE_SPEEDUP 5
+/* A sample under this share of the fit's prediction halves the old samples' weight. */
+#define LG_EST_FORGET_BELOW 0.5
 /* Largest sample the fit takes, as a multiple of its prediction (a robust fit). */
 #define LG_EST_FIT_MAX 4.0
 /* Decayed means (inter-token gap, hold time, errors). */

@@ -237,6 +237,57 @@ test_outlier_is_bounded(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/*
+ * A replica that was 5x slow for a while recovers: its first fast sample
+ * halves the weight of the slow ones and drops the peak, so the second
+ * prediction is already closer to the truth than half-way.
+ */
+static double
+vp_before(const struct lg_est_ttft *e, uint64_t t)
+{
+    struct lg_est_value v;
+
+    lg_est_ttft_read(e, t, &prior, &v);
+    return v.fixed_ms + v.ms_per_kib;
+}
+
+static int
+test_recovery_forgets(void)
+{
+    struct lg_est_ttft e, plain;
+    struct lg_est_value v;
+    uint64_t t = S(1);
+
+    lg_est_ttft_init(&e);
+    t = feed(&e, t, 40, 1.0, 200, 100); /* 300 ms at 1 KiB: five times 60 */
+    plain = e;
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(v.fixed_ms + v.ms_per_kib > 250);
+    t += S(0.1);
+    lg_est_ttft_add(&e, t, &prior, 1.0, 60);
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(v.peak == 1.0);
+    /* the slow samples now weigh half (and a little decay) */
+    LG_CHECK(e.w < 0.5 * plain.w + 1.0 + 1e-9 && e.w > 0.45 * plain.w + 1.0);
+    /* four more: the slow past has faded to a 32nd, the prediction to
+     * under half of what it was (a plain weighted mean would still be near
+     * 270 ms: 40 slow samples against 5 fast ones) */
+    for (int i = 0; i < 4; i++) {
+        t += S(0.1);
+        lg_est_ttft_add(&e, t, &prior, 1.0, 60);
+    }
+    lg_est_ttft_read(&e, t, &prior, &v);
+    LG_CHECK(v.fixed_ms + v.ms_per_kib < 0.5 * vp_before(&plain, t));
+    /* a sample near the fit forgets nothing */
+    lg_est_ttft_init(&e);
+    t = feed(&e, t, 40, 1.0, 200, 100);
+    plain = e;
+    t += S(0.1);
+    lg_est_ttft_add(&e, t, &prior, 1.0, 250);
+    LG_CHECK(e.w > plain.w);
+    return 0;
+}
+
+LG_TEST_MAIN(test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait)

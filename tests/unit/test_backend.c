@@ -1,0 +1,110 @@
+/*
+ * test_backend.c: a backend's live state as the policies see it: first-token
+ * work ahead counted request by request, and a slow replica's estimate
+ * fading faster once it sits idle, so that it is tried again.
+ */
+#include <string.h>
+
+#include "backend.h"
+#include "config.h"
+#include "lg_test.h"
+#include "plugin.h"
+
+static const char text[] =
+    "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+    "[{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]}]}";
+
+static struct lg_config *conf;
+static struct lg_fleet *fleet;
+
+static int
+setup(void)
+{
+    struct lg_config_errors errs;
+
+    memset(&errs, 0, sizeof(errs));
+    LG_CHECK(lg_config_load_buffer(text, strlen(text), "t.json", &conf, &errs) == LG_OK);
+    LG_CHECK(lg_fleet_new(conf, 1, NULL, &fleet) == LG_OK);
+    lg_config_errors_free(&errs);
+    return 0;
+}
+
+static int
+test_work_ahead_per_request(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    uint64_t t = lg_now_ns();
+    double longest = -1;
+    int s1, s2, s3;
+
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 0 && longest == 0);
+    s1 = lg_backend_due_add(b, t, 100, 0);
+    s2 = lg_backend_due_add(b, t, 40, 0); /* same hint: the next free slot */
+    LG_CHECK(s1 >= 0 && s2 >= 0 && s1 != s2);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 140 && longest == 100);
+    /* 60 ms later: 40 left of the first; the second is overdue and has a
+     * quarter of its 60 ms age left (15), not -20 taken off the first */
+    LG_CHECK(lg_backend_work_ahead_ms(b, t + 60 * LG_NS_PER_MS, NULL) == 40 + 15);
+    lg_backend_due_del(b, s1);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 40 && longest == 40);
+    lg_backend_due_del(b, s2);
+    /* every slot taken: the next is not counted, and says so */
+    for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        LG_CHECK(lg_backend_due_add(b, t, 1, (uint32_t)i * 7) >= 0);
+    }
+    s3 = lg_backend_due_add(b, t, 1, 3);
+    LG_CHECK(s3 == -1);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL) == LG_BACKEND_DUE_SLOTS);
+    for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        lg_backend_due_del(b, i);
+    }
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL) == 0);
+    return 0;
+}
+
+static double
+fixed_at(struct lg_backend *b, uint64_t now)
+{
+    struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
+    struct lg_backend_view v;
+
+    lg_backend_view_fill(b, now, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    return v.ttft_fixed_ms;
+}
+
+static int
+test_idle_slow_replica_fades_faster(void)
+{
+    struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
+    struct lg_backend *b = fleet->backends[0];
+    uint64_t t0, s = LG_NS_PER_S;
+    double at2, at6, at10, busy6, busy10;
+
+    for (int i = 0; i < 40; i++) {
+        lg_backend_note_ttft(b, &prior, 512, 160, 0); /* five times the prior */
+    }
+    t0 = lg_now_ns();
+    at2 = fixed_at(b, t0 + 2 * s);
+    at6 = fixed_at(b, t0 + 6 * s);
+    at10 = fixed_at(b, t0 + 10 * s);
+    /* with a request of ours in flight there, it reads as before */
+    __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
+    busy6 = fixed_at(b, t0 + 6 * s);
+    busy10 = fixed_at(b, t0 + 10 * s);
+    __atomic_fetch_sub(&b->inflight, 1, __ATOMIC_RELAXED);
+    LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 130);
+    /* idle past LG_EST_IDLE_S: each second counts as five */
+    LG_CHECK(at6 < busy6 - 10);
+    LG_CHECK(at10 < 0.6 * busy10);
+    return 0;
+}
+
+static int
+teardown(void)
+{
+    lg_fleet_unref(fleet);
+    lg_config_unref(conf);
+    return 0;
+}
+
+LG_TEST_MAIN(setup, test_work_ahead_per_request, test_idle_slow_replica_fades_faster, teardown)
