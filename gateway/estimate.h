@@ -18,7 +18,9 @@
  *   line (the fleet's median fixed and slope for the model), scaled by this
  *   backend's own slowness relative to that line. When samples stop, their
  *   weight decays and the estimate drifts back to the prior: a replica that
- *   was slow once is tried again within about a minute. The scaling keeps a
+ *   was slow once is tried again (faster once it sits idle: backend.c,
+ *   LG_EST_IDLE_S). A sample under LG_EST_FORGET_BELOW of the fit's
+ *   prediction halves the old samples' weight (it recovered). The scaling keeps a
  *   replica that is 4x slower on short prompts from being assumed fast on
  *   long ones before it has seen one.
  * - peak >= 1 is a Peak-EWMA on the ratio observed / predicted: it jumps
