@@ -240,7 +240,7 @@ backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t no
     len_ms = LG_MIN(len_ms, hc->eject_max_ms);
     b->ejections++;
     __atomic_fetch_add(&b->ejections_total, 1, __ATOMIC_RELAXED);
-    b->consecutive_failures = 0;
+    __atomic_store_n(&b->consecutive_failures, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&b->eject_until_ns, now + len_ms * LG_NS_PER_MS, __ATOMIC_RELAXED);
     __atomic_store_n(&b->up_since_ns, 0, __ATOMIC_RELAXED);
     LG_WARN("backend %s ejected for %" PRIu64 " ms (ejection %u)", b->name, len_ms, b->ejections);
@@ -268,12 +268,20 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
     if (retry_after_ns > 0) {
         __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);
     }
+    if (cls == 2 && !(flags & LG_BACKEND_R_MIDWAY)
+        && __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) == 0
+        && __atomic_load_n(&b->consecutive_failures, __ATOMIC_RELAXED) == 0) {
+        /* the common case, nothing to reset: the success is counted in the
+         * error rate with the rest of the response's learning when it ends
+         * (lg_backend_note_done), one lock per response instead of two */
+        return;
+    }
     pthread_mutex_lock(&b->lock);
     lg_est_mean_add(&b->est.err, now, failed ? 1.0 : 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
     if (!failed) {
-        b->consecutive_failures = 0;
+        __atomic_store_n(&b->consecutive_failures, 0, __ATOMIC_RELAXED);
         if (until != 0 && now >= until) {
             /* the half-open probe (or a straggler) succeeded: close */
             __atomic_store_n(&b->eject_until_ns, 0, __ATOMIC_RELAXED);
@@ -284,7 +292,10 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
     } else if (until != 0 && now < until) {
         /* ejected already: a failure of a request sent before says nothing new */
     } else if (hc->eject_consecutive > 0) {
-        b->consecutive_failures += (flags & LG_BACKEND_R_REFUSED) ? hc->eject_consecutive : 1;
+        __atomic_store_n(&b->consecutive_failures,
+                         b->consecutive_failures
+                             + ((flags & LG_BACKEND_R_REFUSED) ? hc->eject_consecutive : 1),
+                         __ATOMIC_RELAXED);
         if (until != 0 || b->consecutive_failures >= hc->eject_consecutive) {
             backend_eject(b, hc, now);
         }
@@ -429,33 +440,46 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 
 /* ---- estimators --------------------------------------------------------- */
 
+/* The queueing the model predicted is not the replica's speed; if the
+ * prediction overshot, keep at least a quarter of what was observed. */
+static double
+backend_ttft_sample(double ttft_ms, double wait_ms)
+{
+    return LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
+}
+
 void
 lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
                      double ttft_ms, double wait_ms)
 {
-    /* the queueing the model predicted is not the replica's speed; if the
-     * prediction overshot, keep at least a quarter of what was observed */
-    double y = LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
     uint64_t now = lg_now_ns();
 
     pthread_mutex_lock(&b->lock);
-    lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0, y);
+    lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
+                    backend_ttft_sample(ttft_ms, wait_ms));
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
 }
 
 void
-lg_backend_note_done(struct lg_backend *b, double itl_ms, double hold_ms)
+lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
+                     double ttft_ms, double wait_ms, double itl_ms, double hold_ms)
 {
     uint64_t now = lg_now_ns();
 
     pthread_mutex_lock(&b->lock);
+    if (prior != NULL) {
+        lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
+                        backend_ttft_sample(ttft_ms, wait_ms));
+    }
     if (itl_ms >= 0) {
         lg_est_mean_add(&b->est.itl, now, itl_ms, LG_EST_MEAN_HALF_LIFE_S);
     }
     if (hold_ms >= 0) {
         lg_est_mean_add(&b->est.hold, now, hold_ms, LG_EST_MEAN_HALF_LIFE_S);
     }
+    /* the success lg_backend_note_result() left to the end of the response */
+    lg_est_mean_add(&b->est.err, now, 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
 }

@@ -113,7 +113,7 @@ struct lg_backend {
 
     pthread_mutex_t lock;      /* guards what follows, and writes of est_pub */
     struct lg_backend_est est; /* the writers' copy */
-    uint32_t consecutive_failures;
+    uint32_t consecutive_failures; /* written under lock, read without (atomic) */
     uint32_t ejections; /* back-off doubles with each; reset after eject_max up */
     uint64_t last_eject_end_ns;
     pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) */
@@ -226,12 +226,17 @@ enum lg_backend_ages {
     LG_BACKEND_AGES_INFLIGHT,
 };
 bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
+uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                         double *mean_age_ms);
+
 /*
  * First-token work still ahead on b, request by request: each request
  * awaiting a first token holds a slot with the time its predicted service
  * TTFT ends (dispatch + service_ms). lg_backend_work_ahead_ms() sums what is
- * left of each, an overdue request counting 0 (a sum of differences would let
- * its negative remainder cancel another's work). lg_backend_due_add() returns
+ * left of each, at least a quarter of its age (a sum of differences would let
+ * an overdue request's negative remainder cancel another's work, where its
+ * lateness says the engine is behind). lg_backend_due_add() returns
  * the slot to pass to lg_backend_due_del(), or -1 when all are taken (the
  * request is then not counted). Lock-free, any thread; ms resolution.
  */
@@ -240,19 +245,20 @@ void lg_backend_due_del(struct lg_backend *b, int slot);
 /* ... and sets *longest_ms (when not NULL) to the longest predicted service
  * among them, overdue or not: a long prefill may still hold the engine. */
 double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms);
-void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
-uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
-                         double *mean_age_ms);
 
 /*
  * Learning (any worker thread): a first token `ttft_ms` after dispatch for
  * a prompt of prompt_bytes, of which `wait_ms` was predicted queueing; then,
- * at the end, the gap between tokens (itl_ms < 0: unknown) and the time the
- * request held its slot.
+ * at the end of a 2xx response, the gap between tokens (itl_ms < 0:
+ * unknown), the time the request held its slot and a success for the error
+ * rate, with the TTFT sample when prior is not NULL (a whole response: one
+ * lock instead of two).
  */
 void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms);
-void lg_backend_note_done(struct lg_backend *b, double itl_ms, double hold_ms);
+void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
+                          uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
+                          double hold_ms);
 
 /* Copies the published estimators / engine sample (any thread, no lock). */
 void lg_backend_read_est(const struct lg_backend *b, struct lg_backend_est *out);

@@ -71,37 +71,59 @@ proxy_token_wait_end(struct lg_client *c)
 }
 
 /*
- * The first token of a good response: teaches the backend's TTFT model the
- * time since dispatch (the gateway queues nothing before it), minus the
- * queueing the router predicted there.
+ * Whether the first token of this response teaches the backend's TTFT model:
+ * then *prior and *ttft_ms (the time since dispatch: the gateway queues
+ * nothing before it) are set.
  */
+static bool
+proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_ms)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_model_route *route = proxy_route(c);
+
+    if (req->backend == NULL || route == NULL || req->status < 200 || req->status >= 300) {
+        return false;
+    }
+    if (req->pick.queued) {
+        return false; /* it waited for a slot: that says how busy, not how fast */
+    }
+    lg_route_read_prior(route, prior);
+    *ttft_ms = (double)(req->t_first_token - req->t_dispatch) / 1e6;
+    return true;
+}
+
+/* The first content event of a stream: the TTFT sample, at once. */
 static void
 proxy_first_token(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
-    const struct lg_model_route *route = proxy_route(c);
     struct lg_est_prior prior;
+    double ttft;
 
     proxy_token_wait_end(c);
-    if (req->backend == NULL || route == NULL || req->status < 200 || req->status >= 300) {
-        return;
+    if (proxy_ttft_sample(c, &prior, &ttft)) {
+        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft, req->pick.wait_ms);
     }
-    if (req->pick.queued) {
-        return; /* it waited for a slot: that says how busy, not how fast */
-    }
-    lg_route_read_prior(route, &prior);
-    lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes,
-                         (double)(req->t_first_token - req->t_dispatch) / 1e6, req->pick.wait_ms);
 }
 
-/* A response ended well: decode speed, slot hold time, policies' on_result. */
+/*
+ * A response ended well: decode speed, slot hold time, a success for the
+ * error rate, policies' on_result; for a whole (non-streamed) response also
+ * its TTFT sample, all under one lock.
+ */
 static void
-proxy_learn_done(struct lg_client *c)
+proxy_learn_done(struct lg_client *c, bool whole)
 {
     struct lg_request *req = &c->req;
     struct lg_backend *b = req->backend;
-    double itl = -1, hold;
+    struct lg_est_prior prior;
+    double itl = -1, hold, ttft = 0;
+    bool learn_ttft = false;
 
+    if (whole) {
+        proxy_token_wait_end(c);
+        learn_ttft = proxy_ttft_sample(c, &prior, &ttft);
+    }
     if (b == NULL || req->status < 200 || req->status >= 300) {
         return;
     }
@@ -110,7 +132,8 @@ proxy_learn_done(struct lg_client *c)
               / (double)(req->content_events - 1);
     }
     hold = (double)(req->t_end - req->t_dispatch) / 1e6 - req->pick.wait_ms;
-    lg_backend_note_done(b, itl, hold > 0 ? hold : 0);
+    lg_backend_note_done(b, learn_ttft ? &prior : NULL, req->info.prompt_bytes, ttft,
+                         req->pick.wait_ms, itl, hold > 0 ? hold : 0);
     lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, b, req->status,
                           req->t_first_token - req->t_dispatch, req->t_end - req->t_dispatch);
 }
@@ -785,11 +808,8 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
     req->t_end = lg_now_ns();
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
-        if (!(req->flags & LG_REQ_F_SSE)) {
-            proxy_first_token(c);
-        }
     }
-    proxy_learn_done(c);
+    proxy_learn_done(c, !(req->flags & LG_REQ_F_SSE));
     if (req->flags & LG_REQ_F_ENCHUNK) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
 
