@@ -493,8 +493,8 @@ client_next_request(struct lg_client *c)
     lg_hdrs_init(&req->hdrs, (uint32_t)client_conf(c)->limits.max_header_bytes,
                  client_conf(c)->limits.max_headers);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-    bufferevent_set_timeouts(c->bev, NULL, NULL);
     lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
+    /* the idle timeout, and no write timeout any more */
     client_set_read_timeout(c, client_conf(c)->timeouts.client_idle_ms);
     bufferevent_enable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
@@ -710,7 +710,7 @@ client_on_head(struct lg_client *c)
         evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
     }
     lg_client_set_state(c, LG_CLIENT_ST_READ_BODY);
-    client_set_read_timeout(c, conf->timeouts.client_body_ms);
+    c->read_tmo_want = conf->timeouts.client_body_ms; /* set by client_parse() */
     return LG_OK;
 }
 
@@ -744,7 +744,7 @@ client_parse_error(struct lg_client *c, int err)
 }
 
 static void
-client_parse(struct lg_client *c)
+client_parse_run(struct lg_client *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
     const struct lg_config *conf = client_conf(c);
@@ -756,9 +756,6 @@ client_parse(struct lg_client *c)
 
         if (avail == 0 && c->state == LG_CLIENT_ST_READ_HEAD) {
             return;
-        }
-        if (c->state == LG_CLIENT_ST_READ_HEAD && req->t_start == 0) {
-            client_set_read_timeout(c, conf->timeouts.client_header_ms);
         }
         c->pass_body = 0;
         err = lg_http_execute(&c->parser, in, &consumed);
@@ -787,9 +784,11 @@ client_parse(struct lg_client *c)
                  * reads: a byte every second must not keep a slot forever */
                 uint64_t spent_ms = (lg_now_ns() - req->t_start) / LG_NS_PER_MS;
 
-                client_set_read_timeout(c, spent_ms < conf->timeouts.client_header_ms
-                                               ? conf->timeouts.client_header_ms - spent_ms
-                                               : 1);
+                c->read_tmo_want = spent_ms < conf->timeouts.client_header_ms
+                                       ? conf->timeouts.client_header_ms - spent_ms
+                                       : 1;
+            } else if (err == HPE_OK) {
+                c->read_tmo_want = conf->timeouts.client_header_ms; /* no message begun */
             }
         } else {
             /* body bytes: moved when contiguous, already decoded when chunked */
@@ -815,6 +814,24 @@ client_parse(struct lg_client *c)
         if (evbuffer_get_length(in) == 0) {
             return;
         }
+    }
+}
+
+/*
+ * Parses what the client sent. The read timeout for what is still to come
+ * (the rest of the head, the body) is set once, when the parse stops still
+ * reading: a request that arrives whole (the common case) goes from idle to
+ * none without passing through the header and body timeouts (each a
+ * bufferevent_set_timeouts(), a del and an add of both events).
+ */
+static void
+client_parse(struct lg_client *c)
+{
+    c->read_tmo_want = UINT64_MAX;
+    client_parse_run(c);
+    if (c->read_tmo_want != UINT64_MAX
+        && (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY)) {
+        client_set_read_timeout(c, c->read_tmo_want);
     }
 }
 

@@ -59,6 +59,7 @@ enum lg_client_state {
 #define LG_REQ_F_TOKEN_WAIT  (1u << 13) /* counted in the backend's awaiting-first-token */
 #define LG_REQ_F_PROBE       (1u << 14) /* the attempt holds the backend's half-open probe */
 #define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
+#define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
 
 struct lg_request {
     uint32_t flags;
@@ -126,6 +127,7 @@ struct lg_client {
     uint64_t linger_until_ns;       /* LINGER: closed at this time at the latest */
     uint32_t requests;              /* requests served on this connection */
     uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
+    uint64_t read_tmo_want;         /* client_parse(): read timeout once it stops (ms) */
     struct lg_request req;
     TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
     TAILQ_ENTRY(lg_client) reap_link;

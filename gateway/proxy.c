@@ -725,8 +725,9 @@ proxy_on_head(struct lg_client *c, struct lg_upconn *u)
     }
     proxy_write_head(c, u);
     lg_client_set_state(c, LG_CLIENT_ST_RELAY);
-    proxy_set_timeouts(u->bev, conf->timeouts.stream_idle_ms, conf->timeouts.stream_idle_ms);
-    proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
+    /* the relay's timeouts, unless the response ends in this read (then
+     * the pool's and the next request's apply): proxy_on_up_read() */
+    req->flags |= LG_REQ_F_RELAY_TMO;
     return LG_OK;
 }
 
@@ -849,6 +850,16 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
         return;
     }
     proxy_up_read(c, u, bufferevent_get_input(bev));
+    if (c->req.flags & LG_REQ_F_RELAY_TMO) {
+        c->req.flags &= ~LG_REQ_F_RELAY_TMO;
+        if (c->req.up == u && c->state == LG_CLIENT_ST_RELAY) {
+            const struct lg_config *conf = proxy_conf(c); /* the request is still on */
+
+            proxy_set_timeouts(u->bev, conf->timeouts.stream_idle_ms,
+                               conf->timeouts.stream_idle_ms);
+            proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
+        }
+    }
     lg_bevio_flush(c->bev); /* what was relayed leaves in this iteration */
 }
 
