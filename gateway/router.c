@@ -653,14 +653,16 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
     out->service_ms =
         pk.v[best].ttft_fixed_ms + pk.v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    if (pk.v[best].capacity > 0) {
+    if (pk.v[best].capacity > 0 && !(pk.v[best].flags & LG_VIEW_F_CAP_GUESS)) {
         const struct lg_backend_view *w = &pk.v[best];
 
+        /* only a capacity seen with a queue says a request will wait for a
+         * slot: with a guess (the most it was seen running, which a replica
+         * that gets few requests keeps low) every request to it would count
+         * as queued, and its TTFT would never be learnt */
         out->wait_ms = lg_est_queue_wait_ms(w->load, w->capacity, w->hold_ms,
                                             w->inflight > 0 ? w->inflight_age_ms : -1);
-        /* with a guessed capacity, the last slot may not exist */
-        out->queued = pk.v[best].load + 1 + ((pk.v[best].flags & LG_VIEW_F_CAP_GUESS) ? 1 : 0)
-                      > pk.v[best].capacity;
+        out->queued = w->load + 1 > w->capacity;
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;

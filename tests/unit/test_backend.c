@@ -9,6 +9,7 @@
 #include "config.h"
 #include "lg_test.h"
 #include "plugin.h"
+#include "router.h"
 
 static const char text[] =
     "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
@@ -99,6 +100,38 @@ test_idle_slow_replica_fades_faster(void)
     return 0;
 }
 
+/*
+ * A replica whose capacity is only guessed (never seen with a queue; the
+ * most it ran is all the policy ever sent it) is not "queued": its TTFT
+ * is learnt, and no queueing is taken off the sample.
+ */
+static int
+test_guessed_capacity_is_not_queued(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    struct lg_backend_engine eng = { .waiting = 0, .running = 1, .kv_usage = 0.1,
+                                     .t_ns = lg_now_ns(), .capacity = 1, .run_max = 1,
+                                     .run_max_t_ns = lg_now_ns() };
+    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .stream = true,
+                                .prompt_bytes = 1024 };
+    struct lg_route_result out;
+    const struct lg_model_route *route = lg_fleet_find_model(fleet, "m");
+
+    lg_backend_publish_engine(b, &eng);
+    __atomic_fetch_add(&b->inflight, 3, __ATOMIC_RELAXED);
+    LG_CHECK(route != NULL);
+    LG_CHECK(lg_router_pick(fleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(out.backend == b && !out.queued && out.wait_ms == 0);
+    /* the same load with that capacity confirmed by a queue: queued */
+    eng.capacity_confirmed = 1;
+    eng.confirmed_t_ns = lg_now_ns();
+    lg_backend_publish_engine(b, &eng);
+    LG_CHECK(lg_router_pick(fleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(out.backend == b && out.queued);
+    __atomic_fetch_sub(&b->inflight, 3, __ATOMIC_RELAXED);
+    return 0;
+}
+
 static int
 teardown(void)
 {
@@ -107,4 +140,5 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_work_ahead_per_request, test_idle_slow_replica_fades_faster, teardown)
+LG_TEST_MAIN(setup, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
+             test_guessed_capacity_is_not_queued, teardown)
