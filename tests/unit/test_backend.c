@@ -114,7 +114,7 @@ test_guessed_capacity_is_not_queued(void)
                                      .run_max_t_ns = lg_now_ns() };
     struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .stream = true,
                                 .prompt_bytes = 1024 };
-    struct lg_route_result out;
+    struct lg_route_result out = { 0 };
     const struct lg_model_route *route = lg_fleet_find_model(fleet, "m");
 
     lg_backend_publish_engine(b, &eng);
@@ -128,6 +128,7 @@ test_guessed_capacity_is_not_queued(void)
     lg_backend_publish_engine(b, &eng);
     LG_CHECK(lg_router_pick(fleet->router, route, &req, 0, &out) == LG_OK);
     LG_CHECK(out.backend == b && out.queued);
+    lg_route_result_clear(&out);
     __atomic_fetch_sub(&b->inflight, 3, __ATOMIC_RELAXED);
     return 0;
 }
