@@ -419,12 +419,15 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 
     for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
-        uint64_t due = w >> DUE_SERVICE_BITS, service = w & DUE_SERVICE_MAX;
-        uint64_t start = due - 1 - service, age = now > start ? now - start : 0;
+        uint64_t due, service, start, age;
 
         if (w == 0) {
             continue;
         }
+        due = w >> DUE_SERVICE_BITS;
+        service = w & DUE_SERVICE_MAX;
+        start = due - 1 - service;
+        age = now > start ? now - start : 0;
         /* what is left of its prediction; once nearly used up, a share of
          * the time it has taken: a request past its prediction is behind
          * something the model did not see, and the longer it has waited the
