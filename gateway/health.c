@@ -197,8 +197,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     size_t len;
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
-    uint32_t pending;
-    double age_ms, work_ms, longest_ms = 0;
+    double work_ms, longest_ms;
     bool busy, detected;
     int rc;
 
@@ -232,10 +231,8 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
      * whatever the free slots: no capacity can be read from that queue (a
      * long prompt still awaiting its first token may be in it, even past its
      * predicted time: the slope of a new fleet is learnt from such prompts) */
-    pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now, &age_ms);
-    work_ms = pending > 0 ? lg_backend_work_ahead_ms(b, now, &longest_ms) : 0;
-    busy = pending > 0 && (work_ms > 2.0 * (double)interval / 1e6
-                           || longest_ms >= (double)interval / 1e6);
+    work_ms = lg_backend_work_ahead_ms(b, now, &longest_ms); /* 0, 0 with none pending */
+    busy = work_ms > 2.0 * (double)interval / 1e6 || longest_ms >= (double)interval / 1e6;
     lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
