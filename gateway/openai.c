@@ -22,8 +22,9 @@
  * integers within int64, finite reals, nesting up to 2048, an object or an
  * array at the top) and records each value as one token of a flat tape. The
  * fields are then read from the tape with jansson's semantics (the last of
- * duplicate keys wins; keys compare after unescaping). No string is copied
- * except the model name; the hashed prompt prefix is unescaped on the fly.
+ * duplicate keys wins; keys compare after unescaping), in one walk of each
+ * object for all the names read from it. No string is copied except the
+ * model name; the hashed prompt prefix is unescaped on the fly.
  * About 40 times fewer instructions than building a jansson document, and
  * no allocation for an ordinary body (tests/fuzz/fuzz_openai_ref.c compares the
  * two on every input).
@@ -713,22 +714,42 @@ oa_unescape(const struct oa_scan *s, const struct oa_tok *t, size_t limit,
     }
 }
 
-/* Does string token t unescape to exactly `key`? */
-static bool
-oa_key_is(const struct oa_scan *s, const struct oa_tok *t, const char *key, size_t klen)
-{
-    char buf[32];
-    struct oa_copy c = { buf, 0, sizeof(buf) };
+/* A member name looked for, with its length (no NUL in it: \u0000 is refused). */
+struct oa_key {
+    const char *name;
+    uint32_t len;
+};
 
-    if (t->aux != klen) {
-        return false;
+#define OA_KEY(lit)                         \
+    {                                       \
+        .name = lit, .len = sizeof(lit) - 1 \
     }
+#define OA_KEY_MAX 32 /* no name looked for is longer */
+
+/*
+ * The unescaped bytes of key token t, which unescapes to at most OA_KEY_MAX
+ * bytes: in place when it has no escapes and lies in one segment (the usual
+ * case), else copied into buf.
+ */
+static const char *
+oa_key_bytes(const struct oa_scan *s, const struct oa_tok *t, char *buf)
+{
+    struct oa_copy c = { buf, 0, OA_KEY_MAX };
+
     if (!t->esc) {
-        return oa_raw_copy(s, t->off, t->len, buf, sizeof(buf)) == klen
-               && memcmp(buf, key, klen) == 0;
+        int i = 0;
+
+        while (i + 1 < s->nvec && s->starts[i + 1] <= t->off) {
+            i++;
+        }
+        if (t->off - s->starts[i] + t->len <= s->vec[i].iov_len) {
+            return (const char *)s->vec[i].iov_base + (t->off - s->starts[i]);
+        }
+        oa_raw(s, t->off, t->len, oa_copy_cb, &c);
+        return buf;
     }
-    oa_unescape(s, t, klen, oa_copy_cb, &c);
-    return c.n == klen && memcmp(buf, key, klen) == 0;
+    oa_unescape(s, t, OA_KEY_MAX, oa_copy_cb, &c);
+    return buf;
 }
 
 /* Index of the token after value i. */
@@ -738,21 +759,48 @@ oa_skip(const struct oa_scan *s, uint32_t i)
     return s->tok[i].type == OA_OBJ || s->tok[i].type == OA_ARR ? s->tok[i].aux : i + 1;
 }
 
-/* The value of the last member `key` of object o (jansson: last one wins), or 0. */
-static uint32_t
-oa_member(const struct oa_scan *s, uint32_t o, const char *key)
+/*
+ * One walk over the members of object o (nothing found when o is 0 or no
+ * object): found[k] is set to the value of the last member named keys[k]
+ * (jansson: the last duplicate wins), or to 0. Names compare unescaped; a
+ * member's name is read only when its length is one looked for.
+ */
+static void
+oa_members(const struct oa_scan *s, uint32_t o, const struct oa_key *keys, size_t nkeys,
+           uint32_t *found)
 {
-    size_t klen = strlen(key);
-    uint32_t found = 0;
+    char buf[OA_KEY_MAX];
 
+    memset(found, 0, nkeys * sizeof(*found));
     if (o == 0 || s->tok[o - 1].type != OA_OBJ) {
-        return 0;
+        return;
     }
     for (uint32_t i = o; i < s->tok[o - 1].aux; i = oa_skip(s, i + 1)) {
-        if (oa_key_is(s, &s->tok[i], key, klen)) {
-            found = i + 2;
+        const struct oa_tok *t = &s->tok[i];
+        const char *name = NULL;
+
+        for (size_t k = 0; k < nkeys; k++) {
+            if (keys[k].len != t->aux) {
+                continue;
+            }
+            if (name == NULL) {
+                name = oa_key_bytes(s, t, buf);
+            }
+            if (memcmp(name, keys[k].name, keys[k].len) == 0) {
+                found[k] = i + 2;
+                break;
+            }
         }
     }
+}
+
+/* The value of the last member named key of object o, or 0. */
+static uint32_t
+oa_member(const struct oa_scan *s, uint32_t o, const struct oa_key *key)
+{
+    uint32_t found;
+
+    oa_members(s, o, key, 1, &found);
     return found;
 }
 
@@ -821,6 +869,39 @@ openai_prefix_add(const struct oa_scan *s, struct openai_prefix *pre, uint32_t r
     }
 }
 
+static const struct oa_key openai_key_text = OA_KEY("text");
+static const struct oa_key openai_key_include_usage = OA_KEY("include_usage");
+
+/* The members of a message, in the order they are hashed. */
+enum { OPENAI_MSG_ROLE = 0, OPENAI_MSG_CONTENT, OPENAI_MSG_N };
+static const struct oa_key openai_msg_keys[OPENAI_MSG_N] = {
+    [OPENAI_MSG_ROLE] = OA_KEY("role"),
+    [OPENAI_MSG_CONTENT] = OA_KEY("content"),
+};
+
+/* The top-level members read, found in one walk of the body's object. */
+enum {
+    OPENAI_F_MODEL = 0,
+    OPENAI_F_MESSAGES,
+    OPENAI_F_MAX_TOKENS,
+    OPENAI_F_STREAM,
+    OPENAI_F_STREAM_OPTIONS,
+    OPENAI_F_MAX_COMPLETION_TOKENS,
+    OPENAI_F_PROMPT,
+    OPENAI_F_INPUT,
+    OPENAI_F_N
+};
+static const struct oa_key openai_fields[OPENAI_F_N] = {
+    [OPENAI_F_MODEL] = OA_KEY("model"),
+    [OPENAI_F_MESSAGES] = OA_KEY("messages"),
+    [OPENAI_F_MAX_TOKENS] = OA_KEY("max_tokens"),
+    [OPENAI_F_STREAM] = OA_KEY("stream"),
+    [OPENAI_F_STREAM_OPTIONS] = OA_KEY("stream_options"),
+    [OPENAI_F_MAX_COMPLETION_TOKENS] = OA_KEY("max_completion_tokens"),
+    [OPENAI_F_PROMPT] = OA_KEY("prompt"),
+    [OPENAI_F_INPUT] = OA_KEY("input"),
+};
+
 /* Adds a content value (string or array of parts) to the size and prefix. */
 static void
 openai_add_text(const struct oa_scan *s, uint32_t r, struct lg_openai_req *out,
@@ -846,7 +927,7 @@ openai_add_text(const struct oa_scan *s, uint32_t r, struct lg_openai_req *out,
         if (part->type == OA_STR) {
             openai_add_text(s, i + 1, out, pre);
         } else if (part->type == OA_OBJ) {
-            openai_add_text(s, oa_member(s, i + 1, "text"), out, pre);
+            openai_add_text(s, oa_member(s, i + 1, &openai_key_text), out, pre);
         } else if (part->type == OA_INT) {
             out->prompt_bytes += 4; /* a token id: about four bytes of text */
         } else if (part->type == OA_ARR) {
@@ -866,13 +947,14 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
                    char *err, size_t errlen)
 {
     struct openai_prefix pre = { .hash = LG_HASH64_INIT, .left = prefix_bytes };
-    uint32_t v;
+    uint32_t f[OPENAI_F_N], v;
 
     if (s->tok[0].type != OA_OBJ) {
         snprintf(err, errlen, "the request body must be a JSON object");
         return LG_EINVAL;
     }
-    v = oa_member(s, 1, "model");
+    oa_members(s, 1, openai_fields, OPENAI_F_N, f);
+    v = f[OPENAI_F_MODEL];
     if (!oa_is_null(s, v)) {
         const struct oa_tok *t = OA_T(s, v);
         struct oa_copy c = { out->model, 0, LG_MODEL_MAX };
@@ -888,7 +970,7 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
         oa_unescape(s, t, LG_MODEL_MAX, oa_copy_cb, &c);
         out->model[c.n] = '\0';
     }
-    v = oa_member(s, 1, "stream");
+    v = f[OPENAI_F_STREAM];
     if (!oa_is_null(s, v)) {
         if (OA_T(s, v)->type != OA_TRUE && OA_T(s, v)->type != OA_FALSE) {
             snprintf(err, errlen, "\"stream\" must be a boolean");
@@ -896,15 +978,15 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
         }
         out->stream = OA_T(s, v)->type == OA_TRUE;
     }
-    v = oa_member(s, 1, "stream_options");
+    v = f[OPENAI_F_STREAM_OPTIONS];
     if (v != 0 && OA_T(s, v)->type == OA_OBJ) {
-        uint32_t iu = oa_member(s, v, "include_usage");
+        uint32_t iu = oa_member(s, v, &openai_key_include_usage);
 
         out->include_usage = iu != 0 && OA_T(s, iu)->type == OA_TRUE;
     }
-    v = oa_member(s, 1, "max_completion_tokens");
+    v = f[OPENAI_F_MAX_COMPLETION_TOKENS];
     if (oa_is_null(s, v)) {
-        v = oa_member(s, 1, "max_tokens");
+        v = f[OPENAI_F_MAX_TOKENS];
     }
     if (!oa_is_null(s, v)) {
         const struct oa_tok *t = OA_T(s, v);
@@ -922,21 +1004,21 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
         }
     }
 
-    v = oa_member(s, 1, "messages");
+    v = f[OPENAI_F_MESSAGES];
     if (v != 0 && OA_T(s, v)->type == OA_ARR) {
         for (uint32_t i = v; i < OA_T(s, v)->aux; i = oa_skip(s, i)) {
-            uint32_t msg = i + 1;
-            uint32_t role = oa_member(s, msg, "role");
+            uint32_t m[OPENAI_MSG_N];
 
-            if (role != 0 && OA_T(s, role)->type == OA_STR) {
-                openai_prefix_add(s, &pre, role);
+            oa_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m);
+            if (m[OPENAI_MSG_ROLE] != 0 && OA_T(s, m[OPENAI_MSG_ROLE])->type == OA_STR) {
+                openai_prefix_add(s, &pre, m[OPENAI_MSG_ROLE]);
             }
-            openai_add_text(s, oa_member(s, msg, "content"), out, &pre);
+            openai_add_text(s, m[OPENAI_MSG_CONTENT], out, &pre);
         }
     } else {
-        uint32_t prompt = oa_member(s, 1, "prompt");
+        uint32_t prompt = f[OPENAI_F_PROMPT];
 
-        openai_add_text(s, prompt ? prompt : oa_member(s, 1, "input"), out, &pre);
+        openai_add_text(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(pre.hash) | 1 : 0;
     return LG_OK;

@@ -104,6 +104,51 @@ test_jansson_rules(void)
     return 0;
 }
 
+/*
+ * The top-level members are found in one walk of the object, a message's in
+ * another: each field still takes its last duplicate, whatever comes between
+ * (members of nested objects, other fields, escaped names, chain splits).
+ */
+static int
+test_members_in_one_walk(void)
+{
+    static const char *body =
+        "{\"stream\":true,\"messages\":[{\"role\":\"a\",\"content\":\"x\"}],"
+        "\"x\":{\"model\":\"nested\",\"stream\":false,\"messages\":[]},"
+        "\"model\":\"first\",\"stream_options\":{\"include_usage\":true},"
+        "\"prompt\":\"ignored: messages is an array\",\"max_completion_tokens\":3,"
+        "\"str\\u0065am\":false,\"max_tokens\":4,\"model\":\"second\","
+        "\"stream_options\":{\"include_usage\":false,\"include_usage\":true},"
+        "\"messages\":[{\"content\":[\"p\",{\"text\":\"q\",\"text\":\"r\"}],"
+        "\"role\":\"u\",\"x\":{\"role\":\"nested\"},\"content\":\"yz\"}],"
+        "\"max_completion_tokens\":5}";
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect(body, 2048, &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "second");
+    LG_CHECK(!r.stream && r.include_usage);
+    LG_CHECK(r.max_tokens == 5);
+    LG_CHECK(r.prompt_bytes == 2);
+    LG_CHECK(r.prefix_hash == prefix_of("uyz", 3));
+    LG_CHECK(inspect_split(body, 2048, &r, err) == LG_OK);
+    LG_CHECK_STR(r.model, "second");
+    LG_CHECK(!r.stream && r.include_usage && r.max_tokens == 5 && r.prompt_bytes == 2);
+    LG_CHECK(r.prefix_hash == prefix_of("uyz", 3));
+    /* a later duplicate decides even when it is null or of the wrong type */
+    LG_CHECK(inspect("{\"model\":\"m\",\"model\":null}", 0, &r, err) == LG_OK);
+    LG_CHECK(r.model[0] == '\0');
+    LG_CHECK(inspect("{\"model\":\"m\",\"model\":1}", 0, &r, err) == LG_EINVAL);
+    LG_CHECK(strstr(err, "\"model\" must be a string") != NULL);
+    LG_CHECK(inspect("{\"messages\":[{\"content\":\"abc\"}],\"messages\":{},\"input\":\"de\"}",
+                     2048, &r, err)
+             == LG_OK);
+    LG_CHECK(r.prompt_bytes == 2 && r.prefix_hash == prefix_of("de", 2));
+    LG_CHECK(inspect("{\"prompt\":[{\"text\":\"abc\",\"text\":7}]}", 2048, &r, err) == LG_OK);
+    LG_CHECK(r.prompt_bytes == 0 && r.prefix_hash == 0);
+    return 0;
+}
+
 static int
 test_refused(void)
 {
@@ -185,4 +230,5 @@ test_limits(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_refused, test_limits)
+LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_refused,
+             test_limits)
