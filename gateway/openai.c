@@ -38,6 +38,7 @@ enum { OA_OBJ = 1, OA_ARR, OA_STR, OA_INT, OA_REAL, OA_TRUE, OA_FALSE, OA_NULL }
 struct oa_tok {
     uint8_t type;
     bool esc;     /* string: has backslash escapes */
+    bool big;     /* real: may be out of a double's range (strtod decides) */
     uint32_t off; /* string: first byte after the quote; number: first byte */
     uint32_t len; /* string, number: raw length; array: element count */
     uint32_t aux; /* string: unescaped length; object, array: index after its last token */
@@ -56,6 +57,7 @@ struct oa_scan {
     uint32_t cap;
     const char *err; /* static: why the body was refused */
     uint32_t err_off;
+    uint32_t first_big; /* index + 1 of the first real marked big; 0 = none */
 };
 
 /* Byte classes inside a string: 0 = plain, else what needs a look. */
@@ -341,7 +343,11 @@ oa_digit(int c)
     return c >= '0' && c <= '9';
 }
 
-/* A number, with jansson's limits: integers within int64, reals finite. */
+/*
+ * A number, with jansson's limits: integers within int64, reals finite.
+ * A real is below 10^(integer digits + exponent); only one that may reach
+ * 1e308 is marked big, for oa_check_reals to run strtod on.
+ */
 static int
 oa_number(struct oa_scan *s)
 {
@@ -349,6 +355,7 @@ oa_number(struct oa_scan *s)
     bool neg = false, real = false;
     uint64_t v = 0, limit;
     bool overflow = false;
+    int64_t magnitude = 1, exp = 0; /* integer digits ("0" counts one) */
     struct oa_tok *t;
     int c = oa_peek(s);
 
@@ -374,6 +381,7 @@ oa_number(struct oa_scan *s)
             }
             s->p++;
         }
+        magnitude = oa_off(s) - off - neg;
     } else {
         return oa_fail(s, "invalid number");
     }
@@ -390,17 +398,26 @@ oa_number(struct oa_scan *s)
         c = oa_peek(s);
     }
     if (c == 'e' || c == 'E') {
+        bool exp_neg;
+
         real = true;
         s->p++;
         c = oa_peek(s);
+        exp_neg = c == '-';
         if (c == '+' || c == '-') {
             s->p++;
         }
         if (!oa_digit(oa_peek(s))) {
             return oa_fail(s, "invalid number");
         }
-        while (oa_digit(oa_peek(s))) {
+        while (oa_digit(c = oa_peek(s))) {
+            if (exp < 100000) { /* 10^100000 is big and 10^-100000 tiny, whatever follows */
+                exp = exp * 10 + (c - '0');
+            }
             s->p++;
+        }
+        if (exp_neg) {
+            exp = -exp;
         }
     }
     if (!real && overflow) {
@@ -408,6 +425,12 @@ oa_number(struct oa_scan *s)
     }
     t = oa_push(s, real ? OA_REAL : OA_INT, off);
     t->len = oa_off(s) - off;
+    if (real && magnitude + exp > 308) {
+        t->big = true;
+        if (s->first_big == 0) {
+            s->first_big = s->ntok;
+        }
+    }
     return LG_OK;
 }
 
@@ -807,12 +830,13 @@ oa_member(const struct oa_scan *s, uint32_t o, const struct oa_key *key)
 static int
 oa_check_reals(struct oa_scan *s)
 {
-    for (uint32_t i = 0; i < s->ntok; i++) {
+    /* only the reals marked big can be out of range (oa_number) */
+    for (uint32_t i = s->first_big == 0 ? s->ntok : s->first_big - 1; i < s->ntok; i++) {
         char buf[64], *num = buf, *end;
         const struct oa_tok *t = &s->tok[i];
         double d;
 
-        if (t->type != OA_REAL) {
+        if (t->type != OA_REAL || !t->big) {
             continue;
         }
         if (t->len >= sizeof(buf)) {
@@ -936,6 +960,19 @@ openai_add_text(const struct oa_scan *s, uint32_t r, struct lg_openai_req *out,
     }
 }
 
+/* The value of an integer token's n bytes (the scanner checked it fits int64). */
+static int64_t
+oa_int(const char *num, size_t n)
+{
+    bool neg = n > 0 && num[0] == '-';
+    uint64_t v = 0;
+
+    for (size_t i = neg; i < n; i++) {
+        v = v * 10 + (uint64_t)(num[i] - '0');
+    }
+    return neg && v > 0 ? -(int64_t)(v - 1) - 1 : (int64_t)v;
+}
+
 static bool
 oa_is_null(const struct oa_scan *s, uint32_t r)
 {
@@ -996,8 +1033,7 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
             snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
             return LG_EINVAL;
         }
-        num[oa_raw_copy(s, t->off, t->len, num, sizeof(num) - 1)] = '\0';
-        out->max_tokens = strtoll(num, NULL, 10);
+        out->max_tokens = oa_int(num, oa_raw_copy(s, t->off, t->len, num, sizeof(num)));
         if (out->max_tokens < 0) {
             snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
             return LG_EINVAL;

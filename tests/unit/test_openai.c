@@ -218,6 +218,13 @@ test_limits(void)
     snprintf(body, sizeof(body), "{\"model\":\"%sm\"}", model);
     LG_CHECK(inspect(body, 0, &r, err) != LG_OK);
     LG_CHECK(strstr(err, "longer than") != NULL);
+    /* reals: only those that may reach 1e308 go through strtod; the first out of range is named */
+    LG_CHECK(inspect("{\"a\":[9e307,99.9e306,1.7976931348623157e308,-17976931348623157e292,"
+                     "1e-99999999,0.001e310]}",
+                     0, &r, err)
+             == LG_OK);
+    LG_CHECK(inspect("{\"a\":[1e308,\n1.7976931348623159e308,1e400]}", 0, &r, err) == LG_EINVAL);
+    LG_CHECK(strstr(err, "line 2 column 1: real number out of range") != NULL);
     /* many tokens: the tape leaves the stack */
     n = (size_t)snprintf(body, sizeof(body), "{\"x\":[");
     for (int i = 0; i < 1000; i++) {
