@@ -16,6 +16,10 @@
 
 #include <event2/buffer.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 /*
  * The body is read once by a validating scanner that accepts exactly what
  * jansson's json_loadb(..., 0) accepts (RFC 8259, UTF-8 checked, no \u0000,
@@ -250,14 +254,33 @@ oa_utf8(struct oa_scan *s, int lead, int n)
 }
 
 /*
- * Skips plain string bytes (printable ASCII other than '"' and '\\'), eight
- * at a time while none of them needs a look: prompts are mostly such bytes.
+ * Skips plain string bytes (printable ASCII other than '"' and '\\'), sixteen
+ * (SSE2) or eight at a time while none of them needs a look: prompts are
+ * mostly such bytes.
  */
 static const unsigned char *
 oa_plain_run(const unsigned char *p, const unsigned char *end)
 {
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
 
+#ifdef __SSE2__
+    const __m128i v_space = _mm_set1_epi8(0x20), v_quote = _mm_set1_epi8('"');
+    const __m128i v_bslash = _mm_set1_epi8('\\');
+
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* a signed compare: bytes >= 0x80 are negative, below ' ' as well */
+        __m128i m =
+            _mm_or_si128(_mm_cmplt_epi8(x, v_space),
+                         _mm_or_si128(_mm_cmpeq_epi8(x, v_quote), _mm_cmpeq_epi8(x, v_bslash)));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+
+        if (bits != 0) {
+            return p + __builtin_ctz(bits);
+        }
+        p += 16;
+    }
+#endif
     while (end - p >= 8) {
         uint64_t x, quote, bslash, m;
 
@@ -266,8 +289,7 @@ oa_plain_run(const unsigned char *p, const unsigned char *end)
         bslash = x ^ (ones * '\\');
         /* a high bit in each byte that is < 0x20, '"', '\\' or >= 0x80; borrows
          * only run upwards, so the lowest one flagged is a true one */
-        m = (((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash)
-             | x)
+        m = (((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | x)
             & high;
         if (m != 0) {
             return p + (__builtin_ctzll(m) >> 3);
