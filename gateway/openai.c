@@ -367,8 +367,8 @@ oa_digit(int c)
 
 /*
  * A number, with jansson's limits: integers within int64, reals finite.
- * A real is below 10^(integer digits + exponent); only one that may reach
- * 1e308 is marked big, for oa_check_reals to run strtod on.
+ * A real is below 10^(integer digits + exponent): only one where that
+ * exceeds 10^308 is marked big, for oa_check_reals to run strtod on.
  */
 static int
 oa_number(struct oa_scan *s)
@@ -377,7 +377,7 @@ oa_number(struct oa_scan *s)
     bool neg = false, real = false;
     uint64_t v = 0, limit;
     bool overflow = false;
-    int64_t magnitude = 1, exp = 0; /* integer digits ("0" counts one) */
+    int64_t int_digits = 1, exponent = 0; /* "0" counts one digit */
     struct oa_tok *t;
     int c = oa_peek(s);
 
@@ -403,7 +403,7 @@ oa_number(struct oa_scan *s)
             }
             s->p++;
         }
-        magnitude = oa_off(s) - off - neg;
+        int_digits = oa_off(s) - off - neg;
     } else {
         return oa_fail(s, "invalid number");
     }
@@ -420,12 +420,12 @@ oa_number(struct oa_scan *s)
         c = oa_peek(s);
     }
     if (c == 'e' || c == 'E') {
-        bool exp_neg;
+        bool exponent_neg;
 
         real = true;
         s->p++;
         c = oa_peek(s);
-        exp_neg = c == '-';
+        exponent_neg = c == '-';
         if (c == '+' || c == '-') {
             s->p++;
         }
@@ -433,13 +433,13 @@ oa_number(struct oa_scan *s)
             return oa_fail(s, "invalid number");
         }
         while (oa_digit(c = oa_peek(s))) {
-            if (exp < 100000) { /* 10^100000 is big and 10^-100000 tiny, whatever follows */
-                exp = exp * 10 + (c - '0');
+            if (exponent < 100000) { /* 10^100000 is big and 10^-100000 tiny, whatever follows */
+                exponent = exponent * 10 + (c - '0');
             }
             s->p++;
         }
-        if (exp_neg) {
-            exp = -exp;
+        if (exponent_neg) {
+            exponent = -exponent;
         }
     }
     if (!real && overflow) {
@@ -447,7 +447,7 @@ oa_number(struct oa_scan *s)
     }
     t = oa_push(s, real ? OA_REAL : OA_INT, off);
     t->len = oa_off(s) - off;
-    if (real && magnitude + exp > 308) {
+    if (real && int_digits + exponent > 308) {
         t->big = true;
         if (s->first_big == 0) {
             s->first_big = s->ntok;
