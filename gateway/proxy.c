@@ -854,9 +854,20 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
         c->req.flags &= ~LG_REQ_F_RELAY_TMO;
         if (c->req.up == u && c->state == LG_CLIENT_ST_RELAY) {
             const struct lg_config *conf = proxy_conf(c); /* the request is still on */
+            uint64_t ms = conf->timeouts.stream_idle_ms;
+            struct timeval tmp;
+            struct timeval wr = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
 
-            proxy_set_timeouts(u->bev, conf->timeouts.stream_idle_ms,
-                               conf->timeouts.stream_idle_ms);
+            /*
+             * Every relayed stream holds the stream-idle read timeout and
+             * re-arms it at each read: the worker's common timeout, an
+             * append to the queue of that duration. The write timeouts are
+             * armed only while a write is pending, into a queue that is
+             * mostly empty, where a common timeout costs more than the
+             * min-heap (libevent re-arms the queue's own timer in the heap
+             * whenever an event becomes its head): plain timevals.
+             */
+            bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, ms, &tmp), ms ? &wr : NULL);
             proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
         }
     }

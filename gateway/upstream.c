@@ -176,7 +176,7 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
 {
     struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
     const struct lg_config *conf = u->w->fleet->conf;
-    struct timeval tv;
+    struct timeval tmp;
 
     u->client = NULL;
     if (!keep || u->w->draining || __atomic_load_n(&u->b->retired, __ATOMIC_RELAXED)
@@ -188,9 +188,9 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     u->state = LG_UPCONN_ST_IDLE;
     u->idle_since_ns = lg_now_ns();
     bufferevent_setcb(u->bev, upstream_on_idle_read, NULL, upstream_on_idle_event, u);
-    tv.tv_sec = (time_t)(conf->timeouts.upstream_idle_ms / 1000);
-    tv.tv_usec = (suseconds_t)((conf->timeouts.upstream_idle_ms % 1000) * 1000);
-    bufferevent_set_timeouts(u->bev, &tv, NULL);
+    /* the pool's connections sit in the queue of this duration: an append */
+    bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, conf->timeouts.upstream_idle_ms, &tmp),
+                             NULL);
     bufferevent_setwatermark(u->bev, EV_READ, 0, 0);
     bufferevent_enable(u->bev, EV_READ);
     TAILQ_INSERT_HEAD(&pool->idle, u, link);

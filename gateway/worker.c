@@ -2,7 +2,8 @@
  * worker.c: event-loop threads, cross-thread commands and deferred frees.
  *
  * Owns: each worker's event_base (without a lock: one thread) and its
- * events, the command eventfd, the reap lists.
+ * events, the command eventfd, the reap lists, the table of the base's
+ * common timeouts.
  * Invariants: a worker's base, clients, upstream connections and pools are
  * only touched by its thread; other threads only call lg_worker_post(),
  * which sets command bits and writes to the eventfd (an event_active() from
@@ -154,6 +155,35 @@ lg_worker_post(struct lg_worker *w, uint32_t cmd)
     if (write(w->cmd_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
         LG_ERROR("worker %u: cannot post a command: %s", w->id, strerror(errno));
     }
+}
+
+const struct timeval *
+lg_worker_timeout(struct lg_worker *w, uint64_t ms, struct timeval *tmp)
+{
+    const struct timeval *tv;
+
+    if (ms == 0) {
+        return NULL;
+    }
+    for (unsigned i = 0; i < w->ntimeouts; i++) {
+        if (w->timeouts[i].ms == ms) {
+            return w->timeouts[i].tv;
+        }
+    }
+    tmp->tv_sec = (time_t)(ms / 1000);
+    tmp->tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    /* full (reloads brought new durations): the rest take the min-heap */
+    if (w->ntimeouts == LG_WORKER_TIMEOUTS) {
+        return tmp;
+    }
+    tv = event_base_init_common_timeout(w->base, tmp);
+    if (tv == NULL) {
+        return tmp;
+    }
+    w->timeouts[w->ntimeouts].ms = ms;
+    w->timeouts[w->ntimeouts].tv = tv;
+    w->ntimeouts++;
+    return tv;
 }
 
 /* After the loop: cut what still runs and free everything the worker holds. */

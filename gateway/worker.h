@@ -19,6 +19,7 @@
 
 struct event;
 struct event_base;
+struct timeval;
 struct evconnlistener;
 struct lg_client;
 struct lg_connlimit;
@@ -41,6 +42,14 @@ TAILQ_HEAD(lg_upconn_list, lg_upconn);
 #define LG_WORKER_CMD_STOP  2u /* exit now: cut whatever runs */
 #define LG_WORKER_CMD_FLEET 4u /* adopt gw->fleet */
 #define LG_WORKER_CMD_ADMIT 8u /* look at this worker's admission queue (admission.c) */
+
+/* Durations a worker keeps as libevent common timeouts (lg_worker_timeout). */
+#define LG_WORKER_TIMEOUTS 16
+
+struct lg_worker_timeout {
+    uint64_t ms;
+    const struct timeval *tv; /* event_base_init_common_timeout()'s, owned by the base */
+};
 
 struct lg_worker_stats {
     uint64_t accepted;  /* client connections accepted */
@@ -74,6 +83,8 @@ struct lg_worker {
     uint64_t retry_refill_ns;
     struct lg_worker_stats stats;     /* atomic reads from other threads */
     struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
+    struct lg_worker_timeout timeouts[LG_WORKER_TIMEOUTS]; /* lg_worker_timeout() */
+    unsigned ntimeouts;
 };
 
 struct lg_gateway {
@@ -111,6 +122,22 @@ void lg_workers_join(struct lg_gateway *gw);
  * included). The worker runs them at its next loop turn.
  */
 void lg_worker_post(struct lg_worker *w, uint32_t cmd);
+
+/*
+ * The timeval to give event_add() or bufferevent_set_timeouts() for a
+ * timeout of `ms` on an event of this worker's base; NULL when ms is 0 (no
+ * timeout). It is the base's common timeout for that duration (libevent
+ * queues equal durations in arrival order: adding one is an append, not
+ * min-heap work); when the table is full, `tmp` filled in.
+ * It pays for a timeout that many events hold at once (its queue is rarely
+ * empty). One armed briefly, into an empty queue, costs more than a plain
+ * timeval: libevent re-arms the queue's own timer in the min-heap whenever
+ * an event becomes the queue's head. A common timeout means something only
+ * to the base it came from, and the table keeps every duration asked for:
+ * durations that vary per call (a remaining time) take a plain timeval.
+ * Worker thread only.
+ */
+const struct timeval *lg_worker_timeout(struct lg_worker *w, uint64_t ms, struct timeval *tmp);
 
 /* Returns the gateway's current fleet with a reference (any thread). */
 struct lg_fleet *lg_gateway_fleet(struct lg_gateway *gw);

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -219,10 +220,29 @@ class ReloadTest(Harness):
         self.stop_gateway()
 
 
-    def test_log_level_and_access_log_path_follow_the_file(self):
-        _, port = self.gateway(["r1"])
+    def idle_close_after(self, port):
+        """Seconds from a response to the gateway's close of the idle keep-alive connection."""
+        body = json.dumps(chat_body()).encode()
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body)
+        got = b""
+        while b'"usage"' not in got:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, got)
+            got += chunk
+        t0 = time.monotonic()
+        rest = s.recv(65536)  # blocks until the gateway closes the idle connection
+        idle = time.monotonic() - t0
+        s.close()
+        self.assertEqual(rest, b"")
+        return idle
+
+    def test_log_level_access_log_path_and_timeouts_follow_the_file(self):
+        _, port = self.gateway(["r1"], timeouts={"client_idle": "30s"})
         self.assertEqual(post_json(port, "/v1/chat/completions", chat_body())[0], 200)
-        conf = self.conf(["r1"], log_level="debug")
+        conf = self.conf(["r1"], log_level="debug", timeouts={"client_idle": "500ms"})
         conf["access_log"] = self.path("access2.log")
         self.reload(conf)
         mark = len(self.gw.lines)
@@ -235,6 +255,11 @@ class ReloadTest(Harness):
         self.assertEqual(len(lines), 1)
         with open(self.path("access.log")) as f:
             self.assertEqual(len(f.read().splitlines()), 1)
+        # the new idle timeout applies, on workers that timed 30 s before too
+        for _ in range(2):  # two workers: likely a connection on each
+            idle = self.idle_close_after(port)
+            self.assertGreater(idle, 0.3)
+            self.assertLess(idle, 5.0)
         # a path that cannot be opened refuses the reload
         conf["access_log"] = os.path.join(self.tmp, "no", "such", "dir.log")
         mark = len(self.gw.lines)
