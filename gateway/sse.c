@@ -6,6 +6,9 @@
  * streams split at every offset and compares the results.
  */
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "sse.h"
 
@@ -35,21 +38,34 @@ enum {
     WANT_PROMPT_TOKENS,
 };
 
-#define PROBE_KEY(k, w) { k, sizeof(k) - 1, w }
-
-static const struct {
-    const char *key;
-    uint8_t len;
-    uint8_t want;
-} probe_keys[] = {
-    PROBE_KEY("content", WANT_CONTENT),
-    PROBE_KEY("text", WANT_CONTENT),
-    PROBE_KEY("reasoning_content", WANT_CONTENT),
-    PROBE_KEY("reasoning", WANT_CONTENT),
-    PROBE_KEY("tool_calls", WANT_TOOL_CALLS),
-    PROBE_KEY("completion_tokens", WANT_COMPLETION_TOKENS),
-    PROBE_KEY("prompt_tokens", WANT_PROMPT_TOKENS),
-};
+/*
+ * The keys we watch, by length: a string is looked up once, at its closing
+ * quote, and most strings of a chunk ("id", "object", "index", values) fail
+ * on their length alone.
+ */
+static uint8_t
+probe_lookup(const char *k, size_t n)
+{
+    switch (n) {
+    case 4:
+        return memcmp(k, "text", 4) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 7:
+        return memcmp(k, "content", 7) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 9:
+        return memcmp(k, "reasoning", 9) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 10:
+        return memcmp(k, "tool_calls", 10) == 0 ? WANT_TOOL_CALLS : WANT_NONE;
+    case 13:
+        return memcmp(k, "prompt_tokens", 13) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
+    case 17:
+        if (memcmp(k, "reasoning_content", 17) == 0) {
+            return WANT_CONTENT;
+        }
+        return memcmp(k, "completion_tokens", 17) == 0 ? WANT_COMPLETION_TOKENS : WANT_NONE;
+    default:
+        return WANT_NONE;
+    }
+}
 
 void
 lg_json_probe_init(struct lg_json_probe *p)
@@ -69,21 +85,6 @@ lg_json_probe_reset(struct lg_json_probe *p)
     p->prompt_tokens = pt;
 }
 
-static uint8_t
-probe_lookup(const struct lg_json_probe *p)
-{
-    if (p->key_overflow) {
-        return WANT_NONE;
-    }
-    for (size_t i = 0; i < LG_ARRAY_SIZE(probe_keys); i++) {
-        if (probe_keys[i].len == p->key_len
-            && memcmp(probe_keys[i].key, p->key, p->key_len) == 0) {
-            return probe_keys[i].want;
-        }
-    }
-    return WANT_NONE;
-}
-
 static void
 probe_end_number(struct lg_json_probe *p)
 {
@@ -97,7 +98,7 @@ probe_end_number(struct lg_json_probe *p)
 }
 
 /* One byte between tokens. */
-static void
+static inline void
 probe_out(struct lg_json_probe *p, char c)
 {
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
@@ -131,7 +132,7 @@ probe_out(struct lg_json_probe *p, char c)
         return;
     }
     if (c == ':' && p->pending == PENDING_COLON) {
-        p->want = probe_lookup(p);
+        p->want = p->key_want;
         p->pending = p->want != WANT_NONE ? PENDING_VALUE : PENDING_NONE;
         return;
     }
@@ -139,9 +140,9 @@ probe_out(struct lg_json_probe *p, char c)
 }
 
 /*
- * Index of the first byte equal to a or b in data[i, len), or len: eight
- * bytes at a time, as most of a body is the inside of string values that
- * only their closing quote (or a backslash) ends.
+ * Index of the first byte equal to a or b in data[i, len), or len: sixteen
+ * (SSE2) or eight (any 64-bit word) bytes at a time, as most of a body is the
+ * inside of strings that only their closing quote (or a backslash) ends.
  */
 static inline size_t
 sse_find2(const char *data, size_t i, size_t len, char a, char b)
@@ -149,6 +150,20 @@ sse_find2(const char *data, size_t i, size_t len, char a, char b)
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
     const uint64_t ma = ones * (unsigned char)a, mb = ones * (unsigned char)b;
 
+#ifdef __SSE2__
+    const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b);
+
+    while (len - i >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(data + i));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_or_si128(_mm_cmpeq_epi8(x, va), _mm_cmpeq_epi8(x, vb)));
+
+        if (m != 0) {
+            return i + (size_t)__builtin_ctz(m);
+        }
+        i += 16;
+    }
+#endif
     while (len - i >= 8) {
         uint64_t x, xa, xb, m;
 
@@ -168,57 +183,94 @@ sse_find2(const char *data, size_t i, size_t len, char a, char b)
     return i;
 }
 
+/*
+ * A string ended at data[j] (its closing quote) with what it means as a key.
+ * The byte after it, when it is in this read and the usual one, is taken at
+ * once: a ':' makes the string a key, a ',', '}' or ']' ends a value.
+ */
+static inline size_t
+probe_string_end(struct lg_json_probe *p, const char *data, size_t j, size_t len, uint8_t want)
+{
+    p->state = PROBE_OUT;
+    if (j + 1 < len) {
+        char c = data[j + 1];
+
+        if (c == ':') {
+            p->want = want;
+            p->pending = want != WANT_NONE ? PENDING_VALUE : PENDING_NONE;
+            return j + 2;
+        }
+        if (c == ',' || c == '}' || c == ']') {
+            p->pending = PENDING_NONE;
+            return j + 2;
+        }
+    }
+    p->key_want = want;
+    p->pending = PENDING_COLON;
+    return j + 1;
+}
+
+/*
+ * A string (key or not) runs on from data[i]. A string that ends in this read
+ * is looked up where it lies; one split across reads keeps its first bytes in
+ * p->key (a key of ours is short). Returns where to go on.
+ */
+static inline size_t
+probe_string(struct lg_json_probe *p, const char *data, size_t i, size_t len)
+{
+    size_t j = sse_find2(data, i, len, '"', '\\');
+
+    if (!p->key_overflow && j > i) {
+        if (p->key_len == 0 && j < len && data[j] == '"') {
+            /* whole, in place */
+            return probe_string_end(p, data, j, len, probe_lookup(data + i, j - i));
+        }
+        size_t k = LG_MIN(j - i, (size_t)(LG_JSON_KEY_MAX - p->key_len));
+
+        memcpy(p->key + p->key_len, data + i, k);
+        p->key_len = (uint8_t)(p->key_len + k);
+        p->key_overflow = k < j - i;
+    }
+    if (j == len) {
+        return len;
+    }
+    if (data[j] == '\\') {
+        p->state = PROBE_STR_ESC;
+        p->key_overflow = true; /* none of our keys has escapes */
+        return j + 1;
+    }
+    return probe_string_end(p, data, j, len,
+                            p->key_overflow ? WANT_NONE : probe_lookup(p->key, p->key_len));
+}
+
 void
 lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+
+    while (i < len) {
         char c;
 
-        if (p->state == PROBE_VAL || p->state == PROBE_STR) {
-            /* inside a string: jump to the next quote or escape, keeping
-             * what a key needs of the bytes passed over */
-            size_t j = sse_find2(data, i, len, '"', '\\');
-
-            if (p->state == PROBE_STR && !p->key_overflow && j > i) {
-                size_t k = LG_MIN(j - i, (size_t)(LG_JSON_KEY_MAX - p->key_len));
-
-                memcpy(p->key + p->key_len, data + i, k);
-                p->key_len = (uint8_t)(p->key_len + k);
-                p->key_overflow = k < j - i;
-            }
-            i = j;
-            if (i == len) {
-                break;
-            }
-        } else if (p->state == PROBE_OUT && p->pending == PENDING_NONE) {
-            /* between tokens with nothing pending only a quote matters */
-            i = sse_find2(data, i, len, '"', '"');
-            if (i == len) {
-                break;
-            }
-        }
-        c = data[i];
         switch (p->state) {
         case PROBE_OUT:
-            probe_out(p, c);
+            if (p->pending == PENDING_NONE) {
+                /* between tokens with nothing pending only a quote matters */
+                i = sse_find2(data, i, len, '"', '"');
+                if (i == len) {
+                    return;
+                }
+            }
+            probe_out(p, data[i++]);
             break;
         case PROBE_STR:
-            if (c == '"') {
-                p->state = PROBE_OUT;
-                p->pending = PENDING_COLON;
-            } else if (c == '\\') {
-                p->state = PROBE_STR_ESC;
-                p->key_overflow = true; /* none of our keys has escapes */
-            } else if (p->key_len < LG_JSON_KEY_MAX) {
-                p->key[p->key_len++] = c;
-            } else {
-                p->key_overflow = true;
-            }
+            i = probe_string(p, data, i, len);
             break;
         case PROBE_STR_ESC:
             p->state = PROBE_STR;
+            i++;
             break;
         case PROBE_VAL_FIRST:
+            c = data[i++];
             p->want = WANT_NONE;
             if (c == '"') {
                 p->state = PROBE_OUT; /* "" carries nothing */
@@ -228,23 +280,26 @@ lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
             }
             break;
         case PROBE_VAL:
-            if (c == '"') {
-                p->state = PROBE_OUT;
-            } else if (c == '\\') {
-                p->state = PROBE_VAL_ESC;
+            /* a value we only skip: jump to its end or next escape */
+            i = sse_find2(data, i, len, '"', '\\');
+            if (i == len) {
+                return;
             }
+            p->state = data[i++] == '"' ? PROBE_OUT : PROBE_VAL_ESC;
             break;
         case PROBE_VAL_ESC:
             p->state = PROBE_VAL;
+            i++;
             break;
         case PROBE_NUM:
+            c = data[i];
             if (c >= '0' && c <= '9') {
                 if (p->num < (INT64_MAX - 9) / 10) {
                     p->num = p->num * 10 + (c - '0');
                 }
+                i++;
             } else {
-                probe_end_number(p);
-                probe_out(p, c);
+                probe_end_number(p); /* and c is read between tokens */
             }
             break;
         default:

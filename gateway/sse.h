@@ -24,6 +24,7 @@ struct lg_json_probe {
     uint8_t state;               /* lexer state (sse.c) */
     uint8_t pending;             /* what the next token means */
     uint8_t want;                /* the key whose value comes next */
+    uint8_t key_want;            /* what the last string means as a key */
     uint8_t key_len;             /* bytes of the current string captured */
     bool key_overflow;           /* string longer than any key we match */
     char key[LG_JSON_KEY_MAX];   /* start of the current string */
