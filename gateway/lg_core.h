@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/time.h>
 #include <time.h>
 
 enum lg_rc {
@@ -160,6 +161,21 @@ lg_mix64(uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
+}
+
+/*
+ * A timeout of ms milliseconds for event_add() or bufferevent_set_timeouts():
+ * tv filled in, or NULL when ms is 0 (no timeout).
+ */
+static inline const struct timeval *
+lg_timeval_ms(uint64_t ms, struct timeval *tv)
+{
+    if (ms == 0) {
+        return NULL;
+    }
+    tv->tv_sec = (time_t)(ms / 1000);
+    tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    return tv;
 }
 
 #endif /* LG_CORE_H */

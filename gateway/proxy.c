@@ -43,10 +43,9 @@ proxy_conf(const struct lg_client *c)
 static void
 proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
 {
-    struct timeval r = { (time_t)(read_ms / 1000), (suseconds_t)((read_ms % 1000) * 1000) };
-    struct timeval w = { (time_t)(write_ms / 1000), (suseconds_t)((write_ms % 1000) * 1000) };
+    struct timeval r, w;
 
-    bufferevent_set_timeouts(bev, read_ms ? &r : NULL, write_ms ? &w : NULL);
+    bufferevent_set_timeouts(bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
 }
 
 /* ---- learning ----------------------------------------------------------- */
@@ -855,8 +854,7 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
         if (c->req.up == u && c->state == LG_CLIENT_ST_RELAY) {
             const struct lg_config *conf = proxy_conf(c); /* the request is still on */
             uint64_t ms = conf->timeouts.stream_idle_ms;
-            struct timeval tmp;
-            struct timeval wr = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+            struct timeval tmp, wr;
 
             /*
              * Every relayed stream holds the stream-idle read timeout and
@@ -867,7 +865,8 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
              * min-heap (libevent re-arms the queue's own timer in the heap
              * whenever an event becomes its head): plain timevals.
              */
-            bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, ms, &tmp), ms ? &wr : NULL);
+            bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, ms, &tmp),
+                                     lg_timeval_ms(ms, &wr));
             proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
         }
     }

@@ -170,8 +170,7 @@ lg_worker_timeout(struct lg_worker *w, uint64_t ms, struct timeval *tmp)
             return w->timeouts[i].tv;
         }
     }
-    tmp->tv_sec = (time_t)(ms / 1000);
-    tmp->tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    lg_timeval_ms(ms, tmp);
     /* full (reloads brought new durations): the rest take the min-heap */
     if (w->ntimeouts == LG_WORKER_TIMEOUTS) {
         return tmp;
