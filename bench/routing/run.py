@@ -193,7 +193,26 @@ def split_trace(path, a, b, seed):
 
 # ---- contenders ------------------------------------------------------------------
 
+def split_options(name):
+    """'ttft+decode_weight=0+slots=32' -> ('ttft', {'decode_weight': 0, 'slots': 32}):
+    an llmgate policy with options, for trying a policy's settings side by side."""
+    base, *opts = name.split("+")
+    out = {}
+    for o in opts:
+        k, eq, v = o.partition("=")
+        if not eq or not k:
+            raise SystemExit("contender %r: options are +NAME=NUMBER" % name)
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise SystemExit("contender %r: %r is not a number" % (name, v))
+    return base, out
+
+
 def contender_kind(name):
+    name, opts = split_options(name)
+    if opts and (name in S.PEERS or name == "oracle"):
+        raise SystemExit("contender %r: options apply to llmgate's own policies" % name)
     if name in S.PEERS:
         return name, 1
     if name.endswith(S.DUAL_SUFFIX) and name[:-len(S.DUAL_SUFFIX)] in S.LLMGATE_ROUTING:
@@ -205,8 +224,15 @@ def contender_kind(name):
 
 
 def routing_for(name, scen, build, shm_dir):
+    name, popts = split_options(name)
     base = name[:-len(S.DUAL_SUFFIX)] if name.endswith(S.DUAL_SUFFIX) else name
     routing = json.loads(json.dumps(S.LLMGATE_ROUTING[base]))
+    if popts:
+        # the options go to the last stage of the pipeline (the load policy)
+        pipe = routing.get("pipeline") or [routing.pop("policy")]
+        last = pipe[-1] if isinstance(pipe[-1], dict) else {"policy": pipe[-1]}
+        last.setdefault("options", {}).update(popts)
+        routing["pipeline"] = pipe[:-1] + [last]
     if base == "oracle":
         so = os.path.join(build, "plugins", "oracle.so")
         if not os.path.exists(so):
