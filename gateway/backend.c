@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #include <llmgate/plugin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -441,6 +442,65 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
     return (double)sum;
 }
 
+int
+lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
+{
+    uint64_t word = pending_ms(end_ns) + 1;
+
+    for (unsigned k = 0; k < LG_BACKEND_END_SLOTS; k++) {
+        unsigned i = (hint + k) % LG_BACKEND_END_SLOTS;
+        uint64_t free_slot = 0;
+
+        if (__atomic_load_n(&b->ends[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&b->ends[i], &free_slot, word, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+void
+lg_backend_end_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms)
+{
+    uint64_t now = pending_ms(now_ns) + 1, gap = gap_ms > 1 ? (uint64_t)gap_ms : 1;
+    uint64_t best[8];
+    unsigned n = 0;
+
+    if (k == 0 || k > LG_ARRAY_SIZE(best)) {
+        return -1;
+    }
+    /* the k soonest, kept sorted in best[0..n) */
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->ends[i], __ATOMIC_RELAXED);
+        uint64_t left;
+        unsigned j;
+
+        if (w == 0) {
+            continue;
+        }
+        left = w > now ? LG_MAX(w - now, gap) : gap;
+        if (n == k && left >= best[k - 1]) {
+            continue;
+        }
+        j = n < k ? n++ : k - 1;
+        while (j > 0 && best[j - 1] > left) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = left;
+    }
+    return n == k ? (double)best[k - 1] : -1;
+}
+
 /* ---- estimators --------------------------------------------------------- */
 
 /* The queueing the model predicted is not the replica's speed; if the
@@ -602,6 +662,13 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
     if (v->pending > 0) {
         v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL);
+    }
+    if (v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS) && v->foreign < 0.5
+        && v->load + 1 > v->capacity) {
+        /* only our requests there: the k-th to end lets the k-th in line in */
+        v->slot_wait_ms = LG_MAX(
+            lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
+            0.0);
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

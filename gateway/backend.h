@@ -68,6 +68,7 @@ struct lg_backend_engine {
 /* Response classes counted per backend: 1xx..5xx, and "no response". */
 #define LG_BACKEND_NCLASS 6
 #define LG_BACKEND_DUE_SLOTS 64 /* requests awaiting a first token counted one by one */
+#define LG_BACKEND_END_SLOTS 128 /* requests whose end is predicted, counted one by one */
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -125,6 +126,9 @@ struct lg_backend {
     /* atomic: when each request awaiting a first token here should have it,
      * 0 = free (lg_backend_due_add) */
     uint64_t due[LG_BACKEND_DUE_SLOTS];
+    /* atomic: when each request of ours there should end (and free its
+     * engine slot), 0 = free (lg_backend_end_add) */
+    uint64_t ends[LG_BACKEND_END_SLOTS];
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */
@@ -242,6 +246,23 @@ uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which,
  */
 int lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint);
 void lg_backend_due_del(struct lg_backend *b, int slot);
+/*
+ * Slot ends: each request of this gateway on b whose output length is known
+ * (max_tokens) holds a slot with the time it should end: dispatch + service
+ * TTFT + max_tokens gaps, re-set at its first token to first token +
+ * (max_tokens - 1) gaps. An engine with every slot busy admits the next
+ * request when one of them ends, so the k-th soonest end is when the k-th
+ * request in line starts: lg_backend_end_wait_ms() returns the ms until then
+ * (an end already past counts as one gap away: it is about to end), or -1
+ * when fewer than k ends are known. max_tokens bounds a generation, so with
+ * early stops (EOS) the real wait is shorter, never longer. Same slot rules
+ * as due[]: lock-free, any thread, ms resolution.
+ */
+int lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint);
+void lg_backend_end_del(struct lg_backend *b, int slot);
+double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
+                              double gap_ms);
+
 /* ... and sets *longest_ms (when not NULL) to the longest predicted service
  * among them, overdue or not: a long prefill may still hold the engine. */
 double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms);

@@ -60,6 +60,7 @@ enum lg_client_state {
 #define LG_REQ_F_PROBE       (1u << 14) /* the attempt holds the backend's half-open probe */
 #define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
 #define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
+#define LG_REQ_F_END_SLOT    (1u << 17) /* its predicted end is in the backend's ends[] */
 
 struct lg_request {
     uint32_t flags;
@@ -103,6 +104,7 @@ struct lg_request {
     uint64_t t_read;              /* whole request read */
     uint64_t t_dispatch;          /* backend picked (last attempt) */
     int due_slot;                 /* its slot in the backend's due[] (LG_REQ_F_TOKEN_WAIT) */
+    int end_slot;                 /* its slot in the backend's ends[] (LG_REQ_F_END_SLOT) */
     uint64_t t_connect;           /* connection ready (last attempt) */
     uint64_t t_first_byte;        /* first response byte from the backend */
     uint64_t t_first_token;       /* first content event (or whole response) */

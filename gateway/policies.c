@@ -289,7 +289,9 @@ static const struct lg_plugin_desc p2c_desc = {
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
- *             slots, else the next departure plus hold/slots per request
+ *             slots, else the end of the k-th of our requests there to end
+ *             (slot_wait_ms, from their max_tokens, when they are all that
+ *             runs there), else the next departure plus hold/slots per request
  *             more (lg_est_queue_wait_ms(); load = our in-flight + others'
  *             from the engine's queue + foreign_margin * sqrt(2 * others' *
  *             sample age / hold), the spread of others' load since the
@@ -300,6 +302,8 @@ static const struct lg_plugin_desc p2c_desc = {
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
+ *             (times wait_weight: a queue's length varies more than a
+ *             service time)
  *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
  *             * (1 + error_penalty * error_rate)
  *             (requests waiting for a first token longer than predicted mean
@@ -320,6 +324,7 @@ struct ttft_state {
     double error_penalty;
     double foreign_margin;
     double prefill_share;
+    double wait_weight;
 };
 
 static int
@@ -331,7 +336,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .decode_weight = 0.02,
                             .error_penalty = 2,
                             .foreign_margin = 1,
-                            .prefill_share = 1 };
+                            .prefill_share = 1,
+                            .wait_weight = 1 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -339,6 +345,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "error_penalty", &s.error_penalty, 0, 1000 },
         { "foreign_margin", &s.foreign_margin, 0, 100 },
         { "prefill_share", &s.prefill_share, 0, 100 },
+        { "wait_weight", &s.wait_weight, 0, 100 },
     };
 
     (void)host;
@@ -365,7 +372,10 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double load =
         v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
     double wait =
-        lg_est_queue_wait_ms(load, slots, v->hold_ms, v->inflight > 0 ? v->inflight_age_ms : -1);
+        s->wait_weight
+        * (v->slot_wait_ms > 0 ? v->slot_wait_ms
+                               : lg_est_queue_wait_ms(load, slots, v->hold_ms,
+                                                      v->inflight > 0 ? v->inflight_age_ms : -1));
     double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
     double pred = service + wait + batch + v->work_ahead_ms;
 

@@ -69,6 +69,25 @@ proxy_token_wait_end(struct lg_client *c)
     }
 }
 
+/* (Re)sets when the attempt should end, from its output length: after
+ * `ms` more (lg_backend_end_add). Nothing without max_tokens. */
+static void
+proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
+{
+    if (req->flags & LG_REQ_F_END_SLOT) {
+        req->flags &= ~LG_REQ_F_END_SLOT;
+        lg_backend_end_del(req->backend, req->end_slot);
+    }
+    if (ms < 0 || req->info.max_tokens <= 0) {
+        return;
+    }
+    req->end_slot = lg_backend_end_add(req->backend, from_ns + (uint64_t)(ms * 1e6),
+                                       (uint32_t)(from_ns >> 10));
+    if (req->end_slot >= 0) {
+        req->flags |= LG_REQ_F_END_SLOT;
+    }
+}
+
 /*
  * Whether the first token of this response teaches the backend's TTFT model:
  * then *prior and *ttft_ms (the time since dispatch: the gateway queues
@@ -100,6 +119,10 @@ proxy_first_token(struct lg_client *c)
     double ttft;
 
     proxy_token_wait_end(c);
+    if (req->flags & LG_REQ_F_END_SLOT) {
+        proxy_end_slot_set(req, req->t_first_token,
+                           (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
+    }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
         lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft, req->pick.wait_ms);
     }
@@ -304,6 +327,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
     }
     if (req->backend != NULL) {
         proxy_token_wait_end(c);
+        proxy_end_slot_set(req, 0, -1);
         if (req->flags & LG_REQ_F_AGED) {
             req->flags &= ~LG_REQ_F_AGED;
             lg_backend_ages_del(req->backend, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch);
@@ -534,6 +558,9 @@ proxy_attempt(struct lg_client *c)
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch)) {
         req->flags |= LG_REQ_F_AGED;
     }
+    proxy_end_slot_set(req, req->t_dispatch,
+                       req->pick.wait_ms + req->pick.service_ms
+                           + (double)req->info.max_tokens * req->pick.itl_ms);
     req->t_connect = 0;
     req->t_first_byte = 0;
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {

@@ -329,6 +329,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     }
     router_put_num(o, "ttft_ms", round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
     router_put_num(o, "itl_ms", round(v->itl_ms * 10) / 10);
+    if (v->slot_wait_ms > 0) {
+        router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
+    }
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
         if (v->work_ahead_ms >= 1) {
@@ -653,6 +656,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
     out->service_ms =
         pk.v[best].ttft_fixed_ms + pk.v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    out->itl_ms = pk.v[best].itl_ms;
     if (pk.v[best].capacity > 0 && !(pk.v[best].flags & LG_VIEW_F_CAP_GUESS)) {
         const struct lg_backend_view *w = &pk.v[best];
 
@@ -660,8 +664,10 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
          * slot: with a guess (the most it was seen running, which a replica
          * that gets few requests keeps low) every request to it would count
          * as queued, and its TTFT would never be learnt */
-        out->wait_ms = lg_est_queue_wait_ms(w->load, w->capacity, w->hold_ms,
-                                            w->inflight > 0 ? w->inflight_age_ms : -1);
+        out->wait_ms = w->slot_wait_ms > 0
+                           ? w->slot_wait_ms
+                           : lg_est_queue_wait_ms(w->load, w->capacity, w->hold_ms,
+                                                  w->inflight > 0 ? w->inflight_age_ms : -1);
         out->queued = w->load + 1 > w->capacity;
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);

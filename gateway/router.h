@@ -41,6 +41,7 @@ struct lg_route_result {
     const char *reason;         /* static string */
     double wait_ms;             /* queueing predicted for the winner (for learning) */
     double service_ms;          /* its predicted service TTFT for this request */
+    double itl_ms;              /* its gap between tokens (to predict the request's end) */
     bool queued;                /* the winner was (about) full: its TTFT measures
                                    its queue more than its speed */
     uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */

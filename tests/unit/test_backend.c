@@ -1,8 +1,9 @@
 /*
  * test_backend.c: a backend's live state as the policies see it: first-token
- * work ahead counted request by request, and a slow replica's estimate
+ * work ahead and slot ends counted request by request, and a slow replica's estimate
  * fading faster once it sits idle, so that it is tried again.
  */
+#include <math.h>
 #include <string.h>
 
 #include "backend.h"
@@ -63,6 +64,37 @@ test_work_ahead_per_request(void)
     return 0;
 }
 
+/* The k-th soonest predicted end is when the k-th request in line gets a slot. */
+static int
+test_slot_ends(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    int s[4];
+
+    LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == -1); /* nothing known */
+    s[0] = lg_backend_end_add(b, t + 300 * ms, 0);
+    s[1] = lg_backend_end_add(b, t + 100 * ms, 0);
+    s[2] = lg_backend_end_add(b, t + 200 * ms, 0);
+    s[3] = lg_backend_end_add(b, t - 50 * ms, 0); /* overdue: about to end */
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(s[i] >= 0);
+    }
+    LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == 10); /* the overdue one, a gap away */
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 2, 10) - 100) <= 1);
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 3, 10) - 200) <= 1);
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 4, 10) - 300) <= 1);
+    LG_CHECK(lg_backend_end_wait_ms(b, t, 5, 10) == -1); /* fewer ends than needed */
+    LG_CHECK(lg_backend_end_wait_ms(b, t, 0, 10) == -1);
+    lg_backend_end_del(b, s[1]);
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 2, 10) - 200) <= 1);
+    for (int i = 0; i < 4; i++) {
+        lg_backend_end_del(b, s[i]);
+    }
+    LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == -1);
+    return 0;
+}
+
 static double
 fixed_at(struct lg_backend *b, uint64_t now)
 {
@@ -79,7 +111,7 @@ test_idle_slow_replica_fades_faster(void)
     struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
     struct lg_backend *b = fleet->backends[0];
     uint64_t t0, s = LG_NS_PER_S;
-    double at2, at6, at10, busy6, busy10;
+    double at2, at6, at10, at40, at60, busy6, busy10, busy40;
 
     for (int i = 0; i < 40; i++) {
         lg_backend_note_ttft(b, &prior, 512, 160, 0); /* five times the prior */
@@ -88,15 +120,22 @@ test_idle_slow_replica_fades_faster(void)
     at2 = fixed_at(b, t0 + 2 * s);
     at6 = fixed_at(b, t0 + 6 * s);
     at10 = fixed_at(b, t0 + 10 * s);
+    at40 = fixed_at(b, t0 + 40 * s);
+    at60 = fixed_at(b, t0 + 60 * s);
     /* with a request of ours in flight there, it reads as before */
     __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
     busy6 = fixed_at(b, t0 + 6 * s);
     busy10 = fixed_at(b, t0 + 10 * s);
+    busy40 = fixed_at(b, t0 + 40 * s);
     __atomic_fetch_sub(&b->inflight, 1, __ATOMIC_RELAXED);
-    LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 130);
-    /* idle past LG_EST_IDLE_S: each second counts as five */
-    LG_CHECK(at6 < busy6 - 10);
-    LG_CHECK(at10 < 0.6 * busy10);
+    LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 120);
+    /* idle past LG_EST_IDLE_S: each second counts as five, for the recent
+     * samples and for the long-run slowness they fade to */
+    LG_CHECK(at6 < busy6);
+    LG_CHECK(at10 < busy10 - 10);
+    LG_CHECK(busy40 > 90); /* in use: still known to be slow */
+    LG_CHECK(at40 < 0.5 * busy40);
+    LG_CHECK(at60 < 1.3 * prior.fixed_ms); /* idle a minute: tried again */
     return 0;
 }
 
@@ -141,5 +180,5 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
+LG_TEST_MAIN(setup, test_slot_ends, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
              test_guessed_capacity_is_not_queued, teardown)

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 1 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 2 /* bump when appending members or ops */
 
 /*
  * History:
@@ -54,6 +54,9 @@ extern "C" {
  *        covers, nor queueing from the engine's running count, and each
  *        plugin would have blended stale scrapes with in-flight counts on
  *        its own.
+ *   1.2  appended lg_backend_view.slot_wait_ms (when a slot frees on a full
+ *        engine, from the output lengths of the requests there). A 1.1
+ *        plugin sees a view whose size covers it and simply ignores it.
  */
 
 enum lg_plugin_kind {
@@ -123,6 +126,12 @@ struct lg_backend_view {
                                   at least 0 (a long prompt being prefilled delays everyone
                                   behind) */
     uint32_t flags;            /* LG_VIEW_F_* */
+
+    /* 1.2 */
+    double slot_wait_ms;       /* when the engine is full: ms until a slot frees for one more
+                                  request, from the predicted ends of this gateway's requests
+                                  there (max_tokens gaps after their first token); 0 = not
+                                  full, or unknown (use load, capacity and hold_ms) */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
