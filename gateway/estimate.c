@@ -44,17 +44,11 @@ est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_p
 {
     const double k = LG_EST_PRIOR_WEIGHT, h = k / 2, xp = LG_EST_PRIOR_X_KIB;
     double d = est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
-    double dl = est_decay_since(e->t_ns, now_ns, LG_EST_SLOW_HALF_LIFE_S);
     double fref = est_prior_line(p, 1.0);
-    /* this backend's slowness relative to the prior line: the recent one,
-     * pulled to the long-run one, itself pulled to 1 */
-    double sl = (dl * e->ly + k * fref) / (dl * e->lf + k * fref);
-    double s, y0, y1, W, X, Y, XX, XY, det, a, b;
+    /* this backend's slowness relative to the prior line, itself pulled to 1 */
+    double s = (d * e->sy + k * fref) / (d * e->sf + k * fref);
+    double y0, y1, W, X, Y, XX, XY, det, a, b;
 
-    if (!(sl > 0) || !isfinite(sl)) {
-        sl = 1.0;
-    }
-    s = (d * e->sy + k * fref * sl) / (d * e->sf + k * fref);
     if (!(s > 0) || !isfinite(s)) {
         s = 1.0;
     }
@@ -164,9 +158,6 @@ lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prio
         ms = LG_EST_FIT_MAX * pred + 1.0;
     }
 
-    d = forget * est_decay_since(e->t_ns, now_ns, LG_EST_SLOW_HALF_LIFE_S);
-    e->ly = e->ly * d + ms;
-    e->lf = e->lf * d + est_prior_line(p, kib);
     d = forget * est_decay_since(e->t_ns, now_ns, LG_EST_HALF_LIFE_S);
     e->w = e->w * d + 1;
     e->sx = e->sx * d + kib;

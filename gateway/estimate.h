@@ -19,11 +19,7 @@
  *   backend's own slowness relative to that line. When samples stop, their
  *   weight decays and the estimate drifts back to the prior: a replica that
  *   was slow once is tried again (faster once it sits idle: backend.c,
- *   LG_EST_IDLE_S). The slowness that scales the prior has a memory of its
- *   own, LG_EST_SLOW_HALF_LIFE_S: a replica that is slow for good (a smaller
- *   GPU) drifts back to its own long-run line, not to the fleet's, so it is
- *   not re-tried with whatever request comes next at the fleet's price
- *   (each such try was one of the slowest first tokens of the run). A sample under LG_EST_FORGET_BELOW of the fit's
+ *   LG_EST_IDLE_S). A sample under LG_EST_FORGET_BELOW of the fit's
  *   prediction halves the old samples' weight (it recovered). The scaling keeps a
  *   replica that is 4x slower on short prompts from being assumed fast on
  *   long ones before it has seen one.
@@ -44,12 +40,6 @@
 /* Half-life of TTFT samples in the fit: long enough to average the noise of
  * queueing, short enough that a recovered replica is re-learnt in < 30 s. */
 #define LG_EST_HALF_LIFE_S 5.0
-/* Half-life of a replica's persistent slowness: what its estimate fades
- * back to when its samples do (LG_EST_HALF_LIFE_S), instead of the fleet's
- * line itself. A replica 4x slower than the fleet, picked only now and then,
- * stays 4x slower in the meantime; one that sits idle forgets it within
- * about a minute (LG_EST_IDLE_SPEEDUP applies here too). */
-#define LG_EST_SLOW_HALF_LIFE_S 30.0
 /* Weight of the prior line, in samples (split between x = 0 and x = LG_EST_PRIOR_X_KIB). */
 #define LG_EST_PRIOR_WEIGHT 4.0
 #define LG_EST_PRIOR_X_KIB  8.0
@@ -93,7 +83,6 @@ struct lg_est_ttft {
     double sx, sy; /* weighted sums of x (KiB) and y (ms) */
     double sxx, sxy;
     double sf;          /* weighted sum of the prior line at each sample's x */
-    double ly, lf;      /* sy and sf with the long half-life (persistent slowness) */
     double peak;        /* >= 1 */
     uint64_t t_ns;      /* time the sums were last decayed to */
     uint64_t peak_t_ns; /* time peak was last set */

@@ -78,9 +78,10 @@ proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
         req->flags &= ~LG_REQ_F_END_SLOT;
         lg_backend_end_del(req->backend, req->end_slot);
     }
-    if (ms < 0 || req->info.max_tokens <= 0) {
-        return;
+    if (!(ms >= 0) || req->info.max_tokens <= 0) {
+        return; /* (NaN included) */
     }
+    ms = LG_MIN(ms, 86400e3); /* a day: later than any slot frees */
     req->end_slot = lg_backend_end_add(req->backend, from_ns + (uint64_t)(ms * 1e6),
                                        (uint32_t)(from_ns >> 10));
     if (req->end_slot >= 0) {

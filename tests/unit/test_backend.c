@@ -111,7 +111,7 @@ test_idle_slow_replica_fades_faster(void)
     struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
     struct lg_backend *b = fleet->backends[0];
     uint64_t t0, s = LG_NS_PER_S;
-    double at2, at6, at10, at40, at60, busy6, busy10, busy40;
+    double at2, at6, at10, busy6, busy10;
 
     for (int i = 0; i < 40; i++) {
         lg_backend_note_ttft(b, &prior, 512, 160, 0); /* five times the prior */
@@ -120,22 +120,15 @@ test_idle_slow_replica_fades_faster(void)
     at2 = fixed_at(b, t0 + 2 * s);
     at6 = fixed_at(b, t0 + 6 * s);
     at10 = fixed_at(b, t0 + 10 * s);
-    at40 = fixed_at(b, t0 + 40 * s);
-    at60 = fixed_at(b, t0 + 60 * s);
     /* with a request of ours in flight there, it reads as before */
     __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
     busy6 = fixed_at(b, t0 + 6 * s);
     busy10 = fixed_at(b, t0 + 10 * s);
-    busy40 = fixed_at(b, t0 + 40 * s);
     __atomic_fetch_sub(&b->inflight, 1, __ATOMIC_RELAXED);
-    LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 120);
-    /* idle past LG_EST_IDLE_S: each second counts as five, for the recent
-     * samples and for the long-run slowness they fade to */
-    LG_CHECK(at6 < busy6);
-    LG_CHECK(at10 < busy10 - 10);
-    LG_CHECK(busy40 > 90); /* in use: still known to be slow */
-    LG_CHECK(at40 < 0.5 * busy40);
-    LG_CHECK(at60 < 1.3 * prior.fixed_ms); /* idle a minute: tried again */
+    LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 130);
+    /* idle past LG_EST_IDLE_S: each second counts as five */
+    LG_CHECK(at6 < busy6 - 10);
+    LG_CHECK(at10 < 0.6 * busy10);
     return 0;
 }
 
