@@ -385,24 +385,31 @@ lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t
 #define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
 #define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
 
-int
-lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+/* Claims a free (0) word of slots[n] for word, starting at hint; -1 if none. */
+static int
+backend_slot_claim(uint64_t *slots, unsigned n, uint64_t word, uint32_t hint)
 {
-    uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
-    uint64_t due = pending_ms(t_ns) + service + 1;
-    uint64_t word = (due << DUE_SERVICE_BITS) | service;
-
-    for (unsigned k = 0; k < LG_BACKEND_DUE_SLOTS; k++) {
-        unsigned i = (hint + k) % LG_BACKEND_DUE_SLOTS;
+    for (unsigned k = 0; k < n; k++) {
+        unsigned i = (hint + k) % n;
         uint64_t free_slot = 0;
 
-        if (__atomic_load_n(&b->due[i], __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(&b->due[i], &free_slot, word, false, __ATOMIC_RELAXED,
+        if (__atomic_load_n(&slots[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&slots[i], &free_slot, word, false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED)) {
             return (int)i;
         }
     }
     return -1;
+}
+
+int
+lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+{
+    uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
+    uint64_t due = pending_ms(t_ns) + service + 1;
+
+    return backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
+                              hint);
 }
 
 void
@@ -445,19 +452,7 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 int
 lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
 {
-    uint64_t word = pending_ms(end_ns) + 1;
-
-    for (unsigned k = 0; k < LG_BACKEND_END_SLOTS; k++) {
-        unsigned i = (hint + k) % LG_BACKEND_END_SLOTS;
-        uint64_t free_slot = 0;
-
-        if (__atomic_load_n(&b->ends[i], __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(&b->ends[i], &free_slot, word, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {
-            return (int)i;
-        }
-    }
-    return -1;
+    return backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
 }
 
 void
