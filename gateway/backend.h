@@ -254,7 +254,8 @@ void lg_backend_due_del(struct lg_backend *b, int slot);
  * request when one of them ends, so the k-th soonest end is when the k-th
  * request in line starts: lg_backend_end_wait_ms() returns the ms until then
  * (an end already past counts as one gap away: it is about to end), or -1
- * when fewer than k ends are known. max_tokens bounds a generation, so with
+ * when fewer than k ends are known or k is 0 or above 8 (a queue that long
+ * takes the hold-time formula). max_tokens bounds a generation, so with
  * early stops (EOS) the real wait is shorter, never longer. Same slot rules
  * as due[]: lock-free, any thread, ms resolution.
  */

@@ -249,3 +249,10 @@ lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_a
     }
     return first + (excess > 1 ? (excess - 1) * hold_ms / capacity : 0);
 }
+
+double
+lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_ms,
+                    double mean_age_ms)
+{
+    return known_ms > 0 ? known_ms : lg_est_queue_wait_ms(load, capacity, hold_ms, mean_age_ms);
+}

@@ -153,5 +153,9 @@ double lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_a
  * a burst) delays the first departure by as much.
  */
 double lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms);
+/* The same wait, when known from the requests' predicted ends (known_ms > 0:
+ * lg_backend_view.slot_wait_ms) taken as is, else the formula above. */
+double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_ms,
+                           double mean_age_ms);
 
 #endif /* LG_ESTIMATE_H */

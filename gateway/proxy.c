@@ -69,15 +69,22 @@ proxy_token_wait_end(struct lg_client *c)
     }
 }
 
-/* (Re)sets when the attempt should end, from its output length: after
- * `ms` more (lg_backend_end_add). Nothing without max_tokens. */
+/* The attempt no longer holds a predicted end on its backend. */
 static void
-proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
+proxy_end_slot_clear(struct lg_request *req)
 {
     if (req->flags & LG_REQ_F_END_SLOT) {
         req->flags &= ~LG_REQ_F_END_SLOT;
         lg_backend_end_del(req->backend, req->end_slot);
     }
+}
+
+/* (Re)sets when the attempt should end, from its output length: after
+ * `ms` more (lg_backend_end_add). Nothing without max_tokens. */
+static void
+proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
+{
+    proxy_end_slot_clear(req);
     if (!(ms >= 0) || req->info.max_tokens <= 0) {
         return; /* (NaN included) */
     }
@@ -328,7 +335,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
     }
     if (req->backend != NULL) {
         proxy_token_wait_end(c);
-        proxy_end_slot_set(req, 0, -1);
+        proxy_end_slot_clear(req);
         if (req->flags & LG_REQ_F_AGED) {
             req->flags &= ~LG_REQ_F_AGED;
             lg_backend_ages_del(req->backend, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch);

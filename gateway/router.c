@@ -664,10 +664,8 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
          * slot: with a guess (the most it was seen running, which a replica
          * that gets few requests keeps low) every request to it would count
          * as queued, and its TTFT would never be learnt */
-        out->wait_ms = w->slot_wait_ms > 0
-                           ? w->slot_wait_ms
-                           : lg_est_queue_wait_ms(w->load, w->capacity, w->hold_ms,
-                                                  w->inflight > 0 ? w->inflight_age_ms : -1);
+        out->wait_ms = lg_est_slot_wait_ms(w->slot_wait_ms, w->load, w->capacity, w->hold_ms,
+                                           w->inflight > 0 ? w->inflight_age_ms : -1);
         out->queued = w->load + 1 > w->capacity;
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
