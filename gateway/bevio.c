@@ -8,11 +8,20 @@
  * write callback in this iteration; with the epoll changelist (worker bases)
  * the arm and the disarm then cancel out before they reach the kernel. If
  * the socket is full the event simply stays armed, as before.
- * Reading: libevent 2.1 reads at most 4 KiB per read event; lg_bevio_read()
- * lets a caller that expects more (a request body) take it in one readv.
+ * Reading: libevent 2.1 sizes every read with ioctl(FIONREAD) (a syscall per
+ * read, two per proxied request) and reads at most 4 KiB per read event.
+ * lg_bevio_own_reads() gives a bufferevent's read event our callback, which
+ * reads without asking: into a small reservation at the input's end (a
+ * 1 KiB chain, the size libevent picks for a small message) and, when more
+ * is waiting, on into a per-thread scratch area whose part is then added
+ * (copied) to the input; then it hands over to the bufferevent exactly as
+ * libevent's callback does (read callback past the low watermark, EOF,
+ * error, timeout; the high watermark bounds the read). lg_bevio_read() lets
+ * a caller that expects more (a request body) take it in one readv.
  * Owns nothing. Only plain socket bufferevents, recognised by their ops
  * table, are touched (bufferevent_struct.h: libevent 2.1's layout).
  */
+#include <errno.h>
 #include <sys/uio.h>
 
 #include <event2/buffer.h>
@@ -23,7 +32,18 @@
 #include "bevio.h"
 #include "lg_core.h"
 
+/* with libevent's chain header (48 bytes in 2.1) a 1 KiB allocation */
+#define BEVIO_RESERVE 960
+#define BEVIO_SCRATCH (32 * 1024)
+
 static const struct bufferevent_ops *bevio_socket_ops;
+static __thread char bevio_scratch[BEVIO_SCRATCH];
+
+static bool
+bevio_is_socket(const struct bufferevent *bev)
+{
+    return bev->be_ops == __atomic_load_n(&bevio_socket_ops, __ATOMIC_RELAXED);
+}
 
 void
 lg_bevio_init(struct event_base *base)
@@ -43,7 +63,7 @@ lg_bevio_init(struct event_base *base)
 void
 lg_bevio_flush(struct bufferevent *bev)
 {
-    if (bev->be_ops == __atomic_load_n(&bevio_socket_ops, __ATOMIC_RELAXED)
+    if (bevio_is_socket(bev)
         && event_pending(&bev->ev_write, EV_WRITE, NULL)) {
         event_active(&bev->ev_write, EV_WRITE, 1);
     }
@@ -59,7 +79,7 @@ lg_bevio_read(struct bufferevent *bev, size_t max)
     ssize_t got;
     int n;
 
-    if (bev->be_ops != __atomic_load_n(&bevio_socket_ops, __ATOMIC_RELAXED) || max == 0
+    if (!bevio_is_socket(bev) || max == 0
         || bufferevent_getfd(bev) < 0) {
         return 0;
     }
@@ -83,4 +103,103 @@ lg_bevio_read(struct bufferevent *bev, size_t max)
     }
     evbuffer_freeze(in, 0);
     return got > 0 ? (size_t)got : 0; /* nothing reserved is committed otherwise */
+}
+
+/*
+ * The read event's callback (libevent's bufferevent_readcb, less the
+ * FIONREAD and the rate limits, which llmgate does not use). The read
+ * callback and the event callback run through the bufferevent's public
+ * triggers, deferred like libevent's own when the bufferevent defers.
+ */
+static void
+bevio_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct bufferevent *bev = arg;
+    struct evbuffer *in = bev->input;
+    struct evbuffer_iovec vec[2];
+    struct iovec iov[3];
+    size_t want = BEVIO_RESERVE + BEVIO_SCRATCH, mine, left;
+    short ev = BEV_EVENT_READING;
+    ssize_t got;
+    int n, k = 0, err;
+
+    if (what == EV_TIMEOUT) { /* EV_READ|EV_TIMEOUT: bytes came, no timeout */
+        ev |= BEV_EVENT_TIMEOUT;
+        goto fail;
+    }
+    if (bev->wm_read.high != 0) {
+        size_t len = evbuffer_get_length(in);
+
+        if (len >= bev->wm_read.high) {
+            /* the mark was lowered under what is there: libevent's suspend */
+            bufferevent_setwatermark(bev, EV_READ, bev->wm_read.low, bev->wm_read.high);
+            return;
+        }
+        want = LG_MIN(want, bev->wm_read.high - len);
+    }
+    mine = LG_MIN(want, (size_t)BEVIO_RESERVE);
+    evbuffer_unfreeze(in, 0);
+    n = evbuffer_reserve_space(in, (ev_ssize_t)mine, vec, 2);
+    if (n <= 0) {
+        evbuffer_freeze(in, 0);
+        ev |= BEV_EVENT_ERROR;
+        errno = ENOMEM;
+        goto fail;
+    }
+    left = mine;
+    for (int i = 0; i < n; i++) {
+        vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
+        left -= vec[i].iov_len;
+        iov[k].iov_base = vec[i].iov_base;
+        iov[k++].iov_len = vec[i].iov_len;
+    }
+    if (want > mine) {
+        iov[k].iov_base = bevio_scratch;
+        iov[k++].iov_len = want - mine;
+    }
+    got = readv(fd, iov, k);
+    if (got > 0) {
+        left = (size_t)got;
+        for (int i = 0; i < n; i++) {
+            vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
+            left -= vec[i].iov_len;
+        }
+        evbuffer_commit_space(in, vec, n);
+        if (left > 0) {
+            evbuffer_add(in, bevio_scratch, left);
+        }
+    }
+    evbuffer_freeze(in, 0);
+    if (got > 0) {
+        bufferevent_trigger(bev, EV_READ, 0);
+        return;
+    }
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        return;
+    }
+    ev |= got == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR;
+fail:
+    err = errno;
+    bufferevent_disable(bev, EV_READ);
+    errno = err; /* a deferred event callback reads it back */
+    bufferevent_trigger_event(bev, ev, 0);
+}
+
+void
+lg_bevio_own_reads(struct bufferevent *bev)
+{
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    struct event_base *base = bufferevent_get_base(bev);
+    bool armed;
+
+    if (!bevio_is_socket(bev) || fd < 0 || event_get_callback(&bev->ev_read) == bevio_on_read) {
+        return;
+    }
+    armed = event_pending(&bev->ev_read, EV_READ | EV_TIMEOUT, NULL) != 0;
+    event_del(&bev->ev_read);
+    /* the flags libevent gives it (EV_FINALIZE: bufferevent_free finalizes it) */
+    event_assign(&bev->ev_read, base, fd, EV_READ | EV_PERSIST | EV_FINALIZE, bevio_on_read, bev);
+    if (armed) {
+        event_add(&bev->ev_read, evutil_timerisset(&bev->timeout_read) ? &bev->timeout_read : NULL);
+    }
 }

@@ -938,6 +938,8 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         c->bev = bufferevent_socket_new(w->base, fd, opts);
         if (c->bev == NULL) {
             evutil_closesocket(fd);
+        } else {
+            lg_bevio_own_reads(c->bev); /* no FIONREAD per read */
         }
     }
     if (c->bev == NULL) {

@@ -975,6 +975,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     conf = proxy_conf(c);
     if (what & BEV_EVENT_CONNECTED) {
         u->state = LG_UPCONN_ST_ACTIVE;
+        lg_bevio_own_reads(u->bev); /* connected: reads without FIONREAD from now on */
         req->t_connect = lg_now_ns();
         proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);

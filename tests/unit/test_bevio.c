@@ -1,0 +1,198 @@
+/*
+ * test_bevio.c: a plain socket bufferevent reading through llmgate's own
+ * read callback (lg_bevio_own_reads) behaves as libevent's: every byte in
+ * order, small and large writes, the read high watermark honoured, EOF and
+ * read timeouts reported, with and without deferred callbacks.
+ */
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h>
+#include <event2/event.h>
+
+#include "bevio.h"
+#include "lg_test.h"
+
+#define TOTAL (300 * 1024 + 17)
+
+struct rd {
+    struct event_base *base;
+    size_t got;      /* bytes taken out of the input so far */
+    size_t max_len;  /* most bytes the input held at a read callback */
+    size_t take;     /* bytes the read callback drains per call (0: all) */
+    short events;    /* what the event callback saw */
+    int bad;         /* bytes out of order */
+    int calls;
+};
+
+static unsigned char
+pattern(size_t i)
+{
+    return (unsigned char)((i * 131 + i / 251) & 0xff);
+}
+
+static void
+rd_on_read(struct bufferevent *bev, void *arg)
+{
+    struct rd *r = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t len = evbuffer_get_length(in), n;
+    unsigned char buf[4096];
+
+    r->calls++;
+    if (len > r->max_len) {
+        r->max_len = len;
+    }
+    n = r->take ? (len < r->take ? len : r->take) : len;
+    while (n > 0) {
+        size_t k = n < sizeof(buf) ? n : sizeof(buf);
+
+        evbuffer_remove(in, buf, k);
+        for (size_t i = 0; i < k; i++) {
+            r->bad += buf[i] != pattern(r->got + i);
+        }
+        r->got += k;
+        n -= k;
+    }
+    if (r->take && evbuffer_get_length(in) > 0) {
+        /* more is waiting: come back without new bytes from the socket */
+        bufferevent_trigger(bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS);
+    }
+}
+
+static void
+rd_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct rd *r = arg;
+
+    (void)bev;
+    r->events = what;
+    event_base_loopexit(r->base, NULL);
+}
+
+struct wr {
+    size_t sent;
+    size_t piece;
+};
+
+static void
+wr_on_write(struct bufferevent *bev, void *arg)
+{
+    struct wr *w = arg;
+    unsigned char buf[8192];
+    size_t n = TOTAL - w->sent < w->piece ? TOTAL - w->sent : w->piece;
+
+    if (n == 0) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+            shutdown(bufferevent_getfd(bev), SHUT_WR); /* EOF for the reader */
+            bufferevent_disable(bev, EV_WRITE);
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = pattern(w->sent + i);
+    }
+    bufferevent_write(bev, buf, n);
+    w->sent += n;
+}
+
+/* Sends TOTAL bytes in pieces of `piece` to a reader with own reads; returns 0 if all arrived. */
+static int
+run_transfer(size_t piece, int opts, size_t high, size_t take)
+{
+    struct event_base *base = event_base_new();
+    struct bufferevent *a, *b;
+    struct rd r = { .base = base, .take = take };
+    struct wr w = { .piece = piece };
+    event_callback_fn libevent_cb;
+    int sv[2];
+
+    LG_CHECK(base != NULL);
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    evutil_make_socket_nonblocking(sv[0]);
+    evutil_make_socket_nonblocking(sv[1]);
+    lg_bevio_init(base);
+    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | opts);
+    b = bufferevent_socket_new(base, sv[1], BEV_OPT_CLOSE_ON_FREE);
+    LG_CHECK(a != NULL && b != NULL);
+    libevent_cb = event_get_callback(&a->ev_read);
+    lg_bevio_own_reads(a);
+    LG_CHECK(event_get_callback(&a->ev_read) != libevent_cb);
+    lg_bevio_own_reads(a); /* again: no-op */
+    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, &r);
+    bufferevent_setwatermark(a, EV_READ, 0, high);
+    bufferevent_enable(a, EV_READ);
+    bufferevent_setcb(b, NULL, wr_on_write, NULL, &w);
+    bufferevent_enable(b, EV_WRITE);
+    wr_on_write(b, &w);
+    event_base_dispatch(base);
+    bufferevent_free(a);
+    bufferevent_free(b);
+    event_base_free(base);
+    LG_CHECK(r.got == TOTAL);
+    LG_CHECK(r.bad == 0);
+    LG_CHECK(r.events == (BEV_EVENT_READING | BEV_EVENT_EOF));
+    if (high != 0) {
+        LG_CHECK(r.max_len <= high);
+    }
+    return 0;
+}
+
+static int
+test_small_writes(void)
+{
+    return run_transfer(100, 0, 0, 0);
+}
+
+static int
+test_large_writes(void)
+{
+    return run_transfer(8192, 0, 0, 0);
+}
+
+static int
+test_deferred(void)
+{
+    return run_transfer(3000, BEV_OPT_DEFER_CALLBACKS, 0, 0);
+}
+
+static int
+test_high_watermark(void)
+{
+    /* the reader takes 1000 bytes per call: reading must stop at 4096 */
+    return run_transfer(8192, 0, 4096, 1000);
+}
+
+static int
+test_read_timeout(void)
+{
+    struct event_base *base = event_base_new();
+    struct bufferevent *a;
+    struct rd r = { .base = base };
+    struct timeval tv = { 0, 50 * 1000 };
+    int sv[2];
+
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    evutil_make_socket_nonblocking(sv[0]);
+    lg_bevio_init(base);
+    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, &r);
+    /* armed before it is taken over: the timeout carries over */
+    bufferevent_set_timeouts(a, &tv, NULL);
+    bufferevent_enable(a, EV_READ);
+    lg_bevio_own_reads(a);
+    event_base_dispatch(base);
+    LG_CHECK(r.events == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT));
+    LG_CHECK(r.calls == 0);
+    /* a timed-out read is disabled, as libevent does */
+    LG_CHECK((bufferevent_get_enabled(a) & EV_READ) == 0);
+    bufferevent_free(a);
+    close(sv[1]);
+    event_base_free(base);
+    return 0;
+}
+
+LG_TEST_MAIN(test_small_writes, test_large_writes, test_deferred, test_high_watermark,
+             test_read_timeout)
