@@ -13,8 +13,10 @@
  * lg_bevio_own_reads() gives a bufferevent's read event our callback, which
  * reads without asking: into a small reservation at the input's end (a
  * 1 KiB chain, the size libevent picks for a small message) and, when more
- * is waiting, on into a per-thread scratch area whose part is then added
- * (copied) to the input; then it hands over to the bufferevent exactly as
+ * is waiting, on into a 4 KiB per-thread scratch area whose part is then
+ * added (copied) to the input (kept small: a large body is read by
+ * lg_bevio_read() straight into the input, and a large copy cost more than
+ * the ioctl it saves); then it hands over to the bufferevent exactly as
  * libevent's callback does (read callback past the low watermark, EOF,
  * error, timeout; the high watermark bounds the read). lg_bevio_read() lets
  * a caller that expects more (a request body) take it in one readv.
@@ -34,7 +36,7 @@
 
 /* with libevent's chain header (48 bytes in 2.1) a 1 KiB allocation */
 #define BEVIO_RESERVE 960
-#define BEVIO_SCRATCH (32 * 1024)
+#define BEVIO_SCRATCH 4096
 
 static const struct bufferevent_ops *bevio_socket_ops;
 static __thread char bevio_scratch[BEVIO_SCRATCH];

@@ -32,7 +32,7 @@ size_t lg_bevio_read(struct bufferevent *bev, size_t max);
 
 /*
  * From now on a plain socket bufferevent reads through llmgate's callback:
- * no ioctl(FIONREAD) per read, up to 33 KiB per read event instead of 4 KiB,
+ * no ioctl(FIONREAD) per read, up to 5 KiB per read event (libevent: 4 KiB),
  * the same callbacks, watermarks and timeouts. Call once its socket is
  * connected (a connect in progress keeps libevent's callback, which knows
  * about refused connects); again is a no-op; other bufferevents are left
