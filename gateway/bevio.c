@@ -71,40 +71,65 @@ lg_bevio_flush(struct bufferevent *bev)
     }
 }
 
-size_t
-lg_bevio_read(struct bufferevent *bev, size_t max)
+/*
+ * One readv from fd into `mine` bytes reserved at the end of `in` and then
+ * into spill[0..spill_len) (0 for none); commits what landed in the input
+ * and adds what landed in spill (a copy). Unfreezes the input's end for the
+ * read, as libevent does. Returns readv's result; -1 with ENOMEM when
+ * nothing could be reserved.
+ */
+static ssize_t
+bevio_readv(struct evbuffer *in, int fd, size_t mine, char *spill, size_t spill_len)
 {
-    struct evbuffer *in = bufferevent_get_input(bev);
     struct evbuffer_iovec vec[2];
-    struct iovec iov[2];
-    size_t left = max;
+    struct iovec iov[3];
+    size_t left = mine;
     ssize_t got;
-    int n;
+    int n, k = 0;
 
-    if (!bevio_is_socket(bev) || max == 0
-        || bufferevent_getfd(bev) < 0) {
-        return 0;
-    }
-    /* the bufferevent keeps its input's end frozen outside its own reads */
     evbuffer_unfreeze(in, 0);
-    n = evbuffer_reserve_space(in, (ev_ssize_t)max, vec, 2);
+    n = evbuffer_reserve_space(in, (ev_ssize_t)mine, vec, 2);
+    if (n <= 0) {
+        evbuffer_freeze(in, 0);
+        errno = ENOMEM;
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
         left -= vec[i].iov_len;
-        iov[i].iov_base = vec[i].iov_base;
-        iov[i].iov_len = vec[i].iov_len;
+        iov[k].iov_base = vec[i].iov_base;
+        iov[k++].iov_len = vec[i].iov_len;
     }
-    got = n > 0 ? readv(bufferevent_getfd(bev), iov, n) : -1;
+    if (spill_len > 0) {
+        iov[k].iov_base = spill;
+        iov[k++].iov_len = spill_len;
+    }
+    got = readv(fd, iov, k);
     if (got > 0) {
         left = (size_t)got;
         for (int i = 0; i < n; i++) {
             vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
             left -= vec[i].iov_len;
         }
-        evbuffer_commit_space(in, vec, n);
+        evbuffer_commit_space(in, vec, n); /* nothing reserved is committed otherwise */
+        if (left > 0) {
+            evbuffer_add(in, spill, left);
+        }
     }
     evbuffer_freeze(in, 0);
-    return got > 0 ? (size_t)got : 0; /* nothing reserved is committed otherwise */
+    return got;
+}
+
+size_t
+lg_bevio_read(struct bufferevent *bev, size_t max)
+{
+    ssize_t got;
+
+    if (!bevio_is_socket(bev) || max == 0 || bufferevent_getfd(bev) < 0) {
+        return 0;
+    }
+    got = bevio_readv(bufferevent_get_input(bev), bufferevent_getfd(bev), max, NULL, 0);
+    return got > 0 ? (size_t)got : 0;
 }
 
 /*
@@ -117,20 +142,17 @@ static void
 bevio_on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct bufferevent *bev = arg;
-    struct evbuffer *in = bev->input;
-    struct evbuffer_iovec vec[2];
-    struct iovec iov[3];
-    size_t want = BEVIO_RESERVE + BEVIO_SCRATCH, mine, left;
+    size_t want = BEVIO_RESERVE + BEVIO_SCRATCH, mine;
     short ev = BEV_EVENT_READING;
     ssize_t got;
-    int n, k = 0, err;
+    int err;
 
     if (what == EV_TIMEOUT) { /* EV_READ|EV_TIMEOUT: bytes came, no timeout */
         ev |= BEV_EVENT_TIMEOUT;
         goto fail;
     }
     if (bev->wm_read.high != 0) {
-        size_t len = evbuffer_get_length(in);
+        size_t len = evbuffer_get_length(bev->input);
 
         if (len >= bev->wm_read.high) {
             /* the mark was lowered under what is there: libevent's suspend */
@@ -140,38 +162,7 @@ bevio_on_read(evutil_socket_t fd, short what, void *arg)
         want = LG_MIN(want, bev->wm_read.high - len);
     }
     mine = LG_MIN(want, (size_t)BEVIO_RESERVE);
-    evbuffer_unfreeze(in, 0);
-    n = evbuffer_reserve_space(in, (ev_ssize_t)mine, vec, 2);
-    if (n <= 0) {
-        evbuffer_freeze(in, 0);
-        ev |= BEV_EVENT_ERROR;
-        errno = ENOMEM;
-        goto fail;
-    }
-    left = mine;
-    for (int i = 0; i < n; i++) {
-        vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
-        left -= vec[i].iov_len;
-        iov[k].iov_base = vec[i].iov_base;
-        iov[k++].iov_len = vec[i].iov_len;
-    }
-    if (want > mine) {
-        iov[k].iov_base = bevio_scratch;
-        iov[k++].iov_len = want - mine;
-    }
-    got = readv(fd, iov, k);
-    if (got > 0) {
-        left = (size_t)got;
-        for (int i = 0; i < n; i++) {
-            vec[i].iov_len = LG_MIN(vec[i].iov_len, left);
-            left -= vec[i].iov_len;
-        }
-        evbuffer_commit_space(in, vec, n);
-        if (left > 0) {
-            evbuffer_add(in, bevio_scratch, left);
-        }
-    }
-    evbuffer_freeze(in, 0);
+    got = bevio_readv(bev->input, fd, mine, bevio_scratch, want - mine);
     if (got > 0) {
         bufferevent_trigger(bev, EV_READ, 0);
         return;
