@@ -85,7 +85,7 @@ bevio_readv(struct evbuffer *in, int fd, size_t mine, char *spill, size_t spill_
     struct iovec iov[3];
     size_t left = mine;
     ssize_t got;
-    int n, k = 0;
+    int n, k = 0, err;
 
     evbuffer_unfreeze(in, 0);
     n = evbuffer_reserve_space(in, (ev_ssize_t)mine, vec, 2);
@@ -105,6 +105,7 @@ bevio_readv(struct evbuffer *in, int fd, size_t mine, char *spill, size_t spill_
         iov[k++].iov_len = spill_len;
     }
     got = readv(fd, iov, k);
+    err = errno;
     if (got > 0) {
         left = (size_t)got;
         for (int i = 0; i < n; i++) {
@@ -117,6 +118,7 @@ bevio_readv(struct evbuffer *in, int fd, size_t mine, char *spill, size_t spill_
         }
     }
     evbuffer_freeze(in, 0);
+    errno = err; /* the caller tells EAGAIN from an error */
     return got;
 }
 
