@@ -456,6 +456,14 @@ lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
 }
 
 void
+lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], pending_ms(end_ns) + 1, __ATOMIC_RELAXED);
+    }
+}
+
+void
 lg_backend_end_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {

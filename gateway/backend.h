@@ -260,6 +260,8 @@ void lg_backend_due_del(struct lg_backend *b, int slot);
  * as due[]: lock-free, any thread, ms resolution.
  */
 int lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint);
+/* Moves the end held in a slot lg_backend_end_add() gave (no new claim). */
+void lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns);
 void lg_backend_end_del(struct lg_backend *b, int slot);
 double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
                               double gap_ms);

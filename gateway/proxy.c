@@ -80,17 +80,24 @@ proxy_end_slot_clear(struct lg_request *req)
 }
 
 /* (Re)sets when the attempt should end, from its output length: after
- * `ms` more (lg_backend_end_add). Nothing without max_tokens. */
+ * `ms` more (lg_backend_end_add; a slot it holds is moved in place).
+ * Nothing without max_tokens. */
 static void
 proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
 {
-    proxy_end_slot_clear(req);
+    uint64_t end_ns;
+
     if (!(ms >= 0) || req->info.max_tokens <= 0) {
+        proxy_end_slot_clear(req);
         return; /* (NaN included) */
     }
     ms = LG_MIN(ms, 86400e3); /* a day: later than any slot frees */
-    req->end_slot = lg_backend_end_add(req->backend, from_ns + (uint64_t)(ms * 1e6),
-                                       (uint32_t)(from_ns >> 10));
+    end_ns = from_ns + (uint64_t)(ms * 1e6);
+    if (req->flags & LG_REQ_F_END_SLOT) {
+        lg_backend_end_move(req->backend, req->end_slot, end_ns);
+        return;
+    }
+    req->end_slot = lg_backend_end_add(req->backend, end_ns, (uint32_t)(from_ns >> 10));
     if (req->end_slot >= 0) {
         req->flags |= LG_REQ_F_END_SLOT;
     }

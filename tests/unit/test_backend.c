@@ -88,6 +88,9 @@ test_slot_ends(void)
     LG_CHECK(lg_backend_end_wait_ms(b, t, 0, 10) == -1);
     lg_backend_end_del(b, s[1]);
     LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 2, 10) - 200) <= 1);
+    lg_backend_end_move(b, s[2], t + 400 * ms); /* re-set at a first token: same slot */
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 2, 10) - 300) <= 1);
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 3, 10) - 400) <= 1);
     for (int i = 0; i < 4; i++) {
         lg_backend_end_del(b, s[i]);
     }
