@@ -113,6 +113,8 @@ struct lg_request {
     uint64_t t_now;               /* time of the read being processed */
     uint64_t wall_start;          /* wall clock at t_start, for the log */
     uint64_t content_events;
+    uint64_t t_pace;              /* a stream's pace is measured from here (proxy.c) */
+    uint64_t pace_events;         /* content_events at t_pace */
 };
 
 struct lg_client {

@@ -125,6 +125,32 @@ proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_
     return true;
 }
 
+/*
+ * Every PROXY_END_EVERY content events of a stream its predicted end is
+ * moved to what the stream's recent pace says: the events still to come
+ * (max_tokens less those seen) at its mean gap since the last move. The gap
+ * the pick assumed was the replica's before this request joined its batch;
+ * as the batch grows (or the replica slows), streams there run longer than
+ * that, and a slot they were thought to free soon stays taken.
+ */
+#define PROXY_END_EVERY 8
+
+static void
+proxy_end_refresh(struct lg_request *req)
+{
+    uint64_t n = req->content_events - req->pace_events;
+    double gap_ms, left;
+
+    if (n == 0 || req->t_now <= req->t_pace) {
+        return;
+    }
+    gap_ms = (double)(req->t_now - req->t_pace) / 1e6 / (double)n;
+    left = (double)req->info.max_tokens - (double)req->content_events;
+    proxy_end_slot_set(req, req->t_now, (left > 0 ? left : 0) * gap_ms);
+    req->t_pace = req->t_now;
+    req->pace_events = req->content_events;
+}
+
 /* The first content event of a stream: the TTFT sample, at once. */
 static void
 proxy_first_token(struct lg_client *c)
@@ -289,12 +315,19 @@ proxy_on_body(llhttp_t *p, const char *at, size_t n)
         unsigned got = lg_sse_feed(&req->sse, at, n);
 
         if (got > 0) {
-            if (req->t_first_token == 0) {
-                req->t_first_token = req->t_now;
-                proxy_first_token(c);
-            }
+            uint64_t before = req->content_events;
+
             req->t_last_token = req->t_now;
             req->content_events += got;
+            if (req->t_first_token == 0) {
+                req->t_first_token = req->t_now;
+                req->t_pace = req->t_now;
+                req->pace_events = req->content_events;
+                proxy_first_token(c);
+            } else if ((req->flags & LG_REQ_F_END_SLOT)
+                       && before / PROXY_END_EVERY != req->content_events / PROXY_END_EVERY) {
+                proxy_end_refresh(req);
+            }
         }
     } else {
         lg_json_probe_feed(&req->probe, at, n);

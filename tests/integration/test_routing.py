@@ -1,7 +1,7 @@
 """Routing against real llmsim replicas: model-aware candidates, passive
 ejection and its return with slow start, Retry-After, retries and the retry
 budget, active health checks, engine scraping in each vocabulary, the ttft
-policy against a slow replica, prefix and session affinity, and a policy
+policy against a slow replica, a stream's predicted end following its pace, prefix and session affinity, and a policy
 plugin loaded from a shared object.
 
 Each case states the fleet, what the clients send and what must happen;
@@ -337,6 +337,54 @@ class RoutingTest(Harness):
         rec = self.log()[-1]
         self.assertEqual(rec["policy"], "ttft")
         self.assertTrue(all("ttft_ms" in c and "score" in c for c in rec["candidates"]))
+
+    def test_predicted_end_follows_the_streams_pace(self):
+        # One slot, 40 ms a token (twice the gateway's prior gap): stream A
+        # holds the slot and B queues in the engine (a queue on two scrapes
+        # confirms one slot). C's slot wait is when A will end: it must follow
+        # A's pace so far, not the gap A's pick assumed (by which A would
+        # have ended already).
+        ports = self.fleet([("r1", ["--slots", "1", "--decode-ms", "40", "--decode-ms-per-seq",
+                                    "0", "--prefill-us-per-token", "10"], ["m"])])
+        gp, gw = self.gateway(ports, workers=1, extra={"admin": "127.0.0.1:0"})
+        admin = int(gp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+        def queued_since():
+            status, _, data = http_request(admin, "GET", "/admin/backends")
+            self.assertEqual(status, 200)
+            e = json.loads(data)["backends"][0]["engine"]
+            return e["waiting"] and time.monotonic() * 1000 - e["age_ms"]
+
+        a = StreamReader(gw, chat_body(content="a", max_tokens=60, stream=True))
+        a.read_until(b"tok")
+        b = threading.Thread(target=chat, args=(gw,), kwargs={"max_tokens": 1})
+        b.start()
+        # the queue on a scrape, then on a later one (taken 100 ms after)
+        first = wait_until(queued_since, what="a scrape showing B queued")
+        wait_until(lambda: (queued_since() or 0) > first + 50,
+                   what="a second scrape showing B queued")
+        while a.raw.count(b"data: {") < 24:
+            self.assertFalse(a.eof, "A ended early")
+            a.read_some()
+        a.sock.settimeout(0.005)  # what has arrived meanwhile (events are 40 ms apart)
+        while a.read_some():
+            pass
+        a.sock.settimeout(30)
+        events = a.raw.count(b"data: {")
+        expect_ms = (60 - events) * 40.0
+        result = {}
+        c = threading.Thread(target=lambda: result.update(c=chat(gw, max_tokens=1, timeout=60)))
+        c.start()
+        a.read_until(b"[DONE]")
+        for t in (b, c):
+            t.join(60)
+        self.assertEqual(result["c"][0], 200)
+        cand = max(self.log(3), key=lambda r: r["ts"])["candidates"][0]  # C's
+        print("\n  A at %d of 60 events: C's slot wait %s ms, A's remaining ~%.0f ms"
+              % (events, cand.get("slot_wait_ms"), expect_ms))
+        self.assertEqual(cand.get("slots"), 1, cand)
+        self.assertGreater(cand.get("slot_wait_ms", 0), 0.6 * expect_ms, cand)
+        self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
 
     def test_prefix_affinity_with_bounded_load(self):
         ports = self.fleet([("r%d" % i, FAST + ["--decode-ms", "20"], ["m"]) for i in range(4)])
