@@ -506,8 +506,9 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
 
 /* ---- estimators --------------------------------------------------------- */
 
-/* The queueing the model predicted is not the replica's speed; if the
- * prediction overshot, keep at least a quarter of what was observed. */
+/* The waiting the model predicted (queueing, others' first-token work) is
+ * not the replica's speed; if the prediction overshot, keep at least a
+ * quarter of what was observed. */
 static double
 backend_ttft_sample(double ttft_ms, double wait_ms)
 {

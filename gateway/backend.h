@@ -272,7 +272,8 @@ double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, dou
 
 /*
  * Learning (any worker thread): a first token `ttft_ms` after dispatch for
- * a prompt of prompt_bytes, of which `wait_ms` was predicted queueing; then,
+ * a prompt of prompt_bytes, of which `wait_ms` was predicted waiting (for a
+ * slot, and for the first tokens of the requests there before it); then,
  * at the end of a 2xx response, the gap between tokens (itl_ms < 0:
  * unknown), the time the request held its slot and a success for the error
  * rate, with the TTFT sample when prior is not NULL (a whole response: one

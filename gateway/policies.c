@@ -296,9 +296,11 @@ static const struct lg_plugin_desc p2c_desc = {
  *             from the engine's queue + foreign_margin * sqrt(2 * others' *
  *             sample age / hold), the spread of others' load since the
  *             scrape; slots from its running count)
- *   ahead   = first-token work of the requests there still awaiting theirs,
- *             minus what each has done, an overdue one counting 0 (a long
- *             prompt being prefilled stalls every request behind it)
+ *   ahead   = ahead_weight * first-token work of the requests there still
+ *             awaiting theirs, minus what each has done, an overdue one
+ *             counting 0 (a long prompt being prefilled stalls every request
+ *             behind it; the weight is a margin for that work's spread, since
+ *             a request queued behind a prefill that runs long is the tail)
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
@@ -325,6 +327,7 @@ struct ttft_state {
     double foreign_margin;
     double prefill_share;
     double wait_weight;
+    double ahead_weight;
 };
 
 static int
@@ -337,7 +340,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .error_penalty = 2,
                             .foreign_margin = 1,
                             .prefill_share = 1,
-                            .wait_weight = 1 };
+                            .wait_weight = 1,
+                            .ahead_weight = 2 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -346,6 +350,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "foreign_margin", &s.foreign_margin, 0, 100 },
         { "prefill_share", &s.prefill_share, 0, 100 },
         { "wait_weight", &s.wait_weight, 0, 100 },
+        { "ahead_weight", &s.ahead_weight, 0, 100 },
     };
 
     (void)host;
@@ -374,7 +379,7 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double wait = s->wait_weight * lg_est_slot_wait_ms(v->slot_wait_ms, load, slots, v->hold_ms,
                                                        v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
-    double pred = service + wait + batch + v->work_ahead_ms;
+    double pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
 
     if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
         pred = v->pending_age_ms; /* overdue: waiting longer than predicted */

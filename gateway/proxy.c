@@ -165,7 +165,8 @@ proxy_first_token(struct lg_client *c)
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
-        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft, req->pick.wait_ms);
+        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,
+                             req->pick.wait_ms + req->pick.ahead_ms);
     }
 }
 
@@ -196,7 +197,7 @@ proxy_learn_done(struct lg_client *c, bool whole)
     }
     hold = (double)(req->t_end - req->t_dispatch) / 1e6 - req->pick.wait_ms;
     lg_backend_note_done(b, learn_ttft ? &prior : NULL, req->info.prompt_bytes, ttft,
-                         req->pick.wait_ms, itl, hold > 0 ? hold : 0);
+                         req->pick.wait_ms + req->pick.ahead_ms, itl, hold > 0 ? hold : 0);
     lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, b, req->status,
                           req->t_first_token - req->t_dispatch, req->t_end - req->t_dispatch);
 }
@@ -607,7 +608,7 @@ proxy_attempt(struct lg_client *c)
         req->flags |= LG_REQ_F_AGED;
     }
     proxy_end_slot_set(req, req->t_dispatch,
-                       req->pick.wait_ms + req->pick.service_ms
+                       req->pick.wait_ms + req->pick.ahead_ms + req->pick.service_ms
                            + (double)req->info.max_tokens * req->pick.itl_ms);
     req->t_connect = 0;
     req->t_first_byte = 0;

@@ -581,6 +581,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->policy = r->policy;
     lg_route_result_clear(out);
     out->wait_ms = 0;
+    out->ahead_ms = 0;
     out->service_ms = 0;
     out->queued = false;
     out->retry_after_ms = 0;
@@ -668,6 +669,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
                                            w->inflight > 0 ? w->inflight_age_ms : -1);
         out->queued = w->load + 1 > w->capacity;
     }
+    out->ahead_ms = pk.v[best].work_ahead_ms;
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;
 }

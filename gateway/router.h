@@ -40,6 +40,9 @@ struct lg_route_result {
     const char *policy;         /* owned by the router: "ttft", "prefix_affinity+ttft" */
     const char *reason;         /* static string */
     double wait_ms;             /* queueing predicted for the winner (for learning) */
+    double ahead_ms;            /* first-token work of the requests there before it: the
+                                   policy adds it to the learnt service, so the samples
+                                   that teach that service leave it out */
     double service_ms;          /* its predicted service TTFT for this request */
     double itl_ms;              /* its gap between tokens (to predict the request's end) */
     bool queued;                /* the winner was (about) full: its TTFT measures

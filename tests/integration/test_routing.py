@@ -1,7 +1,8 @@
 """Routing against real llmsim replicas: model-aware candidates, passive
 ejection and its return with slow start, Retry-After, retries and the retry
 budget, active health checks, engine scraping in each vocabulary, the ttft
-policy against a slow replica, a stream's predicted end following its pace, prefix and session affinity, and a policy
+policy against a slow replica, a stream's predicted end following its pace, the learnt service
+without the work ahead, prefix and session affinity, and a policy
 plugin loaded from a shared object.
 
 Each case states the fleet, what the clients send and what must happen;
@@ -385,6 +386,37 @@ class RoutingTest(Harness):
         self.assertEqual(cand.get("slots"), 1, cand)
         self.assertGreater(cand.get("slot_wait_ms", 0), 0.6 * expect_ms, cand)
         self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
+
+    def test_learnt_service_leaves_out_the_work_ahead(self):
+        # A 2 KB prompt's prefill takes ~256 ms (streams: the first token
+        # is what is learnt). B follows A by 20 ms, so B
+        # waits for A's prefill, then its own: ~2x A's TTFT. The policy adds
+        # that wait (A's work ahead) to B's prediction itself; were it also
+        # learnt from B's sample, the service estimate would settle near 1.5x
+        # a lone request's TTFT and every busy replica would look slow.
+        ports = self.fleet([("r1", ["--slots", "4", "--decode-ms", "5", "--decode-ms-per-seq",
+                                    "0", "--prefill-us-per-token", "500",
+                                    "--prefix-cache-blocks", "0"], ["m"])])
+        _, gw = self.gateway(ports, workers=1)
+        prompt = "x" * 2048
+        for _ in range(4):
+            self.assertEqual(chat(gw, content=prompt, max_tokens=2, stream=True)[0], 200)
+        for _ in range(6):
+            t = threading.Thread(target=chat, args=(gw,),
+                                 kwargs={"content": prompt, "max_tokens": 2, "stream": True})
+            t.start()
+            time.sleep(0.02)  # (B must find A on its way, not arrive with it)
+            self.assertEqual(chat(gw, content=prompt, max_tokens=2, stream=True)[0], 200)
+            t.join()
+        self.assertEqual(chat(gw, content=prompt, max_tokens=2, stream=True)[0], 200)
+        recs = self.log(17)
+        alone = sorted(r["ttft"] for r in recs[:4])[1]
+        learnt = recs[-1]["candidates"][0]["ttft_ms"]
+        ahead = [r["candidates"][0].get("work_ahead_ms", 0) for r in recs[4:16]]
+        print("\n  2 KB prompt alone: TTFT %.0f ms; learnt after 6 pairs: %.0f ms; work ahead "
+              "seen by the second of each pair: %s" % (alone, learnt, sorted(ahead)[-6:]))
+        self.assertGreater(max(ahead), 0.5 * alone)  # (B did see A's prefill ahead)
+        self.assertLess(learnt, 1.25 * alone)
 
     def test_prefix_affinity_with_bounded_load(self):
         ports = self.fleet([("r%d" % i, FAST + ["--decode-ms", "20"], ["m"]) for i in range(4)])
