@@ -151,6 +151,14 @@ proxy_end_refresh(struct lg_request *req)
     req->pace_events = req->content_events;
 }
 
+/* What the pick predicted before the request's own first-token work: a
+ * slot, then the first tokens of the requests there before it. */
+static double
+proxy_pick_wait_ms(const struct lg_request *req)
+{
+    return req->pick.wait_ms + req->pick.ahead_ms;
+}
+
 /* The first content event of a stream: the TTFT sample, at once. */
 static void
 proxy_first_token(struct lg_client *c)
@@ -166,7 +174,7 @@ proxy_first_token(struct lg_client *c)
     }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
         lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,
-                             req->pick.wait_ms + req->pick.ahead_ms);
+                             proxy_pick_wait_ms(req));
     }
 }
 
@@ -197,7 +205,7 @@ proxy_learn_done(struct lg_client *c, bool whole)
     }
     hold = (double)(req->t_end - req->t_dispatch) / 1e6 - req->pick.wait_ms;
     lg_backend_note_done(b, learn_ttft ? &prior : NULL, req->info.prompt_bytes, ttft,
-                         req->pick.wait_ms + req->pick.ahead_ms, itl, hold > 0 ? hold : 0);
+                         proxy_pick_wait_ms(req), itl, hold > 0 ? hold : 0);
     lg_router_note_result(req->fleet->router, proxy_route(c), &req->route, b, req->status,
                           req->t_first_token - req->t_dispatch, req->t_end - req->t_dispatch);
 }
@@ -608,7 +616,7 @@ proxy_attempt(struct lg_client *c)
         req->flags |= LG_REQ_F_AGED;
     }
     proxy_end_slot_set(req, req->t_dispatch,
-                       req->pick.wait_ms + req->pick.ahead_ms + req->pick.service_ms
+                       proxy_pick_wait_ms(req) + req->pick.service_ms
                            + (double)req->info.max_tokens * req->pick.itl_ms);
     req->t_connect = 0;
     req->t_first_byte = 0;

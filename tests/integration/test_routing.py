@@ -1,9 +1,9 @@
 """Routing against real llmsim replicas: model-aware candidates, passive
 ejection and its return with slow start, Retry-After, retries and the retry
 budget, active health checks, engine scraping in each vocabulary, the ttft
-policy against a slow replica, a stream's predicted end following its pace, the learnt service
-without the work ahead, prefix and session affinity, and a policy
-plugin loaded from a shared object.
+policy against a slow replica, a stream's predicted end following its pace,
+the learnt service without the work ahead, prefix and session affinity, and
+a policy plugin loaded from a shared object.
 
 Each case states the fleet, what the clients send and what must happen;
 routing decisions are read back from the access log ("candidates" explains
