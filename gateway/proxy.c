@@ -203,6 +203,7 @@ proxy_learn_done(struct lg_client *c, bool whole)
         itl = (double)(req->t_last_token - req->t_first_token) / 1e6
               / (double)(req->content_events - 1);
     }
+    /* less the wait for a slot only: behind others' prefill it holds one */
     hold = (double)(req->t_end - req->t_dispatch) / 1e6 - req->pick.wait_ms;
     lg_backend_note_done(b, learn_ttft ? &prior : NULL, req->info.prompt_bytes, ttft,
                          proxy_pick_wait_ms(req), itl, hold > 0 ? hold : 0);
