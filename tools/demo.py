@@ -125,19 +125,22 @@ def main():
         results[policy] = run_policy(args.build, work, policy, trace, args.seconds)
 
     names = [n for n, _ in FLEET]
-    hdr = "%-12s %8s %9s %9s %9s %7s  " % ("policy", "requests", "TTFT p50", "TTFT p99",
-                                           "e2e p99", "errors") + " ".join(
+    hdr = "%-12s %8s %9s %9s %9s %9s %7s  " % ("policy", "requests", "TTFT p50", "TTFT p90",
+                                               "TTFT p99", "e2e p99", "errors") + " ".join(
         "%8s" % n for n in names)
     print("\n" + hdr + "\n" + "-" * len(hdr))
     for policy, s in results.items():
         total = max(1, s["requests"])
         share = " ".join("%7.0f%%" % (100.0 * s["replicas"].get(n, 0) / total) for n in names)
         errors = sum(s["errors"].values())
-        print("%-12s %8d %7.0fms %7.0fms %7.0fms %7d  %s" % (
-            policy, s["requests"], s["ttft_ms"]["p50"], s["ttft_ms"]["p99"], s["e2e_ms"]["p99"],
-            errors, share))
+        print("%-12s %8d %7.0fms %7.0fms %7.0fms %7.0fms %7d  %s" % (
+            policy, s["requests"], s["ttft_ms"]["p50"], s["ttft_ms"]["p90"], s["ttft_ms"]["p99"],
+            s["e2e_ms"]["p99"], errors, share))
     print("\nfair share by capacity: " + " ".join(
         "%s %.0f%%" % (n, 100 * sp / sum(x for _, x in FLEET)) for n, sp in FLEET))
+    n = min(s["requests"] for s in results.values())
+    print("(%d requests per policy: p99 rests on the slowest %d of them, p90 on %d)"
+          % (n, max(1, n // 100), max(1, n // 10)))
     print("logs, configs and per-request data: %s" % work)
 
 
