@@ -667,9 +667,11 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     if (v->pending > 0) {
         v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL);
     }
-    if (v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS) && v->foreign < 0.5
-        && v->load + 1 > v->capacity) {
-        /* only our requests there: the k-th to end lets the k-th in line in */
+    if (v->capacity > 0 && v->foreign < 0.5 && v->load + 1 > v->capacity) {
+        /* only our requests there: the k-th to end lets the k-th in line in
+         * (a guessed capacity too: at the most it has been seen running,
+         * the ends say more than the hold-time formula; the router learns
+         * from confirmed ones only, lg_router_pick) */
         v->slot_wait_ms = LG_MAX(
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);

@@ -376,7 +376,10 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * count as load (gateways sharing a fleet stop racing for one last slot) */
     double load =
         v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
-    double wait = s->wait_weight * lg_est_slot_wait_ms(v->slot_wait_ms, load, slots, v->hold_ms,
+    /* the ends count the requests in line from the view's capacity: not
+     * from a guess under the slots assumed here */
+    double known = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity ? 0 : v->slot_wait_ms;
+    double wait = s->wait_weight * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
                                                        v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
     double pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;

@@ -387,6 +387,45 @@ class RoutingTest(Harness):
         self.assertGreater(cand.get("slot_wait_ms", 0), 0.6 * expect_ms, cand)
         self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
 
+    def test_slot_wait_on_a_guessed_capacity(self):
+        # Two slots, never seen with a queue: the capacity is a guess (the
+        # most seen running, + 0.5). With both taken by streams of known
+        # length, C's wait is when the sooner of them ends, as on an engine
+        # whose slots a queue confirmed, not a formula of the mean hold time.
+        ports = self.fleet([("r1", ["--slots", "2", "--decode-ms", "40", "--decode-ms-per-seq",
+                                    "0", "--prefill-us-per-token", "10"], ["m"])])
+        gp, gw = self.gateway(ports, workers=1, extra={"admin": "127.0.0.1:0"},
+                              routing={"policy": "ttft", "options": {"ttft": {"slots": 2}}})
+        admin = int(gp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+        def running():
+            status, _, data = http_request(admin, "GET", "/admin/backends")
+            self.assertEqual(status, 200)
+            return json.loads(data)["backends"][0]["engine"]["running"] == 2
+
+        a = StreamReader(gw, chat_body(content="a", max_tokens=30, stream=True))
+        b = StreamReader(gw, chat_body(content="b", max_tokens=90, stream=True))
+        a.read_until(b"tok")
+        b.read_until(b"tok")
+        wait_until(running, what="a scrape showing both streams running")
+        while a.raw.count(b"data: {") < 10:
+            self.assertFalse(a.eof, "A ended early")
+            a.read_some()
+        events = a.raw.count(b"data: {")
+        expect_ms = (30 - events) * 40.0
+        status = chat(gw, max_tokens=1, timeout=60)[0]
+        self.assertEqual(status, 200)
+        a.read_until(b"[DONE]")
+        b.read_until(b"[DONE]")
+        cand = max(self.log(3), key=lambda r: r["ts"])["candidates"][0]  # C's
+        print("\n  A at %d of 30 events: C's slot wait %s ms on %s guessed slots, A's "
+              "remaining ~%.0f ms" % (events, cand.get("slot_wait_ms"), cand.get("slots"),
+                                      expect_ms))
+        self.assertEqual(cand.get("slots"), 2.5, cand)  # a guess
+        self.assertGreater(cand.get("slot_wait_ms", 0), 0.5 * expect_ms, cand)
+        self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
+        self.assertGreater(cand["score"][0], cand["slot_wait_ms"], cand)
+
     def test_learnt_service_leaves_out_the_work_ahead(self):
         # A 2 KB prompt's prefill takes ~256 ms (streams: the first token
         # is what is learnt). B follows A by 20 ms, so B

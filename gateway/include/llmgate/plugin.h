@@ -131,7 +131,10 @@ struct lg_backend_view {
     double slot_wait_ms;       /* when the engine is full: ms until a slot frees for one more
                                   request, from the predicted ends of this gateway's requests
                                   there (max_tokens gaps after their first token); 0 = not
-                                  full, or unknown (use load, capacity and hold_ms) */
+                                  full, or unknown (use load, capacity and hold_ms). Full means
+                                  load + 1 > capacity, also when capacity is a guess
+                                  (LG_VIEW_F_CAP_GUESS): a policy that assumes more slots than
+                                  that guess must leave it aside */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
