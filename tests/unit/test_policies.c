@@ -329,8 +329,8 @@ test_prefix_affinity(void)
     int o = pick(&pol, &r, &f, cost, &why);
     LG_CHECK_STR(why, "prefix_owner");
     for (size_t i = 0; i < f.n; i++) {
-        /* 3 x 75% of 8 KiB at the prior's 20 ms/KiB */
-        LG_CHECK(cost[i] == ((int)i == o ? 0 : 360));
+        /* 6 x 75% of 8 KiB at the prior's 20 ms/KiB */
+        LG_CHECK(cost[i] == ((int)i == o ? 0 : 720));
     }
     LG_CHECK(owner_of(&pol, &f, 0x1234567, false) == o);
 
@@ -364,7 +364,7 @@ test_prefix_affinity(void)
     }
     LG_CHECK(pick(&pol, &r, &f, cost, &why) != o);
     LG_CHECK_STR(why, "prefix_owner_overflow");
-    LG_CHECK(cost[o] == 360);
+    LG_CHECK(cost[o] == 720);
     /* ... unless it has a free slot: nothing would wait there */
     f.v[o].capacity = 16;
     LG_CHECK(pick(&pol, &r, &f, cost, &why) == o);
