@@ -291,16 +291,19 @@ static const struct lg_plugin_desc p2c_desc = {
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
  *             slots, else the end of the k-th of our requests there to end
  *             (slot_wait_ms, from their max_tokens, when they are all that
- *             runs there), else the next departure plus hold/slots per request
- *             more (lg_est_queue_wait_ms(); load = our in-flight + others'
+ *             runs there and its slots are confirmed, or guessed at no
+ *             fewer than assumed here), else the next departure plus
+ *             hold/slots per request more (lg_est_queue_wait_ms(); load =
+ *             our in-flight + others'
  *             from the engine's queue + foreign_margin * sqrt(2 * others' *
  *             sample age / hold), the spread of others' load since the
  *             scrape; slots from its running count)
  *   ahead   = ahead_weight * first-token work of the requests there still
  *             awaiting theirs, minus what each has done, an overdue one
- *             counting 0 (a long prompt being prefilled stalls every request
- *             behind it; the weight is a margin for that work's spread, since
- *             a request queued behind a prefill that runs long is the tail)
+ *             counting a quarter of its age (lg_backend_work_ahead_ms(); a
+ *             long prompt being prefilled stalls every request behind it;
+ *             the weight is a margin for that work's spread, since a request
+ *             queued behind a prefill that runs long is the tail)
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
@@ -379,8 +382,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     /* the ends count the requests in line from the view's capacity: not
      * from a guess under the slots assumed here */
     double known = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity ? 0 : v->slot_wait_ms;
-    double wait = s->wait_weight * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
-                                                       v->inflight > 0 ? v->inflight_age_ms : -1);
+    double wait = s->wait_weight
+                  * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
+                                        v->inflight > 0 ? v->inflight_age_ms : -1);
     double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
     double pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
 
