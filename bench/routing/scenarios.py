@@ -107,7 +107,7 @@ def _s(**kw):
 
 SCENARIOS = [
     # 30 s of arrivals: p99 over about 760 (1a) or 940 (1b) requests a round;
-    # with 15 s it was the 5th worst, and one arrival clump decided it
+    # with 15 s it was the 4th or 5th worst, and one arrival clump decided it
     # (NOTES.md, "Method" and 12)
     _s(id="1a", scenario=1, title="Heterogeneous fleet at 70% of capacity",
        speeds=HETERO, load=0.7, duration=30, quick=6, contenders=ALL_SINGLE,
