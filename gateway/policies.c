@@ -315,12 +315,16 @@ static const struct lg_plugin_desc p2c_desc = {
  *             a new one will wait at least as long: catches a stall before
  *             any sample arrives)
  *   cost    = pred + prefill_share * ms_per_kib * prompt_kib * pending
- *             + decode_weight * max_tokens * itl
+ *             + decode_weight * max_tokens
+ *               * max(0, itl - decode_slack * the candidates' least itl)
  *             (the middle term: the delay its prefill causes the requests
  *             there still awaiting a first token; keeps long prompts off
  *             replicas where short ones are about to start)
  *             (decode_weight > 0 lets long generations avoid a replica that
- *             starts fast but generates slowly)
+ *             starts fast but generates slowly; decode_slack leaves
+ *             replicas that decode within that factor of the fastest
+ *             candidate uncharged, so only a much slower decoder is
+ *             avoided, and harder: bench/routing/NOTES.md 14)
  */
 struct ttft_state {
     double slots; /* capacity assumed when the engine does not say */
@@ -331,6 +335,7 @@ struct ttft_state {
     double prefill_share;
     double wait_weight;
     double ahead_weight;
+    double decode_slack;
 };
 
 static int
@@ -339,12 +344,13 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
 {
     struct ttft_state s = { .slots = 16,
                             .batch_weight = 1.0,
-                            .decode_weight = 0.02,
+                            .decode_weight = 0.05,
                             .error_penalty = 2,
                             .foreign_margin = 1,
                             .prefill_share = 1,
                             .wait_weight = 1,
-                            .ahead_weight = 2 };
+                            .ahead_weight = 2,
+                            .decode_slack = 1.5 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -354,6 +360,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "prefill_share", &s.prefill_share, 0, 100 },
         { "wait_weight", &s.wait_weight, 0, 100 },
         { "ahead_weight", &s.ahead_weight, 0, 100 },
+        { "decode_slack", &s.decode_slack, 0, 100 },
     };
 
     (void)host;
@@ -367,7 +374,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
 
 static double
 ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
-             const struct lg_backend_view *v)
+             const struct lg_backend_view *v, double min_itl)
 {
     double kib = (double)req->prompt_bytes / 1024.0;
     double slots = policy_slots(v, s->slots);
@@ -396,7 +403,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * token (an engine step that prefills it makes them all wait): a long
      * prompt goes where it delays the fewest */
     pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
-    return pred + s->decode_weight * (double)req->max_tokens * v->itl_ms;
+    return pred
+           + s->decode_weight * (double)req->max_tokens
+                 * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
 }
 
 static void
@@ -404,9 +413,13 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
            size_t n, double *cost, const char **why)
 {
     const struct ttft_state *s = state;
+    double min_itl = n > 0 ? c[0]->itl_ms : 0;
 
+    for (size_t i = 1; i < n; i++) {
+        min_itl = LG_MIN(min_itl, c[i]->itl_ms);
+    }
     for (size_t i = 0; i < n; i++) {
-        cost[i] = ttft_predict(s, req, c[i]);
+        cost[i] = ttft_predict(s, req, c[i], min_itl);
     }
     *why = "lowest_predicted_ttft";
 }

@@ -283,7 +283,9 @@ test_ttft(void)
     slow->itl_ms = 60;
     fast->hold_ms = slow->hold_ms = 1000;
     fast->itl_ms = 15;
-    LG_CHECK(open_policy(&dec, "ttft", "{\"decode_weight\": 0.05, \"batch_weight\": 0}") == 0);
+    LG_CHECK(open_policy(&dec, "ttft",
+                         "{\"decode_weight\": 0.05, \"batch_weight\": 0, \"decode_slack\": 0}")
+             == 0);
     {
         struct lg_route_info many = req_of(512, 2000, 0, 0);
         struct lg_backend_view tmp = *fast;
@@ -293,6 +295,17 @@ test_ttft(void)
         *slow = tmp;
         LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
         LG_CHECK(cost[0] - cost[1] > 4000);
+        dec.p->ops->destroy(dec.state);
+
+        /* with the default slack of 1.5, only the gap beyond 1.5x the
+         * least is charged: 0.05 x 2000 x (60 - 22.5) = 3750 ms more for
+         * the 4x slower decoder, nothing for one 1.4x slower */
+        LG_CHECK(open_policy(&dec, "ttft", "{\"batch_weight\": 0}") == 0);
+        LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
+        LG_CHECK(fabs(cost[0] - cost[1] - 3750) < 1e-6);
+        fast->itl_ms = 21; /* (the slow decoder is first now) */
+        pick(&dec, &many, &f, cost, &why);
+        LG_CHECK(fabs(cost[0] - cost[1]) < 1e-6);
     }
     dec.p->ops->destroy(dec.state);
     LG_CHECK(open_policy(&dec, "ttft", "{\"slots\": 0}") != 0); /* out of range */
