@@ -152,9 +152,13 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
      * scrapes in a row means the engine is full at the count running. Unless
      * it ran more than that at once before with its KV cache not full: then
      * a long step (a long prompt's prefill, ours or another client's) holds
-     * arrivals until it ends, and the queue says nothing about slots.
+     * arrivals until it ends, or a request that just finished has not been
+     * replaced yet, and the queue says nothing about slots. One fewer than
+     * the most seen is no exception: a busy engine shows it at every step
+     * boundary, and a capacity one short makes a full replica look fuller
+     * than it is (bench/routing/NOTES.md 17).
      */
-    bool at_max = s->running + 1 >= e->run_max || s->kv_usage >= LG_ENGINE_KV_FULL;
+    bool at_max = s->running >= e->run_max || s->kv_usage >= LG_ENGINE_KV_FULL;
     bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
                   && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy
                   && at_max;
@@ -167,7 +171,7 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
         e->run_max_t_ns = now_ns;
     }
     if (queued) {
-        double full = 0.5 * (s->running + e->running);
+        double full = s->running; /* the previous scrape's count may be a step boundary */
 
         e->capacity = e->capacity_confirmed > 0 ? 0.5 * e->capacity + 0.5 * full : full;
         e->capacity_confirmed = 1;

@@ -110,5 +110,32 @@ test_queue_below_the_most_seen(void)
     return 0;
 }
 
+static int
+test_step_boundary_is_not_full(void)
+{
+    struct lg_backend_engine e = { .waiting = -1, .running = -1, .kv_usage = -1 };
+    struct lg_engine_sample s;
+
+    /* it ran 16 at once; a queue with 15 running is an arrival waiting for
+     * the next step while a finished request's slot is free */
+    s = sample(0, 16);
+    lg_health_fold_sample(&e, &s, MS(1000), 0, MS(250), false);
+    s = sample(1, 15);
+    lg_health_fold_sample(&e, &s, MS(1250), 0, MS(250), false);
+    lg_health_fold_sample(&e, &s, MS(1500), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 0 && e.capacity == 16);
+
+    /* full at 16 with the queue lasting: 16, not the mean with the 15 before */
+    s = sample(2, 16);
+    lg_health_fold_sample(&e, &s, MS(1750), 0, MS(250), false);
+    LG_CHECK(e.capacity_confirmed == 1 && e.capacity == 16);
+    /* a step boundary afterwards leaves the capacity where it is */
+    s = sample(1, 15);
+    lg_health_fold_sample(&e, &s, MS(2000), 0, MS(250), false);
+    lg_health_fold_sample(&e, &s, MS(2250), 0, MS(250), false);
+    LG_CHECK(e.capacity == 16 && e.confirmed_t_ns == MS(1750));
+    return 0;
+}
+
 LG_TEST_MAIN(test_counts_and_lower_bound, test_capacity_from_a_lasting_queue,
-             test_queue_below_the_most_seen)
+             test_queue_below_the_most_seen, test_step_boundary_is_not_full)
