@@ -20,8 +20,12 @@
  * libevent's callback does (read callback past the low watermark, EOF,
  * error, timeout; the high watermark bounds the read). lg_bevio_read() lets
  * a caller that expects more (a request body) take it in one readv.
+ * lg_bevio_watermark() and lg_bevio_enable() skip calls that would set what
+ * is already set: libevent re-adds the read event for every read watermark
+ * call and every enable (a timer re-armed each time), five times per proxied
+ * request before (bench/NOTES.md 22); these two work on any bufferevent.
  * Owns nothing. Only plain socket bufferevents, recognised by their ops
- * table, are touched (bufferevent_struct.h: libevent 2.1's layout).
+ * table, are touched otherwise (bufferevent_struct.h: libevent 2.1's layout).
  */
 #include <errno.h>
 #include <sys/uio.h>
@@ -68,6 +72,24 @@ lg_bevio_flush(struct bufferevent *bev)
     if (bevio_is_socket(bev)
         && event_pending(&bev->ev_write, EV_WRITE, NULL)) {
         event_active(&bev->ev_write, EV_WRITE, 1);
+    }
+}
+
+void
+lg_bevio_watermark(struct bufferevent *bev, short what, size_t low, size_t high)
+{
+    if (((what & EV_READ) && (bev->wm_read.low != low || bev->wm_read.high != high))
+        || ((what & EV_WRITE) && (bev->wm_write.low != low || bev->wm_write.high != high))) {
+        bufferevent_setwatermark(bev, what, low, high);
+    }
+}
+
+void
+lg_bevio_enable(struct bufferevent *bev, short what)
+{
+    what &= (short)~bufferevent_get_enabled(bev);
+    if (what != 0) {
+        bufferevent_enable(bev, what);
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * bevio.h: plain socket bufferevents without libevent's per-event overheads:
  * write queued output in the current loop iteration, read large inputs in
- * large pieces.
+ * large pieces; and, for any bufferevent, watermark and enable calls that
+ * cost nothing when nothing changes.
  */
 #ifndef LG_BEVIO_H
 #define LG_BEVIO_H
@@ -39,5 +40,20 @@ size_t lg_bevio_read(struct bufferevent *bev, size_t max);
  * alone.
  */
 void lg_bevio_own_reads(struct bufferevent *bev);
+
+/*
+ * bufferevent_setwatermark() when the marks change. libevent's call costs
+ * the same either way: a read mark re-adds the read event (and restarts its
+ * timeout) even when it is set to what it was.
+ */
+void lg_bevio_watermark(struct bufferevent *bev, short what, size_t low, size_t high);
+
+/*
+ * bufferevent_enable() of the directions in `what` not enabled yet.
+ * libevent's re-adds an enabled event too (an event_add, restarting its
+ * timeout); callers here set a new timeout with bufferevent_set_timeouts(),
+ * which re-arms what is pending itself.
+ */
+void lg_bevio_enable(struct bufferevent *bev, short what);
 
 #endif /* LG_BEVIO_H */

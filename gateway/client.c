@@ -496,7 +496,7 @@ client_next_request(struct lg_client *c)
     lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
     /* the idle timeout, and no write timeout any more */
     client_set_read_timeout(c, client_conf(c)->timeouts.client_idle_ms);
-    bufferevent_enable(c->bev, EV_READ);
+    lg_bevio_enable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         client_parse(c); /* a pipelined request is waiting */
     }

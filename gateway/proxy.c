@@ -633,7 +633,7 @@ proxy_attempt(struct lg_client *c)
     llhttp_init(&u->parser, HTTP_RESPONSE, &proxy_up_settings);
     u->parser.data = u;
     bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
-    bufferevent_setwatermark(u->bev, EV_READ, 0, 0);
+    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
     proxy_write_request(c, u);
     if (u->state == LG_UPCONN_ST_CONNECTING) {
         lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
@@ -642,7 +642,7 @@ proxy_attempt(struct lg_client *c)
         proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
     }
-    bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
     if (u->state != LG_UPCONN_ST_CONNECTING) {
         lg_bevio_flush(u->bev); /* the request leaves in this iteration */
     }

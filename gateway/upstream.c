@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "backend.h"
+#include "bevio.h"
 #include "config.h"
 #include "tls.h"
 #include "upstream.h"
@@ -191,8 +192,8 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     /* the pool's connections sit in the queue of this duration: an append */
     bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, conf->timeouts.upstream_idle_ms, &tmp),
                              NULL);
-    bufferevent_setwatermark(u->bev, EV_READ, 0, 0);
-    bufferevent_enable(u->bev, EV_READ);
+    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    lg_bevio_enable(u->bev, EV_READ);
     TAILQ_INSERT_HEAD(&pool->idle, u, link);
     pool->nidle++;
 }

@@ -2,7 +2,9 @@
  * test_bevio.c: a plain socket bufferevent reading through llmgate's own
  * read callback (lg_bevio_own_reads) behaves as libevent's: every byte in
  * order, small and large writes, the read high watermark honoured, EOF and
- * read timeouts reported, with and without deferred callbacks.
+ * read timeouts reported, with and without deferred callbacks; and the
+ * watermark and enable calls that skip what is already set leave a running
+ * read timeout alone, where libevent's own calls restart it.
  */
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <event2/event.h>
 
 #include "bevio.h"
+#include "lg_core.h"
 #include "lg_test.h"
 
 #define TOTAL (300 * 1024 + 17)
@@ -194,5 +197,66 @@ test_read_timeout(void)
     return 0;
 }
 
+/* when the read event's timeout expires (event_pending's answer) */
+static uint64_t
+read_expiry_us(struct bufferevent *bev)
+{
+    struct timeval tv;
+
+    LG_CHECK(event_pending(&bev->ev_read, EV_TIMEOUT, &tv) != 0);
+    return (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec;
+}
+
+/* returns once the clock has moved on by 30 ms (libevent reads a coarse
+ * monotonic clock: a tick of up to 10 ms) */
+static void
+clock_moves(void)
+{
+    uint64_t t0 = lg_now_ns();
+
+    while (lg_now_ns() - t0 < 30 * LG_NS_PER_MS) {
+    }
+}
+
+static int
+test_unchanged_is_skipped(void)
+{
+    struct event_base *base = event_base_new();
+    struct bufferevent *a;
+    struct rd r = { .base = base };
+    struct timeval tv = { 10, 0 };
+    uint64_t t1;
+    int sv[2];
+
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    evutil_make_socket_nonblocking(sv[0]);
+    lg_bevio_init(base);
+    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, &r);
+    bufferevent_set_timeouts(a, &tv, NULL);
+    bufferevent_enable(a, EV_READ);
+    lg_bevio_own_reads(a);
+    t1 = read_expiry_us(a);
+    clock_moves();
+    /* set as they are: nothing is re-added, the timeout runs on */
+    lg_bevio_watermark(a, EV_READ, 0, 0);
+    lg_bevio_enable(a, EV_READ);
+    LG_CHECK(read_expiry_us(a) == t1);
+    /* libevent's own call restarts it (what the wrappers save) */
+    bufferevent_setwatermark(a, EV_READ, 0, 0);
+    LG_CHECK(read_expiry_us(a) > t1);
+    /* a change goes through */
+    lg_bevio_watermark(a, EV_READ, 0, 4096);
+    LG_CHECK(a->wm_read.high == 4096 && a->wm_read.low == 0);
+    lg_bevio_watermark(a, EV_WRITE, 100, 0);
+    LG_CHECK(a->wm_write.low == 100);
+    lg_bevio_enable(a, EV_READ | EV_WRITE);
+    LG_CHECK(bufferevent_get_enabled(a) == (EV_READ | EV_WRITE));
+    bufferevent_free(a);
+    close(sv[1]);
+    event_base_free(base);
+    return 0;
+}
+
 LG_TEST_MAIN(test_small_writes, test_large_writes, test_deferred, test_high_watermark,
-             test_read_timeout)
+             test_read_timeout, test_unchanged_is_skipped)
