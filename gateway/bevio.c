@@ -159,8 +159,12 @@ lg_bevio_read(struct bufferevent *bev, size_t max)
 /*
  * The read event's callback (libevent's bufferevent_readcb, less the
  * FIONREAD and the rate limits, which llmgate does not use). The read
- * callback and the event callback run through the bufferevent's public
- * triggers, deferred like libevent's own when the bufferevent defers.
+ * callback runs at once, past the low watermark, as libevent runs it for a
+ * bufferevent that does not defer: this is an event callback at the loop's
+ * top level, where deferring (BEV_OPT_DEFER_CALLBACKS, there for callbacks
+ * that libevent runs from inside a call of ours) buys nothing and costs a
+ * scheduled callback per read. The event callback goes through the
+ * bufferevent's public trigger, deferred like libevent's own.
  */
 static void
 bevio_on_read(evutil_socket_t fd, short what, void *arg)
@@ -188,7 +192,11 @@ bevio_on_read(evutil_socket_t fd, short what, void *arg)
     mine = LG_MIN(want, (size_t)BEVIO_RESERVE);
     got = bevio_readv(bev->input, fd, mine, bevio_scratch, want - mine);
     if (got > 0) {
-        bufferevent_trigger(bev, EV_READ, 0);
+        if (bev->readcb != NULL && evbuffer_get_length(bev->input) >= bev->wm_read.low) {
+            bufferevent_incref(bev); /* as libevent holds it across its callbacks */
+            bev->readcb(bev, bev->cbarg);
+            bufferevent_decref(bev);
+        }
         return;
     }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
