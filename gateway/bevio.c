@@ -75,6 +75,25 @@ lg_bevio_flush(struct bufferevent *bev)
     }
 }
 
+static void bevio_on_read(evutil_socket_t fd, short what, void *arg);
+
+size_t
+lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t n)
+{
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    ev_ssize_t max = bufferevent_get_max_to_write(bev);
+    int sent;
+
+    if (!bevio_is_socket(bev) || fd < 0 || n == 0
+        || !(bufferevent_get_enabled(bev) & EV_WRITE)
+        || evbuffer_get_length(bev->output) != 0
+        || event_get_callback(&bev->ev_read) != bevio_on_read) { /* not yet connected */
+        return 0;
+    }
+    sent = evbuffer_write_atmost(src, fd, max > 0 ? LG_MIN((ev_ssize_t)n, max) : (ev_ssize_t)n);
+    return sent > 0 ? (size_t)sent : 0;
+}
+
 void
 lg_bevio_watermark(struct bufferevent *bev, short what, size_t low, size_t high)
 {

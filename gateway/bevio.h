@@ -8,6 +8,7 @@
 #define LG_BEVIO_H
 
 struct bufferevent;
+struct evbuffer;
 struct event_base;
 
 /* Learns what a plain socket bufferevent looks like (once, any base). */
@@ -40,6 +41,17 @@ size_t lg_bevio_read(struct bufferevent *bev, size_t max);
  * alone.
  */
 void lg_bevio_own_reads(struct bufferevent *bev);
+
+/*
+ * Writes up to n bytes from the front of src straight to the socket of a
+ * plain socket bufferevent whose output is empty (and which is connected
+ * and writing), draining what was written from src. Returns the bytes
+ * written: 0 where this does not apply, or the socket takes nothing now or
+ * fails; the caller queues the rest on the output as usual, where the
+ * bufferevent's own write meets any error and reports it. Bytes that fit
+ * leave without a write event armed, run and disarmed.
+ */
+size_t lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t n);
 
 /*
  * bufferevent_setwatermark() when the marks change. libevent's call costs

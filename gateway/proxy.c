@@ -878,7 +878,14 @@ proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
         evbuffer_remove_buffer(in, out, n);
         evbuffer_add(out, "\r\n", 2);
     } else {
-        evbuffer_remove_buffer(in, out, n);
+        /* nothing queued ahead of them (a stream's events after its head):
+         * the bytes go straight from the backend's input to the client's
+         * socket, and only what it does not take now is queued */
+        size_t sent = evbuffer_get_length(out) == 0 ? lg_bevio_write_from(c->bev, in, n) : 0;
+
+        if (sent < n) {
+            evbuffer_remove_buffer(in, out, n - sent);
+        }
     }
     req->bytes_out += n;
 }

@@ -4,8 +4,12 @@
  * order, small and large writes, the read high watermark honoured, EOF and
  * read timeouts reported, with and without deferred callbacks; and the
  * watermark and enable calls that skip what is already set leave a running
- * read timeout alone, where libevent's own calls restart it.
+ * read timeout alone, where libevent's own calls restart it; a direct write
+ * (lg_bevio_write_from) sends what the socket takes, only where nothing is
+ * queued ahead, and leaves the rest and any failure to the caller.
  */
+#include <signal.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -258,5 +262,70 @@ test_unchanged_is_skipped(void)
     return 0;
 }
 
+static int
+test_write_from(void)
+{
+    struct event_base *base = event_base_new();
+    struct evbuffer *src = evbuffer_new();
+    struct bufferevent *a, *fresh;
+    static char big[4 << 20];
+    char got[16];
+    size_t sent;
+    int sv[2], sv2[2];
+
+    signal(SIGPIPE, SIG_IGN); /* as llmgate does */
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2) == 0);
+    evutil_make_socket_nonblocking(sv[0]);
+    evutil_make_socket_nonblocking(sv2[0]);
+    lg_bevio_init(base);
+    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    fresh = bufferevent_socket_new(base, sv2[0], BEV_OPT_CLOSE_ON_FREE);
+    lg_bevio_own_reads(a);
+    bufferevent_enable(a, EV_READ | EV_WRITE);
+    bufferevent_enable(fresh, EV_READ | EV_WRITE);
+    /* libevent arms the write event at enable; with nothing to write its
+     * callback disarms it */
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    LG_CHECK(event_pending(&a->ev_write, EV_WRITE, NULL) == 0);
+
+    /* nothing queued: written at once, drained from src, no write event */
+    evbuffer_add(src, "hello world", 11);
+    LG_CHECK(lg_bevio_write_from(a, src, 5) == 5);
+    LG_CHECK(evbuffer_get_length(src) == 6);
+    LG_CHECK(read(sv[1], got, sizeof(got)) == 5 && memcmp(got, "hello", 5) == 0);
+    LG_CHECK(event_pending(&a->ev_write, EV_WRITE, NULL) == 0);
+    /* bytes queued ahead: not this way (they would be overtaken) */
+    bufferevent_write(a, "!", 1);
+    LG_CHECK(lg_bevio_write_from(a, src, 6) == 0 && evbuffer_get_length(src) == 6);
+    event_base_loop(base, EVLOOP_NONBLOCK); /* the bufferevent writes it */
+    LG_CHECK(read(sv[1], got, sizeof(got)) == 1 && got[0] == '!');
+    /* a bufferevent still reading through libevent (connect not seen) */
+    LG_CHECK(lg_bevio_write_from(fresh, src, 6) == 0);
+    /* not writing */
+    bufferevent_disable(a, EV_WRITE);
+    LG_CHECK(lg_bevio_write_from(a, src, 6) == 0);
+    bufferevent_enable(a, EV_WRITE);
+    /* more than the socket takes: what it took is gone from src, the rest stays */
+    evbuffer_drain(src, 6);
+    memset(big, 'x', sizeof(big));
+    evbuffer_add(src, big, sizeof(big));
+    sent = lg_bevio_write_from(a, src, sizeof(big));
+    LG_CHECK(sent > 0 && sent < sizeof(big));
+    LG_CHECK(evbuffer_get_length(src) == sizeof(big) - sent);
+    /* the peer gone: nothing written, nothing lost from src */
+    evbuffer_drain(src, evbuffer_get_length(src));
+    evbuffer_add(src, "late", 4);
+    close(sv[1]);
+    LG_CHECK(lg_bevio_write_from(a, src, 4) == 0 && evbuffer_get_length(src) == 4);
+
+    evbuffer_free(src);
+    bufferevent_free(a);
+    bufferevent_free(fresh);
+    close(sv2[1]);
+    event_base_free(base);
+    return 0;
+}
+
 LG_TEST_MAIN(test_small_writes, test_large_writes, test_deferred, test_high_watermark,
-             test_read_timeout, test_unchanged_is_skipped)
+             test_read_timeout, test_unchanged_is_skipped, test_write_from)
