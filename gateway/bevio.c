@@ -4,10 +4,13 @@
  * libevent writes a bufferevent's output when EPOLLOUT fires: queueing bytes
  * arms EPOLLOUT (epoll_ctl), the next epoll_wait reports it, the bytes go
  * out, the event is disarmed (epoll_ctl again): two syscalls and a loop
- * round trip per message. Activating the write event by hand runs the same
- * write callback in this iteration; with the epoll changelist (worker bases)
- * the arm and the disarm then cancel out before they reach the kernel. If
- * the socket is full the event simply stays armed, as before.
+ * round trip per message. lg_bevio_flush() writes at once what libevent's
+ * write callback would (an earlier version activated the write event to run
+ * that callback later in the iteration); with the epoll changelist (worker
+ * bases) the arm and the disarm cancel out before they reach the kernel. If
+ * the socket is full the event simply stays armed, as before. A stream's
+ * events skip the output altogether when nothing is queued ahead of them
+ * (lg_bevio_write_from).
  * Reading: libevent 2.1 sizes every read with ioctl(FIONREAD) (a syscall per
  * read, two per proxied request) and reads at most 4 KiB per read event.
  * lg_bevio_own_reads() gives a bufferevent's read event our callback, which
@@ -69,10 +72,32 @@ lg_bevio_init(struct event_base *base)
 void
 lg_bevio_flush(struct bufferevent *bev)
 {
-    if (bevio_is_socket(bev)
-        && event_pending(&bev->ev_write, EV_WRITE, NULL)) {
-        event_active(&bev->ev_write, EV_WRITE, 1);
+    struct evbuffer *out = bev->output;
+    ev_ssize_t max;
+    int sent, err;
+
+    if (!bevio_is_socket(bev) || !event_pending(&bev->ev_write, EV_WRITE, NULL)) {
+        return;
     }
+    /* libevent's bufferevent_writecb, run here rather than activated */
+    max = bufferevent_get_max_to_write(bev);
+    evbuffer_unfreeze(out, 1);
+    sent = evbuffer_write_atmost(out, bufferevent_getfd(bev), max > 0 ? max : -1);
+    err = errno;
+    evbuffer_freeze(out, 1);
+    if (sent <= 0) {
+        if (sent < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
+            return; /* the socket is full: the event stays armed */
+        }
+        /* its own write meets the error again and reports it, after this
+         * call (a report from here would re-enter the caller) */
+        event_active(&bev->ev_write, EV_WRITE, 1);
+        return;
+    }
+    if (evbuffer_get_length(out) == 0) {
+        event_del(&bev->ev_write);
+    }
+    bufferevent_trigger(bev, EV_WRITE, 0); /* the write callback, past the low mark */
 }
 
 static void bevio_on_read(evutil_socket_t fd, short what, void *arg);
