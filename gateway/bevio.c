@@ -4,10 +4,9 @@
  * libevent writes a bufferevent's output when EPOLLOUT fires: queueing bytes
  * arms EPOLLOUT (epoll_ctl), the next epoll_wait reports it, the bytes go
  * out, the event is disarmed (epoll_ctl again): two syscalls and a loop
- * round trip per message. lg_bevio_flush() writes at once what libevent's
- * write callback would (an earlier version activated the write event to run
- * that callback later in the iteration); with the epoll changelist (worker
- * bases) the arm and the disarm cancel out before they reach the kernel. If
+ * round trip per message. Activating the write event by hand runs the same
+ * write callback in this iteration; with the epoll changelist (worker bases)
+ * the arm and the disarm then cancel out before they reach the kernel. If
  * the socket is full the event simply stays armed, as before. A stream's
  * events skip the output altogether when nothing is queued ahead of them
  * (lg_bevio_write_from).
@@ -72,32 +71,10 @@ lg_bevio_init(struct event_base *base)
 void
 lg_bevio_flush(struct bufferevent *bev)
 {
-    struct evbuffer *out = bev->output;
-    ev_ssize_t max;
-    int sent, err;
-
-    if (!bevio_is_socket(bev) || !event_pending(&bev->ev_write, EV_WRITE, NULL)) {
-        return;
-    }
-    /* libevent's bufferevent_writecb, run here rather than activated */
-    max = bufferevent_get_max_to_write(bev);
-    evbuffer_unfreeze(out, 1);
-    sent = evbuffer_write_atmost(out, bufferevent_getfd(bev), max > 0 ? max : -1);
-    err = errno;
-    evbuffer_freeze(out, 1);
-    if (sent <= 0) {
-        if (sent < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
-            return; /* the socket is full: the event stays armed */
-        }
-        /* its own write meets the error again and reports it, after this
-         * call (a report from here would re-enter the caller) */
+    if (bevio_is_socket(bev)
+        && event_pending(&bev->ev_write, EV_WRITE, NULL)) {
         event_active(&bev->ev_write, EV_WRITE, 1);
-        return;
     }
-    if (evbuffer_get_length(out) == 0) {
-        event_del(&bev->ev_write);
-    }
-    bufferevent_trigger(bev, EV_WRITE, 0); /* the write callback, past the low mark */
 }
 
 static void bevio_on_read(evutil_socket_t fd, short what, void *arg);
@@ -115,7 +92,10 @@ lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t n)
         || event_get_callback(&bev->ev_read) != bevio_on_read) { /* not yet connected */
         return 0;
     }
-    sent = evbuffer_write_atmost(src, fd, max > 0 ? LG_MIN((ev_ssize_t)n, max) : (ev_ssize_t)n);
+    if (max <= 0) {
+        return 0;
+    }
+    sent = evbuffer_write_atmost(src, fd, LG_MIN((ev_ssize_t)n, max));
     return sent > 0 ? (size_t)sent : 0;
 }
 
@@ -203,12 +183,8 @@ lg_bevio_read(struct bufferevent *bev, size_t max)
 /*
  * The read event's callback (libevent's bufferevent_readcb, less the
  * FIONREAD and the rate limits, which llmgate does not use). The read
- * callback runs at once, past the low watermark, as libevent runs it for a
- * bufferevent that does not defer: this is an event callback at the loop's
- * top level, where deferring (BEV_OPT_DEFER_CALLBACKS, there for callbacks
- * that libevent runs from inside a call of ours) buys nothing and costs a
- * scheduled callback per read. The event callback goes through the
- * bufferevent's public trigger, deferred like libevent's own.
+ * callback and the event callback run through the bufferevent's public
+ * triggers, deferred like libevent's own when the bufferevent defers.
  */
 static void
 bevio_on_read(evutil_socket_t fd, short what, void *arg)
@@ -236,11 +212,7 @@ bevio_on_read(evutil_socket_t fd, short what, void *arg)
     mine = LG_MIN(want, (size_t)BEVIO_RESERVE);
     got = bevio_readv(bev->input, fd, mine, bevio_scratch, want - mine);
     if (got > 0) {
-        if (bev->readcb != NULL && evbuffer_get_length(bev->input) >= bev->wm_read.low) {
-            bufferevent_incref(bev); /* as libevent holds it across its callbacks */
-            bev->readcb(bev, bev->cbarg);
-            bufferevent_decref(bev);
-        }
+        bufferevent_trigger(bev, EV_READ, 0);
         return;
     }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {

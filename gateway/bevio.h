@@ -15,13 +15,10 @@ struct event_base;
 void lg_bevio_init(struct event_base *base);
 
 /*
- * If bev is a plain socket bufferevent waiting to write, writes its output
- * now instead of after the next epoll_wait. What the socket does not take
- * waits for the write event as before; the write callback and any error
- * report come from the loop after this call (an error is left for the
- * bufferevent's own write to meet), never from inside it. Safe on any
- * bufferevent: TLS and filter ones, and those not waiting to write, are
- * left alone. Never on a socket whose connect is still in progress.
+ * If bev is a plain socket bufferevent waiting to write, runs its write now
+ * (later in this loop iteration) instead of after the next epoll_wait. Safe
+ * on any bufferevent: TLS and filter ones, and those not waiting to write,
+ * are left alone. Never on a socket whose connect is still in progress.
  */
 void lg_bevio_flush(struct bufferevent *bev);
 

@@ -6,9 +6,7 @@
  * watermark and enable calls that skip what is already set leave a running
  * read timeout alone, where libevent's own calls restart it; a direct write
  * (lg_bevio_write_from) sends what the socket takes, only where nothing is
- * queued ahead, and leaves the rest and any failure to the caller; a flush
- * (lg_bevio_flush) writes what is queued in the call and leaves callbacks
- * and error reports to the loop.
+ * queued ahead, and leaves the rest and any failure to the caller.
  */
 #include <signal.h>
 #include <string.h>
@@ -329,71 +327,5 @@ test_write_from(void)
     return 0;
 }
 
-static int flushed_calls;
-static short flushed_events;
-
-static void
-flushed_on_write(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    (void)arg;
-    flushed_calls++;
-}
-
-static void
-flushed_on_event(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    (void)arg;
-    flushed_events = what;
-}
-
-static int
-test_flush(void)
-{
-    struct event_base *base = event_base_new();
-    struct bufferevent *a;
-    char got[16];
-    int sv[2];
-
-    signal(SIGPIPE, SIG_IGN);
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    evutil_make_socket_nonblocking(sv[0]);
-    evutil_make_socket_nonblocking(sv[1]);
-    lg_bevio_init(base);
-    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    bufferevent_setcb(a, NULL, flushed_on_write, flushed_on_event, NULL);
-    bufferevent_enable(a, EV_WRITE); /* the write side alone reports the peer gone */
-    event_base_loop(base, EVLOOP_NONBLOCK); /* the armed write event finds nothing */
-    flushed_calls = 0; /* (and libevent runs the write callback all the same) */
-
-    /* queued bytes leave in the call, the event is disarmed, and the write
-     * callback comes after it (deferred), not inside it */
-    bufferevent_write(a, "ping", 4);
-    LG_CHECK(event_pending(&a->ev_write, EV_WRITE, NULL) != 0);
-    lg_bevio_flush(a);
-    LG_CHECK(read(sv[1], got, sizeof(got)) == 4 && memcmp(got, "ping", 4) == 0);
-    LG_CHECK(evbuffer_get_length(bufferevent_get_output(a)) == 0);
-    LG_CHECK(event_pending(&a->ev_write, EV_WRITE, NULL) == 0);
-    LG_CHECK(flushed_calls == 0);
-    event_base_loop(base, EVLOOP_NONBLOCK);
-    LG_CHECK(flushed_calls == 1);
-    /* nothing queued: nothing to do */
-    lg_bevio_flush(a);
-    LG_CHECK(read(sv[1], got, sizeof(got)) < 0);
-    /* the peer gone: no report from inside the call; the bufferevent's own
-     * write meets the error in the loop and reports it */
-    close(sv[1]);
-    bufferevent_write(a, "late", 4);
-    lg_bevio_flush(a);
-    LG_CHECK(flushed_events == 0);
-    event_base_loop(base, EVLOOP_NONBLOCK);
-    event_base_loop(base, EVLOOP_NONBLOCK);
-    LG_CHECK(flushed_events == (BEV_EVENT_WRITING | BEV_EVENT_ERROR));
-    bufferevent_free(a);
-    event_base_free(base);
-    return 0;
-}
-
 LG_TEST_MAIN(test_small_writes, test_large_writes, test_deferred, test_high_watermark,
-             test_read_timeout, test_unchanged_is_skipped, test_write_from, test_flush)
+             test_read_timeout, test_unchanged_is_skipped, test_write_from)
