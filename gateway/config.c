@@ -1595,6 +1595,8 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
     { "drain", LG_CONF_DURATION, TO(drain_ms), .def = CONF_S(30), .min = 0, .max = CONF_H(1) },
     { "upstream_idle", LG_CONF_DURATION, TO(upstream_idle_ms), .def = CONF_S(60), .min = 1,
       .max = CONF_H(1) },
+    { "upstream_purge", LG_CONF_DURATION, TO(upstream_purge_ms), .def = CONF_S(1), .min = 0,
+      .max = CONF_H(1) },
     { "client_stall", LG_CONF_DURATION, TO(client_stall_ms), .def = CONF_S(60), .min = 1,
       .max = CONF_H(1) },
     { "queue", LG_CONF_DURATION, TO(queue_ms), .def = CONF_S(30), .min = 1, .max = CONF_H(1) },

@@ -86,6 +86,8 @@ struct lg_timeouts_conf {
     uint64_t total_ms;            /* whole request, arrival to last byte; 0 = none */
     uint64_t drain_ms;            /* on SIGTERM: how long in-flight requests may run */
     uint64_t upstream_idle_ms;    /* idle pooled upstream connection is closed after */
+    uint64_t upstream_purge_ms;   /* half the idle connections above upstream_keepalive
+                                     closed every this long; 0 = at once */
     uint64_t client_stall_ms;     /* a client that reads nothing for this long is cut */
     uint64_t queue_ms;            /* longest wait in the admission queue (admission.c) */
 };

@@ -153,6 +153,7 @@ lg_upstream_acquire(struct lg_worker *w, struct lg_backend *b, struct lg_client 
     if (u != NULL) {
         TAILQ_REMOVE(&pool->idle, u, link);
         pool->nidle--;
+        pool->idle_low = LG_MIN(pool->idle_low, pool->nidle);
         u->state = LG_UPCONN_ST_ACTIVE;
         *reused = true;
         LG_STAT_ADD(b, reuses, 1);
@@ -181,7 +182,8 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
 
     u->client = NULL;
     if (!keep || u->w->draining || __atomic_load_n(&u->b->retired, __ATOMIC_RELAXED)
-        || pool->nidle >= conf->limits.upstream_keepalive
+        || conf->limits.upstream_keepalive == 0
+        || (pool->nidle >= conf->limits.upstream_keepalive && conf->timeouts.upstream_purge_ms == 0)
         || evbuffer_get_length(bufferevent_get_input(u->bev)) != 0) {
         upstream_close(u);
         return;
@@ -196,6 +198,51 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     lg_bevio_enable(u->bev, EV_READ);
     TAILQ_INSERT_HEAD(&pool->idle, u, link);
     pool->nidle++;
+    if (pool->nidle > conf->limits.upstream_keepalive && !evtimer_pending(u->w->purge_ev, NULL)) {
+        struct timeval tv;
+
+        pool->idle_low = pool->nidle; /* a period starts */
+        evtimer_add(u->w->purge_ev, lg_timeval_ms(conf->timeouts.upstream_purge_ms, &tv));
+    }
+}
+
+/*
+ * A burst leaves more connections idle than upstream_keepalive; closing the
+ * excess at once makes the next burst open them again (a connect and a
+ * close per request, bench/NOTES.md 26-27). They stay pooled instead, and
+ * every upstream_purge half of those above the kept count that sat idle
+ * through the whole period (the fewest idle seen in it) are closed, the
+ * longest idle first (the list's tail: release inserts at the head, acquire
+ * takes from it). A load that keeps coming back keeps its connections; one
+ * that went away is down to the kept count in a few periods. HAProxy's
+ * pool-purge-delay works the same way.
+ */
+void
+lg_upstream_on_purge(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_worker *w = arg;
+    const struct lg_config *conf = w->fleet->conf;
+    uint32_t keep = conf->limits.upstream_keepalive;
+    bool more = false;
+
+    (void)fd;
+    (void)what;
+    for (size_t i = 0; i < w->fleet->nbackends; i++) {
+        struct lg_upstream_pool *pool = &w->fleet->backends[i]->pools[w->id];
+        uint32_t excess = pool->nidle > keep ? pool->nidle - keep : 0;
+
+        excess = LG_MIN(excess, pool->idle_low);
+        for (uint32_t k = (excess + 1) / 2; k > 0; k--) {
+            upstream_close(TAILQ_LAST(&pool->idle, lg_upconn_tailq));
+        }
+        pool->idle_low = pool->nidle;
+        more = more || pool->nidle > keep;
+    }
+    if (more) {
+        struct timeval tv;
+
+        evtimer_add(w->purge_ev, lg_timeval_ms(conf->timeouts.upstream_purge_ms, &tv));
+    }
 }
 
 void

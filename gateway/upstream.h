@@ -13,6 +13,7 @@
 
 #include <sys/queue.h>
 
+#include <event2/util.h>
 #include <llhttp.h>
 
 #include "httphdr.h"
@@ -51,6 +52,7 @@ TAILQ_HEAD(lg_upconn_tailq, lg_upconn);
 struct lg_upstream_pool {
     struct lg_upconn_tailq idle;  /* most recently used first */
     uint32_t nidle;
+    uint32_t idle_low;            /* fewest idle since the last purge: these were not needed */
 };
 
 struct lg_upstream_pool *lg_upstream_pools_new(struct lg_backend *b, unsigned n);
@@ -77,5 +79,12 @@ void lg_upstream_free(struct lg_upconn *u);
 
 /* Closes every idle connection this worker holds for backend b. */
 void lg_upstream_pool_flush(struct lg_worker *w, struct lg_backend *b);
+
+/*
+ * The worker's purge timer (arg: the worker): closes half of each pool's
+ * idle connections above limits.upstream_keepalive, the longest idle first,
+ * and comes back after timeouts.upstream_purge while any are left.
+ */
+void lg_upstream_on_purge(evutil_socket_t fd, short what, void *arg);
 
 #endif /* LG_UPSTREAM_H */

@@ -275,8 +275,10 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     }
     lg_bevio_init(w->base);
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
+    w->purge_ev = evtimer_new(w->base, lg_upstream_on_purge, w);
     w->cmd_ev = event_new(w->base, w->cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
-    if (w->reap_ev == NULL || w->cmd_ev == NULL || event_add(w->cmd_ev, NULL) != 0) {
+    if (w->reap_ev == NULL || w->purge_ev == NULL || w->cmd_ev == NULL
+        || event_add(w->cmd_ev, NULL) != 0) {
         return LG_ENOMEM;
     }
     w->fleet = lg_gateway_fleet(gw);
@@ -293,6 +295,9 @@ lg_worker_destroy(struct lg_worker *w)
     }
     if (w->reap_ev != NULL) {
         event_free(w->reap_ev);
+    }
+    if (w->purge_ev != NULL) {
+        event_free(w->purge_ev);
     }
     if (w->cmd_ev != NULL) {
         event_free(w->cmd_ev);

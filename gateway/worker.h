@@ -71,6 +71,7 @@ struct lg_worker {
     int cmd_fd;                 /* owned eventfd: lg_worker_post() writes to it */
     uint32_t cmd;               /* atomic: pending LG_WORKER_CMD_* bits */
     struct event *reap_ev;      /* frees closed clients and upstream conns */
+    struct event *purge_ev;     /* closes pooled connections above the kept count */
     struct lg_client_list reap_clients;
     struct lg_upconn_list reap_upconns;
     struct lg_client_list clients; /* every open client connection */

@@ -14,7 +14,7 @@ import time
 
 import harness
 from harness import (Harness, RecordingProxy, StreamReader, chat_body, dechunk, http_request,
-                     post_json, split_http_response, sse_events, wait_until)
+                     metric, post_json, split_http_response, sse_events, wait_until)
 
 FLOOD_EVENTS = 400000
 FLOOD_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 100)
@@ -52,6 +52,17 @@ sim_state = harness.sim_state
 
 
 read_log = harness.read_access_log
+
+
+def established_to(port):
+    """Established TCP connections to 127.0.0.1:port (the gateway's to a replica)."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[2].split(":")[1], 16) == port:
+                n += 1
+    return n
 
 
 class ProxyTest(Harness):
@@ -153,6 +164,46 @@ class ProxyTest(Harness):
             self.assertNotEqual(r.getheader("connection"), "close")
         conn.close()
         self.assertEqual(rec.connections, 1, "the gateway opened more than one upstream conn")
+
+    def burst_pool(self, purge):
+        """One replica, 1 worker, upstream_keepalive 1: three bursts of 6
+        overlapping requests; returns the connections the gateway opened
+        after each, and the gateway's admin port and the replica's port."""
+        (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
+        _, gw = self.gateway([port], workers=1, admin={"listen": "127.0.0.1:0"},
+                             limits={"upstream_keepalive": 1},
+                             timeouts={"upstream_purge": purge})
+        admin = int(self.procs[-1].wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+        def burst():
+            results = []
+
+            def one():
+                st, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=10))
+                results.append(st)
+            threads = [threading.Thread(target=one) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(results, [200] * 6)
+            return metric(harness.scrape(admin), "llmgate_backend_connections_opened_total")
+        return burst, port
+
+    def test_pool_keeps_a_burst_and_purges_it_gradually(self):
+        burst, port = self.burst_pool("1s")
+        self.assertEqual(burst(), 6)
+        # the second burst finds the first one's connections pooled
+        self.assertEqual(burst(), 6)
+        # unused, they go, half of those above the kept one per period
+        wait_until(lambda: established_to(port) == 1, 15, what="the pool back to 1 connection")
+        self.assertEqual(burst(), 11)
+
+    def test_pool_without_purge_closes_above_keepalive_at_once(self):
+        burst, port = self.burst_pool(0)
+        self.assertEqual(burst(), 6)
+        wait_until(lambda: established_to(port) == 1, 5, what="5 of 6 connections closed")
+        self.assertEqual(burst(), 11)
 
     def test_v1_models_and_healthz(self):
         _, p1 = self.start_llmsim("a", models=["m", "x"], args=FAST)

@@ -157,6 +157,7 @@ test_defaults(void)
     LG_CHECK(c->timeouts.total_ms == 0);
     LG_CHECK(c->timeouts.drain_ms == 30000);
     LG_CHECK(c->timeouts.upstream_idle_ms == 60000);
+    LG_CHECK(c->timeouts.upstream_purge_ms == 1000);
     LG_CHECK(c->timeouts.client_stall_ms == 60000);
     LG_CHECK(c->limits.max_header_bytes == 16384);
     LG_CHECK(c->limits.max_headers == 100);
