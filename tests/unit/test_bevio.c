@@ -172,6 +172,27 @@ test_high_watermark(void)
     return run_transfer(8192, 0, 4096, 1000);
 }
 
+/* A reader of sv[0] of a new socket pair, reading with a read timeout of
+ * tv, taken over by lg_bevio_own_reads() once armed. */
+static struct bufferevent *
+timed_reader(struct event_base *base, struct rd *r, const struct timeval *tv, int sv[2])
+{
+    struct bufferevent *a;
+
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        return NULL;
+    }
+    evutil_make_socket_nonblocking(sv[0]);
+    lg_bevio_init(base);
+    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, r);
+    /* armed before it is taken over: the timeout carries over */
+    bufferevent_set_timeouts(a, tv, NULL);
+    bufferevent_enable(a, EV_READ);
+    lg_bevio_own_reads(a);
+    return a;
+}
+
 static int
 test_read_timeout(void)
 {
@@ -181,15 +202,8 @@ test_read_timeout(void)
     struct timeval tv = { 0, 50 * 1000 };
     int sv[2];
 
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    evutil_make_socket_nonblocking(sv[0]);
-    lg_bevio_init(base);
-    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, &r);
-    /* armed before it is taken over: the timeout carries over */
-    bufferevent_set_timeouts(a, &tv, NULL);
-    bufferevent_enable(a, EV_READ);
-    lg_bevio_own_reads(a);
+    a = timed_reader(base, &r, &tv, sv);
+    LG_CHECK(a != NULL);
     event_base_dispatch(base);
     LG_CHECK(r.events == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT));
     LG_CHECK(r.calls == 0);
@@ -232,14 +246,8 @@ test_unchanged_is_skipped(void)
     uint64_t t1;
     int sv[2];
 
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    evutil_make_socket_nonblocking(sv[0]);
-    lg_bevio_init(base);
-    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(a, rd_on_read, NULL, rd_on_event, &r);
-    bufferevent_set_timeouts(a, &tv, NULL);
-    bufferevent_enable(a, EV_READ);
-    lg_bevio_own_reads(a);
+    a = timed_reader(base, &r, &tv, sv);
+    LG_CHECK(a != NULL);
     t1 = read_expiry_us(a);
     clock_moves();
     /* set as they are: nothing is re-added, the timeout runs on */
