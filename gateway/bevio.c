@@ -86,13 +86,10 @@ lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t n)
     ev_ssize_t max = bufferevent_get_max_to_write(bev);
     int sent;
 
-    if (!bevio_is_socket(bev) || fd < 0 || n == 0
+    if (!bevio_is_socket(bev) || fd < 0 || n == 0 || max <= 0
         || !(bufferevent_get_enabled(bev) & EV_WRITE)
         || evbuffer_get_length(bev->output) != 0
         || event_get_callback(&bev->ev_read) != bevio_on_read) { /* not yet connected */
-        return 0;
-    }
-    if (max <= 0) {
         return 0;
     }
     sent = evbuffer_write_atmost(src, fd, LG_MIN((ev_ssize_t)n, max));

@@ -881,7 +881,7 @@ proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
         /* nothing queued ahead of them (a stream's events after its head):
          * the bytes go straight from the backend's input to the client's
          * socket, and only what it does not take now is queued */
-        size_t sent = evbuffer_get_length(out) == 0 ? lg_bevio_write_from(c->bev, in, n) : 0;
+        size_t sent = lg_bevio_write_from(c->bev, in, n); /* 0 if bytes are queued */
 
         if (sent < n) {
             evbuffer_remove_buffer(in, out, n - sent);

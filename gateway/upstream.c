@@ -201,7 +201,10 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     if (pool->nidle > conf->limits.upstream_keepalive && !evtimer_pending(u->w->purge_ev, NULL)) {
         struct timeval tv;
 
-        pool->idle_low = pool->nidle; /* a period starts */
+        /* a period starts (a pool that goes over the count while the timer
+         * runs for another keeps the low mark of its last purge, 0 before
+         * the first: its first period closes less, and never under the count) */
+        pool->idle_low = pool->nidle;
         evtimer_add(u->w->purge_ev, lg_timeval_ms(conf->timeouts.upstream_purge_ms, &tv));
     }
 }

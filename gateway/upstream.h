@@ -81,9 +81,10 @@ void lg_upstream_free(struct lg_upconn *u);
 void lg_upstream_pool_flush(struct lg_worker *w, struct lg_backend *b);
 
 /*
- * The worker's purge timer (arg: the worker): closes half of each pool's
- * idle connections above limits.upstream_keepalive, the longest idle first,
- * and comes back after timeouts.upstream_purge while any are left.
+ * The worker's purge timer (arg: the worker): closes, in each pool, half of
+ * the idle connections above limits.upstream_keepalive that sat idle
+ * through the whole period, the longest idle first, and comes back after
+ * timeouts.upstream_purge while any pool holds more than that count.
  */
 void lg_upstream_on_purge(evutil_socket_t fd, short what, void *arg);
 
