@@ -160,12 +160,12 @@ lg_hdrs_find(const struct lg_hdrs *hs, const char *name)
     return NULL;
 }
 
-bool
-lg_hdrs_has_token(const struct lg_hdrs *hs, const struct lg_hdr *h, const char *token)
+/* Whether the comma-separated list in h's value has the token of tn bytes. */
+static bool
+hdrs_has_token_n(const struct lg_hdrs *hs, const struct lg_hdr *h, const char *token, size_t tn)
 {
     const char *p = hs->buf + h->value_off;
     const char *end = p + h->value_len;
-    size_t tn = strlen(token);
 
     while (p < end) {
         const char *q;
@@ -192,9 +192,21 @@ lg_hdrs_has_token(const struct lg_hdrs *hs, const struct lg_hdr *h, const char *
     return false;
 }
 
-static const char *const hdrs_hop_names[] = {
-    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-    "upgrade",
+bool
+lg_hdrs_has_token(const struct lg_hdrs *hs, const struct lg_hdr *h, const char *token)
+{
+    return hdrs_has_token_n(hs, h, token, strlen(token));
+}
+
+/* With their lengths: a header's name is compared only where its length matches. */
+#define HDRS_NAME(s) { s, sizeof(s) - 1 }
+static const struct {
+    const char *name;
+    size_t len;
+} hdrs_hop_names[] = {
+    HDRS_NAME("connection"), HDRS_NAME("keep-alive"),        HDRS_NAME("proxy-connection"),
+    HDRS_NAME("te"),         HDRS_NAME("trailer"),           HDRS_NAME("transfer-encoding"),
+    HDRS_NAME("upgrade"),
 };
 
 void
@@ -208,12 +220,13 @@ lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)
 
         h->hop = false;
         for (size_t k = 0; k < LG_ARRAY_SIZE(hdrs_hop_names); k++) {
-            if (lg_str_ieq(name, h->name_len, hdrs_hop_names[k])) {
+            if (h->name_len == hdrs_hop_names[k].len
+                && strncasecmp(name, hdrs_hop_names[k].name, h->name_len) == 0) {
                 h->hop = true;
                 break;
             }
         }
-        if (!h->hop && conn != NULL && lg_hdrs_has_token(hs, conn, name)) {
+        if (!h->hop && conn != NULL && hdrs_has_token_n(hs, conn, name, h->name_len)) {
             h->hop = true;
         }
     }
