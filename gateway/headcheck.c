@@ -32,16 +32,24 @@ lg_headcheck_feed(struct lg_headcheck *h, struct evbuffer *in, size_t len)
             const char *p = vec[i].iov_base;
             size_t k = LG_MIN(vec[i].iov_len, len - seen - pass);
 
-            for (size_t j = 0; j < k; j++) {
-                if (h->line_end && (p[j] == ' ' || p[j] == '\t')) {
-                    return "obsolete line folding in a header";
-                }
-                if (p[j] == '\n' && h->prev != '\r') {
+            if (k == 0) {
+                continue;
+            }
+            if (h->line_end && (p[0] == ' ' || p[0] == '\t')) {
+                return "obsolete line folding in a header";
+            }
+            /* only the bytes either side of each LF matter */
+            for (const char *lf = memchr(p, '\n', k); lf != NULL;
+                 lf = memchr(lf + 1, '\n', k - (size_t)(lf + 1 - p))) {
+                if ((lf > p ? lf[-1] : h->prev) != '\r') {
                     return "a line of the request head ends in a bare LF";
                 }
-                h->line_end = p[j] == '\n';
-                h->prev = p[j];
+                if (lf + 1 < p + k && (lf[1] == ' ' || lf[1] == '\t')) {
+                    return "obsolete line folding in a header";
+                }
             }
+            h->line_end = p[k - 1] == '\n';
+            h->prev = p[k - 1];
             pass += k;
         }
         seen += pass;
