@@ -20,7 +20,8 @@
  * lg_bevio_read() straight into the input, and a large copy cost more than
  * the ioctl it saves); then it hands over to the bufferevent exactly as
  * libevent's callback does (read callback past the low watermark, EOF,
- * error, timeout; the high watermark bounds the read). lg_bevio_read() lets
+ * error, timeout; the high watermark bounds the read, lg_bevio_read_limit()
+ * without libevent's buffer callback until it is reached). lg_bevio_read() lets
  * a caller that expects more (a request body) take it in one readv.
  * lg_bevio_watermark() and lg_bevio_enable() skip calls that would set what
  * is already set: libevent re-adds the read event for every read watermark
@@ -200,7 +201,8 @@ bevio_on_read(evutil_socket_t fd, short what, void *arg)
         size_t len = evbuffer_get_length(bev->input);
 
         if (len >= bev->wm_read.high) {
-            /* the mark was lowered under what is there: libevent's suspend */
+            /* full (or the mark was lowered under what is there): libevent's
+             * watermark suspends reading, and resumes it under the mark */
             bufferevent_setwatermark(bev, EV_READ, bev->wm_read.low, bev->wm_read.high);
             return;
         }
@@ -221,6 +223,17 @@ fail:
     bufferevent_disable(bev, EV_READ);
     errno = err; /* a deferred event callback reads it back */
     bufferevent_trigger_event(bev, ev, 0);
+}
+
+void
+lg_bevio_read_limit(struct bufferevent *bev, size_t high)
+{
+    if (bevio_is_socket(bev) && event_get_callback(&bev->ev_read) == bevio_on_read
+        && bev->wm_read.low == 0 && bev->wm_read.high == 0) {
+        bev->wm_read.high = high; /* bevio_on_read sets libevent's when it is reached */
+        return;
+    }
+    bufferevent_setwatermark(bev, EV_READ, 0, high);
 }
 
 void

@@ -61,6 +61,17 @@ size_t lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t
 void lg_bevio_watermark(struct bufferevent *bev, short what, size_t low, size_t high);
 
 /*
+ * Bounds the bytes bev's input may hold (the read high watermark; low 0).
+ * libevent's watermark watches every change of the input through a buffer
+ * callback (three runs per proxied request) to suspend reading at the mark
+ * and resume under it. A socket whose reads are ours (lg_bevio_own_reads)
+ * only records the mark: its reads stop at it, and libevent's watermark is
+ * set the first time the input is found full, to suspend and resume from
+ * then on. Other bufferevents get libevent's watermark at once.
+ */
+void lg_bevio_read_limit(struct bufferevent *bev, size_t high);
+
+/*
  * bufferevent_enable() of the directions in `what` not enabled yet.
  * libevent's re-adds an enabled event too (an event_add, restarting its
  * timeout); callers here set a new timeout with bufferevent_set_timeouts(),

@@ -657,8 +657,11 @@ client_set_request_id(struct lg_client *c)
     {
         uint64_t v[2] = { c->id, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests) };
 
-        for (int i = 0; i < 32; i++) {
-            req->id[i] = "0123456789abcdef"[(v[i / 16] >> (60 - 4 * (i % 16))) & 15];
+        for (int i = 0; i < 16; i++) {
+            unsigned byte = (unsigned)(v[i / 8] >> (56 - 8 * (i % 8))) & 0xff;
+
+            req->id[2 * i] = "0123456789abcdef"[byte >> 4];
+            req->id[2 * i + 1] = "0123456789abcdef"[byte & 15];
         }
         req->id[32] = '\0';
     }
@@ -966,7 +969,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
     c->action = client_state_names[c->state];
     bufferevent_setcb(c->bev, client_on_read, client_on_write, client_on_event, c);
     /* bound what a pipelining or flooding client can make us buffer */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, conf->limits.max_header_bytes + 64 * 1024);
+    lg_bevio_read_limit(c->bev, conf->limits.max_header_bytes + 64 * 1024);
     client_set_read_timeout(c, conf->timeouts.client_header_ms);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     TAILQ_INSERT_TAIL(&w->clients, c, link);

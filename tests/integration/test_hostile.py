@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import socket
+import threading
 import time
 
 import harness
@@ -282,6 +283,56 @@ class HostileTest(Harness):
                 for name in (b"transfer-encoding", b"x-trailer", b"upgrade", b"http2-settings",
                              b"connection"):
                     self.assertNotIn(name, low)
+
+    def test_pipelined_flood_is_bounded_then_all_answered(self):
+        # A client pipelines 16 MB of requests behind one that takes a second.
+        # The gateway reads at most max_header_bytes + 64 KiB ahead (what it
+        # has not read stays in the kernel and the client's send blocks), and
+        # once the first answer is out it reads on and answers every request,
+        # in order.
+        _, port = self.start_llmsim("r1", args=FAST)
+        _, gw = self.gateway(port)
+        pad = json.dumps(chat_body(max_tokens=2, pad="x" * 60000)).encode()
+        slow = json.dumps(chat_body(max_tokens=500)).encode()
+        reqs = [post_head(b"Content-Length: %d\r\n\r\n" % len(slow)) + slow]
+        reqs += [post_head(b"Content-Length: %d\r\n\r\n" % len(pad)) + pad] * 290
+        reqs.append(post_head(b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(BODY))
+                    + BODY)
+        data = b"".join(reqs)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 * 1024)
+        s.connect(("127.0.0.1", gw))
+        sent = [0]
+
+        def send():
+            view = memoryview(data)
+            try:
+                while sent[0] < len(data):
+                    sent[0] += s.send(view[sent[0]:sent[0] + 65536])
+            except OSError:
+                pass
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        out = b""
+        s.settimeout(30)
+        while b"HTTP/1.1 200" not in out:  # the slow answer's head
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "closed before the first answer")
+            out += chunk
+        ahead = sent[0]
+        self.assertGreater(len(data), 16 * 2**20)
+        self.assertLess(ahead, 8 * 2**20, "the gateway read %d bytes ahead" % ahead)
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        sender.join(10)
+        s.close()
+        self.assertEqual(sent[0], len(data))
+        self.assertEqual(out.count(b"HTTP/1.1 200 OK"), len(reqs), out[-300:])
+        self.assertNotIn(b"HTTP/1.1 4", out)
+        self.assertNotIn(b"HTTP/1.1 5", out)
 
     # ---- slow peers --------------------------------------------------------
 
