@@ -297,10 +297,10 @@ line_str(struct alog_line *l, const char *s, size_t n)
     line_raw(l, "\"", 1);
     /* runs of plain bytes go in with one copy; room for an escape is kept */
     while (i < n && l->len + 6 < l->cap) {
-        size_t room = l->cap - 6 - l->len, j = i;
+        size_t room = l->cap - 6 - l->len, j = i, end = i + LG_MIN(n - i, room);
         unsigned char c;
 
-        while (j < n && j - i < room && !alog_esc[(unsigned char)s[j]]) {
+        while (j < end && !alog_esc[(unsigned char)s[j]]) {
             j++;
         }
         memcpy(l->p + l->len, s + i, j - i);
