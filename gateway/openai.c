@@ -19,6 +19,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OA_AVX2 1 /* compiled in for every x86-64 build, used where the CPU has it */
+#endif
 
 /*
  * The body is read once by a validating scanner that accepts exactly what
@@ -253,16 +257,52 @@ oa_utf8(struct oa_scan *s, int lead, int n)
     return LG_OK;
 }
 
+#ifdef OA_AVX2
+/* oa_plain_run's loop 64 bytes at a time, for CPUs that have AVX2. */
+__attribute__((target("avx2"))) static const unsigned char *
+oa_plain_run_avx2(const unsigned char *p, const unsigned char *end)
+{
+    const __m256i v_space = _mm256_set1_epi8(0x20), v_quote = _mm256_set1_epi8('"');
+    const __m256i v_bslash = _mm256_set1_epi8('\\');
+
+#define OA_STOPS(x)                                                                            \
+    _mm256_or_si256(_mm256_cmpgt_epi8(v_space, (x)),                                           \
+                    _mm256_or_si256(_mm256_cmpeq_epi8((x), v_quote), _mm256_cmpeq_epi8((x), v_bslash)))
+
+    /* 64 bytes per test, then the 32 that hold the stop */
+    while (end - p >= 64) {
+        __m256i a = OA_STOPS(_mm256_loadu_si256((const __m256i *)(const void *)p));
+        __m256i b = OA_STOPS(_mm256_loadu_si256((const __m256i *)(const void *)(p + 32)));
+
+        if (_mm256_movemask_epi8(_mm256_or_si256(a, b)) != 0) {
+            unsigned bits = (unsigned)_mm256_movemask_epi8(a);
+
+            return bits != 0 ? p + __builtin_ctz(bits)
+                             : p + 32 + __builtin_ctz((unsigned)_mm256_movemask_epi8(b));
+        }
+        p += 64;
+    }
+#undef OA_STOPS
+    return p;
+}
+#endif
+
 /*
- * Skips plain string bytes (printable ASCII other than '"' and '\\'), sixteen
- * (SSE2) or eight at a time while none of them needs a look: prompts are
- * mostly such bytes.
+ * Skips plain string bytes (printable ASCII other than '"' and '\\'), 64
+ * (AVX2, where the CPU has it), sixteen (SSE2) or eight at a time while none
+ * of them needs a look: prompts are mostly such bytes, and a long prompt's
+ * scan is most of the work of reading its body.
  */
 static const unsigned char *
 oa_plain_run(const unsigned char *p, const unsigned char *end)
 {
     const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
 
+#ifdef OA_AVX2
+    if (end - p >= 64 && __builtin_cpu_supports("avx2")) {
+        p = oa_plain_run_avx2(p, end);
+    }
+#endif
 #ifdef __SSE2__
     const __m128i v_space = _mm_set1_epi8(0x20), v_quote = _mm_set1_epi8('"');
     const __m128i v_bslash = _mm_set1_epi8('\\');

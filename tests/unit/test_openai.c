@@ -9,6 +9,12 @@
 #include "lg_test.h"
 #include "openai.h"
 
+/* 200 plain bytes: every printable ASCII byte but '"' and '\\', over and over. */
+#define ALPHABET                                                                                   \
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 !#$%&'()*+,-./:;<=>?@[]^_`{|}~" \
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 !#$%&'()*+,-./:;<=>?@[]^_`{|}~" \
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01"
+
 static int
 inspect(const char *body, size_t prefix, struct lg_openai_req *r, char *err)
 {
@@ -237,5 +243,54 @@ test_limits(void)
     return 0;
 }
 
+/*
+ * Long prompts are skipped many bytes at a time (64 with AVX2, 16 with SSE2,
+ * 8 otherwise): a byte that needs a look is found at every offset of a run,
+ * whole or split across chains.
+ */
+static int
+test_long_strings(void)
+{
+    static const struct {
+        const char *bytes; /* what goes at the offset */
+        size_t decoded;    /* prompt bytes it stands for; 0: refused */
+        const char *msg;
+    } stops[] = {
+        { "\\n", 1, NULL },         { "\\u00e9", 2, NULL },   { "\xc3\xa9", 2, NULL },
+        { "\xe2\x82\xac", 3, NULL }, { "\x01", 0, "control character" },
+        { "\xff", 0, "invalid UTF-8" }, { "\x7f", 1, NULL },
+    };
+    struct lg_openai_req r;
+    char err[256], body[512];
+
+    for (size_t k = 0; k < LG_ARRAY_SIZE(stops); k++) {
+        for (size_t len = 0; len <= 200; len += (len < 140 ? 1 : 13)) {
+            for (size_t at = 0; at <= len; at += (len < 80 ? 1 : 7)) {
+                int n = snprintf(body, sizeof(body), "{\"model\":\"m\",\"prompt\":\"%.*s%s%.*s\"}",
+                                 (int)at, ALPHABET, stops[k].bytes, (int)(len - at), ALPHABET);
+                int rc = inspect(body, 0, &r, err);
+
+                LG_CHECK(n > 0 && (size_t)n < sizeof(body));
+                if (stops[k].decoded == 0) {
+                    LG_CHECK(rc == LG_EINVAL && strstr(err, stops[k].msg) != NULL);
+                    continue;
+                }
+                LG_CHECK(rc == LG_OK);
+                LG_CHECK(r.prompt_bytes == len + stops[k].decoded);
+                if (len % 3 == 0) {
+                    LG_CHECK(inspect_split(body, 0, &r, err) == LG_OK);
+                    LG_CHECK(r.prompt_bytes == len + stops[k].decoded);
+                }
+            }
+        }
+    }
+    /* a run that ends the body's string with no stop inside */
+    for (size_t len = 60; len <= 200; len++) {
+        snprintf(body, sizeof(body), "{\"prompt\":\"%.*s\"}", (int)len, ALPHABET);
+        LG_CHECK(inspect(body, 0, &r, err) == LG_OK && r.prompt_bytes == len);
+    }
+    return 0;
+}
+
 LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_refused,
-             test_limits)
+             test_limits, test_long_strings)
