@@ -928,7 +928,7 @@ oa_check_reals(struct oa_scan *s)
 #define OA_T(s, r) (&(s)->tok[(r)-1])
 
 struct openai_prefix {
-    uint64_t hash;
+    struct lg_hstream hash;
     size_t left; /* prefix bytes still to hash */
     bool any;
 };
@@ -942,7 +942,7 @@ openai_prefix_cb(void *arg, const char *p, size_t n)
     if (k == 0) {
         return;
     }
-    pre->hash = lg_hash64(p, k, pre->hash);
+    lg_hstream_feed(&pre->hash, p, k);
     pre->left -= k;
     pre->any = true;
 }
@@ -1045,9 +1045,10 @@ static int
 openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_openai_req *out,
                    char *err, size_t errlen)
 {
-    struct openai_prefix pre = { .hash = LG_HASH64_INIT, .left = prefix_bytes };
+    struct openai_prefix pre = { .left = prefix_bytes };
     uint32_t f[OPENAI_F_N], v;
 
+    lg_hstream_init(&pre.hash);
     if (s->tok[0].type != OA_OBJ) {
         snprintf(err, errlen, "the request body must be a JSON object");
         return LG_EINVAL;
@@ -1118,7 +1119,7 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
 
         openai_add_text(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
     }
-    out->prefix_hash = pre.any ? lg_mix64(pre.hash) | 1 : 0;
+    out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     return LG_OK;
 }
 

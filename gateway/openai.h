@@ -17,7 +17,7 @@ struct lg_openai_req {
     bool include_usage;           /* stream_options.include_usage */
     int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
-    uint64_t prefix_hash;         /* FNV-1a of the first prefix_bytes of role+content; 0 = empty */
+    uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
 };
 
 /*

@@ -21,11 +21,12 @@
  *                 carry prefix_len (ABI 1.0; default 2048)
  *
  * Prefix cache: the host hashes the prompt's first prefix_len bytes (roles and
- * contents) with 64-bit FNV-1a, then splitmix64, then sets bit 0. llmsim keys
- * its cache blocks with the FNV-1a of all text up to each block's end, so when
- * prefix_len is a whole number of blocks, inverting splitmix64 gives the key
- * of the block that ends the hashed prefix (two candidates, for the lost bit)
- * and the oracle looks it up in the replica's own table: when present, the
+ * contents) with lg_hstream, then splitmix64, then sets bit 0. llmsim keys its
+ * cache blocks with the same hash (llmsim_hstream) of all text up to each
+ * block's end, so when prefix_len is a whole number of blocks, inverting
+ * splitmix64 gives the key of the block that ends the hashed prefix (two
+ * candidates, for the lost bit) and the oracle looks it up in the replica's
+ * own table: when present, the
  * shared prefix is cached there (its blocks are touched together, so LRU
  * evicts them together). Otherwise the whole prompt counts as uncached.
  *

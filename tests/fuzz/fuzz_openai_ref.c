@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* ---- the reference: jansson, as the gateway used it before ---------------- */
 
 struct ref_prefix {
-    uint64_t hash;
+    struct lg_hstream hash;
     size_t left;
     bool any;
 };
@@ -38,7 +38,7 @@ ref_prefix_add(struct ref_prefix *p, const char *s, size_t n)
     if (k == 0) {
         return;
     }
-    p->hash = lg_hash64(s, k, p->hash);
+    lg_hstream_feed(&p->hash, s, k);
     p->left -= k;
     p->any = true;
 }
@@ -73,11 +73,12 @@ ref_add_text(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
 static int
 ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_req *out)
 {
-    struct ref_prefix pre = { .hash = LG_HASH64_INIT, .left = prefix_bytes };
+    struct ref_prefix pre = { .left = prefix_bytes };
     json_error_t jerr;
     json_t *root, *v;
     int rc = LG_EINVAL;
 
+    lg_hstream_init(&pre.hash);
     memset(out, 0, sizeof(*out));
     out->max_tokens = -1;
     root = json_loadb(data, len, 0, &jerr);
@@ -133,7 +134,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
 
         ref_add_text(prompt ? prompt : json_object_get(root, "input"), out, &pre);
     }
-    out->prefix_hash = pre.any ? lg_mix64(pre.hash) | 1 : 0;
+    out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     rc = LG_OK;
 out:
     json_decref(root);

@@ -352,7 +352,7 @@ class LlmsimEngine(harness.Harness):
 
         v = read()
         self.assertEqual(v[0], 0x4c4d5331)
-        self.assertEqual(v[1], 1)
+        self.assertEqual(v[1], 2)                           # version: blocks keyed by llmsim_hstream
         self.assertEqual(v[3], 1)                           # slots
         self.assertEqual(v[-1].rstrip(b"\0"), b"r1")
         self.assertEqual(v[13], os.path.getsize(path))      # size

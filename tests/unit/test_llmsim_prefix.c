@@ -25,6 +25,64 @@ keys_of(const char *text, uint32_t block_tokens, size_t piece, uint64_t **keys)
     return n;
 }
 
+static uint64_t
+whole_hash(const char *text, size_t n)
+{
+    struct llmsim_hstream st;
+
+    llmsim_hstream_init(&st);
+    llmsim_hstream_feed(&st, text, n);
+    return llmsim_hstream_value(&st);
+}
+
+/*
+ * The stream hash: the same value however the bytes are cut, different for
+ * a byte changed or added, and the gateway's lg_hstream (its prefix hashes)
+ * the same function as llmsim's (its block keys): the oracle depends on it.
+ */
+static int
+test_hstream(void)
+{
+    unsigned char buf[100];
+    uint64_t seed = 0x243f6a8885a308d3ull;
+
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        buf[i] = (unsigned char)lg_mix64(seed++);
+    }
+    for (size_t len = 0; len <= sizeof(buf); len++) {
+        uint64_t want = whole_hash((const char *)buf, len);
+        struct lg_hstream g;
+
+        for (int round = 0; round < 8; round++) {
+            struct llmsim_hstream st;
+            size_t off = 0;
+
+            llmsim_hstream_init(&st);
+            lg_hstream_init(&g);
+            while (off < len) {
+                size_t cut = (size_t)(lg_mix64(seed++) % 11), k = LG_MIN(len - off, cut);
+
+                llmsim_hstream_feed(&st, buf + off, k);
+                lg_hstream_feed(&g, buf + off, k);
+                off += k;
+                LG_CHECK(lg_hstream_value(&g) == llmsim_hstream_value(&st));
+            }
+            LG_CHECK(llmsim_hstream_value(&st) == want);
+            LG_CHECK(lg_hstream_value(&g) == want);
+        }
+        if (len > 0) {
+            buf[len - 1] ^= 0x20;
+            LG_CHECK(whole_hash((const char *)buf, len) != want);
+            buf[len - 1] ^= 0x20;
+            LG_CHECK(whole_hash((const char *)buf, len - 1) != want);
+        }
+    }
+    /* a zero byte more is another stream */
+    LG_CHECK(whole_hash("ab\0", 3) != whole_hash("ab", 2));
+    LG_CHECK(whole_hash("abcdefgh\0", 9) != whole_hash("abcdefgh", 8));
+    return 0;
+}
+
 static int
 test_hasher(void)
 {
@@ -38,9 +96,9 @@ test_hasher(void)
 
     LG_CHECK(na == 5 && nb == 5 && nc == 3);
     LG_CHECK(memcmp(a, b, na * sizeof(*a)) == 0); /* independent of how text arrives */
-    /* block i hashes everything up to its end: FNV-1a of the prefix */
-    LG_CHECK(a[0] == llmsim_shm_key(llmsim_shm_fnv(text, 8, LLMSIM_FNV_INIT)));
-    LG_CHECK(a[3] == llmsim_shm_key(llmsim_shm_fnv(text, 32, LLMSIM_FNV_INIT)));
+    /* block i hashes everything up to its end */
+    LG_CHECK(a[0] == llmsim_shm_key(whole_hash(text, 8)));
+    LG_CHECK(a[3] == llmsim_shm_key(whole_hash(text, 32)));
     LG_CHECK(c[0] == a[0] && c[1] == a[1] && c[2] != a[2]); /* diverges at byte 16 */
     free(a);
     free(b);
@@ -173,4 +231,4 @@ test_shm_reader(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_hasher, test_lru, test_random_against_model, test_shm_reader)
+LG_TEST_MAIN(test_hstream, test_hasher, test_lru, test_random_against_model, test_shm_reader)

@@ -44,7 +44,11 @@ inspect_split(const char *body, size_t prefix, struct lg_openai_req *r, char *er
 static uint64_t
 prefix_of(const char *bytes, size_t n)
 {
-    return lg_mix64(lg_hash64(bytes, n, LG_HASH64_INIT)) | 1;
+    struct lg_hstream h;
+
+    lg_hstream_init(&h);
+    lg_hstream_feed(&h, bytes, n);
+    return lg_mix64(lg_hstream_value(&h)) | 1;
 }
 
 static int

@@ -185,15 +185,16 @@ static uint64_t
 gateway_prefix_hash(const char *system, const char *user, size_t len)
 {
     const char *parts[] = { "system", system, "user", user };
-    uint64_t h = LG_HASH64_INIT;
+    struct lg_hstream h;
 
+    lg_hstream_init(&h);
     for (size_t i = 0; i < 4 && len > 0; i++) {
         size_t n = LG_MIN(strlen(parts[i]), len);
 
-        h = lg_hash64(parts[i], n, h);
+        lg_hstream_feed(&h, parts[i], n);
         len -= n;
     }
-    return lg_mix64(h) | 1;
+    return lg_mix64(lg_hstream_value(&h)) | 1;
 }
 
 static uint32_t g_inflight_a; /* this gateway's requests open on a, as the host would say */
