@@ -15,6 +15,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include <llmgate/hstream.h> /* the prefix hash (lg_hstream) */
+
 enum lg_rc {
     LG_OK = 0,
     LG_ERR = -1,       /* failed, already logged by the callee */
@@ -152,67 +154,6 @@ lg_hash64(const void *data, size_t n, uint64_t h)
     return h;
 }
 #define LG_HASH64_INIT 0xcbf29ce484222325ull
-
-/*
- * A 64-bit hash of a byte stream that arrives in pieces: the same value
- * however the stream is cut. It takes eight bytes per step (a multiply, a
- * shift and two xors), where FNV-1a's multiply per byte is a chain the CPU
- * cannot overlap: a 2 KiB prompt prefix in about a fifth of the time. The
- * requests' prefix hash; tools/llmsim/llmsim_shm.h keys its cache blocks with
- * the same function (llmsim_hstream), which the benchmark's oracle relies on.
- */
-struct lg_hstream {
-    uint64_t h;
-    uint64_t word; /* the bytes of the word begun, the first in the low byte */
-    unsigned n;    /* how many (0-7) */
-};
-
-static inline uint64_t
-lg_hstream_step(uint64_t h, uint64_t w)
-{
-    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 32);
-}
-
-static inline void
-lg_hstream_init(struct lg_hstream *s)
-{
-    s->h = LG_HASH64_INIT;
-    s->word = 0;
-    s->n = 0;
-}
-
-static inline void
-lg_hstream_feed(struct lg_hstream *s, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-
-    for (; len > 0 && s->n > 0; len--) { /* the word begun */
-        s->word |= (uint64_t)*p++ << (8 * s->n);
-        if (++s->n == 8) {
-            s->h = lg_hstream_step(s->h, s->word);
-            s->word = 0;
-            s->n = 0;
-        }
-    }
-    for (; len >= 8; p += 8, len -= 8) { /* one load where the CPU allows */
-        s->h = lg_hstream_step(s->h, (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16
-                                         | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32
-                                         | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48
-                                         | (uint64_t)p[7] << 56);
-    }
-    for (; len > 0; len--) {
-        s->word |= (uint64_t)*p++ << (8 * s->n++);
-    }
-}
-
-/* The hash of what was fed so far (the stream may go on). */
-static inline uint64_t
-lg_hstream_value(const struct lg_hstream *s)
-{
-    /* a word begun is closed with its length in its unused top byte */
-    return s->n ? lg_hstream_step(s->h, s->word | (uint64_t)s->n << 56) : s->h;
-}
 
 /* splitmix64: mixes a 64-bit value (hash finaliser, seeded RNG step). */
 static inline uint64_t

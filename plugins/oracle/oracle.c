@@ -21,9 +21,9 @@
  *                 carry prefix_len (ABI 1.0; default 2048)
  *
  * Prefix cache: the host hashes the prompt's first prefix_len bytes (roles and
- * contents) with lg_hstream, then splitmix64, then sets bit 0. llmsim keys its
- * cache blocks with the same hash (llmsim_hstream) of all text up to each
- * block's end, so when prefix_len is a whole number of blocks, inverting
+ * contents) with lg_hstream (llmgate/hstream.h), then splitmix64, then sets
+ * bit 0. llmsim keys its cache blocks with the same hash of all text up to
+ * each block's end, so when prefix_len is a whole number of blocks, inverting
  * splitmix64 gives the key of the block that ends the hashed prefix (two
  * candidates, for the lost bit) and the oracle looks it up in the replica's
  * own table: when present, the

@@ -30,7 +30,7 @@ test_chat(void)
         "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}";
     const char *text = "system0123456789abcdefuserABCDEFGHIJKLMNOPQRSTUVWX";
     struct evbuffer *buf = evbuffer_new();
-    struct llmsim_hstream st;
+    struct lg_hstream st;
 
     LG_CHECK(parse(LG_SIM_API_CHAT, body, &req, &err) == LG_OK);
     LG_CHECK_STR(req.model, "m");
@@ -38,9 +38,9 @@ test_chat(void)
     LG_CHECK(req.max_tokens == 7);
     LG_CHECK(req.prompt_bytes == 40 && req.prompt_tokens == 10);
     LG_CHECK(req.nblocks == 3); /* 16-byte blocks over 50 bytes */
-    llmsim_hstream_init(&st);
-    llmsim_hstream_feed(&st, text, 48);
-    LG_CHECK(req.block_keys[2] == llmsim_shm_key(llmsim_hstream_value(&st)));
+    lg_hstream_init(&st);
+    lg_hstream_feed(&st, text, 48);
+    LG_CHECK(req.block_keys[2] == llmsim_shm_key(lg_hstream_value(&st)));
     lg_sim_request_free(&req);
 
     /* the evbuffer path gives the same result, whatever the chain looks like */

@@ -1,8 +1,9 @@
 /*
  * llmsim_shm.h: the live state of one llmsim replica, published in a shared
  * mapping (llmsim --state-shm PATH) for a zero-delay "oracle" routing policy
- * used in benchmarks. Plain C99, no dependency: a plugin includes this file
- * alone, opens PATH read-only and mmaps it MAP_SHARED.
+ * used in benchmarks. Plain C99; its one dependency is llmgate's public
+ * <llmgate/hstream.h> (gateway/include): a plugin includes this file, opens
+ * PATH read-only and mmaps it MAP_SHARED.
  *
  * Layout: struct llmsim_shm at offset 0, then three arrays at the byte offsets
  * it names (slot_off, wait_off, block_off, table_off). Every field is written
@@ -49,8 +50,8 @@
  * Prefix-cache keys: the prompt text (chat: for each message in order, its
  * role then its content, no separator; completions: the prompt strings) is cut
  * in blocks of prefix_block_tokens * 4 bytes; block i's key is the
- * llmsim_hstream hash of all bytes up to the end of block i (0 maps to 1);
- * only whole blocks are keyed. The table is open addressing with linear probing over
+ * lg_hstream hash (llmgate/hstream.h) of all bytes up to the end of block i
+ * (0 maps to 1); only whole blocks are keyed. The table is open addressing with linear probing over
  * llmsim_shm_mix(key) & prefix_table_mask; a slot holds the index + 1 of a
  * block entry (0 = empty).
  *
@@ -62,6 +63,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <llmgate/hstream.h>
 
 #define LLMSIM_SHM_MAGIC   0x4c4d5331u /* "LMS1" */
 #define LLMSIM_SHM_VERSION 2u
@@ -144,64 +147,6 @@ _Static_assert(sizeof(struct llmsim_shm) == 272, "llmsim_shm layout");
 
 /* ---- hashing shared by the replica and its readers ------------------------- */
 
-/*
- * The hash of a byte stream fed in pieces, eight bytes per step (the same
- * value however the stream is cut); llmgate's lg_hstream (gateway/lg_core.h)
- * is the same function, so a gateway's prefix hash of a whole number of
- * blocks is this replica's key of the last of them.
- */
-struct llmsim_hstream {
-    uint64_t h;
-    uint64_t word; /* the bytes of the word begun, the first in the low byte */
-    unsigned n;    /* how many (0-7) */
-};
-
-static inline uint64_t
-llmsim_hstream_step(uint64_t h, uint64_t w)
-{
-    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 32);
-}
-
-static inline void
-llmsim_hstream_init(struct llmsim_hstream *s)
-{
-    s->h = 0xcbf29ce484222325ull;
-    s->word = 0;
-    s->n = 0;
-}
-
-static inline void
-llmsim_hstream_feed(struct llmsim_hstream *s, const void *data, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)data;
-
-    for (; len > 0 && s->n > 0; len--) {
-        s->word |= (uint64_t)*p++ << (8 * s->n);
-        if (++s->n == 8) {
-            s->h = llmsim_hstream_step(s->h, s->word);
-            s->word = 0;
-            s->n = 0;
-        }
-    }
-    for (; len >= 8; p += 8, len -= 8) {
-        s->h = llmsim_hstream_step(s->h, (uint64_t)p[0] | (uint64_t)p[1] << 8
-                                             | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24
-                                             | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40
-                                             | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56);
-    }
-    for (; len > 0; len--) {
-        s->word |= (uint64_t)*p++ << (8 * s->n++);
-    }
-}
-
-/* The hash of what was fed so far (the stream may go on). */
-static inline uint64_t
-llmsim_hstream_value(const struct llmsim_hstream *s)
-{
-    return s->n ? llmsim_hstream_step(s->h, s->word | (uint64_t)s->n << 56) : s->h;
-}
-
 /* The cache key of a block whose text prefix hashes to h. */
 static inline uint64_t
 llmsim_shm_key(uint64_t h)
@@ -263,7 +208,7 @@ llmsim_shm_cached_blocks(const struct llmsim_shm *s, const char *text, size_t le
     uint32_t mask = s->prefix_table_mask;
     uint32_t cap = s->prefix_cache_blocks;
     uint32_t hits = 0;
-    struct llmsim_hstream st;
+    struct lg_hstream st;
 
     if (block_bytes == 0 || cap == 0 || s->block_off == 0 || s->table_off == 0
         || (uint64_t)s->table_off + ((uint64_t)mask + 1) * 4 > s->size
@@ -272,15 +217,15 @@ llmsim_shm_cached_blocks(const struct llmsim_shm *s, const char *text, size_t le
     }
     blocks = (const struct llmsim_shm_block *)((const char *)s + s->block_off);
     table = (const uint32_t *)((const char *)s + s->table_off);
-    llmsim_hstream_init(&st);
+    lg_hstream_init(&st);
     for (size_t off = 0; off + block_bytes <= len; off += block_bytes) {
         uint64_t key;
         uint32_t i;
         uint32_t probes;
         int found = 0;
 
-        llmsim_hstream_feed(&st, text + off, block_bytes);
-        key = llmsim_shm_key(llmsim_hstream_value(&st));
+        lg_hstream_feed(&st, text + off, block_bytes);
+        key = llmsim_shm_key(lg_hstream_value(&st));
         i = (uint32_t)llmsim_shm_mix(key) & mask;
         for (probes = 0; probes <= mask; probes++, i = (i + 1) & mask) {
             uint32_t e = table[i];

@@ -20,7 +20,7 @@ void
 lg_sim_prefix_hasher_init(struct lg_sim_prefix_hasher *hs, uint32_t block_tokens, uint32_t max_keys)
 {
     memset(hs, 0, sizeof(*hs));
-    llmsim_hstream_init(&hs->hash);
+    lg_hstream_init(&hs->hash);
     hs->block_bytes = (size_t)block_tokens * 4;
     hs->max_keys = max_keys;
 }
@@ -35,7 +35,7 @@ prefix_hasher_push(struct lg_sim_prefix_hasher *hs)
         hs->cap = hs->cap ? hs->cap * 2 : 16;
         hs->keys = lg_xrealloc(hs->keys, (size_t)hs->cap * sizeof(*hs->keys));
     }
-    hs->keys[hs->nkeys++] = llmsim_shm_key(llmsim_hstream_value(&hs->hash));
+    hs->keys[hs->nkeys++] = llmsim_shm_key(lg_hstream_value(&hs->hash));
 }
 
 void
@@ -49,7 +49,7 @@ lg_sim_prefix_hasher_feed(struct lg_sim_prefix_hasher *hs, const void *data, siz
     while (len > 0) {
         size_t k = LG_MIN(len, hs->block_bytes - hs->fill);
 
-        llmsim_hstream_feed(&hs->hash, p, k);
+        lg_hstream_feed(&hs->hash, p, k);
         hs->fill += k;
         p += k;
         len -= k;

@@ -18,7 +18,7 @@
 
 /* Keys of a prompt's whole blocks, built incrementally from text pieces. */
 struct lg_sim_prefix_hasher {
-    struct llmsim_hstream hash; /* of every byte fed so far */
+    struct lg_hstream hash; /* of every byte fed so far */
     size_t block_bytes; /* 0 = no keys are produced */
     size_t fill;        /* bytes fed into the current block */
     uint64_t *keys;     /* owned; lg_sim_prefix_hasher_take() hands them over */

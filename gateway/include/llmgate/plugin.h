@@ -79,7 +79,7 @@ struct lg_route_info {
     int stream;              /* 1 if the client asked for a stream */
     uint64_t prompt_bytes;   /* bytes of prompt text (tokens are about bytes/4) */
     uint32_t max_tokens;     /* requested output tokens; 0 = not given */
-    uint64_t prefix_hash;    /* hash of the prompt's first routing.prefix_bytes; 0 = none */
+    uint64_t prefix_hash;    /* hash of the prompt's first routing.prefix_bytes (llmgate/hstream.h); 0 = none */
     uint64_t session_hash;   /* hash of the session header's value; 0 = none */
     uint32_t attempt;        /* 1 for the first try, 2 for the first retry... */
     /* 1.1 */
