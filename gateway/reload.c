@@ -168,12 +168,19 @@ reload_rediscover(struct lg_reload *r)
 
 /* ---- reloading the file ------------------------------------------------------ */
 
+/*
+ * Counts the reload and answers its waiters. The counters come first, and
+ * callers log the outcome after this: whoever acts on the log line or the
+ * answer (a scrape of /metrics) sees the reload counted.
+ */
 static void
 reload_complete(struct lg_reload *r, uint64_t ticket, bool ok, struct evbuffer *errors)
 {
     size_t n = errors != NULL ? evbuffer_get_length(errors) : 0;
     const struct lg_fleet *f = r->gw->fleet;
 
+    __atomic_store_n(&r->stats.last_ok, ok, __ATOMIC_RELAXED);
+    reload_stat_add(ok ? &r->stats.reloads_ok : &r->stats.reloads_failed, 1);
     pthread_mutex_lock(&r->lock);
     free(r->last.errors);
     r->last.ok = ok;
@@ -190,8 +197,6 @@ reload_complete(struct lg_reload *r, uint64_t ticket, bool ok, struct evbuffer *
     }
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
-    __atomic_store_n(&r->stats.last_ok, ok, __ATOMIC_RELAXED);
-    reload_stat_add(ok ? &r->stats.reloads_ok : &r->stats.reloads_failed, 1);
 }
 
 /* Logs each error and answers the waiters; the configuration in force stays. */
@@ -210,10 +215,10 @@ reload_refuse(struct lg_reload *r, uint64_t ticket, struct evbuffer *errors)
         LG_ERROR("%s", line);
     }
     free(text);
+    reload_complete(r, ticket, false, errors);
     LG_ERROR("configuration reload refused; the configuration in force (generation %" PRIu64
              ") stays",
              __atomic_load_n(&r->stats.generation, __ATOMIC_RELAXED));
-    reload_complete(r, ticket, false, errors);
 }
 
 static bool
@@ -345,13 +350,13 @@ reload_commit(struct lg_reload *r, struct lg_config *conf, uint64_t ticket)
     __atomic_store_n(&lg_log_threshold, conf->log_level, __ATOMIC_RELAXED);
     reload_publish(r, nf, "reload");
     lg_discovery_prune(r->disc, conf);
+    lg_config_unref(old);
+    __atomic_and_fetch(&r->todo, ~RELOAD_F_PUBLISH, __ATOMIC_RELAXED); /* done just now */
+    reload_complete(r, ticket, true, NULL);
     LG_INFO("configuration reloaded from %s (generation %" PRIu64 ", %s): backends=%zu "
             "discovered_names=%zu",
             conf->path, gen, __atomic_load_n(&r->why, __ATOMIC_RELAXED), nf->nbackends,
             conf->ntemplates);
-    lg_config_unref(old);
-    __atomic_and_fetch(&r->todo, ~RELOAD_F_PUBLISH, __ATOMIC_RELAXED); /* done just now */
-    reload_complete(r, ticket, true, NULL);
     evbuffer_free(errors);
 }
 
