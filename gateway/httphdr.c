@@ -208,6 +208,7 @@ static const struct {
     HDRS_NAME("te"),         HDRS_NAME("trailer"),           HDRS_NAME("transfer-encoding"),
     HDRS_NAME("upgrade"),
 };
+#undef HDRS_NAME
 
 void
 lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)

@@ -170,8 +170,9 @@ reload_rediscover(struct lg_reload *r)
 
 /*
  * Counts the reload and answers its waiters. The counters come first, and
- * callers log the outcome after this: whoever acts on the log line or the
- * answer (a scrape of /metrics) sees the reload counted.
+ * callers log the outcome line ("configuration reloaded", "... refused")
+ * after this: whoever acts on that line or on the answer (a scrape of
+ * /metrics) sees the reload counted.
  */
 static void
 reload_complete(struct lg_reload *r, uint64_t ticket, bool ok, struct evbuffer *errors)
