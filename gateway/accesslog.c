@@ -260,17 +260,31 @@ struct alog_line {
     size_t cap;
 };
 
-static void
+/* Cut at the line's end: a line never grows past its buffer. */
+static __attribute__((noinline)) void
+line_raw_cut(struct alog_line *l, const char *s, size_t n)
+{
+    n = LG_MIN(n, l->cap - l->len);
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+/*
+ * Inline, so that a copy of known length (the literals, most of a line) is a
+ * few moves instead of a call to memcpy.
+ */
+static inline void
 line_raw(struct alog_line *l, const char *s, size_t n)
 {
-    if (l->len + n > l->cap) {
-        n = l->cap - l->len;
+    if (__builtin_expect(n > l->cap - l->len, 0)) {
+        line_raw_cut(l, s, n);
+        return;
     }
     memcpy(l->p + l->len, s, n);
     l->len += n;
 }
 
-static void
+static inline void
 line_lit(struct alog_line *l, const char *s)
 {
     line_raw(l, s, strlen(s));
@@ -283,6 +297,36 @@ static const bool alog_esc[256] = {
     ['\\'] = true,
     [0x7f] = true,
 };
+
+/*
+ * The end of the run of bytes from s[i] that need no escape, before end:
+ * eight bytes per test (a high bit in each byte that is < 0x20, '"', '\\' or
+ * DEL; borrows only run upwards, so the lowest one flagged is a true one).
+ */
+static inline size_t
+alog_plain_run(const char *s, size_t i, size_t end)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+
+    while (end - i >= 8) {
+        uint64_t x, q, b, d, m;
+
+        memcpy(&x, s + i, 8);
+        q = x ^ (ones * '"');
+        b = x ^ (ones * '\\');
+        d = x ^ (ones * 0x7f);
+        m = (((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((b - ones) & ~b) | ((d - ones) & ~d))
+            & high;
+        if (m != 0) {
+            return i + (size_t)(__builtin_ctzll(m) >> 3);
+        }
+        i += 8;
+    }
+    while (i < end && !alog_esc[(unsigned char)s[i]]) {
+        i++;
+    }
+    return i;
+}
 
 static void
 line_str(struct alog_line *l, const char *s, size_t n)
@@ -300,9 +344,7 @@ line_str(struct alog_line *l, const char *s, size_t n)
         size_t room = l->cap - 6 - l->len, j = i, end = i + LG_MIN(n - i, room);
         unsigned char c;
 
-        while (j < end && !alog_esc[(unsigned char)s[j]]) {
-            j++;
-        }
+        j = alog_plain_run(s, j, end);
         memcpy(l->p + l->len, s + i, j - i);
         l->len += j - i;
         i = j;

@@ -64,11 +64,17 @@ lg_headcheck_feed(struct lg_headcheck *h, struct evbuffer *in, size_t len)
 static bool
 headcheck_host_ok(const char *v, size_t n)
 {
-    static const char allowed[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                  "0123456789-._~%!$&'()*+,;=:[]";
+    static const bool allowed[256] = {
+        ['a' ... 'z'] = true, ['A' ... 'Z'] = true, ['0' ... '9'] = true, ['-'] = true,
+        ['.'] = true,         ['_'] = true,         ['~'] = true,         ['%'] = true,
+        ['!'] = true,         ['$'] = true,         ['&'] = true,         ['\''] = true,
+        ['('] = true,         [')'] = true,         ['*'] = true,         ['+'] = true,
+        [','] = true,         [';'] = true,         ['='] = true,         [':'] = true,
+        ['['] = true,         [']'] = true,
+    };
 
     for (size_t i = 0; i < n; i++) {
-        if (v[i] == '\0' || strchr(allowed, v[i]) == NULL) {
+        if (!allowed[(unsigned char)v[i]]) {
             return false;
         }
     }

@@ -153,7 +153,7 @@ lg_hdrs_find(const struct lg_hdrs *hs, const char *name)
     for (uint32_t i = 0; i < hs->n; i++) {
         const struct lg_hdr *h = &hs->h[i];
 
-        if (h->name_len == n && strncasecmp(hs->buf + h->name_off, name, n) == 0) {
+        if (h->name_len == n && lg_mem_ieq(hs->buf + h->name_off, name, n)) {
             return h;
         }
     }
@@ -183,7 +183,7 @@ hdrs_has_token_n(const struct lg_hdrs *hs, const struct lg_hdr *h, const char *t
             while (e > p && (e[-1] == ' ' || e[-1] == '\t')) {
                 e--;
             }
-            if ((size_t)(e - p) == tn && strncasecmp(p, token, tn) == 0) {
+            if ((size_t)(e - p) == tn && lg_mem_ieq(p, token, tn)) {
                 return true;
             }
         }
@@ -222,7 +222,7 @@ lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)
         h->hop = false;
         for (size_t k = 0; k < LG_ARRAY_SIZE(hdrs_hop_names); k++) {
             if (h->name_len == hdrs_hop_names[k].len
-                && strncasecmp(name, hdrs_hop_names[k].name, h->name_len) == 0) {
+                && lg_mem_ieq(name, hdrs_hop_names[k].name, h->name_len)) {
                 h->hop = true;
                 break;
             }

@@ -235,22 +235,32 @@ struct proxy_head {
     char buf[2048];
 };
 
-static void
-head_add(struct proxy_head *h, const void *p, size_t n)
+static __attribute__((noinline)) void
+head_add_full(struct proxy_head *h, const void *p, size_t n)
 {
-    if (h->n + n > sizeof(h->buf)) {
-        evbuffer_add(h->out, h->buf, h->n);
-        h->n = 0;
-        if (n > sizeof(h->buf)) {
-            evbuffer_add(h->out, p, n);
-            return;
-        }
+    evbuffer_add(h->out, h->buf, h->n);
+    h->n = 0;
+    if (n > sizeof(h->buf)) {
+        evbuffer_add(h->out, p, n);
+        return;
     }
     memcpy(h->buf + h->n, p, n);
     h->n += n;
 }
 
-static void
+/* Inline: a literal's copy is a few moves, not a call to memcpy. */
+static inline void
+head_add(struct proxy_head *h, const void *p, size_t n)
+{
+    if (__builtin_expect(h->n + n > sizeof(h->buf), 0)) {
+        head_add_full(h, p, n);
+        return;
+    }
+    memcpy(h->buf + h->n, p, n);
+    h->n += n;
+}
+
+static inline void
 head_str(struct proxy_head *h, const char *s)
 {
     head_add(h, s, strlen(s));

@@ -255,6 +255,27 @@ class ProxyTest(Harness):
             self.assertTrue(err["message"])
             self.assertIn("type", err)
 
+    def test_access_log_escapes_what_it_logs(self):
+        """Model names with bytes JSON must escape, at every offset of the log's 8-byte scan."""
+        ports = self.fleet(1)
+        _, gw = self.gateway(ports)
+        specials = ['"', "\\", "\x01", "\x1f", "\x7f", "\u00e9", "\u20ac", "\n"]
+        names = []
+        for k, ch in enumerate(specials):
+            for off in range(0, 17, 3 + k % 2):
+                names.append("a" * off + ch + "b" * (k + 5))
+        for name in names:
+            status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(model=name))
+            self.assertEqual(status, 404, obj)
+        log = read_log(self.path("access.log"), len(names))
+        # two workers: each keeps its own lines in order, not the two together
+        self.assertEqual(sorted(r["model"] for r in log), sorted(names))
+        # DEL is legal JSON as it is; the log writes it escaped, as jq -a would
+        with open(self.path("access.log"), "rb") as f:
+            raw = f.read()
+        self.assertEqual(raw.count(b"\x7f"), 0)
+        self.assertEqual(raw.count(b"\\u007f"), sum("\x7f" in n for n in names))
+
     def test_backend_down(self):
         dead = harness.free_port()
         conf = self.base_config([{"name": "dead", "url": "http://127.0.0.1:%d" % dead,

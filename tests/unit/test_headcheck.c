@@ -159,6 +159,39 @@ test_host(void)
     LG_CHECK_STR(fields(0, two), "more than one Host header");
     LG_CHECK_STR(fields(1, bad), "invalid Host header");
     LG_CHECK_STR(fields(1, slash), "invalid Host header");
+
+    /* every byte: allowed exactly when RFC 3986 lets it into a host and port */
+    for (int b = 1; b < 256; b++) {
+        char v[2] = { (char)b, '\0' };
+        const char *h[] = { "Host", v, NULL };
+        bool ok = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9')
+                  || strchr("-._~%!$&'()*+,;=:[]", b) != NULL;
+
+        LG_CHECK((fields(1, h) == NULL) == ok);
+    }
+    return 0;
+}
+
+/* Header names compare without case, for ASCII letters only. */
+static int
+test_name_case(void)
+{
+    const char *mixed[] = { "hOsT", "a", NULL };
+    const char *near[] = { "Hos\x54", "a", "H\x4fST", "b", NULL };
+
+    LG_CHECK(lg_str_ieq("Content-Length", 14, "content-length"));
+    LG_CHECK(lg_str_ieq("content-length", 14, "CONTENT-LENGTH"));
+    LG_CHECK(!lg_str_ieq("content-lengthx", 14, "content-length!"));
+    LG_CHECK(!lg_str_ieq("host", 4, "hos"));
+    /* bytes 0x20 apart that are not letters: '@' '`', '[' '{', '^' '~', '-' '\r' */
+    LG_CHECK(!lg_str_ieq("@", 1, "`"));
+    LG_CHECK(!lg_str_ieq("[", 1, "{"));
+    LG_CHECK(!lg_str_ieq("^", 1, "~"));
+    LG_CHECK(!lg_str_ieq("\r", 1, "-"));
+    LG_CHECK(!lg_str_ieq("\xc1", 1, "\xe1"));
+    LG_CHECK(lg_mem_ieq("A-Z@[", "a-z@[", 5));
+    LG_CHECK(fields(1, mixed) == NULL);
+    LG_CHECK_STR(fields(1, near), "more than one Host header");
     return 0;
 }
 
@@ -171,4 +204,4 @@ test_cleanup(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_raw, test_random, test_host, test_cleanup)
+LG_TEST_MAIN(test_raw, test_random, test_host, test_name_case, test_cleanup)
