@@ -54,12 +54,42 @@ client_conf(const struct lg_client *c)
     return c->req.fleet ? c->req.fleet->conf : c->w->fleet->conf;
 }
 
+/*
+ * The connection's read and write timeouts (ms, 0 = none), set only when one
+ * changes (or `rearm`): bufferevent_set_timeouts() deletes and adds both
+ * events. A keep-alive connection keeps its idle read timeout across
+ * requests, and has a write timeout only while a stream is relayed or the
+ * last response flushed (a write event with a timeout costs a timer insert
+ * each time it is added), so a request that arrives whole and is answered
+ * in one read changes neither: the read timeout stays armed while the
+ * response is on its way (client_on_event arms it again if it fires then),
+ * and the idle time after a quick response counts from the request's
+ * arrival (client_next_request re-arms it after a slow one).
+ */
+static void
+client_set_timeouts(struct lg_client *c, uint64_t read_ms, uint64_t write_ms, bool rearm)
+{
+    struct timeval r, w;
+
+    if (read_ms == c->read_tmo_ms && write_ms == c->write_tmo_ms && !rearm) {
+        return;
+    }
+    c->read_tmo_ms = read_ms;
+    c->write_tmo_ms = write_ms;
+    c->read_armed_ns = lg_now_ns();
+    bufferevent_set_timeouts(c->bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
+}
+
+void
+lg_client_set_write_timeout(struct lg_client *c, uint64_t ms)
+{
+    client_set_timeouts(c, c->read_tmo_ms, ms, false);
+}
+
 static void
 client_set_read_timeout(struct lg_client *c, uint64_t ms)
 {
-    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
-
-    bufferevent_set_timeouts(c->bev, ms ? &tv : NULL, NULL);
+    client_set_timeouts(c, ms, c->write_tmo_ms, false);
 }
 
 void
@@ -72,15 +102,6 @@ lg_client_set_state(struct lg_client *c, enum lg_client_state to)
              client_state_names[to]);
     c->state = to;
     c->action = client_state_names[to];
-    switch (to) {
-    case LG_CLIENT_ST_CONNECT:
-    case LG_CLIENT_ST_WAIT_HEAD:
-        /* the client only waits; its read stays on to notice it leaving */
-        client_set_read_timeout(c, 0);
-        break;
-    default:
-        break;
-    }
 }
 
 /* ---- request parser callbacks (parser.data is the client) -------------- */
@@ -444,8 +465,7 @@ client_close_flushed(struct lg_client *c)
     lg_client_set_state(c, LG_CLIENT_ST_LINGER);
     c->linger_until_ns = lg_now_ns() + CLIENT_LINGER_MS * LG_NS_PER_MS;
     client_linger_drop(c);
-    bufferevent_set_timeouts(c->bev, NULL, NULL);
-    client_set_read_timeout(c, CLIENT_LINGER_MS);
+    client_set_timeouts(c, CLIENT_LINGER_MS, 0, false);
     bufferevent_enable(c->bev, EV_READ);
 }
 
@@ -469,20 +489,18 @@ client_next_request(struct lg_client *c)
     struct lg_request *req = &c->req;
     bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
                        || c->w->draining;
+    uint64_t idle_ms = client_conf(c)->timeouts.client_idle_ms, took_ns;
 
     client_log(c);
+    took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
     client_end_request(c);
     c->requests++;
     if (close_after) {
-        struct timeval stall = { (time_t)(client_conf(c)->timeouts.client_stall_ms / 1000),
-                                 (suseconds_t)((client_conf(c)->timeouts.client_stall_ms % 1000)
-                                               * 1000) };
-
         c->linger = !(req->flags & LG_REQ_F_COMPLETE)
                     || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
         lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
         bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-        bufferevent_set_timeouts(c->bev, NULL, &stall);
+        client_set_timeouts(c, 0, client_conf(c)->timeouts.client_stall_ms, false);
         bufferevent_disable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
             client_close_flushed(c);
@@ -494,8 +512,12 @@ client_next_request(struct lg_client *c)
                  client_conf(c)->limits.max_headers);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
-    /* the idle timeout, and no write timeout any more */
-    client_set_read_timeout(c, client_conf(c)->timeouts.client_idle_ms);
+    /*
+     * The idle timeout: unchanged unless the request came in pieces, and
+     * counted from the request's last bytes unless its answer took longer
+     * than a second (or an eighth of the idle time): then from now.
+     */
+    client_set_timeouts(c, idle_ms, 0, took_ns > LG_MIN(UINT64_C(1000), idle_ms / 8) * LG_NS_PER_MS);
     lg_bevio_enable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         client_parse(c); /* a pipelined request is waiting */
@@ -897,7 +919,17 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
-            lg_client_cut(c, "client_stalled");
+            if (req->t_start == 0) {
+                lg_client_close(c, "client_stalled"); /* between requests: nothing to log */
+            } else {
+                lg_client_cut(c, "client_stalled");
+            }
+            return;
+        }
+        if (c->state != LG_CLIENT_ST_FLUSH
+            && lg_now_ns() - c->read_armed_ns < c->read_tmo_ms * (LG_NS_PER_MS / 2)) {
+            /* armed again after it fired (the callback is deferred): stale */
+            lg_bevio_enable(c->bev, EV_READ);
             return;
         }
         if (c->state == LG_CLIENT_ST_READ_HEAD && req->t_start == 0) {
@@ -908,6 +940,11 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
                 client_set_request_id(c);
             }
             lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+        } else if (c->state != LG_CLIENT_ST_FLUSH) {
+            /* a response is on its way: the read side only watches for the
+             * client leaving, and its timeout starts again */
+            c->read_armed_ns = lg_now_ns();
+            bufferevent_enable(c->bev, EV_READ);
         }
         return;
     }
@@ -970,7 +1007,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
     bufferevent_setcb(c->bev, client_on_read, client_on_write, client_on_event, c);
     /* bound what a pipelining or flooding client can make us buffer */
     lg_bevio_read_limit(c->bev, conf->limits.max_header_bytes + 64 * 1024);
-    client_set_read_timeout(c, conf->timeouts.client_header_ms);
+    client_set_timeouts(c, conf->timeouts.client_header_ms, 0, true);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     TAILQ_INSERT_TAIL(&w->clients, c, link);
     w->nclients++;

@@ -132,6 +132,9 @@ struct lg_client {
     uint32_t requests;              /* requests served on this connection */
     uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
     uint64_t read_tmo_want;         /* client_parse(): read timeout once it stops (ms) */
+    uint64_t read_tmo_ms;           /* the read timeout set on bev (ms, 0 = none) */
+    uint64_t write_tmo_ms;          /* the write timeout set on bev */
+    uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
     struct lg_request req;
     TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
     TAILQ_ENTRY(lg_client) reap_link;
@@ -160,6 +163,9 @@ void lg_client_fail(struct lg_client *c, int status, const char *code, const cha
 
 /* The response was relayed completely: log, then serve the next request or close. */
 void lg_client_finish(struct lg_client *c);
+
+/* The write timeout (ms, 0 = none) while a stream is relayed; the read timeout stays. */
+void lg_client_set_write_timeout(struct lg_client *c, uint64_t ms);
 
 /*
  * A failure after response bytes reached the client: the connection is closed

@@ -969,7 +969,7 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
              */
             bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, ms, &tmp),
                                      lg_timeval_ms(ms, &wr));
-            proxy_set_timeouts(c->bev, 0, conf->timeouts.client_stall_ms);
+            lg_client_set_write_timeout(c, conf->timeouts.client_stall_ms);
         }
     }
     lg_bevio_flush(c->bev); /* what was relayed leaves in this iteration */

@@ -394,6 +394,60 @@ class HostileTest(Harness):
         self.assertGreater(idle, 0.3)
         self.assertLess(idle, 5.0)
 
+    def test_requests_longer_than_the_client_timeouts_complete(self):
+        """The client's header and idle timeouts stay armed while a response is on
+        its way and must not cut it; the idle time counts again once it is out."""
+        _, port = self.start_llmsim("r1", args=["--decode-ms", "100", "--decode-ms-per-seq", "0"])
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            timeouts={"client_header": "400ms", "client_idle": "400ms"},
+            access_log=self.path("access.log"))
+        _, gw = self.start_gateway(conf)
+        s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+        got = b""
+
+        def recv():
+            data = s.recv(65536)
+            self.assertTrue(data, "the gateway closed the connection mid-response")
+            return data
+
+        def response():
+            nonlocal got
+            while b"\r\n\r\n" not in got:
+                got += recv()
+            head, _, rest = got.partition(b"\r\n\r\n")
+            if b"transfer-encoding: chunked" in head.lower():
+                while not rest.endswith(b"0\r\n\r\n"):
+                    rest += recv()
+                got = b""
+                return head, harness.dechunk(rest)[0]
+            n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(rest) < n:
+                rest += recv()
+            got = rest[n:]
+            return head, rest[:n]
+
+        for stream in (False, True):
+            body = json.dumps(chat_body(stream=stream, max_tokens=12)).encode()
+            t0 = time.monotonic()
+            s.sendall(post_head(b"Content-Length: %d\r\n\r\n" % len(body)) + body)
+            head, data = response()
+            took = time.monotonic() - t0
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+            self.assertGreater(took, 1.0)  # longer than either client timeout, twice over
+            if stream:
+                self.assertEqual(harness.sse_events(data)[-1], "[DONE]")
+            else:
+                self.assertEqual(json.loads(data)["usage"]["completion_tokens"], 12)
+        t0 = time.monotonic()
+        self.assertEqual(s.recv(65536), b"")  # the idle close, counted from the answer
+        idle = time.monotonic() - t0
+        s.close()
+        self.assertGreater(idle, 0.25)
+        self.assertLess(idle, 5.0)
+        log = harness.read_access_log(self.path("access.log"), 2)
+        self.assertEqual([(r["status"], r["error"]) for r in log], [(200, None), (200, None)])
+
     def test_stalled_reader_is_cut_and_its_upstream_aborted(self):
         flood = self.start([harness.PYTHON, "-c", FLOOD_SERVER], name="flood")
         fport = int(flood.wait_for(r"flood ready (\d+)").group(1))
