@@ -299,24 +299,29 @@ static const bool alog_esc[256] = {
 };
 
 /*
- * The end of the run of bytes from s[i] that need no escape, before end:
- * eight bytes per test (a high bit in each byte that is < 0x20, '"', '\\' or
- * DEL; borrows only run upwards, so the lowest one flagged is a true one).
+ * alog_esc for eight bytes at once: a high bit in each byte that is < 0x20,
+ * '"', '\\' or DEL. Borrows only run upwards, so the lowest byte flagged is
+ * a true one (bytes above it may be flagged falsely).
  */
+static inline uint64_t
+alog_esc8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\'), d = x ^ (ones * 0x7f);
+
+    return (((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((b - ones) & ~b) | ((d - ones) & ~d))
+           & high;
+}
+
+/* The end of the run of bytes from s[i] that need no escape, before end. */
 static inline size_t
 alog_plain_run(const char *s, size_t i, size_t end)
 {
-    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-
     while (end - i >= 8) {
-        uint64_t x, q, b, d, m;
+        uint64_t x, m;
 
         memcpy(&x, s + i, 8);
-        q = x ^ (ones * '"');
-        b = x ^ (ones * '\\');
-        d = x ^ (ones * 0x7f);
-        m = (((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((b - ones) & ~b) | ((d - ones) & ~d))
-            & high;
+        m = alog_esc8(x);
         if (m != 0) {
             return i + (size_t)(__builtin_ctzll(m) >> 3);
         }
@@ -328,41 +333,116 @@ alog_plain_run(const char *s, size_t i, size_t end)
     return i;
 }
 
-static void
-line_str(struct alog_line *l, const char *s, size_t n)
+/* Writes the JSON escape of c (2 or 6 bytes) at d; returns its length. */
+static inline size_t
+alog_escape(char *d, unsigned char c)
 {
     static const char hex[] = "0123456789abcdef";
-    size_t i = 0;
+
+    d[0] = '\\';
+    if (c == '"' || c == '\\') {
+        d[1] = (char)c;
+        return 2;
+    }
+    memcpy(d + 1, "u00", 3);
+    d[4] = hex[c >> 4];
+    d[5] = hex[c & 15];
+    return 6;
+}
+
+/*
+ * Most bytes a logged string takes in the line, quotes included: a longer one
+ * is cut (at a character, never inside an escape or a UTF-8 sequence) and
+ * ends in "...", so that the line stays one JSON object whatever the client
+ * sent. The request path gets more room than the other strings.
+ */
+#define ALOG_STR_MAX  512
+#define ALOG_PATH_MAX 2048
+
+static void
+line_str_max(struct alog_line *l, const char *s, size_t n, size_t max)
+{
+    size_t i = 0, room = l->cap - l->len, budget;
+    char *d;
 
     if (s == NULL) {
         line_lit(l, "null");
         return;
     }
-    line_raw(l, "\"", 1);
-    /* runs of plain bytes go in with one copy; room for an escape is kept */
-    while (i < n && l->len + 6 < l->cap) {
-        size_t room = l->cap - 6 - l->len, j = i, end = i + LG_MIN(n - i, room);
-        unsigned char c;
+    if (room >= 16 && n <= (LG_MIN(room, max) - 16) / 6) {
+        /*
+         * Room for the worst case (every byte a 6-byte escape): eight bytes
+         * are tested and stored per step, and the output moves on by those
+         * that needed no escape (no copy call, no room checks).
+         */
+        d = l->p + l->len;
+        *d++ = '"';
+        for (;;) {
+            while (n - i >= 8) {
+                uint64_t x, m;
 
-        j = alog_plain_run(s, j, end);
-        memcpy(l->p + l->len, s + i, j - i);
-        l->len += j - i;
-        i = j;
-        if (i == n || l->len + 6 >= l->cap || !alog_esc[(unsigned char)s[i]]) {
-            continue;
+                memcpy(&x, s + i, 8);
+                memcpy(d, &x, 8);
+                m = alog_esc8(x);
+                if (m != 0) {
+                    size_t k = (size_t)(__builtin_ctzll(m) >> 3);
+
+                    d += k;
+                    i += k;
+                    goto escape;
+                }
+                d += 8;
+                i += 8;
+            }
+            while (i < n && !alog_esc[(unsigned char)s[i]]) {
+                *d++ = s[i++];
+            }
+            if (i == n) {
+                break;
+            }
+        escape:
+            d += alog_escape(d, (unsigned char)s[i++]);
         }
-        c = (unsigned char)s[i++];
-        if (c == '"' || c == '\\') {
-            char e[2] = { '\\', (char)c };
-
-            line_raw(l, e, 2);
-        } else {
-            char e[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
-
-            line_raw(l, e, 6);
-        }
+        *d++ = '"';
+        l->len = (size_t)(d - l->p);
+        return;
     }
-    line_raw(l, "\"", 1);
+    /* may not fit: byte by byte within the budget, which keeps 5 for `..."` */
+    if (room < 8) {
+        return; /* cannot happen within lg_accesslog_write's buffer */
+    }
+    budget = LG_MIN(room, max) - 5;
+    d = l->p + l->len;
+    *d++ = '"';
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = alog_esc[c] ? (c == '"' || c == '\\' ? 2 : 6) : 1;
+
+        if ((size_t)(d - (l->p + l->len)) + k > budget) {
+            /* cut before a continuation byte: back to the sequence's start */
+            while (i > 0 && ((unsigned char)s[i] & 0xc0) == 0x80 && d[-1] == s[i - 1]) {
+                i--;
+                d--;
+            }
+            memcpy(d, "...", 3);
+            d += 3;
+            break;
+        }
+        if (k == 1) {
+            *d++ = (char)c;
+        } else {
+            d += alog_escape(d, c);
+        }
+        i++;
+    }
+    *d++ = '"';
+    l->len = (size_t)(d - l->p);
+}
+
+static inline void
+line_str(struct alog_line *l, const char *s, size_t n)
+{
+    line_str_max(l, s, n, ALOG_STR_MAX);
 }
 
 static void
@@ -437,7 +517,9 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
 {
     const struct lg_request *req = &c->req;
     const struct lg_hdrs *hs = &req->hdrs;
-    char mem[2048 + LG_ROUTE_EXPLAIN_BYTES];
+    /* the fixed part and numbers (under 1 KiB), the explanation, the path
+     * and ten other strings at their most: no line is ever cut */
+    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
     uint64_t tokens;
     size_t limit;
@@ -456,7 +538,7 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     line_lit(&l, ",\"method\":");
     line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");
-    line_str(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len);
+    line_str_max(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len, ALOG_PATH_MAX);
     line_lit(&l, ",\"model\":");
     line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
     line_lit(&l, ",\"stream\":");

@@ -267,7 +267,17 @@ class ProxyTest(Harness):
         for name in names:
             status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(model=name))
             self.assertEqual(status, 404, obj)
-        log = read_log(self.path("access.log"), len(names))
+        # a path longer than a log line holds: the line is cut, still one JSON object
+        long_path = "/nowhere/" + "x%22" * 1500
+        status, _, _ = http_request(gw, "GET", long_path)
+        self.assertEqual(status, 404)
+        log = read_log(self.path("access.log"), len(names) + 1)
+        paths = [r["path"] for r in log if r["model"] is None]
+        self.assertEqual(len(paths), 1)
+        self.assertTrue(paths[0].endswith("..."), paths[0][-20:])
+        self.assertTrue(long_path.startswith(paths[0][:-3]))
+        self.assertGreater(len(paths[0]), 1000)
+        log = [r for r in log if r["model"] is not None]
         # two workers: each keeps its own lines in order, not the two together
         self.assertEqual(sorted(r["model"] for r in log), sorted(names))
         # DEL is legal JSON as it is; the log writes it escaped, as jq -a would
