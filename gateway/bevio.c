@@ -115,6 +115,44 @@ lg_bevio_enable(struct bufferevent *bev, short what)
     }
 }
 
+static bool
+bevio_tv_eq(const struct timeval *set, const struct timeval *want)
+{
+    return want != NULL ? set->tv_sec == want->tv_sec && set->tv_usec == want->tv_usec
+                        : !evutil_timerisset(set);
+}
+
+void
+lg_bevio_timeouts(struct bufferevent *bev, const struct timeval *read,
+                  const struct timeval *write)
+{
+    if (!bevio_is_socket(bev) || !bevio_tv_eq(&bev->timeout_write, write)) {
+        bufferevent_set_timeouts(bev, read, write);
+        return;
+    }
+    /* what bufferevent_set_timeouts() does for the read side, alone */
+    if (read != NULL) {
+        bev->timeout_read = *read;
+    } else {
+        evutil_timerclear(&bev->timeout_read);
+    }
+    if (event_pending(&bev->ev_read, EV_READ, NULL)) {
+        if (read != NULL) {
+            event_add(&bev->ev_read, read);
+        } else {
+            event_remove_timer(&bev->ev_read);
+        }
+    }
+}
+
+void
+lg_bevio_read_timeout(struct bufferevent *bev, const struct timeval *read)
+{
+    struct timeval w = bev->timeout_write;
+
+    lg_bevio_timeouts(bev, read, evutil_timerisset(&w) ? &w : NULL);
+}
+
 /*
  * One readv from fd into `mine` bytes reserved at the end of `in` and then
  * into spill[0..spill_len) (0 for none); commits what landed in the input

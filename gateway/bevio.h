@@ -79,4 +79,18 @@ void lg_bevio_read_limit(struct bufferevent *bev, size_t high);
  */
 void lg_bevio_enable(struct bufferevent *bev, short what);
 
+/*
+ * bufferevent_set_timeouts() (NULL = none) for a timeout that starts now on
+ * the read side: on a plain socket bufferevent whose write timeout is
+ * already `write`, only the read event is re-armed (one event_add), not
+ * both events deleted and added. Otherwise, and on any other bufferevent,
+ * bufferevent_set_timeouts() itself.
+ */
+struct timeval;
+void lg_bevio_timeouts(struct bufferevent *bev, const struct timeval *read,
+                       const struct timeval *write);
+
+/* The same with the write timeout kept as it is. */
+void lg_bevio_read_timeout(struct bufferevent *bev, const struct timeval *read);
+
 #endif /* LG_BEVIO_H */

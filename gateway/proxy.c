@@ -40,12 +40,13 @@ proxy_conf(const struct lg_client *c)
     return c->req.fleet->conf;
 }
 
+/* The first-byte timeout starts now (a pooled connection keeps its stream-idle write timeout). */
 static void
 proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
 {
     struct timeval r, w;
 
-    bufferevent_set_timeouts(bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
+    lg_bevio_timeouts(bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
 }
 
 /* ---- learning ----------------------------------------------------------- */

@@ -191,9 +191,12 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     u->state = LG_UPCONN_ST_IDLE;
     u->idle_since_ns = lg_now_ns();
     bufferevent_setcb(u->bev, upstream_on_idle_read, NULL, upstream_on_idle_event, u);
-    /* the pool's connections sit in the queue of this duration: an append */
-    bufferevent_set_timeouts(u->bev, lg_worker_timeout(u->w, conf->timeouts.upstream_idle_ms, &tmp),
-                             NULL);
+    /*
+     * The pool's connections sit in the queue of this duration (an append);
+     * the write timeout stays (nothing is written while pooled), so only
+     * the read side is re-armed.
+     */
+    lg_bevio_read_timeout(u->bev, lg_worker_timeout(u->w, conf->timeouts.upstream_idle_ms, &tmp));
     lg_bevio_watermark(u->bev, EV_READ, 0, 0);
     lg_bevio_enable(u->bev, EV_READ);
     TAILQ_INSERT_HEAD(&pool->idle, u, link);

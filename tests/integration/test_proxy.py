@@ -393,6 +393,34 @@ class ProxyTest(Harness):
         self.assertEqual(obj["error"]["code"], "first_byte_timeout")
         self.assertTrue(0.9 < took < 5.0, took)
 
+    def test_pooled_connection_timeouts(self):
+        """A reused connection's first-byte timeout counts from the dispatch, not
+        from its last read; an unused pooled one goes after upstream_idle."""
+        (port,) = self.fleet(1)
+        _, gw = self.gateway([port], workers=1, timeouts={"first_byte": "2s", "upstream_idle": "2s"},
+                             routing={"policy": "round_robin", "retry": {"attempts": 1}})
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2))
+        self.assertEqual(status, 200)
+        self.assertEqual(established_to(port), 1)
+        time.sleep(1.0)  # pooled, its read armed a second ago with the same duration
+        status, _, _ = http_request(port, "POST", "/sim/control", {"fault": "stall@0"})
+        self.assertEqual(status, 200)
+        t0 = time.monotonic()
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        took = time.monotonic() - t0
+        self.assertEqual(status, 504)
+        self.assertEqual(obj["error"]["code"], "first_byte_timeout")
+        self.assertTrue(1.8 < took < 3.5, took)
+
+        (port,) = self.fleet(1)
+        _, gw = self.gateway([port], workers=1, timeouts={"upstream_idle": "300ms"})
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2))
+        self.assertEqual(status, 200)
+        t0 = time.monotonic()
+        self.assertEqual(established_to(port), 1)
+        wait_until(lambda: established_to(port) == 0, 5, what="the idle pooled connection closed")
+        self.assertGreater(time.monotonic() - t0, 0.2)
+
     def test_stream_idle_timeout_cuts_the_stream(self):
         (port,) = self.fleet(1, args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
         _, gw = self.gateway([port], timeouts={"stream_idle": "1s"})
