@@ -107,6 +107,33 @@ test_slow_replica_slope_scales(void)
     return 0;
 }
 
+/* The decay against libm: dt from nanoseconds to many half-lives. */
+static int
+test_decay_function(void)
+{
+    const double halves[] = { 0.001, 0.5, 10, 3600 };
+
+    LG_CHECK(lg_est_decay(0, 10) == 1.0);
+    LG_CHECK(lg_est_decay(S(1), 0) == 0.0);
+    for (size_t h = 0; h < sizeof(halves) / sizeof(halves[0]); h++) {
+        for (uint64_t dt = 1; dt < UINT64_C(1) << 62; dt = dt * 3 + dt / 7 + 1) {
+            double want = exp(-(double)dt / 1e9 * M_LN2 / halves[h]);
+            double got = lg_est_decay(dt, halves[h]);
+
+            if (want < 1e-300) {
+                LG_CHECK(got < 1e-290);
+            } else if (fabs(got - want) > 1e-9 * want) {
+                fprintf(stderr, "decay(%llu ns, %g s): %.17g, libm %.17g\n",
+                        (unsigned long long)dt, halves[h], got, want);
+                LG_CHECK(false);
+            }
+        }
+    }
+    /* two half-lives leave a quarter */
+    LG_CHECK(fabs(lg_est_decay(S(20), 10) - 0.25) < 1e-9);
+    return 0;
+}
+
 /* Without samples, a slow replica's estimate returns to the prior. */
 static int
 test_decay_toward_prior(void)
@@ -289,5 +316,5 @@ test_recovery_forgets(void)
 }
 
 LG_TEST_MAIN(test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
-             test_slow_replica_slope_scales, test_decay_toward_prior, test_peak_reaction, test_mean,
+             test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait)
