@@ -59,6 +59,7 @@ struct oa_scan {
     const unsigned char *p;   /* next byte */
     const unsigned char *end; /* end of the segment */
     uint32_t seg_off;         /* body offset of the segment's first byte */
+    uintptr_t off_bias;       /* seg_off - the segment's address: p + off_bias = p's offset */
     uint32_t *starts;         /* body offset of each segment (random access) */
     struct oa_tok *tok;
     uint32_t ntok;
@@ -80,7 +81,7 @@ static const uint8_t oa_class[256] = {
 static uint32_t
 oa_off(const struct oa_scan *s)
 {
-    return s->seg_off + (uint32_t)(s->p - (const unsigned char *)s->vec[s->seg].iov_base);
+    return (uint32_t)((uintptr_t)s->p + s->off_bias); /* wraps to the offset */
 }
 
 /* Moves to the next non-empty segment; false at the end of the body. */
@@ -95,6 +96,7 @@ oa_fill(struct oa_scan *s)
         s->seg++;
         s->p = s->vec[s->seg].iov_base;
         s->end = s->p + s->vec[s->seg].iov_len;
+        s->off_bias = (uintptr_t)s->seg_off - (uintptr_t)s->p;
     }
     return true;
 }
@@ -1176,6 +1178,7 @@ openai_inspect_vec(const struct evbuffer_iovec *vec, int nvec, size_t prefix_byt
     if (nvec > 0) {
         s.p = vec[0].iov_base;
         s.end = s.p + vec[0].iov_len;
+        s.off_bias = -(uintptr_t)s.p;
     } else {
         static const struct evbuffer_iovec none = { NULL, 0 };
 
