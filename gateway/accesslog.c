@@ -313,26 +313,6 @@ alog_esc8(uint64_t x)
            & high;
 }
 
-/* The end of the run of bytes from s[i] that need no escape, before end. */
-static inline size_t
-alog_plain_run(const char *s, size_t i, size_t end)
-{
-    while (end - i >= 8) {
-        uint64_t x, m;
-
-        memcpy(&x, s + i, 8);
-        m = alog_esc8(x);
-        if (m != 0) {
-            return i + (size_t)(__builtin_ctzll(m) >> 3);
-        }
-        i += 8;
-    }
-    while (i < end && !alog_esc[(unsigned char)s[i]]) {
-        i++;
-    }
-    return i;
-}
-
 /* Writes the JSON escape of c (2 or 6 bytes) at d; returns its length. */
 static inline size_t
 alog_escape(char *d, unsigned char c)
