@@ -118,8 +118,7 @@ lg_bevio_enable(struct bufferevent *bev, short what)
 static bool
 bevio_tv_eq(const struct timeval *set, const struct timeval *want)
 {
-    return want != NULL ? set->tv_sec == want->tv_sec && set->tv_usec == want->tv_usec
-                        : !evutil_timerisset(set);
+    return want != NULL ? evutil_timercmp(set, want, ==) : !evutil_timerisset(set);
 }
 
 void

@@ -631,7 +631,7 @@ lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len, struct lg
     while (i < len && (value[i] == ' ' || value[i] == '\t')) {
         i++;
     }
-    if (len - i < 7 || strncasecmp(value + i, "Bearer ", 7) != 0) {
+    if (len - i < 7 || !lg_mem_ieq(value + i, "Bearer ", 7)) {
         return false;
     }
     for (i += 7; i < len && value[i] == ' '; i++) {

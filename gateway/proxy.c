@@ -737,8 +737,9 @@ proxy_write_head(struct lg_client *c, struct lg_upconn *u)
         if (h->hop) {
             continue;
         }
+        /* a shorter value ends in its NUL, where the compare stops */
         if (lg_str_ieq(name, h->name_len, "content-type")
-            && strncasecmp(value, "text/event-stream", 17) == 0) {
+            && lg_mem_ieq(value, "text/event-stream", 17)) {
             req->flags |= LG_REQ_F_SSE;
         } else if (lg_str_ieq(name, h->name_len, "x-request-id")) {
             has_id = true;
