@@ -314,6 +314,7 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c)
     c->req.waiter = wt;
     admission_insert(aw, wt);
     lg_client_set_state(c, LG_CLIENT_ST_CONNECT); /* waiting; its read stays on for EOF */
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "queued for model \"%s\" behind %u", c->req.info.model, ahead);
     return LG_OK;
 }
 

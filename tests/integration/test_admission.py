@@ -49,12 +49,12 @@ class Async:
 
 class AdmissionTest(Harness):
 
-    def gateway(self, sims, queue_length=2, queue="10s", workers=2, max_inflight=1):
+    def gateway(self, sims, queue_length=2, queue="10s", workers=2, max_inflight=1, **extra):
         backends = [{"name": "r%d" % i, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
                      "max_inflight": max_inflight} for i, p in enumerate(sims)]
         conf = self.base_config(backends, workers=workers, access_log=self.path("access.log"),
                                 limits={"queue_length": queue_length},
-                                timeouts={"queue": queue})
+                                timeouts={"queue": queue}, **extra)
         return self.start_gateway(conf)
 
     def hold_slot(self, gw, tokens=100):
@@ -66,13 +66,13 @@ class AdmissionTest(Harness):
 
     def test_requests_wait_then_run_in_order(self):
         _, sim = self.start_llmsim("r1", args=SLOW)
-        _, gw = self.gateway([sim], queue_length=2)
+        gwp, gw = self.gateway([sim], queue_length=2, log_level="debug")
         hold = self.hold_slot(gw, tokens=40)
-        # (a queued request is not visible from outside: give each time to arrive)
+        # the second is sent once the gateway has queued the first (its debug line)
         a = Async(gw, chat_body(max_tokens=2, content="first"))
-        time.sleep(0.3)
+        gwp.wait_for(r'queued for model "m" behind 0')
         b = Async(gw, chat_body(max_tokens=2, content="second"))
-        time.sleep(0.3)
+        gwp.wait_for(r'queued for model "m" behind 1')
         # the queue (2) is full: the next one is refused at once
         t0 = time.monotonic()
         status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body())
