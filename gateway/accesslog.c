@@ -298,19 +298,11 @@ static const bool alog_esc[256] = {
     [0x7f] = true,
 };
 
-/*
- * alog_esc for eight bytes at once: a high bit in each byte that is < 0x20,
- * '"', '\\' or DEL. Borrows only run upwards, so the lowest byte flagged is
- * a true one (bytes above it may be flagged falsely).
- */
+/* alog_esc for eight bytes at once (lg_swar_*: the lowest byte flagged is a true one). */
 static inline uint64_t
 alog_esc8(uint64_t x)
 {
-    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\'), d = x ^ (ones * 0x7f);
-
-    return (((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((b - ones) & ~b) | ((d - ones) & ~d))
-           & high;
+    return lg_swar_lt(x, 0x20) | lg_swar_eq(x, '"') | lg_swar_eq(x, '\\') | lg_swar_eq(x, 0x7f);
 }
 
 /* Writes the JSON escape of c (2 or 6 bytes) at d; returns its length. */
@@ -365,7 +357,7 @@ line_str_max(struct alog_line *l, const char *s, size_t n, size_t max)
                 memcpy(d, &x, 8);
                 m = alog_esc8(x);
                 if (m != 0) {
-                    size_t k = (size_t)(__builtin_ctzll(m) >> 3);
+                    size_t k = lg_swar_first(m);
 
                     d += k;
                     i += k;

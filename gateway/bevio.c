@@ -115,21 +115,10 @@ lg_bevio_enable(struct bufferevent *bev, short what)
     }
 }
 
-static bool
-bevio_tv_eq(const struct timeval *set, const struct timeval *want)
+/* What bufferevent_set_timeouts() does for the read side alone (plain socket bufferevents). */
+static void
+bevio_rearm_read(struct bufferevent *bev, const struct timeval *read)
 {
-    return want != NULL ? evutil_timercmp(set, want, ==) : !evutil_timerisset(set);
-}
-
-void
-lg_bevio_timeouts(struct bufferevent *bev, const struct timeval *read,
-                  const struct timeval *write)
-{
-    if (!bevio_is_socket(bev) || !bevio_tv_eq(&bev->timeout_write, write)) {
-        bufferevent_set_timeouts(bev, read, write);
-        return;
-    }
-    /* what bufferevent_set_timeouts() does for the read side, alone */
     if (read != NULL) {
         bev->timeout_read = *read;
     } else {
@@ -145,11 +134,29 @@ lg_bevio_timeouts(struct bufferevent *bev, const struct timeval *read,
 }
 
 void
+lg_bevio_timeouts(struct bufferevent *bev, const struct timeval *read,
+                  const struct timeval *write)
+{
+    const struct timeval *w = &bev->timeout_write;
+
+    if (!bevio_is_socket(bev)
+        || (write != NULL ? !evutil_timercmp(w, write, ==) : evutil_timerisset(w))) {
+        bufferevent_set_timeouts(bev, read, write);
+        return;
+    }
+    bevio_rearm_read(bev, read);
+}
+
+void
 lg_bevio_read_timeout(struct bufferevent *bev, const struct timeval *read)
 {
     struct timeval w = bev->timeout_write;
 
-    lg_bevio_timeouts(bev, read, evutil_timerisset(&w) ? &w : NULL);
+    if (!bevio_is_socket(bev)) {
+        bufferevent_set_timeouts(bev, read, evutil_timerisset(&w) ? &w : NULL);
+        return;
+    }
+    bevio_rearm_read(bev, read);
 }
 
 /*

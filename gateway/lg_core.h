@@ -137,6 +137,36 @@ lg_mem_ieq(const char *a, const char *b, size_t n)
 }
 
 /*
+ * Eight bytes at once, in a word loaded (memcpy) from memory: a high bit in
+ * each byte equal to c (lg_swar_eq), or below c for c <= 0x80 (lg_swar_lt;
+ * bytes >= 0x80 never count as below). Borrows only run upwards, so the
+ * lowest byte flagged is a true one, in each mask and in an OR of them;
+ * bytes above it may be flagged falsely. lg_swar_first gives its index.
+ */
+#define LG_SWAR_ONES 0x0101010101010101ull
+#define LG_SWAR_HIGH 0x8080808080808080ull
+
+static inline uint64_t
+lg_swar_eq(uint64_t x, unsigned char c)
+{
+    uint64_t y = x ^ (LG_SWAR_ONES * c);
+
+    return (y - LG_SWAR_ONES) & ~y & LG_SWAR_HIGH;
+}
+
+static inline uint64_t
+lg_swar_lt(uint64_t x, unsigned char c)
+{
+    return (x - LG_SWAR_ONES * c) & ~x & LG_SWAR_HIGH;
+}
+
+static inline size_t
+lg_swar_first(uint64_t m)
+{
+    return (size_t)__builtin_ctzll(m) >> 3;
+}
+
+/*
  * Case-insensitive comparison of a counted string with a C string. Inline:
  * with a literal the length test is a constant and most calls end there.
  */

@@ -298,8 +298,6 @@ oa_plain_run_avx2(const unsigned char *p, const unsigned char *end)
 static const unsigned char *
 oa_plain_run(const unsigned char *p, const unsigned char *end)
 {
-    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-
 #ifdef OA_AVX2
     if (end - p >= 64 && __builtin_cpu_supports("avx2")) {
         p = oa_plain_run_avx2(p, end);
@@ -324,17 +322,13 @@ oa_plain_run(const unsigned char *p, const unsigned char *end)
     }
 #endif
     while (end - p >= 8) {
-        uint64_t x, quote, bslash, m;
+        uint64_t x, m;
 
         memcpy(&x, p, 8);
-        quote = x ^ (ones * '"');
-        bslash = x ^ (ones * '\\');
-        /* a high bit in each byte that is < 0x20, '"', '\\' or >= 0x80; borrows
-         * only run upwards, so the lowest one flagged is a true one */
-        m = (((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | x)
-            & high;
+        /* the bytes < 0x20, '"', '\\' or >= 0x80 */
+        m = lg_swar_lt(x, 0x20) | lg_swar_eq(x, '"') | lg_swar_eq(x, '\\') | (x & LG_SWAR_HIGH);
         if (m != 0) {
-            return p + (__builtin_ctzll(m) >> 3);
+            return p + lg_swar_first(m);
         }
         p += 8;
     }

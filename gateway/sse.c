@@ -147,9 +147,6 @@ probe_out(struct lg_json_probe *p, char c)
 static inline size_t
 sse_find2(const char *data, size_t i, size_t len, char a, char b)
 {
-    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-    const uint64_t ma = ones * (unsigned char)a, mb = ones * (unsigned char)b;
-
 #ifdef __SSE2__
     const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b);
 
@@ -165,15 +162,12 @@ sse_find2(const char *data, size_t i, size_t len, char a, char b)
     }
 #endif
     while (len - i >= 8) {
-        uint64_t x, xa, xb, m;
+        uint64_t x, m;
 
         memcpy(&x, data + i, 8);
-        xa = x ^ ma;
-        xb = x ^ mb;
-        /* the lowest flagged byte is a true match (borrows only run upwards) */
-        m = (((xa - ones) & ~xa) | ((xb - ones) & ~xb)) & high;
+        m = lg_swar_eq(x, (unsigned char)a) | lg_swar_eq(x, (unsigned char)b);
         if (m != 0) {
-            return i + ((size_t)__builtin_ctzll(m) >> 3);
+            return i + lg_swar_first(m);
         }
         i += 8;
     }
