@@ -862,9 +862,15 @@ lg_proxy_on_client_drained(struct lg_client *c)
     }
 }
 
-/* Moves n consumed body bytes from the upstream input to the client. */
+/*
+ * Moves n consumed body bytes from the upstream input to the client. The
+ * response's `last` bytes are queued, never written at once: they leave at
+ * the flush, after proxy_complete() has counted the request done, so a
+ * client that has read its whole answer never finds it still in flight
+ * (in /metrics, the admission queue, the access log).
+ */
 static void
-proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
+proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n, bool last)
 {
     struct lg_request *req = &c->req;
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -893,7 +899,7 @@ proxy_move_body(struct lg_client *c, struct evbuffer *in, size_t n)
         /* nothing queued ahead of them (a stream's events after its head):
          * the bytes go straight from the backend's input to the client's
          * socket, and only what it does not take now is queued */
-        size_t sent = lg_bevio_write_from(c->bev, in, n); /* 0 if bytes are queued */
+        size_t sent = last ? 0 : lg_bevio_write_from(c->bev, in, n); /* 0 if bytes are queued */
 
         if (sent < n) {
             evbuffer_remove_buffer(in, out, n - sent);
@@ -1011,7 +1017,7 @@ proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
             continue;
         }
         if (consumed > 0) {
-            proxy_move_body(c, in, consumed);
+            proxy_move_body(c, in, consumed, err == HPE_PAUSED && u->resp_done);
         }
         if (err == HPE_PAUSED && u->resp_done) {
             proxy_complete(c, u, evbuffer_get_length(in) == 0);
