@@ -7,6 +7,8 @@
 #ifndef LG_BEVIO_H
 #define LG_BEVIO_H
 
+#include <stddef.h>
+
 struct bufferevent;
 struct evbuffer;
 struct event_base;
@@ -52,6 +54,21 @@ void lg_bevio_own_reads(struct bufferevent *bev);
  * leave without a write event armed, run and disarmed.
  */
 size_t lg_bevio_write_from(struct bufferevent *bev, struct evbuffer *src, size_t n);
+
+/*
+ * Sends a message on bev: head_len bytes from head, then the bytes of body
+ * (NULL for none), which is only read, never drained (a caller keeps it, for
+ * a retry). On a plain socket bufferevent whose output is empty (and which
+ * is connected and writing) they go straight to the socket in one writev,
+ * without a copy into the output, its callbacks, or a write event armed and
+ * disarmed; whatever does not leave so, or all of it where this does not
+ * apply, is queued on the output as usual: the head's rest copied, the
+ * body's by reference (evbuffer_add_buffer_reference), and the bufferevent's
+ * own write takes it from there (and meets and reports any error). Returns
+ * the bytes written straight away.
+ */
+size_t lg_bevio_write_msg(struct bufferevent *bev, const void *head, size_t head_len,
+                          struct evbuffer *body);
 
 /*
  * bufferevent_setwatermark() when the marks change. libevent's call costs

@@ -521,7 +521,7 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
     struct proxy_head hb = { .out = out };
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
-    size_t before = evbuffer_get_length(out);
+    size_t before = evbuffer_get_length(out), sent;
 
     head_str(&hb, method);
     head_add(&hb, " ", 1);
@@ -570,12 +570,14 @@ proxy_write_request(struct lg_client *c, struct lg_upconn *u)
         head_u64(&hb, req->body_bytes);
     }
     head_add(&hb, "\r\n\r\n", 4);
-    head_flush(&hb);
-    /* The body goes by reference: kept intact in req->body for a retry. */
-    if (req->body_bytes > 0) {
-        evbuffer_add_buffer_reference(out, req->body);
-    }
-    LG_STAT_ADD(u->b, bytes_out, evbuffer_get_length(out) - before);
+    /*
+     * Straight to the socket when nothing is queued (a pooled connection),
+     * else queued; the body by reference either way, kept intact in
+     * req->body for a retry. A head too long for hb has its front queued
+     * already: then all of it is.
+     */
+    sent = lg_bevio_write_msg(u->bev, hb.buf, hb.n, req->body_bytes > 0 ? req->body : NULL);
+    LG_STAT_ADD(u->b, bytes_out, evbuffer_get_length(out) + sent - before);
 }
 
 static void
@@ -655,7 +657,7 @@ proxy_attempt(struct lg_client *c)
     }
     lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
     if (u->state != LG_UPCONN_ST_CONNECTING) {
-        lg_bevio_flush(u->bev); /* the request leaves in this iteration */
+        lg_bevio_flush(u->bev); /* what was queued leaves in this iteration */
     }
 }
 

@@ -14,12 +14,17 @@ Environment:
                valgrind error (exit status 99 fails the test). In a sanitizer
                build (LG_SANITIZE in the CMake cache) gateways are stopped the
                same way, so that LeakSanitizer's report fails the test.
+  LG_TEST_KEEP a folder: a failed test's files (configs, access logs) are
+               copied to FOLDER/<test id> before they are removed
+  LG_TEST_VERBOSE  when set, every process's output is printed, not only
+               a failed test's
 """
 
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -213,6 +218,9 @@ class Harness(unittest.TestCase):
             p.kill()
             if failed or os.environ.get("LG_TEST_VERBOSE"):
                 print("----- output of %s -----\n%s" % (p.name, p.output()[-20000:]))
+        if failed and os.environ.get("LG_TEST_KEEP"):
+            shutil.copytree(self.tmp, os.path.join(os.environ["LG_TEST_KEEP"], self.id()),
+                            dirs_exist_ok=True)
         self._tmpdir.cleanup()
         if bad:
             raise AssertionError("; ".join(bad))
