@@ -92,6 +92,21 @@ client_set_read_timeout(struct lg_client *c, uint64_t ms)
     client_set_timeouts(c, ms, c->write_tmo_ms, false);
 }
 
+static void client_on_read(struct bufferevent *bev, void *arg);
+static void client_on_write(struct bufferevent *bev, void *arg);
+static void client_on_event(struct bufferevent *bev, short what, void *arg);
+
+void
+lg_client_watch_drain(struct lg_client *c)
+{
+    bufferevent_data_cb wcb;
+
+    bufferevent_getcb(c->bev, NULL, &wcb, NULL, NULL);
+    if (wcb == NULL) {
+        bufferevent_setcb(c->bev, client_on_read, client_on_write, client_on_event, c);
+    }
+}
+
 void
 lg_client_set_state(struct lg_client *c, enum lg_client_state to)
 {
@@ -102,6 +117,9 @@ lg_client_set_state(struct lg_client *c, enum lg_client_state to)
              client_state_names[to]);
     c->state = to;
     c->action = client_state_names[to];
+    if (to == LG_CLIENT_ST_FLUSH) {
+        lg_client_watch_drain(c); /* it closes when its output has left */
+    }
 }
 
 /* ---- request parser callbacks (parser.data is the client) -------------- */
@@ -1004,7 +1022,12 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
     lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
     c->state = LG_CLIENT_ST_READ_HEAD;
     c->action = client_state_names[c->state];
-    bufferevent_setcb(c->bev, client_on_read, client_on_write, client_on_event, c);
+    /*
+     * No write callback until one is wanted (lg_client_watch_drain): with
+     * one, every write that empties the output schedules it (a deferred
+     * callback per answer) only for it to find nothing to do.
+     */
+    bufferevent_setcb(c->bev, client_on_read, NULL, client_on_event, c);
     /* bound what a pipelining or flooding client can make us buffer */
     lg_bevio_read_limit(c->bev, conf->limits.max_header_bytes + 64 * 1024);
     client_set_timeouts(c, conf->timeouts.client_header_ms, 0, true);

@@ -181,6 +181,13 @@ void lg_client_set_state(struct lg_client *c, enum lg_client_state to);
 /* The worker is draining: close if idle, else close after the current response. */
 void lg_client_drain(struct lg_client *c);
 
+/*
+ * Has client_on_write() run when the client's output drains (a paused
+ * relay resumes; a flushing connection closes). Entering FLUSH does it; a
+ * connection has no write callback otherwise.
+ */
+void lg_client_watch_drain(struct lg_client *c);
+
 /* Queues bytes on the client connection, counting them as response bytes. */
 void lg_client_write_buffer(struct lg_client *c, struct evbuffer *src, size_t n);
 

@@ -841,6 +841,7 @@ proxy_backpressure(struct lg_client *c, struct lg_upconn *u)
         && evbuffer_get_length(bufferevent_get_output(c->bev)) >= high) {
         bufferevent_disable(u->bev, EV_READ);
         bufferevent_setwatermark(c->bev, EV_WRITE, high / 2, 0);
+        lg_client_watch_drain(c); /* resumes in lg_proxy_on_client_drained() */
         req->flags |= LG_REQ_F_PAUSED_UP;
     }
 }
