@@ -7,6 +7,7 @@ it, the client sees a cut stream (never a clean end) within stream_idle, and
 no other stream is disturbed. All backends down: a fast 503.
 """
 
+import hashlib
 import json
 import os
 import socket
@@ -24,8 +25,11 @@ SLOWER = ["--decode-ms", "20", "--decode-ms-per-seq", "0", "--prefill-us-per-tok
 #            reads the next request and closes without answering: the gateway
 #            reused a pooled connection the backend was closing.
 #   garbage  answers every request with a response no parser may accept.
+#   hash     answers with the SHA-256 of the request body as the content.
+#   cut      as hash for the first request of each connection; of the next
+#            one it reads 64 KiB and closes (unread bytes: a reset).
 TINY_BACKEND = r"""
-import socket, sys, threading
+import hashlib, socket, sys, threading
 mode = sys.argv[1]
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", 0)); s.listen(64)
@@ -50,12 +54,35 @@ def read_request(c, buf):
         if not d:
             return None, b""
         rest += d
+    LAST[0] = rest[:n]
     return head, rest[n:]
+LAST = [b""]
 
+def cut(c, buf):
+    while b"\r\n\r\n" not in buf or len(buf.partition(b"\r\n\r\n")[2]) < 65536:
+        d = c.recv(65536)
+        if not d:
+            break
+        buf += d
+    print("tiny cut a body after %d bytes: %r" % (len(buf), buf[:5]), flush=True)
+    c.close()
+def answer(c, content):
+    body = BODY.replace(b'"content":"ok"', b'"content":"%s"' % content)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
 def serve(c):
     buf = b""
     served = 0
     while True:
+        if mode == "cut" and served == 1:
+            return cut(c, buf)
+        if mode in ("hash", "cut"):
+            head, buf = read_request(c, buf)
+            if head is None:
+                break
+            answer(c, hashlib.sha256(LAST[0]).hexdigest().encode())
+            served += 1
+            continue
         head, buf = read_request(c, buf)
         if head is None:
             break
@@ -175,6 +202,39 @@ class FaultsTest(Harness):
         tiny.wait_for(r"tiny closed a reused connection")
         log = read_log(self.path("access.log"), 4)
         self.assertTrue(all(r["status"] == 200 and r["error"] is None for r in log), log)
+
+    def test_long_prompt_cut_on_a_pooled_connection_is_sent_again_whole(self):
+        # A 1 MiB prompt on a pooled connection goes straight to its socket,
+        # more than the socket takes at once; the backend reads 64 KiB of it
+        # and closes. Sent again (a keep-alive race: not counted as an
+        # attempt), the body must arrive whole, every byte once and in
+        # order: each backend answers the SHA-256 of the body it read.
+        cutter, cport = self.tiny("cut")
+        _, hport = self.tiny("hash")
+        conf = self.base_config([{"name": "cut", "url": "http://127.0.0.1:%d" % cport,
+                                  "models": ["m"]},
+                                 {"name": "hash", "url": "http://127.0.0.1:%d" % hport,
+                                  "models": ["m"]}], workers=1,
+                                access_log=self.path("access.log"),
+                                # no checks or scrapes: the tiny backends see requests only
+                                health={"interval": "1h", "scrape_interval": 0,
+                                        "eject_consecutive": 0})
+        _, gw = self.start_gateway(conf)
+        prompt = "".join("%07d " % i for i in range(2**17))  # 1 MiB, no two pieces alike
+        body = chat_body(content=prompt)
+        want = hashlib.sha256(json.dumps(body).encode()).hexdigest()
+        # the rotation (weighted while the backends ramp up) decides which
+        # request lands on cut's pooled connection: go on until one did
+        sent = 0
+        while sent < 40 and "tiny cut a body" not in cutter.output():
+            status, _, obj, _ = post_json(gw, "/v1/chat/completions", body)
+            self.assertEqual(status, 200, obj)
+            self.assertEqual(obj["choices"][0]["message"]["content"], want)
+            sent += 1
+        m = cutter.wait_for(r"tiny cut a body after (\d+) bytes: b'POST '")
+        self.assertGreater(int(m.group(1)), 65536)
+        log = read_log(self.path("access.log"), sent)
+        self.assertEqual({(r["status"], r["error"]) for r in log}, {(200, None)}, log)
 
     def test_malformed_response_is_retried_elsewhere(self):
         _, bad = self.tiny("garbage")
