@@ -270,6 +270,34 @@ test_unchanged_is_skipped(void)
     return 0;
 }
 
+/*
+ * Two socket pairs on base: *a on sv[0], connected and reading through
+ * bevio (as llmgate's connections are once connected), and *fresh on
+ * sv2[0], still on libevent's read callback (a connect not seen yet); both
+ * enabled both ways, and the write events libevent arms at enable run
+ * once and disarm. sv[1] is non-blocking too (the tests drain it).
+ */
+static int
+pairs_open(struct event_base *base, int sv[2], int sv2[2], struct bufferevent **a,
+           struct bufferevent **fresh)
+{
+    signal(SIGPIPE, SIG_IGN); /* as llmgate does */
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2) == 0);
+    evutil_make_socket_nonblocking(sv[0]);
+    evutil_make_socket_nonblocking(sv[1]);
+    evutil_make_socket_nonblocking(sv2[0]);
+    lg_bevio_init(base);
+    *a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    *fresh = bufferevent_socket_new(base, sv2[0], BEV_OPT_CLOSE_ON_FREE);
+    lg_bevio_own_reads(*a);
+    bufferevent_enable(*a, EV_READ | EV_WRITE);
+    bufferevent_enable(*fresh, EV_READ | EV_WRITE);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    LG_CHECK(event_pending(&(*a)->ev_write, EV_WRITE, NULL) == 0);
+    return 0;
+}
+
 static int
 test_write_from(void)
 {
@@ -281,21 +309,7 @@ test_write_from(void)
     size_t sent;
     int sv[2], sv2[2];
 
-    signal(SIGPIPE, SIG_IGN); /* as llmgate does */
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2) == 0);
-    evutil_make_socket_nonblocking(sv[0]);
-    evutil_make_socket_nonblocking(sv2[0]);
-    lg_bevio_init(base);
-    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    fresh = bufferevent_socket_new(base, sv2[0], BEV_OPT_CLOSE_ON_FREE);
-    lg_bevio_own_reads(a);
-    bufferevent_enable(a, EV_READ | EV_WRITE);
-    bufferevent_enable(fresh, EV_READ | EV_WRITE);
-    /* libevent arms the write event at enable; with nothing to write its
-     * callback disarms it */
-    event_base_loop(base, EVLOOP_NONBLOCK);
-    LG_CHECK(event_pending(&a->ev_write, EV_WRITE, NULL) == 0);
+    LG_CHECK(pairs_open(base, sv, sv2, &a, &fresh) == 0);
 
     /* nothing queued: written at once, drained from src, no write event */
     evbuffer_add(src, "hello world", 11);
@@ -364,19 +378,7 @@ test_write_msg(void)
     size_t sent, hl = sizeof(head) - 1;
     int sv[2], sv2[2];
 
-    signal(SIGPIPE, SIG_IGN);
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-    LG_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2) == 0);
-    evutil_make_socket_nonblocking(sv[0]);
-    evutil_make_socket_nonblocking(sv[1]);
-    evutil_make_socket_nonblocking(sv2[0]);
-    lg_bevio_init(base);
-    a = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    fresh = bufferevent_socket_new(base, sv2[0], BEV_OPT_CLOSE_ON_FREE);
-    lg_bevio_own_reads(a);
-    bufferevent_enable(a, EV_READ | EV_WRITE);
-    bufferevent_enable(fresh, EV_READ | EV_WRITE);
-    event_base_loop(base, EVLOOP_NONBLOCK);
+    LG_CHECK(pairs_open(base, sv, sv2, &a, &fresh) == 0);
 
     /* head and body in one write; the body kept, nothing queued or armed */
     evbuffer_add(body, "body", 4);
