@@ -213,11 +213,7 @@ lg_bevio_read_timeout(struct bufferevent *bev, const struct timeval *read)
 {
     struct timeval w = bev->timeout_write;
 
-    if (!bevio_is_socket(bev)) {
-        bufferevent_set_timeouts(bev, read, evutil_timerisset(&w) ? &w : NULL);
-        return;
-    }
-    bevio_rearm_read(bev, read);
+    lg_bevio_timeouts(bev, read, evutil_timerisset(&w) ? &w : NULL);
 }
 
 /*

@@ -56,8 +56,9 @@ client_conf(const struct lg_client *c)
 
 /*
  * The connection's read and write timeouts (ms, 0 = none), set only when one
- * changes (or `rearm`): bufferevent_set_timeouts() deletes and adds both
- * events. A keep-alive connection keeps its idle read timeout across
+ * changes (or `rearm`), and then through lg_bevio_timeouts(): when the write
+ * timeout stays, only the read event is re-armed (libevent's
+ * bufferevent_set_timeouts() deletes and adds both events). A keep-alive connection keeps its idle read timeout across
  * requests, and has a write timeout only while a stream is relayed or the
  * last response flushed (a write event with a timeout costs a timer insert
  * each time it is added), so a request that arrives whole and is answered
@@ -77,7 +78,7 @@ client_set_timeouts(struct lg_client *c, uint64_t read_ms, uint64_t write_ms, bo
     c->read_tmo_ms = read_ms;
     c->write_tmo_ms = write_ms;
     c->read_armed_ns = lg_now_ns();
-    bufferevent_set_timeouts(c->bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
+    lg_bevio_timeouts(c->bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
 }
 
 void
