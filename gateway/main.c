@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +113,28 @@ main_check_config(const char *path)
            path, conf->nbackends, conf->ntemplates, conf->nlisten);
     lg_config_unref(conf);
     return 0;
+}
+
+/*
+ * glibc hands a freed block of 128 KiB or more back to the kernel (munmap, or
+ * trimming the heap top past 128 KiB, and then an arena's madvise), and the
+ * next request's body faults those pages in again, zeroed: with 100 KiB
+ * bodies 2-8 page faults per request and a fifth of the proxy's CPU
+ * (bench/NOTES.md 37). Body chains up to 4 MiB come from the heap and an
+ * arena keeps up to 32 MiB free at its top instead (glibc's own adaptive
+ * thresholds reach 32 and 64 MiB). GLIBC_TUNABLES naming malloc settings
+ * wins over this.
+ */
+static void
+main_tune_malloc(void)
+{
+    const char *t = getenv("GLIBC_TUNABLES");
+
+    if (t != NULL && strstr(t, "glibc.malloc.") != NULL) {
+        return;
+    }
+    mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 }
 
 static void
@@ -451,6 +474,7 @@ main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     main_raise_nofile();
+    main_tune_malloc();
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "llmgate: libevent has no pthreads support\n");
         return 1;
