@@ -10,7 +10,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#ifdef __GLIBC__
 #include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +121,7 @@ main_check_config(const char *path)
  * glibc hands a freed block of 128 KiB or more back to the kernel (munmap, or
  * trimming the heap top past 128 KiB, and then an arena's madvise), and the
  * next request's body faults those pages in again, zeroed: with 100 KiB
- * bodies 2-8 page faults per request and a fifth of the proxy's CPU
+ * bodies up to 10 page faults per request and a sixth of the proxy's CPU
  * (bench/NOTES.md 37). Body chains up to 4 MiB come from the heap and an
  * arena keeps up to 32 MiB free at its top instead (glibc's own adaptive
  * thresholds reach 32 and 64 MiB). GLIBC_TUNABLES naming malloc settings
@@ -128,6 +130,7 @@ main_check_config(const char *path)
 static void
 main_tune_malloc(void)
 {
+#ifdef __GLIBC__
     const char *t = getenv("GLIBC_TUNABLES");
 
     if (t != NULL && strstr(t, "glibc.malloc.") != NULL) {
@@ -135,6 +138,7 @@ main_tune_malloc(void)
     }
     mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
+#endif
 }
 
 static void
