@@ -260,21 +260,33 @@ oa_utf8(struct oa_scan *s, int lead, int n)
 }
 
 #ifdef OA_AVX2
-/* oa_plain_run's loop 64 bytes at a time, for CPUs that have AVX2. */
+/*
+ * oa_plain_run's loop 64 bytes at a time, for CPUs that have AVX2. A byte
+ * stops the run if it is below ' ' or 0x80 and above (one signed compare), or
+ * if the table entry at its low four bits is the byte itself: '"' at 2, '\\'
+ * at 12, every other entry its own index, a control byte that stops anyway
+ * (vpshufb gives 0 for bytes with the top bit set, never the byte). Four
+ * operations per 32 bytes instead of six for three compares.
+ */
 __attribute__((target("avx2"))) static const unsigned char *
 oa_plain_run_avx2(const unsigned char *p, const unsigned char *end)
 {
-    const __m256i v_space = _mm256_set1_epi8(0x20), v_quote = _mm256_set1_epi8('"');
-    const __m256i v_bslash = _mm256_set1_epi8('\\');
+    __m256i v_space = _mm256_set1_epi8(0x20);
+    const __m256i v_table = _mm256_setr_epi8(0, 1, '"', 3, 4, 5, 6, 7, 8, 9, 10, 11, '\\', 13, 14,
+                                             15, 0, 1, '"', 3, 4, 5, 6, 7, 8, 9, 10, 11, '\\',
+                                             13, 14, 15);
 
+    /* keeps the compiler from turning `' ' > x` into a min and an equality */
+    __asm__("" : "+x"(v_space));
 #define OA_STOPS(x)                                                                            \
     _mm256_or_si256(_mm256_cmpgt_epi8(v_space, (x)),                                           \
-                    _mm256_or_si256(_mm256_cmpeq_epi8((x), v_quote), _mm256_cmpeq_epi8((x), v_bslash)))
+                    _mm256_cmpeq_epi8(_mm256_shuffle_epi8(v_table, (x)), (x)))
 
     /* 64 bytes per test, then the 32 that hold the stop */
     while (end - p >= 64) {
-        __m256i a = OA_STOPS(_mm256_loadu_si256((const __m256i *)(const void *)p));
-        __m256i b = OA_STOPS(_mm256_loadu_si256((const __m256i *)(const void *)(p + 32)));
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
+        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+        __m256i a = OA_STOPS(x), b = OA_STOPS(y);
 
         if (_mm256_movemask_epi8(_mm256_or_si256(a, b)) != 0) {
             unsigned bits = (unsigned)_mm256_movemask_epi8(a);

@@ -288,6 +288,36 @@ test_long_strings(void)
             }
         }
     }
+    /* every byte value at every offset of runs around the 32- and 64-byte
+     * steps: printable ASCII but '"' and '\\' passes, control bytes and
+     * bytes >= 0x80 alone are refused, '"' ends the string early */
+    static const size_t lens[] = { 31, 32, 33, 63, 64, 65, 95, 127, 128, 129, 200 };
+
+    for (size_t li = 0; li < LG_ARRAY_SIZE(lens); li++) {
+        size_t len = lens[li];
+
+        for (size_t at = 0; at <= len; at++) {
+            for (int b = 0; b < 256; b++) {
+                int n = snprintf(body, sizeof(body), "{\"prompt\":\"%.*s@%.*s\"}", (int)at,
+                                 ALPHABET, (int)(len - at), ALPHABET);
+                int rc;
+
+                if (b == '\\') {
+                    continue; /* an escape: the stops above */
+                }
+                LG_CHECK(n > 0 && (size_t)n < sizeof(body));
+                body[11 + at] = (char)b;
+                rc = lg_openai_inspect_mem(body, (size_t)n, 0, &r, err, 256);
+                if (b >= 0x20 && b < 0x80 && b != '"') {
+                    LG_CHECK(rc == LG_OK && r.prompt_bytes == len + 1);
+                } else {
+                    LG_CHECK(rc == LG_EINVAL);
+                    LG_CHECK(b == '"' || strstr(err, b < 0x20 ? "control character"
+                                                              : "invalid UTF-8") != NULL);
+                }
+            }
+        }
+    }
     /* a run that ends the body's string with no stop inside */
     for (size_t len = 60; len <= 200; len++) {
         snprintf(body, sizeof(body), "{\"prompt\":\"%.*s\"}", (int)len, ALPHABET);
