@@ -118,14 +118,14 @@ main_check_config(const char *path)
 }
 
 /*
- * glibc hands a freed block of 128 KiB or more back to the kernel (munmap, or
- * trimming the heap top past 128 KiB, and then an arena's madvise), and the
- * next request's body faults those pages in again, zeroed: with 100 KiB
- * bodies up to 10 page faults per request and a sixth of the proxy's CPU
- * (bench/NOTES.md 37). Body chains up to 4 MiB come from the heap and an
- * arena keeps up to 32 MiB free at its top instead (glibc's own adaptive
- * thresholds reach 32 and 64 MiB). GLIBC_TUNABLES naming malloc settings
- * wins over this.
+ * glibc gives freed memory back to the kernel: a block of 128 KiB or more is
+ * unmapped, and a heap's free top beyond 128 KiB is trimmed (a thread
+ * arena's with madvise); the next request's body faults those pages in
+ * again, zeroed: with 100 KiB bodies up to 10 page faults per request and a
+ * sixth of the proxy's CPU (bench/NOTES.md 37). Body chains up to 4 MiB
+ * come from the heap and an arena keeps up to 32 MiB free at its top
+ * instead (glibc's own adaptive thresholds reach 32 and 64 MiB).
+ * GLIBC_TUNABLES naming malloc settings wins over this.
  */
 static void
 main_tune_malloc(void)

@@ -239,10 +239,10 @@ class FaultsTest(Harness):
         log = read_log(self.path("access.log"), sent)
         self.assertEqual({(r["status"], r["error"]) for r in log}, {(200, None)}, log)
 
-    def hash_gateway(self, workers=1):
+    def hash_gateway(self):
         _, hport = self.tiny("hash")
         conf = self.base_config([{"name": "hash", "url": "http://127.0.0.1:%d" % hport,
-                                  "models": ["m"]}], workers=workers,
+                                  "models": ["m"]}], workers=1,
                                 health={"interval": "1h", "scrape_interval": 0,
                                         "eject_consecutive": 0})
         return self.start_gateway(conf)
@@ -281,9 +281,11 @@ class FaultsTest(Harness):
     def test_large_bodies_fault_no_pages_in_once_warm(self):
         # glibc gives freed blocks of 128 KiB and more back to the kernel by
         # default, and a 100 KiB body read in one piece needs one: each
-        # request then faulted fresh pages in (2-8 per request with 16
-        # connections, and a fifth of the CPU per request). The gateway
-        # keeps them; once warm, requests fault no pages in.
+        # request then faulted fresh pages in (0.8-10 per request with 8
+        # connections, and a sixth of the CPU per request). The gateway
+        # keeps them. Once warm, a burst may still touch new heap when more
+        # bodies are in flight at once than ever before (a first touch, not
+        # a return), so the quietest of three bursts is what is judged.
         gwp, gw = self.hash_gateway()
         body = chat_body(content="x" * 100 * 1024)
         want = hashlib.sha256(json.dumps(body).encode()).hexdigest()
@@ -301,17 +303,18 @@ class FaultsTest(Harness):
         def burst(n):
             errors = []
             threads = [threading.Thread(target=client, args=(n, errors)) for _ in range(8)]
+            before = minflt()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             self.assertEqual(errors, [])
+            return minflt() - before
 
-        burst(5)  # warm: pools, the heap's high-water mark
-        before = minflt()
-        burst(30)
-        faults = minflt() - before
-        self.assertLess(faults, 0.5 * 8 * 30, "%d page faults in 240 requests" % faults)
+        burst(10)  # warm: pools, the heap's high-water mark
+        faults = [burst(20) for _ in range(3)]
+        self.assertLess(min(faults), 0.25 * 8 * 20, "page faults in bursts of 160 requests: %s"
+                        % faults)
 
     def test_malformed_response_is_retried_elsewhere(self):
         _, bad = self.tiny("garbage")

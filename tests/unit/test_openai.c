@@ -297,16 +297,17 @@ test_long_strings(void)
         size_t len = lens[li];
 
         for (size_t at = 0; at <= len; at++) {
+            int n = snprintf(body, sizeof(body), "{\"prompt\":\"%.*s@%.*s\"}", (int)at, ALPHABET,
+                             (int)(len - at), ALPHABET);
+
+            LG_CHECK(n > 0 && (size_t)n < sizeof(body));
             for (int b = 0; b < 256; b++) {
-                int n = snprintf(body, sizeof(body), "{\"prompt\":\"%.*s@%.*s\"}", (int)at,
-                                 ALPHABET, (int)(len - at), ALPHABET);
                 int rc;
 
                 if (b == '\\') {
                     continue; /* an escape: the stops above */
                 }
-                LG_CHECK(n > 0 && (size_t)n < sizeof(body));
-                body[11 + at] = (char)b;
+                body[11 + at] = (char)b; /* the '@' */
                 rc = lg_openai_inspect_mem(body, (size_t)n, 0, &r, err, 256);
                 if (b >= 0x20 && b < 0x80 && b != '"') {
                     LG_CHECK(rc == LG_OK && r.prompt_bytes == len + 1);
