@@ -58,14 +58,15 @@ client_conf(const struct lg_client *c)
  * The connection's read and write timeouts (ms, 0 = none), set only when one
  * changes (or `rearm`), and then through lg_bevio_timeouts(): when the write
  * timeout stays, only the read event is re-armed (libevent's
- * bufferevent_set_timeouts() deletes and adds both events). A keep-alive connection keeps its idle read timeout across
- * requests, and has a write timeout only while a stream is relayed or the
- * last response flushed (a write event with a timeout costs a timer insert
- * each time it is added), so a request that arrives whole and is answered
- * in one read changes neither: the read timeout stays armed while the
- * response is on its way (client_on_event arms it again if it fires then),
- * and the idle time after a quick response counts from the request's
- * arrival (client_next_request re-arms it after a slow one).
+ * bufferevent_set_timeouts() deletes and adds both events). A keep-alive
+ * connection keeps its idle read timeout across requests, and has a write
+ * timeout only while a stream is relayed or the last response flushed (a
+ * write event with a timeout costs a timer insert each time it is added),
+ * so a request that arrives whole and is answered in one read changes
+ * neither: the read timeout stays armed while the response is on its way
+ * (client_on_event arms it again if it fires then), and the idle time after
+ * a quick response counts from the request's arrival (client_next_request
+ * re-arms it after a slow one).
  */
 static void
 client_set_timeouts(struct lg_client *c, uint64_t read_ms, uint64_t write_ms, bool rearm)
