@@ -6,7 +6,9 @@
  *            or (--sse) with a chunked SSE stream whose events carry their
  *            send time ("t": CLOCK_REALTIME ns, taken just before the write)
  *   load     open-loop load at a fixed rate over C keep-alive connections;
- *            latency runs from each request's scheduled time to its last byte
+ *            latency runs from each request's scheduled time to its last byte;
+ *            --pair also sends every Nth request straight to a second target
+ *            (the backend) at the same moment, for paired differences
  *   sse      streams from a --sse backend; per-event delay is the kernel
  *            receive time of the event (SO_TIMESTAMPNS) minus its stamp
  *   hold     opens idle keep-alive connections and long streams on command
@@ -959,31 +961,51 @@ cmd_backend(int argc, char **argv)
 
 /* ---- load: open loop at a fixed rate ------------------------------------ */
 
+/*
+ * Requests are scheduled on one clock: tick k at t0 + k * interval. A pool
+ * is one target's connections and the ticks waiting for one of them. With
+ * --pair, every --pair-every'th tick also sends the same request to a second
+ * target (the backend itself, for a proxy under test) at the same moment,
+ * the two sent in alternating order; each tick answered by both gives one
+ * paired difference. A host stall delays both requests of a pair, so the
+ * differences show the latency the proxy adds without the machine's own
+ * pauses, which on a shared VM decide the p99 of either taken alone.
+ */
+struct lpool;
+
 struct lconn {
+    struct lpool *pool;
     int fd;
     bool connected;
     bool busy;
-    uint64_t sched;
+    uint64_t tick;
     size_t woff;
     struct resp r;
+};
+
+struct lpool {
+    struct sockaddr_in sa;
+    struct lconn *conns;
+    unsigned nconns;
+    struct lconn **idle;
+    unsigned nidle;
+    uint64_t *pending; /* ring of ticks waiting for a connection */
+    size_t pcap, phead, plen;
+    unsigned nbusy;
+    uint64_t ok, errors, dropped, late, sent, reconnects;
+    struct samples lat;
+    uint64_t *by_tick; /* with --pair: latency of tick k's answer, 0 = none */
 };
 
 static struct {
     int ep;
     int tfd;
-    struct sockaddr_in sa;
     char *req;
     size_t req_len;
-    struct lconn *conns;
-    unsigned nconns;
-    struct lconn **idle;
-    unsigned nidle;
-    uint64_t *pending; /* ring of scheduled times waiting for a connection */
-    size_t pcap, phead, plen;
-    unsigned nbusy;
+    uint64_t t0, interval, t_warm;
     uint64_t armed;
-    uint64_t ok, errors, dropped, late, sent, reconnects;
-    struct samples lat;
+    struct lpool pool[2]; /* the target; the pair target */
+    unsigned npools;
 } ld;
 
 static void
@@ -1004,43 +1026,52 @@ ld_write(struct lconn *c)
 }
 
 static void
-ld_start(struct lconn *c, uint64_t sched)
+ld_dispatch(struct lpool *p)
 {
-    c->busy = true;
-    ld.nbusy++;
-    c->sched = sched;
-    c->woff = 0;
-    resp_reset(&c->r);
-    ld.sent++;
-    ld_write(c);
+    while (p->plen > 0 && p->nidle > 0) {
+        struct lconn *c = p->idle[--p->nidle];
+
+        c->tick = p->pending[p->phead];
+        p->phead = (p->phead + 1) % p->pcap;
+        p->plen--;
+        c->busy = true;
+        p->nbusy++;
+        c->woff = 0;
+        resp_reset(&c->r);
+        p->sent++;
+        ld_write(c);
+    }
 }
 
 static void
-ld_dispatch(void)
+ld_enqueue(struct lpool *p, uint64_t k)
 {
-    while (ld.plen > 0 && ld.nidle > 0) {
-        struct lconn *c = ld.idle[--ld.nidle];
-        uint64_t sched = ld.pending[ld.phead];
-
-        ld.phead = (ld.phead + 1) % ld.pcap;
-        ld.plen--;
-        ld_start(c, sched);
+    if (p->plen == p->pcap) {
+        p->dropped++;
+    } else {
+        p->pending[(p->phead + p->plen) % p->pcap] = k;
+        p->plen++;
+    }
+    if (p->nidle == 0) {
+        p->late++;
     }
 }
 
 static void
 ld_reconnect(struct lconn *c)
 {
+    struct lpool *p = c->pool;
+
     if (c->fd >= 0) {
         close(c->fd);
     }
     if (c->busy) {
-        ld.nbusy--;
+        p->nbusy--;
     }
     c->busy = false;
     c->connected = false;
-    c->fd = connect_nb(&ld.sa);
-    ld.reconnects++;
+    c->fd = connect_nb(&p->sa);
+    p->reconnects++;
     if (c->fd < 0) {
         die("connect: %s", strerror(errno));
     }
@@ -1048,9 +1079,10 @@ ld_reconnect(struct lconn *c)
 }
 
 static void
-ld_on_conn(struct lconn *c, uint32_t events, uint64_t t_warm)
+ld_on_conn(struct lconn *c, uint32_t events)
 {
     static char buf[PB_BUF];
+    struct lpool *p = c->pool;
 
     if (!c->connected) {
         int err = 0;
@@ -1062,8 +1094,8 @@ ld_on_conn(struct lconn *c, uint32_t events, uint64_t t_warm)
         }
         c->connected = true;
         ep_mod(ld.ep, c->fd, EPOLLIN, c);
-        ld.idle[ld.nidle++] = c;
-        ld_dispatch();
+        p->idle[p->nidle++] = c;
+        ld_dispatch(p);
         return;
     }
     if ((events & EPOLLOUT) && c->busy) {
@@ -1082,39 +1114,126 @@ ld_on_conn(struct lconn *c, uint32_t events, uint64_t t_warm)
         }
         if (n <= 0 || !c->busy) {
             if (c->busy) {
-                ld.errors++;
+                p->errors++;
             }
             ld_reconnect(c);
             return;
         }
         rc = resp_feed(&c->r, buf, (size_t)n, &used, NULL, NULL);
         if (rc < 0 || (rc == 1 && used != (size_t)n)) {
-            ld.errors++;
+            p->errors++;
             ld_reconnect(c);
             return;
         }
         if (rc == 1) {
-            uint64_t now = mono_ns();
+            uint64_t sched = ld.t0 + c->tick * ld.interval;
+            uint64_t lat = mono_ns() - sched;
 
             if (c->r.status == 200) {
-                ld.ok++;
+                p->ok++;
+                if (p->by_tick != NULL) {
+                    p->by_tick[c->tick] = lat > 0 ? lat : 1;
+                }
             } else {
-                ld.errors++;
+                p->errors++;
             }
-            if (c->sched >= t_warm) {
-                samples_add(&ld.lat, now - c->sched);
+            if (ld.t_warm != 0 && sched >= ld.t_warm) {
+                samples_add(&p->lat, lat);
             }
             c->busy = false;
-            ld.nbusy--;
+            p->nbusy--;
             if (c->r.close) {
                 ld_reconnect(c);
                 return;
             }
-            ld.idle[ld.nidle++] = c;
-            ld_dispatch();
+            p->idle[p->nidle++] = c;
+            ld_dispatch(p);
             return;
         }
     }
+}
+
+static void
+ld_pool_open(struct lpool *p, const char *target, unsigned nconns, size_t ticks, bool by_tick)
+{
+    parse_addr(target, &p->sa);
+    p->nconns = nconns;
+    p->conns = xcalloc(nconns, sizeof(*p->conns));
+    p->idle = xcalloc(nconns, sizeof(*p->idle));
+    p->pcap = ticks;
+    p->pending = xcalloc(ticks, sizeof(*p->pending));
+    p->by_tick = by_tick ? xcalloc(ticks, sizeof(*p->by_tick)) : NULL;
+    for (unsigned i = 0; i < nconns; i++) {
+        p->conns[i].pool = p;
+        p->conns[i].fd = -1;
+        ld_reconnect(&p->conns[i]);
+    }
+    p->reconnects = 0;
+}
+
+static void
+ld_pool_close(struct lpool *p)
+{
+    for (unsigned i = 0; i < p->nconns; i++) {
+        close(p->conns[i].fd);
+    }
+    free(p->conns);
+    free(p->idle);
+    free(p->pending);
+    free(p->by_tick);
+    free(p->lat.v);
+}
+
+static void
+ld_print_pool(const struct lpool *p, double duration)
+{
+    printf("\"sent\":%" PRIu64 ",\"ok\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"dropped\":%" PRIu64
+           ",\"late\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"achieved_rps\":%.1f,",
+           p->sent, p->ok, p->errors, p->dropped, p->late, p->reconnects,
+           (double)p->lat.n / duration);
+    print_pcts("latency_us", p->lat.v, p->lat.n);
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Percentile of a sorted array of signed nanoseconds, in microseconds. */
+static double
+pct_i64_us(const int64_t *v, size_t n, double p)
+{
+    size_t i;
+
+    if (n == 0) {
+        return -1;
+    }
+    i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
+    return (double)v[i < n ? i : n - 1] / 1000.0;
+}
+
+/* Percentiles of the paired differences (target minus pair target) of the
+ * ticks in [first, last) that both answered. */
+static void
+ld_print_added(uint64_t first, uint64_t last)
+{
+    int64_t *d = xcalloc(last > first ? last - first : 1, sizeof(*d));
+    size_t n = 0;
+
+    for (uint64_t k = first; k < last; k++) {
+        if (ld.pool[0].by_tick[k] != 0 && ld.pool[1].by_tick[k] != 0) {
+            d[n++] = (int64_t)ld.pool[0].by_tick[k] - (int64_t)ld.pool[1].by_tick[k];
+        }
+    }
+    qsort(d, n, sizeof(*d), cmp_i64);
+    printf("\"added_us\":{\"n\":%zu,\"p1\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
+           "\"p999\":%.1f,\"max\":%.1f}",
+           n, pct_i64_us(d, n, 1), pct_i64_us(d, n, 50), pct_i64_us(d, n, 90),
+           pct_i64_us(d, n, 99), pct_i64_us(d, n, 99.9), pct_i64_us(d, n, 100));
+    free(d);
 }
 
 static int
@@ -1128,17 +1247,19 @@ cmd_load(int argc, char **argv)
         { "rate", required_argument, NULL, 'r' },
         { "duration", required_argument, NULL, 'd' },
         { "warmup", required_argument, NULL, 'w' },
+        { "pair", required_argument, NULL, 'P' },
+        { "pair-every", required_argument, NULL, 'E' },
         { NULL, 0, NULL, 0 },
     };
-    const char *target = NULL, *path = "/v1/chat/completions";
-    size_t body_bytes = 300, blen;
+    const char *target = NULL, *pair = NULL, *path = "/v1/chat/completions";
+    size_t body_bytes = 300, blen, ticks;
     double rate = 1000, duration = 5, warmup = 1;
+    unsigned nconns = 64, every = 1;
     struct epoll_event evs[PB_MAX_EVENTS];
-    uint64_t t0, t_warm, t_end, k = 0, interval;
+    uint64_t t_end, k = 0, k_warm;
     char *body;
     int o;
 
-    ld.nconns = 64;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 't':
@@ -1151,7 +1272,7 @@ cmd_load(int argc, char **argv)
             body_bytes = strtoul(optarg, NULL, 10);
             break;
         case 'c':
-            ld.nconns = (unsigned)atoi(optarg);
+            nconns = (unsigned)atoi(optarg);
             break;
         case 'r':
             rate = atof(optarg);
@@ -1162,71 +1283,83 @@ cmd_load(int argc, char **argv)
         case 'w':
             warmup = atof(optarg);
             break;
+        case 'P':
+            pair = optarg;
+            break;
+        case 'E':
+            every = (unsigned)atoi(optarg);
+            break;
         default:
             return 2;
         }
     }
-    if (target == NULL || rate <= 0 || ld.nconns == 0) {
-        die("load: --target and a positive --rate and --conns are required");
+    if (target == NULL || rate <= 0 || nconns == 0 || every == 0) {
+        die("load: --target and a positive --rate, --conns and --pair-every are required");
     }
     raise_nofile();
     signal(SIGPIPE, SIG_IGN);
-    parse_addr(target, &ld.sa);
     body = chat_body(body_bytes, false, 64, &blen);
     ld.req = build_request(path, target, body, blen, &ld.req_len);
     free(body);
     ld.ep = epoll_create1(EPOLL_CLOEXEC);
     ld.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     ep_add(ld.ep, ld.tfd, EPOLLIN, &tag_timer);
-    ld.conns = xcalloc(ld.nconns, sizeof(*ld.conns));
-    ld.idle = xcalloc(ld.nconns, sizeof(*ld.idle));
-    ld.pcap = (size_t)(rate * (duration + warmup)) + 16;
-    ld.pending = xcalloc(ld.pcap, sizeof(*ld.pending));
-    for (unsigned i = 0; i < ld.nconns; i++) {
-        ld.conns[i].fd = -1;
-        ld_reconnect(&ld.conns[i]);
+    ticks = (size_t)(rate * (duration + warmup)) + 16;
+    ld.npools = pair != NULL ? 2 : 1;
+    ld_pool_open(&ld.pool[0], target, nconns, ticks, pair != NULL);
+    if (pair != NULL) {
+        ld_pool_open(&ld.pool[1], pair, nconns, ticks, true);
     }
-    ld.reconnects = 0;
     /* every connection up before the clock starts */
-    while (ld.nidle < ld.nconns) {
-        int n = epoll_wait(ld.ep, evs, PB_MAX_EVENTS, 5000);
+    for (unsigned i = 0; i < ld.npools; i++) {
+        while (ld.pool[i].nidle < ld.pool[i].nconns) {
+            int n = epoll_wait(ld.ep, evs, PB_MAX_EVENTS, 5000);
 
-        if (n <= 0) {
-            die("load: connections did not complete");
-        }
-        for (int i = 0; i < n; i++) {
-            if (evs[i].data.ptr != &tag_timer) {
-                ld_on_conn(evs[i].data.ptr, evs[i].events, 0);
+            if (n <= 0) {
+                die("load: connections did not complete");
+            }
+            for (int j = 0; j < n; j++) {
+                if (evs[j].data.ptr != &tag_timer) {
+                    ld_on_conn(evs[j].data.ptr, evs[j].events);
+                }
             }
         }
     }
-    interval = (uint64_t)(1e9 / rate);
-    t0 = mono_ns() + 1000000;
-    t_warm = t0 + (uint64_t)(warmup * 1e9);
-    t_end = t_warm + (uint64_t)(duration * 1e9);
-    timer_arm(ld.tfd, t0);
+    ld.interval = (uint64_t)(1e9 / rate);
+    ld.t0 = mono_ns() + 1000000;
+    ld.t_warm = ld.t0 + (uint64_t)(warmup * 1e9);
+    t_end = ld.t_warm + (uint64_t)(duration * 1e9);
+    k_warm = (ld.t_warm - ld.t0 + ld.interval - 1) / ld.interval;
+    timer_arm(ld.tfd, ld.t0);
     for (;;) {
         uint64_t now = mono_ns(), next, at;
+        unsigned busy = 0;
         int n;
 
-        while ((next = t0 + k * interval) <= now && next < t_end) {
-            if (ld.plen == ld.pcap) {
-                ld.dropped++;
+        while ((next = ld.t0 + k * ld.interval) <= now && next < t_end && k < ticks) {
+            bool paired = ld.npools == 2 && k % every == 0;
+            unsigned first = paired && (k / every) % 2 == 1 ? 1 : 0;
+
+            ld_enqueue(&ld.pool[0], k);
+            if (paired) {
+                ld_enqueue(&ld.pool[1], k);
+                ld_dispatch(&ld.pool[first]);
+                ld_dispatch(&ld.pool[1 - first]);
             } else {
-                ld.pending[(ld.phead + ld.plen) % ld.pcap] = next;
-                ld.plen++;
-            }
-            if (ld.nidle == 0) {
-                ld.late++;
+                ld_dispatch(&ld.pool[0]);
             }
             k++;
-            ld_dispatch();
         }
-        if (next >= t_end && ld.plen == 0 && ld.nbusy == 0) {
+        for (unsigned i = 0; i < ld.npools; i++) {
+            busy += ld.pool[i].nbusy + (unsigned)ld.pool[i].plen;
+        }
+        if ((next >= t_end || k >= ticks) && busy == 0) {
             break;
         }
         if (now > t_end + 10 * PB_NS) {
-            ld.errors += (uint64_t)ld.nbusy + ld.plen; /* never answered */
+            for (unsigned i = 0; i < ld.npools; i++) {
+                ld.pool[i].errors += (uint64_t)ld.pool[i].nbusy + ld.pool[i].plen; /* never answered */
+            }
             break;
         }
         at = next < t_end ? next : now + 100000000;
@@ -1240,24 +1373,22 @@ cmd_load(int argc, char **argv)
                 timer_ack(ld.tfd);
                 ld.armed = 0;
             } else {
-                ld_on_conn(evs[i].data.ptr, evs[i].events, t_warm);
+                ld_on_conn(evs[i].data.ptr, evs[i].events);
             }
         }
     }
-    printf("{\"rate\":%.1f,\"conns\":%u,\"request_bytes\":%zu,\"sent\":%" PRIu64 ",\"ok\":%" PRIu64
-           ",\"errors\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"late\":%" PRIu64
-           ",\"reconnects\":%" PRIu64 ",\"achieved_rps\":%.1f,",
-           rate, ld.nconns, ld.req_len, ld.sent, ld.ok, ld.errors, ld.dropped, ld.late,
-           ld.reconnects, (double)ld.lat.n / duration);
-    print_pcts("latency_us", ld.lat.v, ld.lat.n);
-    printf("}\n");
-    for (unsigned i = 0; i < ld.nconns; i++) {
-        close(ld.conns[i].fd);
+    printf("{\"rate\":%.1f,\"conns\":%u,\"request_bytes\":%zu,", rate, nconns, ld.req_len);
+    ld_print_pool(&ld.pool[0], duration);
+    if (pair != NULL) {
+        printf(",\"pair\":{\"every\":%u,", every);
+        ld_print_pool(&ld.pool[1], duration);
+        printf("},");
+        ld_print_added(k_warm, k);
     }
-    free(ld.conns);
-    free(ld.idle);
-    free(ld.pending);
-    free(ld.lat.v);
+    printf("}\n");
+    for (unsigned i = 0; i < ld.npools; i++) {
+        ld_pool_close(&ld.pool[i]);
+    }
     free(ld.req);
     return 0;
 }
