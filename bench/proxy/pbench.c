@@ -254,9 +254,14 @@ cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Percentile of a sorted array, in microseconds. */
+/*
+ * Percentile of a sorted array, in microseconds. Entries hold nanoseconds plus
+ * `bias`: PB_SIGNED keeps signed values in order as unsigned ones.
+ */
+#define PB_SIGNED (1ull << 63)
+
 static double
-pct_us(const uint64_t *v, size_t n, double p)
+pct_us(const uint64_t *v, size_t n, double p, uint64_t bias)
 {
     size_t i;
 
@@ -264,16 +269,17 @@ pct_us(const uint64_t *v, size_t n, double p)
         return -1;
     }
     i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-    return (double)v[i < n ? i : n - 1] / 1000.0;
+    return (double)(int64_t)(v[i < n ? i : n - 1] - bias) / 1000.0;
 }
 
 static void
-print_pcts(const char *name, uint64_t *v, size_t n)
+print_pcts(const char *name, uint64_t *v, size_t n, uint64_t bias)
 {
     qsort(v, n, sizeof(*v), cmp_u64);
-    printf("\"%s\":{\"n\":%zu,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,\"p999\":%.1f,\"max\":%.1f}",
-           name, n, pct_us(v, n, 50), pct_us(v, n, 90), pct_us(v, n, 99), pct_us(v, n, 99.9),
-           n ? (double)v[n - 1] / 1000.0 : -1.0);
+    printf("\"%s\":{\"n\":%zu,\"p1\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
+           "\"p999\":%.1f,\"max\":%.1f}",
+           name, n, pct_us(v, n, 1, bias), pct_us(v, n, 50, bias), pct_us(v, n, 90, bias),
+           pct_us(v, n, 99, bias), pct_us(v, n, 99.9, bias), pct_us(v, n, 100, bias));
 }
 
 /* A growable array of u64 samples. */
@@ -1191,28 +1197,7 @@ ld_print_pool(const struct lpool *p, double duration)
            ",\"late\":%" PRIu64 ",\"reconnects\":%" PRIu64 ",\"achieved_rps\":%.1f,",
            p->sent, p->ok, p->errors, p->dropped, p->late, p->reconnects,
            (double)p->lat.n / duration);
-    print_pcts("latency_us", p->lat.v, p->lat.n);
-}
-
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* Percentile of a sorted array of signed nanoseconds, in microseconds. */
-static double
-pct_i64_us(const int64_t *v, size_t n, double p)
-{
-    size_t i;
-
-    if (n == 0) {
-        return -1;
-    }
-    i = (size_t)(p / 100.0 * (double)(n - 1) + 0.5);
-    return (double)v[i < n ? i : n - 1] / 1000.0;
+    print_pcts("latency_us", p->lat.v, p->lat.n, 0);
 }
 
 /* Percentiles of the paired differences (target minus pair target) of the
@@ -1220,19 +1205,15 @@ pct_i64_us(const int64_t *v, size_t n, double p)
 static void
 ld_print_added(uint64_t first, uint64_t last)
 {
-    int64_t *d = xcalloc(last > first ? last - first : 1, sizeof(*d));
+    uint64_t *d = xcalloc(last > first ? last - first : 1, sizeof(*d));
     size_t n = 0;
 
     for (uint64_t k = first; k < last; k++) {
         if (ld.pool[0].by_tick[k] != 0 && ld.pool[1].by_tick[k] != 0) {
-            d[n++] = (int64_t)ld.pool[0].by_tick[k] - (int64_t)ld.pool[1].by_tick[k];
+            d[n++] = ld.pool[0].by_tick[k] - ld.pool[1].by_tick[k] + PB_SIGNED;
         }
     }
-    qsort(d, n, sizeof(*d), cmp_i64);
-    printf("\"added_us\":{\"n\":%zu,\"p1\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
-           "\"p999\":%.1f,\"max\":%.1f}",
-           n, pct_i64_us(d, n, 1), pct_i64_us(d, n, 50), pct_i64_us(d, n, 90),
-           pct_i64_us(d, n, 99), pct_i64_us(d, n, 99.9), pct_i64_us(d, n, 100));
+    print_pcts("added_us", d, n, PB_SIGNED);
     free(d);
 }
 
@@ -1646,7 +1627,7 @@ cmd_sse(int argc, char **argv)
            ",\"errors\":%" PRIu64 ",\"no_kernel_ts\":%" PRIu64 ",\"events_per_s\":%.1f,",
            streams, (double)(mono_ns() - t_win) / 1e9, sc.events, sc.responses, sc.errors, sc.no_ts,
            (double)sc.events * 1e9 / (double)(mono_ns() - t_win));
-    print_pcts("delay_us", sc.delay.v, sc.delay.n);
+    print_pcts("delay_us", sc.delay.v, sc.delay.n, 0);
     printf("}\n");
     fflush(stdout);
     for (unsigned i = 0; i < opened; i++) {
