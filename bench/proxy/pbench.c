@@ -1143,7 +1143,7 @@ ld_on_conn(struct lconn *c, uint32_t events)
             } else {
                 p->errors++;
             }
-            if (ld.t_warm != 0 && sched >= ld.t_warm) {
+            if (sched >= ld.t_warm) {
                 samples_add(&p->lat, lat);
             }
             c->busy = false;

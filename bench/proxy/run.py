@@ -510,7 +510,7 @@ def wrk(port, conns, seconds, nbytes):
 # With a pair port, every PAIR_EVERY-th request also goes straight to that port
 # (the proxy's own backend) at the same moment: "paired added" is the
 # distribution of the differences, which a host stall spanning both requests
-# leaves out (bench/proxy/README.md, "Added latency").
+# leaves out (bench/proxy/README.md, measure 1; bench/NOTES.md 40).
 PAIR_EVERY = 4
 
 
