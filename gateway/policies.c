@@ -307,8 +307,10 @@ static const struct lg_plugin_desc p2c_desc = {
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
- *             (times wait_weight: a queue's length varies more than a
- *             service time)
+ *             (times wait_weight, 1.6: a queue's length varies more than a
+ *             service time; at 90% load weighing the wait more picks the
+ *             full replica whose slot frees first over the decode and
+ *             prefill charges, bench/routing/NOTES.md 22)
  *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
  *             * (1 + error_penalty * error_rate)
  *             (requests waiting for a first token longer than predicted mean
@@ -348,7 +350,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .error_penalty = 2,
                             .foreign_margin = 1,
                             .prefill_share = 1,
-                            .wait_weight = 1,
+                            .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.5 };
     const struct policy_opt opts[] = {

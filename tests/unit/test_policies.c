@@ -229,7 +229,9 @@ test_ttft(void)
     slow->ttft_ms_per_kib = 80;
     slow->itl_ms = 60;
     slow->hold_ms = 4000;
-    LG_CHECK(open_policy(&pol, "ttft", "{\"decode_weight\": 0}") == 0);
+    /* the model's terms at unit weights (the default weighs the wait 1.6x:
+     * checked below) */
+    LG_CHECK(open_policy(&pol, "ttft", "{\"decode_weight\": 0, \"wait_weight\": 1}") == 0);
 
     /* idle: the fast one */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
@@ -249,6 +251,17 @@ test_ttft(void)
     fast->inflight_age_ms = 500;
     set_load(slow, 4, 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    {
+        /* the default weighs a full engine's wait 1.6x, and nothing else */
+        double unit[N_MAX], wait;
+
+        memcpy(unit, cost, sizeof(unit));
+        LG_CHECK(open_policy(&dec, "ttft", "{\"decode_weight\": 0}") == 0);
+        LG_CHECK(pick(&dec, &shrt, &f, cost, &why) == 1);
+        wait = (cost[0] - unit[0]) / 0.6;
+        LG_CHECK(wait > 10 && fabs(cost[1] - unit[1]) < 1e-9); /* slow is not full */
+        dec.p->ops->destroy(dec.state);
+    }
 
     /* the engine's queue says other clients fill fast: their load counts */
     set_load(fast, 2, 7);
