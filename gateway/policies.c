@@ -298,6 +298,10 @@ static const struct lg_plugin_desc p2c_desc = {
  *             from the engine's queue + foreign_margin * sqrt(2 * others' *
  *             sample age / hold), the spread of others' load since the
  *             scrape; slots from its running count)
+ *             (times wait_weight, 1.6: a queue's length varies more than a
+ *             service time; at 90% load weighing the wait more picks the
+ *             full replica whose slot frees first over the decode and
+ *             prefill charges, bench/routing/NOTES.md 22)
  *   ahead   = ahead_weight * first-token work of the requests there still
  *             awaiting theirs, minus what each has done, an overdue one
  *             counting a quarter of its age (lg_backend_work_ahead_ms(); a
@@ -307,10 +311,6 @@ static const struct lg_plugin_desc p2c_desc = {
  *   batch   = batch_weight * itl * min(load, slots) / slots
  *             (a new request first waits for the step in progress, and steps
  *             grow with the batch: spreads load before any queue forms)
- *             (times wait_weight, 1.6: a queue's length varies more than a
- *             service time; at 90% load weighing the wait more picks the
- *             full replica whose slot frees first over the decode and
- *             prefill charges, bench/routing/NOTES.md 22)
  *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
  *             * (1 + error_penalty * error_rate)
  *             (requests waiting for a first token longer than predicted mean
