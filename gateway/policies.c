@@ -460,7 +460,13 @@ static const struct lg_plugin_desc ttft_desc = {
  * entries, 4-way sets, least recently seen evicted; a key unseen for
  * `key_ttl_s` stops counting) under a mutex taken once per request. A key
  * whose owner is no longer a candidate (removed, ejected) is reassigned on
- * a first attempt. With balance_keys 0 the owner is the hash's alone, which
+ * a first attempt. A candidate in slow start (ramp < 1) is given only the
+ * keys it is the hash's first for, and no overflow: it owns few keys (none
+ * after a crash, its keys reassigned), so balancing would hand it every new
+ * key, and each time the router's slow start lets it be a candidate it would
+ * win: a flood the ramp cannot thin. So it ramps to a fair share of new keys
+ * (the router's ramp times the hash's share), then catches up on keys within
+ * the load bound. With balance_keys 0 the owner is the hash's alone, which
  * several gateway replicas agree on without talking (with the table each
  * gateway balances the keys it sees, in the order it sees them; they agree
  * on most keys, not all). session_affinity keeps the plain hash: sessions
@@ -710,12 +716,16 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
         }
         aff_count(t, e->owner, -1); /* its owner is gone: reassign */
     }
-    /* the first in hash order under its share of the keys, this one counted */
+    /* the first in hash order under its share of the keys, this one counted;
+     * one in slow start only as the hash's first (below) */
     total = (double)t->live + 1;
     for (size_t k = 0; k < n && owner < 0; k++) {
         const struct aff_owner *o = aff_owner_of(t, c[order[k]]->id, false);
         double have = o != NULL ? o->keys : 0;
 
+        if (k > 0 && c[order[k]]->ramp < 1.0) {
+            continue;
+        }
         if (have + 1 <= ceil(s->key_bound * total * policy_weight(c[order[k]]) / weights)) {
             owner = (ssize_t)order[k];
         }
@@ -776,7 +786,7 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
     for (size_t k = 0; k <= n && owner < 0; k++) {
         ssize_t i = k == 0 ? home : (ssize_t)order[k - 1];
 
-        if (k > 0 && i == home) {
+        if (k > 0 && (i == home || c[i]->ramp < 1.0)) {
             continue;
         }
         if (c[i]->load + 1 <= ceil(s->bound * load * policy_weight(c[i]) / weights) + s->slack

@@ -525,5 +525,50 @@ test_prefix_key_balance(void)
     return 0;
 }
 
+/*
+ * A replica back from a crash (or new) in slow start owns no keys, and every
+ * other replica holds more than its share: balancing alone would give it
+ * every new key (a flood the router's slow start cannot thin, since each
+ * time it is a candidate it wins). While it ramps it takes only the keys
+ * the hash makes it home to, about a fair share of those it sees (the
+ * router passes it over with probability 1 - ramp: ramp x fair in all);
+ * after its ramp it catches up on keys, within the load bound.
+ */
+static int
+test_prefix_slow_start(void)
+{
+    struct fleet f = { .n = 0 }, g = { .n = 0 };
+    struct policy pol;
+    int back = 0, after = 0;
+
+    for (int i = 0; i < 4; i++) {
+        add(&f, "x");
+    }
+    LG_CHECK(open_policy(&pol, "prefix_affinity", "{}") == 0);
+    fleet_without(&f, &g, 3); /* r4 is down: 300 keys go to the others */
+    for (uint64_t k = 1; k <= 300; k++) {
+        LG_CHECK(owner_of(&pol, &g, lg_mix64(k), false) < 3);
+    }
+    f.v[3].ramp = 0.2;
+    f.v[3].flags |= LG_VIEW_F_RAMPING;
+    for (uint64_t k = 1001; k <= 1400; k++) {
+        back += owner_of(&pol, &f, lg_mix64(k), false) == 3;
+    }
+    /* the hash's 25% of 400 keys, and no more */
+    LG_CHECK(back >= 60 && back <= 140);
+    /* keys it was given stay with it */
+    for (uint64_t k = 1001; k <= 1400; k++) {
+        (void)owner_of(&pol, &f, lg_mix64(k), false);
+    }
+    f.v[3].ramp = 1;
+    f.v[3].flags &= ~LG_VIEW_F_RAMPING;
+    for (uint64_t k = 2001; k <= 2100; k++) {
+        after += owner_of(&pol, &f, lg_mix64(k), false) == 3;
+    }
+    LG_CHECK(after >= 75); /* under its share of the keys: most new ones (the hash: 25) */
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
 LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_prefix_affinity,
-             test_prefix_key_balance, test_session_affinity)
+             test_prefix_key_balance, test_prefix_slow_start, test_session_affinity)
