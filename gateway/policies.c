@@ -454,11 +454,12 @@ static const struct lg_plugin_desc ttft_desc = {
  * hold them all, and an LRU cache cycling through more prefixes than it
  * holds misses every time (measured: 63% hits where a partition that fits
  * gives over 90%). So the first request of a prefix assigns it an owner
- * for good: the first candidate in hash order that owns fewer than
- * ceil(key_bound * keys * weight / total weight) of the live keys, keys
- * counting the new one. The assignment is kept in a small table (`keys`
- * entries, 4-way sets, least recently seen evicted; a key unseen for
- * `key_ttl_s` stops counting) under a mutex taken once per request. A key
+ * (moved later only to level the counts: aff_rebalance): the first
+ * candidate in hash order that owns fewer than ceil(key_bound * keys *
+ * weight / total weight) of the live keys, keys counting the new one.
+ * The assignment is kept in a small table (`keys` entries, 4-way sets,
+ * least recently seen evicted; a key unseen for `key_ttl_s` stops
+ * counting) under a mutex taken once per request. A key
  * whose owner is no longer a candidate (removed, ejected) is reassigned on
  * a first attempt. A candidate in slow start (ramp < 1) is given only the
  * keys it is the hash's first for, and no overflow: it owns few keys (none
@@ -673,9 +674,63 @@ aff_sweep(struct aff_table *t, uint64_t now)
     }
 }
 
+static double
+aff_have(struct aff_table *t, uint32_t id)
+{
+    const struct aff_owner *o = aff_owner_of(t, id, false);
+
+    return o != NULL ? o->keys : 0;
+}
+
+/* A candidate's share of total keys: key_bound x its weighted fair share. */
+static double
+aff_share(const struct aff_state *s, const struct lg_backend_view *v, double total, double weights)
+{
+    return ceil(s->key_bound * total * policy_weight(v) / weights);
+}
+
+/*
+ * Where a known key moves to, or -1. Keys are assigned once, so a replica
+ * that joins (or comes back, its keys reassigned while it was out) would get
+ * only new keys: a few shared prompts, all seen again and again, stay on the
+ * others for good (16 on 3 of 4 replicas: 6, 6, 4, 0; more than a cache that
+ * holds 5). So a key whose owner holds more than its share moves, at its next
+ * request, to the first candidate in hash order that is under its share
+ * with the key and at least 2 + share / 16 (rounded down) keys below the
+ * owner: one key per request (one cache miss each) until the counts are
+ * level within one, and no moves for the small drift of a large table. One
+ * in slow start only as the hash's first, as for new keys.
+ */
+static ssize_t
+aff_rebalance(const struct aff_state *s, struct aff_table *t,
+              const struct lg_backend_view *const *c, size_t n, const size_t *order, double weights,
+              ssize_t owner)
+{
+    double live = t->live, have = aff_have(t, c[owner]->id);
+    double share = aff_share(s, c[owner], live, weights);
+
+    if (have <= share) {
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        ssize_t i = (ssize_t)order[k];
+        double h;
+
+        if (i == owner || (k > 0 && c[i]->ramp < 1.0)) {
+            continue;
+        }
+        h = aff_have(t, c[i]->id);
+        if (h + 1 <= aff_share(s, c[i], live, weights) && have - h >= 2 + floor(share / 16)) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 /*
  * The table's owner of key among the candidates (its index), assigning one
- * if the key is new or its owner is gone. order[] is the hash order.
+ * if the key is new or its owner is gone, moving it if its owner holds too
+ * many (aff_rebalance). order[] is the hash order.
  */
 static ssize_t
 aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
@@ -711,6 +766,15 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
             e->seen_ns = now;
             if (owner < 0) {
                 owner = (ssize_t)order[0]; /* a retry does not move a key */
+            } else if (req->attempt == 1) {
+                ssize_t to = aff_rebalance(s, t, c, n, order, weights, owner);
+
+                if (to >= 0) {
+                    aff_count(t, e->owner, -1);
+                    e->owner = c[to]->id;
+                    aff_count(t, e->owner, +1);
+                    owner = to;
+                }
             }
             goto unlock;
         }
@@ -720,13 +784,10 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
      * one in slow start only as the hash's first (below) */
     total = (double)t->live + 1;
     for (size_t k = 0; k < n && owner < 0; k++) {
-        const struct aff_owner *o = aff_owner_of(t, c[order[k]]->id, false);
-        double have = o != NULL ? o->keys : 0;
-
         if (k > 0 && c[order[k]]->ramp < 1.0) {
             continue;
         }
-        if (have + 1 <= ceil(s->key_bound * total * policy_weight(c[order[k]]) / weights)) {
+        if (aff_have(t, c[order[k]]->id) + 1 <= aff_share(s, c[order[k]], total, weights)) {
             owner = (ssize_t)order[k];
         }
     }
