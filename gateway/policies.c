@@ -459,15 +459,16 @@ static const struct lg_plugin_desc ttft_desc = {
  * weight / total weight) of the live keys, keys counting the new one.
  * The assignment is kept in a small table (`keys` entries, 4-way sets,
  * least recently seen evicted; a key unseen for `key_ttl_s` stops
- * counting) under a mutex taken once per request. A key
- * whose owner is no longer a candidate (removed, ejected) is reassigned on
- * a first attempt. A candidate in slow start (ramp < 1) is given only the
- * keys it is the hash's first for, and no overflow: it owns few keys (none
- * after a crash, its keys reassigned), so balancing would hand it every new
- * key, and each time the router's slow start lets it be a candidate it would
- * win: a flood the ramp cannot thin. So it ramps to a fair share of new keys
- * (the router's ramp times the hash's share), then catches up on keys within
- * the load bound. With balance_keys 0 the owner is the hash's alone, which
+ * counting) under a mutex taken once per request. A key whose owner is no
+ * longer a candidate (removed, ejected) is reassigned on a first attempt.
+ * A candidate in slow start (its ramp below another candidate's) is given
+ * only the keys it is the hash's first for, and no overflow: it owns few
+ * keys (none after a crash, its keys reassigned), so balancing would hand
+ * it every new key, and each time the router's slow start lets it be a
+ * candidate it would win: a flood the ramp cannot thin. So it ramps to a
+ * fair share of new keys (the router's ramp times the hash's share), then
+ * catches up on keys within the load bound (and takes keys from owners
+ * holding too many). With balance_keys 0 the owner is the hash's alone, which
  * several gateway replicas agree on without talking (with the table each
  * gateway balances the keys it sees, in the order it sees them; they agree
  * on most keys, not all). session_affinity keeps the plain hash: sessions
@@ -704,7 +705,7 @@ aff_share(const struct aff_state *s, const struct lg_backend_view *v, double tot
 static ssize_t
 aff_rebalance(const struct aff_state *s, struct aff_table *t,
               const struct lg_backend_view *const *c, size_t n, const size_t *order, double weights,
-              ssize_t owner)
+              double top_ramp, ssize_t owner)
 {
     double live = t->live, have = aff_have(t, c[owner]->id);
     double share = aff_share(s, c[owner], live, weights);
@@ -716,7 +717,7 @@ aff_rebalance(const struct aff_state *s, struct aff_table *t,
         ssize_t i = (ssize_t)order[k];
         double h;
 
-        if (i == owner || (k > 0 && c[i]->ramp < 1.0)) {
+        if (i == owner || (k > 0 && c[i]->ramp < top_ramp)) {
             continue;
         }
         h = aff_have(t, c[i]->id);
@@ -735,7 +736,7 @@ aff_rebalance(const struct aff_state *s, struct aff_table *t,
 static ssize_t
 aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
                 const struct lg_backend_view *const *c, size_t n, const size_t *order,
-                double weights)
+                double weights, double top_ramp)
 {
     struct aff_table *t = s->table;
     uint64_t now = s->host->now_ns(), key = req->prefix_hash;
@@ -767,7 +768,7 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
             if (owner < 0) {
                 owner = (ssize_t)order[0]; /* a retry does not move a key */
             } else if (req->attempt == 1) {
-                ssize_t to = aff_rebalance(s, t, c, n, order, weights, owner);
+                ssize_t to = aff_rebalance(s, t, c, n, order, weights, top_ramp, owner);
 
                 if (to >= 0) {
                     aff_count(t, e->owner, -1);
@@ -784,7 +785,7 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
      * one in slow start only as the hash's first (below) */
     total = (double)t->live + 1;
     for (size_t k = 0; k < n && owner < 0; k++) {
-        if (k > 0 && c[order[k]]->ramp < 1.0) {
+        if (k > 0 && c[order[k]]->ramp < top_ramp) {
             continue;
         }
         if (aff_have(t, c[order[k]]->id) + 1 <= aff_share(s, c[order[k]], total, weights)) {
@@ -816,6 +817,7 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
     const struct aff_state *s = state;
     uint64_t key = s->session ? req->session_hash : req->prefix_hash;
     double h[AFF_MAX_CANDS], load = 1, weights = 0, slope = s->ms_per_kib, kib, saved;
+    double top_ramp = 0; /* a candidate below it is in slow start beside fuller ones */
     size_t order[AFF_MAX_CANDS];
     ssize_t owner = -1, home;
 
@@ -826,6 +828,7 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
         h[i] = aff_hrw(key, c[i]);
         load += c[i]->load;
         weights += policy_weight(c[i]);
+        top_ramp = LG_MAX(top_ramp, c[i]->ramp);
         if (s->ms_per_kib <= 0) {
             slope = LG_MAX(slope, c[i]->ttft_ms_per_kib);
         }
@@ -837,7 +840,8 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
         }
         order[k] = i;
     }
-    home = s->table != NULL ? aff_table_owner(s, req, c, n, order, weights) : (ssize_t)order[0];
+    home = s->table != NULL ? aff_table_owner(s, req, c, n, order, weights, top_ramp)
+                            : (ssize_t)order[0];
     /* the home candidate, then the others in hash order, until one is under
      * its load bound; the slack keeps a lone request (or a scrape that still
      * counts a finished one) from moving a key when the fleet is nearly idle,
@@ -847,7 +851,7 @@ aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_
     for (size_t k = 0; k <= n && owner < 0; k++) {
         ssize_t i = k == 0 ? home : (ssize_t)order[k - 1];
 
-        if (k > 0 && (i == home || c[i]->ramp < 1.0)) {
+        if (k > 0 && (i == home || c[i]->ramp < top_ramp)) {
             continue;
         }
         if (c[i]->load + 1 <= ceil(s->bound * load * policy_weight(c[i]) / weights) + s->slack

@@ -484,6 +484,53 @@ def analyze_prefix(scen, pools, ctx):
     return cols, vals, verdicts
 
 
+def analyze_rejoin(scen, pools, ctx):
+    cr = ctx["crash"]
+    back = "r%d" % (cr["replica"] + 1)
+    fair = 1.0 / len(scen["speeds"])
+    settle = scen.get("settle_s", 12.0)
+    cols = ["p90 before", "p90 late", "late / before", "its share late x fair",
+            "its cache hits"]
+    vals, verdicts = {}, {}
+    for name, p in pools.items():
+        if not p.ok:
+            continue
+        tc = p.event_t("crash") or cr["at"]
+        lo = (p.event_t("restart") or (tc + cr["restart_after"])) + settle
+
+        def before(r):
+            return 2.0 <= r["t_sched_ms"] / 1000.0 < tc
+
+        def late(r):
+            return r["t_sched_ms"] / 1000.0 >= lo
+        p90b = pct(p.ttfts(before), 90)
+        p90l = pct(p.ttfts(late), 90)
+        grow = ratio(p90l, p90b)
+        share = p.shares(late).get(back)
+        hits = lookups = 0
+        for run in p.runs:
+            st = run.get("fleet_state", {}).get(back, {})  # its process since the restart
+            hits += st.get("prefix_hits", 0)
+            lookups += st.get("prefix_lookups", 0)
+        vals[name] = [fmt_ms(p90b), fmt_ms(p90l), fmt_ratio(grow),
+                      fmt_ratio(share / fair if share is not None else None),
+                      "%.0f%%" % (100.0 * hits / lookups) if lookups else "-"]
+        if name == "prefix_affinity":
+            verdicts[name] = _checks([
+                ("p90 TTFT late / before the crash <= 1.5", grow, 1.5),
+                ("its share late / fair >= 0.75 (as fair / share <= 1.33)",
+                 (fair / share) if share else None, 1.0 / 0.75)])
+        else:
+            verdicts[name] = (None, "")
+    ctx["notes"].append(
+        "%s exits at t=%gs and restarts at t=%gs with an empty cache. before: requests "
+        "scheduled from 2 s to the crash; late: from %g s after the restart (slow start "
+        "done) to the end; its cache hits: its prompt tokens served from cache since the "
+        "restart. The criterion applies to prefix_affinity (+ ttft)."
+        % (back, cr["at"], cr["at"] + cr["restart_after"], settle))
+    return cols, vals, verdicts
+
+
 def analyze_dual(scen, pools, ctx):
     cols = ["p99 / single ttft"]
     single = pools.get(S.SUBJECT)
@@ -511,6 +558,7 @@ ANALYZERS = {
     "burst": analyze_burst,
     "longshort": analyze_longshort,
     "prefix": analyze_prefix,
+    "rejoin": analyze_rejoin,
     "dual": analyze_dual,
 }
 
@@ -550,9 +598,9 @@ def analyze(scen, runs_by_contender, ctx):
             for run in p.runs]
         b["fleet_state"] = [run.get("fleet_state") for run in p.runs]
         out["contenders"][name] = b
-    sv = out["contenders"].get(S.SUBJECT if scen["criteria"] not in ("prefix", "dual") else
-                               ("prefix_affinity" if scen["criteria"] == "prefix"
-                                else S.SUBJECT + S.DUAL_SUFFIX), {})
+    sv = out["contenders"].get(S.SUBJECT if scen["criteria"] not in ("prefix", "rejoin", "dual")
+                               else ("prefix_affinity" if scen["criteria"] != "dual"
+                                     else S.SUBJECT + S.DUAL_SUFFIX), {})
     out["subject_verdict"] = sv.get("criterion", {"pass": None, "detail": "not run"})
     for name, p in pools.items():
         for run in p.runs:

@@ -153,6 +153,19 @@ SCENARIOS = [
             "of an 8,000-byte system prompt (125 blocks each: 3x one cache); 60% of the "
             "capacity without cache hits",
        criteria="prefix"),
+    # 6 with a restart: keys are assigned once, so the restarted replica must be
+    # handed some of the prompts back (NOTES.md 23)
+    _s(id="6r", scenario=6, title="Shared system prompts, a replica restarts",
+       speeds=HOMOG, load=0.6, duration=40, quick=20,
+       prompt_bytes="128-512", max_tokens="16-64", prefix_groups=16, prefix_bytes=8000,
+       sim=dict(SIM, prefix_cache_blocks=640),
+       crash={"replica": 3, "at": 8.0, "restart_after": 3.0},
+       quick_crash={"replica": 3, "at": 4.0, "restart_after": 2.0},
+       settle_s=12.0,
+       contenders=["ttft", "prefix_affinity"],
+       what="scenario 6's fleet and load; r4 exits at t=8 s and is restarted (cache empty) "
+            "3 s later",
+       criteria="rejoin"),
     _s(id="7", scenario=7, title="Two gateways in front of the same fleet",
        speeds=HETERO, load=0.9, duration=15, quick=6,
        contenders=["round_robin", "ttft", "ttft" + DUAL_SUFFIX,

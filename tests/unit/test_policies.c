@@ -540,7 +540,7 @@ test_prefix_slow_start(void)
 {
     struct fleet f = { .n = 0 }, g = { .n = 0 };
     struct policy pol;
-    int back = 0, after = 0;
+    int back = 0, after = 0, count[4];
 
     for (int i = 0; i < 4; i++) {
         add(&f, "x");
@@ -567,6 +567,21 @@ test_prefix_slow_start(void)
         after += owner_of(&pol, &f, lg_mix64(k), false) == 3;
     }
     LG_CHECK(after >= 75); /* under its share of the keys: most new ones (the hash: 25) */
+    pol.p->ops->destroy(pol.state);
+
+    /* a whole fleet in slow start (all back at once) is balanced as usual */
+    LG_CHECK(open_policy(&pol, "prefix_affinity", "{}") == 0);
+    for (int i = 0; i < 4; i++) {
+        f.v[i].ramp = 0.3;
+        f.v[i].flags |= LG_VIEW_F_RAMPING;
+        count[i] = 0;
+    }
+    for (uint64_t k = 0; k < 16; k++) {
+        count[owner_of(&pol, &f, lg_mix64(k + 100), false)]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(count[i] == 4);
+    }
     pol.p->ops->destroy(pol.state);
     return 0;
 }
