@@ -465,6 +465,33 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
     }
 }
 
+/*
+ * Slow start: a ramping backend takes a request with probability ramp. It
+ * sits the request out after the stages have seen and scored it, not before:
+ * a stage that keeps state per backend must not take a backend sitting out
+ * for one that is gone (prefix_affinity would hand its prefixes to others,
+ * a cache miss each, and later take them back). If every other candidate is
+ * filtered out, it stays.
+ */
+static void
+router_thin(struct router_pick *pk)
+{
+    bool out[LG_ROUTER_MAX_CANDIDATES];
+    size_t left = 0;
+
+    for (size_t i = 0; i < pk->n; i++) {
+        double u = (double)(lg_plugin_random() >> 11) / 9007199254740992.0;
+
+        out[i] = pk->dropped[i] == NULL && pk->v[i].ramp < 1.0 && u >= pk->v[i].ramp;
+        left += pk->dropped[i] == NULL && !out[i];
+    }
+    for (size_t i = 0; i < pk->n && left > 0; i++) {
+        if (out[i]) {
+            pk->dropped[i] = "slow_start";
+        }
+    }
+}
+
 /* Lowest total; ties go to the lowest in-flight, then round robin. */
 static ssize_t
 router_best(struct lg_router *r, const struct router_pick *pk)
@@ -629,18 +656,11 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         return LG_EBUSY;
     }
 
-    /* slow start: a ramping backend is a candidate with probability ramp */
-    if (nramp > 0 && nramp < pk.n) {
-        for (size_t i = 0; i < pk.n; i++) {
-            double u = (double)(lg_plugin_random() >> 11) / 9007199254740992.0;
-
-            if (pk.v[i].ramp < 1.0 && u >= pk.v[i].ramp) {
-                pk.dropped[i] = "slow_start";
-            }
-        }
-    }
     router_filter(r, &info, &pk);
     router_score(r, &info, &pk);
+    if (nramp > 0 && nramp < pk.n) {
+        router_thin(&pk);
+    }
     for (;;) {
         best = router_best(r, &pk);
         if (best < 0) {
