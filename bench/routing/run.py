@@ -40,7 +40,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="all",
-                    help="'all', a scenario number (1..7), a variant (1a, 1b) or a comma list")
+                    help="'all', a scenario number (1..7), a variant (1a, 1b, 6r) or a comma list")
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--quick", action="store_true",
                     help="short durations and answers, for a smoke run")

@@ -181,13 +181,15 @@ def by_id():
 
 
 def select(arg):
-    """Scenarios for --scenario: 'all', '1' (both variants), '1b', or a comma list."""
+    """Scenarios for --scenario: 'all', '1' (both variants), '1b', '6' (not 6r), or a comma list."""
     if arg in (None, "", "all"):
         return list(SCENARIOS)
     out = []
     for part in str(arg).split(","):
         part = part.strip()
-        hits = [s for s in SCENARIOS if s["id"] == part or str(s["scenario"]) == part]
+        # an id ("6") names that scenario alone, a number with no such id ("1") its variants
+        hits = ([s for s in SCENARIOS if s["id"] == part]
+                or [s for s in SCENARIOS if str(s["scenario"]) == part])
         if not hits:
             raise ValueError("unknown scenario %r (known: %s)" % (
                 part, ", ".join(s["id"] for s in SCENARIOS)))
