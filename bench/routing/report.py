@@ -519,7 +519,8 @@ def analyze_rejoin(scen, pools, ctx):
             verdicts[name] = _checks([
                 ("p90 TTFT late / before the crash <= 1.5", grow, 1.5),
                 ("its share late / fair >= 0.75 (as fair / share <= 1.33)",
-                 (fair / share) if share else None, 1.0 / 0.75)])
+                 None if share is None else (fair / share) if share > 0 else float("inf"),
+                 1.0 / 0.75)])
         else:
             verdicts[name] = (None, "")
     ctx["notes"].append(
