@@ -116,8 +116,12 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     if (bev == NULL) {
         return NULL;
     }
-    /* a large request body leaves in 256 KiB writes, not libevent's 16 KiB per event */
-    bufferevent_set_max_single_write(bev, 256 * 1024);
+    /* a large request body leaves in one write (up to 4 MiB, what the socket
+     * takes), not in libevent's 16 KiB per event: in 256 KiB slices a 1 MiB
+     * body took three more loop round trips, and under load its slices took
+     * turns with other bodies', each one finishing later (bench/NOTES.md 42);
+     * TLS keeps 256 KiB, its encryption being done in the call */
+    bufferevent_set_max_single_write(bev, b->conf.tls ? 256 * 1024 : 4 * 1024 * 1024);
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
     /* libevent applies the write timeout to the connect itself; a TLS
