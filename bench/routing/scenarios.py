@@ -156,7 +156,7 @@ SCENARIOS = [
     # 6 with a restart: keys are assigned once, so the restarted replica must be
     # handed some of the prompts back (NOTES.md 23)
     _s(id="6r", scenario=6, title="Shared system prompts, a replica restarts",
-       speeds=HOMOG, load=0.6, duration=40, quick=20,
+       speeds=HOMOG, load=0.6, duration=40, quick=26,
        prompt_bytes="128-512", max_tokens="16-64", prefix_groups=16, prefix_bytes=8000,
        sim=dict(SIM, prefix_cache_blocks=640),
        crash={"replica": 3, "at": 8.0, "restart_after": 3.0},
