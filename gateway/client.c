@@ -1008,6 +1008,8 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
             evutil_closesocket(fd);
         } else {
             lg_bevio_own_reads(c->bev); /* no FIONREAD per read */
+            /* a large answer leaves in writes of up to 1 MiB, not 16 KiB per event */
+            bufferevent_set_max_single_write(c->bev, 1024 * 1024);
         }
     }
     if (c->bev == NULL) {

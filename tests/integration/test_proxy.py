@@ -5,6 +5,7 @@ real HTTP, and checks what the client got, what the replica saw, and what
 the access log says.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -42,6 +43,34 @@ while True:
     for _ in range(n // 1000):
         c.sendall(chunk)
     c.sendall(b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % 14)
+    c.close()
+"""
+
+# One POST at a time, answered with a JSON body of argv[1] bytes under a Content-Length
+# (an embeddings-sized answer), sent as fast as loopback takes it.
+LENGTH_SERVER = r"""
+import socket, sys
+n = int(sys.argv[1])
+head, tail = b'{"object":"list","data":"', b'"}'
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print("length ready %d" % s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += c.recv(65536)
+    hd, _, body = req.partition(b"\r\n\r\n")
+    length = int([l.split(b":")[1] for l in hd.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
+    while len(body) < length:
+        body += c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % n)
+    c.sendall(head)
+    left = n - len(head) - len(tail)
+    while left > 0:
+        k = min(left, 1 << 20)
+        c.sendall(b"x" * k)
+        left -= k
+    c.sendall(tail)
     c.close()
 """
 
@@ -379,6 +408,47 @@ class ProxyTest(Harness):
         self.assertTrue(tail.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), tail)
         head_len = r.raw.find(b"\r\n\r\n") + 4
         self.assertEqual(total - head_len, FLOOD_BODY_BYTES)
+
+    def test_large_answer_whole_and_bounded(self):
+        """A 48 MiB Content-Length answer (read in large reads, not per read
+        event): a client that stops reading holds the gateway's memory down,
+        then gets every byte."""
+        n = 48 << 20
+        srv = self.start([harness.PYTHON, "-c", LENGTH_SERVER, str(n)], name="length")
+        sport = int(srv.wait_for(r"length ready (\d+)").group(1))
+        conf = self.base_config(
+            [{"name": "big", "url": "http://127.0.0.1:%d" % sport, "models": ["big"]}],
+            limits={"stream_buffer_bytes": 65536}, timeouts={"client_stall": "30s"},
+            health={"scrape_interval": 0, "interval": "1h"})
+        gwp, gw = self.start_gateway(conf)
+        rss0 = gwp.rss_kib()
+        r = StreamReader(gw, chat_body(model="big"))
+        r.read_until(b"xxxx")
+        time.sleep(1.5)  # the client stalls while the backend keeps sending
+        grown = gwp.rss_kib() - rss0
+        self.assertLess(grown, 16 * 1024, "gateway grew %d KiB holding a stalled answer" % grown)
+        head_len = r.raw.find(b"\r\n\r\n") + 4
+        self.assertIn(b"content-length: %d" % n, r.raw[:head_len].lower())
+        got = len(r.raw) - head_len
+        digest = hashlib.sha256(r.raw[head_len:])
+        r.sock.settimeout(30)
+        while got < n:
+            chunk = r.sock.recv(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+            digest.update(chunk)
+        r.close()
+        self.assertEqual(got, n)
+        head, tail = b'{"object":"list","data":"', b'"}'
+        want, left = hashlib.sha256(head), n - len(head) - len(tail)
+        while left > 0:
+            want.update(b"x" * min(left, 1 << 20))
+            left -= min(left, 1 << 20)
+        want.update(tail)
+        self.assertEqual(digest.hexdigest(), want.hexdigest())
+        entry = read_log(self.path("access.log")) if os.path.exists(self.path("access.log")) else []
+        self.assertTrue(all(e.get("status") == 200 for e in entry), entry)
 
     # ---- timeouts and the access log ----------------------------------------
 
