@@ -262,8 +262,10 @@ def layout(workers):
 
 # ---- backends ----------------------------------------------------------------------
 
-def start_pbench_backend(name, sse=False, events=64, gap_us=10000):
+def start_pbench_backend(name, sse=False, events=64, gap_us=10000, json_bytes=None):
     argv = [os.path.join(BUILD, "pbench"), "backend", "--listen", "127.0.0.1:0"]
+    if json_bytes:
+        argv += ["--json-bytes", str(json_bytes)]
     if sse:
         argv += ["--sse", "--events", str(events), "--gap-us", str(gap_us)]
     p = Proc(argv, name, cpus=ARGS.load_cpus, pipe=True)
@@ -575,12 +577,12 @@ def contenders_for(measure):
 
 # ---- measure 1 and 4: requests/s and added latency ---------------------------------
 
-def measure_rps(workers, nbytes, wrk_conns, lat_conns, label):
+def measure_rps(workers, nbytes, wrk_conns, lat_conns, label, answer_bytes=None):
     res = {"trials": {c: [] for c in ARGS.contenders}, "latency": {c: [] for c in ARGS.contenders}}
     dur = ARGS.duration
     for rnd in range(ARGS.rounds):
         for kind in ARGS.contenders:
-            be = start_pbench_backend("backend-%s" % label)
+            be = start_pbench_backend("backend-%s" % label, json_bytes=answer_bytes)
             c = start_contender(kind, workers, be.port)
             try:
                 wrk(c.port, wrk_conns[0], 1, nbytes)  # warm: pools, caches
@@ -609,7 +611,7 @@ def measure_rps(workers, nbytes, wrk_conns, lat_conns, label):
     res["latency_rate"] = rate
     for rnd in range(ARGS.rounds):
         for kind in ARGS.contenders:
-            be = start_pbench_backend("backend-%s" % label)
+            be = start_pbench_backend("backend-%s" % label, json_bytes=answer_bytes)
             c = start_contender(kind, workers, be.port)
             try:
                 r = pbench_load(c.port, rate, lat_conns, dur, nbytes,
@@ -964,6 +966,10 @@ def main():
                 raw = measure_rps(w, nbytes, [16], 16, "large-" + label)
                 r["large-" + label] = {"raw": raw, "summary": report_rps(
                     raw, w, [16], 16, "Large bodies (%s)" % label)}
+            # an embeddings-sized answer to a small request
+            raw = measure_rps(w, 300, [16], 16, "answer-1MiB", answer_bytes=1024 * 1024)
+            r["answer-1MiB"] = {"raw": raw, "summary": report_rps(
+                raw, w, [16], 16, "Large answers (1MiB to a 300-byte request)")}
         if "log" in measures:
             r["log"] = measure_log(w)
     results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
