@@ -22,47 +22,44 @@ FLOOD_EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % 
 FLOOD_BODY_BYTES = (len(b"%x\r\n" % (len(FLOOD_EVENT) * 1000)) + len(FLOOD_EVENT) * 1000 + 2) * (
     FLOOD_EVENTS // 1000) + len(b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % 14)
 
-# One POST, answered with FLOOD_EVENTS SSE events in chunks of 1000, as fast as possible.
-FLOOD_SERVER = r"""
+# Serves one connection at a time: reads one POST (its Content-Length body too),
+# calls answer(c), closes; argv[1] sizes the answer.
+POST_SERVER = r"""
 import socket, sys
 n = int(sys.argv[1])
+def serve(name, answer):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+    print("%s ready %d" % (name, s.getsockname()[1]), flush=True)
+    while True:
+        c, _ = s.accept()
+        req = b""
+        while b"\r\n\r\n" not in req:
+            req += c.recv(65536)
+        head, _, body = req.partition(b"\r\n\r\n")
+        length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
+        while len(body) < length:
+            body += c.recv(65536)
+        answer(c)
+        c.close()
+"""
+
+# One POST, answered with FLOOD_EVENTS SSE events in chunks of 1000, as fast as possible.
+FLOOD_SERVER = POST_SERVER + r"""
 ev = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % (b"x" * 100)
 chunk = b"%x\r\n" % (len(ev) * 1000) + ev * 1000 + b"\r\n"
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
-print("flood ready %d" % s.getsockname()[1], flush=True)
-while True:
-    c, _ = s.accept()
-    req = b""
-    while b"\r\n\r\n" not in req:
-        req += c.recv(65536)
-    head, _, body = req.partition(b"\r\n\r\n")
-    length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
-    while len(body) < length:
-        body += c.recv(65536)
+def flood(c):
     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     for _ in range(n // 1000):
         c.sendall(chunk)
     c.sendall(b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % 14)
-    c.close()
+serve("flood", flood)
 """
 
 # One POST at a time, answered with a JSON body of argv[1] bytes under a Content-Length
 # (an embeddings-sized answer), sent as fast as loopback takes it.
-LENGTH_SERVER = r"""
-import socket, sys
-n = int(sys.argv[1])
+LENGTH_SERVER = POST_SERVER + r"""
 head, tail = b'{"object":"list","data":"', b'"}'
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
-print("length ready %d" % s.getsockname()[1], flush=True)
-while True:
-    c, _ = s.accept()
-    req = b""
-    while b"\r\n\r\n" not in req:
-        req += c.recv(65536)
-    hd, _, body = req.partition(b"\r\n\r\n")
-    length = int([l.split(b":")[1] for l in hd.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
-    while len(body) < length:
-        body += c.recv(65536)
+def length(c):
     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % n)
     c.sendall(head)
     left = n - len(head) - len(tail)
@@ -71,7 +68,7 @@ while True:
         c.sendall(b"x" * k)
         left -= k
     c.sendall(tail)
-    c.close()
+serve("length", length)
 """
 
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
