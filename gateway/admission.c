@@ -180,6 +180,12 @@ lg_admission_free(struct lg_admission *a)
     free(a);
 }
 
+unsigned
+lg_admission_waiting(const struct lg_admission *a)
+{
+    return a != NULL ? __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) : 0;
+}
+
 /* ---- the queue ---------------------------------------------------------- */
 
 static void

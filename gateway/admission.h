@@ -33,6 +33,9 @@ struct lg_admission *lg_admission_new(struct lg_gateway *gw);
 /* After the workers stopped. NULL is fine. */
 void lg_admission_free(struct lg_admission *a);
 
+/* Requests waiting in the queue now, all workers and models (0 for NULL). */
+unsigned lg_admission_waiting(const struct lg_admission *a);
+
 /*
  * Called by the proxy with the result (rc) of each routing of a request (a
  * retry may wait too), including when a queued request is routed on its way

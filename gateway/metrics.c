@@ -19,6 +19,7 @@
 #include <event2/buffer.h>
 
 #include "accesslog.h"
+#include "admission.h"
 #include "backend.h"
 #include "config.h"
 #include "lg_version.h"
@@ -281,6 +282,9 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     evbuffer_add_printf(out, "llmgate_draining %d\n", gw->draining ? 1 : 0);
     mx_family(out, "llmgate_connections", "gauge", "Open client connections.");
     evbuffer_add_printf(out, "llmgate_connections %u\n", lg_gateway_clients(gw));
+    mx_family(out, "llmgate_queue_waiting", "gauge",
+              "Requests waiting in the admission queue (every backend of their model busy).");
+    evbuffer_add_printf(out, "llmgate_queue_waiting %u\n", lg_admission_waiting(gw->admission));
     mx_family(out, "llmgate_connections_accepted_total", "counter", "Client connections accepted.");
     evbuffer_add_printf(out, "llmgate_connections_accepted_total %" PRIu64 "\n", sum.accepted);
     mx_family(out, "llmgate_connections_refused_total", "counter",

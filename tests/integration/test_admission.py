@@ -11,7 +11,7 @@ import threading
 import time
 
 import harness
-from harness import Harness, chat_body, http_request, post_json, wait_until
+from harness import Harness, chat_body, http_request, metric, post_json, scrape, wait_until
 
 SLOW = ["--slots", "1", "--decode-ms", "20", "--decode-ms-per-seq", "0",
         "--prefill-us-per-token", "10"]
@@ -54,8 +54,15 @@ class AdmissionTest(Harness):
                      "max_inflight": max_inflight} for i, p in enumerate(sims)]
         conf = self.base_config(backends, workers=workers, access_log=self.path("access.log"),
                                 limits={"queue_length": queue_length},
-                                timeouts={"queue": queue}, **extra)
-        return self.start_gateway(conf)
+                                timeouts={"queue": queue}, admin="127.0.0.1:0", **extra)
+        proc, port = self.start_gateway(conf)
+        self.admin = int(proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+        return proc, port
+
+    def await_queued(self, n):
+        """Until the gateway's queue holds n requests (its llmgate_queue_waiting gauge)."""
+        wait_until(lambda: metric(scrape(self.admin), "llmgate_queue_waiting") == n,
+                   what="%d requests queued" % n)
 
     def hold_slot(self, gw, tokens=100):
         """A stream that keeps the only slot busy until it is read to the end."""
@@ -111,7 +118,7 @@ class AdmissionTest(Harness):
         # nothing drained yet: the full queue advises the whole queue timeout
         hold = self.hold_slot(gw, tokens=20000)
         waiters = [Async(gw, chat_body(max_tokens=1)) for _ in range(3)]
-        time.sleep(0.3)
+        self.await_queued(3)
         status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
         self.assertEqual((status, hdrs["retry-after"]), (429, "30"))
         hold.close()
@@ -128,7 +135,7 @@ class AdmissionTest(Harness):
         self.assertGreater(rate, 2.0)
         hold = self.hold_slot(gw, tokens=20000)
         waiters = [Async(gw, chat_body(max_tokens=1)) for _ in range(3)]
-        time.sleep(0.3)
+        self.await_queued(3)
         status, hdrs, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
         # ... so the 4 requests ahead drain in about 4 / rate seconds, not 30
         self.assertEqual(status, 429)
@@ -146,8 +153,9 @@ class AdmissionTest(Harness):
             s = socket.create_connection(("127.0.0.1", gw), timeout=5)
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
-            time.sleep(0.2)  # queued now
-            s.close()        # and gone
+            self.await_queued(1)
+            s.close()  # and gone
+            self.await_queued(0)
         # the place is free again: this one waits instead of getting 429
         w = Async(gw, chat_body(max_tokens=2))
         hold.read_all()
@@ -164,8 +172,9 @@ class AdmissionTest(Harness):
                     {"name": "good", "url": "http://127.0.0.1:%d" % good, "models": ["m"],
                      "max_inflight": 1}]
         conf = self.base_config(backends, workers=1, access_log=self.path("access.log"),
-                                health={"eject_consecutive": 0})
-        _, gw = self.start_gateway(conf)
+                                health={"eject_consecutive": 0}, admin="127.0.0.1:0")
+        gwp, gw = self.start_gateway(conf)
+        self.admin = int(gwp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
         hold = None
         while hold is None:  # round robin: the hold must land on good
             s = self.stream(gw, "POST", "/v1/chat/completions",
@@ -175,7 +184,7 @@ class AdmissionTest(Harness):
             else:
                 s.read_all()
         w = Async(gw, chat_body(max_tokens=2))
-        time.sleep(0.3)
+        self.await_queued(1)  # its retry waits for good
         hold.read_all()
         status, hdrs, _, _ = w.wait()
         self.assertEqual((status, hdrs.get("x-llmsim-replica")), (200, "good"))

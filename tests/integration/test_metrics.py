@@ -150,6 +150,7 @@ class MetricsTest(Harness):
         _, s = self.scrape()
         self.assertEqual(metric(s, "llmgate_backend_in_flight"), 1)
         self.assertGreaterEqual(metric(s, "llmgate_connections"), 1)
+        self.assertEqual(metric(s, "llmgate_queue_waiting"), 0)  # no max_inflight: nothing waits
         stream.read_all(30)
         _, s = self.scrape()
         self.assertEqual(metric(s, "llmgate_backend_in_flight"), 0)
