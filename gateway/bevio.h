@@ -34,6 +34,11 @@ void lg_bevio_flush(struct bufferevent *bev);
  */
 size_t lg_bevio_read(struct bufferevent *bev, size_t max);
 
+/* What lg_bevio_read() callers take per callback at most (a large request
+ * body, a large answer), so that the worker's other connections get their
+ * turn. */
+#define LG_BEVIO_READ_BUDGET (1024 * 1024)
+
 /*
  * From now on a plain socket bufferevent reads through llmgate's callback:
  * no ioctl(FIONREAD) per read, up to 5 KiB per read event (libevent: 4 KiB),

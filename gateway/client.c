@@ -887,7 +887,7 @@ client_on_read(struct bufferevent *bev, void *arg)
 
     (void)bev;
     if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
-        size_t budget = 1024 * 1024, want, got; /* per callback, so others get their turn */
+        size_t budget = LG_BEVIO_READ_BUDGET, want, got;
 
         client_parse(c);
         /*

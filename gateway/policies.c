@@ -464,9 +464,10 @@ static const struct lg_plugin_desc ttft_desc = {
  * A candidate in slow start (its ramp below another candidate's) is given
  * only the keys it is the hash's first for, and no overflow: it owns few
  * keys (none after a crash, its keys reassigned), so balancing would hand
- * it every new key, and each time the router's slow start lets it be a
- * candidate it would win: a flood the ramp cannot thin. So it ramps to a
- * fair share of new keys (the router's ramp times the hash's share), then
+ * it every new key, and the router's slow start (which thins its requests
+ * after the stages, router_thin) would pass it all of their requests that
+ * the ramp lets through: a flood the ramp cannot thin. So it gets the
+ * hash's share of new keys and the ramp's share of their requests, then
  * catches up on keys within the load bound (and takes keys from owners
  * holding too many). With balance_keys 0 the owner is the hash's alone, which
  * several gateway replicas agree on without talking (with the table each

@@ -1012,7 +1012,7 @@ static void
 proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
 {
     struct lg_request *req;
-    size_t budget = 1024 * 1024; /* read per callback, so others get their turn */
+    size_t budget = LG_BEVIO_READ_BUDGET;
     bool drained = false;
 
     req = &c->req;
