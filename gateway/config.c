@@ -1650,14 +1650,25 @@ static const struct lg_conf_field conf_stage_fields[] = {
 static const struct lg_conf_table conf_stage_table = { sizeof(struct lg_route_stage_conf),
                                                        conf_stage_fields, NULL };
 
-/* A pipeline replaces the one-stage `policy` (whose default is then "ttft"). */
+/* A pipeline replaces the one-stage `policy` (whose default is then "ttft"); a
+ * stage of weight 0 is a shadow, so one at least must weigh something. */
 static void
 conf_check_routing(struct conf_ctx *ctx, void *base, bool clean)
 {
     struct lg_routing_conf *r = base;
 
+    size_t deciding = 0;
+
     if (clean && r->policy != NULL && r->npipeline > 0) {
         conf_error_at(ctx, "/policy", "give either policy or pipeline, not both");
+    }
+    for (size_t i = 0; i < r->npipeline; i++) {
+        deciding += r->pipeline[i].weight > 0;
+    }
+    if (clean && r->npipeline > 0 && deciding == 0) {
+        conf_error_at(ctx, "/pipeline",
+                      "every stage has weight 0 (a shadow: scored and logged, never deciding); "
+                      "at least one must decide");
     }
 }
 

@@ -28,6 +28,7 @@ struct router_stage {
     const struct lg_plugin *plugin; /* borrowed from the registry */
     void *state;                    /* owned through plugin->ops->destroy */
     double weight;
+    bool shadow; /* weight 0: scored and logged as is, never decides (filters included) */
     bool has_filter, has_on_result;
 };
 
@@ -74,6 +75,7 @@ router_add_stage(struct lg_router *r, const char *policy, double weight, json_t 
     }
     s->plugin = p;
     s->weight = weight;
+    s->shadow = weight == 0;
     s->has_filter = LG_POLICY_HAS(p->ops, filter);
     s->has_on_result = LG_POLICY_HAS(p->ops, on_result);
     r->nstages++;
@@ -140,8 +142,9 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
         return ret;
     }
     for (size_t i = 0; i < r->nstages && off < sizeof(label); i++) {
-        off += (size_t)snprintf(label + off, sizeof(label) - off, "%s%s", i ? "+" : "",
-                                r->stages[i].plugin->desc->name);
+        off += (size_t)snprintf(label + off, sizeof(label) - off, "%s%s%s", i ? "+" : "",
+                                r->stages[i].plugin->desc->name,
+                                r->stages[i].shadow ? "(shadow)" : "");
     }
     r->policy = lg_xstrdup(label);
     r->scrape_interval_ns = conf->health.scrape_interval_ms * LG_NS_PER_MS;
@@ -372,7 +375,7 @@ struct router_pick {
     struct lg_backend_view v[LG_ROUTER_MAX_CANDIDATES];
     const struct lg_backend_view *vp[LG_ROUTER_MAX_CANDIDATES];
     const char *dropped[LG_ROUTER_MAX_CANDIDATES];               /* by which stage; NULL: scored */
-    double cost[LG_ROUTER_MAX_STAGES][LG_ROUTER_MAX_CANDIDATES]; /* weighted */
+    double cost[LG_ROUTER_MAX_STAGES][LG_ROUTER_MAX_CANDIDATES]; /* weighted; a shadow's as is */
     double total[LG_ROUTER_MAX_CANDIDATES];
     const char *why[LG_ROUTER_MAX_STAGES];
 };
@@ -410,7 +413,7 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
         const struct lg_backend_view *vs[LG_ROUTER_MAX_CANDIDATES];
         unsigned char keep[LG_ROUTER_MAX_CANDIDATES];
 
-        if (!st->has_filter || m <= 1) {
+        if (!st->has_filter || st->shadow || m <= 1) {
             continue;
         }
         for (size_t k = 0; k < m; k++) {
@@ -457,10 +460,12 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
         pk->why[s] = NULL;
         st->plugin->ops->score(st->state, info, vs, m, c, &pk->why[s]);
         for (size_t k = 0; k < m; k++) {
-            double w = st->weight * router_sane_cost(c[k]);
-
-            pk->cost[s][idx[k]] = w;
-            pk->total[idx[k]] += w;
+            if (st->shadow) {
+                pk->cost[s][idx[k]] = router_sane_cost(c[k]); /* shown, not counted */
+                continue;
+            }
+            pk->cost[s][idx[k]] = st->weight * router_sane_cost(c[k]);
+            pk->total[idx[k]] += pk->cost[s][idx[k]];
         }
     }
 }
@@ -540,6 +545,9 @@ router_reason(const struct lg_router *r, const struct router_pick *pk, size_t be
     for (size_t s = 0; s < r->nstages; s++) {
         double d = pk->cost[s][(size_t)second] - pk->cost[s][best];
 
+        if (r->stages[s].shadow) {
+            continue;
+        }
         if (d > spread) {
             spread = d;
             why = pk->why[s];

@@ -885,6 +885,13 @@ test_routing_pipeline(void)
     LG_CHECK(expect_top_error("\"routing\": {\"pipeline\": []},",
                               "t.json:2:25: error: /routing/pipeline: must not be empty")
              == 0);
+    /* weight 0 is a shadow stage; a pipeline of shadows would decide nothing */
+    LG_CHECK(
+        expect_top_error("\"routing\": {\"pipeline\": [{\"policy\": \"ttft\", \"weight\": 0}]},",
+                         "t.json:2:25: error: /routing/pipeline: every stage has weight 0 (a "
+                         "shadow: scored and logged, never deciding); at least one must "
+                         "decide")
+        == 0);
     text = with_top("\"routing\": {\"pipeline\": [{\"weight\": -1}]},");
     LG_CHECK(expect_errors(text,
                            "t.json:2:37: error: /routing/pipeline/0/weight: must be between 0 "

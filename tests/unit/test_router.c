@@ -1,7 +1,8 @@
 /*
  * test_router.c: the router's own part of a pick, on a real fleet and the
  * built-in policies: slow start thins a backend after the stages have seen
- * it, so a prefix it owns stays its own while it ramps.
+ * it, so a prefix it owns stays its own while it ramps; a stage of weight 0
+ * (a shadow) is scored and shown but decides nothing.
  */
 #include <string.h>
 
@@ -85,6 +86,61 @@ test_slow_start_keeps_prefix(void)
     return 0;
 }
 
+/*
+ * Shadow stages (weight 0): round robin decides; least_request and p2c are
+ * scored and shown, nothing more. r1 has 5 requests in flight: counted,
+ * least_request (100 ms each) would keep every pick off it, and p2c's filter
+ * would drop two of the four candidates at each pick.
+ */
+static int
+test_shadow_stage(void)
+{
+    static const char stext[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"pipeline\": [\"round_robin\",\n"
+        "  {\"policy\": \"least_request\", \"weight\": 0},\n"
+        "  {\"policy\": \"p2c\", \"weight\": 0}]},\n"
+        " \"backends\": [\n"
+        "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}";
+    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .max_tokens = 16 };
+    struct lg_config_errors errs;
+    struct lg_config *sconf;
+    struct lg_fleet *sfleet;
+    const struct lg_model_route *route;
+    struct lg_route_result out = { 0 };
+    int count[4] = { 0 };
+
+    memset(&errs, 0, sizeof(errs));
+    LG_CHECK(lg_config_load_buffer(stext, strlen(stext), "s.json", &sconf, &errs) == LG_OK);
+    lg_config_errors_free(&errs);
+    LG_CHECK(lg_fleet_new(sconf, 1, NULL, &sfleet) == LG_OK);
+    route = lg_fleet_find_model(sfleet, "m");
+    LG_CHECK(route != NULL && route->n == 4);
+    LG_CHECK_STR(lg_router_policy(sfleet->router), "round_robin+least_request(shadow)+p2c(shadow)");
+    __atomic_store_n(&route->backends[0]->inflight, 5, __ATOMIC_RELAXED);
+    for (int i = 0; i < 40; i++) {
+        LG_CHECK(lg_router_pick(sfleet->router, route, &req, 0, &out) == LG_OK);
+        for (size_t k = 0; k < 4; k++) {
+            count[k] += out.backend == route->backends[k];
+        }
+        LG_CHECK_STR(out.reason, "next_in_turn");
+        LG_CHECK(strstr(out.explain, "filtered") == NULL);
+        if (out.backend == route->backends[0]) {
+            /* the shadow's own cost for r1, unweighted: 5 x 100 ms */
+            LG_CHECK(strstr(out.explain, "{\"backend\":\"r1\",\"inflight\":5,") != NULL);
+            LG_CHECK(strstr(out.explain, ",500,") != NULL);
+        }
+    }
+    LG_CHECK(count[0] == 10 && count[1] == 10 && count[2] == 10 && count[3] == 10);
+    lg_route_result_clear(&out);
+    __atomic_store_n(&route->backends[0]->inflight, 0, __ATOMIC_RELAXED);
+    lg_fleet_unref(sfleet);
+    lg_config_unref(sconf);
+    return 0;
+}
+
 static int
 teardown(void)
 {
@@ -93,4 +149,4 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, teardown)
+LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_shadow_stage, teardown)
