@@ -233,7 +233,9 @@ def routing_for(name, scen, build, shm_dir):
         last = pipe[-1] if isinstance(pipe[-1], dict) else {"policy": pipe[-1]}
         last.setdefault("options", {}).update(popts)
         routing["pipeline"] = pipe[:-1] + [last]
-    if base == "oracle":
+    stages = [st for st in routing.get("pipeline", [])
+              if isinstance(st, dict) and st.get("policy") == "oracle"]
+    if stages:
         so = os.path.join(build, "plugins", "oracle.so")
         if not os.path.exists(so):
             raise P.Unavailable("%s not built" % so)
@@ -241,7 +243,8 @@ def routing_for(name, scen, build, shm_dir):
         if scen["prefix_groups"]:
             opts["shared_bytes"] = len("system") + scen["prefix_bytes"]
         routing["plugins"] = [so]
-        routing["pipeline"][0]["options"] = opts
+        for st in stages:
+            st["options"] = opts
     return routing
 
 

@@ -42,6 +42,11 @@ LLMGATE_ROUTING = {
     "ttft": {"policy": "ttft"},
     "prefix_affinity": {"pipeline": ["prefix_affinity", "ttft"]},
     "oracle": {"pipeline": [{"policy": "oracle", "options": {}}]},  # options filled per run
+    # diagnosis, not a contender of the full run: ttft decides, the oracle's
+    # exact TTFT for every candidate is logged before it (a shadow stage; the
+    # contender's +NAME=VALUE options go to ttft, the last stage)
+    "ttft_oracle_shadow": {"pipeline": [{"policy": "oracle", "weight": 0, "options": {}},
+                                        "ttft"]},
 }
 PEERS = ("nginx", "haproxy")
 # Scenario 7: the same policy in two gateway instances sharing the fleet.
