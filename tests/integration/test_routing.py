@@ -510,6 +510,31 @@ class RoutingTest(Harness):
         self.assertIn(rec["reason"], ("session_owner", "session_owner_overflow",
                                       "least_inflight"))
 
+    def test_shadow_stage_is_logged_not_deciding(self):
+        # prefix_affinity as a shadow beside round robin: one prompt, so
+        # deciding it would send every request to its owner; as a shadow it
+        # only shows its costs, and round robin alternates
+        ports = self.fleet([("r1", FAST, ["m"]), ("r2", FAST, ["m"])])
+        _, gw = self.gateway(ports, routing={"pipeline": [
+            "round_robin", {"policy": "prefix_affinity", "weight": 0}]})
+        where = []
+        for _ in range(8):
+            status, hdrs, _ = chat(gw, content="the same long system prompt " * 40)
+            self.assertEqual(status, 200)
+            where.append(hdrs["x-llmsim-replica"])
+        self.assertEqual(where.count("r1"), 4, where)
+        recs = self.log(8)
+        owners = set()
+        for rec in recs:
+            self.assertEqual(rec["policy"], "round_robin+prefix_affinity(shadow)")
+            self.assertEqual(rec["reason"], "next_in_turn")
+            costs = {c["backend"]: c["score"] for c in rec["candidates"]}
+            self.assertTrue(all(len(v) == 2 for v in costs.values()), costs)
+            # the shadow's own cost: 0 for the prefix's owner, more for the other
+            owners |= {b for b, v in costs.items() if v[1] == 0}
+            self.assertEqual(sorted(v[1] > 0 for v in costs.values()), [False, True], costs)
+        self.assertEqual(len(owners), 1)
+
     # ---- plugins ----------------------------------------------------------------
 
     def test_plugin_from_shared_object(self):
