@@ -1656,7 +1656,6 @@ static void
 conf_check_routing(struct conf_ctx *ctx, void *base, bool clean)
 {
     struct lg_routing_conf *r = base;
-
     size_t deciding = 0;
 
     if (clean && r->policy != NULL && r->npipeline > 0) {
