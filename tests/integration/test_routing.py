@@ -515,7 +515,7 @@ class RoutingTest(Harness):
         # deciding it would send every request to its owner; as a shadow it
         # only shows its costs, and round robin alternates
         ports = self.fleet([("r1", FAST, ["m"]), ("r2", FAST, ["m"])])
-        _, gw = self.gateway(ports, routing={"pipeline": [
+        gp, gw = self.gateway(ports, routing={"pipeline": [
             "round_robin", {"policy": "prefix_affinity", "weight": 0}]})
         where = []
         for _ in range(8):
@@ -534,6 +534,7 @@ class RoutingTest(Harness):
             owners |= {b for b, v in costs.items() if v[1] == 0}
             self.assertEqual(sorted(v[1] > 0 for v in costs.values()), [False, True], costs)
         self.assertEqual(len(owners), 1)
+        self.assertEqual(gp.stop(), 0)  # (sanitizer and valgrind runs check the exit)
 
     # ---- plugins ----------------------------------------------------------------
 
