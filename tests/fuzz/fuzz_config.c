@@ -30,6 +30,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             || c->workers == 0 || (c->routing.policy != NULL && c->routing.npipeline > 0)) {
             abort();
         }
+        if (c->routing.npipeline > 0) {
+            size_t deciding = 0; /* weight 0 is a shadow: one stage at least decides */
+
+            for (size_t i = 0; i < c->routing.npipeline; i++) {
+                deciding += c->routing.pipeline[i].weight > 0;
+            }
+            if (deciding == 0) {
+                abort();
+            }
+        }
         for (size_t i = 0; i < c->ntemplates; i++) {
             if (c->templates[i].discover.dns == NULL || c->templates[i].discover.port == 0
                 || c->templates[i].url != NULL) {
