@@ -23,42 +23,29 @@ its states are the yardstick). Prints per contender folder:
 Standard library only; bench/routing/NOTES.md 24 is what it found first.
 """
 import glob
-import json
 import os
 import sys
 
-
-def pct(values, p):
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    k = (len(v) - 1) * p / 100.0
-    f = int(k)
-    c = min(f + 1, len(v) - 1)
-    return v[f] + (v[c] - v[f]) * (k - f)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import load_jsonl, pct  # noqa: E402  (the run's own percentiles: nearest rank)
 
 
 def load(folder):
     """(entry, {backend: oracle ms}) for every request with a shadow oracle."""
     rows = []
     for path in sorted(glob.glob(os.path.join(folder, "round*", "access.log"))):
-        with open(path) as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                stages = (e.get("policy") or "").split("+")
-                names = [n for n in ("oracle(shadow)", "oracle") if n in stages]
-                if not names or e.get("ttft") is None:
-                    continue
-                i = stages.index(names[0])
-                o = {c["backend"]: c["score"][i] for c in e.get("candidates") or []
-                     if "score" in c and c["score"][i] is not None}
-                # a state file caught mid-update reads as dead (1e9): skip the pick
-                if e.get("backend") not in o or max(o.values()) >= 1e8:
-                    continue
-                rows.append((e, o))
+        for e in load_jsonl(path):
+            stages = (e.get("policy") or "").split("+")
+            names = [n for n in ("oracle(shadow)", "oracle") if n in stages]
+            if not names or e.get("ttft") is None:
+                continue
+            i = stages.index(names[0])
+            o = {c["backend"]: c["score"][i] for c in e.get("candidates") or []
+                 if "score" in c and c["score"][i] is not None}
+            # a state file caught mid-update reads as dead (1e9): skip the pick
+            if e.get("backend") not in o or max(o.values()) >= 1e8:
+                continue
+            rows.append((e, o))
     return rows
 
 
