@@ -469,9 +469,13 @@ oracle_cached_tokens(const struct oracle *o, const struct llmsim_shm *s,
     }
     h0 = llmsim_shm_key(oracle_unmix(req->prefix_hash));
     h1 = llmsim_shm_key(oracle_unmix(req->prefix_hash ^ 1));
-    for (int attempt = 0; attempt < 100; attempt++) {
-        uint32_t seq = llmsim_shm_read_begin(s);
-        bool hit = oracle_has_key(s, h0) || oracle_has_key(s, h1);
+    for (int attempt = 0; attempt < LLMSIM_SHM_READ_ATTEMPTS; attempt++) {
+        uint32_t seq;
+        bool hit;
+
+        llmsim_shm_read_pause(attempt);
+        seq = llmsim_shm_read_begin(s);
+        hit = oracle_has_key(s, h0) || oracle_has_key(s, h1);
 
         if (!llmsim_shm_read_retry(s, seq)) {
             if (!hit) {
@@ -662,14 +666,18 @@ oracle_predict_ms(struct oracle *o, const struct lg_route_info *req,
     if (tokens > UINT32_MAX) {
         tokens = UINT32_MAX;
     }
-    for (int attempt = 0; attempt < 100; attempt++) {
+    for (int attempt = 0; attempt < LLMSIM_SHM_READ_ATTEMPTS; attempt++) {
         const struct llmsim_shm *s = m->shm;
-        uint32_t seq = llmsim_shm_read_begin(s);
-        uint32_t known = s->running + s->waiting;
-        uint32_t extra = v->inflight > known ? v->inflight - known : 0;
+        uint32_t seq, known, extra;
         uint64_t ttft = 0;
-        int rc = oracle_predict_unlocked(s, now, (uint32_t)tokens, extra, (uint32_t)tokens,
-                                         max_tokens, scratch, SCRATCH_SLOTS, &ttft);
+        int rc;
+
+        llmsim_shm_read_pause(attempt);
+        seq = llmsim_shm_read_begin(s);
+        known = s->running + s->waiting;
+        extra = v->inflight > known ? v->inflight - known : 0;
+        rc = oracle_predict_unlocked(s, now, (uint32_t)tokens, extra, (uint32_t)tokens, max_tokens,
+                                     scratch, SCRATCH_SLOTS, &ttft);
 
         if (!llmsim_shm_read_retry(s, seq)) {
             return rc != LLMSIM_SHM_OK || ttft == UINT64_MAX ? DEAD_MS : (double)ttft / 1e6;

@@ -36,7 +36,7 @@ on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
     struct req *r = seq->owner;
 
     if (index == 0) {
-        r->first_ns = engine.step_end_ns; /* the model's time, not the timer's lateness */
+        r->first_ns = engine.emit_step_end_ns; /* the model's time, not the timer's lateness */
     }
     r->tokens++;
     if (last) {

@@ -248,13 +248,35 @@ engine_note_first_token(struct lg_sim_engine *e, struct lg_sim_seq *seq, uint64_
     lg_sim_prefix_insert(&e->prefix, seq->block_keys, seq->nblocks);
 }
 
-/* The end of a step: one token for every running sequence, then the next step. */
+/* A running sequence leaves mid-step; an engine left with nothing to compute
+ * ends the step at once, so the waiting sequences need not wait for it. */
+static void
+engine_leave_running(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    engine_release(e, seq);
+    if (e->nrunning == 0 && e->phase == LG_SIM_ENGINE_ST_STEP) {
+        evtimer_del(e->step_ev);
+        e->queued_prefill_tokens -= e->step_prefill_tokens;
+        e->step_prefill_tokens = 0;
+        e->phase = LG_SIM_ENGINE_ST_IDLE;
+        engine_kick(e);
+    }
+}
+
+/*
+ * The end of a step: one token for every running sequence, then the next
+ * step. The tokens go to their owners after the shared state is published:
+ * sending them writes to sockets, and a reader of the state (the benchmark's
+ * oracle, in the gateway that those writes wake) must not find it mid-update
+ * for that long.
+ */
 static void
 engine_end_step(struct lg_sim_engine *e)
 {
     uint64_t now = lg_now_ns();
     struct lg_sim_seq *seq;
     struct lg_sim_seq *next;
+    uint32_t n = 0;
 
     engine_shm_begin(e);
     e->stats.steps++;
@@ -273,17 +295,26 @@ engine_end_step(struct lg_sim_engine *e)
         if (last) {
             engine_release(e, seq);
             e->stats.completed++;
-            e->ops->on_token(seq, index, true);
-        } else if (!e->ops->on_token(seq, index, false)) {
-            engine_release(e, seq);
-            e->stats.dropped++;
         }
+        e->emit[n++] = (struct lg_sim_token){ seq, index, last };
     }
     e->phase = LG_SIM_ENGINE_ST_IDLE;
+    e->emit_step_end_ns = e->step_end_ns;
     if (!e->stalled && (e->nrunning > 0 || e->nwaiting > 0)) {
         engine_start_step(e, now <= e->step_end_ns + LLMSIM_SHM_CATCH_UP_NS ? e->step_end_ns : now);
     }
     engine_shm_end(e);
+    for (uint32_t i = 0; i < n; i++) {
+        struct lg_sim_token *t = &e->emit[i];
+
+        if (!e->ops->on_token(t->seq, t->index, t->last) && !t->last
+            && t->seq->state == LG_SIM_SEQ_ST_RUNNING) {
+            engine_shm_begin(e);
+            engine_leave_running(e, t->seq);
+            e->stats.dropped++;
+            engine_shm_end(e);
+        }
+    }
 }
 
 static void
@@ -338,6 +369,7 @@ lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
         return LG_ENOMEM;
     }
     e->free_slots = lg_xmalloc((size_t)conf->slots * sizeof(*e->free_slots));
+    e->emit = lg_xmalloc((size_t)conf->slots * sizeof(*e->emit));
     for (uint32_t i = 0; i < conf->slots; i++) {
         e->free_slots[i] = conf->slots - 1 - i; /* slot 0 is taken first */
     }
@@ -358,6 +390,8 @@ lg_sim_engine_free(struct lg_sim_engine *e)
     }
     free(e->free_slots);
     e->free_slots = NULL;
+    free(e->emit);
+    e->emit = NULL;
     lg_sim_prefix_free(&e->prefix);
 }
 
@@ -409,15 +443,7 @@ lg_sim_engine_abort(struct lg_sim_engine *e, struct lg_sim_seq *seq)
             engine_ring_fill(e);
         }
     } else {
-        engine_release(e, seq);
-        if (e->nrunning == 0 && e->phase == LG_SIM_ENGINE_ST_STEP) {
-            /* nothing left to compute: the waiting sequences need not wait for it */
-            evtimer_del(e->step_ev);
-            e->queued_prefill_tokens -= e->step_prefill_tokens;
-            e->step_prefill_tokens = 0;
-            e->phase = LG_SIM_ENGINE_ST_IDLE;
-            engine_kick(e);
-        }
+        engine_leave_running(e, seq);
     }
     e->stats.aborted++;
     e->stats.last_abort_wall_ns = lg_wall_ns();

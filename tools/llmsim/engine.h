@@ -49,7 +49,9 @@ struct lg_sim_seq {
 
 /*
  * Callbacks into the owner. on_token runs for every token emitted, in the
- * engine's step handler; `last` is true for the max_tokens-th, in which case
+ * engine's step handler, once the step's results and the next step are in
+ * the engine's state (emit_step_end_ns is then the end of the step that
+ * produced the token); `last` is true for the max_tokens-th, in which case
  * the sequence has already left the engine (the owner may reuse it). A
  * non-last call returning false makes the engine drop the sequence (the
  * owner cut it): counted as dropped, never touched again.
@@ -97,6 +99,13 @@ enum lg_sim_engine_phase {
     LG_SIM_ENGINE_ST_BLOCKED,  /* a step ended while stalled: its tokens wait */
 };
 
+/* A token a step produced, handed to the owner once the step's state is out. */
+struct lg_sim_token {
+    struct lg_sim_seq *seq;
+    uint32_t index;
+    bool last;
+};
+
 struct lg_sim_engine {
     struct lg_sim_engine_conf conf;
     const struct lg_sim_engine_ops *ops;
@@ -118,6 +127,8 @@ struct lg_sim_engine {
     uint64_t queued_prefill_tokens; /* waiting estimates + the step in progress */
     uint64_t remaining_decode_tokens;
     struct lg_sim_seq *wait_unpublished; /* first waiter without a ring entry */
+    struct lg_sim_token *emit;           /* a step's tokens, sent after its state is published */
+    uint64_t emit_step_end_ns;           /* the end of the step whose tokens are being sent */
     struct lg_sim_engine_stats stats;
 };
 

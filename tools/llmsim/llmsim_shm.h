@@ -61,10 +61,11 @@
 #ifndef LLMSIM_SHM_H
 #define LLMSIM_SHM_H
 
+#include <llmgate/hstream.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <llmgate/hstream.h>
+#include <time.h>
 
 #define LLMSIM_SHM_MAGIC   0x4c4d5331u /* "LMS1" */
 #define LLMSIM_SHM_VERSION 2u
@@ -176,6 +177,29 @@ static inline uint32_t
 llmsim_shm_read_begin(const struct llmsim_shm *s)
 {
     return __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+}
+
+/* Attempts a reader makes before it reports LLMSIM_SHM_EBUSY. */
+#define LLMSIM_SHM_READ_ATTEMPTS 256
+
+/*
+ * What a reader does before its next attempt. A writer that runs finishes an
+ * update in well under a microsecond, so the first attempts follow at once;
+ * one still writing after that was descheduled mid-update (two CPUs, a
+ * fleet, a load generator and a gateway on them), so the reader gives it the
+ * CPU, then sleeps in short steps: about 4 ms in all before it gives up. A
+ * reader that gave up after a few microseconds read a live replica as dead.
+ */
+static inline void
+llmsim_shm_read_pause(int attempt)
+{
+    if (attempt >= 64) {
+        struct timespec ts = { 0, 20000 };
+
+        nanosleep(&ts, NULL);
+    } else if (attempt >= 16) {
+        sched_yield();
+    }
 }
 
 /* True when what was read since llmsim_shm_read_begin() may be torn. */
@@ -349,12 +373,14 @@ static inline int
 llmsim_shm_predict_ttft_ns(const struct llmsim_shm *s, uint64_t now_ns, uint32_t uncached_tokens,
                            uint64_t *scratch, size_t scratch_len, uint64_t *ttft_ns)
 {
-    for (int attempt = 0; attempt < 100; attempt++) {
-        uint32_t seq = llmsim_shm_read_begin(s);
+    for (int attempt = 0; attempt < LLMSIM_SHM_READ_ATTEMPTS; attempt++) {
+        uint32_t seq;
         uint64_t out = 0;
-        int rc =
-            llmsim_shm_predict_unlocked(s, now_ns, uncached_tokens, scratch, scratch_len, &out);
+        int rc;
 
+        llmsim_shm_read_pause(attempt);
+        seq = llmsim_shm_read_begin(s);
+        rc = llmsim_shm_predict_unlocked(s, now_ns, uncached_tokens, scratch, scratch_len, &out);
         if (!llmsim_shm_read_retry(s, seq)) {
             if (rc == LLMSIM_SHM_OK) {
                 *ttft_ns = out;
