@@ -190,6 +190,16 @@ class Harness(unittest.TestCase):
         self._tmpdir = tempfile.TemporaryDirectory(prefix="lgtest-")
         self.tmp = self._tmpdir.name
 
+    def refusing_port(self):
+        """A loopback port where a connection is refused, for a backend that is
+        down: bound for the test's duration without listening (a port from
+        free_port() could be taken by a test running beside this one, and a
+        request meant to be refused would reach that test's server)."""
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.addCleanup(s.close)
+        return s.getsockname()[1]
+
     def run(self, result=None):
         self._result = result
         self._bad_before = len(result.failures) + len(result.errors) if result else 0

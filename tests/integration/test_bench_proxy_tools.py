@@ -55,11 +55,14 @@ class PbenchLoadPair(Harness):
             self.assertEqual(r["latency_us"]["n"], int(RATE * SECONDS), r)
         # the pairs differ by most of llmsim's generation time (the other
         # target's own latency, at most a few ms on a busy host, comes off
-        # it), in the direction of the target named first; the outermost 1%
-        # on either side is left to the host (one pair in a CI run read
-        # -3.2 ms: the instant backend's answer took 14 ms then)
-        self.assertGreater(slow_first["added_us"]["p1"], floor_us / 2, slow_first)
-        self.assertLess(fast_first["added_us"]["p99"], -floor_us / 2, fast_first)
+        # it), in the direction of the target named first. The outermost
+        # pairs are left to the host: one in a CI run read -3.2 ms (the
+        # instant backend's answer took 14 ms then), and in another the
+        # slowest pair read 4.0 ms because llmsim, running behind on a busy
+        # host, starts its next step at the last one's scheduled end (up to
+        # 20 ms back, so lateness does not pile up) and answered in 10 ms
+        self.assertGreater(slow_first["added_us"]["p50"], floor_us / 2, slow_first)
+        self.assertLess(fast_first["added_us"]["p50"], -floor_us / 2, fast_first)
         self.assertGreater(slow_first["latency_us"]["p50"], floor_us, slow_first)
         self.assertGreater(fast_first["pair"]["latency_us"]["p50"], floor_us, fast_first)
 

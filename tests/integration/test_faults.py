@@ -144,7 +144,7 @@ class FaultsTest(Harness):
 
     def test_refused_connections_are_retried_elsewhere(self):
         ports = self.replicas([("good", ["m"], FAST)])
-        ports = {"dead": harness.free_port(), **ports}
+        ports = {"dead": self.refusing_port(), **ports}
         _, gw = self.gateway(ports)
         t0 = time.monotonic()
         for _ in range(8):
@@ -347,7 +347,7 @@ class FaultsTest(Harness):
         self.assertEqual(statuses.count(200) + statuses.count(503), n)
 
     def test_all_backends_down_is_a_fast_503(self):
-        ports = {"d1": harness.free_port(), "d2": harness.free_port()}
+        ports = {"d1": self.refusing_port(), "d2": self.refusing_port()}
         _, gw = self.gateway(ports)
         for stream in (False, True):
             t0 = time.monotonic()

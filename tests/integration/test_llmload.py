@@ -335,7 +335,7 @@ class LlmloadTest(harness.Harness):
         self.assertEqual(s["ok"], 3)
 
     def test_connect_refused_and_timeout(self):
-        port = harness.free_port()  # nothing listens there
+        port = self.refusing_port()
         s, _ = self.run_json(port, ["--concurrency", 2, "--requests", 6])
         self.assertEqual(s["errors"]["connect"], 6)
         self.assertEqual(s["ok"], 0)

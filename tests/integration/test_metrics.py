@@ -186,7 +186,7 @@ class MetricsTest(Harness):
         _, port = self.start_llmsim("r1", args=FAST)
         backends.append({"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
         # r2: nothing listens there, so every attempt is refused
-        backends.append({"name": "r2", "url": "http://127.0.0.1:%d" % harness.free_port(),
+        backends.append({"name": "r2", "url": "http://127.0.0.1:%d" % self.refusing_port(),
                          "models": ["m"], "flavor": "none"})
         conf = self.base_config(backends, admin="127.0.0.1:0",
                                 health={"scrape_interval": "50ms", "eject_consecutive": 2,

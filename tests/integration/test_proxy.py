@@ -313,7 +313,7 @@ class ProxyTest(Harness):
         self.assertEqual(raw.count(b"\\u007f"), sum("\x7f" in n for n in names))
 
     def test_backend_down(self):
-        dead = harness.free_port()
+        dead = self.refusing_port()
         conf = self.base_config([{"name": "dead", "url": "http://127.0.0.1:%d" % dead,
                                   "models": ["m"]}])
         _, gw = self.start_gateway(conf)
@@ -325,7 +325,7 @@ class ProxyTest(Harness):
 
     def test_one_backend_down_is_retried(self):
         (port,) = self.fleet(1)
-        dead = harness.free_port()
+        dead = self.refusing_port()
         conf = self.base_config([
             {"name": "dead", "url": "http://127.0.0.1:%d" % dead, "models": ["m"]},
             {"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
