@@ -42,7 +42,8 @@ def load(folder):
             i = stages.index(names[0])
             o = {c["backend"]: c["score"][i] for c in e.get("candidates") or []
                  if "score" in c and c["score"][i] is not None}
-            # a state file caught mid-update reads as dead (1e9): skip the pick
+            # a candidate the oracle scores as dead (1e9: a stalled replica, or a
+            # state it could not read within its wait) has no truth: skip the pick
             if e.get("backend") not in o or max(o.values()) >= 1e8:
                 continue
             rows.append((e, o))
