@@ -134,15 +134,15 @@ admin_live_json(json_t *o, const struct lg_live *lv)
 
     json_object_set_new(
         o, "engine",
-        json_pack("{s:o, s:o, s:o, s:o, s:o, s:b, s:s}", "waiting",
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:s}", "waiting",
                   scraped && v->engine_waiting >= 0 ? json_integer(v->engine_waiting) : json_null(),
                   "running",
                   scraped && v->engine_running >= 0 ? json_integer(v->engine_running) : json_null(),
                   "kv_usage", admin_num(v->engine_kv_usage, scraped && v->engine_kv_usage >= 0),
                   "age_ms", admin_num((double)v->engine_age_ns / 1e6, scraped), "capacity",
-                  admin_num(v->capacity, v->capacity > 0), "stale",
-                  (v->flags & LG_VIEW_F_STALE) != 0, "flavor",
-                  lg_live_flavor_name(lv->engine_flavor)));
+                  admin_num(v->capacity, v->capacity > 0), "capacity_guessed",
+                  (v->flags & LG_VIEW_F_CAP_GUESS) != 0, "stale", (v->flags & LG_VIEW_F_STALE) != 0,
+                  "flavor", lg_live_flavor_name(lv->engine_flavor)));
     json_object_set_new(
         o, "estimate",
         json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "ttft_ms",

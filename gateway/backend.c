@@ -420,6 +420,17 @@ lg_backend_due_del(struct lg_backend *b, int slot)
     }
 }
 
+/* A taken due slot's predicted service and the request's age at now (ms). */
+static uint64_t
+due_read(uint64_t w, uint64_t now, uint64_t *age)
+{
+    uint64_t service = w & DUE_SERVICE_MAX;
+    uint64_t start = (w >> DUE_SERVICE_BITS) - 1 - service;
+
+    *age = now > start ? now - start : 0;
+    return service;
+}
+
 double
 lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms)
 {
@@ -427,15 +438,12 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 
     for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
-        uint64_t due, service, start, age;
+        uint64_t service, age;
 
         if (w == 0) {
             continue;
         }
-        due = w >> DUE_SERVICE_BITS;
-        service = w & DUE_SERVICE_MAX;
-        start = due - 1 - service;
-        age = now > start ? now - start : 0;
+        service = due_read(w, now, &age);
         /* what is left of its prediction; once nearly used up, a share of
          * the time it has taken: a request past its prediction is behind
          * something the model did not see, and the longer it has waited the
@@ -447,6 +455,23 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
         *longest_ms = (double)longest;
     }
     return (double)sum;
+}
+
+double
+lg_backend_late_ms(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t now = pending_ms(now_ns), late = 0;
+
+    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
+        uint64_t service, age;
+
+        if (w != 0) {
+            service = due_read(w, now, &age);
+            late = LG_MAX(late, age > service ? age - service : 0);
+        }
+    }
+    return (double)late;
 }
 
 int

@@ -142,14 +142,37 @@ health_on_check_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- scrapes ------------------------------------------------------------ */
 
+bool
+lg_health_ours_queued(double late_ms, double step_ms, double work_ms, double longest_ms,
+                      uint64_t interval_ns)
+{
+    double interval_ms = (double)interval_ns / 1e6;
+
+    /* a long prefill of ours in progress holds arrivals in the queue
+     * whatever the free slots (a long prompt still awaiting its first token
+     * may be in it, even past its predicted time: the slope of a new fleet
+     * is learnt from such prompts) */
+    if (work_ms > 2.0 * interval_ms || longest_ms >= interval_ms) {
+        return false;
+    }
+    /* waiting for the next step takes at most a step, and the prompts
+     * admitted with it at most the longest one pending */
+    return late_ms > LG_MAX(2.0 * step_ms, longest_ms);
+}
+
 void
 lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
-                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns, bool prefill_busy)
+                      uint64_t now_ns, uint32_t inflight, uint64_t interval_ns, bool ours_queued)
 {
     /*
      * A request waits a moment for the engine's next step even when a slot
      * is free, so one scrape with a queue proves nothing; a queue on two
-     * scrapes in a row means the engine is full at the count running. Unless
+     * scrapes in a row, with a request of ours held there longer than a
+     * step boundary explains (ours_queued), means the engine is full at the
+     * count running. Two scrapes alone are no proof on a slow replica: its
+     * steps are long, and a request that arrived during the last one is in
+     * the queue at every scrape that lands in a clump of arrivals
+     * (bench/routing/NOTES.md 28). Unless
      * it ran more than that at once before with its KV cache not full: then
      * a long step (a long prompt's prefill, ours or another client's) holds
      * arrivals until it ends, or a request that just finished has not been
@@ -160,8 +183,7 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
      */
     bool at_max = s->running >= e->run_max || s->kv_usage >= LG_ENGINE_KV_FULL;
     bool queued = s->running > 0 && s->waiting > 0 && e->running > 0 && e->waiting > 0
-                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && !prefill_busy
-                  && at_max;
+                  && e->t_ns != 0 && now_ns - e->t_ns <= 2 * interval_ns && ours_queued && at_max;
 
     if (e->run_max_t_ns != 0 && now_ns - e->run_max_t_ns > LG_ENGINE_RUN_MAX_TTL_S * LG_NS_PER_S) {
         e->run_max = s->running; /* engines restart with other settings */
@@ -201,8 +223,9 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     size_t len;
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
-    double work_ms, longest_ms;
-    bool busy, detected;
+    double work_ms, longest_ms, step_ms;
+    bool queued, detected;
+    struct lg_backend_est est;
     int rc;
 
     t->scraping = false;
@@ -231,13 +254,12 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     }
     now = lg_now_ns();
     interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
-    /* a long prefill of ours in progress holds arrivals in the queue
-     * whatever the free slots: no capacity can be read from that queue (a
-     * long prompt still awaiting its first token may be in it, even past its
-     * predicted time: the slope of a new fleet is learnt from such prompts) */
     work_ms = lg_backend_work_ahead_ms(b, now, &longest_ms); /* 0, 0 with none pending */
-    busy = work_ms > 2.0 * (double)interval / 1e6 || longest_ms >= (double)interval / 1e6;
-    lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, busy);
+    lg_backend_read_est(b, &est);
+    step_ms = lg_est_mean_read(&est.itl, now, LG_EST_DEFAULT_ITL_MS, LG_EST_MEAN_HALF_LIFE_S);
+    queued =
+        lg_health_ours_queued(lg_backend_late_ms(b, now), step_ms, work_ms, longest_ms, interval);
+    lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, queued);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
         /* after publishing: whoever reads this line can count on the sample */

@@ -331,6 +331,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     }
     if (v->capacity > 0) {
         router_put_num(o, "slots", round(v->capacity * 10) / 10);
+        if (v->flags & LG_VIEW_F_CAP_GUESS) {
+            router_str(o, ",\"slots_guessed\":true");
+        }
     }
     router_put_num(o, "ttft_ms", round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
     router_put_num(o, "itl_ms", round(v->itl_ms * 10) / 10);

@@ -384,6 +384,7 @@ class RoutingTest(Harness):
         print("\n  A at %d of 60 events: C's slot wait %s ms, A's remaining ~%.0f ms"
               % (events, cand.get("slot_wait_ms"), expect_ms))
         self.assertEqual(cand.get("slots"), 1, cand)
+        self.assertNotIn("slots_guessed", cand)  # B, late in the queue, proved it
         self.assertGreater(cand.get("slot_wait_ms", 0), 0.6 * expect_ms, cand)
         self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
 
@@ -422,6 +423,7 @@ class RoutingTest(Harness):
               "remaining ~%.0f ms" % (events, cand.get("slot_wait_ms"), cand.get("slots"),
                                       expect_ms))
         self.assertEqual(cand.get("slots"), 2.5, cand)  # a guess
+        self.assertIs(cand.get("slots_guessed"), True, cand)
         self.assertGreater(cand.get("slot_wait_ms", 0), 0.5 * expect_ms, cand)
         self.assertLess(cand["slot_wait_ms"], 1.6 * expect_ms, cand)
         self.assertGreater(cand["score"][0], cand["slot_wait_ms"], cand)

@@ -47,9 +47,13 @@ test_work_ahead_per_request(void)
     /* 60 ms later: 40 left of the first; the second is overdue and has a
      * quarter of its 60 ms age left (15), not -20 taken off the first */
     LG_CHECK(lg_backend_work_ahead_ms(b, t + 60 * LG_NS_PER_MS, NULL) == 40 + 15);
+    /* the most overdue: the second, 20 ms past its 40; none overdue before */
+    LG_CHECK(lg_backend_late_ms(b, t + 60 * LG_NS_PER_MS) == 20);
+    LG_CHECK(lg_backend_late_ms(b, t + 30 * LG_NS_PER_MS) == 0);
     lg_backend_due_del(b, s1);
     LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 40 && longest == 40);
     lg_backend_due_del(b, s2);
+    LG_CHECK(lg_backend_late_ms(b, t + 60 * LG_NS_PER_MS) == 0); /* none pending */
     /* every slot taken: the next is not counted, and says so */
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         LG_CHECK(lg_backend_due_add(b, t, 1, (uint32_t)i * 7) >= 0);
