@@ -31,14 +31,6 @@ int lg_health_start(struct lg_fleet *f, struct lg_health **out);
 void lg_health_stop(struct lg_health *h);
 
 /*
- * Folds one parsed scrape into a backend's engine state: counts, time, our
- * in-flight count at that time, and the capacity estimate (the running
- * count while requests waited on two scrapes in a row, interval_ns apart,
- * is the engine's slot count when ours_queued says a request of ours is in
- * that queue for a slot: waiting longer than the next step and any long
- * prefill explain; otherwise the most seen running is only a lower bound).
- */
-/*
  * Whether a queue the engine shows can hold a request of ours for a slot:
  * the most overdue of ours there (late_ms past its predicted service) waits
  * longer than two steps (step_ms: the replica's gap between tokens) and the
@@ -50,6 +42,14 @@ void lg_health_stop(struct lg_health *h);
 bool lg_health_ours_queued(double late_ms, double step_ms, double work_ms, double longest_ms,
                            uint64_t interval_ns);
 
+/*
+ * Folds one parsed scrape into a backend's engine state: counts, time, our
+ * in-flight count at that time, and the capacity estimate (the running
+ * count while requests waited on two scrapes in a row, interval_ns apart,
+ * is the engine's slot count when ours_queued says a request of ours is in
+ * that queue for a slot: waiting longer than the next step and any long
+ * prefill explain; otherwise the most seen running is only a lower bound).
+ */
 void lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample *s,
                            uint64_t now_ns, uint32_t inflight, uint64_t interval_ns,
                            bool ours_queued);
