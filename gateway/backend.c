@@ -420,58 +420,38 @@ lg_backend_due_del(struct lg_backend *b, int slot)
     }
 }
 
-/* A taken due slot's predicted service and the request's age at now (ms). */
-static uint64_t
-due_read(uint64_t w, uint64_t now, uint64_t *age)
-{
-    uint64_t service = w & DUE_SERVICE_MAX;
-    uint64_t start = (w >> DUE_SERVICE_BITS) - 1 - service;
-
-    *age = now > start ? now - start : 0;
-    return service;
-}
-
 double
-lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms)
+lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
+                         double *late_ms)
 {
-    uint64_t now = pending_ms(now_ns), sum = 0, longest = 0;
+    uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
 
     for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
-        uint64_t service, age;
+        uint64_t due, service, start, age;
 
         if (w == 0) {
             continue;
         }
-        service = due_read(w, now, &age);
+        due = w >> DUE_SERVICE_BITS;
+        service = w & DUE_SERVICE_MAX;
+        start = due - 1 - service;
+        age = now > start ? now - start : 0;
         /* what is left of its prediction; once nearly used up, a share of
          * the time it has taken: a request past its prediction is behind
          * something the model did not see, and the longer it has waited the
          * longer it is likely to wait still */
         sum += LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
         longest = LG_MAX(longest, service);
+        late = LG_MAX(late, age > service ? age - service : 0);
     }
     if (longest_ms != NULL) {
         *longest_ms = (double)longest;
     }
-    return (double)sum;
-}
-
-double
-lg_backend_late_ms(const struct lg_backend *b, uint64_t now_ns)
-{
-    uint64_t now = pending_ms(now_ns), late = 0;
-
-    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
-        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
-        uint64_t service, age;
-
-        if (w != 0) {
-            service = due_read(w, now, &age);
-            late = LG_MAX(late, age > service ? age - service : 0);
-        }
+    if (late_ms != NULL) {
+        *late_ms = (double)late;
     }
-    return (double)late;
+    return (double)sum;
 }
 
 int
@@ -690,7 +670,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
     lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
     if (v->pending > 0) {
-        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL);
+        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL, NULL);
     }
     if (v->capacity > 0 && v->foreign < 0.5 && v->load + 1 > v->capacity) {
         /* only our requests there: the k-th to end lets the k-th in line in

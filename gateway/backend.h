@@ -266,12 +266,12 @@ void lg_backend_end_del(struct lg_backend *b, int slot);
 double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
                               double gap_ms);
 
-/* ... and sets *longest_ms (when not NULL) to the longest predicted service
- * among them, overdue or not: a long prefill may still hold the engine. */
-double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms);
-/* How long the most overdue of them has waited beyond its predicted service
- * (0 when none is pending or none is overdue). */
-double lg_backend_late_ms(const struct lg_backend *b, uint64_t now_ns);
+/* ... and sets (each when not NULL) *longest_ms to the longest predicted
+ * service among them, overdue or not: a long prefill may still hold the
+ * engine; *late_ms to how long the most overdue has waited beyond its
+ * predicted service (0 when none is). */
+double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
+                                double *late_ms);
 
 /*
  * Learning (any worker thread): a first token `ttft_ms` after dispatch for

@@ -223,7 +223,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     size_t len;
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
-    double work_ms, longest_ms, step_ms;
+    double work_ms, longest_ms, late_ms, step_ms;
     bool queued, detected;
     struct lg_backend_est est;
     int rc;
@@ -254,11 +254,11 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     }
     now = lg_now_ns();
     interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
-    work_ms = lg_backend_work_ahead_ms(b, now, &longest_ms); /* 0, 0 with none pending */
+    /* 0, 0, 0 with none pending */
+    work_ms = lg_backend_work_ahead_ms(b, now, &longest_ms, &late_ms);
     lg_backend_read_est(b, &est);
     step_ms = lg_est_mean_read(&est.itl, now, LG_EST_DEFAULT_ITL_MS, LG_EST_MEAN_HALF_LIFE_S);
-    queued =
-        lg_health_ours_queued(lg_backend_late_ms(b, now), step_ms, work_ms, longest_ms, interval);
+    queued = lg_health_ours_queued(late_ms, step_ms, work_ms, longest_ms, interval);
     lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, queued);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {

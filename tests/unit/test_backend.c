@@ -31,6 +31,16 @@ setup(void)
     return 0;
 }
 
+/* The most overdue request's lateness, as the work-ahead scan reports it. */
+static double
+late_at(struct lg_backend *b, uint64_t t)
+{
+    double late = -1;
+
+    lg_backend_work_ahead_ms(b, t, NULL, &late);
+    return late;
+}
+
 static int
 test_work_ahead_per_request(void)
 {
@@ -39,32 +49,32 @@ test_work_ahead_per_request(void)
     double longest = -1;
     int s1, s2, s3;
 
-    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 0 && longest == 0);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 0 && longest == 0);
     s1 = lg_backend_due_add(b, t, 100, 0);
     s2 = lg_backend_due_add(b, t, 40, 0); /* same hint: the next free slot */
     LG_CHECK(s1 >= 0 && s2 >= 0 && s1 != s2);
-    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 140 && longest == 100);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 140 && longest == 100);
     /* 60 ms later: 40 left of the first; the second is overdue and has a
      * quarter of its 60 ms age left (15), not -20 taken off the first */
-    LG_CHECK(lg_backend_work_ahead_ms(b, t + 60 * LG_NS_PER_MS, NULL) == 40 + 15);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t + 60 * LG_NS_PER_MS, NULL, NULL) == 40 + 15);
     /* the most overdue: the second, 20 ms past its 40; none overdue before */
-    LG_CHECK(lg_backend_late_ms(b, t + 60 * LG_NS_PER_MS) == 20);
-    LG_CHECK(lg_backend_late_ms(b, t + 30 * LG_NS_PER_MS) == 0);
+    LG_CHECK(late_at(b, t + 60 * LG_NS_PER_MS) == 20);
+    LG_CHECK(late_at(b, t + 30 * LG_NS_PER_MS) == 0);
     lg_backend_due_del(b, s1);
-    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest) == 40 && longest == 40);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 40 && longest == 40);
     lg_backend_due_del(b, s2);
-    LG_CHECK(lg_backend_late_ms(b, t + 60 * LG_NS_PER_MS) == 0); /* none pending */
+    LG_CHECK(late_at(b, t + 60 * LG_NS_PER_MS) == 0); /* none pending */
     /* every slot taken: the next is not counted, and says so */
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         LG_CHECK(lg_backend_due_add(b, t, 1, (uint32_t)i * 7) >= 0);
     }
     s3 = lg_backend_due_add(b, t, 1, 3);
     LG_CHECK(s3 == -1);
-    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL) == LG_BACKEND_DUE_SLOTS);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL, NULL) == LG_BACKEND_DUE_SLOTS);
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
         lg_backend_due_del(b, i);
     }
-    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL) == 0);
+    LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL, NULL) == 0);
     return 0;
 }
 
