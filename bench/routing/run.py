@@ -53,6 +53,9 @@ def parse_args(argv=None):
                     help="output folder (default bench/out/routing-<timestamp>/)")
     ap.add_argument("--build", default=os.environ.get("LG_BUILD") or os.path.join(SRC, "build"),
                     help="CMake build folder with llmgate, llmsim, llmload, plugins/oracle.so")
+    ap.add_argument("--ref-build", default=None, metavar="DIR",
+                    help="a second build: a contender named X@ref runs that build's llmgate "
+                         "(before/after comparisons in one interleaved run)")
     ap.add_argument("--workers", type=int, default=1,
                     help="event-loop threads / worker processes of every proxy (default 1)")
     ap.add_argument("--pin", default="auto",
@@ -193,6 +196,17 @@ def split_trace(path, a, b, seed):
 
 # ---- contenders ------------------------------------------------------------------
 
+REF_SUFFIX = "@ref"
+
+
+def split_ref(name):
+    """'ttft+decode_weight=0@ref' -> ('ttft+decode_weight=0', True): the
+    contender runs the llmgate of --ref-build."""
+    if name.endswith(REF_SUFFIX):
+        return name[:-len(REF_SUFFIX)], True
+    return name, False
+
+
 def split_options(name):
     """'ttft+decode_weight=0+slots=32' -> ('ttft', {'decode_weight': 0, 'slots': 32}):
     an llmgate policy with options, for trying a policy's settings side by side."""
@@ -210,7 +224,10 @@ def split_options(name):
 
 
 def contender_kind(name):
+    name, ref = split_ref(name)
     name, opts = split_options(name)
+    if ref and (name in S.PEERS or name == "oracle"):
+        raise SystemExit("contender %r: %s applies to llmgate's own policies" % (name, REF_SUFFIX))
     if opts and (name in S.PEERS or name == "oracle"):
         raise SystemExit("contender %r: options apply to llmgate's own policies" % name)
     if name in S.PEERS:
@@ -224,7 +241,7 @@ def contender_kind(name):
 
 
 def routing_for(name, scen, build, shm_dir):
-    name, popts = split_options(name)
+    name, popts = split_options(split_ref(name)[0])
     base = name[:-len(S.DUAL_SUFFIX)] if name.endswith(S.DUAL_SUFFIX) else name
     routing = json.loads(json.dumps(S.LLMGATE_ROUTING[base]))
     if popts:
@@ -258,8 +275,9 @@ def make_contender(name, scen, args, rundir, fleet, shm_dir, pins):
         if not P.which("haproxy"):
             raise P.Unavailable("haproxy is not installed (tools/install-deps.sh --bench)")
         return "haproxy", P.Haproxy(rundir, fleet, args.workers, cpus=pins["proxy"])
-    return "llmgate", P.Llmgate(args.build, rundir, fleet, routing_for(name, scen, args.build,
-                                                                       shm_dir),
+    build = args.ref_build if split_ref(name)[1] else args.build
+    return "llmgate", P.Llmgate(build, rundir, fleet, routing_for(name, scen, args.build,
+                                                                  shm_dir),
                                 args.workers, instances=instances, cpus=pins["proxy"])
 
 
@@ -450,6 +468,10 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
     args.build = os.path.abspath(args.build)
+    if args.ref_build:
+        args.ref_build = os.path.abspath(args.ref_build)
+        if not os.access(os.path.join(args.ref_build, "llmgate"), os.X_OK):
+            raise SystemExit("%s/llmgate not found" % args.ref_build)
     for b in ("llmgate", "llmsim", "llmload"):
         if not os.access(os.path.join(args.build, b), os.X_OK):
             raise SystemExit("%s/%s not found: build first (cmake --build build)" % (args.build, b))
@@ -477,6 +499,8 @@ def main(argv=None):
         names = args.contenders.split(",") if args.contenders else list(scen["contenders"])
         for n in names:
             contender_kind(n)
+            if split_ref(n)[1] and not args.ref_build:
+                raise SystemExit("contender %r: no --ref-build given" % n)
         plan.append((scen, names))
     total = sum(len(n) * args.rounds for _, n in plan)
     done = 0

@@ -1,6 +1,7 @@
 """Smoke test of the routing benchmark (bench/routing/run.py): a few seconds of
-scenario 1a with llmgate's round robin and nginx, checking that the run
-completes and leaves its table, results and per-request logs behind. It proves
+scenario 1a with llmgate's round robin (also as the --ref-build contender,
+round_robin@ref) and nginx, checking that the run completes and leaves its
+table, results and per-request logs behind. It proves
 the tool works, not what it measures: the benchmark itself is run by hand
 (bench/routing/README.md)."""
 
@@ -33,12 +34,24 @@ class BenchRoutingSmoke(unittest.TestCase):
     def test_quick_run(self):
         if not which("nginx"):
             self.skipTest("nginx is not installed (tools/install-deps.sh --bench)")
-        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as out:
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
+            out = os.path.join(tmp, "run")
+            # the reference build: the same llmgate behind a script that says it ran
+            ref = os.path.join(tmp, "ref")
+            os.makedirs(ref)
+            ran = os.path.join(ref, "ran")
+            with open(os.path.join(ref, "llmgate"), "w") as f:
+                f.write('#!/bin/sh\necho started >> "%s"\nexec "%s" "$@"\n'
+                        % (ran, os.path.join(BUILD, "llmgate")))
+            os.chmod(os.path.join(ref, "llmgate"), 0o755)
             argv = [sys.executable, RUN, "--quick", "--scenario", "1a", "--rounds", "1",
-                    "--duration", "4", "--contenders", "round_robin,nginx", "--no-realtime",
-                    "--build", BUILD, "--out", out]
+                    "--duration", "4", "--contenders", "round_robin,round_robin@ref,nginx",
+                    "--no-realtime", "--build", BUILD, "--ref-build", ref, "--out", out]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            # round_robin@ref, and only it, ran the reference build's llmgate
+            self.assertTrue(os.path.exists(ran), "round_robin@ref did not run " + ref)
+            self.assertEqual(count_lines(ran), 1)
             self.assertIn("== Scenario 1a", r.stdout)
             self.assertRegex(r.stdout, r"\nround_robin +\d+ ")
             self.assertRegex(r.stdout, r"\nnginx +\d+ ")
@@ -48,7 +61,7 @@ class BenchRoutingSmoke(unittest.TestCase):
             s1 = res["scenarios"]["1a"]
             trace_lines = count_lines(os.path.join(out, "1a", "trace.jsonl"))
             self.assertGreater(trace_lines, 20)
-            for name in ("round_robin", "nginx"):
+            for name in ("round_robin", "round_robin@ref", "nginx"):
                 c = s1["contenders"][name]
                 self.assertNotIn("unavailable", c, c)
                 self.assertEqual(c["requests"], trace_lines, name)
