@@ -326,7 +326,10 @@ static const struct lg_plugin_desc p2c_desc = {
  *             starts fast but generates slowly; decode_slack leaves
  *             replicas that decode within that factor of the fastest
  *             candidate uncharged, so only a much slower decoder is
- *             avoided, and harder: bench/routing/NOTES.md 14)
+ *             avoided, and harder: bench/routing/NOTES.md 14; 1.75 leaves a
+ *             half-speed decoder nearly uncharged, so long answers there
+ *             free the fast replicas' slots for first tokens, while a
+ *             quarter-speed one keeps most of its charge: NOTES.md 32)
  */
 struct ttft_state {
     double slots; /* capacity assumed when the engine does not say */
@@ -352,7 +355,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .prefill_share = 1,
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
-                            .decode_slack = 1.5 };
+                            .decode_slack = 1.75 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },

@@ -310,13 +310,17 @@ test_ttft(void)
         LG_CHECK(cost[0] - cost[1] > 4000);
         dec.p->ops->destroy(dec.state);
 
-        /* with the default slack of 1.5, only the gap beyond 1.5x the
-         * least is charged: 0.05 x 2000 x (60 - 22.5) = 3750 ms more for
-         * the 4x slower decoder, nothing for one 1.4x slower */
+        /* with the default slack of 1.75, only the gap beyond 1.75x the
+         * least is charged: 0.05 x 2000 x (60 - 26.25) = 3375 ms more for
+         * the 4x slower decoder, 75 for one 1.8x slower, nothing for one
+         * 1.7x slower */
         LG_CHECK(open_policy(&dec, "ttft", "{\"batch_weight\": 0}") == 0);
         LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
-        LG_CHECK(fabs(cost[0] - cost[1] - 3750) < 1e-6);
-        fast->itl_ms = 21; /* `fast` holds the slow decoder since the swap: now 1.4x the least */
+        LG_CHECK(fabs(cost[0] - cost[1] - 3375) < 1e-6);
+        fast->itl_ms = 27; /* `fast` holds the slow decoder since the swap: now 1.8x the least */
+        pick(&dec, &many, &f, cost, &why);
+        LG_CHECK(fabs(cost[0] - cost[1] - 75) < 1e-6);
+        fast->itl_ms = 25.5; /* 1.7x the least */
         pick(&dec, &many, &f, cost, &why);
         LG_CHECK(fabs(cost[0] - cost[1]) < 1e-6);
     }
