@@ -226,10 +226,9 @@ def split_options(name):
 def contender_kind(name):
     name, ref = split_ref(name)
     name, opts = split_options(name)
-    if ref and (name in S.PEERS or name == "oracle"):
-        raise SystemExit("contender %r: %s applies to llmgate's own policies" % (name, REF_SUFFIX))
-    if opts and (name in S.PEERS or name == "oracle"):
-        raise SystemExit("contender %r: options apply to llmgate's own policies" % name)
+    if (opts or ref) and (name in S.PEERS or name == "oracle"):
+        raise SystemExit("contender %r: options and %s apply to llmgate's own policies"
+                         % (name, REF_SUFFIX))
     if name in S.PEERS:
         return name, 1
     if name.endswith(S.DUAL_SUFFIX) and name[:-len(S.DUAL_SUFFIX)] in S.LLMGATE_ROUTING:

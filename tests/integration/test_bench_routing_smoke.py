@@ -1,8 +1,8 @@
 """Smoke test of the routing benchmark (bench/routing/run.py): a few seconds of
 scenario 1a with llmgate's round robin (also as the --ref-build contender,
 round_robin@ref) and nginx, checking that the run completes and leaves its
-table, results and per-request logs behind. It proves
-the tool works, not what it measures: the benchmark itself is run by hand
+table, results and per-request logs behind. It proves the tool works, not
+what it measures: the benchmark itself is run by hand
 (bench/routing/README.md)."""
 
 import json
