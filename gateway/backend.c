@@ -509,6 +509,145 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
     return n == k ? (double)best[k - 1] : -1;
 }
 
+/* ---- sequences: the engine model's view of our requests ------------------- */
+
+/*
+ * A word: bit 63 set once the first token came; bits 42-62 the tokens still
+ * to come (max_tokens before); bits 22-41 prompt tokens to prefill (bytes /
+ * 4, as engines count about 4 bytes a token); bits 0-21 the dispatch time
+ * in ms on the ages clock, modulo 2^22 (70 minutes: orders the line).
+ */
+#define SEQ_STARTED    (1ull << 63)
+#define SEQ_LEFT_SHIFT 42
+#define SEQ_LEFT_MAX   ((1ull << 21) - 1)
+#define SEQ_TOK_SHIFT  22
+#define SEQ_TOK_MAX    ((1ull << 20) - 1)
+#define SEQ_T_MASK     ((1ull << 22) - 1)
+
+int
+lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, uint32_t max_tokens,
+                   uint32_t hint)
+{
+    uint64_t tok = LG_MIN(prompt_bytes / 4, SEQ_TOK_MAX);
+    uint64_t left = LG_MIN(LG_MAX(max_tokens, 1u), SEQ_LEFT_MAX);
+
+    return backend_slot_claim(b->seqs, LG_BACKEND_END_SLOTS,
+                              left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT
+                                  | (pending_ms(t_ns) & SEQ_T_MASK),
+                              hint);
+}
+
+void
+lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left)
+{
+    uint64_t w;
+
+    if (slot < 0 || slot >= LG_BACKEND_END_SLOTS) {
+        return;
+    }
+    /* the request's owner is the only writer of its slot */
+    w = __atomic_load_n(&b->seqs[slot], __ATOMIC_RELAXED);
+    w &= ~(SEQ_LEFT_MAX << SEQ_LEFT_SHIFT);
+    w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
+    __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
+}
+
+void
+lg_backend_seq_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* A pace not moved for this long has no stream behind it: the mean gap of
+ * finished responses (itl_ms) speaks instead. */
+#define PACE_FRESH_NS (2 * LG_NS_PER_S)
+
+void
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+{
+    union {
+        uint64_t u;
+        double d;
+    } p;
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
+        return;
+    }
+    p.u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED);
+    /* streams on several workers move it: a lost update loses one sample */
+    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+static double
+backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms)
+{
+    union {
+        uint64_t u;
+        double d;
+    } p;
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS) {
+        return fallback_ms;
+    }
+    p.u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED);
+    return p.d > 0 ? p.d : fallback_ms;
+}
+
+double
+lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
+                           double step_ms, double prefill_ms_per_token)
+{
+    uint32_t left[LG_BACKEND_END_SLOTS];
+    struct lg_est_queued queue[LG_BACKEND_END_SLOTS];
+    uint64_t age[LG_BACKEND_END_SLOTS];
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t nleft = 0, nqueue = 0;
+    double step = step_ms;
+
+    if (!(capacity >= 1) || !(step > 0) || inflight == 0) {
+        return -1;
+    }
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+        uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+        uint64_t a;
+        size_t j;
+
+        if (w == 0) {
+            continue;
+        }
+        if (w & SEQ_STARTED) {
+            left[nleft++] = n;
+            continue;
+        }
+        /* in line, oldest first */
+        a = (now - (w & SEQ_T_MASK)) & SEQ_T_MASK;
+        for (j = nqueue; j > 0 && age[j - 1] < a; j--) {
+            age[j] = age[j - 1];
+            queue[j] = queue[j - 1];
+        }
+        age[j] = a;
+        queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+        queue[j].max_tokens = n;
+        queue[j].age_ms = (double)a;
+        nqueue++;
+    }
+    /* a request of ours it does not see (no known length, not streamed, or
+     * between its dispatch and its word): the line would be wrong */
+    if (nleft + nqueue != inflight) {
+        return -1;
+    }
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step,
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step / 2);
+}
+
 /* ---- estimators --------------------------------------------------------- */
 
 /* The waiting the model predicted (queueing, others' first-token work) is
@@ -529,6 +668,32 @@ lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior, uin
     pthread_mutex_lock(&b->lock);
     lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
                     backend_ttft_sample(ttft_ms, wait_ms));
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_note_prefill(struct lg_backend *b, uint64_t prompt_bytes, double ttft_ms,
+                        double model_ms)
+{
+    uint64_t now = lg_now_ns();
+    double kib = (double)prompt_bytes / 1024.0;
+    double y = ttft_ms - model_ms;
+
+    if (!(kib > 0) || !(model_ms >= 0) || !isfinite(ttft_ms)) {
+        return;
+    }
+    pthread_mutex_lock(&b->lock);
+    {
+        /* a first token held up by what the model did not see (a stall, a
+         * step that ran long) is not the prompt's prefill: at most four
+         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
+        double slope = lg_est_slope_read(&b->est.prefill, now, LG_EST_DEFAULT_MS_PER_KIB,
+                                         LG_EST_MEAN_HALF_LIFE_S);
+
+        y = LG_MIN(LG_MAX(y, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
+        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
+    }
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
 }
@@ -680,6 +845,15 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
         v->slot_wait_ms = LG_MAX(
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);
+    }
+    v->step_ms = backend_pace_ms(b, now_ns, v->itl_ms);
+    v->prefill_ms_per_kib = lg_est_slope_read(&est.prefill, now_ns, prior->ms_per_kib,
+                                              LG_EST_MEAN_HALF_LIFE_S);
+    v->engine_model_ms = -1;
+    if (v->capacity > 0 && v->foreign < 0.5) {
+        /* only our requests there: the model sees the whole batch and line */
+        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->capacity, v->step_ms,
+                                                        v->prefill_ms_per_kib / 256.0);
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

@@ -40,6 +40,7 @@ struct lg_backend_est {
     struct lg_est_mean itl;  /* inter-token gap, ms */
     struct lg_est_mean hold; /* time a request holds an engine slot, ms */
     struct lg_est_mean err;  /* failed attempts: 1, others 0 */
+    struct lg_est_slope prefill; /* the engine model's prefill, ms per KiB of prompt */
 };
 
 /* The engine's own view of its load, from its /metrics (health.c writes it). */
@@ -129,6 +130,11 @@ struct lg_backend {
     /* atomic: when each request of ours there should end (and free its
      * engine slot), 0 = free (lg_backend_end_add) */
     uint64_t ends[LG_BACKEND_END_SLOTS];
+    /* atomic: what the engine still has to do for each streamed request of
+     * ours there, 0 = free (lg_backend_seq_add) */
+    uint64_t seqs[LG_BACKEND_END_SLOTS];
+    uint64_t pace; /* atomic: a double, the recent gap between a stream's tokens (ms) */
+    uint64_t pace_t_ns; /* atomic: when it was last moved */
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */
@@ -266,6 +272,27 @@ void lg_backend_end_del(struct lg_backend *b, int slot);
 double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
                               double gap_ms);
 
+/*
+ * Sequences: each streamed request of ours on b with a known output length
+ * (max_tokens) holds a word for the engine model (lg_backend_view's
+ * engine_model_ms): its prompt to prefill and its length while it awaits a
+ * first token, then the tokens still to come (lg_backend_seq_left, by the
+ * request's owner only). lg_backend_seq_add() returns the slot, or -1 when
+ * all are taken (the model then declines: it must see every request).
+ * lg_backend_note_pace() moves the replica's recent gap between a stream's
+ * tokens (a stream's mean over its last few events), which the model steps
+ * by. Same slot rules as due[].
+ */
+int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes,
+                       uint32_t max_tokens, uint32_t hint);
+void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left);
+void lg_backend_seq_del(struct lg_backend *b, int slot);
+void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
+/* The engine model's wait for a request with an empty prompt (ms), steps
+ * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms). */
+double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
+                                  double step_ms, double prefill_ms_per_token);
+
 /* ... and sets (each when not NULL) *longest_ms to the longest predicted
  * service among them, overdue or not: a long prefill may still hold the
  * engine; *late_ms to how long the most overdue has waited beyond its
@@ -284,6 +311,11 @@ double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, dou
  */
 void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms);
+/* A first token `ttft_ms` after dispatch where the engine model predicted
+ * `model_ms` for an empty prompt and a free slot: the rest is the prompt's
+ * prefill, which teaches the model's ms per KiB. */
+void lg_backend_note_prefill(struct lg_backend *b, uint64_t prompt_bytes, double ttft_ms,
+                             double model_ms);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -61,6 +61,7 @@ enum lg_client_state {
 #define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
 #define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
 #define LG_REQ_F_END_SLOT    (1u << 17) /* its predicted end is in the backend's ends[] */
+#define LG_REQ_F_SEQ         (1u << 18) /* followed in the backend's seqs[] (engine model) */
 
 struct lg_request {
     uint32_t flags;
@@ -105,6 +106,7 @@ struct lg_request {
     uint64_t t_dispatch;          /* backend picked (last attempt) */
     int due_slot;                 /* its slot in the backend's due[] (LG_REQ_F_TOKEN_WAIT) */
     int end_slot;                 /* its slot in the backend's ends[] (LG_REQ_F_END_SLOT) */
+    int seq_slot;                 /* its slot in the backend's seqs[] (LG_REQ_F_SEQ) */
     uint64_t t_connect;           /* connection ready (last attempt) */
     uint64_t t_first_byte;        /* first response byte from the backend */
     uint64_t t_first_token;       /* first content event (or whole response) */
@@ -115,6 +117,8 @@ struct lg_request {
     uint64_t content_events;
     uint64_t t_pace;              /* a stream's pace is measured from here (proxy.c) */
     uint64_t pace_events;         /* content_events at t_pace */
+    float gaps[8];                /* a stream's last gaps between content events, ms (a ring) */
+    uint32_t ngaps;               /* gaps taken (gaps[ngaps % 8] is the next) */
 };
 
 struct lg_client {

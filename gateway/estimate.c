@@ -240,6 +240,30 @@ lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_li
     }
 }
 
+void
+lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, double half_life_s)
+{
+    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
+
+    if (!(x > 0) || !isfinite(x) || !isfinite(y)) {
+        return;
+    }
+    s->sxx = s->sxx * d + x * x;
+    s->sxy = s->sxy * d + x * y;
+    if (now_ns > s->t_ns) {
+        s->t_ns = now_ns;
+    }
+}
+
+double
+lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, double half_life_s)
+{
+    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
+    const double k = LG_EST_MEAN_PRIOR_WEIGHT;
+
+    return (d * s->sxy + k * prior) / (d * s->sxx + k);
+}
+
 double
 lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape, uint64_t age_ns,
                     uint64_t interval_ns)
@@ -289,4 +313,72 @@ lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_m
                     double mean_age_ms)
 {
     return known_ms > 0 ? known_ms : lg_est_queue_wait_ms(load, capacity, hold_ms, mean_age_ms);
+}
+
+double
+lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
+                  unsigned slots, double step_ms, double prefill_ms, double resid_ms)
+{
+    /* ends[]: the step after whose end each running sequence has left,
+     * counting from the end of the step in progress (0) */
+    uint64_t ends[LG_EST_ENGINE_MAX];
+    uint64_t k = 0; /* steps done after the one in progress */
+    size_t r = 0, q = 0, held = nleft;
+    double t = resid_ms > 0 ? resid_ms : 0;
+
+    if (slots < 1) {
+        slots = 1;
+    }
+    /* the step in progress yields one of the tokens still to come */
+    for (size_t i = 0; i < nleft && r < LG_EST_ENGINE_MAX; i++) {
+        if (left[i] > 1) {
+            ends[r++] = left[i] - 1;
+        }
+    }
+    /*
+     * The head of the line found a slot free: it was admitted at the first
+     * step after it arrived (half a step on average) and that step, its
+     * prefill included, is the one in progress, unless it arrived under
+     * half a step ago (then it goes with the next, as the new one does).
+     */
+    while (q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2) {
+        double first = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens
+                       - queue[q].age_ms;
+
+        t = LG_MAX(t, first);
+        if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
+            ends[r++] = queue[q].max_tokens - 1;
+        }
+        held++;
+        q++;
+    }
+    for (;;) {
+        double prefill = 0;
+        uint64_t first = UINT64_MAX, m;
+        size_t kept = 0;
+
+        /* the step starting now admits the line while slots are free */
+        while (r < slots) {
+            if (q == nqueue) {
+                return t + step_ms + prefill_ms * prefill; /* the new one is admitted */
+            }
+            prefill += queue[q].prompt_tokens;
+            ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);
+            q++;
+        }
+        /* full: run to the step where the first of them ends (the first
+         * step carrying the prefill just admitted) */
+        for (size_t i = 0; i < r; i++) {
+            first = LG_MIN(first, ends[i]);
+        }
+        m = first > k ? first - k : 1;
+        t += (double)m * step_ms + prefill_ms * prefill;
+        k += m;
+        for (size_t i = 0; i < r; i++) {
+            if (ends[i] > k) {
+                ends[kept++] = ends[i];
+            }
+        }
+        r = kept;
+    }
 }

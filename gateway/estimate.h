@@ -94,6 +94,22 @@ struct lg_est_mean {
     uint64_t t_ns;
 };
 
+/*
+ * A decaying slope through the origin (y = slope * x), pulled toward a
+ * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at x = 1: the prefill
+ * ms per KiB of prompt the engine model charges, from first tokens less
+ * the model's wait.
+ */
+struct lg_est_slope {
+    double sxx, sxy;
+    uint64_t t_ns;
+};
+
+void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
+                      double half_life_s);
+double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
+                         double half_life_s);
+
 /* The TTFT model read at a given time. */
 struct lg_est_value {
     double fixed_ms;   /* peak included */
@@ -157,5 +173,28 @@ double lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double
  * lg_backend_view.slot_wait_ms) taken as is, else the formula above. */
 double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_ms,
                            double mean_age_ms);
+
+/*
+ * The engine model run forward (continuous batching, as vLLM, SGLang and
+ * llmsim schedule): each step yields one token to every running sequence
+ * and lasts step_ms, plus prefill_ms per prompt token admitted into it; at
+ * each step's start the line is admitted in order while fewer than `slots`
+ * run; a sequence leaves after its last token. From `left` (tokens still to
+ * come of each running sequence, one of them from the step in progress,
+ * which has resid_ms left) and `queue` (awaiting a first token, oldest
+ * first: the head that found a slot free is taken as admitted into the step
+ * in progress), returns the ms until a request joining the end of the line
+ * would get its first token, its own prefill left out (add prefill_ms * its
+ * tokens). Sequences beyond LG_EST_ENGINE_MAX are not seen.
+ */
+#define LG_EST_ENGINE_MAX 256
+struct lg_est_queued {
+    uint32_t prompt_tokens; /* to prefill */
+    uint32_t max_tokens;    /* tokens it will generate (at least 1) */
+    double age_ms;          /* since it was sent */
+};
+double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
+                         size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
+                         double resid_ms);
 
 #endif /* LG_ESTIMATE_H */

@@ -341,6 +341,8 @@ struct ttft_state {
     double wait_weight;
     double ahead_weight;
     double decode_slack;
+    double engine_model;
+    double model_decode_weight;
 };
 
 static int
@@ -355,7 +357,9 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .prefill_share = 1,
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
-                            .decode_slack = 1.75 };
+                            .decode_slack = 1.75,
+                            .engine_model = 1,
+                            .model_decode_weight = 0 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -366,6 +370,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "wait_weight", &s.wait_weight, 0, 100 },
         { "ahead_weight", &s.ahead_weight, 0, 100 },
         { "decode_slack", &s.decode_slack, 0, 100 },
+        { "engine_model", &s.engine_model, 0, 1 },
+        { "model_decode_weight", &s.model_decode_weight, 0, 10 },
     };
 
     (void)host;
@@ -393,12 +399,23 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
         v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
     /* the ends count the requests in line from the view's capacity: not
      * from a guess under the slots assumed here */
-    double known = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity ? 0 : v->slot_wait_ms;
-    double wait = s->wait_weight
-                  * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
-                                        v->inflight > 0 ? v->inflight_age_ms : -1);
-    double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
-    double pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
+    bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
+    double known = guessed_low ? 0 : v->slot_wait_ms;
+    bool model = s->engine_model > 0 && v->engine_model_ms >= 0 && !guessed_low;
+    double pred;
+
+    if (model) {
+        /* the host ran the engine forward over everything there, with as
+         * many slots as assumed here: no margin */
+        pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
+    } else {
+        double wait = s->wait_weight
+                      * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
+                                            v->inflight > 0 ? v->inflight_age_ms : -1);
+        double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
+
+        pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
+    }
 
     if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
         pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
@@ -407,9 +424,11 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     /* its own prefill holds up the requests there still awaiting a first
      * token (an engine step that prefills it makes them all wait): a long
      * prompt goes where it delays the fewest */
-    pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    if (!model) {
+        pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    }
     return pred
-           + s->decode_weight * (double)req->max_tokens
+           + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
                  * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
 }
 

@@ -80,6 +80,16 @@ proxy_end_slot_clear(struct lg_request *req)
     }
 }
 
+/* The attempt no longer holds a sequence in its backend's engine model. */
+static void
+proxy_seq_clear(struct lg_request *req)
+{
+    if (req->flags & LG_REQ_F_SEQ) {
+        req->flags &= ~LG_REQ_F_SEQ;
+        lg_backend_seq_del(req->backend, req->seq_slot);
+    }
+}
+
 /* (Re)sets when the attempt should end, from its output length: after
  * `ms` more (lg_backend_end_add; a slot it holds is moved in place).
  * Nothing without max_tokens. */
@@ -136,6 +146,31 @@ proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_
  */
 #define PROXY_END_EVERY 8
 
+/*
+ * The engine's step, from a stream: the lower quartile of its last gaps. A
+ * step that admits a prompt lasts its prefill longer; the engine model adds
+ * the prefills it knows of, so it steps by the plain ones (the mean, or a
+ * median when most steps admit one, would count prefills twice).
+ */
+static double
+proxy_gap_step(const struct lg_request *req)
+{
+    float g[LG_ARRAY_SIZE(req->gaps)];
+    size_t n = LG_ARRAY_SIZE(g);
+
+    memcpy(g, req->gaps, sizeof(g));
+    for (size_t i = 1; i < n; i++) {
+        float x = g[i];
+        size_t j = i;
+
+        for (; j > 0 && g[j - 1] > x; j--) {
+            g[j] = g[j - 1];
+        }
+        g[j] = x;
+    }
+    return ((double)g[n / 4 - 1] + (double)g[n / 4]) / 2;
+}
+
 static void
 proxy_end_refresh(struct lg_request *req)
 {
@@ -148,6 +183,9 @@ proxy_end_refresh(struct lg_request *req)
     gap_ms = (double)(req->t_now - req->t_pace) / 1e6 / (double)n;
     left = (double)req->info.max_tokens - (double)req->content_events;
     proxy_end_slot_set(req, req->t_now, (left > 0 ? left : 0) * gap_ms);
+    if (req->ngaps >= LG_ARRAY_SIZE(req->gaps)) {
+        lg_backend_note_pace(req->backend, req->t_now, proxy_gap_step(req));
+    }
     req->t_pace = req->t_now;
     req->pace_events = req->content_events;
 }
@@ -172,6 +210,11 @@ proxy_first_token(struct lg_client *c)
     if (req->flags & LG_REQ_F_END_SLOT) {
         proxy_end_slot_set(req, req->t_first_token,
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
+    }
+    if (req->pick.model_ms >= 0 && req->status >= 200 && req->status < 300) {
+        lg_backend_note_prefill(req->backend, req->info.prompt_bytes,
+                                (double)(req->t_first_token - req->t_dispatch) / 1e6,
+                                req->pick.model_ms);
     }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
         lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,
@@ -338,8 +381,18 @@ proxy_on_body(llhttp_t *p, const char *at, size_t n)
         if (got > 0) {
             uint64_t before = req->content_events;
 
+            if (req->t_first_token != 0) {
+                req->gaps[req->ngaps++ % LG_ARRAY_SIZE(req->gaps)] =
+                    (float)((double)(req->t_now - req->t_last_token) / 1e6 / got);
+            }
             req->t_last_token = req->t_now;
             req->content_events += got;
+            if (req->flags & LG_REQ_F_SEQ) {
+                lg_backend_seq_left(req->backend, req->seq_slot,
+                                    (uint64_t)req->info.max_tokens > req->content_events
+                                        ? (uint64_t)req->info.max_tokens - req->content_events
+                                        : 0);
+            }
             if (req->t_first_token == 0) {
                 req->t_first_token = req->t_now;
                 req->t_pace = req->t_now;
@@ -397,6 +450,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
     if (req->backend != NULL) {
         proxy_token_wait_end(c);
         proxy_end_slot_clear(req);
+        proxy_seq_clear(req);
         if (req->flags & LG_REQ_F_AGED) {
             req->flags &= ~LG_REQ_F_AGED;
             lg_backend_ages_del(req->backend, LG_BACKEND_AGES_INFLIGHT, req->t_dispatch);
@@ -632,6 +686,15 @@ proxy_attempt(struct lg_client *c)
     proxy_end_slot_set(req, req->t_dispatch,
                        proxy_pick_wait_ms(req) + req->pick.service_ms
                            + (double)req->info.max_tokens * req->pick.itl_ms);
+    if (req->info.stream && req->info.max_tokens > 0) {
+        /* a stream's tokens tell the engine model how far it is */
+        req->seq_slot = lg_backend_seq_add(b, req->t_dispatch, req->info.prompt_bytes,
+                                           (uint32_t)LG_MIN(req->info.max_tokens, UINT32_MAX),
+                                           (uint32_t)(req->t_dispatch >> 10));
+        if (req->seq_slot >= 0) {
+            req->flags |= LG_REQ_F_SEQ;
+        }
+    }
     req->t_connect = 0;
     req->t_first_byte = 0;
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {

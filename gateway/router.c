@@ -340,6 +340,13 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     if (v->slot_wait_ms > 0) {
         router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
     }
+    if (v->engine_model_ms >= 0) {
+        /* this request's TTFT by the engine model: its prefill included */
+        router_put_num(o, "model_ms",
+                       round((v->engine_model_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
+        router_put_num(o, "step_ms", round(v->step_ms * 10) / 10);
+        router_put_num(o, "prefill_ms", round(v->prefill_ms_per_kib * kib * 10) / 10);
+    }
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
         if (v->work_ahead_ms >= 1) {
@@ -623,6 +630,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->wait_ms = 0;
     out->ahead_ms = 0;
     out->service_ms = 0;
+    out->model_ms = -1;
     out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
@@ -703,6 +711,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         out->queued = w->load + 1 > w->capacity;
     }
     out->ahead_ms = pk.v[best].work_ahead_ms;
+    if (pk.v[best].engine_model_ms >= 0 && pk.v[best].load + 1 <= pk.v[best].capacity) {
+        out->model_ms = pk.v[best].engine_model_ms;
+    }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;
 }

@@ -190,5 +190,50 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slot_ends, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
+/* The engine model follows our requests there: it sees all of them or declines. */
+static int
+test_engine_model(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    int s[3];
+
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == -1); /* nothing in flight */
+    s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
+    s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
+    LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
+    __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED);
+    /* a third request in flight it has no word for: it cannot tell */
+    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05) == -1);
+    s[2] = lg_backend_seq_add(b, t + 8 * ms, 40, 5, 0);
+    LG_CHECK(s[2] >= 0);
+    /*
+     * two slots, three in line (oldest first): the first two came half a
+     * step or more ago with slots free, so the step in progress is theirs
+     * (the first's 50 ms of prefill: its token in 5 + 10 + 50 - 10 = 55
+     * ms); the second (3 tokens) leaves two steps after it, letting the
+     * third in (10 tokens: 0.5 ms), which leaves after 5 more: the new one
+     * starts then.
+     */
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05)
+                  - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
+             < 1e-6);
+    /* the first two have their first tokens, 2 and 1 to come: the second
+     * leaves with the step in progress, the third takes its slot, the
+     * first leaves after that step and the new one follows */
+    lg_backend_seq_left(b, s[0], 2);
+    lg_backend_seq_left(b, s[1], 1);
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05) - (5 + 10.5 + 10))
+             < 1e-6);
+    /* three slots: the third is admitted with the new one */
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05) - (5 + 10.5)) < 1e-6);
+    for (int i = 0; i < 3; i++) {
+        lg_backend_seq_del(b, s[i]);
+    }
+    __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == -1);
+    return 0;
+}
+
+LG_TEST_MAIN(setup, test_slot_ends, test_engine_model, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
              test_guessed_capacity_is_not_queued, teardown)

@@ -315,6 +315,72 @@ test_recovery_forgets(void)
     return 0;
 }
 
+/* The engine model against hand-run schedules. */
+static int
+test_engine_run(void)
+{
+    uint32_t left[4] = { 5, 3, 9, 2 };
+    struct lg_est_queued q[3] = { { 100, 4, 0 }, { 300, 1, 0 }, { 50, 10, 0 } };
+
+    /* a free slot and nobody in line: the rest of this step, then one */
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0.05, 4), 14, 1e-9));
+    /* free slots: the line is admitted with the new one, its prefill in that step */
+    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0.05, 0), 10 + 0.05 * 450, 1e-9));
+    /* full (4 of 4): the first slot frees after the step in progress and
+     * one more (2 tokens left) */
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 4, 10, 0.05, 0), 10 + 10, 1e-9));
+    /*
+     * full, two in line: the first (prefill 100, 4 tokens) takes that slot;
+     * a step later the next (3 left) frees one for the second (300 tokens,
+     * 1 token: it leaves after its own step); the slot it frees is the new
+     * one's. Steps: one plain, one with 100 prefilled, one with 300, and
+     * the new one's own.
+     */
+    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0.05, 0),
+                  10 + (10 + 5) + (10 + 15) + 10, 1e-9));
+    /* more running than slots (a capacity guessed low): still ends */
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 2, 10, 0, 0), 4 * 10 + 10, 1e-9));
+    {
+        /* a sequence whose last token comes with the step in progress
+         * leaves a slot free after it */
+        uint32_t done[2] = { 1, 7 };
+        struct lg_est_queued head = { 200, 3, 12 };
+
+        LG_CHECK(near(lg_est_engine_run(done, 2, NULL, 0, 2, 10, 0, 5), 5 + 10, 1e-9));
+        /* the head of the line came 12 ms ago with a slot free: the step in
+         * progress is its prefill's (half a step to start, a step and 10 ms
+         * of prefill: 13 ms left); the new one goes with the next */
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5), 13 + 10, 1e-9));
+        /* it came 2 ms ago: it goes with the new one into the next step */
+        head.age_ms = 2;
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5), 5 + 10 + 10,
+                      1e-9));
+    }
+    return 0;
+}
+
+static int
+test_slope(void)
+{
+    struct lg_est_slope s = { 0 };
+    uint64_t t = S(1);
+
+    LG_CHECK(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S) == 12);
+    for (int i = 0; i < 200; i++) {
+        double x = 0.25 + (i % 8) * 0.5;
+
+        t += S(0.01);
+        lg_est_slope_add(&s, t, x, 30 * x + ((i & 1) ? 3 : -3), LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S), 30, 0.03));
+    lg_est_slope_add(&s, t, 0, 500, LG_EST_MEAN_HALF_LIFE_S); /* no prompt: no slope */
+    lg_est_slope_add(&s, t, 1, NAN, LG_EST_MEAN_HALF_LIFE_S);
+    LG_CHECK(near(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S), 30, 0.03));
+    /* long unheard: back to the prior */
+    LG_CHECK(near(lg_est_slope_read(&s, t + S(120), 12, LG_EST_MEAN_HALF_LIFE_S), 12, 0.05));
+    return 0;
+}
+
 LG_TEST_MAIN(test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
-             test_foreign_load, test_queue_wait)
+             test_foreign_load, test_queue_wait, test_engine_run, test_slope)

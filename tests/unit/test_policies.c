@@ -40,6 +40,9 @@ add(struct fleet *f, const char *name)
     v->capacity = 8;
     v->hold_ms = 1000;
     v->flags = LG_VIEW_F_STALE;
+    v->engine_model_ms = -1; /* the engine model cannot tell: the formula decides */
+    v->step_ms = 15;
+    v->prefill_ms_per_kib = 20;
     f->p[f->n] = v;
     f->n++;
     return v;
@@ -210,6 +213,60 @@ test_least_request_and_p2c(void)
     LG_CHECK_STR(why, "p2c_least_inflight");
     lr.p->ops->destroy(lr.state);
     p2c.p->ops->destroy(p2c.state);
+    return 0;
+}
+
+/* Where the host's engine model can tell, it is the prediction. */
+static int
+test_ttft_engine_model(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol, off;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *a, *b;
+    struct lg_route_info shrt = req_of(512, 2000, 0, 0);
+
+    a = add(&f, "a");
+    b = add(&f, "b");
+    set_load(a, 8, 0); /* full by the formula's count */
+    set_load(b, 3, 0);
+    a->engine_model_ms = 30; /* but a slot frees at once there */
+    a->prefill_ms_per_kib = 10;
+    b->engine_model_ms = 60;
+    b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
+    b->pending = 2;
+    LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    /* the model's wait plus this prompt's prefill; no margin, no prefill
+     * share, no decode charge */
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 70) < 1e-9);
+    /* a failing replica still costs more */
+    b->error_rate = 0.5;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[1] - 140) < 1e-9);
+    b->error_rate = 0;
+    /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
+    LG_CHECK(open_policy(&off, "ttft", "{\"model_decode_weight\": 0.01}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[1] - 70 - 0.01 * 2000 * (60 - 26.25)) < 1e-6);
+    off.p->ops->destroy(off.state);
+    /* turned off, the formula decides: a is full and dearer than its model said */
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 0}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    off.p->ops->destroy(off.state);
+    /* a capacity guessed under the slots assumed (16 by default) is not the
+     * model's to use either */
+    a->flags |= LG_VIEW_F_CAP_GUESS;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    /* nor where it cannot tell */
+    a->flags &= ~LG_VIEW_F_CAP_GUESS;
+    a->engine_model_ms = -1;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    pol.p->ops->destroy(pol.state);
     return 0;
 }
 
@@ -650,6 +707,6 @@ test_prefix_rejoin(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_prefix_affinity,
-             test_prefix_key_balance, test_prefix_slow_start, test_prefix_rejoin,
-             test_session_affinity)
+LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_ttft_engine_model,
+             test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
+             test_prefix_rejoin, test_session_affinity)

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 2 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 3 /* bump when appending members or ops */
 
 /*
  * History:
@@ -135,6 +135,20 @@ struct lg_backend_view {
                                   load + 1 > capacity, also when capacity is a guess
                                   (LG_VIEW_F_CAP_GUESS): a policy that assumes more slots than
                                   that guess must leave it aside */
+
+    /* 1.3 */
+    double engine_model_ms;    /* the engine's steps run forward over this gateway's requests
+                                  there (their prompts still to prefill, their tokens still
+                                  to come, capacity slots, steps at the replica's recent
+                                  pace): ms until one more request would get its first token,
+                                  its own prefill left out (add prefill_ms_per_kib per KiB
+                                  of its prompt); -1 = unknown: others' load there, no capacity,
+                                  or a request of ours it cannot follow (not streamed, no
+                                  max_tokens) */
+    double step_ms;            /* the engine's step now: the recent gap between a stream's
+                                  tokens there (itl_ms when no stream is running) */
+    double prefill_ms_per_kib; /* what a KiB of prompt adds to the step that admits it (the
+                                  engine model's, learnt from first tokens beyond its wait) */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
