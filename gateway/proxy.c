@@ -156,9 +156,9 @@ static double
 proxy_gap_step(const struct lg_request *req)
 {
     float g[LG_ARRAY_SIZE(req->gaps)];
-    size_t n = LG_ARRAY_SIZE(g);
+    size_t n = LG_MIN(req->ngaps, LG_ARRAY_SIZE(g));
 
-    memcpy(g, req->gaps, sizeof(g));
+    memcpy(g, req->gaps, n * sizeof(g[0]));
     for (size_t i = 1; i < n; i++) {
         float x = g[i];
         size_t j = i;
@@ -168,7 +168,7 @@ proxy_gap_step(const struct lg_request *req)
         }
         g[j] = x;
     }
-    return ((double)g[n / 4 - 1] + (double)g[n / 4]) / 2;
+    return n >= 8 ? ((double)g[n / 4 - 1] + (double)g[n / 4]) / 2 : (double)g[n / 4];
 }
 
 static void
@@ -183,7 +183,7 @@ proxy_end_refresh(struct lg_request *req)
     gap_ms = (double)(req->t_now - req->t_pace) / 1e6 / (double)n;
     left = (double)req->info.max_tokens - (double)req->content_events;
     proxy_end_slot_set(req, req->t_now, (left > 0 ? left : 0) * gap_ms);
-    if (req->ngaps >= LG_ARRAY_SIZE(req->gaps)) {
+    if (req->ngaps >= 4) {
         lg_backend_note_pace(req->backend, req->t_now, proxy_gap_step(req));
     }
     req->t_pace = req->t_now;
