@@ -611,8 +611,11 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     size_t nleft = 0, nqueue = 0;
     double step = step_ms;
 
-    if (!(capacity >= 1) || !(step > 0) || inflight == 0) {
+    if (!(capacity >= 1) || !(step > 0)) {
         return -1;
+    }
+    if (inflight == 0) {
+        return step; /* idle: it starts a step for the new one at once */
     }
     for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
@@ -850,10 +853,15 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->prefill_ms_per_kib = lg_est_slope_read(&est.prefill, now_ns, prior->ms_per_kib,
                                               LG_EST_MEAN_HALF_LIFE_S);
     v->engine_model_ms = -1;
-    if (v->capacity > 0 && v->foreign < 0.5) {
+    /* a capacity never confirmed by a queue is at least what is assumed of
+     * an engine (the most it ran says nothing against one more) */
+    v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
+                                ? v->capacity
+                                : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+    if (v->foreign < 0.5) {
         /* only our requests there: the model sees the whole batch and line */
-        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->capacity, v->step_ms,
-                                                        v->prefill_ms_per_kib / 256.0);
+        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
+                                                        v->step_ms, v->prefill_ms_per_kib / 256.0);
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

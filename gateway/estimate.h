@@ -188,6 +188,10 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * tokens). Sequences beyond LG_EST_ENGINE_MAX are not seen.
  */
 #define LG_EST_ENGINE_MAX 256
+/* The engine slots assumed where a replica was never seen full (vLLM's and
+ * SGLang's batch limits are larger; 16 is what a small GPU runs at once):
+ * ttft's `slots` default, and the engine model's least guess. */
+#define LG_EST_ASSUMED_SLOTS 16
 struct lg_est_queued {
     uint32_t prompt_tokens; /* to prefill */
     uint32_t max_tokens;    /* tokens it will generate (at least 1) */

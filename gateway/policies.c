@@ -285,7 +285,19 @@ static const struct lg_plugin_desc p2c_desc = {
 /* ---- ttft --------------------------------------------------------------- */
 
 /*
- * Predicted TTFT of this request on each candidate (shortest expected delay):
+ * Predicted TTFT of this request on each candidate (shortest expected delay).
+ *
+ * Where the host's engine model can tell (engine_model_ms >= 0: every
+ * request on the replica is one of our streams with max_tokens, and its
+ * capacity is not a guess under `slots`), that is the prediction:
+ *
+ *   pred = engine_model_ms + prefill_ms_per_kib * prompt_kib
+ *
+ * (the replica's continuous batching run forward over our requests there:
+ * backend.c, lg_est_engine_run()), with no margin, no prefill share (the
+ * model's steps carry the prefills) and model_decode_weight (0) for the
+ * decode charge: bench/routing/NOTES.md 36. engine_model = 0 turns it off.
+ * Elsewhere:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -349,7 +361,7 @@ static int
 ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
             size_t errlen)
 {
-    struct ttft_state s = { .slots = 16,
+    struct ttft_state s = { .slots = LG_EST_ASSUMED_SLOTS,
                             .batch_weight = 1.0,
                             .decode_weight = 0.05,
                             .error_penalty = 2,
@@ -401,7 +413,10 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * from a guess under the slots assumed here */
     bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
     double known = guessed_low ? 0 : v->slot_wait_ms;
-    bool model = s->engine_model > 0 && v->engine_model_ms >= 0 && !guessed_low;
+    /* the model ran with the slots assumed here (a guess of the host's
+     * differs only when `slots` is set to other than LG_EST_ASSUMED_SLOTS) */
+    bool model = s->engine_model > 0 && v->engine_model_ms >= 0
+                 && (unsigned)v->engine_model_slots == (unsigned)slots;
     double pred;
 
     if (model) {

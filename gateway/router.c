@@ -345,6 +345,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         router_put_num(o, "model_ms",
                        round((v->engine_model_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
         router_put_num(o, "step_ms", round(v->step_ms * 10) / 10);
+        if (v->engine_model_slots != v->capacity) {
+            router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
+        }
         router_put_num(o, "prefill_ms", round(v->prefill_ms_per_kib * kib * 10) / 10);
     }
     if (v->pending > 0) {

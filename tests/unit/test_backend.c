@@ -198,7 +198,7 @@ test_engine_model(void)
     uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == -1); /* nothing in flight */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == 10); /* idle: one step */
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
     s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
     LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
@@ -231,7 +231,8 @@ test_engine_model(void)
         lg_backend_seq_del(b, s[i]);
     }
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == -1);
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == 10);
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0.05) == -1); /* no step known */
     return 0;
 }
 

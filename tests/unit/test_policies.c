@@ -41,6 +41,7 @@ add(struct fleet *f, const char *name)
     v->hold_ms = 1000;
     v->flags = LG_VIEW_F_STALE;
     v->engine_model_ms = -1; /* the engine model cannot tell: the formula decides */
+    v->engine_model_slots = 8;
     v->step_ms = 15;
     v->prefill_ms_per_kib = 20;
     f->p[f->n] = v;
@@ -256,11 +257,22 @@ test_ttft_engine_model(void)
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
-    /* a capacity guessed under the slots assumed (16 by default) is not the
-     * model's to use either */
+    /* a capacity guessed under the slots assumed (16 by default): the host
+     * runs the model with those slots, and then it is used */
     a->flags |= LG_VIEW_F_CAP_GUESS;
+    b->flags |= LG_VIEW_F_CAP_GUESS;
+    a->engine_model_slots = b->engine_model_slots = 16;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    /* a model run with other slots than this policy assumes is not */
+    a->engine_model_slots = 8;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
+    a->engine_model_slots = 16;
+    LG_CHECK(open_policy(&off, "ttft", "{\"slots\": 12}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    off.p->ops->destroy(off.state);
     /* nor where it cannot tell */
     a->flags &= ~LG_VIEW_F_CAP_GUESS;
     a->engine_model_ms = -1;

@@ -142,13 +142,16 @@ struct lg_backend_view {
                                   to come, capacity slots, steps at the replica's recent
                                   pace): ms until one more request would get its first token,
                                   its own prefill left out (add prefill_ms_per_kib per KiB
-                                  of its prompt); -1 = unknown: others' load there, no capacity,
-                                  or a request of ours it cannot follow (not streamed, no
+                                  of its prompt); -1 = unknown: others' load there, or a
+                                  request of ours it cannot follow (not streamed, no
                                   max_tokens) */
     double step_ms;            /* the engine's step now: the recent gap between a stream's
                                   tokens there (itl_ms when no stream is running) */
     double prefill_ms_per_kib; /* what a KiB of prompt adds to the step that admits it (the
                                   engine model's, learnt from first tokens beyond its wait) */
+    double engine_model_slots; /* the capacity the engine model ran with: `capacity`, or where
+                                  that is a guess (LG_VIEW_F_CAP_GUESS) at least 16; a
+                                  policy that assumes other slots must leave the model aside */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
