@@ -237,7 +237,12 @@ test_ttft_engine_model(void)
     b->engine_model_ms = 60;
     b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
     b->pending = 2;
+    /* off by default: the formula decides */
     LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    pol.p->ops->destroy(pol.state);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"engine_model\": 1}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
@@ -248,7 +253,8 @@ test_ttft_engine_model(void)
     LG_CHECK(fabs(cost[1] - 140) < 1e-9);
     b->error_rate = 0;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"model_decode_weight\": 0.01}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_decode_weight\": 0.01}")
+             == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70 - 0.01 * 2000 * (60 - 26.25)) < 1e-6);
     off.p->ops->destroy(off.state);
@@ -269,7 +275,7 @@ test_ttft_engine_model(void)
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     a->engine_model_slots = 16;
-    LG_CHECK(open_policy(&off, "ttft", "{\"slots\": 12}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"slots\": 12}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
