@@ -564,19 +564,21 @@ lg_backend_seq_del(struct lg_backend *b, int slot)
  * finished responses (itl_ms) speaks instead. */
 #define PACE_FRESH_NS (2 * LG_NS_PER_S)
 
+/* b->pace holds a double's bits (atomics take integers) */
+union backend_pace {
+    uint64_t u;
+    double d;
+};
+
 void
 lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
 {
-    union {
-        uint64_t u;
-        double d;
-    } p;
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
     uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
 
     if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
         return;
     }
-    p.u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED);
     /* streams on several workers move it: a lost update loses one sample */
     p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
     __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
@@ -586,16 +588,12 @@ lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
 static double
 backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms)
 {
-    union {
-        uint64_t u;
-        double d;
-    } p;
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
     uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
 
     if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS) {
         return fallback_ms;
     }
-    p.u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED);
     return p.d > 0 ? p.d : fallback_ms;
 }
 
@@ -605,22 +603,20 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
 {
     uint32_t left[LG_BACKEND_END_SLOTS];
     struct lg_est_queued queue[LG_BACKEND_END_SLOTS];
-    uint64_t age[LG_BACKEND_END_SLOTS];
     uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
     uint32_t inflight = lg_backend_inflight(b);
     size_t nleft = 0, nqueue = 0;
-    double step = step_ms;
 
-    if (!(capacity >= 1) || !(step > 0)) {
+    if (!(capacity >= 1) || !(step_ms > 0)) {
         return -1;
     }
     if (inflight == 0) {
-        return step; /* idle: it starts a step for the new one at once */
+        return step_ms; /* idle: it starts a step for the new one at once */
     }
     for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
         uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
-        uint64_t a;
+        double a;
         size_t j;
 
         if (w == 0) {
@@ -631,15 +627,13 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
             continue;
         }
         /* in line, oldest first */
-        a = (now - (w & SEQ_T_MASK)) & SEQ_T_MASK;
-        for (j = nqueue; j > 0 && age[j - 1] < a; j--) {
-            age[j] = age[j - 1];
+        a = (double)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+        for (j = nqueue; j > 0 && queue[j - 1].age_ms < a; j--) {
             queue[j] = queue[j - 1];
         }
-        age[j] = a;
         queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
         queue[j].max_tokens = n;
-        queue[j].age_ms = (double)a;
+        queue[j].age_ms = a;
         nqueue++;
     }
     /* a request of ours it does not see (no known length, not streamed, or
@@ -647,8 +641,8 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (nleft + nqueue != inflight) {
         return -1;
     }
-    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step,
-                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step / 2);
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2);
 }
 
 /* ---- estimators --------------------------------------------------------- */
