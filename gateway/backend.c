@@ -844,7 +844,12 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             0.0);
     }
     v->step_ms = backend_pace_ms(b, now_ns, v->itl_ms);
-    v->prefill_ms_per_kib = lg_est_slope_read(&est.prefill, now_ns, prior->ms_per_kib,
+    /* before its own prefills are seen, the TTFT fit's slope (the fleet's,
+     * scaled by this replica's slowness on short prompts): a quarter-speed
+     * replica is not handed a long prompt at the fleet's speed */
+    v->prefill_ms_per_kib = lg_est_slope_read(&est.prefill, now_ns,
+                                              tv.peak > 0 ? tv.ms_per_kib / tv.peak
+                                                          : prior->ms_per_kib,
                                               LG_EST_MEAN_HALF_LIFE_S);
     v->engine_model_ms = -1;
     /* a capacity never confirmed by a queue is at least what is assumed of

@@ -342,8 +342,18 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      * half a step ago (then it goes with the next, as the new one does).
      */
     while (q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2) {
-        double first = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens
-                       - queue[q].age_ms;
+        double own = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens;
+        double first = own - queue[q].age_ms;
+
+        /*
+         * Overdue: it did not find a slot free when it came (it was let in
+         * when one freed, some time since), or its prefill runs longer than
+         * the slope says. Admitted at an unknown moment of the last `own`,
+         * it has half of that left.
+         */
+        if (first <= 0) {
+            first = own / 2;
+        }
 
         t = LG_MAX(t, first);
         if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {

@@ -296,10 +296,9 @@ static const struct lg_plugin_desc p2c_desc = {
  * (the replica's continuous batching run forward over our requests there:
  * backend.c, lg_est_engine_run()), with no margin, no prefill share (the
  * model's steps carry the prefills) and model_decode_weight (0) for the
- * decode charge: bench/routing/NOTES.md 36. Off by default (engine_model
- * = 1 turns it on): at 90% load it reaches the oracle, but without the
- * prefill share it lets 32 KB prompts stall the short requests starting
- * beside them (scenario 5, NOTES.md 37). Elsewhere, and by default:
+ * decode charge: bench/routing/NOTES.md 36-38 (engine_model = 0 turns it
+ * off). Elsewhere (other clients' load there, a request of ours without
+ * max_tokens or not streamed):
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -372,7 +371,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 0,
+                            .engine_model = 1,
                             .model_decode_weight = 0 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },

@@ -143,6 +143,15 @@ test_idle_slow_replica_fades_faster(void)
     busy10 = fixed_at(b, t0 + 10 * s);
     __atomic_fetch_sub(&b->inflight, 1, __ATOMIC_RELAXED);
     LG_CHECK(at2 > 130 && busy6 > 130 && busy10 > 130);
+    {
+        /* before its own prefills are seen, the engine model's prefill
+         * slope is its TTFT fit's: five times slow, not the fleet's 10 */
+        struct lg_backend_view v;
+
+        lg_backend_view_fill(b, t0 + 2 * s, &prior, 250 * LG_NS_PER_MS, 0, &v);
+        LG_CHECK(v.prefill_ms_per_kib > 3 * prior.ms_per_kib);
+        LG_CHECK(v.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9); /* its peak left out */
+    }
     /* idle past LG_EST_IDLE_S: each second counts as five */
     LG_CHECK(at6 < busy6 - 10);
     LG_CHECK(at10 < 0.6 * busy10);

@@ -355,6 +355,17 @@ test_engine_run(void)
         head.age_ms = 2;
         LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5), 5 + 10 + 10,
                       1e-9));
+        /* it came 40 ms ago and has no first token yet, 15 ms after it was
+         * due: let in some time in the last 25 ms (a slot freed late), it
+         * has half of them left, not none */
+        head.age_ms = 40;
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5), 12.5 + 10,
+                      1e-9));
+        /* a long prompt's prefill past due by seconds: still half its own */
+        head.prompt_tokens = 8000;
+        head.age_ms = 2000;
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5),
+                      (15 + 400) / 2.0 + 10, 1e-9));
     }
     return 0;
 }
