@@ -669,9 +669,21 @@ lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior, uin
     pthread_mutex_unlock(&b->lock);
 }
 
+/* The engine model's prefill ms per KiB. Before its own prefills are seen,
+ * the TTFT fit's slope (the fleet's, scaled by this replica's slowness on
+ * short prompts; its peak left out): a quarter-speed replica is not handed
+ * a long prompt at the fleet's speed. */
+static double
+backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
+                      const struct lg_est_value *fit)
+{
+    return lg_est_slope_read(&est->prefill, now_ns, fit->ms_per_kib / LG_MAX(fit->peak, 1.0),
+                             LG_EST_MEAN_HALF_LIFE_S);
+}
+
 void
-lg_backend_note_prefill(struct lg_backend *b, uint64_t prompt_bytes, double ttft_ms,
-                        double model_ms)
+lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
+                        uint64_t prompt_bytes, double ttft_ms, double model_ms)
 {
     uint64_t now = lg_now_ns();
     double kib = (double)prompt_bytes / 1024.0;
@@ -685,8 +697,11 @@ lg_backend_note_prefill(struct lg_backend *b, uint64_t prompt_bytes, double ttft
         /* a first token held up by what the model did not see (a stall, a
          * step that ran long) is not the prompt's prefill: at most four
          * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
-        double slope = lg_est_slope_read(&b->est.prefill, now, LG_EST_DEFAULT_MS_PER_KIB,
-                                         LG_EST_MEAN_HALF_LIFE_S);
+        struct lg_est_value fit;
+        double slope;
+
+        lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
+        slope = backend_prefill_slope(&b->est, now, &fit);
 
         y = LG_MIN(LG_MAX(y, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
@@ -844,13 +859,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             0.0);
     }
     v->step_ms = backend_pace_ms(b, now_ns, v->itl_ms);
-    /* before its own prefills are seen, the TTFT fit's slope (the fleet's,
-     * scaled by this replica's slowness on short prompts): a quarter-speed
-     * replica is not handed a long prompt at the fleet's speed */
-    v->prefill_ms_per_kib = lg_est_slope_read(&est.prefill, now_ns,
-                                              tv.peak > 0 ? tv.ms_per_kib / tv.peak
-                                                          : prior->ms_per_kib,
-                                              LG_EST_MEAN_HALF_LIFE_S);
+    v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv);
     v->engine_model_ms = -1;
     /* a capacity never confirmed by a queue is at least what is assumed of
      * an engine (the most it ran says nothing against one more) */

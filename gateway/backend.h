@@ -313,9 +313,10 @@ void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms);
 /* A first token `ttft_ms` after dispatch where the engine model predicted
  * `model_ms` for an empty prompt and a free slot: the rest is the prompt's
- * prefill, which teaches the model's ms per KiB. */
-void lg_backend_note_prefill(struct lg_backend *b, uint64_t prompt_bytes, double ttft_ms,
-                             double model_ms);
+ * prefill, which teaches the model's ms per KiB (its prior: the TTFT fit's
+ * slope under the route's `prior`, as the view reads it). */
+void lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
+                             uint64_t prompt_bytes, double ttft_ms, double model_ms);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -212,7 +212,7 @@ proxy_first_token(struct lg_client *c)
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
     if (req->pick.model_ms >= 0 && req->status >= 200 && req->status < 300) {
-        lg_backend_note_prefill(req->backend, req->info.prompt_bytes,
+        lg_backend_note_prefill(req->backend, &prior, req->info.prompt_bytes,
                                 (double)(req->t_first_token - req->t_dispatch) / 1e6,
                                 req->pick.model_ms);
     }
