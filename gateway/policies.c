@@ -296,9 +296,10 @@ static const struct lg_plugin_desc p2c_desc = {
  * (the replica's continuous batching run forward over our requests there:
  * backend.c, lg_est_engine_run()), with no margin, no prefill share (the
  * model's steps carry the prefills) and model_decode_weight (0) for the
- * decode charge: bench/routing/NOTES.md 36-38 (engine_model = 0 turns it
- * off). Elsewhere (other clients' load there, a request of ours without
- * max_tokens or not streamed):
+ * decode charge: bench/routing/NOTES.md 36-38. Off by default (engine_model
+ * = 1 turns it on): at 90% load it beats the formula, at 70% it loses to
+ * it (slow replicas that seldom stream are predicted fast: NOTES.md 38).
+ * Elsewhere, and by default:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -371,7 +372,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 1,
+                            .engine_model = 0,
                             .model_decode_weight = 0 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
