@@ -280,8 +280,8 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  * request's owner only). lg_backend_seq_add() returns the slot, or -1 when
  * all are taken (the model then declines: it must see every request).
  * lg_backend_note_pace() moves the replica's recent gap between a stream's
- * tokens (a stream's mean over its last few events), which the model steps
- * by. Same slot rules as due[].
+ * tokens (the lower quartile of a stream's last 8 gaps, proxy.c), which the
+ * model steps by. Same slot rules as due[].
  */
 int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes,
                        uint32_t max_tokens, uint32_t hint);

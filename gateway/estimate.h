@@ -183,7 +183,8 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * come of each running sequence, one of them from the step in progress,
  * which has resid_ms left) and `queue` (awaiting a first token, oldest
  * first: the head that found a slot free is taken as admitted into the step
- * in progress), returns the ms until a request joining the end of the line
+ * in progress, and one past due for its first token as having half its own
+ * step and prefill left), returns the ms until a request joining the end of the line
  * would get its first token, its own prefill left out (add prefill_ms * its
  * tokens). Sequences beyond LG_EST_ENGINE_MAX are not seen.
  */

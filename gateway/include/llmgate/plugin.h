@@ -57,6 +57,10 @@ extern "C" {
  *   1.2  appended lg_backend_view.slot_wait_ms (when a slot frees on a full
  *        engine, from the output lengths of the requests there). A 1.1
  *        plugin sees a view whose size covers it and simply ignores it.
+ *   1.3  appended to lg_backend_view: engine_model_ms, step_ms,
+ *        prefill_ms_per_kib, engine_model_slots (the host's engine model:
+ *        the replica's continuous batching run forward over this gateway's
+ *        requests there). Older plugins ignore them.
  */
 
 enum lg_plugin_kind {
@@ -148,7 +152,8 @@ struct lg_backend_view {
     double step_ms;            /* the engine's step now: the recent gap between a stream's
                                   tokens there (itl_ms when no stream is running) */
     double prefill_ms_per_kib; /* what a KiB of prompt adds to the step that admits it (the
-                                  engine model's, learnt from first tokens beyond its wait) */
+                                  engine model's, learnt from first tokens beyond its wait;
+                                  before any, the TTFT fit's slope without its peak) */
     double engine_model_slots; /* the capacity the engine model ran with: `capacity`, or where
                                   that is a guess (LG_VIEW_F_CAP_GUESS) at least 16; a
                                   policy that assumes other slots must leave the model aside */
