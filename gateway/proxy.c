@@ -203,6 +203,7 @@ static void
 proxy_first_token(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
+    const struct lg_model_route *route;
     struct lg_est_prior prior;
     double ttft;
 
@@ -211,7 +212,9 @@ proxy_first_token(struct lg_client *c)
         proxy_end_slot_set(req, req->t_first_token,
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
-    if (req->pick.model_ms >= 0 && req->status >= 200 && req->status < 300) {
+    if (req->pick.model_ms >= 0 && req->status >= 200 && req->status < 300
+        && (route = proxy_route(c)) != NULL) {
+        lg_route_read_prior(route, &prior); /* the sample's cap reads the TTFT fit */
         lg_backend_note_prefill(req->backend, &prior, req->info.prompt_bytes,
                                 (double)(req->t_first_token - req->t_dispatch) / 1e6,
                                 req->pick.model_ms);
