@@ -128,6 +128,7 @@ backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
     lg_est_mean_init(&b->est.itl);
     lg_est_mean_init(&b->est.hold);
     lg_est_mean_init(&b->est.err);
+    lg_est_mean_init(&b->est.model_err);
     b->est_pub = b->est;
     b->eng_pub = (struct lg_backend_engine){
         .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
@@ -585,16 +586,20 @@ lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
     __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
 }
 
-static double
-backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms)
+/* The recent gap between a stream's tokens there; false where no stream
+ * moved lately (*ms is then fallback_ms). */
+static bool
+backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms, double *ms)
 {
     union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
     uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
 
-    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS) {
-        return fallback_ms;
+    *ms = fallback_ms;
+    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS || !(p.d > 0)) {
+        return false;
     }
-    return p.d > 0 ? p.d : fallback_ms;
+    *ms = p.d;
+    return true;
 }
 
 double
@@ -706,6 +711,26 @@ lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
         y = LG_MIN(LG_MAX(y, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* A first token more than this factor off the prediction is a stall or a
+ * burst the model could not see, not the replica's bias. */
+#define MODEL_ERR_MAX 4.0
+
+void
+lg_backend_note_model(struct lg_backend *b, double pred_ms, double ttft_ms)
+{
+    uint64_t now = lg_now_ns();
+    double e;
+
+    if (!(pred_ms > 0) || !(ttft_ms > 0) || !isfinite(pred_ms) || !isfinite(ttft_ms)) {
+        return;
+    }
+    e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
+    pthread_mutex_lock(&b->lock);
+    lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
 }
@@ -858,9 +883,13 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);
     }
-    v->step_ms = backend_pace_ms(b, now_ns, v->itl_ms);
+    if (!backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
+        v->flags |= LG_VIEW_F_STEP_GUESS;
+    }
     v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv);
     v->engine_model_ms = -1;
+    v->engine_model_scale =
+        exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
     /* a capacity never confirmed by a queue is at least what is assumed of
      * an engine (the most it ran says nothing against one more) */
     v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)

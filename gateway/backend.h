@@ -41,6 +41,7 @@ struct lg_backend_est {
     struct lg_est_mean hold; /* time a request holds an engine slot, ms */
     struct lg_est_mean err;  /* failed attempts: 1, others 0 */
     struct lg_est_slope prefill; /* the engine model's prefill, ms per KiB of prompt */
+    struct lg_est_mean model_err; /* log(first token / the engine model's prediction) */
 };
 
 /* The engine's own view of its load, from its /metrics (health.c writes it). */
@@ -317,6 +318,10 @@ void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior
  * slope under the route's `prior`, as the view reads it). */
 void lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
                              uint64_t prompt_bytes, double ttft_ms, double model_ms);
+/* A first token `ttft_ms` after dispatch where the engine model predicted
+ * `pred_ms` (its wait and this prompt's prefill): the replica's bias, which
+ * the view's engine_model_scale reads. */
+void lg_backend_note_model(struct lg_backend *b, double pred_ms, double ttft_ms);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -289,17 +289,22 @@ static const struct lg_plugin_desc p2c_desc = {
  *
  * Where the host's engine model can tell (engine_model_ms >= 0: every
  * request on the replica is one of our streams with max_tokens, and its
- * capacity is not a guess under `slots`), that is the prediction:
+ * capacity is not a guess under `slots`) and a stream there has timed its
+ * step lately (not LG_VIEW_F_STEP_GUESS; model_needs_pace 0 drops that
+ * condition), that is the prediction:
  *
- *   pred = engine_model_ms + prefill_ms_per_kib * prompt_kib
+ *   pred = (engine_model_ms + prefill_ms_per_kib * prompt_kib)
+ *          * engine_model_scale
  *
  * (the replica's continuous batching run forward over our requests there:
- * backend.c, lg_est_engine_run()), with no margin, no prefill share (the
- * model's steps carry the prefills) and model_decode_weight (0) for the
- * decode charge: bench/routing/NOTES.md 36-38. Off by default (engine_model
- * = 1 turns it on): at 90% load it beats the formula, at 70% it loses to
- * it (slow replicas that seldom stream are predicted fast: NOTES.md 38).
- * Elsewhere, and by default:
+ * backend.c, lg_est_engine_run(); the scale, its first tokens lately over
+ * the model's predictions there, unless model_calibrate is 0), with no
+ * margin, no prefill share (the model's steps carry the prefills) and
+ * model_decode_weight (0) for the decode charge: bench/routing/NOTES.md
+ * 36-39. engine_model 0 turns it off. A replica that seldom streams (a
+ * slow one at 70% load) would have its step from finished responses and
+ * its prefill from a prior, both too low (NOTES.md 38): the formula reads
+ * it better. Elsewhere:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -357,6 +362,8 @@ struct ttft_state {
     double decode_slack;
     double engine_model;
     double model_decode_weight;
+    double model_needs_pace;
+    double model_calibrate;
 };
 
 static int
@@ -372,8 +379,10 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 0,
-                            .model_decode_weight = 0 };
+                            .engine_model = 1,
+                            .model_decode_weight = 0,
+                            .model_needs_pace = 1,
+                            .model_calibrate = 1 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -386,6 +395,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "decode_slack", &s.decode_slack, 0, 100 },
         { "engine_model", &s.engine_model, 0, 1 },
         { "model_decode_weight", &s.model_decode_weight, 0, 10 },
+        { "model_needs_pace", &s.model_needs_pace, 0, 1 },
+        { "model_calibrate", &s.model_calibrate, 0, 1 },
     };
 
     (void)host;
@@ -418,13 +429,17 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     /* the model ran with the slots assumed here (a guess of the host's
      * differs only when `slots` is set to other than LG_EST_ASSUMED_SLOTS) */
     bool model = s->engine_model > 0 && v->engine_model_ms >= 0
-                 && (unsigned)v->engine_model_slots == (unsigned)slots;
+                 && (unsigned)v->engine_model_slots == (unsigned)slots
+                 && !(s->model_needs_pace > 0 && (v->flags & LG_VIEW_F_STEP_GUESS));
     double pred;
 
     if (model) {
         /* the host ran the engine forward over everything there, with as
          * many slots as assumed here: no margin */
         pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
+        if (s->model_calibrate > 0 && v->engine_model_scale > 0) {
+            pred *= v->engine_model_scale; /* what it has missed there lately */
+        }
     } else {
         double wait = s->wait_weight
                       * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,

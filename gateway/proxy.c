@@ -219,6 +219,10 @@ proxy_first_token(struct lg_client *c)
                                 (double)(req->t_first_token - req->t_dispatch) / 1e6,
                                 req->pick.model_ms);
     }
+    if (req->pick.model_pred_ms > 0 && req->status >= 200 && req->status < 300) {
+        lg_backend_note_model(req->backend, req->pick.model_pred_ms,
+                              (double)(req->t_first_token - req->t_dispatch) / 1e6);
+    }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
         lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,
                              proxy_pick_wait_ms(req));

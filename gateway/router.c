@@ -349,6 +349,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
             router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
         }
         router_put_num(o, "prefill_ms", round(v->prefill_ms_per_kib * kib * 10) / 10);
+        if (fabs(v->engine_model_scale - 1) >= 0.005) {
+            router_put_num(o, "model_scale", round(v->engine_model_scale * 100) / 100);
+        }
     }
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
@@ -634,6 +637,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->ahead_ms = 0;
     out->service_ms = 0;
     out->model_ms = -1;
+    out->model_pred_ms = -1;
     out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
@@ -714,6 +718,10 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         out->queued = w->load + 1 > w->capacity;
     }
     out->ahead_ms = pk.v[best].work_ahead_ms;
+    if (pk.v[best].engine_model_ms >= 0) {
+        out->model_pred_ms = pk.v[best].engine_model_ms
+                             + pk.v[best].prefill_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    }
     if (pk.v[best].engine_model_ms >= 0 && pk.v[best].load + 1 <= pk.v[best].capacity) {
         out->model_ms = pk.v[best].engine_model_ms;
     }

@@ -47,6 +47,8 @@ struct lg_route_result {
     double itl_ms;              /* its gap between tokens (to predict the request's end) */
     double model_ms;            /* the engine model's wait there with a slot free, or -1:
                                    its first token less this teaches the prefill */
+    double model_pred_ms;       /* the engine model's prediction there (its wait and this
+                                   prompt's prefill), or -1 */
     bool queued;                /* the winner was (about) full: its TTFT measures
                                    its queue more than its speed */
     uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */

@@ -550,7 +550,7 @@ class RoutingTest(Harness):
             "plugins": [plugin],
             "pipeline": ["ttft", {"policy": "least_kv", "weight": 2}],
             "options": {"least_kv": {"ms_per_full": 500}}})
-        gp.wait_for(r"loaded policy plugin least_kv 1.0 from .*least_kv.so \(ABI 1\.3\)")
+        gp.wait_for(r"loaded policy plugin least_kv 1.0 from .*least_kv.so \(ABI 1\.4\)")
         for _ in range(4):
             self.assertEqual(chat(gw)[0], 200)
         rec = self.log(4)[-1]

@@ -245,5 +245,48 @@ test_engine_model(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slot_ends, test_engine_model, test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
+/* The engine model's bias there, from its first tokens against what it
+ * predicted; a step timed by a stream only while one moves. */
+static int
+test_engine_model_scale(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
+    struct lg_backend_view v;
+    uint64_t t;
+
+    t = lg_now_ns();
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.engine_model_scale == 1); /* nothing seen: unbiased */
+    LG_CHECK(v.flags & LG_VIEW_F_STEP_GUESS);
+    LG_CHECK(v.step_ms == v.itl_ms);
+    for (int i = 0; i < 30; i++) {
+        lg_backend_note_model(b, 50, 100); /* twice what it predicted */
+    }
+    lg_backend_note_model(b, 50, -1); /* no first token: not a sample */
+    lg_backend_note_model(b, 0, 100);
+    t = lg_now_ns();
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.engine_model_scale > 1.8 && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
+    /* a first token 100x late is a stall: it counts as 4x, no more */
+    for (int i = 0; i < 200; i++) {
+        lg_backend_note_model(b, 10, 1000);
+    }
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.engine_model_scale > 3.3 && v.engine_model_scale <= 4.0 + 1e-9);
+    /* it fades back to 1 */
+    lg_backend_view_fill(b, lg_now_ns() + 300 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(fabs(v.engine_model_scale - 1) < 0.01);
+    /* a stream's gaps time the step while they come */
+    t = lg_now_ns();
+    lg_backend_note_pace(b, t, 33);
+    lg_backend_view_fill(b, t + LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(!(v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == 33);
+    lg_backend_view_fill(b, t + 3 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK((v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == v.itl_ms);
+    return 0;
+}
+
+LG_TEST_MAIN(setup, test_slot_ends, test_engine_model, test_engine_model_scale,
+             test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
              test_guessed_capacity_is_not_queued, teardown)

@@ -42,6 +42,7 @@ add(struct fleet *f, const char *name)
     v->flags = LG_VIEW_F_STALE;
     v->engine_model_ms = -1; /* the engine model cannot tell: the formula decides */
     v->engine_model_slots = 8;
+    v->engine_model_scale = 1;
     v->step_ms = 15;
     v->prefill_ms_per_kib = 20;
     f->p[f->n] = v;
@@ -237,12 +238,9 @@ test_ttft_engine_model(void)
     b->engine_model_ms = 60;
     b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
     b->pending = 2;
-    /* off by default: the formula decides */
+    a->engine_model_scale = b->engine_model_scale = 1;
+    /* on by default */
     LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
-    pick(&pol, &shrt, &f, cost, &why);
-    LG_CHECK(cost[0] > 35);
-    pol.p->ops->destroy(pol.state);
-    LG_CHECK(open_policy(&pol, "ttft", "{\"engine_model\": 1}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
@@ -252,6 +250,25 @@ test_ttft_engine_model(void)
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 140) < 1e-9);
     b->error_rate = 0;
+    /* scaled by what it missed there lately, unless told not to */
+    b->engine_model_scale = 1.5;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[1] - 105) < 1e-9);
+    LG_CHECK(open_policy(&off, "ttft", "{\"model_calibrate\": 0}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[1] - 70) < 1e-9);
+    off.p->ops->destroy(off.state);
+    b->engine_model_scale = 1;
+    /* no stream there lately to time its step: the formula reads it (a is
+     * full by its count), unless model_needs_pace is 0 */
+    a->flags |= LG_VIEW_F_STEP_GUESS;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    LG_CHECK(open_policy(&off, "ttft", "{\"model_needs_pace\": 0}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    off.p->ops->destroy(off.state);
+    a->flags &= ~LG_VIEW_F_STEP_GUESS;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
     LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_decode_weight\": 0.01}")
              == 0);

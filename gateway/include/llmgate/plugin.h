@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 3 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 4 /* bump when appending members or ops */
 
 /*
  * History:
@@ -61,6 +61,9 @@ extern "C" {
  *        prefill_ms_per_kib, engine_model_slots (the host's engine model:
  *        the replica's continuous batching run forward over this gateway's
  *        requests there). Older plugins ignore them.
+ *   1.4  appended lg_backend_view.engine_model_scale (the replica's first
+ *        tokens against the engine model's predictions there) and the flag
+ *        LG_VIEW_F_STEP_GUESS (no stream there lately to time its step).
  */
 
 enum lg_plugin_kind {
@@ -157,6 +160,12 @@ struct lg_backend_view {
     double engine_model_slots; /* the capacity the engine model ran with: `capacity`, or where
                                   that is a guess (LG_VIEW_F_CAP_GUESS) at least 16; a
                                   policy that assumes other slots must leave the model aside */
+
+    /* 1.4 */
+    double engine_model_scale; /* its first tokens lately over the engine model's predictions
+                                  for them (a decaying geometric mean; 1 = none, or unbiased):
+                                  what the model misses there, e.g. a step or prefill it
+                                  has seen too little of to know */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
@@ -165,6 +174,7 @@ struct lg_backend_view {
 #define LG_VIEW_F_CAP_GUESS (1u << 3) /* capacity is inferred (not seen full lately with a
                                           request of this gateway held in its queue), not
                                           measured */
+#define LG_VIEW_F_STEP_GUESS (1u << 4) /* step_ms is itl_ms: no stream there moved lately */
 
 /* Services the host lends to plugins. */
 struct lg_host_api {
