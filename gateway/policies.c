@@ -301,10 +301,12 @@ static const struct lg_plugin_desc p2c_desc = {
  * the model's predictions there, unless model_calibrate is 0), with no
  * margin, no prefill share (the model's steps carry the prefills) and
  * model_decode_weight (0) for the decode charge: bench/routing/NOTES.md
- * 36-39. engine_model 0 turns it off. A replica that seldom streams (a
- * slow one at 70% load) would have its step from finished responses and
- * its prefill from a prior, both too low (NOTES.md 38): the formula reads
- * it better. Elsewhere:
+ * 36-39. Off by default (engine_model = 1 turns it on): it meets the
+ * scenario 1 targets best, but fails scenario 5 (long prompts placed where
+ * short ones wait for a first token) and 7 (NOTES.md 39). A replica that
+ * seldom streams (a slow one at 70% load) would have its step from
+ * finished responses and its prefill from a prior, both too low (NOTES.md
+ * 38): the formula reads it better. Elsewhere, and by default:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -379,7 +381,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 1,
+                            .engine_model = 0,
                             .model_decode_weight = 0,
                             .model_needs_pace = 1,
                             .model_calibrate = 1 };

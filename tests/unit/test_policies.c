@@ -239,8 +239,12 @@ test_ttft_engine_model(void)
     b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
     b->pending = 2;
     a->engine_model_scale = b->engine_model_scale = 1;
-    /* on by default */
+    /* off by default: the formula decides */
     LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(cost[0] > 35);
+    pol.p->ops->destroy(pol.state);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"engine_model\": 1}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
@@ -254,7 +258,7 @@ test_ttft_engine_model(void)
     b->engine_model_scale = 1.5;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 105) < 1e-9);
-    LG_CHECK(open_policy(&off, "ttft", "{\"model_calibrate\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_calibrate\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -264,7 +268,7 @@ test_ttft_engine_model(void)
     a->flags |= LG_VIEW_F_STEP_GUESS;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
-    LG_CHECK(open_policy(&off, "ttft", "{\"model_needs_pace\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
