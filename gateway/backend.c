@@ -686,51 +686,40 @@ backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
                              LG_EST_MEAN_HALF_LIFE_S);
 }
 
-void
-lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
-                        uint64_t prompt_bytes, double ttft_ms, double model_ms)
-{
-    uint64_t now = lg_now_ns();
-    double kib = (double)prompt_bytes / 1024.0;
-    double y = ttft_ms - model_ms;
-
-    if (!(kib > 0) || !(model_ms >= 0) || !isfinite(ttft_ms)) {
-        return;
-    }
-    pthread_mutex_lock(&b->lock);
-    {
-        /* a first token held up by what the model did not see (a stall, a
-         * step that ran long) is not the prompt's prefill: at most four
-         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
-        struct lg_est_value fit;
-        double slope;
-
-        lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = backend_prefill_slope(&b->est, now, &fit);
-
-        y = LG_MIN(LG_MAX(y, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
-        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
-    }
-    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
-    pthread_mutex_unlock(&b->lock);
-}
-
 /* A first token more than this factor off the prediction is a stall or a
  * burst the model could not see, not the replica's bias. */
 #define MODEL_ERR_MAX 4.0
 
 void
-lg_backend_note_model(struct lg_backend *b, double pred_ms, double ttft_ms)
+lg_backend_note_model(struct lg_backend *b, const struct lg_est_prior *prior,
+                      uint64_t prompt_bytes, double ttft_ms, double model_ms, double pred_ms)
 {
     uint64_t now = lg_now_ns();
-    double e;
+    double kib = (double)prompt_bytes / 1024.0;
+    bool prefill = prior != NULL && kib > 0 && model_ms >= 0;
+    bool scale = pred_ms > 0 && isfinite(pred_ms) && ttft_ms > 0;
 
-    if (!(pred_ms > 0) || !(ttft_ms > 0) || !isfinite(pred_ms) || !isfinite(ttft_ms)) {
+    if (!isfinite(ttft_ms) || (!prefill && !scale)) {
         return;
     }
-    e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
     pthread_mutex_lock(&b->lock);
-    lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    if (prefill) {
+        /* a first token held up by what the model did not see (a stall, a
+         * step that ran long) is not the prompt's prefill: at most four
+         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
+        struct lg_est_value fit;
+        double slope, y;
+
+        lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
+        slope = backend_prefill_slope(&b->est, now, &fit);
+        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
+        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (scale) {
+        double e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
+
+        lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    }
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
 }

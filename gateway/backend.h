@@ -312,16 +312,19 @@ double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, dou
  */
 void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms);
-/* A first token `ttft_ms` after dispatch where the engine model predicted
- * `model_ms` for an empty prompt and a free slot: the rest is the prompt's
- * prefill, which teaches the model's ms per KiB (its prior: the TTFT fit's
- * slope under the route's `prior`, as the view reads it). */
-void lg_backend_note_prefill(struct lg_backend *b, const struct lg_est_prior *prior,
-                             uint64_t prompt_bytes, double ttft_ms, double model_ms);
-/* A first token `ttft_ms` after dispatch where the engine model predicted
- * `pred_ms` (its wait and this prompt's prefill): the replica's bias, which
- * the view's engine_model_scale reads. */
-void lg_backend_note_model(struct lg_backend *b, double pred_ms, double ttft_ms);
+/*
+ * A first token `ttft_ms` after dispatch where the engine model could tell,
+ * under one lock:
+ * - with a free slot it predicted `model_ms` (>= 0) for an empty prompt:
+ *   the rest is the prompt's prefill, which teaches the model's ms per KiB
+ *   (its prior: the TTFT fit's slope under the route's `prior`, as the view
+ *   reads it; no prior, no sample);
+ * - it predicted `pred_ms` (> 0) with this prompt's prefill: the replica's
+ *   bias, which the view's engine_model_scale reads.
+ */
+void lg_backend_note_model(struct lg_backend *b, const struct lg_est_prior *prior,
+                           uint64_t prompt_bytes, double ttft_ms, double model_ms,
+                           double pred_ms);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -212,16 +212,16 @@ proxy_first_token(struct lg_client *c)
         proxy_end_slot_set(req, req->t_first_token,
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
-    if (req->pick.model_ms >= 0 && req->status >= 200 && req->status < 300
-        && (route = proxy_route(c)) != NULL) {
-        lg_route_read_prior(route, &prior); /* the sample's cap reads the TTFT fit */
-        lg_backend_note_prefill(req->backend, &prior, req->info.prompt_bytes,
-                                (double)(req->t_first_token - req->t_dispatch) / 1e6,
-                                req->pick.model_ms);
-    }
-    if (req->pick.model_pred_ms > 0 && req->status >= 200 && req->status < 300) {
-        lg_backend_note_model(req->backend, req->pick.model_pred_ms,
-                              (double)(req->t_first_token - req->t_dispatch) / 1e6);
+    if ((req->pick.model_ms >= 0 || req->pick.model_pred_ms > 0) && req->status >= 200
+        && req->status < 300) {
+        route = proxy_route(c);
+        if (route != NULL) {
+            lg_route_read_prior(route, &prior); /* the prefill sample's cap reads the TTFT fit */
+        }
+        lg_backend_note_model(req->backend, route != NULL ? &prior : NULL,
+                              req->info.prompt_bytes,
+                              (double)(req->t_first_token - req->t_dispatch) / 1e6,
+                              req->pick.model_ms, req->pick.model_pred_ms);
     }
     if (proxy_ttft_sample(c, &prior, &ttft)) {
         lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,

@@ -261,16 +261,16 @@ test_engine_model_scale(void)
     LG_CHECK(v.flags & LG_VIEW_F_STEP_GUESS);
     LG_CHECK(v.step_ms == v.itl_ms);
     for (int i = 0; i < 30; i++) {
-        lg_backend_note_model(b, 50, 100); /* twice what it predicted */
+        lg_backend_note_model(b, NULL, 0, 100, -1, 50); /* twice what it predicted */
     }
-    lg_backend_note_model(b, 50, -1); /* no first token: not a sample */
-    lg_backend_note_model(b, 0, 100);
+    lg_backend_note_model(b, NULL, 0, -1, -1, 50); /* no first token: not a sample */
+    lg_backend_note_model(b, NULL, 0, 100, -1, 0);
     t = lg_now_ns();
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.engine_model_scale > 1.8 && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
     /* a first token 100x late is a stall: it counts as 4x, no more */
     for (int i = 0; i < 200; i++) {
-        lg_backend_note_model(b, 10, 1000);
+        lg_backend_note_model(b, NULL, 0, 1000, -1, 10);
     }
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.engine_model_scale > 3.3 && v.engine_model_scale <= 4.0 + 1e-9);
