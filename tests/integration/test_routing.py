@@ -317,12 +317,12 @@ class RoutingTest(Harness):
         ports = self.fleet([("f1", base, ["m"]), ("f2", base, ["m"]),
                             ("slow", base + ["--speed", "0.25"], ["m"])])
 
-        def share_of_slow(policy):
-            gp, gw = self.gateway(ports, routing={"policy": policy})
+        def share_of_slow(policy, stream=False, **routing):
+            gp, gw = self.gateway(ports, routing=dict(policy=policy, **routing))
             before = sim_state(ports["slow"])["requests"]
             before_all = sum(sim_state(p)["requests"] for p in ports.values())
-            run_concurrently(6, lambda i: chat(gw, content="x" * 800, max_tokens=16),
-                             duration=4.0)
+            run_concurrently(6, lambda i: chat(gw, content="x" * 800, max_tokens=16,
+                                               stream=stream), duration=4.0)
             slow = sim_state(ports["slow"])["requests"] - before
             total = sum(sim_state(p)["requests"] for p in ports.values()) - before_all
             self.assertEqual(gp.stop(), 0)  # (sanitizer and valgrind runs check the exit)
@@ -330,14 +330,22 @@ class RoutingTest(Harness):
 
         rr, n_rr = share_of_slow("round_robin")
         ttft, n_ttft = share_of_slow("ttft")
-        print("\n  slow replica's share: round_robin %.2f (%d requests), ttft %.2f (%d)"
-              % (rr, n_rr, ttft, n_ttft))
+        seen = self.log()
+        rec = seen[-1]
+        # streamed with max_tokens, the engine model predicts where a stream
+        # timed the step (the host's side of it runs with any policy)
+        model, n_model = share_of_slow("ttft", stream=True,
+                                       options={"ttft": {"engine_model": 1}})
+        print("\n  slow replica's share: round_robin %.2f (%d requests), ttft %.2f (%d), "
+              "ttft with the engine model %.2f (%d)" % (rr, n_rr, ttft, n_ttft, model, n_model))
         self.assertAlmostEqual(rr, 1 / 3, delta=0.05)
         self.assertLess(ttft, rr / 2, "slow share: ttft %.2f vs round robin %.2f" % (ttft, rr))
         self.assertGreater(n_ttft, n_rr)  # the same clients got more done
-        rec = self.log()[-1]
         self.assertEqual(rec["policy"], "ttft")
         self.assertTrue(all("ttft_ms" in c and "score" in c for c in rec["candidates"]))
+        self.assertLess(model, rr / 2, "slow share: model %.2f vs round robin %.2f" % (model, rr))
+        self.assertTrue(any("model_ms" in c and "step_ms" in c
+                            for r in self.log()[len(seen):] for c in r["candidates"]))
 
     def test_predicted_end_follows_the_streams_pace(self):
         # One slot, 40 ms a token (twice the gateway's prior gap): stream A
