@@ -114,13 +114,10 @@ proxy_end_slot_set(struct lg_request *req, uint64_t from_ns, double ms)
     }
 }
 
-/*
- * Whether the first token of this response teaches the backend's TTFT model:
- * then *prior and *ttft_ms (the time since dispatch: the gateway queues
- * nothing before it) are set.
- */
+/* Whether this response's first token teaches its backend anything (a
+ * success there): then *prior is its route's, which the samples blend in. */
 static bool
-proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_ms)
+proxy_sample_prior(struct lg_client *c, struct lg_est_prior *prior)
 {
     struct lg_request *req = &c->req;
     const struct lg_model_route *route = proxy_route(c);
@@ -128,11 +125,29 @@ proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_
     if (req->backend == NULL || route == NULL || req->status < 200 || req->status >= 300) {
         return false;
     }
-    if (req->pick.queued) {
-        return false; /* it waited for a slot: that says how busy, not how fast */
-    }
     lg_route_read_prior(route, prior);
-    *ttft_ms = (double)(req->t_first_token - req->t_dispatch) / 1e6;
+    return true;
+}
+
+/* The time from dispatch to the first token: the gateway queues nothing
+ * before it. */
+static double
+proxy_ttft_ms(const struct lg_request *req)
+{
+    return (double)(req->t_first_token - req->t_dispatch) / 1e6;
+}
+
+/*
+ * Whether the first token of this response teaches the backend's TTFT model:
+ * then *prior and *ttft_ms are set.
+ */
+static bool
+proxy_ttft_sample(struct lg_client *c, struct lg_est_prior *prior, double *ttft_ms)
+{
+    if (c->req.pick.queued || !proxy_sample_prior(c, prior)) {
+        return false; /* queued: it waited for a slot, which says how busy, not how fast */
+    }
+    *ttft_ms = proxy_ttft_ms(&c->req);
     return true;
 }
 
@@ -203,28 +218,24 @@ static void
 proxy_first_token(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
-    const struct lg_model_route *route;
     struct lg_est_prior prior;
-    double ttft;
 
     proxy_token_wait_end(c);
     if (req->flags & LG_REQ_F_END_SLOT) {
         proxy_end_slot_set(req, req->t_first_token,
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
-    if ((req->pick.model_ms >= 0 || req->pick.model_pred_ms > 0) && req->status >= 200
-        && req->status < 300) {
-        route = proxy_route(c);
-        if (route != NULL) {
-            lg_route_read_prior(route, &prior); /* the prefill sample's cap reads the TTFT fit */
-        }
-        lg_backend_note_model(req->backend, route != NULL ? &prior : NULL,
-                              req->info.prompt_bytes,
-                              (double)(req->t_first_token - req->t_dispatch) / 1e6,
+    if (!proxy_sample_prior(c, &prior)) {
+        return;
+    }
+    if (req->pick.model_pred_ms >= 0) {
+        /* the engine model's samples (the prefill sample's cap reads the
+         * TTFT fit, which blends the prior in) */
+        lg_backend_note_model(req->backend, &prior, req->info.prompt_bytes, proxy_ttft_ms(req),
                               req->pick.model_ms, req->pick.model_pred_ms);
     }
-    if (proxy_ttft_sample(c, &prior, &ttft)) {
-        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, ttft,
+    if (!req->pick.queued) { /* as proxy_ttft_sample() */
+        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, proxy_ttft_ms(req),
                              proxy_pick_wait_ms(req));
     }
 }

@@ -308,6 +308,14 @@ router_put_num(struct router_buf *o, const char *key, double v)
     router_dec(o, v);
 }
 
+/* A request's TTFT there by the engine model (engine_model_ms >= 0): the
+ * wait for a step to admit it, and its own prefill. */
+static double
+router_model_ms(const struct lg_backend_view *v, double kib)
+{
+    return v->engine_model_ms + v->prefill_ms_per_kib * kib;
+}
+
 /* Names are config-validated ([A-Za-z0-9._-]), so they need no escaping. */
 static void
 router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double kib,
@@ -341,9 +349,7 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
     }
     if (v->engine_model_ms >= 0) {
-        /* this request's TTFT by the engine model: its prefill included */
-        router_put_num(o, "model_ms",
-                       round((v->engine_model_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
+        router_put_num(o, "model_ms", round(router_model_ms(v, kib) * 10) / 10);
         router_put_num(o, "step_ms", round(v->step_ms * 10) / 10);
         if (v->engine_model_slots != v->capacity) {
             router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
@@ -719,11 +725,10 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     }
     out->ahead_ms = pk.v[best].work_ahead_ms;
     if (pk.v[best].engine_model_ms >= 0) {
-        out->model_pred_ms = pk.v[best].engine_model_ms
-                             + pk.v[best].prefill_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    }
-    if (pk.v[best].engine_model_ms >= 0 && pk.v[best].load + 1 <= pk.v[best].capacity) {
-        out->model_ms = pk.v[best].engine_model_ms;
+        out->model_pred_ms = router_model_ms(&pk.v[best], (double)req->prompt_bytes / 1024.0);
+        if (pk.v[best].load + 1 <= pk.v[best].capacity) {
+            out->model_ms = pk.v[best].engine_model_ms;
+        }
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;
