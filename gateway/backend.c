@@ -604,7 +604,7 @@ backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
 
 double
 lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                           double step_ms, double prefill_ms_per_token)
+                           double step_ms, double prefill_ms_per_token, unsigned *joined)
 {
     uint32_t left[LG_BACKEND_END_SLOTS];
     struct lg_est_queued queue[LG_BACKEND_END_SLOTS];
@@ -612,6 +612,9 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     uint32_t inflight = lg_backend_inflight(b);
     size_t nleft = 0, nqueue = 0;
 
+    if (joined != NULL) {
+        *joined = 0;
+    }
     if (!(capacity >= 1) || !(step_ms > 0)) {
         return -1;
     }
@@ -647,7 +650,8 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
         return -1;
     }
     return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
-                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2);
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
+                             joined);
 }
 
 /* ---- estimators --------------------------------------------------------- */
@@ -877,6 +881,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     }
     v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv);
     v->engine_model_ms = -1;
+    v->engine_model_joined = 0;
     v->engine_model_scale =
         exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
     /* a capacity never confirmed by a queue is at least what is assumed of
@@ -886,8 +891,12 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
                                 : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
     if (v->foreign < 0.5) {
         /* only our requests there: the model sees the whole batch and line */
+        unsigned joined;
+
         v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
-                                                        v->step_ms, v->prefill_ms_per_kib / 256.0);
+                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
+                                                        &joined);
+        v->engine_model_joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

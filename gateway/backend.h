@@ -290,9 +290,11 @@ void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left);
 void lg_backend_seq_del(struct lg_backend *b, int slot);
 void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
 /* The engine model's wait for a request with an empty prompt (ms), steps
- * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms). */
+ * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
+ * *joined (when not NULL): how many of ours there would be admitted with it
+ * (lg_backend_view.engine_model_joined). */
 double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                                  double step_ms, double prefill_ms_per_token);
+                                  double step_ms, double prefill_ms_per_token, unsigned *joined);
 
 /* ... and sets (each when not NULL) *longest_ms to the longest predicted
  * service among them, overdue or not: a long prefill may still hold the

@@ -317,7 +317,8 @@ lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_m
 
 double
 lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
-                  unsigned slots, double step_ms, double prefill_ms, double resid_ms)
+                  unsigned slots, double step_ms, double prefill_ms, double resid_ms,
+                  unsigned *joined)
 {
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
@@ -325,9 +326,13 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
     uint64_t k = 0; /* steps done after the one in progress */
     size_t r = 0, q = 0, held = nleft;
     double t = resid_ms > 0 ? resid_ms : 0;
+    double started = 0; /* ms since the step in progress began (the head's) */
 
     if (slots < 1) {
         slots = 1;
+    }
+    if (joined != NULL) {
+        *joined = 0;
     }
     /* the step in progress yields one of the tokens still to come */
     for (size_t i = 0; i < nleft && r < LG_EST_ENGINE_MAX; i++) {
@@ -340,8 +345,11 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      * step after it arrived (half a step on average) and that step, its
      * prefill included, is the one in progress, unless it arrived under
      * half a step ago (then it goes with the next, as the new one does).
+     * Those behind it that came before that step began are in it too; one
+     * that came during it (a long prefill's step lasts) waits for the next.
      */
-    while (q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2) {
+    while (q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
+           && (q == 0 || queue[q].age_ms >= started)) {
         double own = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens;
         double first = own - queue[q].age_ms;
 
@@ -354,6 +362,9 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
         if (first <= 0) {
             first = own / 2;
         }
+        if (q == 0) {
+            started = own - step_ms / 2 - first;
+        }
 
         t = LG_MAX(t, first);
         if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
@@ -365,12 +376,17 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
     for (;;) {
         double prefill = 0;
         uint64_t first = UINT64_MAX, m;
-        size_t kept = 0;
+        size_t kept = 0, q0 = q;
 
         /* the step starting now admits the line while slots are free */
         while (r < slots) {
             if (q == nqueue) {
-                return t + step_ms + prefill_ms * prefill; /* the new one is admitted */
+                /* the new one is admitted, with q - q0 of the line: they
+                 * wait for its prefill as it waits for theirs */
+                if (joined != NULL) {
+                    *joined = (unsigned)(q - q0);
+                }
+                return t + step_ms + prefill_ms * prefill;
             }
             prefill += queue[q].prompt_tokens;
             ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);

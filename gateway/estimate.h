@@ -186,7 +186,9 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * in progress, and one past due for its first token as having half its own
  * step and prefill left), returns the ms until a request joining the end of the line
  * would get its first token, its own prefill left out (add prefill_ms * its
- * tokens). Sequences beyond LG_EST_ENGINE_MAX are not seen.
+ * tokens). *joined (when not NULL) is how many of the line are admitted into
+ * the same step as the new one: its prefill delays their first tokens.
+ * Sequences beyond LG_EST_ENGINE_MAX are not seen.
  */
 #define LG_EST_ENGINE_MAX 256
 /* The engine slots assumed where a replica was never seen full (vLLM's and
@@ -200,6 +202,6 @@ struct lg_est_queued {
 };
 double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
                          size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
-                         double resid_ms);
+                         double resid_ms, unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

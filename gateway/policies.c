@@ -299,9 +299,16 @@ static const struct lg_plugin_desc p2c_desc = {
  * (the replica's continuous batching run forward over our requests there:
  * backend.c, lg_est_engine_run(); the scale, its first tokens lately over
  * the model's predictions there, unless model_calibrate is 0), with no
- * margin, no prefill share (the model's steps carry the prefills) and
- * model_decode_weight (0) for the decode charge: bench/routing/NOTES.md
- * 36-39. Off by default (engine_model = 1 turns it on): it meets the
+ * margin, model_decode_weight (0) for the decode charge and for its
+ * prefill's delay to others
+ *
+ *   model_prefill_share * prefill_ms_per_kib * prompt_kib
+ *   * engine_model_joined
+ *
+ * (those the model admits into the same step: a long prompt goes where it
+ * holds up the fewest first tokens; the formula's prefill_share charges
+ * every request there awaiting one, most of which are in earlier steps):
+ * bench/routing/NOTES.md 36-40. Off by default (engine_model = 1 turns it on): it meets the
  * scenario 1 targets best, but fails scenario 5 (long prompts placed where
  * short ones wait for a first token) and 7 (NOTES.md 39). A replica that
  * seldom streams (a slow one at 70% load) would have its step from
@@ -366,6 +373,7 @@ struct ttft_state {
     double model_decode_weight;
     double model_needs_pace;
     double model_calibrate;
+    double model_prefill_share;
 };
 
 static int
@@ -384,7 +392,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .engine_model = 0,
                             .model_decode_weight = 0,
                             .model_needs_pace = 1,
-                            .model_calibrate = 1 };
+                            .model_calibrate = 1,
+                            .model_prefill_share = 1 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -399,6 +408,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "model_decode_weight", &s.model_decode_weight, 0, 10 },
         { "model_needs_pace", &s.model_needs_pace, 0, 1 },
         { "model_calibrate", &s.model_calibrate, 0, 1 },
+        { "model_prefill_share", &s.model_prefill_share, 0, 100 },
     };
 
     (void)host;
@@ -460,6 +470,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * prompt goes where it delays the fewest */
     if (!model) {
         pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    } else {
+        /* the model knows which of them would share its step */
+        pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
     }
     return pred
            + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens

@@ -358,6 +358,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         if (fabs(v->engine_model_scale - 1) >= 0.005) {
             router_put_num(o, "model_scale", round(v->engine_model_scale * 100) / 100);
         }
+        if (v->engine_model_joined > 0) {
+            router_put_num(o, "model_joined", v->engine_model_joined);
+        }
     }
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));

@@ -205,15 +205,17 @@ test_engine_model(void)
 {
     struct lg_backend *b = fleet->backends[0];
     uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    unsigned joined = 99;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == 10); /* idle: one step */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05, &joined) == 10); /* idle: one step */
+    LG_CHECK(joined == 0);
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
     s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
     LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
     __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED);
     /* a third request in flight it has no word for: it cannot tell */
-    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05) == -1);
+    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, NULL) == -1);
     s[2] = lg_backend_seq_add(b, t + 8 * ms, 40, 5, 0);
     LG_CHECK(s[2] >= 0);
     /*
@@ -224,7 +226,7 @@ test_engine_model(void)
      * third in (10 tokens: 0.5 ms), which leaves after 5 more: the new one
      * starts then.
      */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05)
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, NULL)
                   - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
              < 1e-6);
     /* the first two have their first tokens, 2 and 1 to come: the second
@@ -232,16 +234,21 @@ test_engine_model(void)
      * first leaves after that step and the new one follows */
     lg_backend_seq_left(b, s[0], 2);
     lg_backend_seq_left(b, s[1], 1);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05) - (5 + 10.5 + 10))
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, &joined)
+                  - (5 + 10.5 + 10))
              < 1e-6);
-    /* three slots: the third is admitted with the new one */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05) - (5 + 10.5)) < 1e-6);
+    LG_CHECK(joined == 0); /* the third went in a step before */
+    /* three slots: the third is admitted with the new one (so the new
+     * one's prefill holds up its first token) */
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05, &joined) - (5 + 10.5))
+             < 1e-6);
+    LG_CHECK(joined == 1);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
     }
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05) == 10);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0.05) == -1); /* no step known */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05, NULL) == 10);
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0.05, NULL) == -1); /* no step known */
     return 0;
 }
 

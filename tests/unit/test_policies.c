@@ -273,6 +273,17 @@ test_ttft_engine_model(void)
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
     a->flags &= ~LG_VIEW_F_STEP_GUESS;
+    /* two there would be admitted with it: its prefill (5 ms) holds up
+     * both, and counts, unless model_prefill_share is 0 */
+    a->engine_model_joined = 2;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 45) < 1e-9);
+    LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_prefill_share\": 0}")
+             == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    off.p->ops->destroy(off.state);
+    a->engine_model_joined = 0;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
     LG_CHECK(open_policy(&off, "ttft", "{\"engine_model\": 1, \"model_decode_weight\": 0.01}")
              == 0);

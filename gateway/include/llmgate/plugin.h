@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 4 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 5 /* bump when appending members or ops */
 
 /*
  * History:
@@ -64,6 +64,9 @@ extern "C" {
  *   1.4  appended lg_backend_view.engine_model_scale (the replica's first
  *        tokens against the engine model's predictions there) and the flag
  *        LG_VIEW_F_STEP_GUESS (no stream there lately to time its step).
+ *   1.5  appended lg_backend_view.engine_model_joined (how many requests
+ *        there the engine model admits with one more: its prefill delays
+ *        their first tokens).
  */
 
 enum lg_plugin_kind {
@@ -166,6 +169,11 @@ struct lg_backend_view {
                                   for them (a decaying geometric mean; 1 = none, or unbiased):
                                   what the model misses there, e.g. a step or prefill it
                                   has seen too little of to know */
+
+    /* 1.5 */
+    double engine_model_joined; /* requests of ours there, awaiting a first token, that the
+                                   engine model admits into the same step as one more (its
+                                   prefill holds up theirs); 0 where engine_model_ms is -1 */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
