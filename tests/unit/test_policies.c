@@ -239,12 +239,8 @@ test_ttft_engine_model(void)
     b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
     b->pending = 2;
     a->engine_model_scale = b->engine_model_scale = 1;
-    /* off by default: the formula decides */
+    /* on by default */
     LG_CHECK(open_policy(&pol, "ttft", "{}") == 0);
-    pick(&pol, &shrt, &f, cost, &why);
-    LG_CHECK(cost[0] > 35);
-    pol.p->ops->destroy(pol.state);
-    LG_CHECK(open_policy(&pol, "ttft", "{\"engine_model\": 1}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
