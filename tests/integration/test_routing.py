@@ -12,6 +12,7 @@ each one) and from the replicas' own counters (/sim/state).
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -19,6 +20,15 @@ import time
 import harness
 from harness import (Harness, StreamReader, chat_body, http_request, post_json, sse_events,
                      wait_until)
+
+
+def plugin_abi():
+    """(major, minor) of the plugin ABI the build was compiled with, from the public header."""
+    with open(os.path.join(harness.SRC, "gateway", "include", "llmgate", "plugin.h")) as f:
+        text = f.read()
+    return tuple(int(re.search(r"#define LG_PLUGIN_ABI_%s (\d+)" % part, text).group(1))
+                 for part in ("MAJOR", "MINOR"))
+
 
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
 
@@ -558,7 +568,8 @@ class RoutingTest(Harness):
             "plugins": [plugin],
             "pipeline": ["ttft", {"policy": "least_kv", "weight": 2}],
             "options": {"least_kv": {"ms_per_full": 500}}})
-        gp.wait_for(r"loaded policy plugin least_kv 1.0 from .*least_kv.so \(ABI 1\.4\)")
+        gp.wait_for(r"loaded policy plugin least_kv 1.0 from .*least_kv.so \(ABI %d\.%d\)"
+                    % plugin_abi())
         for _ in range(4):
             self.assertEqual(chat(gw)[0], 200)
         rec = self.log(4)[-1]
