@@ -326,7 +326,8 @@ test_engine_run(void)
     /* a free slot and nobody in line: the rest of this step, then one */
     LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0.05, 4, NULL), 14, 1e-9));
     /* free slots: the line is admitted with the new one, its prefill in that step */
-    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0.05, 0, &joined), 10 + 0.05 * 450, 1e-9));
+    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0.05, 0, &joined), 10 + 0.05 * 450,
+                  1e-9));
     LG_CHECK(joined == 3); /* all three wait for the new one's prefill too */
     /* full (4 of 4): the first slot frees after the step in progress and
      * one more (2 tokens left) */
