@@ -665,19 +665,6 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
     return LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
 }
 
-void
-lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
-                     double ttft_ms, double wait_ms)
-{
-    uint64_t now = lg_now_ns();
-
-    pthread_mutex_lock(&b->lock);
-    lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
-                    backend_ttft_sample(ttft_ms, wait_ms));
-    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
-    pthread_mutex_unlock(&b->lock);
-}
-
 /* The engine model's prefill ms per KiB. Before its own prefills are seen,
  * the TTFT fit's slope (the fleet's, scaled by this replica's slowness on
  * short prompts; its peak left out): a quarter-speed replica is not handed
@@ -695,15 +682,17 @@ backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
 #define MODEL_ERR_MAX 4.0
 
 void
-lg_backend_note_model(struct lg_backend *b, const struct lg_est_prior *prior,
-                      uint64_t prompt_bytes, double ttft_ms, double model_ms, double pred_ms)
+lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
+                            uint64_t prompt_bytes, double ttft_ms, double wait_ms,
+                            double model_ms, double pred_ms)
 {
     uint64_t now = lg_now_ns();
     double kib = (double)prompt_bytes / 1024.0;
     bool prefill = prior != NULL && kib > 0 && model_ms >= 0;
     bool scale = pred_ms > 0 && isfinite(pred_ms) && ttft_ms > 0;
+    bool ttft = prior != NULL && wait_ms >= 0;
 
-    if (!isfinite(ttft_ms) || (!prefill && !scale)) {
+    if (!isfinite(ttft_ms) || (!prefill && !scale && !ttft)) {
         return;
     }
     pthread_mutex_lock(&b->lock);
@@ -723,6 +712,9 @@ lg_backend_note_model(struct lg_backend *b, const struct lg_est_prior *prior,
         double e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
 
         lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (ttft) {
+        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, wait_ms));
     }
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);

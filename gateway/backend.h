@@ -304,29 +304,25 @@ double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, dou
                                 double *late_ms);
 
 /*
- * Learning (any worker thread): a first token `ttft_ms` after dispatch for
- * a prompt of prompt_bytes, of which `wait_ms` was predicted waiting (for a
- * slot, and for the first tokens of the requests there before it); then,
- * at the end of a 2xx response, the gap between tokens (itl_ms < 0:
+ * Learning (any worker thread). A first token `ttft_ms` after dispatch for
+ * a prompt of prompt_bytes teaches, under one lock (each sample blends the
+ * route's `prior`; none without it):
+ * - where the engine model predicted `model_ms` (>= 0) for an empty prompt
+ *   with a free slot: the rest is the prompt's prefill, the model's ms per
+ *   KiB (its cap reads the TTFT fit before this response's sample);
+ * - where it predicted `pred_ms` (> 0) with this prompt's prefill (no prior
+ *   needed): the replica's bias, which the view's engine_model_scale reads;
+ * - unless wait_ms < 0 (it queued for a slot: that says how busy, not how
+ *   fast), the TTFT fit, `wait_ms` of it predicted waiting (for a slot, and
+ *   for the first tokens of the requests there before it).
+ * Then, at the end of a 2xx response, the gap between tokens (itl_ms < 0:
  * unknown), the time the request held its slot and a success for the error
  * rate, with the TTFT sample when prior is not NULL (a whole response: one
  * lock instead of two).
  */
-void lg_backend_note_ttft(struct lg_backend *b, const struct lg_est_prior *prior,
-                          uint64_t prompt_bytes, double ttft_ms, double wait_ms);
-/*
- * A first token `ttft_ms` after dispatch where the engine model could tell,
- * under one lock:
- * - with a free slot it predicted `model_ms` (>= 0) for an empty prompt:
- *   the rest is the prompt's prefill, which teaches the model's ms per KiB
- *   (its prior: the TTFT fit's slope under the route's `prior`, as the view
- *   reads it; no prior, no sample);
- * - it predicted `pred_ms` (> 0) with this prompt's prefill: the replica's
- *   bias, which the view's engine_model_scale reads.
- */
-void lg_backend_note_model(struct lg_backend *b, const struct lg_est_prior *prior,
-                           uint64_t prompt_bytes, double ttft_ms, double model_ms,
-                           double pred_ms);
+void lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
+                                 uint64_t prompt_bytes, double ttft_ms, double wait_ms,
+                                 double model_ms, double pred_ms);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -225,18 +225,13 @@ proxy_first_token(struct lg_client *c)
         proxy_end_slot_set(req, req->t_first_token,
                            (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
-    if (!proxy_sample_prior(c, &prior)) {
-        return;
-    }
-    if (req->pick.model_pred_ms >= 0) {
-        /* the engine model's samples (the prefill sample's cap reads the
-         * TTFT fit, which blends the prior in) */
-        lg_backend_note_model(req->backend, &prior, req->info.prompt_bytes, proxy_ttft_ms(req),
-                              req->pick.model_ms, req->pick.model_pred_ms);
-    }
-    if (!req->pick.queued) { /* as proxy_ttft_sample() */
-        lg_backend_note_ttft(req->backend, &prior, req->info.prompt_bytes, proxy_ttft_ms(req),
-                             proxy_pick_wait_ms(req));
+    if (proxy_sample_prior(c, &prior)) {
+        /* the engine model's samples where it could tell, and the TTFT fit's
+         * unless it queued (as proxy_ttft_sample()) */
+        lg_backend_note_first_token(req->backend, &prior, req->info.prompt_bytes,
+                                    proxy_ttft_ms(req),
+                                    req->pick.queued ? -1 : proxy_pick_wait_ms(req),
+                                    req->pick.model_ms, req->pick.model_pred_ms);
     }
 }
 

@@ -131,7 +131,7 @@ test_idle_slow_replica_fades_faster(void)
     double at2, at6, at10, busy6, busy10;
 
     for (int i = 0; i < 40; i++) {
-        lg_backend_note_ttft(b, &prior, 512, 160, 0); /* five times the prior */
+        lg_backend_note_first_token(b, &prior, 512, 160, 0, -1, -1); /* five times the prior */
     }
     t0 = lg_now_ns();
     at2 = fixed_at(b, t0 + 2 * s);
@@ -268,16 +268,16 @@ test_engine_model_scale(void)
     LG_CHECK(v.flags & LG_VIEW_F_STEP_GUESS);
     LG_CHECK(v.step_ms == v.itl_ms);
     for (int i = 0; i < 30; i++) {
-        lg_backend_note_model(b, NULL, 0, 100, -1, 50); /* twice what it predicted */
+        lg_backend_note_first_token(b, NULL, 0, 100, -1, -1, 50); /* twice what it predicted */
     }
-    lg_backend_note_model(b, NULL, 0, -1, -1, 50); /* no first token: not a sample */
-    lg_backend_note_model(b, NULL, 0, 100, -1, 0);
+    lg_backend_note_first_token(b, NULL, 0, -1, -1, -1, 50); /* no first token: not a sample */
+    lg_backend_note_first_token(b, NULL, 0, 100, -1, -1, 0);
     t = lg_now_ns();
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.engine_model_scale > 1.8 && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
     /* a first token 100x late is a stall: it counts as 4x, no more */
     for (int i = 0; i < 200; i++) {
-        lg_backend_note_model(b, NULL, 0, 1000, -1, 10);
+        lg_backend_note_first_token(b, NULL, 0, 1000, -1, -1, 10);
     }
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.engine_model_scale > 3.3 && v.engine_model_scale <= 4.0 + 1e-9);
