@@ -539,7 +539,7 @@ lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, u
 }
 
 void
-lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left)
+lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns)
 {
     uint64_t w;
 
@@ -551,6 +551,7 @@ lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left)
     w &= ~(SEQ_LEFT_MAX << SEQ_LEFT_SHIFT);
     w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
     __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->token_t_ns, now_ns, __ATOMIC_RELAXED);
 }
 
 void
@@ -602,6 +603,26 @@ backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
     return true;
 }
 
+/*
+ * When the engine step in progress began, ms ago, or -1 when unknown. Every
+ * running sequence gets a token at a step's end, so the last token a stream
+ * of ours got there marks the start of the next one. Older than a second,
+ * it tells nothing (no stream of ours runs there).
+ */
+static double
+backend_step_begun_ms(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t t = __atomic_load_n(&b->token_t_ns, __ATOMIC_RELAXED);
+
+    if (t == 0) {
+        return -1;
+    }
+    if (now_ns <= t) {
+        return 0; /* a token of this very moment (another worker's clock) */
+    }
+    return now_ns - t < LG_NS_PER_S ? (double)(now_ns - t) / 1e6 : -1;
+}
+
 double
 lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
                            double step_ms, double prefill_ms_per_token, unsigned *joined)
@@ -651,7 +672,7 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     }
     return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
                              prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
-                             joined);
+                             backend_step_begun_ms(b, now_ns), joined);
 }
 
 /* ---- estimators --------------------------------------------------------- */

@@ -136,6 +136,7 @@ struct lg_backend {
     uint64_t seqs[LG_BACKEND_END_SLOTS];
     uint64_t pace; /* atomic: a double, the recent gap between a stream's tokens (ms) */
     uint64_t pace_t_ns; /* atomic: when it was last moved */
+    uint64_t token_t_ns; /* atomic: when a stream of ours there last got a token */
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */
@@ -278,7 +279,8 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  * (max_tokens) holds a word for the engine model (lg_backend_view's
  * engine_model_ms): its prompt to prefill and its length while it awaits a
  * first token, then the tokens still to come (lg_backend_seq_left, by the
- * request's owner only). lg_backend_seq_add() returns the slot, or -1 when
+ * request's owner only, at each of its tokens; the last token's time there
+ * marks the end of an engine step, which places the step in progress). lg_backend_seq_add() returns the slot, or -1 when
  * all are taken (the model then declines: it must see every request).
  * lg_backend_note_pace() moves the replica's recent gap between a stream's
  * tokens (the lower quartile of a stream's last 8 gaps, proxy.c), which the
@@ -286,7 +288,7 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  */
 int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes,
                        uint32_t max_tokens, uint32_t hint);
-void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left);
+void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns);
 void lg_backend_seq_del(struct lg_backend *b, int slot);
 void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
 /* The engine model's wait for a request with an empty prompt (ms), steps

@@ -318,13 +318,14 @@ lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_m
 double
 lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
                   unsigned slots, double step_ms, double prefill_ms, double resid_ms,
-                  unsigned *joined)
+                  double begun_ms, unsigned *joined)
 {
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
     uint64_t ends[LG_EST_ENGINE_MAX];
     uint64_t k = 0; /* steps done after the one in progress */
     size_t r = 0, q = 0, held = nleft;
+    bool placed = false; /* the step in progress placed from begun_ms */
     double t = resid_ms > 0 ? resid_ms : 0;
     double started = 0; /* ms since the step in progress began (the head's) */
 
@@ -341,6 +342,30 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
         }
     }
     /*
+     * Where the step in progress began is known (a token came at its start):
+     * those of the line sent before then found the slots free, if any were,
+     * and are in it; it ends after their prefill. A step running past that
+     * carries work not seen here: fall through to the guess below.
+     */
+    if (begun_ms >= 0) {
+        double prefill = 0;
+        size_t q1 = 0, held1 = nleft;
+
+        while (q1 < nqueue && held1 < slots && queue[q1].age_ms >= begun_ms) {
+            prefill += queue[q1++].prompt_tokens;
+            held1++;
+        }
+        if (step_ms + prefill_ms * prefill > begun_ms) {
+            t = step_ms + prefill_ms * prefill - begun_ms;
+            for (; q < q1; q++) {
+                if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
+                    ends[r++] = queue[q].max_tokens - 1;
+                }
+            }
+            placed = true;
+        }
+    }
+    /*
      * The head of the line found a slot free: it was admitted at the first
      * step after it arrived (half a step on average) and that step, its
      * prefill included, is the one in progress, unless it arrived under
@@ -348,7 +373,7 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      * Those behind it that came before that step began are in it too; one
      * that came during it (a long prefill's step lasts) waits for the next.
      */
-    while (q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
+    while (!placed && q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
            && (q == 0 || queue[q].age_ms >= started)) {
         double own = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens;
         double first = own - queue[q].age_ms;

@@ -184,7 +184,11 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * which has resid_ms left) and `queue` (awaiting a first token, oldest
  * first: the head that found a slot free is taken as admitted into the step
  * in progress, and one past due for its first token as having half its own
- * step and prefill left), returns the ms until a request joining the end of the line
+ * step and prefill left; where begun_ms >= 0, the step in progress began
+ * that long ago, so it admitted those of the line sent before then while
+ * slots were free, and lasts step_ms plus their prefill, unless it has
+ * already run past that: then where it stands is unknown, as when begun_ms
+ * < 0), returns the ms until a request joining the end of the line
  * would get its first token, its own prefill left out (add prefill_ms * its
  * tokens). *joined (when not NULL) is how many of the line are admitted into
  * the same step as the new one: its prefill delays their first tokens.
@@ -202,6 +206,6 @@ struct lg_est_queued {
 };
 double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
                          size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
-                         double resid_ms, unsigned *joined);
+                         double resid_ms, double begun_ms, unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

@@ -404,7 +404,8 @@ proxy_on_body(llhttp_t *p, const char *at, size_t n)
                 lg_backend_seq_left(req->backend, req->seq_slot,
                                     (uint64_t)req->info.max_tokens > req->content_events
                                         ? (uint64_t)req->info.max_tokens - req->content_events
-                                        : 0);
+                                        : 0,
+                                    req->t_now);
             }
             if (req->t_first_token == 0) {
                 req->t_first_token = req->t_now;

@@ -229,20 +229,34 @@ test_engine_model(void)
     LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, NULL)
                   - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
              < 1e-6);
-    /* the first two have their first tokens, 2 and 1 to come: the second
-     * leaves with the step in progress, the third takes its slot, the
-     * first leaves after that step and the new one follows */
-    lg_backend_seq_left(b, s[0], 2);
-    lg_backend_seq_left(b, s[1], 1);
+    /* the first two have their first tokens, 2 and 1 to come, 3 ms ago
+     * (so the step in progress began then, before the third was sent: 7 ms
+     * left of it, and the third is not in it): the second
+     * leaves with it, the third takes its slot, the first leaves after
+     * that step and the new one follows */
+    lg_backend_seq_left(b, s[0], 2, t + 7 * ms);
+    lg_backend_seq_left(b, s[1], 1, t + 7 * ms);
     LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, &joined)
-                  - (5 + 10.5 + 10))
+                  - (7 + 10.5 + 10))
              < 1e-6);
     LG_CHECK(joined == 0); /* the third went in a step before */
     /* three slots: the third is admitted with the new one (so the new
      * one's prefill holds up its first token) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05, &joined) - (5 + 10.5))
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05, &joined) - (7 + 10.5))
              < 1e-6);
     LG_CHECK(joined == 1);
+    /* no token for longer than a plain step: where the step stands is unknown
+     * (half of it left, on average) */
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 30 * ms, 2, 10, 0.05, &joined)
+                  - (5 + 10.5 + 10))
+             < 1e-6);
+    /* a token that came a moment later than the caller's clock: a step just
+     * began, and the third, sent before it, is in it (10.5 ms with its
+     * prefill); the new one follows */
+    lg_backend_seq_left(b, s[1], 1, t + 12 * ms);
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0.05, &joined) - (10.5 + 10))
+             < 1e-6);
+    LG_CHECK(joined == 0);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
     }
