@@ -356,6 +356,14 @@ static const struct lg_plugin_desc p2c_desc = {
  *             half-speed decoder nearly uncharged, so long answers there
  *             free the fast replicas' slots for first tokens, while a
  *             quarter-speed one keeps most of its charge: NOTES.md 32)
+ *
+ * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
+ * within tolerance_ms of the least cost, the one with the smallest share of
+ * its slots taken, where that share is under tolerance_load (0.75) and its
+ * answer there would take at most tolerance_decode_ms (2500) longer.
+ * Greedy placement keeps the fast replicas' slots full while a slower one,
+ * nearly as quick for a short prompt, idles, and the next long prompt waits
+ * for a slot there (bench/routing/NOTES.md 41).
  */
 struct ttft_state {
     double slots; /* capacity assumed when the engine does not say */
@@ -372,6 +380,9 @@ struct ttft_state {
     double model_needs_pace;
     double model_calibrate;
     double model_prefill_share;
+    double tolerance_ms;
+    double tolerance_load;
+    double tolerance_decode_ms;
 };
 
 static int
@@ -391,7 +402,10 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .model_decode_weight = 0,
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
-                            .model_prefill_share = 1 };
+                            .model_prefill_share = 1,
+                            .tolerance_ms = 20,
+                            .tolerance_load = 0.75,
+                            .tolerance_decode_ms = 2500 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -407,6 +421,9 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "model_needs_pace", &s.model_needs_pace, 0, 1 },
         { "model_calibrate", &s.model_calibrate, 0, 1 },
         { "model_prefill_share", &s.model_prefill_share, 0, 100 },
+        { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
+        { "tolerance_load", &s.tolerance_load, 0, 1 },
+        { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
     };
 
     (void)host;
@@ -477,6 +494,54 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
                  * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
 }
 
+/* tolerance_ms: of the candidates predicted within tolerance_ms of the
+ * soonest first token, the one with the smallest share of its slots taken
+ * wins (the prediction breaks ties); besides the soonest, only those with
+ * under tolerance_load of their slots taken qualify, and where the answer
+ * would take at most tolerance_decode_ms longer than on the soonest
+ * (max_tokens x the difference in gaps between tokens: long answers stay
+ * off slow decoders, whose tail is end-to-end time). Greedy placement fills
+ * the fast replicas' slots while a slower one, nearly as quick for a short
+ * prompt, idles; the next long prompt then waits for a slot. Where every
+ * replica is busy, moving work to the slower ones only makes them the tail.
+ * Costs stay in ms: qualifying candidates map into [best, best + tolerance]
+ * by load, the others keep their prediction (above best, and those not
+ * qualifying by load are raised above best + tolerance). */
+static void
+ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
+              const struct lg_backend_view *const *c, size_t n, double *cost)
+{
+    double best = cost[0];
+    size_t at = 0;
+
+    for (size_t i = 1; i < n; i++) {
+        if (cost[i] < best) {
+            best = cost[i];
+            at = i;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        double taken = LG_MIN(1.0, c[i]->load / policy_slots(c[i], s->slots));
+
+        if (cost[i] > best + s->tolerance_ms) {
+            continue;
+        }
+        /* its answer there takes at most tolerance_decode_ms longer than
+         * at the cheapest (an unknown length: no slower at all) */
+        double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
+        bool decodes = req->max_tokens > 0 ? (double)req->max_tokens * slower
+                                                 <= s->tolerance_decode_ms
+                                           : slower <= 0;
+
+        if (i != at && (taken >= s->tolerance_load || !decodes)) {
+            cost[i] = LG_MAX(cost[i], best + s->tolerance_ms * 1.001);
+            continue;
+        }
+        cost[i] = best + s->tolerance_ms * (0.999 * taken + 0.001 * (cost[i] - best)
+                                                            / s->tolerance_ms);
+    }
+}
+
 static void
 ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
            size_t n, double *cost, const char **why)
@@ -491,6 +556,10 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
         cost[i] = ttft_predict(s, req, c[i], min_itl);
     }
     *why = "lowest_predicted_ttft";
+    if (s->tolerance_ms > 0 && n > 1) {
+        ttft_tolerate(s, req, c, n, cost);
+        *why = "least_loaded_near_lowest_ttft";
+    }
 }
 
 static const struct lg_policy_ops ttft_ops = {
