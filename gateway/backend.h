@@ -280,8 +280,9 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  * engine_model_ms): its prompt to prefill and its length while it awaits a
  * first token, then the tokens still to come (lg_backend_seq_left, by the
  * request's owner only, at each of its tokens; the last token's time there
- * marks the end of an engine step, which places the step in progress). lg_backend_seq_add() returns the slot, or -1 when
- * all are taken (the model then declines: it must see every request).
+ * marks the end of an engine step, which places the step in progress).
+ * lg_backend_seq_add() returns the slot, or -1 when all are taken (the
+ * model then declines: it must see every request).
  * lg_backend_note_pace() moves the replica's recent gap between a stream's
  * tokens (the lower quartile of a stream's last 8 gaps, proxy.c), which the
  * model steps by. Same slot rules as due[].

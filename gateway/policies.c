@@ -506,13 +506,15 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
  * replica is busy, moving work to the slower ones only makes them the tail.
  * Costs stay in ms: qualifying candidates map into [best, best + tolerance]
  * by load, the others keep their prediction (above best, and those not
- * qualifying by load are raised above best + tolerance). */
-static void
+ * qualifying are raised above best + tolerance). True when another than
+ * the cheapest now costs least (the pick's reason says so). */
+static bool
 ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
               const struct lg_backend_view *const *c, size_t n, double *cost)
 {
     double best = cost[0];
     size_t at = 0;
+    bool moved = false;
 
     for (size_t i = 1; i < n; i++) {
         if (cost[i] < best) {
@@ -522,17 +524,16 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
     }
     for (size_t i = 0; i < n; i++) {
         double taken = LG_MIN(1.0, c[i]->load / policy_slots(c[i], s->slots));
+        /* its answer there takes at most tolerance_decode_ms longer than
+         * at the cheapest (an unknown length: no slower at all) */
+        double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
+        bool decodes = req->max_tokens > 0
+                           ? (double)req->max_tokens * slower <= s->tolerance_decode_ms
+                           : slower <= 0;
 
         if (cost[i] > best + s->tolerance_ms) {
             continue;
         }
-        /* its answer there takes at most tolerance_decode_ms longer than
-         * at the cheapest (an unknown length: no slower at all) */
-        double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
-        bool decodes = req->max_tokens > 0 ? (double)req->max_tokens * slower
-                                                 <= s->tolerance_decode_ms
-                                           : slower <= 0;
-
         if (i != at && (taken >= s->tolerance_load || !decodes)) {
             cost[i] = LG_MAX(cost[i], best + s->tolerance_ms * 1.001);
             continue;
@@ -540,6 +541,10 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
         cost[i] = best + s->tolerance_ms * (0.999 * taken + 0.001 * (cost[i] - best)
                                                             / s->tolerance_ms);
     }
+    for (size_t i = 0; i < n; i++) {
+        moved = moved || cost[i] < cost[at];
+    }
+    return moved; /* another than the cheapest now leads */
 }
 
 static void
@@ -556,8 +561,7 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
         cost[i] = ttft_predict(s, req, c[i], min_itl);
     }
     *why = "lowest_predicted_ttft";
-    if (s->tolerance_ms > 0 && n > 1) {
-        ttft_tolerate(s, req, c, n, cost);
+    if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
         *why = "least_loaded_near_lowest_ttft";
     }
 }

@@ -515,7 +515,8 @@ class RoutingTest(Harness):
         self.assertGreaterEqual(len(counts), 2, counts)
         self.assertLess(max(counts.values()), 0.75 * 48, counts)
         reasons = {r["reason"] for r in self.log(mark + 48)[mark:]}
-        self.assertTrue(reasons & {"prefix_owner_overflow", "lowest_predicted_ttft"}, reasons)
+        self.assertTrue(reasons & {"prefix_owner_overflow", "lowest_predicted_ttft",
+                                   "least_loaded_near_lowest_ttft"}, reasons)
 
     def test_session_affinity(self):
         ports = self.fleet([("r%d" % i, FAST, ["m"]) for i in range(3)])

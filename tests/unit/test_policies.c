@@ -290,7 +290,7 @@ test_ttft_engine_model(void)
     /* by default the pick tolerates 20 ms: not enough for b (35 ms dearer) */
     LG_CHECK(open_policy(&off, "ttft", "{}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
-    LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
+    LG_CHECK_STR(why, "lowest_predicted_ttft"); /* the cheapest leads */
     off.p->ops->destroy(off.state);
     /* tolerance_ms: within 40 ms of the soonest, the replica with the smaller
      * share of its slots taken wins; costs stay in [best, best + 40]. 16
