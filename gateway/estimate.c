@@ -349,20 +349,21 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      */
     if (begun_ms >= 0) {
         double prefill = 0;
-        size_t q1 = 0, held1 = nleft;
+        size_t r0 = r;
 
-        while (q1 < nqueue && held1 < slots && queue[q1].age_ms >= begun_ms) {
-            prefill += queue[q1++].prompt_tokens;
-            held1++;
-        }
-        if (step_ms + prefill_ms * prefill > begun_ms) {
-            t = step_ms + prefill_ms * prefill - begun_ms;
-            for (; q < q1; q++) {
-                if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
-                    ends[r++] = queue[q].max_tokens - 1;
-                }
+        for (; q < nqueue && held < slots && queue[q].age_ms >= begun_ms; q++, held++) {
+            prefill += queue[q].prompt_tokens;
+            if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
+                ends[r++] = queue[q].max_tokens - 1;
             }
-            placed = true;
+        }
+        placed = step_ms + prefill_ms * prefill > begun_ms;
+        if (placed) {
+            t = step_ms + prefill_ms * prefill - begun_ms;
+        } else {
+            r = r0; /* undone: the guess below places them */
+            q = 0;
+            held = nleft;
         }
     }
     /*
