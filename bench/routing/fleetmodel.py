@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Offline model of a simulated fleet: replays a benchmark trace through
+llmsim's continuous-batching schedule under simple placement policies.
+
+A full benchmark round takes half a minute per contender and its rounds
+spread by 10-15%; this model replays the same trace in a fraction of a second
+per policy, with no noise, so a placement idea can be judged before it is
+built (bench/routing/NOTES.md 41 found the `ttft` pick's tolerance this way).
+
+The schedule is llmsim's (tools/llmsim/README.md, "Timing model"): each step
+admits waiting sequences into free slots (FIFO), lasts (prefill_us_per_token x
+prompt tokens admitted + decode_ms + decode_ms_per_seq x running) / speed and
+ends with one token for every running sequence; a sequence's first token ends
+the step that prefilled it, and it leaves after max_tokens tokens. Prompt
+tokens are prompt bytes / 4. Not modelled: the prefix cache (scenarios 6 and
+6r), faults, and the network and gateway (about a millisecond).
+
+Policies:
+  greedy      the soonest exact first token (what the benchmark's oracle does)
+  least_conn  the fewest requests in flight, ties in turn (nginx least_conn)
+  tolerant    of those within --tolerance-ms of the soonest, the one with the
+              smallest share of its slots taken, under --tolerance-load, whose
+              answer takes at most --tolerance-decode-ms longer (the `ttft`
+              policy's pick, gateway/policies.c ttft_tolerate())
+  replay:DIR  where a real run sent each request (DIR/requests.jsonl, the
+              benchmark's per-request log): the model's TTFT against the one
+              measured, request by request
+
+  bench/routing/fleetmodel.py bench/out/RUN/1a/trace.jsonl --scenario 1a
+  bench/routing/fleetmodel.py --scenario 1b --traces 16 --policy greedy,tolerant
+  bench/routing/fleetmodel.py TRACE --scenario 1b --policy tolerant \\
+      --noise 6,6,12,25 --seeds 8
+  bench/routing/fleetmodel.py TRACE --scenario 1a --policy replay:bench/out/RUN/1a/ttft/round1
+"""
+
+import argparse
+import collections
+import json
+import os
+import random
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import scenarios  # noqa: E402
+
+
+class Request:
+    __slots__ = ("i", "t", "prompt_bytes", "tokens", "max_tokens", "replica", "first", "done")
+
+    def __init__(self, i, t_ms, prompt_bytes, max_tokens):
+        self.i = i
+        self.t = t_ms
+        self.prompt_bytes = prompt_bytes
+        self.tokens = max(1, prompt_bytes // 4)
+        self.max_tokens = max(1, max_tokens)
+        self.replica = None
+        self.first = None
+        self.done = None
+
+
+class Replica:
+    """One llmsim replica; times in ms."""
+
+    def __init__(self, name, speed, sim):
+        self.name = name
+        self.speed = speed
+        self.slots = sim["slots"]
+        self.pre = sim["prefill_us_per_token"] / 1000.0
+        self.base = sim["decode_ms"]
+        self.per = sim["decode_ms_per_seq"]
+        self.running = []            # [finishing step number, request]
+        self.waiting = collections.deque()
+        self.steps = 0               # steps completed
+        self.step_end = None         # end of the step in progress; None = idle
+        self.fresh = []              # admitted into the step in progress
+
+    def step_ms(self, prefill_tokens, running):
+        return (self.pre * prefill_tokens + self.base + self.per * running) / self.speed
+
+    def _start(self, t):
+        prefill = 0
+        self.fresh = []
+        while len(self.running) < self.slots and self.waiting:
+            r = self.waiting.popleft()
+            prefill += r.tokens
+            self.running.append((self.steps + r.max_tokens, r))
+            self.fresh.append(r)
+        self.step_end = t + self.step_ms(prefill, len(self.running)) if self.running else None
+
+    def advance(self, t):
+        """Ends every step that ends by t."""
+        while self.step_end is not None and self.step_end <= t:
+            end = self.step_end
+            self.steps += 1
+            for r in self.fresh:
+                r.first = end
+            kept = []
+            for fin, r in self.running:
+                if fin == self.steps:
+                    r.done = end
+                else:
+                    kept.append((fin, r))
+            self.running = kept
+            self.step_end = None
+            if self.running or self.waiting:
+                self._start(end)
+
+    def submit(self, r, t):
+        r.replica = self.name
+        self.waiting.append(r)
+        if self.step_end is None:
+            self._start(t)
+
+    def in_flight(self):
+        return len(self.running) + len(self.waiting)
+
+    def predict(self, t, tokens):
+        """Exact TTFT of one more request of `tokens` prompt tokens arriving
+        at t, if nothing else arrives (llmsim_shm_predict_ttft_ns())."""
+        fins = [f for f, _ in self.running]
+        queue = [(r.tokens, r.max_tokens) for r in self.waiting]
+        steps = self.steps
+        if self.step_end is not None:
+            now = self.step_end
+            steps += 1
+            fins = [f for f in fins if f > steps]
+        else:
+            now = t
+        q = 0
+        while True:
+            prefill = 0
+            while len(fins) < self.slots:
+                if q == len(queue):
+                    return now + self.step_ms(prefill + tokens, len(fins) + 1) - t
+                prefill += queue[q][0]
+                fins.append(steps + queue[q][1])
+                q += 1
+            m = min(fins) - steps
+            decode = self.step_ms(0, len(fins))
+            now += decode + self.pre * prefill / self.speed + (m - 1) * decode
+            steps += m
+            fins = [f for f in fins if f > steps]
+
+
+def fleet_for(scen, speeds=None):
+    speeds = speeds or scen["speeds"]
+    return [Replica("r%d" % (i + 1), s, scen["sim"]) for i, s in enumerate(speeds)]
+
+
+def load_trace(path):
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            e = json.loads(line)
+            out.append(Request(i, e["t_us"] / 1000.0, e["prompt_bytes"], e["max_tokens"]))
+    return out
+
+
+def pick_least_conn(fleet, state):
+    least = min(x.in_flight() for x in fleet)
+    n = len(fleet)
+    for k in range(n):
+        x = fleet[(state["next"] + k) % n]
+        if x.in_flight() == least:
+            state["next"] = (fleet.index(x) + 1) % n
+            return x
+
+
+def pick_by_prediction(fleet, r, args, rng):
+    pred = [x.predict(r.t, r.tokens) for x in fleet]
+    if args.noise:
+        pred = [p + rng.gauss(0, sd) for p, sd in zip(pred, args.noise)]
+    best = min(range(len(fleet)), key=lambda i: pred[i])
+    if args.policy != "tolerant":
+        return fleet[best]
+
+    def itl(x):
+        return x.step_ms(0, min(x.slots, x.in_flight() + 1))
+
+    def taken(x):
+        return min(1.0, x.in_flight() / x.slots)
+
+    ok = []
+    for i, x in enumerate(fleet):
+        slower = max(0.0, itl(x) - itl(fleet[best]))
+        if pred[i] > pred[best] + args.tolerance_ms:
+            continue
+        if i == best or (taken(x) < args.tolerance_load
+                         and r.max_tokens * slower <= args.tolerance_decode_ms):
+            ok.append(i)
+    return fleet[min(ok, key=lambda i: (taken(fleet[i]), pred[i]))]
+
+
+def run(scen, trace, args, seed=0, placement=None):
+    """Replays the trace; returns the requests with their times."""
+    fleet = fleet_for(scen, args.speed_list)
+    by_name = {x.name: x for x in fleet}
+    rng = random.Random(seed)
+    state = {"next": 0}
+    reqs = [Request(r.i, r.t, r.prompt_bytes, r.max_tokens) for r in trace]
+    for r in reqs:
+        for x in fleet:
+            x.advance(r.t)
+        if placement is not None:
+            x = by_name.get(placement.get(r.i))
+            if x is None:
+                continue  # failed or unplaced in the real run
+        elif args.policy == "least_conn":
+            x = pick_least_conn(fleet, state)
+        else:
+            x = pick_by_prediction(fleet, r, args, rng)
+        x.submit(r, r.t)
+    for x in fleet:
+        x.advance(float("inf"))
+    return [r for r in reqs if r.replica is not None]
+
+
+def pct(values, p):
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    return v[min(len(v) - 1, int(p / 100.0 * len(v)))]
+
+
+def summary(reqs, names):
+    ttft = [r.first - r.t for r in reqs]
+    e2e = [r.done - r.t for r in reqs]
+    share = collections.Counter(r.replica for r in reqs)
+    return {"n": len(reqs), "p50": pct(ttft, 50), "p99": pct(ttft, 99),
+            "e2e_p99": pct(e2e, 99),
+            "share": [100.0 * share[n] / max(1, len(reqs)) for n in names]}
+
+
+def load_placement(folder):
+    placement, measured = {}, {}
+    with open(os.path.join(folder, "requests.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("status") == 200 and e.get("replica") and e.get("ttft_ms") is not None:
+                placement[e["i"]] = e["replica"]
+                measured[e["i"]] = e["ttft_ms"]
+    return placement, measured
+
+
+def make_traces(scen, args, folder):
+    """--traces N: the scenario's own trace with seeds 1..N (llmload --dry-run)."""
+    import run as bench  # noqa: E402 (the benchmark's own trace maker)
+
+    cap = scenarios.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
+                                 scen["max_tokens"], scen["prefix_bytes"])
+    paths = []
+    for seed in range(1, args.traces + 1):
+        path = os.path.join(folder, "trace%d.jsonl" % seed)
+        bench.make_trace(args.build, dict(scen, seed=seed), cap * scen["load"],
+                         args.duration or scen["duration"], path)
+        paths.append(path)
+    return paths
+
+
+def evaluate(scen, traces, policy, args, names):
+    """One row: medians over the traces (and noise seeds) of each figure."""
+    args.policy = policy.split(":", 1)[0]
+    if args.policy == "replay":
+        placement, measured = load_placement(policy.split(":", 1)[1])
+        reqs = run(scen, load_trace(traces[0]), args, placement=placement)
+        row = summary(reqs, names)
+        err = [r.first - r.t - measured[r.i] for r in reqs]
+        row["measured_p50"] = pct(list(measured.values()), 50)
+        row["measured_p99"] = pct(list(measured.values()), 99)
+        row["error_p10"], row["error_p50"], row["error_p90"] = (
+            pct(err, 10), pct(err, 50), pct(err, 90))
+    elif args.policy in ("greedy", "least_conn", "tolerant"):
+        seeds = args.seeds if args.noise and args.policy != "least_conn" else 1
+        rows = [summary(run(scen, load_trace(t), args, seed=s), names)
+                for t in traces for s in range(seeds)]
+        row = {k: pct([x[k] for x in rows], 50) for k in ("n", "p50", "p99", "e2e_p99")}
+        row["p99_min"] = min(x["p99"] for x in rows)
+        row["p99_max"] = max(x["p99"] for x in rows)
+        row["share"] = [pct([x["share"][i] for x in rows], 50) for i in range(len(names))]
+    else:
+        raise ValueError("unknown policy %r" % policy)
+    row["policy"] = policy
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("trace", nargs="?", help="the benchmark's trace.jsonl (llmload --trace-out)")
+    ap.add_argument("--scenario", default="1a", help="whose fleet (speeds, timing): 1a, 1b, ...")
+    ap.add_argument("--speeds", help="comma list overriding the scenario's speeds")
+    ap.add_argument("--traces", type=int, default=0,
+                    help="instead of TRACE: the scenario's trace with seeds 1..N; medians "
+                    "over them (needs llmload: --build)")
+    ap.add_argument("--duration", type=float, help="seconds of arrivals of --traces")
+    ap.add_argument("--build", default=os.path.join(SRC, "build"),
+                    help="CMake build folder with llmload (default: build/)")
+    ap.add_argument("--policy", default="greedy,least_conn,tolerant",
+                    help="comma list: greedy, least_conn, tolerant, replay:DIR")
+    ap.add_argument("--tolerance-ms", type=float, default=20.0)
+    ap.add_argument("--tolerance-load", type=float, default=0.75)
+    ap.add_argument("--tolerance-decode-ms", type=float, default=2500.0)
+    ap.add_argument("--noise", help="comma list: standard deviation (ms) of the prediction's "
+                    "error on each replica (greedy, tolerant)")
+    ap.add_argument("--seeds", type=int, default=1, help="noise seeds; medians reported")
+    ap.add_argument("--json", action="store_true", help="one JSON object per policy")
+    args = ap.parse_args(argv)
+
+    scen = scenarios.by_id().get(args.scenario)
+    if scen is None:
+        ap.error("unknown scenario %r" % args.scenario)
+    if (args.trace is None) == (args.traces == 0):
+        ap.error("give a TRACE or --traces N")
+    args.speed_list = [float(s) for s in args.speeds.split(",")] if args.speeds else None
+    args.noise = [float(s) for s in args.noise.split(",")] if args.noise else None
+    names = [x.name for x in fleet_for(scen, args.speed_list)]
+    if args.noise and len(args.noise) != len(names):
+        ap.error("--noise needs one value per replica (%d)" % len(names))
+    policies = args.policy.split(",")
+    if args.traces and any(p.startswith("replay") for p in policies):
+        ap.error("replay:DIR replays the TRACE its run used")
+
+    with tempfile.TemporaryDirectory(prefix="fleetmodel-") as tmp:
+        traces = make_traces(scen, args, tmp) if args.traces else [args.trace]
+        if not args.json:
+            print("%-28s %5s %8s %8s %10s  %s" % ("policy", "n", "p50 ms", "p99 ms", "e2e p99 s",
+                                                   "share % " + "/".join(names)))
+        for policy in policies:
+            try:
+                row = evaluate(scen, traces, policy, args, names)
+            except ValueError as e:
+                ap.error(str(e))
+            if args.json:
+                print(json.dumps(row))
+                continue
+            print("%-28s %5d %8.1f %8.1f %10.2f  %s%s" % (
+                policy[-28:], row["n"], row["p50"], row["p99"], row["e2e_p99"] / 1000.0,
+                "/".join("%.0f" % s for s in row["share"]),
+                "  (p99 %.0f-%.0f over %d runs)" % (row["p99_min"], row["p99_max"],
+                                                  len(traces) * (args.seeds if args.noise else 1))
+                if len(traces) > 1 or args.noise else ""))
+            if "measured_p99" in row:
+                print("%-28s %5s %8.1f %8.1f %10s  model - measured per request: p10 %.1f, "
+                      "p50 %.1f, p90 %.1f ms" % ("  measured", "", row["measured_p50"],
+                                                 row["measured_p99"], "", row["error_p10"],
+                                                 row["error_p50"], row["error_p90"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
