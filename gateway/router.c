@@ -496,23 +496,39 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
 }
 
 /*
- * Slow start: a ramping backend takes a request with probability ramp. It
- * sits the request out after the stages have seen and scored it, not before:
- * a stage that keeps state per backend must not take a backend sitting out
- * for one that is gone (prefix_affinity would hand its prefixes to others,
- * a cache miss each, and later take them back). If every other candidate is
- * filtered out, it stays.
+ * Slow start: a ramping backend takes a request with probability ramp, and
+ * only while it has fewer in flight than ramp times what the others have per
+ * unit of weight (at least one). The probability alone bounds its share of
+ * all traffic, not of a fair share: where it wins most picks (idle, a cost
+ * within another's tolerance) it would take ramp x all requests, several
+ * times its fair share in a large fleet, with its cache cold. The in-flight
+ * bound holds it near ramp x its fair share whatever the policy.
+ * It sits the request out after the stages have seen and scored it, not
+ * before: a stage that keeps state per backend must not take a backend
+ * sitting out for one that is gone (prefix_affinity would hand its prefixes
+ * to others, a cache miss each, and later take them back). If every other
+ * candidate is filtered out, it stays.
  */
 static void
 router_thin(struct router_pick *pk)
 {
     bool out[LG_ROUTER_MAX_CANDIDATES];
     size_t left = 0;
+    double inflight = 0, weight = 0;
 
     for (size_t i = 0; i < pk->n; i++) {
+        if (pk->dropped[i] == NULL && pk->v[i].ramp >= 1.0) {
+            inflight += pk->v[i].inflight;
+            weight += pk->v[i].weight;
+        }
+    }
+    for (size_t i = 0; i < pk->n; i++) {
         double u = (double)(lg_plugin_random() >> 11) / 9007199254740992.0;
+        const struct lg_backend_view *v = &pk->v[i];
+        double cap = weight > 0 ? v->ramp * v->weight * inflight / weight : 0;
 
-        out[i] = pk->dropped[i] == NULL && pk->v[i].ramp < 1.0 && u >= pk->v[i].ramp;
+        out[i] = pk->dropped[i] == NULL && v->ramp < 1.0
+                 && (u >= v->ramp || (double)v->inflight >= LG_MAX(1.0, cap));
         left += pk->dropped[i] == NULL && !out[i];
     }
     for (size_t i = 0; i < pk->n && left > 0; i++) {

@@ -1,9 +1,11 @@
 /*
  * test_router.c: the router's own part of a pick, on a real fleet and the
  * built-in policies: slow start thins a backend after the stages have seen
- * it, so a prefix it owns stays its own while it ramps; a stage of weight 0
- * (a shadow) is scored and shown but decides nothing.
+ * it, so a prefix it owns stays its own while it ramps, and holds it below
+ * ramp x the others' in-flight count even where it would win every pick; a
+ * stage of weight 0 (a shadow) is scored and shown but decides nothing.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
@@ -87,6 +89,86 @@ test_slow_start_keeps_prefix(void)
 }
 
 /*
+ * A ramping backend that would win every pick (least_request: it has the
+ * fewest in flight) takes a request with probability ramp, and only while
+ * it has fewer in flight than ramp x the others' (at least one): its share
+ * follows ramp x its fair share, not ramp x all traffic.
+ */
+static int
+test_slow_start_bounds_inflight(void)
+{
+    static const char ltext[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": \"least_request\"},\n"
+        " \"backends\": [\n"
+        "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}";
+    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .max_tokens = 16 };
+    struct lg_config_errors errs;
+    struct lg_config *lconf;
+    struct lg_fleet *lfleet;
+    const struct lg_model_route *route;
+    struct lg_route_result out = { 0 };
+    struct lg_backend *ramping;
+    uint64_t ss_ns;
+    /* its in-flight count, its ramp's age (s of the default 10), picks it got of 200 */
+    static const struct {
+        uint32_t inflight;
+        int age_s;
+        int lo, hi;
+    } cases[] = {
+        { 0, 0, 5, 50 },     /* ramp ~0.1, none in flight: about a tenth */
+        { 1, 0, 0, 0 },      /* ramp ~0.1: 0.1 x 8 < 1, so one is its bound */
+        { 4, 5, 70, 150 },   /* ramp 0.55: 0.55 x 8 = 4.4, a 5th passes at 0.55 */
+        { 5, 5, 0, 0 },      /* at its bound */
+    };
+
+    memset(&errs, 0, sizeof(errs));
+    LG_CHECK(lg_config_load_buffer(ltext, strlen(ltext), "l.json", &lconf, &errs) == LG_OK);
+    lg_config_errors_free(&errs);
+    LG_CHECK(lg_fleet_new(lconf, 1, NULL, &lfleet) == LG_OK);
+    route = lg_fleet_find_model(lfleet, "m");
+    LG_CHECK(route != NULL && route->n == 4);
+    ss_ns = lconf->health.slow_start_ms * LG_NS_PER_MS;
+    LG_CHECK(ss_ns == 10 * LG_NS_PER_S);
+    ramping = route->backends[3];
+    for (size_t k = 0; k < 3; k++) {
+        __atomic_store_n(&route->backends[k]->inflight, 8, __ATOMIC_RELAXED);
+    }
+    for (size_t c = 0; c < LG_ARRAY_SIZE(cases); c++) {
+        int got = 0;
+
+        __atomic_store_n(&ramping->inflight, cases[c].inflight, __ATOMIC_RELAXED);
+        __atomic_store_n(&ramping->up_since_ns, lg_now_ns() - (uint64_t)cases[c].age_s * LG_NS_PER_S,
+                         __ATOMIC_RELAXED);
+        LG_CHECK(lg_backend_ramp(ramping, lg_now_ns(), ss_ns) < 0.6);
+        for (int i = 0; i < 200; i++) {
+            LG_CHECK(lg_router_pick(lfleet->router, route, &req, 0, &out) == LG_OK);
+            got += out.backend == ramping;
+            if (out.backend != ramping) {
+                LG_CHECK(strstr(out.explain, "slow_start") != NULL);
+            }
+        }
+        if (got < cases[c].lo || got > cases[c].hi) {
+            fprintf(stderr, "case %zu: %d of 200 picks\n", c, got);
+            LG_CHECK(0);
+        }
+    }
+    /* its ramp over: it wins every pick again */
+    __atomic_store_n(&ramping->up_since_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&ramping->inflight, 5, __ATOMIC_RELAXED);
+    LG_CHECK(lg_router_pick(lfleet->router, route, &req, 0, &out) == LG_OK && out.backend == ramping);
+    lg_route_result_clear(&out);
+    for (size_t k = 0; k < 4; k++) {
+        __atomic_store_n(&route->backends[k]->inflight, 0, __ATOMIC_RELAXED);
+    }
+    lg_fleet_unref(lfleet);
+    lg_config_unref(lconf);
+    return 0;
+}
+
+/*
  * Shadow stages (weight 0): round robin decides; least_request and p2c are
  * scored and shown, nothing more. r1 has 5 requests in flight: counted,
  * least_request (100 ms each) would keep every pick off it, and p2c's filter
@@ -149,4 +231,5 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_shadow_stage, teardown)
+LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight, test_shadow_stage,
+             teardown)
