@@ -13,27 +13,37 @@
 #include "lg_test.h"
 #include "router.h"
 
-static const char text[] =
-    "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": \"prefix_affinity\"},\n"
-    " \"backends\": [\n"
-    "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
-    "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n"
-    "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n"
-    "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}";
+/* the backends of every fleet here: four replicas of model m */
+#define FOUR_BACKENDS                                                                  \
+    " \"backends\": [\n"                                                               \
+    "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n" \
+    "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n" \
+    "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n" \
+    "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}"
+
+static const char text[] = "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": "
+                           "\"prefix_affinity\"},\n" FOUR_BACKENDS;
 
 static struct lg_config *conf;
 static struct lg_fleet *fleet;
 
+/* a fleet from a config text */
 static int
-setup(void)
+fleet_load(const char *t, struct lg_config **c, struct lg_fleet **f)
 {
     struct lg_config_errors errs;
 
     memset(&errs, 0, sizeof(errs));
-    LG_CHECK(lg_config_load_buffer(text, strlen(text), "t.json", &conf, &errs) == LG_OK);
-    LG_CHECK(lg_fleet_new(conf, 1, NULL, &fleet) == LG_OK);
+    LG_CHECK(lg_config_load_buffer(t, strlen(t), "t.json", c, &errs) == LG_OK);
     lg_config_errors_free(&errs);
+    LG_CHECK(lg_fleet_new(*c, 1, NULL, f) == LG_OK);
     return 0;
+}
+
+static int
+setup(void)
+{
+    return fleet_load(text, &conf, &fleet);
 }
 
 static struct lg_backend *
@@ -97,15 +107,9 @@ test_slow_start_keeps_prefix(void)
 static int
 test_slow_start_bounds_inflight(void)
 {
-    static const char ltext[] =
-        "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": \"least_request\"},\n"
-        " \"backends\": [\n"
-        "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}";
+    static const char ltext[] = "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": "
+                                "\"least_request\"},\n" FOUR_BACKENDS;
     struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .max_tokens = 16 };
-    struct lg_config_errors errs;
     struct lg_config *lconf;
     struct lg_fleet *lfleet;
     const struct lg_model_route *route;
@@ -118,16 +122,13 @@ test_slow_start_bounds_inflight(void)
         int age_s;
         int lo, hi;
     } cases[] = {
-        { 0, 0, 5, 50 },     /* ramp ~0.1, none in flight: about a tenth */
-        { 1, 0, 0, 0 },      /* ramp ~0.1: 0.1 x 8 < 1, so one is its bound */
-        { 4, 5, 70, 150 },   /* ramp 0.55: 0.55 x 8 = 4.4, a 5th passes at 0.55 */
-        { 5, 5, 0, 0 },      /* at its bound */
+        { 0, 0, 5, 50 },   /* ramp ~0.1, none in flight: about a tenth */
+        { 1, 0, 0, 0 },    /* ramp ~0.1: 0.1 x 8 < 1, so one is its bound */
+        { 4, 5, 70, 150 }, /* ramp 0.55: 0.55 x 8 = 4.4, a 5th passes at 0.55 */
+        { 5, 5, 0, 0 },    /* at its bound */
     };
 
-    memset(&errs, 0, sizeof(errs));
-    LG_CHECK(lg_config_load_buffer(ltext, strlen(ltext), "l.json", &lconf, &errs) == LG_OK);
-    lg_config_errors_free(&errs);
-    LG_CHECK(lg_fleet_new(lconf, 1, NULL, &lfleet) == LG_OK);
+    LG_CHECK(fleet_load(ltext, &lconf, &lfleet) == 0);
     route = lg_fleet_find_model(lfleet, "m");
     LG_CHECK(route != NULL && route->n == 4);
     ss_ns = lconf->health.slow_start_ms * LG_NS_PER_MS;
@@ -140,8 +141,8 @@ test_slow_start_bounds_inflight(void)
         int got = 0;
 
         __atomic_store_n(&ramping->inflight, cases[c].inflight, __ATOMIC_RELAXED);
-        __atomic_store_n(&ramping->up_since_ns, lg_now_ns() - (uint64_t)cases[c].age_s * LG_NS_PER_S,
-                         __ATOMIC_RELAXED);
+        __atomic_store_n(&ramping->up_since_ns,
+                         lg_now_ns() - (uint64_t)cases[c].age_s * LG_NS_PER_S, __ATOMIC_RELAXED);
         LG_CHECK(lg_backend_ramp(ramping, lg_now_ns(), ss_ns) < 0.6);
         for (int i = 0; i < 200; i++) {
             LG_CHECK(lg_router_pick(lfleet->router, route, &req, 0, &out) == LG_OK);
@@ -158,7 +159,8 @@ test_slow_start_bounds_inflight(void)
     /* its ramp over: it wins every pick again */
     __atomic_store_n(&ramping->up_since_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&ramping->inflight, 5, __ATOMIC_RELAXED);
-    LG_CHECK(lg_router_pick(lfleet->router, route, &req, 0, &out) == LG_OK && out.backend == ramping);
+    LG_CHECK(lg_router_pick(lfleet->router, route, &req, 0, &out) == LG_OK
+             && out.backend == ramping);
     lg_route_result_clear(&out);
     for (size_t k = 0; k < 4; k++) {
         __atomic_store_n(&route->backends[k]->inflight, 0, __ATOMIC_RELAXED);
@@ -180,24 +182,15 @@ test_shadow_stage(void)
     static const char stext[] =
         "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"pipeline\": [\"round_robin\",\n"
         "  {\"policy\": \"least_request\", \"weight\": 0},\n"
-        "  {\"policy\": \"p2c\", \"weight\": 0}]},\n"
-        " \"backends\": [\n"
-        "  {\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r2\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r3\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]},\n"
-        "  {\"name\": \"r4\", \"url\": \"http://127.0.0.1:9004\", \"models\": [\"m\"]}]}";
+        "  {\"policy\": \"p2c\", \"weight\": 0}]},\n" FOUR_BACKENDS;
     struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .max_tokens = 16 };
-    struct lg_config_errors errs;
     struct lg_config *sconf;
     struct lg_fleet *sfleet;
     const struct lg_model_route *route;
     struct lg_route_result out = { 0 };
     int count[4] = { 0 };
 
-    memset(&errs, 0, sizeof(errs));
-    LG_CHECK(lg_config_load_buffer(stext, strlen(stext), "s.json", &sconf, &errs) == LG_OK);
-    lg_config_errors_free(&errs);
-    LG_CHECK(lg_fleet_new(sconf, 1, NULL, &sfleet) == LG_OK);
+    LG_CHECK(fleet_load(stext, &sconf, &sfleet) == 0);
     route = lg_fleet_find_model(sfleet, "m");
     LG_CHECK(route != NULL && route->n == 4);
     LG_CHECK_STR(lg_router_policy(sfleet->router), "round_robin+least_request(shadow)+p2c(shadow)");
@@ -231,5 +224,5 @@ teardown(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight, test_shadow_stage,
-             teardown)
+LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight,
+             test_shadow_stage, teardown)
