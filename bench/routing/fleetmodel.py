@@ -195,7 +195,8 @@ def pick_by_prediction(fleet, r, args, rng):
 
 
 def run(scen, trace, args, seed=0, placement=None):
-    """Replays the trace; returns the requests with their times."""
+    """Replays the trace (its requests are left as they are, so a trace serves
+    every run); returns fresh requests with their times."""
     fleet = fleet_for(scen, args.speed_list)
     by_name = {x.name: x for x in fleet}
     rng = random.Random(seed)
@@ -261,11 +262,11 @@ def make_traces(scen, args, folder):
 
 
 def evaluate(scen, traces, policy, args, names):
-    """One row: medians over the traces (and noise seeds) of each figure."""
+    """One row: medians over the traces (loaded, load_trace()) and noise seeds."""
     args.policy = policy.split(":", 1)[0]
     if args.policy == "replay":
         placement, measured = load_placement(policy.split(":", 1)[1])
-        reqs = run(scen, load_trace(traces[0]), args, placement=placement)
+        reqs = run(scen, traces[0], args, placement=placement)
         row = summary(reqs, names)
         err = [r.first - r.t - measured[r.i] for r in reqs]
         row["measured_p50"] = pct(list(measured.values()), 50)
@@ -274,7 +275,7 @@ def evaluate(scen, traces, policy, args, names):
             pct(err, 10), pct(err, 50), pct(err, 90))
     elif args.policy in ("greedy", "least_conn", "tolerant"):
         seeds = args.seeds if args.noise and args.policy != "least_conn" else 1
-        rows = [summary(run(scen, load_trace(t), args, seed=s), names)
+        rows = [summary(run(scen, t, args, seed=s), names)
                 for t in traces for s in range(seeds)]
         row = {k: pct([x[k] for x in rows], 50) for k in ("n", "p50", "p99", "e2e_p99")}
         row["p99_min"] = min(x["p99"] for x in rows)
@@ -325,7 +326,8 @@ def main(argv=None):
         ap.error("replay:DIR replays the TRACE its run used")
 
     with tempfile.TemporaryDirectory(prefix="fleetmodel-") as tmp:
-        traces = make_traces(scen, args, tmp) if args.traces else [args.trace]
+        paths = make_traces(scen, args, tmp) if args.traces else [args.trace]
+        traces = [load_trace(path) for path in paths]
         if not args.json:
             print("%-28s %5s %8s %8s %10s  %s" % ("policy", "n", "p50 ms", "p99 ms", "e2e p99 s",
                                                    "share % " + "/".join(names)))
