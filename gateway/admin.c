@@ -31,6 +31,7 @@
 #include "lg_version.h"
 #include "livestate.h"
 #include "metrics.h"
+#include "peers.h"
 #include "reload.h"
 #include "router.h"
 #include "statuspage.h"
@@ -42,10 +43,22 @@
 #define ADMIN_RELOAD_WAIT 60000 /* ms an admin reload waits for its outcome */
 #define ADMIN_MAX_MODELS  32    /* models whose routing /admin/backends explains */
 
+/* A peer's GET /admin/peers?since= held until there is news (peers.h). */
+struct admin_waiter {
+    struct lg_admin *a;             /* borrowed: owner */
+    struct evhttp_request *req;     /* borrowed from evhttp until answered */
+    struct evhttp_connection *conn; /* its connection (closecb: it went away) */
+    uint64_t since;
+    uint64_t until_ns;
+    struct admin_waiter *next;
+};
+
 struct lg_admin {
-    struct lg_gateway *gw;   /* borrowed */
-    struct event_base *base; /* owned */
-    struct evhttp *http;     /* owned */
+    struct lg_gateway *gw;        /* borrowed */
+    struct event_base *base;      /* owned */
+    struct evhttp *http;          /* owned */
+    struct admin_waiter *waiters; /* owned list */
+    struct event *wait_ev;        /* owned: polls for news while there are waiters */
     pthread_t thread;
     uint64_t started_ns; /* monotonic, for uptime */
 };
@@ -156,6 +169,21 @@ admin_live_json(json_t *o, const struct lg_live *lv)
     json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
 }
 
+/* What the peer gateways last said they have there (null: no fresh answer). */
+static json_t *
+admin_peers_json(const struct lg_backend *b, uint64_t now)
+{
+    struct lg_backend_peers p;
+
+    lg_backend_read_peers(b, &p);
+    if (p.t_ns == 0 || now < p.t_ns || now - p.t_ns >= p.ttl_ns) {
+        return json_null();
+    }
+    return json_pack("{s:I, s:I, s:I, s:b, s:o}", "gateways", (json_int_t)p.gateways, "in_flight",
+                     (json_int_t)p.inflight, "sequences", (json_int_t)p.n, "complete",
+                     p.complete != 0, "age_ms", admin_num((double)(now - p.t_ns) / 1e6, true));
+}
+
 static json_t *
 admin_backend_json(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now)
 {
@@ -179,6 +207,7 @@ admin_backend_json(const struct lg_fleet *f, const struct lg_backend *b, uint64_
     lg_live_read(f, b, now, &lv);
     json_object_set_new(o, "health", json_string(lg_live_state_names[lv.state]));
     json_object_set_new(o, "in_flight", json_integer(lg_backend_inflight(b)));
+    json_object_set_new(o, "peers", admin_peers_json(b, now));
     json_object_set_new(o, "attempts", json_integer((json_int_t)LG_STAT_GET(b, requests)));
     json_object_set_new(
         o, "requests",
@@ -391,6 +420,133 @@ admin_metrics(struct lg_admin *a, struct evhttp_request *req)
     evbuffer_free(body);
 }
 
+/* ---- /admin/peers: our requests, for the other gateways of the fleet ---------- */
+
+static void
+admin_peers_reply(struct lg_admin *a, struct evhttp_request *req)
+{
+    struct lg_fleet *f = lg_gateway_fleet(a->gw);
+    struct evbuffer *body = evbuffer_new();
+    size_t len;
+    char *text = lg_peers_render(f, lg_now_ns(), &len);
+
+    lg_fleet_unref(f);
+    if (text == NULL) {
+        evbuffer_free(body);
+        admin_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    evbuffer_add(body, text, len);
+    evbuffer_add(body, "\n", 1);
+    free(text);
+    admin_reply(req, 200, "OK", "application/json", body);
+    evbuffer_free(body);
+}
+
+/* How often held requests look for news: a peer hears within about this. */
+#define ADMIN_WAIT_POLL_US 1000
+
+static void
+admin_waiter_unlink(struct admin_waiter *w)
+{
+    struct admin_waiter **pp = &w->a->waiters;
+
+    while (*pp != w) {
+        pp = &(*pp)->next;
+    }
+    *pp = w->next;
+    if (w->a->waiters == NULL) {
+        event_del(w->a->wait_ev);
+    }
+}
+
+/* Its connection closed while held: evhttp frees the request. */
+static void
+admin_on_waiter_close(struct evhttp_connection *conn, void *arg)
+{
+    struct admin_waiter *w = arg;
+
+    (void)conn;
+    admin_waiter_unlink(w);
+    free(w);
+}
+
+static void
+admin_on_wait_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_admin *a = arg;
+    uint64_t changes = lg_backend_changes(), now = lg_now_ns();
+    struct admin_waiter *w = a->waiters, *next;
+
+    (void)fd;
+    (void)what;
+    for (; w != NULL; w = next) {
+        next = w->next;
+        if (w->since == changes && now < w->until_ns) {
+            continue;
+        }
+        admin_waiter_unlink(w);
+        evhttp_connection_set_closecb(w->conn, NULL, NULL);
+        admin_peers_reply(a, w->req);
+        free(w);
+    }
+}
+
+/* GET /admin/peers[?since=N&wait=MS]: at once, or once there is news. */
+static void
+admin_peers(struct lg_admin *a, struct evhttp_request *req)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq params;
+    const char *since_s, *wait_s;
+    char *end;
+    uint64_t since, wait_ms = LG_PEERS_WAIT_MS;
+    struct admin_waiter *w;
+    struct timeval tv = { 0, ADMIN_WAIT_POLL_US };
+
+    memset(&params, 0, sizeof(params)); /* empty: what evhttp_parse_query_str() starts from */
+    if (query == NULL || evhttp_parse_query_str(query, &params) != 0
+        || (since_s = evhttp_find_header(&params, "since")) == NULL) {
+        evhttp_clear_headers(&params);
+        admin_peers_reply(a, req);
+        return;
+    }
+    errno = 0;
+    since = strtoull(since_s, &end, 10);
+    if (errno != 0 || end == since_s || *end != '\0') {
+        evhttp_clear_headers(&params);
+        admin_error(req, 400, "Bad Request", "since: not a count");
+        return;
+    }
+    if ((wait_s = evhttp_find_header(&params, "wait")) != NULL) {
+        errno = 0;
+        wait_ms = strtoull(wait_s, &end, 10);
+        if (errno != 0 || end == wait_s || *end != '\0') {
+            evhttp_clear_headers(&params);
+            admin_error(req, 400, "Bad Request", "wait: not a number of ms");
+            return;
+        }
+        wait_ms = LG_MIN(wait_ms, (uint64_t)LG_PEERS_WAIT_MS);
+    }
+    evhttp_clear_headers(&params);
+    if (since != (lg_backend_changes() & INT64_MAX) || wait_ms == 0) {
+        admin_peers_reply(a, req);
+        return;
+    }
+    w = lg_xcalloc(1, sizeof(*w));
+    w->a = a;
+    w->req = req;
+    w->conn = evhttp_request_get_connection(req);
+    w->since = since;
+    w->until_ns = lg_now_ns() + wait_ms * LG_NS_PER_MS;
+    w->next = a->waiters;
+    if (a->waiters == NULL) {
+        event_add(a->wait_ev, &tv);
+    }
+    a->waiters = w;
+    evhttp_connection_set_closecb(w->conn, admin_on_waiter_close, w);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 static void
@@ -415,6 +571,12 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_backends(a, req);
+    } else if (strcmp(path, "/admin/peers") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_peers(a, req);
     } else if (strcmp(path, "/") == 0 || strcmp(path, "/status") == 0) {
         struct evbuffer *body = evbuffer_new();
 
@@ -503,6 +665,12 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
     evhttp_set_max_headers_size(a->http, ADMIN_MAX_HEADERS);
     evhttp_set_timeout(a->http, ADMIN_TIMEOUT_S);
     evhttp_set_gencb(a->http, admin_on_request, a);
+    a->wait_ev = event_new(a->base, -1, EV_PERSIST, admin_on_wait_poll, a);
+    if (a->wait_ev == NULL) {
+        LG_ERROR("admin: cannot set up its timer");
+        lg_admin_stop(a);
+        return LG_ERR;
+    }
     if (pthread_create(&a->thread, NULL, admin_main, a) != 0) {
         LG_ERROR("admin: cannot start its thread");
         lg_admin_stop(a);
@@ -522,8 +690,19 @@ lg_admin_stop(struct lg_admin *a)
         event_base_loopbreak(a->base);
         pthread_join(a->thread, NULL);
     }
+    /* held requests go with their connections; the waiters are ours */
+    while (a->waiters != NULL) {
+        struct admin_waiter *w = a->waiters;
+
+        a->waiters = w->next;
+        evhttp_connection_set_closecb(w->conn, NULL, NULL);
+        free(w);
+    }
     if (a->http != NULL) {
         evhttp_free(a->http);
+    }
+    if (a->wait_ev != NULL) {
+        event_free(a->wait_ev);
     }
     if (a->base != NULL) {
         event_base_free(a->base);

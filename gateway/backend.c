@@ -525,6 +525,31 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
 #define SEQ_TOK_MAX    ((1ull << 20) - 1)
 #define SEQ_T_MASK     ((1ull << 22) - 1)
 
+static uint64_t backend_changes;
+
+static void
+backend_changed(void)
+{
+    __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t
+lg_backend_changes(void)
+{
+    return __atomic_load_n(&backend_changes, __ATOMIC_RELAXED);
+}
+
+void
+lg_backend_inflight_add(struct lg_backend *b, int delta)
+{
+    if (delta > 0) {
+        __atomic_fetch_add(&b->inflight, (uint32_t)delta, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_sub(&b->inflight, (uint32_t)-delta, __ATOMIC_RELAXED);
+    }
+    backend_changed();
+}
+
 int
 lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, uint32_t max_tokens,
                    uint32_t hint)
@@ -532,26 +557,33 @@ lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, u
     uint64_t tok = LG_MIN(prompt_bytes / 4, SEQ_TOK_MAX);
     uint64_t left = LG_MIN(LG_MAX(max_tokens, 1u), SEQ_LEFT_MAX);
 
-    return backend_slot_claim(b->seqs, LG_BACKEND_END_SLOTS,
-                              left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT
-                                  | (pending_ms(t_ns) & SEQ_T_MASK),
-                              hint);
+    int slot = backend_slot_claim(
+        b->seqs, LG_BACKEND_END_SLOTS,
+        left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT | (pending_ms(t_ns) & SEQ_T_MASK), hint);
+
+    backend_changed(); /* after the word is there: a peer's answer has it */
+    return slot;
 }
 
 void
 lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns)
 {
     uint64_t w;
+    bool first;
 
     if (slot < 0 || slot >= LG_BACKEND_END_SLOTS) {
         return;
     }
     /* the request's owner is the only writer of its slot */
     w = __atomic_load_n(&b->seqs[slot], __ATOMIC_RELAXED);
+    first = !(w & SEQ_STARTED);
     w &= ~(SEQ_LEFT_MAX << SEQ_LEFT_SHIFT);
     w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
     __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
     __atomic_store_n(&b->token_t_ns, now_ns, __ATOMIC_RELAXED);
+    if (first) {
+        backend_changed(); /* it left the line */
+    }
 }
 
 void
@@ -559,7 +591,79 @@ lg_backend_seq_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
         __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+        backend_changed();
     }
+}
+
+size_t
+lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_info *out,
+                     size_t max, bool *complete)
+{
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t n = 0;
+    bool all = true;
+
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+
+        if (w == 0) {
+            continue;
+        }
+        if (n == max) {
+            all = false;
+            break;
+        }
+        out[n].started = (w & SEQ_STARTED) != 0;
+        out[n].left = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+        out[n].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+        out[n].age_ms = out[n].started ? 0 : (uint32_t)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+        n++;
+    }
+    *complete = all && n == inflight;
+    return n;
+}
+
+uint64_t
+lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns)
+{
+    uint64_t t = (pending_ms(now_ns) - LG_MIN(s->age_ms, (uint32_t)SEQ_T_MASK)) & SEQ_T_MASK;
+
+    return (s->started ? SEQ_STARTED : 0)
+           | (uint64_t)LG_MIN(LG_MAX(s->left, 1u), SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT
+           | (uint64_t)LG_MIN(s->prompt_tokens, SEQ_TOK_MAX) << SEQ_TOK_SHIFT | t;
+}
+
+void
+lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p)
+{
+    /* one writer: the fleet's health thread (a reload's new one starts
+     * after the old one stopped) */
+    backend_seq_publish(&b->peers_seq, &b->peers_pub, p, sizeof(*p));
+}
+
+void
+lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out)
+{
+    backend_seq_read(&b->peers_seq, out, &b->peers_pub, sizeof(*out));
+}
+
+static bool
+backend_peers_fresh(const struct lg_backend_peers *p, uint64_t now_ns)
+{
+    return p->t_ns != 0 && now_ns >= p->t_ns && now_ns - p->t_ns < p->ttl_ns;
+}
+
+uint32_t
+lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t t = __atomic_load_n(&b->peers_pub.t_ns, __ATOMIC_RELAXED);
+    uint64_t ttl = __atomic_load_n(&b->peers_pub.ttl_ns, __ATOMIC_RELAXED);
+
+    if (t == 0 || now_ns < t || now_ns - t >= ttl) {
+        return 0;
+    }
+    return __atomic_load_n(&b->peers_pub.inflight, __ATOMIC_RELAXED);
 }
 
 /* A pace not moved for this long has no stream behind it: the mean gap of
@@ -623,15 +727,50 @@ backend_step_begun_ms(const struct lg_backend *b, uint64_t now_ns)
     return now_ns - t < LG_NS_PER_S ? (double)(now_ns - t) / 1e6 : -1;
 }
 
+/* Adds a sequence to the model's batch (left) or line (queue, oldest first). */
+static void
+backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t *left,
+                  size_t *nleft, struct lg_est_queued *queue, size_t *nqueue)
+{
+    uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+    double a = (double)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+    size_t j;
+
+    if (w & SEQ_STARTED) {
+        if (peer) {
+            /* a peer's count as of its snapshot (the word's time): a token
+             * a step since; one that has run out has ended */
+            double done = floor(a / step_ms);
+
+            if (done >= n) {
+                return;
+            }
+            n -= (uint32_t)done;
+        }
+        left[(*nleft)++] = n;
+        return;
+    }
+    for (j = *nqueue; j > 0 && queue[j - 1].age_ms < a; j--) {
+        queue[j] = queue[j - 1];
+    }
+    queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+    queue[j].max_tokens = n;
+    queue[j].age_ms = a;
+    (*nqueue)++;
+}
+
 double
 lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
                            double step_ms, double prefill_ms_per_token, unsigned *joined)
 {
-    uint32_t left[LG_BACKEND_END_SLOTS];
-    struct lg_est_queued queue[LG_BACKEND_END_SLOTS];
+    enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
+    uint32_t left[MAX_SEQS];
+    struct lg_est_queued queue[MAX_SEQS];
+    struct lg_backend_peers peers;
     uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
     uint32_t inflight = lg_backend_inflight(b);
-    size_t nleft = 0, nqueue = 0;
+    size_t nleft = 0, nqueue = 0, ours;
+    bool with_peers;
 
     if (joined != NULL) {
         *joined = 0;
@@ -639,36 +778,32 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (!(capacity >= 1) || !(step_ms > 0)) {
         return -1;
     }
-    if (inflight == 0) {
+    lg_backend_read_peers(b, &peers);
+    with_peers = backend_peers_fresh(&peers, now_ns) && peers.inflight > 0;
+    if (with_peers && !peers.complete) {
+        return -1; /* a peer's request of unknown length: the line would be wrong */
+    }
+    if (inflight == 0 && !with_peers) {
         return step_ms; /* idle: it starts a step for the new one at once */
     }
     for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
-        uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
-        double a;
-        size_t j;
 
-        if (w == 0) {
-            continue;
+        if (w != 0) {
+            backend_model_add(w, now, step_ms, false, left, &nleft, queue, &nqueue);
         }
-        if (w & SEQ_STARTED) {
-            left[nleft++] = n;
-            continue;
-        }
-        /* in line, oldest first */
-        a = (double)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
-        for (j = nqueue; j > 0 && queue[j - 1].age_ms < a; j--) {
-            queue[j] = queue[j - 1];
-        }
-        queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
-        queue[j].max_tokens = n;
-        queue[j].age_ms = a;
-        nqueue++;
     }
     /* a request of ours it does not see (no known length, not streamed, or
      * between its dispatch and its word): the line would be wrong */
-    if (nleft + nqueue != inflight) {
+    ours = nleft + nqueue;
+    if (ours != inflight) {
         return -1;
+    }
+    for (uint32_t i = 0; with_peers && i < peers.n && i < LG_BACKEND_PEER_SEQS; i++) {
+        backend_model_add(peers.words[i], now, step_ms, true, left, &nleft, queue, &nqueue);
+    }
+    if (nleft + nqueue == 0) {
+        return step_ms;
     }
     return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
                              prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
@@ -834,6 +969,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     struct lg_backend_engine eng;
     struct lg_est_value tv;
     uint64_t age;
+    double residual;
 
     lg_backend_read_est(b, &est);
     lg_backend_read_engine(b, &eng);
@@ -859,8 +995,12 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
     v->samples = tv.samples;
     v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
-    v->foreign = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
-                                     scrape_interval_ns);
+    /* the scrape's count less ours and our peers' then (health.c) is what no
+     * gateway of the fleet knows request by request; peers' own count now
+     * is fresher than the scrape's */
+    residual = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
+                                   scrape_interval_ns);
+    v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
     v->load = v->inflight + v->foreign;
     if (lg_backend_engine_confirmed(&eng, now_ns)) {
         v->capacity = eng.capacity;
@@ -902,8 +1042,9 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
                                 ? v->capacity
                                 : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
-    if (v->foreign < 0.5) {
-        /* only our requests there: the model sees the whole batch and line */
+    if (residual < 0.5) {
+        /* only our requests and our peers' there: the model sees the whole
+         * batch and line */
         unsigned joined;
 
         v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,

@@ -67,6 +67,24 @@ struct lg_backend_engine {
 /* KV-cache usage at which an engine stops admitting for lack of cache. */
 #define LG_ENGINE_KV_FULL 0.9
 
+/*
+ * Peer gateways' requests on a backend (peers.c fetches them, the fleet's
+ * health thread publishes them): their in-flight count and their sequences
+ * as lg_backend_seq_word() words, so the engine model sees the whole batch
+ * and line when several gateways share a fleet. `complete`: each peer knew
+ * every one of its requests' lengths there. Valid until t_ns + ttl_ns.
+ */
+#define LG_BACKEND_PEER_SEQS 256 /* peers' sequences per backend, all peers together */
+struct lg_backend_peers {
+    uint64_t t_ns;      /* oldest answer merged; 0 = none */
+    uint64_t ttl_ns;
+    uint32_t inflight;
+    uint32_t n;         /* words used */
+    uint32_t complete;
+    uint32_t gateways;  /* peers merged */
+    uint64_t words[LG_BACKEND_PEER_SEQS];
+};
+
 /* Response classes counted per backend: 1xx..5xx, and "no response". */
 #define LG_BACKEND_NCLASS 6
 #define LG_BACKEND_DUE_SLOTS 64 /* requests awaiting a first token counted one by one */
@@ -137,6 +155,8 @@ struct lg_backend {
     uint64_t pace; /* atomic: a double, the recent gap between a stream's tokens (ms) */
     uint64_t pace_t_ns; /* atomic: when it was last moved */
     uint64_t token_t_ns; /* atomic: when a stream of ours there last got a token */
+    uint32_t peers_seq;               /* atomic: odd while peers_pub is being written */
+    struct lg_backend_peers peers_pub; /* peer gateways' requests there (health.c) */
 };
 
 /* One model name and the backends serving it (borrowed from the fleet). */
@@ -292,6 +312,34 @@ int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_byte
 void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns);
 void lg_backend_seq_del(struct lg_backend *b, int slot);
 void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
+
+/* A request of ours dispatched to b (+1) or done there (-1). */
+void lg_backend_inflight_add(struct lg_backend *b, int delta);
+/* Moves with every request of ours dispatched, started (first token) or
+ * done, on any backend: peers waiting for news (GET /admin/peers?since=)
+ * compare it. Any thread. */
+uint64_t lg_backend_changes(void);
+
+/* One sequence as peers exchange it (peers.c): started or still in line,
+ * tokens still to come (max_tokens before the first), prompt tokens, and
+ * ms since it was sent (in line) or since the snapshot (started). */
+struct lg_seq_info {
+    uint32_t started;
+    uint32_t left;
+    uint32_t prompt_tokens;
+    uint32_t age_ms;
+};
+/* Our sequences on b now, at most max; returns how many, and sets
+ * *complete when every request of ours there has one. */
+size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_info *out,
+                            size_t max, bool *complete);
+/* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
+uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
+/* The fleet's health thread only. */
+void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);
+void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
+/* Peers' in-flight count there, 0 when no answer is fresh. */
+uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps
  * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
  * *joined (when not NULL): how many of ours there would be admitted with it

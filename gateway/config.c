@@ -1715,6 +1715,8 @@ static const struct lg_conf_field conf_health_fields[] = {
       .max = CONF_H(24) },
     { "slow_start", LG_CONF_DURATION, HE(slow_start_ms), .def = CONF_S(10), .min = 0,
       .max = CONF_H(1) },
+    { "peer_interval", LG_CONF_DURATION, HE(peer_interval_ms), .def = CONF_MS(2), .min = 0,
+      .max = CONF_M(1) },
     { .name = NULL },
 };
 #undef HE
@@ -1731,6 +1733,35 @@ static const struct lg_conf_field conf_admin_fields[] = {
 #undef AD
 static const struct lg_conf_table conf_admin_table = { sizeof(struct lg_admin_conf),
                                                        conf_admin_fields, NULL };
+
+/* A peer is reached at its address: a port and a host to connect to. */
+static void
+conf_check_peer(struct conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_peer_conf *p = base;
+    const struct sockaddr_in *a4 = (const struct sockaddr_in *)&p->addr;
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&p->addr;
+
+    if (!clean || p->addrlen == 0) {
+        return;
+    }
+    if (a4->sin_port == 0) {
+        conf_error_at(ctx, "/admin", "a peer's admin address needs its port");
+    } else if ((p->addr.ss_family == AF_INET && a4->sin_addr.s_addr == htonl(INADDR_ANY))
+               || (p->addr.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr))) {
+        conf_error_at(ctx, "/admin", "a peer's admin address needs a host to connect to");
+    }
+}
+
+#define PE(f) offsetof(struct lg_peer_conf, f)
+static const struct lg_conf_field conf_peer_fields[] = {
+    { "admin", LG_CONF_ADDRESS, PE(admin), .required = true, .aux_offset = PE(addr),
+      .aux2_offset = PE(addrlen) },
+    { .name = NULL },
+};
+#undef PE
+static const struct lg_conf_table conf_peer_table = { sizeof(struct lg_peer_conf), conf_peer_fields,
+                                                      conf_check_peer };
 
 #define DI(f) offsetof(struct lg_discover_conf, f)
 static const struct lg_conf_field conf_discover_fields[] = {
@@ -1838,6 +1869,8 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "routing", LG_CONF_OBJECT, CF(routing), .sub = &conf_routing_table },
     { "health", LG_CONF_OBJECT, CF(health), .sub = &conf_health_table },
     { "admin", LG_CONF_OBJECT, CF(admin), .sub = &conf_admin_table, .shorthand = "listen" },
+    { "peers", LG_CONF_OBJARRAY, CF(peers), .min = 0, .max = 64, .sub = &conf_peer_table,
+      .shorthand = "admin", .aux_offset = CF(npeers) },
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,

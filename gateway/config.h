@@ -146,6 +146,7 @@ struct lg_health_conf {
     uint64_t eject_base_ms;      /* first ejection length; doubles each time */
     uint64_t eject_max_ms;
     uint64_t slow_start_ms;      /* ramp length for a backend that joins or recovers */
+    uint64_t peer_interval_ms;   /* least time between two answers of a peer */
 };
 
 struct lg_admin_conf {
@@ -153,6 +154,13 @@ struct lg_admin_conf {
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char *token;                  /* bearer token; NULL: open (loopback default) */
+};
+
+/* Another gateway in front of the same fleet (peers.h): its admin listener. */
+struct lg_peer_conf {
+    char *admin;                  /* "host:port" */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
 };
 
 struct lg_discovery_conf {
@@ -179,6 +187,8 @@ struct lg_config {
     struct lg_access_log_conf access_log;
     struct lg_health_conf health;
     struct lg_admin_conf admin;
+    struct lg_peer_conf *peers;   /* gateways sharing the fleet (this one may be listed) */
+    size_t npeers;
     struct lg_discovery_conf discovery;
     struct lg_auth_conf auth;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */

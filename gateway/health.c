@@ -3,14 +3,15 @@
  * /metrics scrapes and the per-model priors (see health.h).
  *
  * Owns: struct lg_health, its thread and event base, one evhttp connection
- * per checked backend (keep-alive, reused for checks and scrapes), and the
- * timers. Borrows: the fleet and its backends (the fleet stops this thread
- * before it frees them).
- * Writes, in backends: health (UP/DOWN), up_since_ns, the engine sample;
- * in routes: the prior. Workers only read those.
+ * per checked backend (keep-alive, reused for checks and scrapes) and per
+ * peer gateway, the peers' last answers, and the timers. Borrows: the fleet
+ * and its backends (the fleet stops this thread before it frees them).
+ * Writes, in backends: health (UP/DOWN), up_since_ns, the engine sample,
+ * the peers' requests; in routes: the prior. Workers only read those.
  */
 #include "health.h"
 
+#include <netdb.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "backend.h"
 #include "config.h"
 #include "enginemetrics.h"
+#include "peers.h"
 
 struct health_target {
     struct lg_health *h;            /* borrowed: owner */
@@ -39,6 +41,19 @@ struct health_target {
     uint64_t warn_ns;               /* rate limit for scrape warnings */
 };
 
+/* Another gateway in front of the fleet (config "peers"). */
+struct health_peer {
+    struct lg_health *h;            /* borrowed: owner */
+    const char *admin;              /* borrowed from the config: as written */
+    struct evhttp_connection *conn; /* owned */
+    struct event *ev;               /* owned: the next request */
+    bool fetching;                  /* a request is out */
+    bool self;                      /* it answered with our id: this gateway */
+    struct lg_peer_state st;        /* owned: its last answer */
+    uint64_t recv_ns;               /* when st came; 0 = none yet */
+    uint64_t warn_ns;               /* rate limit for warnings */
+};
+
 struct lg_health {
     struct lg_fleet *f;            /* borrowed */
     struct event_base *base;       /* owned */
@@ -46,6 +61,9 @@ struct lg_health {
     struct event *stop_ev;         /* owned; activated by lg_health_stop() */
     struct health_target *targets; /* owned [n] */
     size_t n;
+    struct health_peer *peers; /* owned [npeers] */
+    size_t npeers;
+    char (*keys)[LG_PEERS_KEY_MAX]; /* owned [n]: each backend's key among peers */
     pthread_t thread;
 };
 
@@ -259,7 +277,10 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     lg_backend_read_est(b, &est);
     step_ms = lg_est_mean_read(&est.itl, now, LG_EST_DEFAULT_ITL_MS, LG_EST_MEAN_HALF_LIFE_S);
     queued = lg_health_ours_queued(late_ms, step_ms, work_ms, longest_ms, interval);
-    lg_health_fold_sample(&t->eng, &s, now, lg_backend_inflight(b), interval, queued);
+    /* what the engine holds of ours and our peers' is no foreign load */
+    lg_health_fold_sample(&t->eng, &s, now,
+                          lg_backend_inflight(b) + lg_backend_peer_inflight(b, now), interval,
+                          queued);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
         /* after publishing: whoever reads this line can count on the sample */
@@ -292,6 +313,179 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
     if (health_get(t, t->b->conf.metrics_path, health_on_scrape_done) != LG_OK) {
         t->scraping = false;
     }
+}
+
+/* ---- peers --------------------------------------------------------------- */
+
+/* A held request comes back within LG_PEERS_WAIT_MS (news or not); one that
+ * has not after this long failed. */
+#define HEALTH_PEER_TIMEOUT_MS (LG_PEERS_WAIT_MS + 1000)
+/* A peer that failed is asked again after this long. */
+#define HEALTH_PEER_RETRY_MS 1000
+
+static uint64_t
+health_peer_ttl_ns(void)
+{
+    /* an answer holds until the next one, which comes within the timeout
+     * (a failure withdraws it at once, health_on_peer_done) */
+    return (uint64_t)HEALTH_PEER_TIMEOUT_MS * LG_NS_PER_MS;
+}
+
+/* Merges every peer's last answer into each backend. */
+static void
+health_peers_publish(struct lg_health *h, uint64_t now)
+{
+    const struct lg_peer_state *states[64];
+    uint64_t recv[64];
+    struct lg_backend_peers *bp = lg_xcalloc(1, sizeof(*bp));
+    size_t n = 0;
+
+    for (size_t i = 0; i < h->npeers && n < LG_ARRAY_SIZE(states); i++) {
+        if (!h->peers[i].self && h->peers[i].recv_ns != 0) {
+            states[n] = &h->peers[i].st;
+            recv[n++] = h->peers[i].recv_ns;
+        }
+    }
+    for (size_t i = 0; i < h->f->nbackends; i++) {
+        lg_peers_merge(states, recv, n, h->keys[i], now, health_peer_ttl_ns(), bp);
+        lg_backend_publish_peers(h->f->backends[i], bp);
+    }
+    free(bp);
+}
+
+static void
+health_peer_next(struct health_peer *p, uint64_t ms)
+{
+    struct timeval tv = health_tv(ms);
+
+    event_add(p->ev, &tv);
+}
+
+static void
+health_on_peer_done(struct evhttp_request *req, void *arg)
+{
+    struct health_peer *p = arg;
+    struct lg_peer_state st;
+    struct evbuffer *body;
+    char err[256];
+    size_t len;
+    int code = req ? evhttp_request_get_response_code(req) : 0;
+    int rc = LG_EIO;
+
+    p->fetching = false;
+    if (code == 200) {
+        body = evhttp_request_get_input_buffer(req);
+        len = evbuffer_get_length(body);
+        rc = lg_peers_parse(len ? (const char *)evbuffer_pullup(body, -1) : "", len, &st, err,
+                            sizeof(err));
+        if (rc != LG_OK && lg_log_ratelimit(&p->warn_ns, 30 * LG_NS_PER_S)) {
+            LG_WARN("peer %s: bad /admin/peers answer: %s", p->admin, err);
+        }
+    } else if (lg_log_ratelimit(&p->warn_ns, 30 * LG_NS_PER_S)) {
+        LG_WARN("peer %s: /admin/peers failed (%s %d); its requests count as unknown load",
+                p->admin, code ? "status" : "no response", code);
+    }
+    if (rc != LG_OK) {
+        if (p->recv_ns != 0) {
+            /* what it said no longer holds: its requests are unknown load */
+            p->recv_ns = 0;
+            health_peers_publish(p->h, lg_now_ns());
+        }
+        health_peer_next(p, HEALTH_PEER_RETRY_MS);
+        return;
+    }
+    if (strcmp(st.id, lg_peers_self_id()) == 0) {
+        p->self = true; /* one peers list for every gateway: this is us */
+        LG_INFO("peer %s is this gateway: not fetched", p->admin);
+        lg_peers_clear(&st);
+        return;
+    }
+    lg_peers_clear(&p->st);
+    p->st = st;
+    p->recv_ns = lg_now_ns();
+    health_peers_publish(p->h, p->recv_ns);
+    health_peer_next(p, p->h->f->conf->health.peer_interval_ms);
+}
+
+/* Asks the peer for news since its last answer (held there until some). */
+static void
+health_on_peer_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct health_peer *p = arg;
+    const char *token = p->h->f->conf->admin.token;
+    struct evhttp_request *req;
+    char target[96];
+
+    (void)fd;
+    (void)what;
+    if (p->fetching) {
+        return;
+    }
+    req = evhttp_request_new(health_on_peer_done, p);
+    if (req == NULL) {
+        health_peer_next(p, HEALTH_PEER_RETRY_MS);
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", p->admin);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "User-Agent", "llmgate-peer");
+    if (token != NULL) {
+        char auth[512];
+
+        snprintf(auth, sizeof(auth), "Bearer %s", token);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Authorization", auth);
+    }
+    if (p->recv_ns != 0) {
+        snprintf(target, sizeof(target), "/admin/peers?since=%llu&wait=%u",
+                 (unsigned long long)p->st.changes, (unsigned)LG_PEERS_WAIT_MS);
+    } else {
+        snprintf(target, sizeof(target), "/admin/peers");
+    }
+    p->fetching = evhttp_make_request(p->conn, req, EVHTTP_REQ_GET, target) == 0;
+    if (!p->fetching) {
+        health_peer_next(p, HEALTH_PEER_RETRY_MS); /* evhttp freed req */
+    }
+}
+
+/* Connections to the configured peers, each asked at once; false if none. */
+static bool
+health_peers_init(struct lg_health *h)
+{
+    const struct lg_config *c = h->f->conf;
+
+    if (c->npeers == 0) {
+        return false;
+    }
+    h->peers = lg_xcalloc(c->npeers, sizeof(*h->peers));
+    h->npeers = c->npeers;
+    h->keys = lg_xcalloc(h->f->nbackends ? h->f->nbackends : 1, sizeof(*h->keys));
+    for (size_t i = 0; i < h->f->nbackends; i++) {
+        lg_peers_key(&h->f->backends[i]->conf, h->keys[i], sizeof(h->keys[i]));
+    }
+    for (size_t i = 0; i < c->npeers; i++) {
+        struct health_peer *p = &h->peers[i];
+        char host[NI_MAXHOST], port[NI_MAXSERV];
+        struct timeval to = health_tv(HEALTH_PEER_TIMEOUT_MS);
+
+        p->h = h;
+        p->admin = c->peers[i].admin;
+        if (getnameinfo((const struct sockaddr *)&c->peers[i].addr, c->peers[i].addrlen, host,
+                        sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV)
+            != 0) {
+            LG_WARN("peer %s: cannot read its address; not fetched", p->admin);
+            continue;
+        }
+        p->conn = evhttp_connection_base_new(h->base, NULL, host, (uint16_t)atoi(port));
+        p->ev = event_new(h->base, -1, 0, health_on_peer_timer, p);
+        if (p->conn == NULL || p->ev == NULL) {
+            LG_WARN("peer %s: cannot set up a connection; not fetched", p->admin);
+            continue;
+        }
+        evhttp_connection_set_timeout_tv(p->conn, &to);
+        evhttp_connection_set_retries(p->conn, 0);
+        evhttp_connection_set_max_body_size(p->conn, LG_PEERS_MAX_BYTES);
+        event_active(p->ev, EV_TIMEOUT, 0);
+    }
+    return true;
 }
 
 /* ---- priors ------------------------------------------------------------- */
@@ -410,6 +604,17 @@ health_free(struct lg_health *h)
         }
     }
     free(h->targets);
+    for (size_t i = 0; i < h->npeers; i++) {
+        if (h->peers[i].ev != NULL) {
+            event_free(h->peers[i].ev);
+        }
+        if (h->peers[i].conn != NULL) {
+            evhttp_connection_free(h->peers[i].conn); /* cancels a request out */
+        }
+        lg_peers_clear(&h->peers[i].st);
+    }
+    free(h->peers);
+    free(h->keys);
     if (h->prior_ev != NULL) {
         event_free(h->prior_ev);
     }
@@ -490,6 +695,7 @@ lg_health_start(struct lg_fleet *f, struct lg_health **out)
     for (size_t i = 0; i < f->nbackends; i++) {
         active += health_target_init(h, &h->targets[i], f->backends[i]);
     }
+    active += health_peers_init(h);
     h->prior_ev = event_new(h->base, -1, EV_PERSIST, health_on_prior_timer, h);
     tv = health_tv(500);
     event_add(h->prior_ev, &tv);

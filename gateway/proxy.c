@@ -473,7 +473,7 @@ proxy_end_attempt(struct lg_client *c, bool keep)
             req->flags &= ~LG_REQ_F_PROBE;
             lg_backend_release_probe(req->backend);
         }
-        __atomic_fetch_sub(&req->backend->inflight, 1, __ATOMIC_RELAXED);
+        lg_backend_inflight_add(req->backend, -1);
         lg_backend_unref(req->backend);
         req->backend = NULL;
         lg_admission_released(c->w->gw->admission, c->w->id, req->info.model);
@@ -679,7 +679,7 @@ proxy_attempt(struct lg_client *c)
     req->tried_mask |= proxy_backend_bit(c, b);
     req->attempts++;
     req->backend = lg_backend_ref(b);
-    __atomic_fetch_add(&b->inflight, 1, __ATOMIC_RELAXED);
+    lg_backend_inflight_add(b, 1);
     LG_STAT_ADD(b, requests, 1);
     if (req->attempts > 1) {
         LG_STAT_ADD(b, retries, 1);
