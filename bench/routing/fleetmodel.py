@@ -31,6 +31,8 @@ Policies:
   bench/routing/fleetmodel.py TRACE --scenario 1b --policy tolerant \\
       --noise 6,6,12,25 --seeds 8
   bench/routing/fleetmodel.py TRACE --scenario 1a --policy replay:bench/out/RUN/1a/ttft/round1
+  bench/routing/fleetmodel.py --scenario 7 --traces 16 --policy tolerant --gateways 2 \
+      --peer-interval 100
 """
 
 import argparse
@@ -114,14 +116,19 @@ class Replica:
         if self.step_end is None:
             self._start(t)
 
-    def in_flight(self):
-        return len(self.running) + len(self.waiting)
+    def in_flight(self, hide=None):
+        if not hide:
+            return len(self.running) + len(self.waiting)
+        return (sum(1 for _, r in self.running if r.i not in hide)
+                + sum(1 for r in self.waiting if r.i not in hide))
 
-    def predict(self, t, tokens):
+    def predict(self, t, tokens, hide=None):
         """Exact TTFT of one more request of `tokens` prompt tokens arriving
-        at t, if nothing else arrives (llmsim_shm_predict_ttft_ns())."""
-        fins = [f for f, _ in self.running]
-        queue = [(r.tokens, r.max_tokens) for r in self.waiting]
+        at t, if nothing else arrives (llmsim_shm_predict_ttft_ns()); the
+        requests in `hide` left out (a peer gateway's, not yet heard of)."""
+        hide = hide or ()
+        fins = [f for f, r in self.running if r.i not in hide]
+        queue = [(r.tokens, r.max_tokens) for r in self.waiting if r.i not in hide]
         steps = self.steps
         if self.step_end is not None:
             now = self.step_end
@@ -169,8 +176,8 @@ def pick_least_conn(fleet, state):
             return x
 
 
-def pick_by_prediction(fleet, r, args, rng):
-    pred = [x.predict(r.t, r.tokens) for x in fleet]
+def pick_by_prediction(fleet, r, args, rng, hide=None):
+    pred = [x.predict(r.t, r.tokens, hide) for x in fleet]
     if args.noise:
         pred = [p + rng.gauss(0, sd) for p, sd in zip(pred, args.noise)]
     best = min(range(len(fleet)), key=lambda i: pred[i])
@@ -178,10 +185,10 @@ def pick_by_prediction(fleet, r, args, rng):
         return fleet[best]
 
     def itl(x):
-        return x.step_ms(0, min(x.slots, x.in_flight() + 1))
+        return x.step_ms(0, min(x.slots, x.in_flight(hide) + 1))
 
     def taken(x):
-        return min(1.0, x.in_flight() / x.slots)
+        return min(1.0, x.in_flight(hide) / x.slots)
 
     ok = []
     for i, x in enumerate(fleet):
@@ -202,9 +209,26 @@ def run(scen, trace, args, seed=0, placement=None):
     rng = random.Random(seed)
     state = {"next": 0}
     reqs = [Request(r.i, r.t, r.prompt_bytes, r.max_tokens) for r in trace]
-    for r in reqs:
+    # --gateways 2: each request goes to one of two gateways at random
+    # (seeded, as run.py splits the trace); a gateway hears of its peer's
+    # requests at its --peer-interval answers (a random phase), so those sent
+    # since the last answer are hidden from its picks
+    split = random.Random(1000 + seed)
+    gw = [split.random() < 0.5 for _ in reqs] if args.gateways == 2 else None
+    phase = split.random() * args.peer_interval if gw else 0
+    sent = [[], []]  # per gateway: (time, request id) in order
+    for k, r in enumerate(reqs):
+        hide = None
         for x in fleet:
             x.advance(r.t)
+        if gw is not None and args.peer_interval > 0:
+            heard = phase + args.peer_interval * ((r.t - phase) // args.peer_interval)
+            other = sent[1 - gw[k]]
+            hide = set()
+            for t_sent, i in reversed(other):
+                if t_sent <= heard:
+                    break
+                hide.add(i)
         if placement is not None:
             x = by_name.get(placement.get(r.i))
             if x is None:
@@ -212,8 +236,10 @@ def run(scen, trace, args, seed=0, placement=None):
         elif args.policy == "least_conn":
             x = pick_least_conn(fleet, state)
         else:
-            x = pick_by_prediction(fleet, r, args, rng)
+            x = pick_by_prediction(fleet, r, args, rng, hide)
         x.submit(r, r.t)
+        if gw is not None:
+            sent[gw[k]].append((r.t, r.i))
     for x in fleet:
         x.advance(float("inf"))
     return [r for r in reqs if r.replica is not None]
@@ -308,6 +334,11 @@ def main(argv=None):
     ap.add_argument("--noise", help="comma list: standard deviation (ms) of the prediction's "
                     "error on each replica (greedy, tolerant)")
     ap.add_argument("--seeds", type=int, default=1, help="noise seeds; medians reported")
+    ap.add_argument("--gateways", type=int, choices=(1, 2), default=1,
+                    help="2: two gateways split the trace at random, each hearing of "
+                    "the other's requests every --peer-interval (scenario 7 with peers)")
+    ap.add_argument("--peer-interval", type=float, default=100.0,
+                    help="ms between a gateway's answers to its peer (0: at once)")
     ap.add_argument("--json", action="store_true", help="one JSON object per policy")
     args = ap.parse_args(argv)
 

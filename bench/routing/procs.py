@@ -28,6 +28,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n distinct free ports (held together while chosen, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def tail(path, lines=6):
     try:
         with open(path, "rb") as f:
@@ -219,7 +231,8 @@ class Fleet:
 class Llmgate:
     """One or more llmgate instances with the same config."""
 
-    def __init__(self, build, rundir, fleet, routing, workers, instances=1, cpus=None):
+    def __init__(self, build, rundir, fleet, routing, workers, instances=1, cpus=None,
+                 peers=True, peer_interval_ms=None):
         self.build = build
         self.rundir = rundir
         self.fleet = fleet
@@ -230,6 +243,9 @@ class Llmgate:
         self.procs = []
         self.ports = []
         self.access_logs = []
+        # several instances: each an admin listener, and one peers list for all
+        self.admin_ports = free_ports(instances) if instances > 1 and peers else []
+        self.peer_interval_ms = peer_interval_ms
 
     def config(self, k):
         access = os.path.join(self.rundir, "access%s.log" % ("" if k == 0 else k))
@@ -243,6 +259,11 @@ class Llmgate:
                           "flavor": "vllm"}
                          for n, p in zip(self.fleet.names, self.fleet.ports)],
         }
+        if self.admin_ports:
+            conf["admin"] = "127.0.0.1:%d" % self.admin_ports[k]
+            conf["peers"] = ["127.0.0.1:%d" % p for p in self.admin_ports]
+            if self.peer_interval_ms:
+                conf["health"] = {"peer_interval": "%dms" % self.peer_interval_ms}
         return conf, access
 
     def start(self):

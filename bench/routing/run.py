@@ -241,6 +241,8 @@ def contender_kind(name):
 
 def routing_for(name, scen, build, shm_dir):
     name, popts = split_options(split_ref(name)[0])
+    for k in ("peers", "peer_interval"):
+        popts.pop(k, None)  # not policy options: see make_contender
     base = name[:-len(S.DUAL_SUFFIX)] if name.endswith(S.DUAL_SUFFIX) else name
     routing = json.loads(json.dumps(S.LLMGATE_ROUTING[base]))
     if popts:
@@ -275,9 +277,15 @@ def make_contender(name, scen, args, rundir, fleet, shm_dir, pins):
             raise P.Unavailable("haproxy is not installed (tools/install-deps.sh --bench)")
         return "haproxy", P.Haproxy(rundir, fleet, args.workers, cpus=pins["proxy"])
     build = args.ref_build if split_ref(name)[1] else args.build
+    # several instances tell each other their requests (config "peers"), as
+    # an operator sets them up; +peers=0 leaves them strangers, and
+    # +peer_interval=MS sets how often they ask each other
+    gopts = split_options(split_ref(name)[0])[1]
+    peers = gopts.get("peers", 1) != 0
     return "llmgate", P.Llmgate(build, rundir, fleet, routing_for(name, scen, args.build,
                                                                   shm_dir),
-                                args.workers, instances=instances, cpus=pins["proxy"])
+                                args.workers, instances=instances, cpus=pins["proxy"],
+                                peers=peers, peer_interval_ms=gopts.get("peer_interval"))
 
 
 # ---- one run -------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The routing benchmark's offline fleet model (bench/routing/fleetmodel.py).
 
 Its schedule is checked against llmsim's timing model in closed form, its
-exact prediction against its own replay, and its replay of a real run
+exact prediction against its own replay, two gateways hearing of each other
+at once against one, and its replay of a real run
 (llmsim replicas behind llmgate, driven by llmload through the benchmark's
 own runner) against the TTFTs measured there, request by request."""
 
@@ -121,6 +122,16 @@ class FleetModelSchedule(unittest.TestCase):
             self.assertLess(out["greedy"]["p99"], out["least_conn"]["p99"])
             # the slowest replica gets a smaller share from the TTFT pick
             self.assertLess(out["greedy"]["share"][3], out["least_conn"]["share"][3])
+            # two gateways that hear of each other's requests at once place
+            # as one; hearing every 250 ms they do worse (both send to the
+            # same free slot in between)
+            two = {iv: model_json([trace, "--scenario", "1b", "--policy", "greedy",
+                                   "--gateways", "2", "--peer-interval", iv])[0]
+                   for iv in ("0", "250")}
+            one = model_json([trace, "--scenario", "1b", "--policy", "greedy"])[0]
+            self.assertEqual(two["0"]["p99"], one["p99"])
+            self.assertEqual(two["0"]["share"], one["share"])
+            self.assertGreater(two["250"]["p99"], one["p99"])
 
 
 class FleetModelAgainstLlmsim(unittest.TestCase):
