@@ -225,7 +225,9 @@ lg_peers_parse(const char *text, size_t len, struct lg_peer_state *out, char *er
         lg_peers_clear(out);
         return rc;
     }
-    qsort(out->backends, out->n, sizeof(*out->backends), peers_key_cmp);
+    if (out->n > 1) {
+        qsort(out->backends, out->n, sizeof(*out->backends), peers_key_cmp);
+    }
     for (size_t i = 1; i < out->n; i++) {
         if (strcmp(out->backends[i - 1].key, out->backends[i].key) == 0) {
             rc = peers_fail(err, errsize, "/backends: %s twice", out->backends[i].key);

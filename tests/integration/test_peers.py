@@ -101,10 +101,11 @@ class PeersTest(Harness):
         p = wait_until(b_knows, what="A's streams in B's /admin/backends")
         self.assertEqual((p["gateways"], p["complete"]), (1, True))
         self.assertLess(p["age_ms"], 2000)  # a quiet peer answers once a second
-        cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 else None)(
-            self.routed_candidate(gb, "gw-b")), what="a scrape with A's streams, through B")
-        self.assertEqual(cand["foreign"], 3, cand)
-        self.assertIn("model_ms", cand)  # the engine model, over A's requests
+        # (a scrape folded before B heard of A's last stream counts that one
+        # as unknown until the next scrape: slow machines, valgrind)
+        cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 and c["foreign"] == 3
+                                   and "model_ms" in c else None)(
+            self.routed_candidate(gb, "gw-b")), what="the engine model over A's streams, in B")
         self.assertGreater(cand["model_ms"], 0)
 
         # C, without peers, sees the same three only as counts: the model declines
@@ -119,8 +120,9 @@ class PeersTest(Harness):
         wait_until(lambda: self.admin_json(b_admin, "/admin/backends?scores=0")
                    ["backends"][0]["peers"]["in_flight"] == 0, what="A's streams gone, in B")
 
-        # A stops: within three intervals B has no fresh answer and says why
-        pa.kill()
+        # A stops: B's held request fails, and A's requests are unknown load
+        # again at once (a clean stop: sanitizers and valgrind check A's exit)
+        self.assertEqual(pa.stop(), 0)
         wait_until(lambda: self.admin_json(b_admin, "/admin/backends?scores=0")
                    ["backends"][0]["peers"] is None, timeout=5, what="A's answer gone stale")
         pb.wait_for(r"peer 127\.0\.0\.1:%d: /admin/peers failed" % a_admin)
