@@ -58,7 +58,8 @@ struct lg_admin {
     struct event_base *base;      /* owned */
     struct evhttp *http;          /* owned */
     struct admin_waiter *waiters; /* owned list */
-    struct event *wait_ev;        /* owned: polls for news while there are waiters */
+    struct event *news_ev;        /* owned: a change (backend.c), while there are waiters */
+    struct event *expiry_ev;      /* owned: answers the waiters whose wait is up */
     pthread_t thread;
     uint64_t started_ns; /* monotonic, for uptime */
 };
@@ -443,8 +444,8 @@ admin_peers_reply(struct lg_admin *a, struct evhttp_request *req)
     evbuffer_free(body);
 }
 
-/* How often held requests look for news: a peer hears within about this. */
-#define ADMIN_WAIT_POLL_US 1000
+/* How often held requests are checked for their wait's end. */
+#define ADMIN_EXPIRY_MS 100
 
 static void
 admin_waiter_unlink(struct admin_waiter *w)
@@ -456,7 +457,8 @@ admin_waiter_unlink(struct admin_waiter *w)
     }
     *pp = w->next;
     if (w->a->waiters == NULL) {
-        event_del(w->a->wait_ev);
+        lg_backend_news_event(NULL);
+        event_del(w->a->expiry_ev);
     }
 }
 
@@ -471,11 +473,12 @@ admin_on_waiter_close(struct evhttp_connection *conn, void *arg)
     free(w);
 }
 
+/* Answers the waiters with news, and those whose wait is up. */
 static void
-admin_on_wait_poll(evutil_socket_t fd, short what, void *arg)
+admin_on_news(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_admin *a = arg;
-    uint64_t changes = lg_backend_changes(), now = lg_now_ns();
+    uint64_t changes = lg_backend_changes() & INT64_MAX, now = lg_now_ns();
     struct admin_waiter *w = a->waiters, *next;
 
     (void)fd;
@@ -502,7 +505,7 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
     char *end;
     uint64_t since, wait_ms = LG_PEERS_WAIT_MS;
     struct admin_waiter *w;
-    struct timeval tv = { 0, ADMIN_WAIT_POLL_US };
+    struct timeval tv = { 0, ADMIN_EXPIRY_MS * 1000 };
 
     memset(&params, 0, sizeof(params)); /* empty: what evhttp_parse_query_str() starts from */
     if (query == NULL || evhttp_parse_query_str(query, &params) != 0
@@ -541,10 +544,14 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
     w->until_ns = lg_now_ns() + wait_ms * LG_NS_PER_MS;
     w->next = a->waiters;
     if (a->waiters == NULL) {
-        event_add(a->wait_ev, &tv);
+        event_add(a->expiry_ev, &tv);
+        lg_backend_news_event(a->news_ev);
     }
     a->waiters = w;
     evhttp_connection_set_closecb(w->conn, admin_on_waiter_close, w);
+    if ((lg_backend_changes() & INT64_MAX) != since) {
+        event_active(a->news_ev, EV_TIMEOUT, 0); /* a change before it was registered */
+    }
 }
 
 /* ---- dispatch ------------------------------------------------------------------------- */
@@ -665,8 +672,9 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
     evhttp_set_max_headers_size(a->http, ADMIN_MAX_HEADERS);
     evhttp_set_timeout(a->http, ADMIN_TIMEOUT_S);
     evhttp_set_gencb(a->http, admin_on_request, a);
-    a->wait_ev = event_new(a->base, -1, EV_PERSIST, admin_on_wait_poll, a);
-    if (a->wait_ev == NULL) {
+    a->news_ev = event_new(a->base, -1, 0, admin_on_news, a);
+    a->expiry_ev = event_new(a->base, -1, EV_PERSIST, admin_on_news, a);
+    if (a->news_ev == NULL || a->expiry_ev == NULL) {
         LG_ERROR("admin: cannot set up its timer");
         lg_admin_stop(a);
         return LG_ERR;
@@ -691,6 +699,7 @@ lg_admin_stop(struct lg_admin *a)
         pthread_join(a->thread, NULL);
     }
     /* held requests go with their connections; the waiters are ours */
+    lg_backend_news_event(NULL);
     while (a->waiters != NULL) {
         struct admin_waiter *w = a->waiters;
 
@@ -701,8 +710,11 @@ lg_admin_stop(struct lg_admin *a)
     if (a->http != NULL) {
         evhttp_free(a->http);
     }
-    if (a->wait_ev != NULL) {
-        event_free(a->wait_ev);
+    if (a->news_ev != NULL) {
+        event_free(a->news_ev);
+    }
+    if (a->expiry_ev != NULL) {
+        event_free(a->expiry_ev);
     }
     if (a->base != NULL) {
         event_base_free(a->base);

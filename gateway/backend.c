@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "health.h"
 #include "router.h"
 #include "tls.h"
@@ -526,11 +528,24 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
 #define SEQ_T_MASK     ((1ull << 22) - 1)
 
 static uint64_t backend_changes;
+static struct event *backend_news_ev; /* atomic; NULL: nobody waits */
 
 static void
 backend_changed(void)
 {
-    __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELAXED);
+    struct event *ev;
+
+    __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELEASE);
+    ev = __atomic_load_n(&backend_news_ev, __ATOMIC_ACQUIRE);
+    if (ev != NULL) {
+        event_active(ev, EV_TIMEOUT, 0); /* its base is locked: any thread; repeats coalesce */
+    }
+}
+
+void
+lg_backend_news_event(struct event *ev)
+{
+    __atomic_store_n(&backend_news_ev, ev, __ATOMIC_RELEASE);
 }
 
 uint64_t

@@ -319,6 +319,11 @@ void lg_backend_inflight_add(struct lg_backend *b, int delta);
  * done, on any backend: peers waiting for news (GET /admin/peers?since=)
  * compare it. Any thread. */
 uint64_t lg_backend_changes(void);
+/* Makes every change activate ev (on a base with locking, thread-safe
+ * event_active()), until set to NULL; ev must outlive every worker thread
+ * (the admin listener's, stopped after them). */
+struct event;
+void lg_backend_news_event(struct event *ev);
 
 /* One sequence as peers exchange it (peers.c): started or still in line,
  * tokens still to come (max_tokens before the first), prompt tokens, and
