@@ -9,8 +9,8 @@
  *
  * GET /admin/peers?since=N&wait=MS holds the request up to MS ms (at most
  * LG_PEERS_WAIT_MS) while the gateway's `changes` is still N, so a peer
- * hears of a request within a millisecond or two of its dispatch, first
- * token or end without polling for it.
+ * hears of a request as soon as it is dispatched, gets its first token
+ * or ends, without polling for it.
  *
  * The answer (format 1), backends keyed by the host:port they are reached at:
  *   {"format": 1, "id": "<16 hex digits, this process>", "changes": N,
