@@ -652,9 +652,10 @@ lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns)
 void
 lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p)
 {
-    /* one writer: the fleet's health thread (a reload's new one starts
-     * after the old one stopped) */
+    /* fleets' health threads overlap across a reload: one writer at a time */
+    pthread_mutex_lock(&b->eng_lock);
     backend_seq_publish(&b->peers_seq, &b->peers_pub, p, sizeof(*p));
+    pthread_mutex_unlock(&b->eng_lock);
 }
 
 void

@@ -137,7 +137,7 @@ struct lg_backend {
     uint32_t consecutive_failures; /* written under lock, read without (atomic) */
     uint32_t ejections; /* back-off doubles with each; reset after eject_max up */
     uint64_t last_eject_end_ns;
-    pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) */
+    pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) and peers_pub */
 
     struct lg_upstream_pool *pools; /* [nworkers], each owned by its worker */
     unsigned npools;
@@ -340,7 +340,7 @@ size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct 
                             size_t max, bool *complete);
 /* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
 uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
-/* The fleet's health thread only. */
+/* The fleets' health threads (serialised by eng_lock). */
 void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);
 void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
 /* Peers' in-flight count there, 0 when no answer is fresh. */
