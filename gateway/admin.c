@@ -478,11 +478,13 @@ static void
 admin_on_news(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_admin *a = arg;
-    uint64_t changes = lg_backend_changes() & INT64_MAX, now = lg_now_ns();
+    uint64_t changes, now = lg_now_ns();
     struct admin_waiter *w = a->waiters, *next;
 
     (void)fd;
     (void)what;
+    lg_backend_news_taken();
+    changes = lg_backend_changes() & INT64_MAX;
     for (; w != NULL; w = next) {
         next = w->next;
         if (w->since == changes && now < w->until_ns) {

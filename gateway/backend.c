@@ -529,6 +529,7 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
 
 static uint64_t backend_changes;
 static struct event *backend_news_ev; /* atomic; NULL: nobody waits */
+static int backend_news_pending;      /* atomic: ev activated, not yet taken */
 
 static void
 backend_changed(void)
@@ -537,15 +538,24 @@ backend_changed(void)
 
     __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELEASE);
     ev = __atomic_load_n(&backend_news_ev, __ATOMIC_ACQUIRE);
-    if (ev != NULL) {
-        event_active(ev, EV_TIMEOUT, 0); /* its base is locked: any thread; repeats coalesce */
+    /* one activation until the admin thread takes it: a burst of changes
+     * costs one wakeup, not one lock and eventfd write each */
+    if (ev != NULL && !__atomic_exchange_n(&backend_news_pending, 1, __ATOMIC_ACQ_REL)) {
+        event_active(ev, EV_TIMEOUT, 0); /* its base is locked: any thread */
     }
 }
 
 void
 lg_backend_news_event(struct event *ev)
 {
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&backend_news_ev, ev, __ATOMIC_RELEASE);
+}
+
+void
+lg_backend_news_taken(void)
+{
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
 }
 
 uint64_t

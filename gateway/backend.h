@@ -324,6 +324,9 @@ uint64_t lg_backend_changes(void);
  * (the admin listener's, stopped after them). */
 struct event;
 void lg_backend_news_event(struct event *ev);
+/* ev's callback, before it reads lg_backend_changes(): the next change
+ * activates ev again (until then changes only count). */
+void lg_backend_news_taken(void);
 
 /* One sequence as peers exchange it (peers.c): started or still in line,
  * tokens still to come (max_tokens before the first), prompt tokens, and
