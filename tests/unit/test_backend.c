@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "config.h"
 #include "lg_test.h"
+#include "lg_test_fleet.h"
 #include "plugin.h"
 #include "router.h"
 
@@ -22,13 +23,7 @@ static struct lg_fleet *fleet;
 static int
 setup(void)
 {
-    struct lg_config_errors errs;
-
-    memset(&errs, 0, sizeof(errs));
-    LG_CHECK(lg_config_load_buffer(text, strlen(text), "t.json", &conf, &errs) == LG_OK);
-    LG_CHECK(lg_fleet_new(conf, 1, NULL, &fleet) == LG_OK);
-    lg_config_errors_free(&errs);
-    return 0;
+    return lg_test_fleet_load(text, &conf, &fleet);
 }
 
 /* The most overdue request's lateness, as the work-ahead scan reports it. */
@@ -194,9 +189,7 @@ test_guessed_capacity_is_not_queued(void)
 static int
 teardown(void)
 {
-    lg_fleet_unref(fleet);
-    lg_config_unref(conf);
-    return 0;
+    return lg_test_fleet_free(conf, fleet);
 }
 
 /* The engine model follows our requests there: it sees all of them or declines. */

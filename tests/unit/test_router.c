@@ -11,6 +11,7 @@
 #include "backend.h"
 #include "config.h"
 #include "lg_test.h"
+#include "lg_test_fleet.h"
 #include "router.h"
 
 /* the backends of every fleet here: four replicas of model m */
@@ -27,23 +28,10 @@ static const char text[] = "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"pol
 static struct lg_config *conf;
 static struct lg_fleet *fleet;
 
-/* a fleet from a config text */
-static int
-fleet_load(const char *t, struct lg_config **c, struct lg_fleet **f)
-{
-    struct lg_config_errors errs;
-
-    memset(&errs, 0, sizeof(errs));
-    LG_CHECK(lg_config_load_buffer(t, strlen(t), "t.json", c, &errs) == LG_OK);
-    lg_config_errors_free(&errs);
-    LG_CHECK(lg_fleet_new(*c, 1, NULL, f) == LG_OK);
-    return 0;
-}
-
 static int
 setup(void)
 {
-    return fleet_load(text, &conf, &fleet);
+    return lg_test_fleet_load(text, &conf, &fleet);
 }
 
 static struct lg_backend *
@@ -128,7 +116,7 @@ test_slow_start_bounds_inflight(void)
         { 5, 5, 0, 0 },    /* at its bound */
     };
 
-    LG_CHECK(fleet_load(ltext, &lconf, &lfleet) == 0);
+    LG_CHECK(lg_test_fleet_load(ltext, &lconf, &lfleet) == 0);
     route = lg_fleet_find_model(lfleet, "m");
     LG_CHECK(route != NULL && route->n == 4);
     ss_ns = lconf->health.slow_start_ms * LG_NS_PER_MS;
@@ -165,8 +153,7 @@ test_slow_start_bounds_inflight(void)
     for (size_t k = 0; k < 4; k++) {
         __atomic_store_n(&route->backends[k]->inflight, 0, __ATOMIC_RELAXED);
     }
-    lg_fleet_unref(lfleet);
-    lg_config_unref(lconf);
+    lg_test_fleet_free(lconf, lfleet);
     return 0;
 }
 
@@ -190,7 +177,7 @@ test_shadow_stage(void)
     struct lg_route_result out = { 0 };
     int count[4] = { 0 };
 
-    LG_CHECK(fleet_load(stext, &sconf, &sfleet) == 0);
+    LG_CHECK(lg_test_fleet_load(stext, &sconf, &sfleet) == 0);
     route = lg_fleet_find_model(sfleet, "m");
     LG_CHECK(route != NULL && route->n == 4);
     LG_CHECK_STR(lg_router_policy(sfleet->router), "round_robin+least_request(shadow)+p2c(shadow)");
@@ -211,17 +198,14 @@ test_shadow_stage(void)
     LG_CHECK(count[0] == 10 && count[1] == 10 && count[2] == 10 && count[3] == 10);
     lg_route_result_clear(&out);
     __atomic_store_n(&route->backends[0]->inflight, 0, __ATOMIC_RELAXED);
-    lg_fleet_unref(sfleet);
-    lg_config_unref(sconf);
+    lg_test_fleet_free(sconf, sfleet);
     return 0;
 }
 
 static int
 teardown(void)
 {
-    lg_fleet_unref(fleet);
-    lg_config_unref(conf);
-    return 0;
+    return lg_test_fleet_free(conf, fleet);
 }
 
 LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight,
