@@ -497,44 +497,52 @@ admin_on_news(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Query parameter `name` as a decimal count: 1 when there, 0 when not, -1
+ * when it is not a count. */
+static int
+admin_query_count(const struct evkeyvalq *q, const char *name, uint64_t *out)
+{
+    const char *s = evhttp_find_header(q, name);
+    char *end;
+
+    if (s == NULL) {
+        return 0;
+    }
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return errno == 0 && *end == '\0' ? 1 : -1;
+}
+
 /* GET /admin/peers[?since=N&wait=MS]: at once, or once there is news. */
 static void
 admin_peers(struct lg_admin *a, struct evhttp_request *req)
 {
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
     struct evkeyvalq params;
-    const char *since_s, *wait_s;
-    char *end;
-    uint64_t since, wait_ms = LG_PEERS_WAIT_MS;
+    uint64_t since = 0, wait_ms = LG_PEERS_WAIT_MS;
     struct admin_waiter *w;
     struct timeval tv = { 0, ADMIN_EXPIRY_MS * 1000 };
+    int has_since, has_wait;
 
     memset(&params, 0, sizeof(params)); /* empty: what evhttp_parse_query_str() starts from */
-    if (query == NULL || evhttp_parse_query_str(query, &params) != 0
-        || (since_s = evhttp_find_header(&params, "since")) == NULL) {
+    if (query != NULL && evhttp_parse_query_str(query, &params) != 0) {
         evhttp_clear_headers(&params);
-        admin_peers_reply(a, req);
+        admin_error(req, 400, "Bad Request", "malformed query");
         return;
     }
-    errno = 0;
-    since = strtoull(since_s, &end, 10);
-    if (errno != 0 || end == since_s || *end != '\0') {
-        evhttp_clear_headers(&params);
-        admin_error(req, 400, "Bad Request", "since: not a count");
-        return;
-    }
-    if ((wait_s = evhttp_find_header(&params, "wait")) != NULL) {
-        errno = 0;
-        wait_ms = strtoull(wait_s, &end, 10);
-        if (errno != 0 || end == wait_s || *end != '\0') {
-            evhttp_clear_headers(&params);
-            admin_error(req, 400, "Bad Request", "wait: not a number of ms");
-            return;
-        }
-        wait_ms = LG_MIN(wait_ms, (uint64_t)LG_PEERS_WAIT_MS);
-    }
+    has_since = admin_query_count(&params, "since", &since);
+    has_wait = admin_query_count(&params, "wait", &wait_ms);
     evhttp_clear_headers(&params);
-    if (since != (lg_backend_changes() & INT64_MAX) || wait_ms == 0) {
+    if (has_since < 0 || has_wait < 0) {
+        admin_error(req, 400, "Bad Request",
+                    has_since < 0 ? "since: not a count" : "wait: not a number of ms");
+        return;
+    }
+    wait_ms = LG_MIN(wait_ms, (uint64_t)LG_PEERS_WAIT_MS);
+    if (!has_since || since != (lg_backend_changes() & INT64_MAX) || wait_ms == 0) {
         admin_peers_reply(a, req);
         return;
     }

@@ -76,8 +76,9 @@ class PeersTest(Harness):
         self.assertLess(held["s"], 0.9, held)
         self.assertGreater(held["answer"]["changes"], quiet["changes"])
         self.assertGreaterEqual(held["answer"]["backends"][0]["inflight"], 1)
-        status, _, body = http_request(a_admin, "GET", "/admin/peers?since=x")
-        self.assertEqual(status, 400, body)
+        for bad in ("since=x", "since=-1", "since=1&wait=+5"):
+            status, _, body = http_request(a_admin, "GET", "/admin/peers?" + bad)
+            self.assertEqual(status, 400, (bad, body))
         self.addCleanup(lambda: [s.close() for s in streams])
         for s in streams:
             s.read_until(b"data: ")
@@ -109,8 +110,10 @@ class PeersTest(Harness):
         self.assertGreater(cand["model_ms"], 0)
 
         # C, without peers, sees the same three only as counts: the model declines
-        cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 else None)(
-            self.routed_candidate(gc, "gw-c")), what="a scrape with A's streams, through C")
+        # (a scrape that caught B's or C's own short request there waits it out)
+        cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 and c.get("waiting") == 0
+                                   else None)(self.routed_candidate(gc, "gw-c")),
+                          what="a scrape with A's streams, through C")
         self.assertEqual(cand["foreign"], 3, cand)
         self.assertNotIn("model_ms", cand)
 
