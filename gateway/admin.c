@@ -177,7 +177,7 @@ admin_peers_json(const struct lg_backend *b, uint64_t now)
     struct lg_backend_peers p;
 
     lg_backend_read_peers(b, &p);
-    if (p.t_ns == 0 || now < p.t_ns || now - p.t_ns >= p.ttl_ns) {
+    if (!lg_backend_peers_fresh(p.t_ns, p.ttl_ns, now)) {
         return json_null();
     }
     return json_pack("{s:I, s:I, s:I, s:b, s:o}", "gateways", (json_int_t)p.gateways, "in_flight",
@@ -427,21 +427,9 @@ static void
 admin_peers_reply(struct lg_admin *a, struct evhttp_request *req)
 {
     struct lg_fleet *f = lg_gateway_fleet(a->gw);
-    struct evbuffer *body = evbuffer_new();
-    size_t len;
-    char *text = lg_peers_render(f, lg_now_ns(), &len);
 
+    admin_reply_json(req, 200, "OK", lg_peers_render(f, lg_now_ns()));
     lg_fleet_unref(f);
-    if (text == NULL) {
-        evbuffer_free(body);
-        admin_error(req, 500, "Internal Server Error", "out of memory");
-        return;
-    }
-    evbuffer_add(body, text, len);
-    evbuffer_add(body, "\n", 1);
-    free(text);
-    admin_reply(req, 200, "OK", "application/json", body);
-    evbuffer_free(body);
 }
 
 /* How often held requests are checked for their wait's end. */
@@ -484,7 +472,7 @@ admin_on_news(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     lg_backend_news_taken();
-    changes = lg_backend_changes() & INT64_MAX;
+    changes = lg_backend_changes();
     for (; w != NULL; w = next) {
         next = w->next;
         if (w->since == changes && now < w->until_ns) {
@@ -542,7 +530,7 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
         return;
     }
     wait_ms = LG_MIN(wait_ms, (uint64_t)LG_PEERS_WAIT_MS);
-    if (!has_since || since != (lg_backend_changes() & INT64_MAX) || wait_ms == 0) {
+    if (!has_since || since != (lg_backend_changes()) || wait_ms == 0) {
         admin_peers_reply(a, req);
         return;
     }
@@ -559,7 +547,7 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
     }
     a->waiters = w;
     evhttp_connection_set_closecb(w->conn, admin_on_waiter_close, w);
-    if ((lg_backend_changes() & INT64_MAX) != since) {
+    if (lg_backend_changes() != since) {
         event_active(a->news_ev, EV_TIMEOUT, 0); /* a change before it was registered */
     }
 }

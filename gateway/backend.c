@@ -561,7 +561,7 @@ lg_backend_news_taken(void)
 uint64_t
 lg_backend_changes(void)
 {
-    return __atomic_load_n(&backend_changes, __ATOMIC_RELAXED);
+    return __atomic_load_n(&backend_changes, __ATOMIC_RELAXED) & INT64_MAX;
 }
 
 void
@@ -674,19 +674,18 @@ lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out)
     backend_seq_read(&b->peers_seq, out, &b->peers_pub, sizeof(*out));
 }
 
-static bool
-backend_peers_fresh(const struct lg_backend_peers *p, uint64_t now_ns)
+bool
+lg_backend_peers_fresh(uint64_t t_ns, uint64_t ttl_ns, uint64_t now_ns)
 {
-    return p->t_ns != 0 && now_ns >= p->t_ns && now_ns - p->t_ns < p->ttl_ns;
+    return t_ns != 0 && now_ns >= t_ns && now_ns - t_ns < ttl_ns;
 }
 
 uint32_t
 lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns)
 {
-    uint64_t t = __atomic_load_n(&b->peers_pub.t_ns, __ATOMIC_RELAXED);
-    uint64_t ttl = __atomic_load_n(&b->peers_pub.ttl_ns, __ATOMIC_RELAXED);
-
-    if (t == 0 || now_ns < t || now_ns - t >= ttl) {
+    /* three words, not the whole copy: this runs for every candidate */
+    if (!lg_backend_peers_fresh(__atomic_load_n(&b->peers_pub.t_ns, __ATOMIC_RELAXED),
+                                __atomic_load_n(&b->peers_pub.ttl_ns, __ATOMIC_RELAXED), now_ns)) {
         return 0;
     }
     return __atomic_load_n(&b->peers_pub.inflight, __ATOMIC_RELAXED);
@@ -804,8 +803,12 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (!(capacity >= 1) || !(step_ms > 0)) {
         return -1;
     }
-    lg_backend_read_peers(b, &peers);
-    with_peers = backend_peers_fresh(&peers, now_ns) && peers.inflight > 0;
+    /* the peers' words are copied only where peers have requests */
+    with_peers = lg_backend_peer_inflight(b, now_ns) > 0;
+    if (with_peers) {
+        lg_backend_read_peers(b, &peers);
+        with_peers = lg_backend_peers_fresh(peers.t_ns, peers.ttl_ns, now_ns) && peers.inflight > 0;
+    }
     if (with_peers && !peers.complete) {
         return -1; /* a peer's request of unknown length: the line would be wrong */
     }

@@ -317,7 +317,7 @@ void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
 void lg_backend_inflight_add(struct lg_backend *b, int delta);
 /* Moves with every request of ours dispatched, started (first token) or
  * done, on any backend: peers waiting for news (GET /admin/peers?since=)
- * compare it. Any thread. */
+ * compare it. Any thread; below 2^63 (a JSON integer). */
 uint64_t lg_backend_changes(void);
 /* Makes every change activate ev (on a base with locking, thread-safe
  * event_active()), until set to NULL; ev must outlive every worker thread
@@ -346,6 +346,8 @@ uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
 /* The fleets' health threads (serialised by eng_lock). */
 void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);
 void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
+/* Whether peers' words published at t_ns are still good at now_ns. */
+bool lg_backend_peers_fresh(uint64_t t_ns, uint64_t ttl_ns, uint64_t now_ns);
 /* Peers' in-flight count there, 0 when no answer is fresh. */
 uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps

@@ -113,6 +113,22 @@ health_on_check_done(struct evhttp_request *req, void *arg)
     health_check_result(t, code >= 200 && code < 300, code);
 }
 
+/* Host, User-Agent and (with a token) a bearer Authorization. */
+static void
+health_headers(struct evhttp_request *req, const char *host, const char *agent, const char *token)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+
+    evhttp_add_header(h, "Host", host);
+    evhttp_add_header(h, "User-Agent", agent);
+    if (token != NULL) {
+        char auth[512];
+
+        snprintf(auth, sizeof(auth), "Bearer %s", token);
+        evhttp_add_header(h, "Authorization", auth);
+    }
+}
+
 static int
 health_get(struct health_target *t, const char *path, void (*cb)(struct evhttp_request *, void *))
 {
@@ -123,14 +139,7 @@ health_get(struct health_target *t, const char *path, void (*cb)(struct evhttp_r
         return LG_ENOMEM;
     }
     snprintf(target, sizeof(target), "%s%s", t->b->conf.path_prefix, path);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", t->b->conf.host_header);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "User-Agent", "llmgate-health");
-    if (t->b->conf.api_key != NULL) {
-        char auth[512];
-
-        snprintf(auth, sizeof(auth), "Bearer %s", t->b->conf.api_key);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Authorization", auth);
-    }
+    health_headers(req, t->b->conf.host_header, "llmgate-health", t->b->conf.api_key);
     if (evhttp_make_request(t->conn, req, EVHTTP_REQ_GET, target) != 0) {
         return LG_EIO; /* evhttp freed req */
     }
@@ -337,7 +346,7 @@ health_peers_publish(struct lg_health *h, uint64_t now)
 {
     const struct lg_peer_state *states[64];
     uint64_t recv[64];
-    struct lg_backend_peers *bp = lg_xcalloc(1, sizeof(*bp));
+    struct lg_backend_peers bp; /* 2 KiB: this thread's stack holds it */
     size_t n = 0;
 
     for (size_t i = 0; i < h->npeers && n < LG_ARRAY_SIZE(states); i++) {
@@ -347,10 +356,9 @@ health_peers_publish(struct lg_health *h, uint64_t now)
         }
     }
     for (size_t i = 0; i < h->f->nbackends; i++) {
-        lg_peers_merge(states, recv, n, h->keys[i], now, health_peer_ttl_ns(), bp);
-        lg_backend_publish_peers(h->f->backends[i], bp);
+        lg_peers_merge(states, recv, n, h->keys[i], now, health_peer_ttl_ns(), &bp);
+        lg_backend_publish_peers(h->f->backends[i], &bp);
     }
-    free(bp);
 }
 
 static void
@@ -412,7 +420,6 @@ static void
 health_on_peer_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct health_peer *p = arg;
-    const char *token = p->h->f->conf->admin.token;
     struct evhttp_request *req;
     char target[96];
 
@@ -426,14 +433,7 @@ health_on_peer_timer(evutil_socket_t fd, short what, void *arg)
         health_peer_next(p, HEALTH_PEER_RETRY_MS);
         return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", p->admin);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "User-Agent", "llmgate-peer");
-    if (token != NULL) {
-        char auth[512];
-
-        snprintf(auth, sizeof(auth), "Bearer %s", token);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Authorization", auth);
-    }
+    health_headers(req, p->admin, "llmgate-peer", p->h->f->conf->admin.token);
     if (p->recv_ns != 0) {
         snprintf(target, sizeof(target), "/admin/peers?since=%llu&wait=%u",
                  (unsigned long long)p->st.changes, (unsigned)LG_PEERS_WAIT_MS);

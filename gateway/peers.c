@@ -52,14 +52,12 @@ lg_peers_key(const struct lg_backend_conf *bc, char *out, size_t size)
 
 /* ---- our answer ------------------------------------------------------------ */
 
-char *
-lg_peers_render(const struct lg_fleet *f, uint64_t now_ns, size_t *len)
+json_t *
+lg_peers_render(const struct lg_fleet *f, uint64_t now_ns)
 {
     struct lg_seq_info seqs[LG_BACKEND_END_SLOTS];
     uint64_t changes = lg_backend_changes(); /* before: a change while rendering is news */
     json_t *list = json_array();
-    json_t *root;
-    char *text;
 
     for (size_t i = 0; i < f->nbackends; i++) {
         const struct lg_backend *b = f->backends[i];
@@ -78,12 +76,8 @@ lg_peers_render(const struct lg_fleet *f, uint64_t now_ns, size_t *len)
                                               (json_int_t)lg_backend_inflight(b), "complete",
                                               complete, "seqs", arr));
     }
-    root = json_pack("{s:i, s:s, s:I, s:o}", "format", LG_PEERS_FORMAT, "id", lg_peers_self_id(),
-                     "changes", (json_int_t)(changes & INT64_MAX), "backends", list);
-    text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    *len = text != NULL ? strlen(text) : 0;
-    return text;
+    return json_pack("{s:i, s:s, s:I, s:o}", "format", LG_PEERS_FORMAT, "id", lg_peers_self_id(),
+                     "changes", (json_int_t)changes, "backends", list);
 }
 
 /* ---- a peer's answer ---------------------------------------------------------- */

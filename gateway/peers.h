@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "lg_core.h"
 
 struct lg_backend;
@@ -62,9 +64,8 @@ const char *lg_peers_self_id(void);
 /* "host:port" of a backend, as peers match them. */
 void lg_peers_key(const struct lg_backend_conf *bc, char *out, size_t size);
 
-/* This gateway's answer for the fleet's backends, as JSON text (malloc'd,
- * NUL-terminated; *len without the NUL), or NULL out of memory. */
-char *lg_peers_render(const struct lg_fleet *f, uint64_t now_ns, size_t *len);
+/* This gateway's answer for the fleet's backends (a new reference). */
+json_t *lg_peers_render(const struct lg_fleet *f, uint64_t now_ns);
 
 /*
  * Parses an answer into *out (cleared first; lg_peers_clear() frees it).
