@@ -732,6 +732,15 @@ backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
     return true;
 }
 
+double
+lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms)
+{
+    double ms;
+
+    backend_pace_ms(b, now_ns, itl_ms, &ms);
+    return ms;
+}
+
 /*
  * When the engine step in progress began, ms ago, or -1 when unknown. Every
  * running sequence gets a token at a step's end, so the last token a stream
@@ -851,15 +860,22 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
 }
 
 /* The engine model's prefill ms per KiB. Before its own prefills are seen,
- * the TTFT fit's slope (the fleet's, scaled by this replica's slowness on
- * short prompts; its peak left out): a quarter-speed replica is not handed
- * a long prompt at the fleet's speed. */
+ * the fleet's prefill per ms of decode step times this replica's step: a
+ * replica four times slower to decode is taken to be four times slower to
+ * prefill, so a quarter-speed replica that gets few requests is not handed
+ * long prompts at the fleet's speed (bench/routing/NOTES.md 44). Before any
+ * replica has prefilled enough, the TTFT fit's slope (the fleet's, scaled by
+ * this replica's slowness on short prompts; its peak left out). */
 static double
 backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
-                      const struct lg_est_value *fit)
+                      const struct lg_est_value *fit, const struct lg_est_prior *prior,
+                      double step_ms)
 {
-    return lg_est_slope_read(&est->prefill, now_ns, fit->ms_per_kib / LG_MAX(fit->peak, 1.0),
-                             LG_EST_MEAN_HALF_LIFE_S);
+    double fallback = prior->prefill_per_step > 0 && step_ms > 0
+                          ? prior->prefill_per_step * step_ms
+                          : fit->ms_per_kib / LG_MAX(fit->peak, 1.0);
+
+    return lg_est_slope_read(&est->prefill, now_ns, fallback, LG_EST_MEAN_HALF_LIFE_S);
 }
 
 /* A first token more than this factor off the prediction is a stall or a
@@ -886,10 +902,11 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
          * step that ran long) is not the prompt's prefill: at most four
          * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
         struct lg_est_value fit;
+        double itl = lg_est_mean_read(&b->est.itl, now, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
         double slope, y;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = backend_prefill_slope(&b->est, now, &fit);
+        slope = backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
         y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
@@ -1061,7 +1078,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     if (!backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
         v->flags |= LG_VIEW_F_STEP_GUESS;
     }
-    v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv);
+    v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
     v->engine_model_ms = -1;
     v->engine_model_joined = 0;
     v->engine_model_scale =

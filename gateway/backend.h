@@ -348,6 +348,9 @@ void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peer
 void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
 /* Whether peers' words published at t_ns are still good at now_ns. */
 bool lg_backend_peers_fresh(uint64_t t_ns, uint64_t ttl_ns, uint64_t now_ns);
+/* The engine's decode step there, ms: the recent gap between a stream's
+ * tokens, else itl_ms (the mean gap of finished responses). */
+double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
 /* Peers' in-flight count there, 0 when no answer is fresh. */
 uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps

@@ -256,6 +256,18 @@ lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, do
 }
 
 double
+lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s)
+{
+    return est_decay_since(s->t_ns, now_ns, half_life_s) * s->sxx;
+}
+
+double
+lg_est_slope_value(const struct lg_est_slope *s)
+{
+    return s->sxx > 0 ? s->sxy / s->sxx : 0;
+}
+
+double
 lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, double half_life_s)
 {
     double d = est_decay_since(s->t_ns, now_ns, half_life_s);

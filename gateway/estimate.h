@@ -66,6 +66,8 @@ struct lg_est_prior {
     double itl_ms;     /* inter-token gap */
     double hold_ms;    /* time a request holds an engine slot */
     double slots;      /* engine slots, where confirmed by a queue; 0 = none known */
+    double prefill_per_step; /* prefill ms per KiB per ms of decode step, from the
+                                backends that have prefilled enough; 0 = none yet */
 };
 
 /* Defaults before any backend of the model has answered. */
@@ -107,6 +109,10 @@ struct lg_est_slope {
 
 void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
                       double half_life_s);
+/* Effective weight (decayed sum of x^2) of the samples behind the slope. */
+double lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s);
+/* The samples' own slope, no prior (decay cancels out); 0 without samples. */
+double lg_est_slope_value(const struct lg_est_slope *s);
 double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
                          double half_life_s);
 

@@ -506,15 +506,18 @@ health_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The prior of each model: medians of its backends' own estimates. */
+/* The prior of each model: medians of its backends' own estimates. A
+ * backend's prefill counts once its own samples outweigh the prior, as ms
+ * per KiB per ms of its decode step (the speed-free part: a slow replica's
+ * prior is this times its own step). */
 static void
 health_update_priors(struct lg_fleet *f, uint64_t now)
 {
     for (size_t m = 0; m < f->nmodels; m++) {
         struct lg_model_route *r = &f->models[m];
         struct lg_est_prior p;
-        double fixed[64], slope[64], itl[64], hold[64], slots[64];
-        size_t nf = 0, ni = 0, nh = 0, ns = 0;
+        double fixed[64], slope[64], itl[64], hold[64], slots[64], prefill[64];
+        size_t nf = 0, ni = 0, nh = 0, ns = 0, np = 0;
 
         lg_route_read_prior(r, &p);
         for (size_t i = 0; i < r->n && i < 64; i++) {
@@ -538,6 +541,16 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
             if (lg_est_mean_weight(&est.hold, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
                 hold[nh++] = lg_est_mean_read(&est.hold, now, p.hold_ms, LG_EST_MEAN_HALF_LIFE_S);
             }
+            if (lg_est_slope_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+                >= LG_EST_MEAN_PRIOR_WEIGHT) {
+                double step = lg_backend_step_ms(
+                    r->backends[i], now,
+                    lg_est_mean_read(&est.itl, now, p.itl_ms, LG_EST_MEAN_HALF_LIFE_S));
+
+                if (step > 0) {
+                    prefill[np++] = lg_est_slope_value(&est.prefill) / step;
+                }
+            }
         }
         if (nf > 0) {
             p.fixed_ms = health_median(fixed, nf);
@@ -551,6 +564,9 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
         }
         if (ns > 0) {
             p.slots = health_median(slots, ns);
+        }
+        if (np > 0) {
+            p.prefill_per_step = health_median(prefill, np);
         }
         lg_route_publish_prior(r, &p);
     }

@@ -259,6 +259,36 @@ test_engine_model(void)
     return 0;
 }
 
+/* Before its own prefills are seen, a replica's prefill is the fleet's
+ * prefill per ms of decode step times its own step; its own samples then
+ * take over. */
+static int
+test_prefill_prior_scales_with_step(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    struct lg_est_prior prior = {
+        .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000, .prefill_per_step = 1.0
+    };
+    struct lg_backend_view v;
+    uint64_t t = lg_now_ns() + 3 * LG_NS_PER_S; /* past the pace the tests before left */
+
+    lg_backend_note_pace(b, t, 48); /* four times a 12 ms fleet */
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.step_ms == 48 && fabs(v.prefill_ms_per_kib - 48) < 1e-9);
+    prior.prefill_per_step = 0; /* no replica has prefilled enough: the TTFT fit's slope */
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(fabs(v.prefill_ms_per_kib - 48) > 1
+             && v.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9);
+    prior.prefill_per_step = 1.0;
+    for (int i = 0; i < 40; i++) {
+        /* 2 KiB prefilled in 40 ms beyond the model's 10 ms wait: 20 ms per KiB */
+        lg_backend_note_first_token(b, &prior, 2048, 50, 0, 10, -1);
+    }
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.prefill_ms_per_kib > 19.5 && v.prefill_ms_per_kib < 22);
+    return 0;
+}
+
 /* The engine model's bias there, from its first tokens against what it
  * predicted; a step timed by a stream only while one moves. */
 static int
@@ -303,4 +333,4 @@ test_engine_model_scale(void)
 
 LG_TEST_MAIN(setup, test_slot_ends, test_engine_model, test_engine_model_scale,
              test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
-             test_guessed_capacity_is_not_queued, teardown)
+             test_guessed_capacity_is_not_queued, test_prefill_prior_scales_with_step, teardown)
