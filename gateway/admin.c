@@ -295,7 +295,8 @@ admin_backends(struct lg_admin *a, struct evhttp_request *req)
                      json_pack("{s:s, s:I, s:i, s:i, s:b, s:I, s:o, s:o}", "version", LG_VERSION,
                                "generation", (json_int_t)rs.generation, "workers",
                                (int)a->gw->nworkers, "connections", (int)lg_gateway_clients(a->gw),
-                               "draining", a->gw->draining, "uptime_s",
+                               "draining", __atomic_load_n(&a->gw->draining, __ATOMIC_RELAXED),
+                               "uptime_s",
                                (json_int_t)((lg_now_ns() - a->started_ns) / LG_NS_PER_S),
                                "backends", list, "routing", routing));
 }

@@ -36,6 +36,7 @@ const char *lg_rc_str(int rc);
 /* ---- logging (log.c) ---------------------------------------------------- */
 
 enum lg_log_level { LG_LOG_ERROR = 0, LG_LOG_WARN, LG_LOG_INFO, LG_LOG_DEBUG };
+/* atomic: a reload sets it on the main thread while workers log */
 extern enum lg_log_level lg_log_threshold;
 
 void lg_log_emit(enum lg_log_level level, const char *file, int line, const char *fmt, ...)
@@ -44,11 +45,11 @@ void lg_log_emit(enum lg_log_level level, const char *file, int line, const char
 /* Parses "error|warn|info|debug"; returns LG_EINVAL for anything else. */
 int lg_log_level_parse(const char *s, enum lg_log_level *out);
 
-#define LG_LOG(level, ...)                                         \
-    do {                                                           \
-        if ((level) <= lg_log_threshold) {                         \
-            lg_log_emit((level), __FILE__, __LINE__, __VA_ARGS__); \
-        }                                                          \
+#define LG_LOG(level, ...)                                                               \
+    do {                                                                                 \
+        if ((int)(level) <= (int)__atomic_load_n(&lg_log_threshold, __ATOMIC_RELAXED)) { \
+            lg_log_emit((level), __FILE__, __LINE__, __VA_ARGS__);                       \
+        }                                                                                \
     } while (0)
 #define LG_ERROR(...) LG_LOG(LG_LOG_ERROR, __VA_ARGS__)
 #define LG_WARN(...)  LG_LOG(LG_LOG_WARN, __VA_ARGS__)

@@ -253,7 +253,7 @@ main_on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     ms->stopping = true;
-    ms->gw->draining = true;
+    __atomic_store_n(&ms->gw->draining, true, __ATOMIC_RELAXED);
     lg_reload_stop(ms->gw);
     LG_INFO("%s: draining %u connections (up to %" PRIu64 " ms)", strsignal((int)sig),
             lg_gateway_clients(ms->gw), ms_drain);
@@ -306,7 +306,7 @@ main_run(const char *path, const char *ready_file)
         lg_config_errors_free(&errs);
         return 2;
     }
-    lg_log_threshold = gw.conf->log_level;
+    __atomic_store_n(&lg_log_threshold, gw.conf->log_level, __ATOMIC_RELAXED);
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     pthread_mutex_init(&gw.fleet_lock, NULL);

@@ -279,7 +279,8 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     mx_family(out, "llmgate_workers", "gauge", "Event-loop threads.");
     evbuffer_add_printf(out, "llmgate_workers %u\n", gw->nworkers);
     mx_family(out, "llmgate_draining", "gauge", "1 once a SIGTERM started the drain.");
-    evbuffer_add_printf(out, "llmgate_draining %d\n", gw->draining ? 1 : 0);
+    evbuffer_add_printf(out, "llmgate_draining %d\n",
+                        __atomic_load_n(&gw->draining, __ATOMIC_RELAXED) ? 1 : 0);
     mx_family(out, "llmgate_connections", "gauge", "Open client connections.");
     evbuffer_add_printf(out, "llmgate_connections %u\n", lg_gateway_clients(gw));
     mx_family(out, "llmgate_queue_waiting", "gauge",

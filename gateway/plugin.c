@@ -36,7 +36,7 @@ plugin_host_log(int level, const char *plugin, const char *fmt, ...)
     if (level < LG_LOG_ERROR) {
         level = LG_LOG_ERROR;
     }
-    if (level > (int)lg_log_threshold) {
+    if (level > (int)__atomic_load_n(&lg_log_threshold, __ATOMIC_RELAXED)) {
         return;
     }
     va_start(ap, fmt);

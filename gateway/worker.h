@@ -106,7 +106,7 @@ struct lg_gateway {
     struct lg_accesslog *alog;      /* owned; NULL when off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
-    bool draining;
+    bool draining;                  /* atomic: set by the main thread at SIGTERM */
 };
 
 /* Sets up worker `id` (event base, events, listeners); before lg_workers_start(). */
