@@ -53,6 +53,10 @@ def _sanitized():
 # A sanitizer build reports leaks at exit: such gateways are stopped with
 # SIGTERM too, and must exit 0.
 SANITIZED = _sanitized()
+# A ThreadSanitizer build: what is not the gateway's race (tests/tsan.supp).
+if "suppressions=" not in os.environ.get("TSAN_OPTIONS", ""):
+    os.environ["TSAN_OPTIONS"] = (os.environ.get("TSAN_OPTIONS", "") + " suppressions="
+                                  + os.path.join(SRC, "tests", "tsan.supp")).strip()
 # Timing bounds of tests scale with this (valgrind slows the gateway ~20x).
 SLOW = 10.0 if VALGRIND else 1.0
 
