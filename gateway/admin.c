@@ -84,16 +84,24 @@ admin_reply(struct evhttp_request *req, int status, const char *reason, const ch
     evhttp_send_reply(req, status, reason, body);
 }
 
-/* Replies with json (stolen) as the body. */
+/* Replies with json (stolen; NULL, as out of memory leaves it: a 500) as the body. */
 static void
 admin_reply_json(struct evhttp_request *req, int status, const char *reason, json_t *json)
 {
     struct evbuffer *body = evbuffer_new();
-    char *text = json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    char *text = json != NULL ? json_dumps(json, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
 
-    evbuffer_add_printf(body, "%s\n", text != NULL ? text : "{}");
-    free(text);
     json_decref(json);
+    if (text == NULL) {
+        /* out of memory building or writing it: not a 200 with an empty
+         * object a peer or a dashboard would take for an answer */
+        status = 500;
+        reason = "Internal Server Error";
+        evbuffer_add_printf(body, "{\"error\":{\"message\":\"out of memory\",\"status\":500}}\n");
+    } else {
+        evbuffer_add_printf(body, "%s\n", text);
+        free(text);
+    }
     admin_reply(req, status, reason, "application/json", body);
     evbuffer_free(body);
 }
@@ -531,7 +539,7 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
         return;
     }
     wait_ms = LG_MIN(wait_ms, (uint64_t)LG_PEERS_WAIT_MS);
-    if (!has_since || since != (lg_backend_changes()) || wait_ms == 0) {
+    if (!has_since || since != lg_backend_changes() || wait_ms == 0) {
         admin_peers_reply(a, req);
         return;
     }

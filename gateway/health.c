@@ -524,6 +524,7 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
             struct lg_backend_est est;
             struct lg_backend_engine eng;
             struct lg_est_value v;
+            double itl_ms;
 
             lg_backend_read_engine(r->backends[i], &eng);
             if (lg_backend_engine_confirmed(&eng, now)) {
@@ -535,17 +536,16 @@ health_update_priors(struct lg_fleet *f, uint64_t now)
                 fixed[nf] = v.fixed_ms / v.peak;
                 slope[nf++] = v.ms_per_kib / v.peak;
             }
+            itl_ms = lg_est_mean_read(&est.itl, now, p.itl_ms, LG_EST_MEAN_HALF_LIFE_S);
             if (lg_est_mean_weight(&est.itl, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
-                itl[ni++] = lg_est_mean_read(&est.itl, now, p.itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+                itl[ni++] = itl_ms;
             }
             if (lg_est_mean_weight(&est.hold, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
                 hold[nh++] = lg_est_mean_read(&est.hold, now, p.hold_ms, LG_EST_MEAN_HALF_LIFE_S);
             }
             if (lg_est_slope_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
                 >= LG_EST_MEAN_PRIOR_WEIGHT) {
-                double step = lg_backend_step_ms(
-                    r->backends[i], now,
-                    lg_est_mean_read(&est.itl, now, p.itl_ms, LG_EST_MEAN_HALF_LIFE_S));
+                double step = lg_backend_step_ms(r->backends[i], now, itl_ms);
 
                 if (step > 0) {
                     prefill[np++] = lg_est_slope_value(&est.prefill) / step;
