@@ -42,6 +42,10 @@ def parse_args(argv=None):
     ap.add_argument("--scenario", default="all",
                     help="'all', a scenario number (1..7), a variant (1a, 1b, 6r) or a comma list")
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
+    ap.add_argument("--fresh-traces", action="store_true",
+                    help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
+                         "(the same for every contender), so that pooled percentiles average "
+                         "over traces as well as runs (default: one trace for every round)")
     ap.add_argument("--quick", action="store_true",
                     help="short durations and answers, for a smoke run")
     ap.add_argument("--duration", type=float, default=None,
@@ -172,9 +176,10 @@ def load_flags(scen):
     return out
 
 
-def make_trace(build, scen, rate, duration, path):
+def make_trace(build, scen, rate, duration, path, seed=None):
+    seed = scen["seed"] if seed is None else seed
     argv = [os.path.join(build, "llmload"), "--dry-run", "--quiet",
-            "--rate", "%.4f" % rate, "--duration", "%g" % duration, "--seed", str(scen["seed"]),
+            "--rate", "%.4f" % rate, "--duration", "%g" % duration, "--seed", str(seed),
             "--prompt-bytes", scen["prompt_bytes"], "--max-tokens", scen["max_tokens"],
             "--trace-out", path] + load_flags(scen)
     if scen["burst"]:
@@ -358,10 +363,12 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
         fleet.start()
         kind, cont = make_contender(name, scen, args, rundir, fleet, shm_dir, pins)
         cont.start()
-        traces = [ctx["trace"]]
+        trace, seed = round_trace(args, scen, ctx, rnd)
+        result["trace"] = os.path.relpath(trace, outdir)
+        traces = [trace]
         if len(cont.ports) == 2:
             traces = [os.path.join(rundir, "trace_a.jsonl"), os.path.join(rundir, "trace_b.jsonl")]
-            split_trace(ctx["trace"], traces[0], traces[1], scen["seed"])
+            split_trace(trace, traces[0], traces[1], seed)
         events = []
         t0 = time.time()
         for k, (port, trace) in enumerate(zip(cont.ports, traces)):
@@ -435,6 +442,20 @@ def scenario_ctx(scen, args, outdir, results):
     ctx["requests"] = make_trace(args.build, scen, ctx["rate"], duration, ctx["trace"])
     ctx["scen"] = scen
     return ctx
+
+
+def round_trace(args, scen, ctx, rnd):
+    """(trace path, seed) of round rnd: the scenario's trace, or with --fresh-traces round N's
+    own, drawn once with seed + N - 1 and kept beside the first (OUT/SCENARIO/trace-rN.jsonl)."""
+    if not args.fresh_traces or rnd == 1:
+        return ctx["trace"], scen["seed"]
+    seed = scen["seed"] + rnd - 1
+    path = os.path.join(os.path.dirname(ctx["trace"]), "trace-r%d.jsonl" % rnd)
+    drawn = ctx.setdefault("drawn", set())  # once per run: a reused --out holds stale ones
+    if path not in drawn:
+        make_trace(args.build, scen, ctx["rate"], ctx["duration"], path, seed)
+        drawn.add(path)
+    return path, seed
 
 
 def plots(args, outdir, res, ctx, replicas):
@@ -516,9 +537,11 @@ def main(argv=None):
         for scen, names in plan:
             ctx = scenario_ctx(scen, args, outdir, results)
             scen = ctx["scen"]
-            print("\nscenario %s (%s): %.1f req/s (%.0f%% of %.1f), %d requests in %g s"
+            print("\nscenario %s (%s): %.1f req/s (%.0f%% of %.1f), %d requests in %g s%s"
                   % (scen["id"], scen["title"], ctx["rate"], 100 * scen["load"], ctx["capacity"],
-                     ctx["requests"], ctx["duration"]), flush=True)
+                     ctx["requests"], ctx["duration"],
+                     "; round N replays its own trace, seed %d + N - 1" % scen["seed"]
+                     if args.fresh_traces and args.rounds > 1 else ""), flush=True)
             runs = {n: [] for n in names}
             skip = set()
             for rnd in range(1, args.rounds + 1):
@@ -563,6 +586,7 @@ def main(argv=None):
         summary = verdict_summary(results)
         with open(os.path.join(outdir, "results.json"), "w") as f:
             json.dump({"machine": info, "quick": args.quick, "rounds": args.rounds,
+                       "fresh_traces": args.fresh_traces,
                        "scenarios": results}, f, indent=1, default=str)
         with open(os.path.join(outdir, "results.md"), "w") as f:
             f.write("\n".join(md[:head_len] + ["Load average at the end: %s." % info["loadavg_end"],
