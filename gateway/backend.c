@@ -1239,6 +1239,16 @@ lg_fleet_ref(struct lg_fleet *f)
 }
 
 void
+lg_fleet_retire(struct lg_fleet *f)
+{
+    /* Left running, it would write the same backends' health and engine
+     * state as the new thread, and its peers list over the new one, for as
+     * long as a stream holds f (minutes). */
+    lg_health_stop(f->health);
+    f->health = NULL;
+}
+
+void
 lg_fleet_unref(struct lg_fleet *f)
 {
     if (f == NULL || __atomic_sub_fetch(&f->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {

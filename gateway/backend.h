@@ -192,6 +192,11 @@ struct lg_fleet {
 int lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
                  struct lg_fleet **out);
 struct lg_fleet *lg_fleet_ref(struct lg_fleet *f);
+/* f is no longer in force (a reload replaced it; control thread, f still
+ * referenced): stops its health thread, whose checks, scrapes and peer fetches
+ * the new fleet's thread now makes for the backends they share. Requests that
+ * hold f finish on it; its priors stay as they were. */
+void lg_fleet_retire(struct lg_fleet *f);
 void lg_fleet_unref(struct lg_fleet *f);
 
 /* The backends serving `model` (NULL if none). */

@@ -128,6 +128,9 @@ reload_publish(struct lg_reload *r, struct lg_fleet *nf, const char *why)
         }
     }
     reload_log_diff(old, nf, why);
+    if (old != NULL) {
+        lg_fleet_retire(old); /* alive: gw's reference is dropped below */
+    }
     /* workers adopt it at their next loop turn and flush the retired pools */
     for (unsigned i = 0; i < gw->nworkers && gw->workers != NULL; i++) {
         lg_worker_post(&gw->workers[i], LG_WORKER_CMD_FLEET);

@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import harness
@@ -29,6 +30,65 @@ RELOAD_SETS = [
 
 
 sim_state = harness.sim_state
+
+
+class FakePeer:
+    """Another gateway's admin listener as far as GET /admin/peers goes: answers
+    every request at once with no requests of its own, and counts the requests
+    each connection brought and which connections are open."""
+
+    ANSWER = json.dumps({"format": 1, "id": "00000000feedf00d", "changes": 1, "backends": []})
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.requests = []   # per accepted connection: requests answered
+        self.open = set()    # indexes of connections not closed
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                k = len(self.requests)
+                self.requests.append(0)
+                self.open.add(k)
+            threading.Thread(target=self._serve, args=(c, k), daemon=True).start()
+
+    def _serve(self, c, k):
+        buf = b""
+        body = self.ANSWER.encode()
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = c.recv(4096)
+                    if not data:
+                        return
+                    buf += data
+                _, buf = buf.split(b"\r\n\r\n", 1)  # GET: no body
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                with self.lock:
+                    self.requests[k] += 1
+        except OSError:
+            pass
+        finally:
+            c.close()
+            with self.lock:
+                self.open.discard(k)
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.requests), set(self.open)
+
+    def close(self):
+        self.sock.close()
 
 
 class ReloadTest(Harness):
@@ -169,6 +229,37 @@ class ReloadTest(Harness):
                    what="the removed backend's connections to close")
         self.stop_gateway()
 
+
+    def test_a_replaced_fleet_stops_asking_its_peers(self):
+        """A reload replaces the fleet while a stream still holds the old one:
+        only the new fleet's thread goes on asking the peer (the old one would
+        write the same backends' state twice, and a dropped peer's requests over
+        the new fleet's)."""
+        peer = FakePeer()
+        self.addCleanup(peer.close)
+        health = {"slow_start": 0, "peer_interval": "50ms"}
+        _, port = self.gateway(["r1"], peers=["127.0.0.1:%d" % peer.port], health=health)
+        wait_until(lambda: sum(peer.snapshot()[0]) >= 3, what="the gateway to ask its peer")
+        s = self.stream(port, "POST", "/v1/chat/completions",
+                        chat_body(stream=True, max_tokens=1500))
+        self.assertEqual(s.read_head(10), 200)
+        self.assertIsNotNone(s.next_event(10))
+        before = len(peer.snapshot()[0])
+        self.reload(self.conf(["r1"], peers=["127.0.0.1:%d" % peer.port], health=health))
+        # the new fleet asks on a connection of its own; the old one's closes
+        wait_until(lambda: len(peer.snapshot()[0]) > before and len(peer.snapshot()[1]) == 1,
+                   timeout=5, what="one connection to the peer: the new fleet's")
+        counts, live = peer.snapshot()
+        self.assertIsNone(s.ended, "the stream (holding the old fleet) ended too soon to tell")
+        s.read_all(30)
+        self.assertEqual(s.ended, "complete")
+        after, live_after = peer.snapshot()
+        # through the stream: one connection open, asking; no other came
+        self.assertEqual(live_after, live)
+        self.assertEqual(len(after), len(counts))
+        (k,) = live
+        self.assertGreater(after[k], counts[k])
+        self.stop_gateway()
 
     def test_bad_file_is_refused_and_the_old_config_serves(self):
         _, port = self.gateway(["r1", "r2"])
