@@ -79,6 +79,27 @@ class BenchRoutingSmoke(unittest.TestCase):
             if which("gnuplot"):
                 self.assertTrue(os.path.getsize(os.path.join(out, "plots", "cdf_1a.svg")) > 1000)
 
+    def test_fresh_traces(self):
+        """--fresh-traces: round 2 replays its own trace (another seed), pooled with round 1."""
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
+            out = os.path.join(tmp, "run")
+            argv = [sys.executable, RUN, "--quick", "--scenario", "1a", "--rounds", "2",
+                    "--duration", "3", "--contenders", "round_robin", "--fresh-traces",
+                    "--no-realtime", "--no-plots", "--build", BUILD, "--out", out]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            t1, t2 = (os.path.join(out, "1a", n) for n in ("trace.jsonl", "trace-r2.jsonl"))
+            with open(t1) as f1, open(t2) as f2:
+                self.assertNotEqual(f1.read(), f2.read())
+            for rnd, t in ((1, t1), (2, t2)):
+                log = os.path.join(out, "1a", "round_robin", "round%d" % rnd, "requests.jsonl")
+                self.assertEqual(count_lines(log), count_lines(t), rnd)
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            self.assertTrue(res["fresh_traces"])
+            c = res["scenarios"]["1a"]["contenders"]["round_robin"]
+            self.assertEqual(c["requests"], count_lines(t1) + count_lines(t2))
+
 
 if __name__ == "__main__":
     unittest.main()
