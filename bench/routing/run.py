@@ -363,7 +363,7 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
         fleet.start()
         kind, cont = make_contender(name, scen, args, rundir, fleet, shm_dir, pins)
         cont.start()
-        trace, seed = round_trace(args, scen, ctx, rnd)
+        trace, seed = ctx["rounds"][rnd - 1]
         result["trace"] = os.path.relpath(trace, outdir)
         traces = [trace]
         if len(cont.ports) == 2:
@@ -440,22 +440,15 @@ def scenario_ctx(scen, args, outdir, results):
     os.makedirs(d, exist_ok=True)
     ctx["trace"] = os.path.join(d, "trace.jsonl")
     ctx["requests"] = make_trace(args.build, scen, ctx["rate"], duration, ctx["trace"])
+    # (trace, seed) of each round: with --fresh-traces round N has its own, seed + N - 1
+    ctx["rounds"] = [(ctx["trace"], scen["seed"])] * args.rounds
+    for rnd in range(2, args.rounds + 1) if args.fresh_traces else ():
+        seed = scen["seed"] + rnd - 1
+        path = os.path.join(d, "trace-r%d.jsonl" % rnd)
+        make_trace(args.build, scen, ctx["rate"], duration, path, seed)
+        ctx["rounds"][rnd - 1] = (path, seed)
     ctx["scen"] = scen
     return ctx
-
-
-def round_trace(args, scen, ctx, rnd):
-    """(trace path, seed) of round rnd: the scenario's trace, or with --fresh-traces round N's
-    own, drawn once with seed + N - 1 and kept beside the first (OUT/SCENARIO/trace-rN.jsonl)."""
-    if not args.fresh_traces or rnd == 1:
-        return ctx["trace"], scen["seed"]
-    seed = scen["seed"] + rnd - 1
-    path = os.path.join(os.path.dirname(ctx["trace"]), "trace-r%d.jsonl" % rnd)
-    drawn = ctx.setdefault("drawn", set())  # once per run: a reused --out holds stale ones
-    if path not in drawn:
-        make_trace(args.build, scen, ctx["rate"], ctx["duration"], path, seed)
-        drawn.add(path)
-    return path, seed
 
 
 def plots(args, outdir, res, ctx, replicas):

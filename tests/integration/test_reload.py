@@ -229,7 +229,6 @@ class ReloadTest(Harness):
                    what="the removed backend's connections to close")
         self.stop_gateway()
 
-
     def test_a_replaced_fleet_stops_asking_its_peers(self):
         """A reload replaces the fleet while a stream still holds the old one:
         only the new fleet's thread goes on asking the peer (the old one would
