@@ -23,19 +23,19 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "accesslog.h"
-#include "admin.h"
-#include "admission.h"
-#include "backend.h"
-#include "config.h"
-#include "connlimit.h"
-#include "keys.h"
+#include "base/accesslog.h"
+#include "ops/admin.h"
+#include "serve/admission.h"
+#include "fleet/backend.h"
+#include "base/config.h"
+#include "serve/connlimit.h"
+#include "serve/keys.h"
 #include "lg_version.h"
-#include "listener.h"
-#include "probe.h"
-#include "reload.h"
-#include "tls.h"
-#include "worker.h"
+#include "serve/listener.h"
+#include "ops/probe.h"
+#include "ops/reload.h"
+#include "http/tls.h"
+#include "serve/worker.h"
 
 struct main_state {
     struct lg_gateway *gw;

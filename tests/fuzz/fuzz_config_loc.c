@@ -17,8 +17,8 @@
 
 #include <jansson.h>
 
-#include "config_loc.h"
-#include "lg_core.h"
+#include "base/config_loc.h"
+#include "base/lg_core.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

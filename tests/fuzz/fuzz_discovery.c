@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "discovery.h"
+#include "base/config.h"
+#include "fleet/discovery.h"
 
 #define FUZZ_MAX_ADDRS 6
 

@@ -26,13 +26,13 @@
 
 #include <event2/event.h>
 
-#include "admission.h"
-#include "backend.h"
-#include "client.h"
-#include "config.h"
-#include "keys.h"
-#include "upstream.h"
-#include "worker.h"
+#include "serve/admission.h"
+#include "fleet/backend.h"
+#include "serve/client.h"
+#include "base/config.h"
+#include "serve/keys.h"
+#include "serve/upstream.h"
+#include "serve/worker.h"
 
 #define FG_MAX_UP 8 /* backend connections per input */
 

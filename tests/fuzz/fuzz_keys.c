@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "keys.h"
+#include "base/config.h"
+#include "serve/keys.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

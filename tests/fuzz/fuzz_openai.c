@@ -11,7 +11,7 @@
 
 #include <event2/buffer.h>
 
-#include "openai.h"
+#include "http/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -18,7 +18,7 @@
 #include <event2/buffer.h>
 #include <jansson.h>
 
-#include "openai.h"
+#include "http/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

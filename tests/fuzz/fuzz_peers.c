@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "peers.h"
+#include "fleet/backend.h"
+#include "fleet/peers.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sse.h"
+#include "http/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "fleet/backend.h"
+#include "base/config.h"
 #include "lg_test.h"
 
 static inline int

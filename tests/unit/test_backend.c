@@ -6,12 +6,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "fleet/backend.h"
+#include "base/config.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
-#include "plugin.h"
-#include "router.h"
+#include "route/plugin.h"
+#include "route/router.h"
 
 static const char text[] =
     "{\"listen\": \"127.0.0.1:8080\", \"backends\": "

@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "base/config.h"
 #include "lg_test.h"
 
 /* Loads text as "t.json"; on success returns the config, else NULL with errs set. */

@@ -5,8 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config_loc.h"
-#include "lg_core.h"
+#include "base/config_loc.h"
+#include "base/lg_core.h"
 #include "lg_test.h"
 
 struct loc_case {

@@ -5,7 +5,7 @@
  */
 #include <stdarg.h>
 
-#include "config.h"
+#include "base/config.h"
 #include "lg_test.h"
 
 static int

@@ -6,7 +6,7 @@
 #include <netinet/in.h>
 #include <sys/un.h>
 
-#include "connlimit.h"
+#include "serve/connlimit.h"
 #include "lg_test.h"
 
 static struct sockaddr_storage

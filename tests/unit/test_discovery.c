@@ -6,9 +6,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "backend.h"
-#include "config.h"
-#include "discovery.h"
+#include "fleet/backend.h"
+#include "base/config.h"
+#include "fleet/discovery.h"
 #include "lg_test.h"
 
 static struct lg_config *

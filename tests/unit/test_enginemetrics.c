@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "enginemetrics.h"
+#include "fleet/enginemetrics.h"
 #include "lg_test.h"
 
 struct trace {

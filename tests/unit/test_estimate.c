@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "estimate.h"
+#include "fleet/estimate.h"
 #include "lg_test.h"
 
 #define S(x) ((uint64_t)((x)*1e9))

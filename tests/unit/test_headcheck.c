@@ -4,8 +4,8 @@
  */
 #include <event2/buffer.h>
 
-#include "headcheck.h"
-#include "httphdr.h"
+#include "http/headcheck.h"
+#include "http/httphdr.h"
 #include "lg_test.h"
 
 /*

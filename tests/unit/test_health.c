@@ -2,9 +2,9 @@
  * test_health.c: folding engine scrapes into a backend's engine state: the
  * counts, our in-flight at the time, and the capacity inferred from them.
  */
-#include "backend.h"
-#include "enginemetrics.h"
-#include "health.h"
+#include "fleet/backend.h"
+#include "fleet/enginemetrics.h"
+#include "fleet/health.h"
 #include "lg_test.h"
 
 #define MS(x) ((uint64_t)(x)*LG_NS_PER_MS)

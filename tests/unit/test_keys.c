@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "keys.h"
+#include "base/config.h"
+#include "serve/keys.h"
 #include "lg_test.h"
 
 static char sha_k1[65], sha_k2[65];

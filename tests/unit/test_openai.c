@@ -7,7 +7,7 @@
 #include <event2/buffer.h>
 
 #include "lg_test.h"
-#include "openai.h"
+#include "http/openai.h"
 
 /* 200 plain bytes: every printable ASCII byte but '"' and '\\', over and over. */
 #define ALPHABET                                                                                   \

@@ -7,7 +7,7 @@
 #include <event2/buffer.h>
 
 #include "lg_test.h"
-#include "openai.h"
+#include "http/openai.h"
 
 static int
 inspect(const char *body, struct lg_openai_req *out, char *err)

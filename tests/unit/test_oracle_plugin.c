@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../../tools/llmsim/llmsim_shm.h"
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "lg_test.h"
 
 static char g_bindir[PATH_MAX];

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lg_test.h"
-#include "plugin.h"
+#include "route/plugin.h"
 
 static char err[512];
 

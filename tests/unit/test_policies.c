@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "lg_test.h"
-#include "plugin.h"
+#include "route/plugin.h"
 
 #define N_MAX 8
 

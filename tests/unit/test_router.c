@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "fleet/backend.h"
+#include "base/config.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
-#include "router.h"
+#include "route/router.h"
 
 /* the backends of every fleet here: four replicas of model m */
 #define FOUR_BACKENDS                                                                  \

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "lg_test.h"
-#include "sse.h"
+#include "http/sse.h"
 
 struct sse_result {
     unsigned content;  /* content events reported by lg_sse_feed */

@@ -19,7 +19,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 #define FAST_MAX_SAMPLES 2000000
 

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 /* ---- seeded randomness (spec.c) ------------------------------------------ */
 

@@ -19,7 +19,7 @@
 #include <event2/buffer.h>
 #include <jansson.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "prefix.h"
 
 /* ---- request inspection ---------------------------------------------------- */

@@ -28,7 +28,7 @@
 #include <jansson.h>
 
 #include "control.h"
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "metrics.h"
 #include "sim.h"
 

@@ -15,7 +15,7 @@
 #include <event2/buffer.h>
 #include <jansson.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "metrics.h"
 #include "sim.h"
 

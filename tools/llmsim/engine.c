@@ -17,7 +17,7 @@
 
 #include <event2/event.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "shm.h"
 
 const double lg_sim_ttft_buckets[LG_SIM_TTFT_BUCKETS] = {

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 static int fault_fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

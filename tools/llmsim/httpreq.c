@@ -13,7 +13,7 @@
 
 #include <event2/buffer.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 /* Bytes a header line costs beyond its name and value (": " and CRLF). */
 #define HTTPREQ_LINE_OVERHEAD 4

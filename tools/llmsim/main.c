@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "lg_version.h"
 #include "metrics.h"
 #include "sim.h"

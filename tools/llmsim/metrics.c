@@ -18,7 +18,7 @@
 #include <event2/buffer.h>
 
 #include "api.h"
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "sim.h"
 
 struct metrics_ctx {

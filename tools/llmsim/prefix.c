@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 /* ---- hasher ---------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "lg_core.h"
+#include "base/lg_core.h"
 #include "prefix.h"
 
 static size_t

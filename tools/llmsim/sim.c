@@ -26,7 +26,7 @@
 #include <event2/listener.h>
 
 #include "conn.h"
-#include "lg_core.h"
+#include "base/lg_core.h"
 
 static void
 sim_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,

@@ -1,0 +1,580 @@
+/*
+ * accesslog.c: the access log (see accesslog.h for the design).
+ *
+ * Owns: the log file descriptor, one struct lg_alog_buf per worker (each an
+ * evbuffer guarded by its own mutex), and the writer thread.
+ * Invariant: workers only append under their buffer's lock; only the writer
+ * thread touches the file descriptor.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <llhttp.h>
+
+#include "base/accesslog.h"
+#include "fleet/backend.h"
+#include "serve/client.h"
+#include "base/config.h"
+
+struct lg_alog_buf {
+    pthread_mutex_t lock;
+    struct evbuffer *buf;          /* owned: lines not yet written */
+    struct lg_accesslog *log;      /* borrowed */
+};
+
+struct lg_accesslog {
+    char *path;                    /* "-" = stdout; the writer's: the file in use */
+    int fd;
+    uint64_t flush_ms;             /* atomic */
+    size_t buffer_bytes;           /* atomic */
+    char *asked_path;              /* the path last asked for (lg_accesslog_update's caller) */
+    int next_fd;                   /* under lock: a file to switch to; -1 = none */
+    char *next_path;               /* under lock: its path */
+    unsigned nbufs;
+    struct lg_alog_buf *bufs;      /* owned [nbufs] */
+    pthread_t thread;
+    pthread_mutex_t lock;          /* guards stop and the condition */
+    pthread_cond_t cond;
+    bool stop;
+    int reopen;                    /* atomic: set by SIGUSR1 */
+    uint64_t dropped;              /* atomic */
+};
+
+static int
+alog_open_fd(const char *path)
+{
+    if (strcmp(path, "-") == 0) {
+        return dup(STDOUT_FILENO);
+    }
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static void
+alog_flush(struct lg_accesslog *log, struct evbuffer *tmp)
+{
+    for (unsigned i = 0; i < log->nbufs; i++) {
+        struct lg_alog_buf *b = &log->bufs[i];
+
+        pthread_mutex_lock(&b->lock);
+        evbuffer_add_buffer(tmp, b->buf);
+        pthread_mutex_unlock(&b->lock);
+    }
+    while (evbuffer_get_length(tmp) > 0) {
+        int n = evbuffer_write(tmp, log->fd);
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            LG_ERROR("access log %s: write failed: %s; %zu bytes lost", log->path,
+                     strerror(errno), evbuffer_get_length(tmp));
+            evbuffer_drain(tmp, evbuffer_get_length(tmp));
+        }
+    }
+}
+
+static void *
+alog_writer(void *arg)
+{
+    struct lg_accesslog *log = arg;
+    struct evbuffer *tmp = evbuffer_new();
+    bool stop = false;
+
+    pthread_setname_np(pthread_self(), "llmgate-log");
+    while (!stop) {
+        struct timespec ts;
+        uint64_t flush_ms = __atomic_load_n(&log->flush_ms, __ATOMIC_RELAXED);
+        int next_fd;
+        char *next_path;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)((flush_ms % 1000) * 1000000);
+        ts.tv_sec += (time_t)(flush_ms / 1000) + ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_mutex_lock(&log->lock);
+        if (!log->stop && log->next_fd < 0) {
+            pthread_cond_timedwait(&log->cond, &log->lock, &ts);
+        }
+        stop = log->stop;
+        next_fd = log->next_fd;
+        next_path = log->next_path;
+        log->next_fd = -1;
+        log->next_path = NULL;
+        pthread_mutex_unlock(&log->lock);
+        if (next_fd >= 0) {
+            alog_flush(log, tmp); /* lines so far belong to the old file */
+            close(log->fd);
+            log->fd = next_fd;
+            free(log->path);
+            log->path = next_path;
+            LG_INFO("access log now goes to %s", log->path);
+        }
+        if (__atomic_exchange_n(&log->reopen, 0, __ATOMIC_ACQ_REL)) {
+            int fd = alog_open_fd(log->path);
+
+            if (fd < 0) {
+                LG_ERROR("access log %s: cannot reopen: %s; keeping the old file", log->path,
+                         strerror(errno));
+            } else {
+                alog_flush(log, tmp); /* lines so far belong to the old file */
+                close(log->fd);
+                log->fd = fd;
+                LG_INFO("access log %s reopened", log->path);
+            }
+        }
+        alog_flush(log, tmp);
+    }
+    evbuffer_free(tmp);
+    return NULL;
+}
+
+int
+lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
+                  struct lg_accesslog **out)
+{
+    struct lg_accesslog *log = lg_xcalloc(1, sizeof(*log));
+
+    log->path = lg_xstrdup(conf->path);
+    log->asked_path = lg_xstrdup(conf->path);
+    log->next_fd = -1;
+    log->fd = alog_open_fd(log->path);
+    if (log->fd < 0) {
+        LG_ERROR("access log %s: cannot open: %s", log->path, strerror(errno));
+        free(log->path);
+        free(log->asked_path);
+        free(log);
+        return LG_EIO;
+    }
+    log->flush_ms = conf->flush_ms ? conf->flush_ms : 100;
+    log->buffer_bytes = conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024;
+    log->nbufs = nworkers;
+    log->bufs = lg_xcalloc(nworkers, sizeof(*log->bufs));
+    for (unsigned i = 0; i < nworkers; i++) {
+        pthread_mutex_init(&log->bufs[i].lock, NULL);
+        log->bufs[i].buf = evbuffer_new();
+        log->bufs[i].log = log;
+    }
+    pthread_mutex_init(&log->lock, NULL);
+    pthread_cond_init(&log->cond, NULL);
+    if (pthread_create(&log->thread, NULL, alog_writer, log) != 0) {
+        LG_ERROR("access log: cannot start the writer thread");
+        lg_accesslog_close(log);
+        return LG_ERR;
+    }
+    *out = log;
+    return LG_OK;
+}
+
+void
+lg_accesslog_close(struct lg_accesslog *log)
+{
+    if (log == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&log->lock);
+    log->stop = true;
+    pthread_cond_signal(&log->cond);
+    pthread_mutex_unlock(&log->lock);
+    if (log->thread) {
+        pthread_join(log->thread, NULL);
+    }
+    for (unsigned i = 0; i < log->nbufs; i++) {
+        evbuffer_free(log->bufs[i].buf);
+        pthread_mutex_destroy(&log->bufs[i].lock);
+    }
+    free(log->bufs);
+    close(log->fd);
+    if (log->next_fd >= 0) {
+        close(log->next_fd);
+    }
+    free(log->next_path);
+    free(log->asked_path);
+    pthread_cond_destroy(&log->cond);
+    pthread_mutex_destroy(&log->lock);
+    free(log->path);
+    free(log);
+}
+
+int
+lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *conf)
+{
+    int fd = -1;
+
+    if (strcmp(conf->path, log->asked_path) != 0) {
+        fd = alog_open_fd(conf->path);
+        if (fd < 0) {
+            LG_ERROR("access log %s: cannot open: %s", conf->path, strerror(errno));
+            return LG_EIO;
+        }
+        free(log->asked_path);
+        log->asked_path = lg_xstrdup(conf->path);
+    }
+    __atomic_store_n(&log->flush_ms, conf->flush_ms ? conf->flush_ms : 100, __ATOMIC_RELAXED);
+    __atomic_store_n(&log->buffer_bytes, conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024,
+                     __ATOMIC_RELAXED);
+    pthread_mutex_lock(&log->lock);
+    if (fd >= 0) {
+        if (log->next_fd >= 0) {
+            close(log->next_fd); /* a switch the writer has not made yet */
+        }
+        free(log->next_path);
+        log->next_fd = fd;
+        log->next_path = lg_xstrdup(conf->path);
+    }
+    pthread_cond_signal(&log->cond);
+    pthread_mutex_unlock(&log->lock);
+    return LG_OK;
+}
+
+void
+lg_accesslog_reopen(struct lg_accesslog *log)
+{
+    if (log != NULL) {
+        __atomic_store_n(&log->reopen, 1, __ATOMIC_RELEASE);
+    }
+}
+
+struct lg_alog_buf *
+lg_accesslog_buffer(struct lg_accesslog *log, unsigned worker)
+{
+    return log != NULL && worker < log->nbufs ? &log->bufs[worker] : NULL;
+}
+
+uint64_t
+lg_accesslog_dropped(const struct lg_accesslog *log)
+{
+    return log ? __atomic_load_n(&log->dropped, __ATOMIC_RELAXED) : 0;
+}
+
+/* ---- formatting --------------------------------------------------------- */
+
+struct alog_line {
+    char *p;
+    size_t len;
+    size_t cap;
+};
+
+/* Cut at the line's end: a line never grows past its buffer. */
+static __attribute__((noinline)) void
+line_raw_cut(struct alog_line *l, const char *s, size_t n)
+{
+    n = LG_MIN(n, l->cap - l->len);
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+/*
+ * Inline, so that a copy of known length (the literals, most of a line) is a
+ * few moves instead of a call to memcpy.
+ */
+static inline void
+line_raw(struct alog_line *l, const char *s, size_t n)
+{
+    if (__builtin_expect(n > l->cap - l->len, 0)) {
+        line_raw_cut(l, s, n);
+        return;
+    }
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+static inline void
+line_lit(struct alog_line *l, const char *s)
+{
+    line_raw(l, s, strlen(s));
+}
+
+/* Bytes a JSON string cannot hold as they are. */
+static const bool alog_esc[256] = {
+    [0x00 ... 0x1f] = true,
+    ['"'] = true,
+    ['\\'] = true,
+    [0x7f] = true,
+};
+
+/* alog_esc for eight bytes at once (lg_swar_*: the lowest byte flagged is a true one). */
+static inline uint64_t
+alog_esc8(uint64_t x)
+{
+    return lg_swar_lt(x, 0x20) | lg_swar_eq(x, '"') | lg_swar_eq(x, '\\') | lg_swar_eq(x, 0x7f);
+}
+
+/* Writes the JSON escape of c (2 or 6 bytes) at d; returns its length. */
+static inline size_t
+alog_escape(char *d, unsigned char c)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    d[0] = '\\';
+    if (c == '"' || c == '\\') {
+        d[1] = (char)c;
+        return 2;
+    }
+    memcpy(d + 1, "u00", 3);
+    d[4] = hex[c >> 4];
+    d[5] = hex[c & 15];
+    return 6;
+}
+
+/*
+ * Most bytes a logged string takes in the line, quotes included: a longer one
+ * is cut (at a character, never inside an escape or a UTF-8 sequence) and
+ * ends in "...", so that the line stays one JSON object whatever the client
+ * sent. The request path gets more room than the other strings.
+ */
+#define ALOG_STR_MAX  512
+#define ALOG_PATH_MAX 2048
+
+static void
+line_str_max(struct alog_line *l, const char *s, size_t n, size_t max)
+{
+    size_t i = 0, room = l->cap - l->len, budget;
+    char *d;
+
+    if (s == NULL) {
+        line_lit(l, "null");
+        return;
+    }
+    if (room >= 16 && n <= (LG_MIN(room, max) - 16) / 6) {
+        /*
+         * Room for the worst case (every byte a 6-byte escape): eight bytes
+         * are tested and stored per step, and the output moves on by those
+         * that needed no escape (no copy call, no room checks).
+         */
+        d = l->p + l->len;
+        *d++ = '"';
+        for (;;) {
+            while (n - i >= 8) {
+                uint64_t x, m;
+
+                memcpy(&x, s + i, 8);
+                memcpy(d, &x, 8);
+                m = alog_esc8(x);
+                if (m != 0) {
+                    size_t k = lg_swar_first(m);
+
+                    d += k;
+                    i += k;
+                    goto escape;
+                }
+                d += 8;
+                i += 8;
+            }
+            while (i < n && !alog_esc[(unsigned char)s[i]]) {
+                *d++ = s[i++];
+            }
+            if (i == n) {
+                break;
+            }
+        escape:
+            d += alog_escape(d, (unsigned char)s[i++]);
+        }
+        *d++ = '"';
+        l->len = (size_t)(d - l->p);
+        return;
+    }
+    /* may not fit: byte by byte within the budget, which keeps 5 for `..."` */
+    if (room < 8) {
+        return; /* cannot happen within lg_accesslog_write's buffer */
+    }
+    budget = LG_MIN(room, max) - 5;
+    d = l->p + l->len;
+    *d++ = '"';
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = alog_esc[c] ? (c == '"' || c == '\\' ? 2 : 6) : 1;
+
+        if ((size_t)(d - (l->p + l->len)) + k > budget) {
+            /* cut before a continuation byte: back to the sequence's start */
+            while (i > 0 && ((unsigned char)s[i] & 0xc0) == 0x80 && d[-1] == s[i - 1]) {
+                i--;
+                d--;
+            }
+            memcpy(d, "...", 3);
+            d += 3;
+            break;
+        }
+        if (k == 1) {
+            *d++ = (char)c;
+        } else {
+            d += alog_escape(d, c);
+        }
+        i++;
+    }
+    *d++ = '"';
+    l->len = (size_t)(d - l->p);
+}
+
+static inline void
+line_str(struct alog_line *l, const char *s, size_t n)
+{
+    line_str_max(l, s, n, ALOG_STR_MAX);
+}
+
+static void
+line_cstr(struct alog_line *l, const char *s)
+{
+    line_str(l, s, s ? strlen(s) : 0);
+}
+
+static void
+line_u64(struct alog_line *l, uint64_t v)
+{
+    char b[LG_U64_DIGITS];
+    char *p = lg_u64_digits(b, v);
+
+    line_raw(l, p, (size_t)(b + LG_U64_DIGITS - p));
+}
+
+/* Milliseconds with microsecond precision between two stamps, or null. */
+static void
+line_ms(struct alog_line *l, uint64_t from, uint64_t to)
+{
+    uint64_t us;
+    char frac[4];
+
+    if (from == 0 || to == 0 || to < from) {
+        line_lit(l, "null");
+        return;
+    }
+    us = (to - from) / 1000;
+    line_u64(l, us / 1000);
+    frac[0] = '.';
+    frac[1] = (char)('0' + (us / 100) % 10);
+    frac[2] = (char)('0' + (us / 10) % 10);
+    frac[3] = (char)('0' + us % 10);
+    line_raw(l, frac, 4);
+}
+
+/* "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (quoted); the date part is made once a second per thread. */
+static void
+line_time(struct alog_line *l, uint64_t wall_ns)
+{
+    static __thread time_t cached_sec = -1;
+    static __thread char cached[24];
+    static __thread size_t cached_len;
+    time_t sec = (time_t)(wall_ns / LG_NS_PER_S);
+    unsigned us = (unsigned)((wall_ns / 1000) % 1000000);
+    char frac[10];
+
+    if (l->cap - l->len < 40) {
+        return;
+    }
+    if (sec != cached_sec) {
+        struct tm tm;
+
+        gmtime_r(&sec, &tm);
+        cached_len = strftime(cached, sizeof(cached), "\"%Y-%m-%dT%H:%M:%S", &tm);
+        cached_sec = sec;
+    }
+    line_raw(l, cached, cached_len);
+    frac[0] = '.';
+    for (int i = 6; i >= 1; i--) {
+        frac[i] = (char)('0' + us % 10);
+        us /= 10;
+    }
+    frac[7] = 'Z';
+    frac[8] = '"';
+    line_raw(l, frac, 9);
+}
+
+void
+lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
+{
+    const struct lg_request *req = &c->req;
+    const struct lg_hdrs *hs = &req->hdrs;
+    /* the fixed part and numbers (under 1 KiB), the explanation, the path
+     * and ten other strings at their most: no line is ever cut */
+    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
+    struct alog_line l = { mem, 0, sizeof(mem) - 2 };
+    uint64_t tokens;
+    size_t limit;
+
+    if (buf == NULL) {
+        return;
+    }
+    line_lit(&l, "{\"ts\":");
+    line_time(&l, req->wall_start);
+    line_lit(&l, ",\"id\":");
+    line_cstr(&l, req->id);
+    line_lit(&l, ",\"client\":");
+    line_cstr(&l, c->addr_str);
+    line_lit(&l, ",\"key\":");
+    line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
+    line_lit(&l, ",\"method\":");
+    line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
+    line_lit(&l, ",\"path\":");
+    line_str_max(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len, ALOG_PATH_MAX);
+    line_lit(&l, ",\"model\":");
+    line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
+    line_lit(&l, ",\"stream\":");
+    line_lit(&l, req->info.stream ? "true" : "false");
+    line_lit(&l, ",\"status\":");
+    line_u64(&l, (uint64_t)req->status);
+    line_lit(&l, ",\"backend\":");
+    line_cstr(&l, req->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
+                      ? req->pick.backend->name
+                      : NULL);
+    line_lit(&l, ",\"attempts\":");
+    line_u64(&l, req->attempts);
+    line_lit(&l, ",\"policy\":");
+    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
+    line_lit(&l, ",\"reason\":");
+    line_cstr(&l, req->pick.reason);
+    line_lit(&l, ",\"bytes_in\":");
+    line_u64(&l, req->head_bytes + req->body_bytes);
+    line_lit(&l, ",\"bytes_out\":");
+    line_u64(&l, req->bytes_out);
+    line_lit(&l, ",\"read\":");
+    line_ms(&l, req->t_start, req->t_read);
+    line_lit(&l, ",\"queue\":");
+    line_ms(&l, req->t_read, req->t_dispatch);
+    line_lit(&l, ",\"connect\":");
+    line_ms(&l, req->t_dispatch, req->t_connect);
+    line_lit(&l, ",\"ttfb\":");
+    line_ms(&l, req->t_start, req->t_first_byte);
+    line_lit(&l, ",\"ttft\":");
+    line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
+    line_lit(&l, ",\"total\":");
+    line_ms(&l, req->t_start, req->t_end);
+    tokens = req->content_events;
+    if ((req->flags & LG_REQ_F_SSE) && lg_sse_completion_tokens(&req->sse) >= 0) {
+        tokens = (uint64_t)lg_sse_completion_tokens(&req->sse);
+    } else if (!(req->flags & LG_REQ_F_SSE) && req->probe.completion_tokens >= 0) {
+        tokens = (uint64_t)req->probe.completion_tokens;
+    }
+    line_lit(&l, ",\"tokens\":");
+    line_u64(&l, tokens);
+    line_lit(&l, ",\"itl\":");
+    if (req->content_events > 1) {
+        line_ms(&l, 0 + 1, 1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
+    } else {
+        line_lit(&l, "null");
+    }
+    if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
+        line_lit(&l, ",\"candidates\":");
+        line_lit(&l, req->pick.explain);
+    }
+    line_lit(&l, ",\"error\":");
+    line_cstr(&l, req->error);
+    mem[l.len++] = '}';
+    mem[l.len++] = '\n';
+
+    pthread_mutex_lock(&buf->lock);
+    limit = __atomic_load_n(&buf->log->buffer_bytes, __ATOMIC_RELAXED);
+    if (evbuffer_get_length(buf->buf) < 16 * limit) {
+        evbuffer_add(buf->buf, mem, l.len);
+    } else {
+        __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
+    }
+    if (evbuffer_get_length(buf->buf) >= limit) {
+        pthread_cond_signal(&buf->log->cond); /* flush early */
+    }
+    pthread_mutex_unlock(&buf->lock);
+}

@@ -1,0 +1,44 @@
+/*
+ * accesslog.h: one JSON object per line per request.
+ *
+ * Workers format the line on their loop into their own buffer (a mutex that
+ * only the writer thread contends); a writer thread flushes every buffer on
+ * a timer, or early when one fills, so no event loop ever waits on the disk.
+ * SIGUSR1 reopens the file (logrotate). If the disk cannot keep up, lines are
+ * dropped and counted rather than letting memory grow.
+ */
+#ifndef LG_ACCESSLOG_H
+#define LG_ACCESSLOG_H
+
+#include "base/lg_core.h"
+
+struct lg_accesslog;
+struct lg_alog_buf;
+struct lg_client;
+struct lg_access_log_conf;
+
+/* Opens the log and starts the writer; nworkers buffers. */
+int lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
+                      struct lg_accesslog **out);
+/* Flushes everything, stops the writer, closes the file. */
+void lg_accesslog_close(struct lg_accesslog *log);
+/*
+ * Applies a reloaded configuration: a new path is opened here (so a path
+ * that cannot be opened fails now and changes nothing: LG_EIO, logged) and
+ * the writer switches to it after writing out what the old file is owed;
+ * flush interval and buffer size apply at once. One caller thread at a time.
+ */
+int lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *conf);
+
+/* Asks the writer to reopen the file (async-signal-safe). */
+void lg_accesslog_reopen(struct lg_accesslog *log);
+
+struct lg_alog_buf *lg_accesslog_buffer(struct lg_accesslog *log, unsigned worker);
+
+/* Formats the request's line into the worker's buffer. */
+void lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c);
+
+/* Lines dropped because the writer fell behind. */
+uint64_t lg_accesslog_dropped(const struct lg_accesslog *log);
+
+#endif /* LG_ACCESSLOG_H */

@@ -1,0 +1,78 @@
+/*
+ * stats.h: the counters and histograms behind /metrics.
+ *
+ * Recorded on the worker's loop once per request, when it ends
+ * (lg_stats_request_done(), next to its access-log line), into counters the
+ * request's worker or backend holds; metrics.c only reads them. Every field
+ * is a relaxed atomic: the admin thread reads while workers write.
+ */
+#ifndef LG_STATS_H
+#define LG_STATS_H
+
+#include "base/lg_core.h"
+
+struct lg_client;
+
+/* Histogram buckets, upper bounds in seconds. */
+#define LG_HIST_NBUCKETS 14
+extern const double lg_hist_latency_bounds[LG_HIST_NBUCKETS]; /* TTFT, end to end: 10ms..120s */
+extern const double lg_hist_itl_bounds[LG_HIST_NBUCKETS];     /* inter-token gaps: 5ms..2.5s */
+
+struct lg_hist {
+    uint64_t buckets[LG_HIST_NBUCKETS + 1]; /* per bucket (not cumulative); last: above all */
+    uint64_t count;
+    uint64_t sum_us; /* sum of the observations, microseconds */
+};
+
+/* Per backend: what its requests looked like to clients. */
+struct lg_backend_metrics {
+    struct lg_hist ttft;        /* first content event, from the request's first byte */
+    struct lg_hist itl;         /* mean gap between content events, per streamed response */
+    struct lg_hist duration;    /* first request byte to last response byte */
+    uint64_t prompt_tokens;     /* usage.prompt_tokens, when the response reports it */
+    uint64_t completion_tokens; /* usage.completion_tokens, else content events */
+    uint64_t prompt_bytes;      /* prompt text received (messages, prompt, input) */
+    uint64_t requests;          /* requests that ended on this backend (last attempt) */
+};
+
+/* Routes the gateway counts requests by. */
+enum lg_stats_route {
+    LG_STATS_ROUTE_CHAT = 0,    /* /v1/chat/completions */
+    LG_STATS_ROUTE_COMPLETIONS, /* /v1/completions */
+    LG_STATS_ROUTE_EMBEDDINGS,  /* /v1/embeddings */
+    LG_STATS_ROUTE_MODELS,      /* /v1/models... */
+    LG_STATS_ROUTE_HEALTHZ,     /* /healthz */
+    LG_STATS_ROUTE_OTHER,       /* anything else */
+    LG_STATS_NROUTES,
+};
+extern const char *const lg_stats_route_names[LG_STATS_NROUTES];
+
+#define LG_STATS_MIN_CODE      100
+#define LG_STATS_NCODES        500 /* 100..599 */
+#define LG_STATS_MAX_DECISIONS 64
+
+/* One (policy, reason) pair of routing decisions. */
+struct lg_stats_decision {
+    char policy[64];    /* written once, before `n` publishes it */
+    const char *reason; /* static */
+    uint64_t count;
+};
+
+/* Per worker: requests by route and status, routing decisions. */
+struct lg_worker_metrics {
+    uint64_t requests[LG_STATS_NROUTES][LG_STATS_NCODES];
+    struct lg_stats_decision decisions[LG_STATS_MAX_DECISIONS];
+    uint32_t ndecisions;        /* atomic (release when a slot is filled) */
+    uint64_t decisions_dropped; /* pairs beyond the table */
+};
+
+/* Records a request that ended (the worker's thread, once per request). */
+void lg_stats_request_done(const struct lg_client *c);
+
+/* Adds one observation of v seconds. */
+void lg_hist_observe(struct lg_hist *h, const double *bounds, double v);
+
+/* The route of a request path (query string ignored). */
+enum lg_stats_route lg_stats_route_of(const char *path, size_t len);
+
+#endif /* LG_STATS_H */

@@ -1,0 +1,1277 @@
+/*
+ * backend.c: backend objects, their live state, and fleets.
+ *
+ * Owns: struct lg_backend (refcounted: each fleet listing it and each request
+ * dispatched to it hold a reference), struct lg_fleet (refcounted: the
+ * gateway, each worker and each request hold one).
+ * Invariant: a backend's pools are freed only when its last reference goes,
+ * which happens on a worker-free path (see upstream.c: pools are emptied by
+ * their workers before the final unref at shutdown or after a reload).
+ */
+#include "fleet/backend.h"
+
+#include <llmgate/plugin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "fleet/health.h"
+#include "route/router.h"
+#include "http/tls.h"
+#include "serve/upstream.h"
+
+/* ---- lock-free publication (sequence counters) -------------------------- */
+
+/*
+ * A published struct is copied word by word with relaxed atomics between
+ * two reads of its sequence counter; a writer makes the counter odd while it
+ * copies. Readers never block writers and retry only on a torn copy. The
+ * words are accessed through a may_alias type so the copies are neither data
+ * races nor aliasing violations.
+ */
+typedef uint64_t __attribute__((may_alias)) backend_word;
+
+static void
+backend_seq_publish(uint32_t *seq, void *dst, const void *src, size_t n)
+{
+    backend_word *d = dst;
+    const backend_word *s = src;
+    uint32_t v = __atomic_load_n(seq, __ATOMIC_RELAXED);
+
+    __atomic_store_n(seq, v + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (size_t i = 0; i < n / sizeof(*d); i++) {
+        __atomic_store_n(&d[i], s[i], __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(seq, v + 2, __ATOMIC_RELEASE);
+}
+
+static void
+backend_seq_read(const uint32_t *seq, void *dst, const void *src, size_t n)
+{
+    backend_word *d = dst;
+    const backend_word *s = src;
+    uint32_t v1, v2;
+
+    do {
+        v1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+        for (size_t i = 0; i < n / sizeof(*d); i++) {
+            d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        v2 = __atomic_load_n(seq, __ATOMIC_RELAXED);
+    } while ((v1 & 1) || v1 != v2);
+}
+
+_Static_assert(sizeof(struct lg_backend_est) % sizeof(uint64_t) == 0, "published by words");
+_Static_assert(sizeof(struct lg_backend_engine) % sizeof(uint64_t) == 0, "published by words");
+_Static_assert(sizeof(struct lg_est_prior) % sizeof(uint64_t) == 0, "published by words");
+
+static void
+backend_conf_copy(struct lg_backend_conf *dst, const struct lg_backend_conf *src)
+{
+    *dst = *src;
+    dst->name = lg_xstrdup(src->name);
+    dst->url = lg_xstrdup(src->url);
+    dst->host = lg_xstrdup(src->host);
+    dst->host_header = lg_xstrdup(src->host_header);
+    dst->path_prefix = lg_xstrdup(src->path_prefix ? src->path_prefix : "");
+    dst->metrics_path = src->metrics_path ? lg_xstrdup(src->metrics_path) : NULL;
+    dst->health_path = src->health_path ? lg_xstrdup(src->health_path) : NULL;
+    dst->api_key = src->api_key ? lg_xstrdup(src->api_key) : NULL;
+    dst->tls_ca_file = src->tls_ca_file ? lg_xstrdup(src->tls_ca_file) : NULL;
+    dst->tls_server_name = src->tls_server_name ? lg_xstrdup(src->tls_server_name) : NULL;
+    dst->tls_cert = src->tls_cert ? lg_xstrdup(src->tls_cert) : NULL;
+    dst->tls_key = src->tls_key ? lg_xstrdup(src->tls_key) : NULL;
+    dst->models = lg_xcalloc(src->nmodels + 1, sizeof(char *));
+    for (size_t i = 0; i < src->nmodels; i++) {
+        dst->models[i] = lg_xstrdup(src->models[i]);
+    }
+}
+
+static void
+backend_conf_free(struct lg_backend_conf *c)
+{
+    free(c->name);
+    free(c->url);
+    free(c->host);
+    free(c->host_header);
+    free(c->path_prefix);
+    free(c->metrics_path);
+    free(c->health_path);
+    free(c->api_key);
+    free(c->tls_ca_file);
+    free(c->tls_server_name);
+    free(c->tls_cert);
+    free(c->tls_key);
+    for (size_t i = 0; i < c->nmodels; i++) {
+        free(c->models[i]);
+    }
+    free(c->models);
+    memset(c, 0, sizeof(*c));
+}
+
+static uint32_t backend_next_id;
+
+static struct lg_backend *
+backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
+{
+    struct lg_backend *b = lg_xcalloc(1, sizeof(*b));
+
+    backend_conf_copy(&b->conf, bc);
+    b->name = b->conf.name;
+    b->id = __atomic_add_fetch(&backend_next_id, 1, __ATOMIC_RELAXED);
+    b->refcnt = 1;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->eng_lock, NULL);
+    lg_est_ttft_init(&b->est.ttft);
+    lg_est_mean_init(&b->est.itl);
+    lg_est_mean_init(&b->est.hold);
+    lg_est_mean_init(&b->est.err);
+    lg_est_mean_init(&b->est.model_err);
+    b->est_pub = b->est;
+    b->eng_pub = (struct lg_backend_engine){
+        .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
+    };
+    b->npools = nworkers;
+    b->pools = lg_upstream_pools_new(b, nworkers);
+    return b;
+}
+
+struct lg_backend *
+lg_backend_ref(struct lg_backend *b)
+{
+    __atomic_fetch_add(&b->refcnt, 1, __ATOMIC_RELAXED);
+    return b;
+}
+
+void
+lg_backend_unref(struct lg_backend *b)
+{
+    if (b == NULL || __atomic_sub_fetch(&b->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {
+        return;
+    }
+    lg_tls_backend_release(b);
+    lg_upstream_pools_free(b->pools, b->npools);
+    pthread_mutex_destroy(&b->lock);
+    pthread_mutex_destroy(&b->eng_lock);
+    backend_conf_free(&b->conf);
+    free(b);
+}
+
+bool
+lg_backend_is_half_open(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+
+    return until != 0 && now_ns >= until;
+}
+
+bool
+lg_backend_is_available(const struct lg_backend *b, uint64_t now_ns)
+{
+    int h = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
+    uint64_t until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+
+    if (h != LG_BACKEND_UP) {
+        return false;
+    }
+    if (__atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED) > now_ns) {
+        return false;
+    }
+    if (until == 0) {
+        return true;
+    }
+    return now_ns >= until && __atomic_load_n(&b->probe_busy, __ATOMIC_RELAXED) == 0;
+}
+
+bool
+lg_backend_claim_probe(struct lg_backend *b)
+{
+    uint32_t zero = 0;
+
+    return __atomic_compare_exchange_n(&b->probe_busy, &zero, 1, false, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_RELAXED);
+}
+
+void
+lg_backend_release_probe(struct lg_backend *b)
+{
+    __atomic_store_n(&b->probe_busy, 0, __ATOMIC_RELEASE);
+}
+
+double
+lg_backend_ramp(const struct lg_backend *b, uint64_t now_ns, uint64_t slow_start_ns)
+{
+    uint64_t since = __atomic_load_n(&b->up_since_ns, __ATOMIC_RELAXED);
+    double r;
+
+    if (since == 0 || slow_start_ns == 0 || now_ns >= since + slow_start_ns) {
+        return 1.0;
+    }
+    r = now_ns > since ? (double)(now_ns - since) / (double)slow_start_ns : 0;
+    return 0.1 + 0.9 * r;
+}
+
+uint64_t
+lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns, uint64_t down_retry_ns)
+{
+    uint64_t at = now_ns, t;
+
+    if (__atomic_load_n(&b->health, __ATOMIC_RELAXED) != LG_BACKEND_UP) {
+        at = now_ns + down_retry_ns;
+    }
+    t = __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED);
+    at = LG_MAX(at, t);
+    t = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    return LG_MAX(at, t);
+}
+
+/* Starts (or extends) an ejection; b->lock held. */
+static void
+backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t now)
+{
+    uint64_t len_ms = hc->eject_base_ms;
+
+    if (b->last_eject_end_ns != 0 && now - b->last_eject_end_ns > hc->eject_max_ms * LG_NS_PER_MS) {
+        b->ejections = 0; /* up long enough since the last one: forgive */
+    }
+    for (uint32_t i = 0; i < b->ejections && len_ms < hc->eject_max_ms; i++) {
+        len_ms *= 2;
+    }
+    len_ms = LG_MIN(len_ms, hc->eject_max_ms);
+    b->ejections++;
+    __atomic_fetch_add(&b->ejections_total, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->consecutive_failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->eject_until_ns, now + len_ms * LG_NS_PER_MS, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->up_since_ns, 0, __ATOMIC_RELAXED);
+    LG_WARN("backend %s ejected for %" PRIu64 " ms (ejection %u)", b->name, len_ms, b->ejections);
+}
+
+void
+lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
+                       uint64_t retry_after_ns, unsigned flags)
+{
+    int cls = (status >= 100 && status < 600) ? status / 100 : 0;
+    bool failed = cls == 0 || cls == 5 || status == 429;
+    uint64_t now = lg_now_ns();
+    uint64_t until;
+
+    if (!(flags & LG_BACKEND_R_MIDWAY)) {
+        LG_STAT_ADD(b, responses[cls], 1); /* a cut after the head was counted with it */
+    }
+    if (retry_after_ns == 0 && (flags & LG_BACKEND_R_REFUSED)) {
+        /* Nothing listens there: besides the ejection below, hold it off for a
+         * second as if it had said Retry-After: 1, so that a queue waiting for
+         * room does not pour into it and burn the retry budget when ejection
+         * is off. */
+        retry_after_ns = LG_NS_PER_S;
+    }
+    if (retry_after_ns > 0) {
+        __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);
+    }
+    if (cls == 2 && !(flags & LG_BACKEND_R_MIDWAY)
+        && __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) == 0
+        && __atomic_load_n(&b->consecutive_failures, __ATOMIC_RELAXED) == 0) {
+        /* the common case, nothing to reset: the success is counted in the
+         * error rate with the rest of the response's learning when it ends
+         * (lg_backend_note_done), one lock per response instead of two */
+        return;
+    }
+    pthread_mutex_lock(&b->lock);
+    lg_est_mean_add(&b->est.err, now, failed ? 1.0 : 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    if (!failed) {
+        __atomic_store_n(&b->consecutive_failures, 0, __ATOMIC_RELAXED);
+        if (until != 0 && now >= until) {
+            /* the half-open probe (or a straggler) succeeded: close */
+            __atomic_store_n(&b->eject_until_ns, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&b->up_since_ns, now, __ATOMIC_RELAXED);
+            b->last_eject_end_ns = now;
+            LG_INFO("backend %s is back after ejection %u", b->name, b->ejections);
+        }
+    } else if (until != 0 && now < until) {
+        /* ejected already: a failure of a request sent before says nothing new */
+    } else if (hc->eject_consecutive > 0) {
+        __atomic_store_n(&b->consecutive_failures,
+                         b->consecutive_failures
+                             + ((flags & LG_BACKEND_R_REFUSED) ? hc->eject_consecutive : 1),
+                         __ATOMIC_RELAXED);
+        if (until != 0 || b->consecutive_failures >= hc->eject_consecutive) {
+            backend_eject(b, hc, now);
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* ---- request counts with ages -------------------------------------------- */
+
+/*
+ * One 64-bit word holds the count (low 14 bits) and the sum of the dispatch
+ * times (ms since the process's first use, the other 50 bits), so a reader
+ * gets both consistently from one load: 16383 requests of a process up for
+ * two years fit.
+ */
+#define PENDING_COUNT_BITS 14
+#define PENDING_COUNT_MAX  ((1u << PENDING_COUNT_BITS) - 1)
+
+static uint64_t pending_epoch_ns;
+
+static uint64_t
+pending_ms(uint64_t t_ns)
+{
+    uint64_t epoch = __atomic_load_n(&pending_epoch_ns, __ATOMIC_RELAXED);
+
+    if (epoch == 0) {
+        uint64_t want = t_ns > LG_NS_PER_S ? t_ns - LG_NS_PER_S : 1;
+
+        if (!__atomic_compare_exchange_n(&pending_epoch_ns, &epoch, want, false, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED)) {
+            /* epoch now holds the winner's value */
+        } else {
+            epoch = want;
+        }
+    }
+    return t_ns > epoch ? (t_ns - epoch) / LG_NS_PER_MS : 0;
+}
+
+bool
+lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    uint64_t add = (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1;
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+
+    do {
+        if ((w & PENDING_COUNT_MAX) == PENDING_COUNT_MAX) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&b->ages[which], &w, w + add, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+void
+lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    __atomic_fetch_sub(&b->ages[which], (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
+                       __ATOMIC_RELAXED);
+}
+
+uint32_t
+lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                double *mean_age_ms)
+{
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+    uint32_t n = (uint32_t)(w & PENDING_COUNT_MAX);
+    double mean, now = (double)pending_ms(now_ns);
+
+    if (n == 0) {
+        *mean_age_ms = 0;
+        return 0;
+    }
+    mean = (double)(w >> PENDING_COUNT_BITS) / n;
+    *mean_age_ms = now > mean ? now - mean : 0;
+    return n;
+}
+
+/* ---- first-token work ahead, request by request ---------------------------- */
+
+/*
+ * A slot holds (due << DUE_SERVICE_BITS) | service: due is when the
+ * request's predicted service TTFT ends (ms on the ages clock, + 1 so a
+ * taken slot is never 0), service that prediction in ms (capped).
+ */
+#define DUE_SERVICE_BITS 20
+#define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
+#define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
+
+/* Claims a free (0) word of slots[n] for word, starting at hint; -1 if none. */
+static int
+backend_slot_claim(uint64_t *slots, unsigned n, uint64_t word, uint32_t hint)
+{
+    for (unsigned k = 0; k < n; k++) {
+        unsigned i = (hint + k) % n;
+        uint64_t free_slot = 0;
+
+        if (__atomic_load_n(&slots[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&slots[i], &free_slot, word, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+int
+lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+{
+    uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
+    uint64_t due = pending_ms(t_ns) + service + 1;
+
+    return backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
+                              hint);
+}
+
+void
+lg_backend_due_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_DUE_SLOTS) {
+        __atomic_store_n(&b->due[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
+                         double *late_ms)
+{
+    uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
+
+    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
+        uint64_t due, service, start, age;
+
+        if (w == 0) {
+            continue;
+        }
+        due = w >> DUE_SERVICE_BITS;
+        service = w & DUE_SERVICE_MAX;
+        start = due - 1 - service;
+        age = now > start ? now - start : 0;
+        /* what is left of its prediction; once nearly used up, a share of
+         * the time it has taken: a request past its prediction is behind
+         * something the model did not see, and the longer it has waited the
+         * longer it is likely to wait still */
+        sum += LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
+        longest = LG_MAX(longest, service);
+        late = LG_MAX(late, age > service ? age - service : 0);
+    }
+    if (longest_ms != NULL) {
+        *longest_ms = (double)longest;
+    }
+    if (late_ms != NULL) {
+        *late_ms = (double)late;
+    }
+    return (double)sum;
+}
+
+int
+lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
+{
+    return backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
+}
+
+void
+lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], pending_ms(end_ns) + 1, __ATOMIC_RELAXED);
+    }
+}
+
+void
+lg_backend_end_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms)
+{
+    uint64_t now = pending_ms(now_ns) + 1, gap = gap_ms > 1 ? (uint64_t)gap_ms : 1;
+    uint64_t best[8];
+    unsigned n = 0;
+
+    if (k == 0 || k > LG_ARRAY_SIZE(best)) {
+        return -1;
+    }
+    /* the k soonest, kept sorted in best[0..n) */
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->ends[i], __ATOMIC_RELAXED);
+        uint64_t left;
+        unsigned j;
+
+        if (w == 0) {
+            continue;
+        }
+        left = w > now ? LG_MAX(w - now, gap) : gap;
+        if (n == k && left >= best[k - 1]) {
+            continue;
+        }
+        j = n < k ? n++ : k - 1;
+        while (j > 0 && best[j - 1] > left) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = left;
+    }
+    return n == k ? (double)best[k - 1] : -1;
+}
+
+/* ---- sequences: the engine model's view of our requests ------------------- */
+
+/*
+ * A word: bit 63 set once the first token came; bits 42-62 the tokens still
+ * to come (max_tokens before); bits 22-41 prompt tokens to prefill (bytes /
+ * 4, as engines count about 4 bytes a token); bits 0-21 the dispatch time
+ * in ms on the ages clock, modulo 2^22 (70 minutes: orders the line).
+ */
+#define SEQ_STARTED    (1ull << 63)
+#define SEQ_LEFT_SHIFT 42
+#define SEQ_LEFT_MAX   ((1ull << 21) - 1)
+#define SEQ_TOK_SHIFT  22
+#define SEQ_TOK_MAX    ((1ull << 20) - 1)
+#define SEQ_T_MASK     ((1ull << 22) - 1)
+
+static uint64_t backend_changes;
+static struct event *backend_news_ev; /* atomic; NULL: nobody waits */
+static int backend_news_pending;      /* atomic: ev activated, not yet taken */
+
+static void
+backend_changed(void)
+{
+    struct event *ev;
+
+    __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELEASE);
+    ev = __atomic_load_n(&backend_news_ev, __ATOMIC_ACQUIRE);
+    /* one activation until the admin thread takes it: a burst of changes
+     * costs one wakeup, not one lock and eventfd write each */
+    if (ev != NULL && !__atomic_exchange_n(&backend_news_pending, 1, __ATOMIC_ACQ_REL)) {
+        event_active(ev, EV_TIMEOUT, 0); /* its base is locked: any thread */
+    }
+}
+
+void
+lg_backend_news_event(struct event *ev)
+{
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&backend_news_ev, ev, __ATOMIC_RELEASE);
+}
+
+void
+lg_backend_news_taken(void)
+{
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
+}
+
+uint64_t
+lg_backend_changes(void)
+{
+    return __atomic_load_n(&backend_changes, __ATOMIC_RELAXED) & INT64_MAX;
+}
+
+void
+lg_backend_inflight_add(struct lg_backend *b, int delta)
+{
+    if (delta > 0) {
+        __atomic_fetch_add(&b->inflight, (uint32_t)delta, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_sub(&b->inflight, (uint32_t)-delta, __ATOMIC_RELAXED);
+    }
+    backend_changed();
+}
+
+int
+lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, uint32_t max_tokens,
+                   uint32_t hint)
+{
+    uint64_t tok = LG_MIN(prompt_bytes / 4, SEQ_TOK_MAX);
+    uint64_t left = LG_MIN(LG_MAX(max_tokens, 1u), SEQ_LEFT_MAX);
+
+    int slot = backend_slot_claim(
+        b->seqs, LG_BACKEND_END_SLOTS,
+        left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT | (pending_ms(t_ns) & SEQ_T_MASK), hint);
+
+    backend_changed(); /* after the word is there: a peer's answer has it */
+    return slot;
+}
+
+void
+lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns)
+{
+    uint64_t w;
+    bool first;
+
+    if (slot < 0 || slot >= LG_BACKEND_END_SLOTS) {
+        return;
+    }
+    /* the request's owner is the only writer of its slot */
+    w = __atomic_load_n(&b->seqs[slot], __ATOMIC_RELAXED);
+    first = !(w & SEQ_STARTED);
+    w &= ~(SEQ_LEFT_MAX << SEQ_LEFT_SHIFT);
+    w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
+    __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->token_t_ns, now_ns, __ATOMIC_RELAXED);
+    if (first) {
+        backend_changed(); /* it left the line */
+    }
+}
+
+void
+lg_backend_seq_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+        backend_changed();
+    }
+}
+
+size_t
+lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_info *out,
+                     size_t max, bool *complete)
+{
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t n = 0;
+    bool all = true;
+
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+
+        if (w == 0) {
+            continue;
+        }
+        if (n == max) {
+            all = false;
+            break;
+        }
+        out[n].started = (w & SEQ_STARTED) != 0;
+        out[n].left = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+        out[n].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+        out[n].age_ms = out[n].started ? 0 : (uint32_t)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+        n++;
+    }
+    *complete = all && n == inflight;
+    return n;
+}
+
+uint64_t
+lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns)
+{
+    uint64_t t = (pending_ms(now_ns) - LG_MIN(s->age_ms, (uint32_t)SEQ_T_MASK)) & SEQ_T_MASK;
+
+    return (s->started ? SEQ_STARTED : 0)
+           | (uint64_t)LG_MIN(LG_MAX(s->left, 1u), SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT
+           | (uint64_t)LG_MIN(s->prompt_tokens, SEQ_TOK_MAX) << SEQ_TOK_SHIFT | t;
+}
+
+void
+lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p)
+{
+    /* fleets' health threads overlap across a reload: one writer at a time */
+    pthread_mutex_lock(&b->eng_lock);
+    backend_seq_publish(&b->peers_seq, &b->peers_pub, p, sizeof(*p));
+    pthread_mutex_unlock(&b->eng_lock);
+}
+
+void
+lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out)
+{
+    backend_seq_read(&b->peers_seq, out, &b->peers_pub, sizeof(*out));
+}
+
+bool
+lg_backend_peers_fresh(uint64_t t_ns, uint64_t ttl_ns, uint64_t now_ns)
+{
+    return t_ns != 0 && now_ns >= t_ns && now_ns - t_ns < ttl_ns;
+}
+
+uint32_t
+lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns)
+{
+    /* three words, not the whole copy: this runs for every candidate */
+    if (!lg_backend_peers_fresh(__atomic_load_n(&b->peers_pub.t_ns, __ATOMIC_RELAXED),
+                                __atomic_load_n(&b->peers_pub.ttl_ns, __ATOMIC_RELAXED), now_ns)) {
+        return 0;
+    }
+    return __atomic_load_n(&b->peers_pub.inflight, __ATOMIC_RELAXED);
+}
+
+/* A pace not moved for this long has no stream behind it: the mean gap of
+ * finished responses (itl_ms) speaks instead. */
+#define PACE_FRESH_NS (2 * LG_NS_PER_S)
+
+/* b->pace holds a double's bits (atomics take integers) */
+union backend_pace {
+    uint64_t u;
+    double d;
+};
+
+void
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
+        return;
+    }
+    /* streams on several workers move it: a lost update loses one sample */
+    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+/* The recent gap between a stream's tokens there; false where no stream
+ * moved lately (*ms is then fallback_ms). */
+static bool
+backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms, double *ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    *ms = fallback_ms;
+    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS || !(p.d > 0)) {
+        return false;
+    }
+    *ms = p.d;
+    return true;
+}
+
+double
+lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms)
+{
+    double ms;
+
+    backend_pace_ms(b, now_ns, itl_ms, &ms);
+    return ms;
+}
+
+/*
+ * When the engine step in progress began, ms ago, or -1 when unknown. Every
+ * running sequence gets a token at a step's end, so the last token a stream
+ * of ours got there marks the start of the next one. Older than a second,
+ * it tells nothing (no stream of ours runs there).
+ */
+static double
+backend_step_begun_ms(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t t = __atomic_load_n(&b->token_t_ns, __ATOMIC_RELAXED);
+
+    if (t == 0) {
+        return -1;
+    }
+    if (now_ns <= t) {
+        return 0; /* a token of this very moment (another worker's clock) */
+    }
+    return now_ns - t < LG_NS_PER_S ? (double)(now_ns - t) / 1e6 : -1;
+}
+
+/* Adds a sequence to the model's batch (left) or line (queue, oldest first). */
+static void
+backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t *left,
+                  size_t *nleft, struct lg_est_queued *queue, size_t *nqueue)
+{
+    uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+    double a = (double)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+    size_t j;
+
+    if (w & SEQ_STARTED) {
+        if (peer) {
+            /* a peer's count as of its snapshot (the word's time): a token
+             * a step since; one that has run out has ended */
+            double done = floor(a / step_ms);
+
+            if (done >= n) {
+                return;
+            }
+            n -= (uint32_t)done;
+        }
+        left[(*nleft)++] = n;
+        return;
+    }
+    for (j = *nqueue; j > 0 && queue[j - 1].age_ms < a; j--) {
+        queue[j] = queue[j - 1];
+    }
+    queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+    queue[j].max_tokens = n;
+    queue[j].age_ms = a;
+    (*nqueue)++;
+}
+
+double
+lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
+                           double step_ms, double prefill_ms_per_token, unsigned *joined)
+{
+    enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
+    uint32_t left[MAX_SEQS];
+    struct lg_est_queued queue[MAX_SEQS];
+    struct lg_backend_peers peers;
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t nleft = 0, nqueue = 0, ours;
+    bool with_peers;
+
+    if (joined != NULL) {
+        *joined = 0;
+    }
+    if (!(capacity >= 1) || !(step_ms > 0)) {
+        return -1;
+    }
+    /* the peers' words are copied only where peers have requests */
+    with_peers = lg_backend_peer_inflight(b, now_ns) > 0;
+    if (with_peers) {
+        lg_backend_read_peers(b, &peers);
+        with_peers = lg_backend_peers_fresh(peers.t_ns, peers.ttl_ns, now_ns) && peers.inflight > 0;
+    }
+    if (with_peers && !peers.complete) {
+        return -1; /* a peer's request of unknown length: the line would be wrong */
+    }
+    if (inflight == 0 && !with_peers) {
+        return step_ms; /* idle: it starts a step for the new one at once */
+    }
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+
+        if (w != 0) {
+            backend_model_add(w, now, step_ms, false, left, &nleft, queue, &nqueue);
+        }
+    }
+    /* a request of ours it does not see (no known length, not streamed, or
+     * between its dispatch and its word): the line would be wrong */
+    ours = nleft + nqueue;
+    if (ours != inflight) {
+        return -1;
+    }
+    for (uint32_t i = 0; with_peers && i < peers.n && i < LG_BACKEND_PEER_SEQS; i++) {
+        backend_model_add(peers.words[i], now, step_ms, true, left, &nleft, queue, &nqueue);
+    }
+    if (nleft + nqueue == 0) {
+        return step_ms;
+    }
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
+                             backend_step_begun_ms(b, now_ns), joined);
+}
+
+/* ---- estimators --------------------------------------------------------- */
+
+/* The waiting the model predicted (queueing, others' first-token work) is
+ * not the replica's speed; if the prediction overshot, keep at least a
+ * quarter of what was observed. */
+static double
+backend_ttft_sample(double ttft_ms, double wait_ms)
+{
+    return LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
+}
+
+/* The engine model's prefill ms per KiB. Before its own prefills are seen,
+ * the fleet's prefill per ms of decode step times this replica's step: a
+ * replica four times slower to decode is taken to be four times slower to
+ * prefill, so a quarter-speed replica that gets few requests is not handed
+ * long prompts at the fleet's speed (bench/routing/NOTES.md 44). Before any
+ * replica has prefilled enough, the TTFT fit's slope (the fleet's, scaled by
+ * this replica's slowness on short prompts; its peak left out). */
+static double
+backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
+                      const struct lg_est_value *fit, const struct lg_est_prior *prior,
+                      double step_ms)
+{
+    double fallback = prior->prefill_per_step > 0 && step_ms > 0
+                          ? prior->prefill_per_step * step_ms
+                          : fit->ms_per_kib / LG_MAX(fit->peak, 1.0);
+
+    return lg_est_slope_read(&est->prefill, now_ns, fallback, LG_EST_MEAN_HALF_LIFE_S);
+}
+
+/* A first token more than this factor off the prediction is a stall or a
+ * burst the model could not see, not the replica's bias. */
+#define MODEL_ERR_MAX 4.0
+
+void
+lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
+                            uint64_t prompt_bytes, double ttft_ms, double wait_ms,
+                            double model_ms, double pred_ms)
+{
+    uint64_t now = lg_now_ns();
+    double kib = (double)prompt_bytes / 1024.0;
+    bool prefill = prior != NULL && kib > 0 && model_ms >= 0;
+    bool scale = pred_ms > 0 && isfinite(pred_ms) && ttft_ms > 0;
+    bool ttft = prior != NULL && wait_ms >= 0;
+
+    if (!isfinite(ttft_ms) || (!prefill && !scale && !ttft)) {
+        return;
+    }
+    pthread_mutex_lock(&b->lock);
+    if (prefill) {
+        /* a first token held up by what the model did not see (a stall, a
+         * step that ran long) is not the prompt's prefill: at most four
+         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
+        struct lg_est_value fit;
+        double itl = lg_est_mean_read(&b->est.itl, now, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+        double slope, y;
+
+        lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
+        slope = backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
+        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
+        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (scale) {
+        double e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
+
+        lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (ttft) {
+        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, wait_ms));
+    }
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
+                     double ttft_ms, double wait_ms, double itl_ms, double hold_ms)
+{
+    uint64_t now = lg_now_ns();
+
+    pthread_mutex_lock(&b->lock);
+    if (prior != NULL) {
+        lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
+                        backend_ttft_sample(ttft_ms, wait_ms));
+    }
+    if (itl_ms >= 0) {
+        lg_est_mean_add(&b->est.itl, now, itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    if (hold_ms >= 0) {
+        lg_est_mean_add(&b->est.hold, now, hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    /* the success lg_backend_note_result() left to the end of the response */
+    lg_est_mean_add(&b->est.err, now, 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_read_est(const struct lg_backend *b, struct lg_backend_est *out)
+{
+    backend_seq_read(&b->est_seq, out, &b->est_pub, sizeof(*out));
+}
+
+void
+lg_backend_read_engine(const struct lg_backend *b, struct lg_backend_engine *out)
+{
+    backend_seq_read(&b->eng_seq, out, &b->eng_pub, sizeof(*out));
+}
+
+void
+lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_engine *e)
+{
+    pthread_mutex_lock(&b->eng_lock);
+    backend_seq_publish(&b->eng_seq, &b->eng_pub, e, sizeof(*e));
+    pthread_mutex_unlock(&b->eng_lock);
+}
+
+void
+lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out)
+{
+    backend_seq_read(&r->prior_seq, out, &r->prior, sizeof(*out));
+}
+
+void
+lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
+{
+    /* one writer: the fleet's health thread */
+    backend_seq_publish(&r->prior_seq, &r->prior, p, sizeof(*p));
+}
+
+/*
+ * The time to read b's TTFT estimate at. A replica that was slow gets fewer
+ * requests, so fewer samples tell when it is fast again: with nothing of
+ * ours in flight there and no sample for LG_EST_IDLE_S, its estimate fades
+ * toward the prior LG_EST_IDLE_SPEEDUP times faster from then on. One
+ * request then goes there; while it is in flight the estimate reads as
+ * before (no herd), and its sample settles the question.
+ */
+static uint64_t
+backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t inflight)
+{
+    uint64_t idle_ns = (uint64_t)LG_EST_IDLE_S * LG_NS_PER_S;
+
+    if (inflight > 0 || e->t_ns == 0 || now_ns < e->t_ns + idle_ns) {
+        return now_ns;
+    }
+    return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
+}
+
+bool
+lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
+{
+    /* a false confirmation (a queue the gateway could not explain) must not
+     * hold the replica at a few slots for good: the policies would stop
+     * sending it more, and it would never show it runs more */
+    return e->capacity_confirmed > 0 && now_ns >= e->confirmed_t_ns
+           && now_ns - e->confirmed_t_ns <= LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S;
+}
+
+void
+lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
+                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
+{
+    struct lg_backend_est est;
+    struct lg_backend_engine eng;
+    struct lg_est_value tv;
+    uint64_t age;
+    double residual;
+
+    lg_backend_read_est(b, &est);
+    lg_backend_read_engine(b, &eng);
+    lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
+                     prior, &tv);
+    age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
+
+    memset(v, 0, sizeof(*v));
+    v->size = sizeof(*v);
+    v->name = b->name;
+    v->id = b->id;
+    v->weight = b->conf.weight ? b->conf.weight : 1;
+    v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
+    v->inflight = lg_backend_inflight(b);
+    v->max_inflight = b->conf.max_inflight;
+    v->engine_waiting = eng.waiting;
+    v->engine_running = eng.running;
+    v->engine_kv_usage = eng.kv_usage;
+    v->engine_age_ns = age;
+    v->inflight_at_scrape = eng.inflight_at_scrape;
+    v->ttft_fixed_ms = tv.fixed_ms;
+    v->ttft_ms_per_kib = tv.ms_per_kib;
+    v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->samples = tv.samples;
+    v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    /* the scrape's count less ours and our peers' then (health.c) is what no
+     * gateway of the fleet knows request by request; peers' own count now
+     * is fresher than the scrape's */
+    residual = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
+                                   scrape_interval_ns);
+    v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
+    v->load = v->inflight + v->foreign;
+    if (lg_backend_engine_confirmed(&eng, now_ns)) {
+        v->capacity = eng.capacity;
+    } else if (prior->slots > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* not seen full lately: assume the slots its siblings have (replicas
+         * of a model usually run the same engine settings) */
+        v->capacity = LG_MAX(eng.run_max, prior->slots);
+    } else if (eng.run_max > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* it ran that many without a queue: one more slot may exist */
+        v->capacity = eng.run_max + 0.5;
+    }
+    v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
+    lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
+    if (v->pending > 0) {
+        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL, NULL);
+    }
+    if (v->capacity > 0 && v->foreign < 0.5 && v->load + 1 > v->capacity) {
+        /* only our requests there: the k-th to end lets the k-th in line in
+         * (a guessed capacity too: at the most it has been seen running,
+         * the ends say more than the hold-time formula; the router learns
+         * from confirmed ones only, lg_router_pick) */
+        v->slot_wait_ms = LG_MAX(
+            lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
+            0.0);
+    }
+    if (!backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
+        v->flags |= LG_VIEW_F_STEP_GUESS;
+    }
+    v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
+    v->engine_model_ms = -1;
+    v->engine_model_joined = 0;
+    v->engine_model_scale =
+        exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
+    /* a capacity never confirmed by a queue is at least what is assumed of
+     * an engine (the most it ran says nothing against one more) */
+    v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
+                                ? v->capacity
+                                : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+    if (residual < 0.5) {
+        /* only our requests and our peers' there: the model sees the whole
+         * batch and line */
+        unsigned joined;
+
+        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
+                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
+                                                        &joined);
+        v->engine_model_joined = joined;
+    }
+    if (lg_backend_is_half_open(b, now_ns)) {
+        v->flags |= LG_VIEW_F_HALF_OPEN;
+    }
+    if (v->ramp < 1.0) {
+        v->flags |= LG_VIEW_F_RAMPING;
+    }
+    if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
+        v->flags |= LG_VIEW_F_STALE;
+    }
+}
+
+/* ---- fleet -------------------------------------------------------------- */
+
+static int
+fleet_model_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct lg_model_route *)a)->model,
+                  ((const struct lg_model_route *)b)->model);
+}
+
+static struct lg_backend *
+fleet_reuse(const struct lg_fleet *prev, const struct lg_backend_conf *bc)
+{
+    if (prev == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < prev->nbackends; i++) {
+        struct lg_backend *b = prev->backends[i];
+
+        if (strcmp(b->conf.name, bc->name) == 0 && strcmp(b->conf.url, bc->url) == 0) {
+            return b;
+        }
+    }
+    return NULL;
+}
+
+static void
+fleet_index_models(struct lg_fleet *f)
+{
+    size_t cap = 0;
+
+    for (size_t i = 0; i < f->nbackends; i++) {
+        cap += f->backends[i]->conf.nmodels;
+    }
+    for (size_t i = 0; i < f->conf->ntemplates; i++) {
+        cap += f->conf->templates[i].nmodels;
+    }
+    f->models = lg_xcalloc(cap ? cap : 1, sizeof(*f->models));
+    for (size_t i = 0; i < f->nbackends; i++) {
+        struct lg_backend *b = f->backends[i];
+
+        for (size_t k = 0; k < b->conf.nmodels; k++) {
+            struct lg_model_route *m = NULL;
+
+            for (size_t j = 0; j < f->nmodels; j++) {
+                if (strcmp(f->models[j].model, b->conf.models[k]) == 0) {
+                    m = &f->models[j];
+                    break;
+                }
+            }
+            if (m == NULL) {
+                m = &f->models[f->nmodels++];
+                m->model = b->conf.models[k];
+                m->backends = lg_xcalloc(f->nbackends, sizeof(*m->backends));
+                m->prior = (struct lg_est_prior){ .fixed_ms = LG_EST_DEFAULT_FIXED_MS,
+                                                  .ms_per_kib = LG_EST_DEFAULT_MS_PER_KIB,
+                                                  .itl_ms = LG_EST_DEFAULT_ITL_MS,
+                                                  .hold_ms = LG_EST_DEFAULT_HOLD_MS,
+                                                  .slots = 0 };
+            }
+            m->backends[m->n++] = b;
+        }
+    }
+    /* a model only discovered backends serve, none discovered yet: a route
+     * without backends answers 503 (none available), not 404 (no such model) */
+    for (size_t i = 0; i < f->conf->ntemplates; i++) {
+        const struct lg_backend_conf *t = &f->conf->templates[i];
+
+        for (size_t k = 0; k < t->nmodels; k++) {
+            bool known = false;
+
+            for (size_t j = 0; j < f->nmodels && !known; j++) {
+                known = strcmp(f->models[j].model, t->models[k]) == 0;
+            }
+            if (!known) {
+                f->models[f->nmodels].model = t->models[k];
+                f->models[f->nmodels++].backends = lg_xcalloc(1, sizeof(struct lg_backend *));
+            }
+        }
+    }
+    qsort(f->models, f->nmodels, sizeof(*f->models), fleet_model_cmp);
+}
+
+int
+lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
+             struct lg_fleet **out)
+{
+    struct lg_fleet *f = lg_xcalloc(1, sizeof(*f));
+    int rc;
+
+    f->refcnt = 1;
+    f->conf = lg_config_ref(conf);
+    f->backends = lg_xcalloc(conf->nbackends ? conf->nbackends : 1, sizeof(*f->backends));
+    for (size_t i = 0; i < conf->nbackends; i++) {
+        struct lg_backend *b = fleet_reuse(prev, &conf->backends[i]);
+
+        if (b != NULL) {
+            lg_backend_ref(b);
+        } else {
+            b = backend_new(&conf->backends[i], nworkers);
+            if (prev != NULL) {
+                /* joins a running fleet: ramp its share up (slow start) */
+                __atomic_store_n(&b->up_since_ns, lg_now_ns(), __ATOMIC_RELAXED);
+            }
+        }
+        b->index = (uint32_t)i;
+        f->backends[f->nbackends++] = b;
+    }
+    fleet_index_models(f);
+    rc = lg_router_new(conf, &f->router);
+    if (rc != LG_OK) {
+        lg_fleet_unref(f);
+        return rc;
+    }
+    rc = lg_health_start(f, &f->health);
+    if (rc != LG_OK) {
+        lg_fleet_unref(f);
+        return rc;
+    }
+    *out = f;
+    return LG_OK;
+}
+
+struct lg_fleet *
+lg_fleet_ref(struct lg_fleet *f)
+{
+    __atomic_fetch_add(&f->refcnt, 1, __ATOMIC_RELAXED);
+    return f;
+}
+
+void
+lg_fleet_retire(struct lg_fleet *f)
+{
+    /* Left running, it would write the same backends' health and engine
+     * state as the new thread, and its peers list over the new one, for as
+     * long as a stream holds f (minutes). */
+    lg_health_stop(f->health);
+    f->health = NULL;
+}
+
+void
+lg_fleet_unref(struct lg_fleet *f)
+{
+    if (f == NULL || __atomic_sub_fetch(&f->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {
+        return;
+    }
+    lg_health_stop(f->health);
+    lg_router_free(f->router);
+    for (size_t i = 0; i < f->nmodels; i++) {
+        free(f->models[i].backends);
+    }
+    free(f->models);
+    for (size_t i = 0; i < f->nbackends; i++) {
+        lg_backend_unref(f->backends[i]);
+    }
+    free(f->backends);
+    lg_config_unref(f->conf);
+    free(f);
+}
+
+const struct lg_model_route *
+lg_fleet_find_model(const struct lg_fleet *f, const char *model)
+{
+    struct lg_model_route key = { .model = model };
+
+    return bsearch(&key, f->models, f->nmodels, sizeof(*f->models), fleet_model_cmp);
+}

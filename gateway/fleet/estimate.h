@@ -1,0 +1,217 @@
+/*
+ * estimate.h: the per-backend estimators behind latency-aware routing, as
+ * pure functions on plain structs (no clocks, no locks, no backends), so the
+ * math is unit-tested on its own. backend.c owns the instances, serialises
+ * the writers and publishes copies to the readers.
+ *
+ * TTFT model. For one backend, the time from dispatch to first token when
+ * nothing is queued ahead of the request ("service TTFT") is
+ *
+ *     ttft(x) = peak * (fixed + slope * x)          x = prompt KiB
+ *
+ * - fixed and slope come from a time-decayed weighted least-squares fit of
+ *   the observed service TTFTs against x (half-life LG_EST_HALF_LIFE_S).
+ *   Fitting both parts is what keeps a long prompt from making a healthy
+ *   replica look slow: its long TTFT lands on the slope, not on the fixed
+ *   part that short requests pay.
+ * - The fit is regularised by LG_EST_PRIOR_WEIGHT pseudo-samples of a prior
+ *   line (the fleet's median fixed and slope for the model), scaled by this
+ *   backend's own slowness relative to that line. When samples stop, their
+ *   weight decays and the estimate drifts back to the prior: a replica that
+ *   was slow once is tried again (faster once it sits idle: backend.c,
+ *   LG_EST_IDLE_S). A sample under LG_EST_FORGET_BELOW of the fit's
+ *   prediction halves the old samples' weight (it recovered). The scaling keeps a
+ *   replica that is 4x slower on short prompts from being assumed fast on
+ *   long ones before it has seen one.
+ * - peak >= 1 is a Peak-EWMA on the ratio observed / predicted: it jumps
+ *   half-way up at once when a sample is slower than predicted and decays
+ *   back to 1 with half-life LG_EST_PEAK_HALF_LIFE_S. A replica that
+ *   suddenly slows down loses its share after one or two samples instead of
+ *   a fit half-life; the fit then takes over and the peak fades.
+ *
+ * Decayed means (inter-token gap, slot hold time, error rate) use the same
+ * decayed sums with a prior, read at any time without a writer.
+ */
+#ifndef LG_ESTIMATE_H
+#define LG_ESTIMATE_H
+
+#include "base/lg_core.h"
+
+/* Half-life of TTFT samples in the fit: long enough to average the noise of
+ * queueing, short enough that a recovered replica is re-learnt in < 30 s. */
+#define LG_EST_HALF_LIFE_S 5.0
+/* Weight of the prior line, in samples (split between x = 0 and x = LG_EST_PRIOR_X_KIB). */
+#define LG_EST_PRIOR_WEIGHT 4.0
+#define LG_EST_PRIOR_X_KIB  8.0
+/* Peak-EWMA on the ratio: share of an upward step taken at once, half-life of its decay. */
+#define LG_EST_PEAK_UP          0.5
+#define LG_EST_PEAK_HALF_LIFE_S 5.0
+#define LG_EST_PEAK_MAX         3.0 /* a ratio above counts as this much */
+/* A replica idle (nothing in flight) without a sample for this long sees its
+ * estimate fade this many times faster (backend.c: it gets tried again). */
+#define LG_EST_IDLE_S       3
+#define LG_EST_IDLE_SPEEDUP 5
+/* A sample under this share of the fit's prediction halves the old samples' weight. */
+#define LG_EST_FORGET_BELOW 0.5
+/* Largest sample the fit takes, as a multiple of its prediction (a robust fit). */
+#define LG_EST_FIT_MAX 4.0
+/* Decayed means (inter-token gap, hold time, errors). */
+#define LG_EST_MEAN_HALF_LIFE_S  5.0
+#define LG_EST_MEAN_PRIOR_WEIGHT 4.0
+
+/* The prior line for a model's backends (fleet medians), and fallbacks. */
+struct lg_est_prior {
+    double fixed_ms;   /* TTFT of an empty prompt */
+    double ms_per_kib; /* added per KiB of prompt */
+    double itl_ms;     /* inter-token gap */
+    double hold_ms;    /* time a request holds an engine slot */
+    double slots;      /* engine slots, where confirmed by a queue; 0 = none known */
+    double prefill_per_step; /* prefill ms per KiB per ms of decode step, from the
+                                backends that have prefilled enough; 0 = none yet */
+};
+
+/* Defaults before any backend of the model has answered. */
+#define LG_EST_DEFAULT_FIXED_MS   50.0
+#define LG_EST_DEFAULT_MS_PER_KIB 10.0
+#define LG_EST_DEFAULT_ITL_MS     20.0
+#define LG_EST_DEFAULT_HOLD_MS    1000.0
+
+/*
+ * TTFT fit state: decayed sums as of t_ns, and the peak factor as of
+ * peak_t_ns. Plain doubles, copied whole to publish (backend.c).
+ */
+struct lg_est_ttft {
+    double w;      /* sum of sample weights */
+    double sx, sy; /* weighted sums of x (KiB) and y (ms) */
+    double sxx, sxy;
+    double sf;          /* weighted sum of the prior line at each sample's x */
+    double peak;        /* >= 1 */
+    uint64_t t_ns;      /* time the sums were last decayed to */
+    uint64_t peak_t_ns; /* time peak was last set */
+};
+
+/* A decayed mean with a prior: value = (d*sy + k*prior) / (d*w + k). */
+struct lg_est_mean {
+    double w, sy;
+    uint64_t t_ns;
+};
+
+/*
+ * A decaying slope through the origin (y = slope * x), pulled toward a
+ * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at x = 1: the prefill
+ * ms per KiB of prompt the engine model charges, from first tokens less
+ * the model's wait.
+ */
+struct lg_est_slope {
+    double sxx, sxy;
+    uint64_t t_ns;
+};
+
+void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
+                      double half_life_s);
+/* Effective weight (decayed sum of x^2) of the samples behind the slope. */
+double lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s);
+/* The samples' own slope, no prior (decay cancels out); 0 without samples. */
+double lg_est_slope_value(const struct lg_est_slope *s);
+double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
+                         double half_life_s);
+
+/* The TTFT model read at a given time. */
+struct lg_est_value {
+    double fixed_ms;   /* peak included */
+    double ms_per_kib; /* peak included */
+    double peak;
+    double samples; /* effective weight of real samples behind the fit */
+};
+
+void lg_est_ttft_init(struct lg_est_ttft *e);
+
+/* Reads the model at now_ns, with the sums decayed toward the prior. */
+void lg_est_ttft_read(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+                      struct lg_est_value *out);
+
+/* Predicted service TTFT (ms) for a prompt of x KiB. */
+double lg_est_ttft_predict(const struct lg_est_value *v, double kib);
+
+/*
+ * Adds one observation: a prompt of `kib` KiB got its first token `ms`
+ * after dispatch, queueing excluded. Updates the peak from the ratio to the
+ * prediction before the sample, then the fit.
+ */
+void lg_est_ttft_add(struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
+                     double kib, double ms);
+
+void lg_est_mean_init(struct lg_est_mean *m);
+double lg_est_mean_read(const struct lg_est_mean *m, uint64_t now_ns, double prior,
+                        double half_life_s);
+/* Effective weight of the samples behind the mean at now_ns. */
+double lg_est_mean_weight(const struct lg_est_mean *m, uint64_t now_ns, double half_life_s);
+void lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_life_s);
+
+/* exp(-dt * ln2 / half_life): the weight left after dt_ns. */
+double lg_est_decay(uint64_t dt_ns, double half_life_s);
+
+/*
+ * Engine load blending. A scrape of the engine's queue says how many
+ * requests it held (running + waiting) `age_ns` ago, of which
+ * `inflight_at_scrape` were ours. Other clients' share is trusted fully up
+ * to 2 scrape intervals old, then faded linearly to nothing at 4 intervals:
+ * a stale sample never keeps steering traffic away (fail open), and a
+ * missing one counts as no foreign load. Our own in-flight count is exact
+ * and immediate, so picks made since the scrape are never forgotten.
+ */
+double lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape,
+                           uint64_t age_ns, uint64_t interval_ns);
+
+/*
+ * Expected queueing before a new request starts on an engine that runs
+ * `capacity` requests at once, each holding its slot `hold_ms` on average,
+ * with `load` requests already there: the new one waits for
+ * load + 1 - capacity departures. Departures come hold/capacity apart; the
+ * first one comes hold/(capacity+1) after an arbitrary moment when the
+ * requests running are of all ages, later when they are younger than that:
+ * `mean_age_ms` (< 0: unknown) is the mean age of the requests there, and
+ * each millisecond it falls short of hold/2 (a batch refilled at once after
+ * a burst) delays the first departure by as much.
+ */
+double lg_est_queue_wait_ms(double load, double capacity, double hold_ms, double mean_age_ms);
+/* The same wait, when known from the requests' predicted ends (known_ms > 0:
+ * lg_backend_view.slot_wait_ms) taken as is, else the formula above. */
+double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_ms,
+                           double mean_age_ms);
+
+/*
+ * The engine model run forward (continuous batching, as vLLM, SGLang and
+ * llmsim schedule): each step yields one token to every running sequence
+ * and lasts step_ms, plus prefill_ms per prompt token admitted into it; at
+ * each step's start the line is admitted in order while fewer than `slots`
+ * run; a sequence leaves after its last token. From `left` (tokens still to
+ * come of each running sequence, one of them from the step in progress,
+ * which has resid_ms left) and `queue` (awaiting a first token, oldest
+ * first: the head that found a slot free is taken as admitted into the step
+ * in progress, and one past due for its first token as having half its own
+ * step and prefill left; where begun_ms >= 0, the step in progress began
+ * that long ago, so it admitted those of the line sent before then while
+ * slots were free, and lasts step_ms plus their prefill, unless it has
+ * already run past that: then where it stands is unknown, as when begun_ms
+ * < 0), returns the ms until a request joining the end of the line
+ * would get its first token, its own prefill left out (add prefill_ms * its
+ * tokens). *joined (when not NULL) is how many of the line are admitted into
+ * the same step as the new one: its prefill delays their first tokens.
+ * Sequences beyond LG_EST_ENGINE_MAX are not seen.
+ */
+#define LG_EST_ENGINE_MAX 256
+/* The engine slots assumed where a replica was never seen full (vLLM's and
+ * SGLang's batch limits are larger; 16 is what a small GPU runs at once):
+ * ttft's `slots` default, and the engine model's least guess. */
+#define LG_EST_ASSUMED_SLOTS 16
+struct lg_est_queued {
+    uint32_t prompt_tokens; /* to prefill */
+    uint32_t max_tokens;    /* tokens it will generate (at least 1) */
+    double age_ms;          /* since it was sent */
+};
+double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
+                         size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
+                         double resid_ms, double begun_ms, unsigned *joined);
+
+#endif /* LG_ESTIMATE_H */

@@ -1,0 +1,50 @@
+/*
+ * openai.h: what the gateway reads from an OpenAI-style request body, and
+ * the OpenAI-style error bodies it writes.
+ */
+#ifndef LG_OPENAI_H
+#define LG_OPENAI_H
+
+#include "base/lg_core.h"
+
+struct evbuffer;
+
+#define LG_MODEL_MAX 256
+
+struct lg_openai_req {
+    char model[LG_MODEL_MAX + 1]; /* "" when absent */
+    bool stream;
+    bool include_usage;           /* stream_options.include_usage */
+    int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
+    uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
+    uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
+};
+
+/*
+ * Inspects a JSON request body without linearising it (jansson reads the
+ * evbuffer's extents through a callback). The body is left untouched.
+ * Returns LG_OK, or LG_EINVAL with a human message in err (malformed JSON
+ * with its position, not an object, wrong type of a known field).
+ * A missing model is not an error here: out->model is "".
+ */
+int lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_req *out,
+                      char *err, size_t errlen);
+
+/* Same on contiguous memory (tests, fuzzing). */
+int lg_openai_inspect_mem(const char *data, size_t len, size_t prefix_bytes,
+                          struct lg_openai_req *out, char *err, size_t errlen);
+
+/*
+ * Appends {"error":{"message":...,"type":...,"param":null,"code":...}} to out.
+ * Returns the number of bytes appended.
+ */
+size_t lg_openai_error_body(struct evbuffer *out, const char *message, const char *type,
+                            const char *code);
+
+/* The OpenAI error type for an HTTP status. */
+const char *lg_openai_error_type(int status);
+
+/* Appends s to out as a JSON string (quotes included). */
+void lg_json_append_string(struct evbuffer *out, const char *s, size_t n);
+
+#endif /* LG_OPENAI_H */

@@ -1,0 +1,452 @@
+/*
+ * sse.c: incremental SSE scanner and JSON key probe (see sse.h).
+ *
+ * Owns nothing; all state lives in the caller's struct. Every byte is looked
+ * at once, in one pass, whatever the read boundaries: a unit test feeds
+ * streams split at every offset and compares the results.
+ */
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "http/sse.h"
+
+/* ---- JSON probe --------------------------------------------------------- */
+
+enum {
+    PROBE_OUT = 0,     /* between tokens */
+    PROBE_STR,         /* in a string that may be a key */
+    PROBE_STR_ESC,     /* after a backslash in such a string */
+    PROBE_VAL_FIRST,   /* just inside a content string value */
+    PROBE_VAL,         /* in a string value we skip */
+    PROBE_VAL_ESC,     /* after a backslash in it */
+    PROBE_NUM,         /* in a token count */
+};
+
+enum {
+    PENDING_NONE = 0,
+    PENDING_COLON, /* a string just ended: a ':' makes it a key */
+    PENDING_VALUE, /* a key we watch was read: the next token is its value */
+};
+
+enum {
+    WANT_NONE = 0,
+    WANT_CONTENT,    /* non-empty string value */
+    WANT_TOOL_CALLS, /* array value */
+    WANT_COMPLETION_TOKENS,
+    WANT_PROMPT_TOKENS,
+};
+
+/*
+ * The keys we watch, by length: a string is looked up once, at its closing
+ * quote, and most strings of a chunk ("id", "object", "index", values) fail
+ * on their length alone.
+ */
+static uint8_t
+probe_lookup(const char *k, size_t n)
+{
+    switch (n) {
+    case 4:
+        return memcmp(k, "text", 4) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 7:
+        return memcmp(k, "content", 7) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 9:
+        return memcmp(k, "reasoning", 9) == 0 ? WANT_CONTENT : WANT_NONE;
+    case 10:
+        return memcmp(k, "tool_calls", 10) == 0 ? WANT_TOOL_CALLS : WANT_NONE;
+    case 13:
+        return memcmp(k, "prompt_tokens", 13) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
+    case 17:
+        if (memcmp(k, "reasoning_content", 17) == 0) {
+            return WANT_CONTENT;
+        }
+        return memcmp(k, "completion_tokens", 17) == 0 ? WANT_COMPLETION_TOKENS : WANT_NONE;
+    default:
+        return WANT_NONE;
+    }
+}
+
+void
+lg_json_probe_init(struct lg_json_probe *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->completion_tokens = -1;
+    p->prompt_tokens = -1;
+}
+
+void
+lg_json_probe_reset(struct lg_json_probe *p)
+{
+    int64_t ct = p->completion_tokens, pt = p->prompt_tokens;
+
+    lg_json_probe_init(p);
+    p->completion_tokens = ct;
+    p->prompt_tokens = pt;
+}
+
+static void
+probe_end_number(struct lg_json_probe *p)
+{
+    if (p->want == WANT_COMPLETION_TOKENS) {
+        p->completion_tokens = p->num;
+    } else if (p->want == WANT_PROMPT_TOKENS) {
+        p->prompt_tokens = p->num;
+    }
+    p->want = WANT_NONE;
+    p->state = PROBE_OUT;
+}
+
+/* One byte between tokens. */
+static inline void
+probe_out(struct lg_json_probe *p, char c)
+{
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        return;
+    }
+    if (p->pending == PENDING_VALUE) {
+        p->pending = PENDING_NONE;
+        if (c == '"' && p->want == WANT_CONTENT) {
+            p->state = PROBE_VAL_FIRST;
+            return;
+        }
+        if (c == '[' && p->want == WANT_TOOL_CALLS) {
+            p->content = true;
+        } else if (c >= '0' && c <= '9'
+                   && (p->want == WANT_COMPLETION_TOKENS || p->want == WANT_PROMPT_TOKENS)) {
+            p->num = c - '0';
+            p->state = PROBE_NUM;
+            return;
+        }
+        p->want = WANT_NONE;
+        if (c != '"') {
+            return;
+        }
+        /* a string value we do not watch: read it like any string */
+    }
+    if (c == '"') {
+        p->state = PROBE_STR;
+        p->key_len = 0;
+        p->key_overflow = false;
+        p->pending = PENDING_NONE;
+        return;
+    }
+    if (c == ':' && p->pending == PENDING_COLON) {
+        p->want = p->key_want;
+        p->pending = p->want != WANT_NONE ? PENDING_VALUE : PENDING_NONE;
+        return;
+    }
+    p->pending = PENDING_NONE;
+}
+
+/*
+ * Index of the first byte equal to a or b in data[i, len), or len: sixteen
+ * (SSE2) or eight (any 64-bit word) bytes at a time, as most of a body is the
+ * inside of strings that only their closing quote (or a backslash) ends.
+ */
+static inline size_t
+sse_find2(const char *data, size_t i, size_t len, char a, char b)
+{
+#ifdef __SSE2__
+    const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b);
+
+    while (len - i >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(data + i));
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_or_si128(_mm_cmpeq_epi8(x, va), _mm_cmpeq_epi8(x, vb)));
+
+        if (m != 0) {
+            return i + (size_t)__builtin_ctz(m);
+        }
+        i += 16;
+    }
+#endif
+    while (len - i >= 8) {
+        uint64_t x, m;
+
+        memcpy(&x, data + i, 8);
+        m = lg_swar_eq(x, (unsigned char)a) | lg_swar_eq(x, (unsigned char)b);
+        if (m != 0) {
+            return i + lg_swar_first(m);
+        }
+        i += 8;
+    }
+    while (i < len && data[i] != a && data[i] != b) {
+        i++;
+    }
+    return i;
+}
+
+/*
+ * A string ended at data[j] (its closing quote) with what it means as a key.
+ * The byte after it, when it is in this read and the usual one, is taken at
+ * once: a ':' makes the string a key, a ',', '}' or ']' ends a value.
+ */
+static inline size_t
+probe_string_end(struct lg_json_probe *p, const char *data, size_t j, size_t len, uint8_t want)
+{
+    p->state = PROBE_OUT;
+    if (j + 1 < len) {
+        char c = data[j + 1];
+
+        if (c == ':') {
+            p->want = want;
+            p->pending = want != WANT_NONE ? PENDING_VALUE : PENDING_NONE;
+            return j + 2;
+        }
+        if (c == ',' || c == '}' || c == ']') {
+            p->pending = PENDING_NONE;
+            return j + 2;
+        }
+    }
+    p->key_want = want;
+    p->pending = PENDING_COLON;
+    return j + 1;
+}
+
+/*
+ * A string (key or not) runs on from data[i]. A string that ends in this read
+ * is looked up where it lies; one split across reads keeps its first bytes in
+ * p->key (a key of ours is short). Returns where to go on.
+ */
+static inline size_t
+probe_string(struct lg_json_probe *p, const char *data, size_t i, size_t len)
+{
+    size_t j = sse_find2(data, i, len, '"', '\\');
+
+    if (!p->key_overflow && j > i) {
+        if (p->key_len == 0 && j < len && data[j] == '"') {
+            /* whole, in place */
+            return probe_string_end(p, data, j, len, probe_lookup(data + i, j - i));
+        }
+        size_t k = LG_MIN(j - i, (size_t)(LG_JSON_KEY_MAX - p->key_len));
+
+        memcpy(p->key + p->key_len, data + i, k);
+        p->key_len = (uint8_t)(p->key_len + k);
+        p->key_overflow = k < j - i;
+    }
+    if (j == len) {
+        return len;
+    }
+    if (data[j] == '\\') {
+        p->state = PROBE_STR_ESC;
+        p->key_overflow = true; /* none of our keys has escapes */
+        return j + 1;
+    }
+    return probe_string_end(p, data, j, len,
+                            p->key_overflow ? WANT_NONE : probe_lookup(p->key, p->key_len));
+}
+
+void
+lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len) {
+        char c;
+
+        switch (p->state) {
+        case PROBE_OUT:
+            if (p->pending == PENDING_NONE) {
+                /* between tokens with nothing pending only a quote matters */
+                i = sse_find2(data, i, len, '"', '"');
+                if (i == len) {
+                    return;
+                }
+            }
+            probe_out(p, data[i++]);
+            break;
+        case PROBE_STR:
+            i = probe_string(p, data, i, len);
+            break;
+        case PROBE_STR_ESC:
+            p->state = PROBE_STR;
+            i++;
+            break;
+        case PROBE_VAL_FIRST:
+            c = data[i++];
+            p->want = WANT_NONE;
+            if (c == '"') {
+                p->state = PROBE_OUT; /* "" carries nothing */
+            } else {
+                p->content = true;
+                p->state = c == '\\' ? PROBE_VAL_ESC : PROBE_VAL;
+            }
+            break;
+        case PROBE_VAL:
+            /* a value we only skip: jump to its end or next escape */
+            i = sse_find2(data, i, len, '"', '\\');
+            if (i == len) {
+                return;
+            }
+            p->state = data[i++] == '"' ? PROBE_OUT : PROBE_VAL_ESC;
+            break;
+        case PROBE_VAL_ESC:
+            p->state = PROBE_VAL;
+            i++;
+            break;
+        case PROBE_NUM:
+            c = data[i];
+            if (c >= '0' && c <= '9') {
+                if (p->num < (INT64_MAX - 9) / 10) {
+                    p->num = p->num * 10 + (c - '0');
+                }
+                i++;
+            } else {
+                probe_end_number(p); /* and c is read between tokens */
+            }
+            break;
+        default:
+            p->state = PROBE_OUT;
+            break;
+        }
+    }
+}
+
+/* ---- SSE scanner -------------------------------------------------------- */
+
+enum {
+    LINE_START = 0, /* first byte of a line */
+    LINE_FIELD,     /* reading the field name */
+    LINE_VALUE,     /* in a data value */
+    LINE_SKIP,      /* in a line we ignore */
+};
+
+static const char sse_done[] = "[DONE]";
+#define SSE_DONE_LEN  6
+#define SSE_NO_MATCH  0xff
+
+void
+lg_sse_init(struct lg_sse *s)
+{
+    memset(s, 0, sizeof(*s));
+    lg_json_probe_init(&s->probe);
+}
+
+/* A line ended. Returns 1 if it was the blank line that ends an event with content. */
+static unsigned
+sse_end_line(struct lg_sse *s)
+{
+    unsigned got = 0;
+
+    switch (s->line_state) {
+    case LINE_START: /* blank line: dispatch the event */
+        if (s->ev_data) {
+            s->events++;
+            if (s->probe.content && !s->ev_done) {
+                s->content_events++;
+                got = 1;
+            }
+            if (s->ev_done) {
+                s->done = true;
+            }
+        }
+        s->ev_data = false;
+        s->ev_done = false;
+        lg_json_probe_reset(&s->probe);
+        break;
+    case LINE_FIELD: /* a field with no colon: "data" alone is an empty data line */
+        if (s->field_len == 4 && memcmp(s->field, "data", 4) == 0) {
+            if (s->ev_data) {
+                lg_json_probe_feed(&s->probe, "\n", 1);
+            }
+            s->ev_data = true;
+        }
+        break;
+    case LINE_VALUE:
+        if (s->done_match == SSE_DONE_LEN) {
+            s->ev_done = true;
+        }
+        break;
+    default:
+        break;
+    }
+    s->line_state = LINE_START;
+    s->field_len = 0;
+    return got;
+}
+
+static void
+sse_start_value(struct lg_sse *s)
+{
+    if (s->ev_data) {
+        lg_json_probe_feed(&s->probe, "\n", 1); /* data lines join with LF */
+    }
+    s->ev_data = true;
+    s->done_match = 0;
+    s->value_started = false;
+    s->line_state = LINE_VALUE;
+}
+
+unsigned
+lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
+{
+    unsigned got = 0;
+    size_t i = 0;
+
+    while (i < len) {
+        char c = data[i];
+
+        if (s->after_cr) {
+            s->after_cr = false;
+            if (c == '\n') {
+                i++;
+                continue;
+            }
+        }
+        if (c == '\r' || c == '\n') {
+            s->after_cr = c == '\r';
+            got += sse_end_line(s);
+            i++;
+            continue;
+        }
+        switch (s->line_state) {
+        case LINE_START:
+            if (c == ':') {
+                s->line_state = LINE_SKIP; /* comment */
+                i++;
+                break;
+            }
+            s->line_state = LINE_FIELD;
+            s->field_len = 0;
+            break; /* reprocess c as a field byte */
+        case LINE_FIELD:
+            if (c == ':') {
+                if (s->field_len == 4 && memcmp(s->field, "data", 4) == 0) {
+                    sse_start_value(s);
+                } else {
+                    s->line_state = LINE_SKIP;
+                }
+            } else if (s->field_len < sizeof(s->field)) {
+                s->field[s->field_len++] = c;
+            } else {
+                s->line_state = LINE_SKIP;
+            }
+            i++;
+            break;
+        case LINE_VALUE: {
+            /* The value runs to the end of the line or of this read. */
+            size_t j = sse_find2(data, i, len, '\r', '\n');
+
+            if (!s->value_started && data[i] == ' ') {
+                i++; /* one leading space is not part of the value (may come in a later read) */
+            }
+            s->value_started = true;
+            for (size_t k = i; k < j && s->done_match != SSE_NO_MATCH; k++) {
+                if (s->done_match < SSE_DONE_LEN && data[k] == sse_done[s->done_match]) {
+                    s->done_match++;
+                } else {
+                    s->done_match = SSE_NO_MATCH;
+                }
+            }
+            lg_json_probe_feed(&s->probe, data + i, j - i);
+            i = j;
+            break;
+        }
+        default: /* LINE_SKIP */
+            i++;
+            break;
+        }
+    }
+    return got;
+}

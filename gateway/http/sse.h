@@ -1,0 +1,73 @@
+/*
+ * sse.h: an incremental Server-Sent Events scanner and a JSON probe.
+ *
+ * The scanner watches a response body go by (any split into reads, no
+ * buffering, no allocation) and reports the events the gateway times: events
+ * that carry generated content (the first one is TTFT; the gaps between them
+ * are inter-token latency), the final `data: [DONE]`, and the `usage` token
+ * counts. It never changes or holds the bytes; the relay moves them on.
+ *
+ * The JSON probe is a tiny lexer that recognises a handful of keys in an
+ * OpenAI chunk or response (`content`, `text`, `reasoning_content`,
+ * `tool_calls`, `completion_tokens`, `prompt_tokens`) without parsing the
+ * document. It is used for each SSE data value and for whole non-streaming
+ * JSON bodies.
+ */
+#ifndef LG_SSE_H
+#define LG_SSE_H
+
+#include "base/lg_core.h"
+
+#define LG_JSON_KEY_MAX 24
+
+struct lg_json_probe {
+    uint8_t state;               /* lexer state (sse.c) */
+    uint8_t pending;             /* what the next token means */
+    uint8_t want;                /* the key whose value comes next */
+    uint8_t key_want;            /* what the last string means as a key */
+    uint8_t key_len;             /* bytes of the current string captured */
+    bool key_overflow;           /* string longer than any key we match */
+    char key[LG_JSON_KEY_MAX];   /* start of the current string */
+    int64_t num;                 /* number being read */
+    bool content;                /* a non-empty content value was seen */
+    int64_t completion_tokens;   /* -1 until seen */
+    int64_t prompt_tokens;       /* -1 until seen */
+};
+
+void lg_json_probe_init(struct lg_json_probe *p);
+/* Resets the content flag and lexer, keeps the token counts. */
+void lg_json_probe_reset(struct lg_json_probe *p);
+void lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len);
+
+struct lg_sse {
+    uint8_t line_state;          /* where in a line we are */
+    bool after_cr;               /* the previous byte was CR: a LF now is part of it */
+    uint8_t field_len;
+    char field[8];               /* field name so far ("data", "event"...) */
+    uint8_t done_match;          /* bytes of "[DONE]" matched in this data value */
+    bool value_started;          /* a data value byte was seen on this line */
+    bool ev_data;                /* current event has a data field */
+    bool ev_done;                /* current event is data: [DONE] */
+    struct lg_json_probe probe;  /* over the current event's data */
+
+    uint64_t events;             /* dispatched events with data */
+    uint64_t content_events;     /* of which carried generated content */
+    bool done;                   /* saw data: [DONE] */
+};
+
+void lg_sse_init(struct lg_sse *s);
+
+/*
+ * Scans `len` bytes of event-stream body. Returns how many events that carry
+ * content completed inside these bytes (0 or more).
+ */
+unsigned lg_sse_feed(struct lg_sse *s, const char *data, size_t len);
+
+/* Token counts from a usage object, or -1. */
+static inline int64_t
+lg_sse_completion_tokens(const struct lg_sse *s)
+{
+    return s->probe.completion_tokens;
+}
+
+#endif /* LG_SSE_H */

@@ -1,0 +1,1049 @@
+/*
+ * policies.c: the built-in routing policies, written against the public
+ * plugin ABI exactly as a shared-object plugin would be (they only see
+ * lg_route_info and lg_backend_view), and registered through
+ * lg_builtin_policies[].
+ *
+ *   round_robin       rotation, weighted by backend weight
+ *   least_request     fewest requests in flight from this gateway
+ *   p2c               power of two choices: two random candidates, then the
+ *                     one with fewer in flight
+ *   ttft              predicted time to first token (the default)
+ *   prefix_affinity   rendezvous hashing of the prompt prefix, bounded load
+ *   session_affinity  the same on the session header's value
+ *
+ * Every score is in expected milliseconds of TTFT, so the stages compose
+ * (plugin.h). Owns: each policy's state (created and destroyed through its
+ * ops). Options arrive as JSON text; errors name their JSON pointer.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "fleet/estimate.h"
+#include "route/plugin.h"
+
+/* ---- options ------------------------------------------------------------ */
+
+struct policy_opt {
+    const char *name;
+    double *dst;
+    double min, max;
+};
+
+/* Reads numeric options; unknown keys and out-of-range values are errors. */
+static int
+policy_options(const char *text, const struct policy_opt *opts, size_t n, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(text ? text : "{}", JSON_REJECT_DUPLICATES, &jerr);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, ": options must be a JSON object");
+        json_decref(root);
+        return -1;
+    }
+    json_object_foreach (root, key, v) {
+        const struct policy_opt *o = NULL;
+
+        if (key[0] == '#') {
+            continue; /* a comment, as everywhere in the config */
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(opts[i].name, key) == 0) {
+                o = &opts[i];
+            }
+        }
+        if (o == NULL) {
+            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (%s", key,
+                                          n ? "known:" : "this policy takes none");
+
+            for (size_t i = 0; i < n && off < errlen; i++) {
+                off += (size_t)snprintf(err + off, errlen - off, " %s", opts[i].name);
+            }
+            if (off < errlen) {
+                snprintf(err + off, errlen - off, ")");
+            }
+            rc = -1;
+            break;
+        }
+        if (!json_is_number(v) || json_number_value(v) < o->min || json_number_value(v) > o->max) {
+            snprintf(err, errlen, "/%s: must be a number from %g to %g", key, o->min, o->max);
+            rc = -1;
+            break;
+        }
+        *o->dst = json_number_value(v);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void
+policy_free(void *state)
+{
+    free(state);
+}
+
+static double
+policy_weight(const struct lg_backend_view *v)
+{
+    return v->weight > 0 ? (double)v->weight : 1.0;
+}
+
+/*
+ * Requests the candidate runs at once: what its engine showed while a queue
+ * lasted; a guess (never seen full: the most it ran) counts as at least
+ * `assumed`, the operator's word for its engines' slots, since running 6
+ * without a queue says nothing against a 7th; unknown is `assumed`.
+ */
+static double
+policy_slots(const struct lg_backend_view *v, double assumed)
+{
+    if (v->capacity <= 0) {
+        return assumed;
+    }
+    return (v->flags & LG_VIEW_F_CAP_GUESS) ? LG_MAX(v->capacity, assumed) : v->capacity;
+}
+
+/* ---- round_robin -------------------------------------------------------- */
+
+struct rr_state {
+    uint64_t next; /* atomic */
+};
+
+static int
+rr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+          size_t errlen)
+{
+    (void)host;
+    if (policy_options(options, NULL, 0, err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xcalloc(1, sizeof(struct rr_state));
+    return 0;
+}
+
+/* The candidate whose turn it is costs 0, the next 1 us, and so on. */
+static void
+rr_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+         size_t n, double *cost, const char **why)
+{
+    struct rr_state *s = state;
+    uint64_t turn = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+    double total = 0, at;
+    size_t owner = 0;
+
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        total += policy_weight(c[i]);
+    }
+    at = fmod((double)turn, total);
+    for (size_t i = 0; i < n; i++) {
+        at -= policy_weight(c[i]);
+        if (at < 0) {
+            owner = i;
+            break;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        cost[(owner + k) % n] = (double)k * 0.001;
+    }
+    *why = "next_in_turn";
+}
+
+static const struct lg_policy_ops rr_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = rr_create,
+    .destroy = policy_free,
+    .score = rr_score,
+};
+
+static const struct lg_plugin_desc rr_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "round_robin", "1", &rr_ops,
+};
+
+/* ---- least_request and p2c ---------------------------------------------- */
+
+struct lr_state {
+    const struct lg_host_api *host;
+    double ms_per_request; /* what one request in flight costs, to compose with TTFT stages */
+    double choices;        /* p2c: candidates sampled */
+};
+
+static int
+lr_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
+                 size_t errlen, bool p2c)
+{
+    struct lr_state s = { .host = host, .ms_per_request = 100, .choices = 2 };
+    const struct policy_opt opts[] = {
+        { "ms_per_request", &s.ms_per_request, 0, 1e6 },
+        { "choices", &s.choices, 1, 64 },
+    };
+
+    if (policy_options(options, opts, p2c ? 2 : 1, err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static int
+lr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+          size_t errlen)
+{
+    return lr_create_common(host, options, state, err, errlen, false);
+}
+
+static int
+p2c_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+           size_t errlen)
+{
+    return lr_create_common(host, options, state, err, errlen, true);
+}
+
+static void
+lr_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+         size_t n, double *cost, const char **why)
+{
+    const struct lr_state *s = state;
+
+    (void)req;
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = (double)c[i]->inflight * s->ms_per_request / policy_weight(c[i]);
+    }
+    *why = "least_inflight";
+}
+
+/* Keeps `choices` candidates drawn at random (without replacement). */
+static void
+p2c_filter(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+           size_t n, unsigned char *keep)
+{
+    const struct lr_state *s = state;
+    size_t want = (size_t)s->choices, order[64];
+
+    (void)req;
+    (void)c;
+    if (n <= want || n > 64) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        order[i] = i;
+        keep[i] = 0;
+    }
+    for (size_t k = 0; k < want; k++) {
+        size_t j = k + (size_t)(s->host->random() % (n - k));
+        size_t t = order[k];
+
+        order[k] = order[j];
+        order[j] = t;
+        keep[order[k]] = 1;
+    }
+}
+
+static void
+p2c_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+          size_t n, double *cost, const char **why)
+{
+    lr_score(state, req, c, n, cost, why);
+    *why = "p2c_least_inflight";
+}
+
+static const struct lg_policy_ops lr_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = lr_create,
+    .destroy = policy_free,
+    .score = lr_score,
+};
+
+static const struct lg_plugin_desc lr_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "least_request", "1", &lr_ops,
+};
+
+static const struct lg_policy_ops p2c_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = p2c_create,
+    .destroy = policy_free,
+    .filter = p2c_filter,
+    .score = p2c_score,
+};
+
+static const struct lg_plugin_desc p2c_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "p2c", "1", &p2c_ops,
+};
+
+/* ---- ttft --------------------------------------------------------------- */
+
+/*
+ * Predicted TTFT of this request on each candidate (shortest expected delay).
+ *
+ * Where the host's engine model can tell (engine_model_ms >= 0: every
+ * request on the replica is one of our streams with max_tokens, and its
+ * capacity is not a guess under `slots`) and a stream there has timed its
+ * step lately (not LG_VIEW_F_STEP_GUESS; model_needs_pace 0 drops that
+ * condition), that is the prediction:
+ *
+ *   pred = (engine_model_ms + prefill_ms_per_kib * prompt_kib)
+ *          * engine_model_scale
+ *
+ * (the replica's continuous batching run forward over our requests there:
+ * backend.c, lg_est_engine_run(); the scale, its first tokens lately over
+ * the model's predictions there, unless model_calibrate is 0), with no
+ * margin, model_decode_weight (0) for the decode charge and for its
+ * prefill's delay to others
+ *
+ *   model_prefill_share * prefill_ms_per_kib * prompt_kib
+ *   * engine_model_joined
+ *
+ * (those the model admits into the same step: a long prompt goes where it
+ * holds up the fewest first tokens; the formula's prefill_share charges
+ * every request there awaiting one, most of which are in earlier steps):
+ * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. A replica that
+ * seldom streams (a slow one at 70% load) would have its step from
+ * finished responses and its prefill from a prior, both too low (NOTES.md
+ * 38): the formula reads it better. Elsewhere:
+ *
+ *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
+ *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
+ *             slots, else the end of the k-th of our requests there to end
+ *             (slot_wait_ms, from their max_tokens, when they are all that
+ *             runs there and its slots are confirmed, or guessed at no
+ *             fewer than assumed here), else the next departure plus
+ *             hold/slots per request more (lg_est_queue_wait_ms(); load =
+ *             our in-flight + others'
+ *             from the engine's queue + foreign_margin * sqrt(2 * others' *
+ *             sample age / hold), the spread of others' load since the
+ *             scrape; slots from its running count)
+ *             (times wait_weight, 1.6: a queue's length varies more than a
+ *             service time; at 90% load weighing the wait more picks the
+ *             full replica whose slot frees first over the decode and
+ *             prefill charges, bench/routing/NOTES.md 22)
+ *   ahead   = ahead_weight * first-token work of the requests there still
+ *             awaiting theirs, minus what each has done, an overdue one
+ *             counting a quarter of its age (lg_backend_work_ahead_ms(); a
+ *             long prompt being prefilled stalls every request behind it;
+ *             the weight is a margin for that work's spread, since a request
+ *             queued behind a prefill that runs long is the tail)
+ *   batch   = batch_weight * itl * min(load, slots) / slots
+ *             (a new request first waits for the step in progress, and steps
+ *             grow with the batch: spreads load before any queue forms)
+ *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
+ *             * (1 + error_penalty * error_rate)
+ *             (requests waiting for a first token longer than predicted mean
+ *             a new one will wait at least as long: catches a stall before
+ *             any sample arrives)
+ *   cost    = pred + prefill_share * ms_per_kib * prompt_kib * pending
+ *             + decode_weight * max_tokens
+ *               * max(0, itl - decode_slack * the candidates' least itl)
+ *             (the middle term: the delay its prefill causes the requests
+ *             there still awaiting a first token; keeps long prompts off
+ *             replicas where short ones are about to start)
+ *             (decode_weight > 0 lets long generations avoid a replica that
+ *             starts fast but generates slowly; decode_slack leaves
+ *             replicas that decode within that factor of the fastest
+ *             candidate uncharged, so only a much slower decoder is
+ *             avoided, and harder: bench/routing/NOTES.md 14; 1.75 leaves a
+ *             half-speed decoder nearly uncharged, so long answers there
+ *             free the fast replicas' slots for first tokens, while a
+ *             quarter-speed one keeps most of its charge: NOTES.md 32)
+ *
+ * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
+ * within tolerance_ms of the least cost, the one with the smallest share of
+ * its slots taken, where that share is under tolerance_load (0.75) and its
+ * answer there would take at most tolerance_decode_ms (2500) longer.
+ * Greedy placement keeps the fast replicas' slots full while a slower one,
+ * nearly as quick for a short prompt, idles, and the next long prompt waits
+ * for a slot there (bench/routing/NOTES.md 41).
+ */
+struct ttft_state {
+    double slots; /* capacity assumed when the engine does not say */
+    double batch_weight;
+    double decode_weight;
+    double error_penalty;
+    double foreign_margin;
+    double prefill_share;
+    double wait_weight;
+    double ahead_weight;
+    double decode_slack;
+    double engine_model;
+    double model_decode_weight;
+    double model_needs_pace;
+    double model_calibrate;
+    double model_prefill_share;
+    double tolerance_ms;
+    double tolerance_load;
+    double tolerance_decode_ms;
+};
+
+static int
+ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+            size_t errlen)
+{
+    struct ttft_state s = { .slots = LG_EST_ASSUMED_SLOTS,
+                            .batch_weight = 1.0,
+                            .decode_weight = 0.05,
+                            .error_penalty = 2,
+                            .foreign_margin = 1,
+                            .prefill_share = 1,
+                            .wait_weight = 1.6,
+                            .ahead_weight = 2,
+                            .decode_slack = 1.75,
+                            .engine_model = 1,
+                            .model_decode_weight = 0,
+                            .model_needs_pace = 1,
+                            .model_calibrate = 1,
+                            .model_prefill_share = 1,
+                            .tolerance_ms = 20,
+                            .tolerance_load = 0.75,
+                            .tolerance_decode_ms = 2500 };
+    const struct policy_opt opts[] = {
+        { "slots", &s.slots, 1, 1e6 },
+        { "batch_weight", &s.batch_weight, 0, 100 },
+        { "decode_weight", &s.decode_weight, 0, 10 },
+        { "error_penalty", &s.error_penalty, 0, 1000 },
+        { "foreign_margin", &s.foreign_margin, 0, 100 },
+        { "prefill_share", &s.prefill_share, 0, 100 },
+        { "wait_weight", &s.wait_weight, 0, 100 },
+        { "ahead_weight", &s.ahead_weight, 0, 100 },
+        { "decode_slack", &s.decode_slack, 0, 100 },
+        { "engine_model", &s.engine_model, 0, 1 },
+        { "model_decode_weight", &s.model_decode_weight, 0, 10 },
+        { "model_needs_pace", &s.model_needs_pace, 0, 1 },
+        { "model_calibrate", &s.model_calibrate, 0, 1 },
+        { "model_prefill_share", &s.model_prefill_share, 0, 100 },
+        { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
+        { "tolerance_load", &s.tolerance_load, 0, 1 },
+        { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
+    };
+
+    (void)host;
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static double
+ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
+             const struct lg_backend_view *v, double min_itl)
+{
+    double kib = (double)req->prompt_bytes / 1024.0;
+    double slots = policy_slots(v, s->slots);
+    double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
+    double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
+    /* others' load has changed since the scrape: about foreign/hold arrivals
+     * and as many departures a millisecond, so its spread grows as the
+     * square root of the sample's age; margin standard deviations of it
+     * count as load (gateways sharing a fleet stop racing for one last slot) */
+    double load =
+        v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
+    /* the ends count the requests in line from the view's capacity: not
+     * from a guess under the slots assumed here */
+    bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
+    double known = guessed_low ? 0 : v->slot_wait_ms;
+    /* the model ran with the slots assumed here (a guess of the host's
+     * differs only when `slots` is set to other than LG_EST_ASSUMED_SLOTS) */
+    bool model = s->engine_model > 0 && v->engine_model_ms >= 0
+                 && (unsigned)v->engine_model_slots == (unsigned)slots
+                 && !(s->model_needs_pace > 0 && (v->flags & LG_VIEW_F_STEP_GUESS));
+    double pred;
+
+    if (model) {
+        /* the host ran the engine forward over everything there, with as
+         * many slots as assumed here: no margin */
+        pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
+        if (s->model_calibrate > 0 && v->engine_model_scale > 0) {
+            pred *= v->engine_model_scale; /* what it has missed there lately */
+        }
+    } else {
+        double wait = s->wait_weight
+                      * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
+                                            v->inflight > 0 ? v->inflight_age_ms : -1);
+        double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
+
+        pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
+    }
+
+    if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
+        pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
+    }
+    pred *= 1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate));
+    /* its own prefill holds up the requests there still awaiting a first
+     * token (an engine step that prefills it makes them all wait): a long
+     * prompt goes where it delays the fewest */
+    if (!model) {
+        pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    } else {
+        /* the model knows which of them would share its step */
+        pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
+    }
+    return pred
+           + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
+                 * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
+}
+
+/* tolerance_ms: of the candidates predicted within tolerance_ms of the
+ * soonest first token, the one with the smallest share of its slots taken
+ * wins (the prediction breaks ties); besides the soonest, only those with
+ * under tolerance_load of their slots taken qualify, and where the answer
+ * would take at most tolerance_decode_ms longer than on the soonest
+ * (max_tokens x the difference in gaps between tokens: long answers stay
+ * off slow decoders, whose tail is end-to-end time). Greedy placement fills
+ * the fast replicas' slots while a slower one, nearly as quick for a short
+ * prompt, idles; the next long prompt then waits for a slot. Where every
+ * replica is busy, moving work to the slower ones only makes them the tail.
+ * Costs stay in ms: qualifying candidates map into [best, best + tolerance]
+ * by load, the others keep their prediction (above best, and those not
+ * qualifying are raised above best + tolerance). True when another than
+ * the cheapest now costs least (the pick's reason says so). */
+static bool
+ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
+              const struct lg_backend_view *const *c, size_t n, double *cost)
+{
+    double best = cost[0];
+    size_t at = 0;
+    bool moved = false;
+
+    for (size_t i = 1; i < n; i++) {
+        if (cost[i] < best) {
+            best = cost[i];
+            at = i;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        double taken = LG_MIN(1.0, c[i]->load / policy_slots(c[i], s->slots));
+        /* its answer there takes at most tolerance_decode_ms longer than
+         * at the cheapest (an unknown length: no slower at all) */
+        double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
+        bool decodes = req->max_tokens > 0
+                           ? (double)req->max_tokens * slower <= s->tolerance_decode_ms
+                           : slower <= 0;
+
+        if (cost[i] > best + s->tolerance_ms) {
+            continue;
+        }
+        if (i != at && (taken >= s->tolerance_load || !decodes)) {
+            cost[i] = LG_MAX(cost[i], best + s->tolerance_ms * 1.001);
+            continue;
+        }
+        cost[i] = best + s->tolerance_ms * (0.999 * taken + 0.001 * (cost[i] - best)
+                                                            / s->tolerance_ms);
+    }
+    for (size_t i = 0; i < n; i++) {
+        moved = moved || cost[i] < cost[at];
+    }
+    return moved; /* another than the cheapest now leads */
+}
+
+static void
+ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+           size_t n, double *cost, const char **why)
+{
+    const struct ttft_state *s = state;
+    double min_itl = n > 0 ? c[0]->itl_ms : 0;
+
+    for (size_t i = 1; i < n; i++) {
+        min_itl = LG_MIN(min_itl, c[i]->itl_ms);
+    }
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = ttft_predict(s, req, c[i], min_itl);
+    }
+    *why = "lowest_predicted_ttft";
+    if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
+        *why = "least_loaded_near_lowest_ttft";
+    }
+}
+
+static const struct lg_policy_ops ttft_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = ttft_create,
+    .destroy = policy_free,
+    .score = ttft_score,
+};
+
+static const struct lg_plugin_desc ttft_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "ttft", "1", &ttft_ops,
+};
+
+/* ---- prefix_affinity and session_affinity -------------------------------- */
+
+/*
+ * Rendezvous (highest random weight) hashing: each candidate draws
+ * -weight / ln(U(key, backend id)) and the highest owns the key, so adding
+ * or removing a backend moves only its own share of keys. Bounded load
+ * (consistent hashing with bounded loads, Mirrokni et al.): a candidate
+ * whose load would exceed ceil(bound * its weighted fair share) + slack is
+ * passed over for the next in hash order, so one hot prefix cannot pile
+ * onto one replica.
+ *
+ * prefix_affinity also balances the keys themselves. Shared system prompts
+ * are few (a dozen, not thousands), and hashing a dozen keys onto four
+ * replicas gives some three and others six: the replica with six cannot
+ * hold them all, and an LRU cache cycling through more prefixes than it
+ * holds misses every time (measured: 63% hits where a partition that fits
+ * gives over 90%). So the first request of a prefix assigns it an owner
+ * (moved later only to level the counts: aff_rebalance): the first
+ * candidate in hash order that owns fewer than ceil(key_bound * keys *
+ * weight / total weight) of the live keys, keys counting the new one.
+ * The assignment is kept in a small table (`keys` entries, 4-way sets,
+ * least recently seen evicted; a key unseen for `key_ttl_s` stops
+ * counting) under a mutex taken once per request. A key whose owner is no
+ * longer a candidate (removed, ejected) is reassigned on a first attempt.
+ * A candidate in slow start (its ramp below another candidate's) is given
+ * only the keys it is the hash's first for, and no overflow: it owns few
+ * keys (none after a crash, its keys reassigned), so balancing would hand
+ * it every new key, and the router's slow start (which thins its requests
+ * after the stages, router_thin) would pass it all of their requests that
+ * the ramp lets through: a flood the ramp cannot thin. So it gets the
+ * hash's share of new keys and the ramp's share of their requests, then
+ * catches up on keys within the load bound (and takes keys from owners
+ * holding too many). With balance_keys 0 the owner is the hash's alone, which
+ * several gateway replicas agree on without talking (with the table each
+ * gateway balances the keys it sees, in the order it sees them; they agree
+ * on most keys, not all). session_affinity keeps the plain hash: sessions
+ * are many, and many keys spread evenly by hashing alone.
+ *
+ * Cost: 0 for the owner, and for every other candidate the prefill a warm
+ * cache would have saved: the shared part of the prompt times the prefill
+ * speed (learnt; the slowest candidate's, since the owner's own slope is
+ * already lowered by its cache hits), times miss_factor. A miss costs more
+ * than the request's own wait: the engine spends that prefill time on it
+ * while the requests behind wait, and it evicts some other prefix, whose
+ * next request misses in turn; without the factor, a loaded fleet drifts
+ * into thrashing caches (measured: p90 TTFT 4.6x worse at factor 1 than 3
+ * with 12 shared 20 KB prompts on 4 replicas). Composed with ttft, a
+ * request leaves its warm replica only when the queue there costs more than
+ * that. The default, 6, is 3 counted as ttft counts the work ahead (its
+ * ahead_weight, 2): the prefill a miss adds is work ahead of the requests
+ * behind it like any other; with 3, the doubled work ahead of the misses
+ * that warm the caches at first sent requests away from their owners, whose
+ * prefixes then evicted others (16 shared 8 KB prompts: p90 TTFT 118 ms
+ * against 27 ms at 6 and at 4.5).
+ */
+#define AFF_MAX_CANDS  64
+#define AFF_WAYS       4
+#define AFF_MAX_OWNERS 128
+
+struct aff_key {
+    uint64_t key; /* 0 = empty */
+    uint64_t seen_ns;
+    uint32_t owner; /* backend id */
+};
+
+struct aff_owner {
+    uint32_t id;
+    uint32_t keys;
+};
+
+struct aff_table {
+    pthread_mutex_t lock;
+    struct aff_key *slot; /* nsets * AFF_WAYS */
+    size_t nsets;         /* a power of two */
+    uint64_t ttl_ns;
+    uint64_t swept_ns;
+    uint32_t live; /* keys seen within ttl (as of the last sweep, plus new ones) */
+    size_t nowners;
+    struct aff_owner owner[AFF_MAX_OWNERS];
+};
+
+struct aff_state {
+    const struct lg_host_api *host;
+    bool session;
+    double bound;          /* load bound, as a multiple of the fair share */
+    double ms_per_kib;     /* prefill speed; 0 = learnt */
+    double min_ms_per_kib; /* floor of the learnt one */
+    double shared;         /* share of the prompt assumed cached (prefix) */
+    double min_ms;         /* least affinity cost (session) */
+    double miss_factor;    /* a miss costs this many times the prefill it redoes */
+    double slack;          /* requests over the bound always allowed (small loads) */
+    double balance_keys;   /* 1 = balanced key table (prefix), 0 = hash only */
+    double key_bound;      /* keys per candidate, as a multiple of the fair share */
+    double keys;           /* table entries */
+    double key_ttl_s;      /* a key unseen this long stops counting */
+    double slots;          /* requests an engine runs at once, unless it showed otherwise */
+    struct aff_table *table;
+};
+
+static void
+aff_destroy(void *state)
+{
+    struct aff_state *s = state;
+
+    if (s->table != NULL) {
+        pthread_mutex_destroy(&s->table->lock);
+        free(s->table->slot);
+        free(s->table);
+    }
+    free(s);
+}
+
+static int
+aff_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
+                  size_t errlen, bool session)
+{
+    struct aff_state s = { .host = host,
+                           .session = session,
+                           .bound = 1.5,
+                           .ms_per_kib = 0,
+                           .min_ms_per_kib = 10,
+                           .shared = session ? 1.0 : 0.75,
+                           .min_ms = session ? 100 : 0,
+                           .miss_factor = 6,
+                           .slack = 2,
+                           .balance_keys = session ? 0 : 1,
+                           .key_bound = 1,
+                           .keys = 4096,
+                           .key_ttl_s = 120,
+                           .slots = 16 };
+    const struct policy_opt opts[] = {
+        { "bound", &s.bound, 1, 100 },
+        { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
+        { "min_ms_per_kib", &s.min_ms_per_kib, 0, 1e6 },
+        { "shared", &s.shared, 0, 1 },
+        { "min_ms", &s.min_ms, 0, 1e7 },
+        { "miss_factor", &s.miss_factor, 0, 1000 },
+        { "slack", &s.slack, 0, 1e6 },
+        { "slots", &s.slots, 1, 1e6 },
+        { "balance_keys", &s.balance_keys, 0, 1 },
+        { "key_bound", &s.key_bound, 1, 100 },
+        { "keys", &s.keys, 64, 1 << 20 },
+        { "key_ttl_s", &s.key_ttl_s, 1, 86400 },
+    };
+    struct aff_state *out;
+
+    /* the key table is prefix_affinity's: sessions take no key options */
+    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen) != 0) {
+        return -1;
+    }
+    out = lg_xmalloc(sizeof(*out));
+    *out = s;
+    if (s.balance_keys > 0) {
+        struct aff_table *t = lg_xcalloc(1, sizeof(*t));
+
+        t->nsets = 16;
+        while (t->nsets * AFF_WAYS < (size_t)s.keys) {
+            t->nsets *= 2;
+        }
+        t->slot = lg_xcalloc(t->nsets * AFF_WAYS, sizeof(*t->slot));
+        t->ttl_ns = (uint64_t)(s.key_ttl_s * 1e9);
+        pthread_mutex_init(&t->lock, NULL);
+        out->table = t;
+    }
+    *state = out;
+    return 0;
+}
+
+static int
+prefix_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+              size_t errlen)
+{
+    return aff_create_common(host, options, state, err, errlen, false);
+}
+
+static int
+session_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+               size_t errlen)
+{
+    return aff_create_common(host, options, state, err, errlen, true);
+}
+
+static double
+aff_hrw(uint64_t key, const struct lg_backend_view *v)
+{
+    uint64_t h = lg_mix64(key ^ lg_mix64((uint64_t)v->id * 0x9e3779b97f4a7c15ull));
+    double u = ((double)(h >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+
+    return -policy_weight(v) / log(u);
+}
+
+static struct aff_owner *
+aff_owner_of(struct aff_table *t, uint32_t id, bool add)
+{
+    for (size_t i = 0; i < t->nowners; i++) {
+        if (t->owner[i].id == id) {
+            return &t->owner[i];
+        }
+    }
+    if (!add || t->nowners == AFF_MAX_OWNERS) {
+        return NULL;
+    }
+    t->owner[t->nowners] = (struct aff_owner){ .id = id, .keys = 0 };
+    return &t->owner[t->nowners++];
+}
+
+static void
+aff_count(struct aff_table *t, uint32_t id, int delta)
+{
+    struct aff_owner *o = aff_owner_of(t, id, delta > 0);
+
+    if (o != NULL && (delta > 0 || o->keys > 0)) {
+        o->keys += (uint32_t)delta;
+        t->live += (uint32_t)delta;
+    }
+}
+
+/* Once a second: drops keys past their ttl and recounts the live ones. */
+static void
+aff_sweep(struct aff_table *t, uint64_t now)
+{
+    if (now - t->swept_ns < 1000000000ull && t->swept_ns != 0) {
+        return;
+    }
+    t->swept_ns = now;
+    t->nowners = 0;
+    t->live = 0;
+    for (size_t i = 0; i < t->nsets * AFF_WAYS; i++) {
+        struct aff_key *e = &t->slot[i];
+
+        if (e->key != 0 && now - e->seen_ns > t->ttl_ns) {
+            e->key = 0;
+        }
+        if (e->key != 0) {
+            aff_count(t, e->owner, +1);
+        }
+    }
+}
+
+static double
+aff_have(struct aff_table *t, uint32_t id)
+{
+    const struct aff_owner *o = aff_owner_of(t, id, false);
+
+    return o != NULL ? o->keys : 0;
+}
+
+/* A candidate's share of total keys: key_bound x its weighted fair share. */
+static double
+aff_share(const struct aff_state *s, const struct lg_backend_view *v, double total, double weights)
+{
+    return ceil(s->key_bound * total * policy_weight(v) / weights);
+}
+
+/*
+ * Where a known key moves to, or -1. Keys are assigned once, so a replica
+ * that joins (or comes back, its keys reassigned while it was out) would get
+ * only new keys: a few shared prompts, all seen again and again, stay on the
+ * others for good (16 on 3 of 4 replicas: 6, 6, 4, 0; more than a cache that
+ * holds 5). So a key whose owner holds more than its share moves, at its next
+ * request, to the first candidate in hash order that is under its share
+ * with the key and at least 2 + share / 16 (rounded down) keys below the
+ * owner: one key per request (one cache miss each) until the counts are
+ * level within one, and no moves for the small drift of a large table. One
+ * in slow start only as the hash's first, as for new keys.
+ */
+static ssize_t
+aff_rebalance(const struct aff_state *s, struct aff_table *t,
+              const struct lg_backend_view *const *c, size_t n, const size_t *order, double weights,
+              double top_ramp, ssize_t owner)
+{
+    double live = t->live, have = aff_have(t, c[owner]->id);
+    double share = aff_share(s, c[owner], live, weights);
+
+    if (have <= share) {
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        ssize_t i = (ssize_t)order[k];
+        double h;
+
+        if (i == owner || (k > 0 && c[i]->ramp < top_ramp)) {
+            continue;
+        }
+        h = aff_have(t, c[i]->id);
+        if (h + 1 <= aff_share(s, c[i], live, weights) && have - h >= 2 + floor(share / 16)) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/*
+ * The table's owner of key among the candidates (its index), assigning one
+ * if the key is new or its owner is gone, moving it if its owner holds too
+ * many (aff_rebalance). order[] is the hash order.
+ */
+static ssize_t
+aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
+                const struct lg_backend_view *const *c, size_t n, const size_t *order,
+                double weights, double top_ramp)
+{
+    struct aff_table *t = s->table;
+    uint64_t now = s->host->now_ns(), key = req->prefix_hash;
+    struct aff_key *set, *e = NULL, *victim;
+    ssize_t owner = -1;
+    double total;
+
+    pthread_mutex_lock(&t->lock);
+    aff_sweep(t, now);
+    set = &t->slot[(lg_mix64(key) & (t->nsets - 1)) * AFF_WAYS];
+    victim = &set[0];
+    for (size_t w = 0; w < AFF_WAYS; w++) {
+        if (set[w].key == key) {
+            e = &set[w];
+            break;
+        }
+        if (set[w].key == 0 || (victim->key != 0 && set[w].seen_ns < victim->seen_ns)) {
+            victim = &set[w];
+        }
+    }
+    if (e != NULL) {
+        for (size_t i = 0; i < n && owner < 0; i++) {
+            if (c[i]->id == e->owner) {
+                owner = (ssize_t)i;
+            }
+        }
+        if (owner >= 0 || req->attempt > 1) {
+            e->seen_ns = now;
+            if (owner < 0) {
+                owner = (ssize_t)order[0]; /* a retry does not move a key */
+            } else if (req->attempt == 1) {
+                ssize_t to = aff_rebalance(s, t, c, n, order, weights, top_ramp, owner);
+
+                if (to >= 0) {
+                    aff_count(t, e->owner, -1);
+                    e->owner = c[to]->id;
+                    aff_count(t, e->owner, +1);
+                    owner = to;
+                }
+            }
+            goto unlock;
+        }
+        aff_count(t, e->owner, -1); /* its owner is gone: reassign */
+    }
+    /* the first in hash order under its share of the keys, this one counted;
+     * one in slow start only as the hash's first (below) */
+    total = (double)t->live + 1;
+    for (size_t k = 0; k < n && owner < 0; k++) {
+        if (k > 0 && c[order[k]]->ramp < top_ramp) {
+            continue;
+        }
+        if (aff_have(t, c[order[k]]->id) + 1 <= aff_share(s, c[order[k]], total, weights)) {
+            owner = (ssize_t)order[k];
+        }
+    }
+    if (owner < 0) {
+        owner = (ssize_t)order[0];
+    }
+    if (e == NULL) {
+        e = victim;
+        if (e->key != 0) {
+            aff_count(t, e->owner, -1); /* every entry counts until evicted or swept */
+        }
+        e->key = key;
+    }
+    e->owner = c[owner]->id;
+    e->seen_ns = now;
+    aff_count(t, e->owner, +1);
+unlock:
+    pthread_mutex_unlock(&t->lock);
+    return owner;
+}
+
+static void
+aff_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+          size_t n, double *cost, const char **why)
+{
+    const struct aff_state *s = state;
+    uint64_t key = s->session ? req->session_hash : req->prefix_hash;
+    double h[AFF_MAX_CANDS], load = 1, weights = 0, slope = s->ms_per_kib, kib, saved;
+    double top_ramp = 0; /* a candidate below it is in slow start beside fuller ones */
+    size_t order[AFF_MAX_CANDS];
+    ssize_t owner = -1, home;
+
+    if (key == 0 || n == 0 || n > AFF_MAX_CANDS) {
+        return; /* no key: no opinion (all costs stay 0) */
+    }
+    for (size_t i = 0; i < n; i++) {
+        h[i] = aff_hrw(key, c[i]);
+        load += c[i]->load;
+        weights += policy_weight(c[i]);
+        top_ramp = LG_MAX(top_ramp, c[i]->ramp);
+        if (s->ms_per_kib <= 0) {
+            slope = LG_MAX(slope, c[i]->ttft_ms_per_kib);
+        }
+        /* insertion sort into hash order, highest first */
+        size_t k = i;
+        while (k > 0 && h[order[k - 1]] < h[i]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    home = s->table != NULL ? aff_table_owner(s, req, c, n, order, weights, top_ramp)
+                            : (ssize_t)order[0];
+    /* the home candidate, then the others in hash order, until one is under
+     * its load bound; the slack keeps a lone request (or a scrape that still
+     * counts a finished one) from moving a key when the fleet is nearly idle,
+     * and a candidate with a free slot is never over: nothing waits there,
+     * and moving would trade a queue that does not exist for a cache miss
+     * (and an eviction) that does */
+    for (size_t k = 0; k <= n && owner < 0; k++) {
+        ssize_t i = k == 0 ? home : (ssize_t)order[k - 1];
+
+        if (k > 0 && (i == home || c[i]->ramp < top_ramp)) {
+            continue;
+        }
+        if (c[i]->load + 1 <= ceil(s->bound * load * policy_weight(c[i]) / weights) + s->slack
+            || c[i]->load + 1 <= policy_slots(c[i], s->slots)) {
+            owner = i;
+        }
+    }
+    if (owner < 0) {
+        owner = home; /* everyone is over: stay where the cache is */
+    }
+    if (s->ms_per_kib <= 0) {
+        slope = LG_MAX(slope, s->min_ms_per_kib);
+    }
+    kib = LG_MAX((double)req->prefix_len, (double)req->prompt_bytes * s->shared) / 1024.0;
+    saved = LG_MAX(s->min_ms, s->miss_factor * slope * kib);
+    for (size_t i = 0; i < n; i++) {
+        cost[i] = (ssize_t)i == owner ? 0 : saved;
+    }
+    if (s->session) {
+        *why = owner == home ? "session_owner" : "session_owner_overflow";
+    } else {
+        *why = owner == home ? "prefix_owner" : "prefix_owner_overflow";
+    }
+}
+
+static const struct lg_policy_ops prefix_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = prefix_create,
+    .destroy = aff_destroy,
+    .score = aff_score,
+};
+
+static const struct lg_plugin_desc prefix_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "prefix_affinity", "1", &prefix_ops,
+};
+
+static const struct lg_policy_ops session_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = session_create,
+    .destroy = aff_destroy,
+    .score = aff_score,
+};
+
+static const struct lg_plugin_desc session_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "session_affinity", "1",
+    &session_ops,
+};
+
+/* ---- the table ---------------------------------------------------------- */
+
+const struct lg_plugin_desc *const lg_builtin_policies[] = {
+    &ttft_desc, &rr_desc, &lr_desc, &p2c_desc, &prefix_desc, &session_desc,
+};
+const size_t lg_builtin_npolicies = LG_ARRAY_SIZE(lg_builtin_policies);

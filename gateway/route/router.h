@@ -1,0 +1,101 @@
+/*
+ * router.h: picks a backend for a request from live per-backend state.
+ *
+ * The router is the seam between the proxy and routing policies: the proxy
+ * describes the request (struct lg_route_req); the router filters the
+ * model's backends down to candidates (available, under max in-flight, not
+ * tried already, slow start), builds a read-only view of each, and runs the
+ * configured pipeline of policies (include/llmgate/plugin.h): every stage's
+ * filter, then every stage's costs summed with the stages' weights, then the
+ * lowest total. It explains the decision for the access log.
+ */
+#ifndef LG_ROUTER_H
+#define LG_ROUTER_H
+
+#include "base/lg_core.h"
+
+struct lg_backend;
+struct lg_config;
+struct lg_model_route;
+
+struct lg_route_req {
+    const char *model;
+    const char *path;
+    bool stream;
+    uint64_t prompt_bytes; /* bytes of prompt text */
+    uint32_t max_tokens;   /* 0 = not given */
+    uint64_t prefix_hash;  /* hash of the first prefix_bytes of the prompt; 0 = none */
+    uint64_t session_hash; /* hash of the session header's value; 0 = none */
+};
+
+/* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */
+#define LG_ROUTE_EXPLAIN_BYTES 1536
+/* Candidates considered per pick (tried_mask has 64 bits). */
+#define LG_ROUTER_MAX_CANDIDATES 64
+/* Stages of a pipeline. */
+#define LG_ROUTER_MAX_STAGES 8
+
+struct lg_route_result {
+    struct lg_backend *backend; /* borrowed from the fleet */
+    const char *policy;         /* owned by the router: "ttft", "prefix_affinity+ttft" */
+    const char *reason;         /* static string */
+    double wait_ms;             /* queueing predicted for the winner (for learning) */
+    double ahead_ms;            /* first-token work of the requests there before it: the
+                                   policy adds it to the learnt service, so the samples
+                                   that teach that service leave it out */
+    double service_ms;          /* its predicted service TTFT for this request */
+    double itl_ms;              /* its gap between tokens (to predict the request's end) */
+    double model_ms;            /* the engine model's wait there with a slot free, or -1:
+                                   its first token less this teaches the prefill */
+    double model_pred_ms;       /* the engine model's prediction there (its wait and this
+                                   prompt's prefill), or -1 */
+    bool queued;                /* the winner was (about) full: its TTFT measures
+                                   its queue more than its speed */
+    uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */
+    bool probe;                 /* the winner is half-open: this is its probe */
+    char *explain;              /* owned: JSON array of candidate score inputs, NULL when
+                                   none; freed by the next pick and lg_route_result_clear() */
+};
+
+/* Frees what a pick left in res (its explanation); res stays usable. */
+void lg_route_result_clear(struct lg_route_result *res);
+
+struct lg_router;
+
+/*
+ * Creates the router for conf: loads routing.plugins, builds the pipeline
+ * (routing.pipeline, or routing.policy alone, default "ttft"; a
+ * session_affinity stage goes first when routing.session_header is set and
+ * the pipeline has none) and creates each stage with its options. Errors
+ * are logged with the JSON pointer of the offending setting.
+ */
+int lg_router_new(const struct lg_config *conf, struct lg_router **out);
+void lg_router_free(struct lg_router *r);
+
+/*
+ * Picks one of route->backends, skipping those whose bit is set in
+ * `tried_mask` (bit i = route->backends[i]). Returns LG_OK with out filled,
+ * or LG_EBUSY when no candidate is available (out->reason says why,
+ * out->retry_after_ms when one may be). When out->probe is set the caller
+ * holds the backend's half-open probe slot and must end the attempt with
+ * lg_backend_note_result() or lg_backend_release_probe().
+ */
+int lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
+                   const struct lg_route_req *req, uint64_t tried_mask,
+                   struct lg_route_result *out);
+
+/* Is any backend of route still a candidate (available, not tried)? */
+bool lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask);
+
+/*
+ * Tells the stages that have on_result how an attempt on b ended (status 0:
+ * no response; ttft_ns/total_ns 0 when not reached).
+ */
+void lg_router_note_result(struct lg_router *r, const struct lg_model_route *route,
+                           const struct lg_route_req *req, struct lg_backend *b, int status,
+                           uint64_t ttft_ns, uint64_t total_ns);
+
+/* The policy label ("prefix_affinity+ttft"). */
+const char *lg_router_policy(const struct lg_router *r);
+
+#endif /* LG_ROUTER_H */

@@ -1,0 +1,529 @@
+/*
+ * admission.c: the admission queue (see admission.h).
+ *
+ * Owns: struct lg_admission; per worker, its list of waiters and its wake
+ * and tick events; each waiter (with its deadline timer) from enqueue to
+ * dispatch or cancel; the per-model counters (never freed before the whole).
+ * Borrows: the waiting clients (a waiter is freed before its client can be).
+ * Invariants: a worker's list of waiters is only touched by that worker's
+ * thread; the per-model table, each model's `order` (every waiter of the
+ * model, all workers, oldest first) and its counters are shared under
+ * `lock`. A waiter is dispatched only when it heads its model's `order`:
+ * first come, first served across workers.
+ */
+#include "serve/admission.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
+
+#include "fleet/backend.h"
+#include "serve/client.h"
+#include "base/config.h"
+#include "serve/proxy.h"
+#include "route/router.h"
+#include "serve/worker.h"
+
+#define ADMISSION_BUCKETS 256
+#define ADMISSION_TICK_MS 100
+#define ADMISSION_WINDOW  10 /* seconds of completions behind the drain rate */
+
+struct lg_admission_waiter;
+TAILQ_HEAD(admission_list, lg_admission_waiter);
+
+struct admission_model {
+    char *name;
+    uint32_t queued;                 /* waiters, all workers (under lock) */
+    struct admission_list order;     /* the same waiters, oldest first (under lock) */
+    uint64_t sec[ADMISSION_WINDOW];  /* which second each slot counts */
+    uint32_t done[ADMISSION_WINDOW]; /* slots given back during that second */
+    struct admission_model *next;
+};
+
+enum admission_state {
+    ADMISSION_ST_QUEUED = 0,  /* in its worker's list */
+    ADMISSION_ST_DISPATCHING, /* out of the list while the proxy routes it again */
+};
+
+struct lg_admission_waiter {
+    struct lg_client *c; /* borrowed; c->req.waiter points back */
+    struct admission_worker *aw;
+    struct admission_model *m;
+    enum admission_state state;
+    uint64_t since_ns;                      /* arrival: the queue's order */
+    struct event *deadline;                 /* owned */
+    TAILQ_ENTRY(lg_admission_waiter) link;  /* its worker's list, while QUEUED */
+    TAILQ_ENTRY(lg_admission_waiter) mlink; /* its model's order, until dropped */
+};
+
+struct admission_worker {
+    struct lg_admission *a;
+    struct lg_worker *w;           /* borrowed */
+    struct admission_list waiters; /* by since_ns */
+    uint32_t nwaiting;             /* atomic: read by other workers' releases */
+    struct event *wake;            /* owned: activated by its worker's thread only */
+    struct event *tick;            /* owned: slow re-check while waiters exist */
+};
+
+struct lg_admission {
+    struct lg_gateway *gw; /* borrowed */
+    unsigned nworkers;
+    struct admission_worker *aw; /* [nworkers] */
+    uint32_t waiting;            /* atomic: waiters, all workers */
+    pthread_mutex_t lock;        /* guards the model table and its counters */
+    struct admission_model *buckets[ADMISSION_BUCKETS];
+};
+
+static void admission_on_wake(evutil_socket_t fd, short what, void *arg);
+
+/* ---- models ------------------------------------------------------------- */
+
+/* The model's counters (created on first use); call under a->lock. */
+static struct admission_model *
+admission_model(struct lg_admission *a, const char *name)
+{
+    size_t b = lg_hash64(name, strlen(name), LG_HASH64_INIT) % ADMISSION_BUCKETS;
+    struct admission_model *m;
+
+    for (m = a->buckets[b]; m != NULL; m = m->next) {
+        if (strcmp(m->name, name) == 0) {
+            return m;
+        }
+    }
+    m = lg_xcalloc(1, sizeof(*m));
+    m->name = lg_xstrdup(name);
+    TAILQ_INIT(&m->order);
+    m->next = a->buckets[b];
+    a->buckets[b] = m;
+    return m;
+}
+
+/* Completions per second over the last full seconds (under a->lock). */
+static double
+admission_drain_rate(const struct admission_model *m, uint64_t now_s)
+{
+    uint64_t n = 0, oldest = now_s;
+
+    for (size_t i = 0; i < ADMISSION_WINDOW; i++) {
+        if (m->sec[i] + ADMISSION_WINDOW > now_s && m->sec[i] < now_s) {
+            n += m->done[i];
+            oldest = LG_MIN(oldest, m->sec[i]);
+        }
+    }
+    return n == 0 ? 0.0 : (double)n / (double)(now_s - oldest);
+}
+
+/* Seconds until `ahead` waiters have drained, by the observed rate. */
+static uint32_t
+admission_retry_after_s(struct lg_admission *a, struct admission_model *m, uint32_t ahead)
+{
+    uint64_t queue_s = (a->gw->conf->timeouts.queue_ms + 999) / 1000;
+    double rate;
+    double s;
+
+    pthread_mutex_lock(&a->lock);
+    rate = admission_drain_rate(m, lg_now_ns() / LG_NS_PER_S);
+    pthread_mutex_unlock(&a->lock);
+    s = rate > 0 ? ceil((double)(ahead + 1) / rate) : (double)queue_s;
+    return (uint32_t)LG_MAX(1.0, LG_MIN(s, 3600.0));
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+struct lg_admission *
+lg_admission_new(struct lg_gateway *gw)
+{
+    struct lg_admission *a = lg_xcalloc(1, sizeof(*a));
+
+    a->gw = gw;
+    a->nworkers = gw->nworkers;
+    a->aw = lg_xcalloc(a->nworkers ? a->nworkers : 1, sizeof(*a->aw));
+    pthread_mutex_init(&a->lock, NULL);
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        struct admission_worker *aw = &a->aw[i];
+
+        aw->a = a;
+        aw->w = &gw->workers[i];
+        TAILQ_INIT(&aw->waiters);
+        aw->wake = event_new(aw->w->base, -1, 0, admission_on_wake, aw);
+        aw->tick = event_new(aw->w->base, -1, EV_PERSIST, admission_on_wake, aw);
+    }
+    return a;
+}
+
+void
+lg_admission_free(struct lg_admission *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        LG_BUG_ON(!TAILQ_EMPTY(&a->aw[i].waiters));
+        event_free(a->aw[i].wake);
+        event_free(a->aw[i].tick);
+    }
+    for (size_t b = 0; b < ADMISSION_BUCKETS; b++) {
+        struct admission_model *m = a->buckets[b], *next;
+
+        for (; m != NULL; m = next) {
+            next = m->next;
+            free(m->name);
+            free(m);
+        }
+    }
+    pthread_mutex_destroy(&a->lock);
+    free(a->aw);
+    free(a);
+}
+
+unsigned
+lg_admission_waiting(const struct lg_admission *a)
+{
+    return a != NULL ? __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* ---- the queue ---------------------------------------------------------- */
+
+static void
+admission_insert(struct admission_worker *aw, struct lg_admission_waiter *wt)
+{
+    struct lg_admission_waiter *it;
+
+    /* usually the tail; a waiter that lost its slot to a race goes back to its place */
+    TAILQ_FOREACH_REVERSE(it, &aw->waiters, admission_list, link)
+    {
+        if (it->since_ns <= wt->since_ns) {
+            TAILQ_INSERT_AFTER(&aw->waiters, it, wt, link);
+            goto inserted;
+        }
+    }
+    TAILQ_INSERT_HEAD(&aw->waiters, wt, link);
+inserted:
+    wt->state = ADMISSION_ST_QUEUED;
+    if (__atomic_fetch_add(&aw->nwaiting, 1, __ATOMIC_ACQ_REL) == 0) {
+        struct timeval tick = { 0, ADMISSION_TICK_MS * 1000 };
+
+        event_add(aw->tick, &tick);
+    }
+    __atomic_fetch_add(&aw->a->waiting, 1, __ATOMIC_ACQ_REL);
+}
+
+static void
+admission_unlink(struct lg_admission_waiter *wt)
+{
+    struct admission_worker *aw = wt->aw;
+
+    TAILQ_REMOVE(&aw->waiters, wt, link);
+    if (__atomic_sub_fetch(&aw->nwaiting, 1, __ATOMIC_ACQ_REL) == 0) {
+        event_del(aw->tick);
+    }
+    __atomic_sub_fetch(&aw->a->waiting, 1, __ATOMIC_ACQ_REL);
+}
+
+static void admission_wake(struct lg_admission *a, unsigned self);
+
+/*
+ * Forgets the waiter: out of its worker's list (if in it), out of its model's
+ * order and count, freed. The next in line may go now (or the slot it took is
+ * gone, and they find no room): every worker with waiters gets to look.
+ */
+static void
+admission_drop(struct lg_admission_waiter *wt)
+{
+    struct lg_admission *a = wt->aw->a;
+    unsigned self = (unsigned)(wt->aw - a->aw); /* the waiter's worker: this thread */
+
+    if (wt->state == ADMISSION_ST_QUEUED) {
+        admission_unlink(wt);
+    }
+    pthread_mutex_lock(&a->lock);
+    TAILQ_REMOVE(&wt->m->order, wt, mlink);
+    wt->m->queued--;
+    pthread_mutex_unlock(&a->lock);
+    wt->c->req.waiter = NULL;
+    event_free(wt->deadline);
+    free(wt);
+    if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
+        admission_wake(a, self);
+    }
+}
+
+static void
+admission_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_admission_waiter *wt = arg;
+    struct lg_client *c = wt->c;
+    struct lg_admission *a = wt->aw->a;
+    uint32_t ra;
+
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&a->lock);
+    ra = wt->m->queued;
+    pthread_mutex_unlock(&a->lock);
+    c->req.pick.retry_after_ms = admission_retry_after_s(a, wt->m, ra) * 1000;
+    admission_drop(wt);
+    lg_client_fail(c, 503, "queue_timeout",
+                   "every backend for \"%s\" stayed busy for the queue timeout; try again later",
+                   c->req.info.model);
+}
+
+/* Queues c, or fails it with 429 when its model's queue is full; LG_OK or LG_EBUSY. */
+static int
+admission_enqueue(struct lg_admission *a, struct lg_client *c)
+{
+    const struct lg_config *conf = c->req.fleet->conf;
+    struct admission_worker *aw;
+    struct lg_admission_waiter *wt;
+    struct admission_model *m;
+    uint32_t ahead;
+    bool full;
+    struct timeval tv;
+
+    if (a == NULL || c->w->id >= a->nworkers) {
+        c->req.pick.retry_after_ms = 1000;
+        lg_client_fail(c, 429, "queue_full", "every backend for \"%s\" is busy", c->req.info.model);
+        return LG_EBUSY;
+    }
+    aw = &a->aw[c->w->id];
+    wt = lg_xcalloc(1, sizeof(*wt));
+    wt->c = c;
+    wt->aw = aw;
+    wt->state = ADMISSION_ST_DISPATCHING; /* not in the worker's list yet */
+    pthread_mutex_lock(&a->lock);
+    m = admission_model(a, c->req.info.model);
+    ahead = m->queued;
+    full = ahead >= conf->limits.queue_length;
+    if (!full) {
+        m->queued++;
+        wt->m = m;
+        wt->since_ns = lg_now_ns(); /* taken under the lock: `order` stays sorted */
+        TAILQ_INSERT_TAIL(&m->order, wt, mlink);
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (full) {
+        free(wt);
+        c->req.pick.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
+        lg_client_fail(c, 429, "queue_full",
+                       "every backend for \"%s\" is busy and %u requests are waiting already",
+                       c->req.info.model, ahead);
+        return LG_EBUSY;
+    }
+    wt->deadline = evtimer_new(c->w->base, admission_on_deadline, wt);
+    tv.tv_sec = (time_t)(conf->timeouts.queue_ms / 1000);
+    tv.tv_usec = (suseconds_t)((conf->timeouts.queue_ms % 1000) * 1000);
+    evtimer_add(wt->deadline, &tv);
+    c->req.waiter = wt;
+    admission_insert(aw, wt);
+    lg_client_set_state(c, LG_CLIENT_ST_CONNECT); /* waiting; its read stays on for EOF */
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "queued for model \"%s\" behind %u", c->req.info.model, ahead);
+    return LG_OK;
+}
+
+/*
+ * Wakes every worker that has waiters (deferred to each one's loop). Called
+ * on worker `self`'s thread: its own wake event is activated directly, the
+ * others get LG_WORKER_CMD_ADMIT (worker bases have no lock, so another
+ * thread must not activate their events).
+ */
+static void
+admission_wake(struct lg_admission *a, unsigned self)
+{
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) == 0) {
+            continue;
+        }
+        if (i == self) {
+            event_active(a->aw[i].wake, EV_TIMEOUT, 0);
+        } else {
+            lg_worker_post(a->aw[i].w, LG_WORKER_CMD_ADMIT);
+        }
+    }
+}
+
+void
+lg_admission_wake_worker(struct lg_admission *a, unsigned worker)
+{
+    if (a != NULL && worker < a->nworkers) {
+        event_active(a->aw[worker].wake, EV_TIMEOUT, 0);
+    }
+}
+
+bool
+lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc)
+{
+    struct lg_admission_waiter *wt = c->req.waiter;
+    bool full = rc != LG_OK && c->req.pick.reason != NULL
+                && strcmp(c->req.pick.reason, "all_backends_at_max_inflight") == 0;
+
+    if (wt != NULL) {
+        /* back from the queue */
+        if (rc == LG_OK || !full) {
+            admission_drop(wt);
+            return false;
+        }
+        admission_insert(wt->aw, wt); /* lost the slot to a race: back to its place */
+        return true;
+    }
+    if (rc == LG_OK) {
+        uint32_t queued = 0;
+
+        if (a == NULL || __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) == 0) {
+            return false;
+        }
+        pthread_mutex_lock(&a->lock);
+        queued = admission_model(a, c->req.info.model)->queued;
+        pthread_mutex_unlock(&a->lock);
+        if (queued == 0) {
+            return false;
+        }
+        /* others wait for this model: no overtaking; they get the free slot first */
+        if (admission_enqueue(a, c) == LG_OK) {
+            admission_wake(a, c->w->id); /* there is room: let the oldest waiters take it */
+        }
+        return true;
+    }
+    if (!full) {
+        return false;
+    }
+    admission_enqueue(a, c);
+    return true;
+}
+
+bool
+lg_admission_can_wait(const struct lg_model_route *route, uint64_t tried_mask)
+{
+    uint64_t now = lg_now_ns();
+
+    for (size_t i = 0; route != NULL && i < route->n; i++) {
+        const struct lg_backend *b = route->backends[i];
+
+        if ((i >= 64 || !(tried_mask & (1ull << i))) && lg_backend_is_available(b, now)
+            && b->conf.max_inflight != 0 && lg_backend_inflight(b) >= b->conf.max_inflight) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+lg_admission_cancel(struct lg_client *c)
+{
+    if (c->req.waiter != NULL) {
+        admission_drop(c->req.waiter);
+    }
+}
+
+/* Is wt the oldest waiter of its model, all workers? */
+static bool
+admission_is_head(struct lg_admission_waiter *wt)
+{
+    struct lg_admission *a = wt->aw->a;
+    bool head;
+
+    pthread_mutex_lock(&a->lock);
+    head = TAILQ_FIRST(&wt->m->order) == wt;
+    pthread_mutex_unlock(&a->lock);
+    return head;
+}
+
+/*
+ * The first waiter of this worker that heads its model's order and whose
+ * model has room now; models seen without room (or headed elsewhere) are
+ * noted in `skip` and not looked at again in this pass.
+ */
+static struct lg_admission_waiter *
+admission_next(struct admission_worker *aw, const struct admission_model **skip, size_t *nskip,
+               size_t cap)
+{
+    struct lg_admission_waiter *wt;
+
+    TAILQ_FOREACH (wt, &aw->waiters, link) {
+        const struct lg_model_route *route;
+        bool known = false;
+
+        for (size_t i = 0; i < *nskip && !known; i++) {
+            known = skip[i] == wt->m;
+        }
+        if (known) {
+            continue;
+        }
+        route = lg_fleet_find_model(wt->c->req.fleet, wt->c->req.info.model);
+        if (admission_is_head(wt) && route != NULL
+            && lg_router_has_candidate(route, wt->c->req.tried_mask)) {
+            return wt;
+        }
+        if (*nskip < cap) {
+            skip[(*nskip)++] = wt->m; /* later waiters of this model are not its head */
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Dispatches, in order, the waiters that head their model's order and find
+ * room. Each pass takes one waiter out or notes its model, so it ends. After
+ * lg_proxy_admitted() the waiter may be freed (and its request over): only
+ * the client, which outlives this callback, is looked at again.
+ */
+static void
+admission_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct admission_worker *aw = arg;
+    const struct admission_model *skip[32];
+    size_t nskip = 0;
+    struct lg_admission_waiter *wt;
+
+    (void)fd;
+    (void)what;
+    while ((wt = admission_next(aw, skip, &nskip, LG_ARRAY_SIZE(skip))) != NULL) {
+        struct lg_client *c = wt->c;
+        const struct admission_model *m = wt->m;
+
+        admission_unlink(wt);
+        wt->state = ADMISSION_ST_DISPATCHING;
+        lg_proxy_admitted(c); /* ends in lg_admission_hold(): dropped or queued again */
+        if (c->req.waiter != NULL && c->req.waiter->state == ADMISSION_ST_QUEUED
+            && nskip < LG_ARRAY_SIZE(skip)) {
+            skip[nskip++] = m; /* it went back: its model is full again */
+        }
+    }
+}
+
+void
+lg_admission_released(struct lg_admission *a, unsigned worker, const char *model)
+{
+    uint64_t now_s = lg_now_ns() / LG_NS_PER_S;
+    struct admission_model *m;
+    size_t slot = now_s % ADMISSION_WINDOW;
+
+    if (a == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&a->lock);
+    m = admission_model(a, model);
+    if (m->sec[slot] != now_s) {
+        m->sec[slot] = now_s;
+        m->done[slot] = 0;
+    }
+    m->done[slot]++;
+    pthread_mutex_unlock(&a->lock);
+    if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
+        admission_wake(a, worker);
+    }
+}
+
+uint32_t
+lg_admission_queued(struct lg_admission *a, const char *model)
+{
+    uint32_t n;
+
+    pthread_mutex_lock(&a->lock);
+    n = admission_model(a, model)->queued;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}

@@ -1,0 +1,77 @@
+/*
+ * admission.h: the admission queue.
+ *
+ * When every backend that serves a model is at its max_inflight, a new
+ * request waits here instead of failing: in a queue bounded per model
+ * (limits.queue_length) and in time (timeouts.queue). Past either bound it
+ * gets 429 (queue full) or 503 (waited too long), with a Retry-After from the
+ * observed drain rate (requests finished per second for that model).
+ *
+ * Waiting requests stay on their worker (a queue per worker, in arrival
+ * order); the per-model length and the drain rate are shared. Whenever an
+ * attempt anywhere releases its backend slot, every worker with waiters is
+ * woken (its own wake event, or LG_WORKER_CMD_ADMIT through lg_worker_post()
+ * from another worker: worker bases have no lock) and dispatches
+ * what the router now has room for; a slow tick on each worker with waiters
+ * also re-checks, for capacity that returns another way (Retry-After over,
+ * a backend back up). A request is never dispatched from inside another
+ * request's callbacks: wake-ups are always deferred to the worker's loop.
+ */
+#ifndef LG_ADMISSION_H
+#define LG_ADMISSION_H
+
+#include "base/lg_core.h"
+
+struct lg_admission;
+struct lg_admission_waiter;
+struct lg_client;
+struct lg_gateway;
+struct lg_model_route;
+
+/* Creates the queues for gw's workers (their event bases must exist). */
+struct lg_admission *lg_admission_new(struct lg_gateway *gw);
+/* After the workers stopped. NULL is fine. */
+void lg_admission_free(struct lg_admission *a);
+
+/* Requests waiting in the queue now, all workers and models (0 for NULL). */
+unsigned lg_admission_waiting(const struct lg_admission *a);
+
+/*
+ * Called by the proxy with the result (rc) of each routing of a request (a
+ * retry may wait too), including when a queued request is routed on its way
+ * out of the queue.
+ * Returns true when the request waits now (the proxy stops there and resumes
+ * it later with lg_proxy_admitted()) or was refused with 429 (queue full, or
+ * queueing off); false when the proxy goes on with rc as it is. A new request
+ * waits when every backend of its model is at max_inflight, and also when
+ * others wait for its model already (no overtaking).
+ */
+bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc);
+
+/*
+ * Could a request wait in the queue for one of route's backends not in
+ * tried_mask (one that is up but at max_inflight)? A retry may then wait
+ * for it rather than fail.
+ */
+bool lg_admission_can_wait(const struct lg_model_route *route, uint64_t tried_mask);
+
+/* Takes c out of the queue if it is there (request ending); idempotent. */
+void lg_admission_cancel(struct lg_client *c);
+
+/*
+ * A request of `model` on worker `worker` gave back its backend slot: counts
+ * it for the drain rate and wakes the workers that have waiters. On worker
+ * `worker`'s thread.
+ */
+void lg_admission_released(struct lg_admission *a, unsigned worker, const char *model);
+
+/*
+ * Worker `worker` received LG_WORKER_CMD_ADMIT: schedules a look at its
+ * waiters in its loop. On that worker's thread. NULL a is fine.
+ */
+void lg_admission_wake_worker(struct lg_admission *a, unsigned worker);
+
+/* Requests waiting for `model` now, all workers (tests, metrics). */
+uint32_t lg_admission_queued(struct lg_admission *a, const char *model);
+
+#endif /* LG_ADMISSION_H */

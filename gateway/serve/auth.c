@@ -1,0 +1,66 @@
+/*
+ * auth.c: API-key checks of a client request (see auth.h).
+ *
+ * Owns nothing: the request's key hold lives in struct lg_request and is
+ * released with the request (client.c).
+ */
+#include "serve/auth.h"
+
+#include <string.h>
+
+#include "serve/client.h"
+#include "serve/keys.h"
+#include "serve/worker.h"
+
+/* Paths that need a key: the OpenAI API; /healthz stays open for probes. */
+static bool
+auth_needed(const struct lg_request *req)
+{
+    return req->hdrs.url_len >= 4 && strncmp(req->hdrs.buf + req->hdrs.url_off, "/v1/", 4) == 0;
+}
+
+int
+lg_auth_head(struct lg_client *c)
+{
+    struct lg_keys *keys = c->w->gw->keys;
+    struct lg_request *req = &c->req;
+    const struct lg_hdr *h;
+
+    if (keys == NULL || !auth_needed(req)) {
+        return LG_OK;
+    }
+    h = lg_hdrs_find(&req->hdrs, "authorization");
+    if (h != NULL
+        && lg_keys_authenticate(keys, lg_hdrs_value(&req->hdrs, h), h->value_len, &req->auth)) {
+        return LG_OK;
+    }
+    req->flags |= LG_REQ_F_CLOSE; /* the body stays unread */
+    lg_client_fail(c, 401, "invalid_api_key",
+                   h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
+                             : "the API key is not valid");
+    return LG_EINVAL;
+}
+
+int
+lg_auth_admit(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    uint32_t retry_ms;
+
+    if (req->auth.key == NULL) {
+        return LG_OK;
+    }
+    if (!lg_keys_model_allowed(&req->auth, req->info.model)) {
+        lg_client_fail(c, 403, "model_not_allowed", "the key \"%s\" may not use the model \"%s\"",
+                       lg_keys_name(&req->auth), req->info.model);
+        return LG_EINVAL;
+    }
+    if (lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
+        req->pick.retry_after_ms = retry_ms;
+        lg_client_fail(c, 429, "key_limit_reached",
+                       "the key \"%s\" is over its concurrency or rate limit",
+                       lg_keys_name(&req->auth));
+        return LG_EINVAL;
+    }
+    return LG_OK;
+}

@@ -1,0 +1,1052 @@
+/*
+ * client.c: one client connection: HTTP/1.1 request parsing with llhttp,
+ * the gateway's own endpoints, and the request's single exit.
+ *
+ * Owns: struct lg_client, its bufferevent (and through it the socket), the
+ * request's head storage and body buffer. Borrows: the worker.
+ * Invariants: one request at a time; every request that started ends in
+ * exactly one of lg_client_fail(), lg_client_finish() or lg_client_cut()
+ * (or the connection closing), each of which writes one access-log line; a
+ * client is freed only by the worker's reaper.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "base/accesslog.h"
+#include "serve/auth.h"
+#include "fleet/backend.h"
+#include "http/bevio.h"
+#include "serve/client.h"
+#include "base/config.h"
+#include "serve/connlimit.h"
+#include "http/headcheck.h"
+#include "serve/proxy.h"
+#include "base/stats.h"
+#include "http/tls.h"
+#include "serve/worker.h"
+
+static void client_parse(struct lg_client *c);
+static void client_next_request(struct lg_client *c);
+
+static const char *const client_state_names[] = {
+    [LG_CLIENT_ST_READ_HEAD] = "reading the request head",
+    [LG_CLIENT_ST_READ_BODY] = "reading the request body",
+    [LG_CLIENT_ST_CONNECT] = "connecting to the backend",
+    [LG_CLIENT_ST_WAIT_HEAD] = "waiting for the response head",
+    [LG_CLIENT_ST_RELAY] = "relaying the response",
+    [LG_CLIENT_ST_FLUSH] = "flushing the last response",
+    [LG_CLIENT_ST_LINGER] = "dropping the rest of a refused request",
+    [LG_CLIENT_ST_CLOSING] = "closing",
+};
+
+static const struct lg_config *
+client_conf(const struct lg_client *c)
+{
+    return c->req.fleet ? c->req.fleet->conf : c->w->fleet->conf;
+}
+
+/*
+ * The connection's read and write timeouts (ms, 0 = none), set only when one
+ * changes (or `rearm`), and then through lg_bevio_timeouts(): when the write
+ * timeout stays, only the read event is re-armed (libevent's
+ * bufferevent_set_timeouts() deletes and adds both events). A keep-alive
+ * connection keeps its idle read timeout across requests, and has a write
+ * timeout only while a stream is relayed or the last response flushed (a
+ * write event with a timeout costs a timer insert each time it is added),
+ * so a request that arrives whole and is answered in one read changes
+ * neither: the read timeout stays armed while the response is on its way
+ * (client_on_event arms it again if it fires then), and the idle time after
+ * a quick response counts from the request's arrival (client_next_request
+ * re-arms it after a slow one).
+ */
+static void
+client_set_timeouts(struct lg_client *c, uint64_t read_ms, uint64_t write_ms, bool rearm)
+{
+    struct timeval r, w;
+
+    if (read_ms == c->read_tmo_ms && write_ms == c->write_tmo_ms && !rearm) {
+        return;
+    }
+    c->read_tmo_ms = read_ms;
+    c->write_tmo_ms = write_ms;
+    c->read_armed_ns = lg_now_ns();
+    lg_bevio_timeouts(c->bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
+}
+
+void
+lg_client_set_write_timeout(struct lg_client *c, uint64_t ms)
+{
+    client_set_timeouts(c, c->read_tmo_ms, ms, false);
+}
+
+static void
+client_set_read_timeout(struct lg_client *c, uint64_t ms)
+{
+    client_set_timeouts(c, ms, c->write_tmo_ms, false);
+}
+
+static void client_on_read(struct bufferevent *bev, void *arg);
+static void client_on_write(struct bufferevent *bev, void *arg);
+static void client_on_event(struct bufferevent *bev, short what, void *arg);
+
+void
+lg_client_watch_drain(struct lg_client *c)
+{
+    bufferevent_data_cb wcb;
+
+    bufferevent_getcb(c->bev, NULL, &wcb, NULL, NULL);
+    if (wcb == NULL) {
+        bufferevent_setcb(c->bev, client_on_read, client_on_write, client_on_event, c);
+    }
+}
+
+void
+lg_client_set_state(struct lg_client *c, enum lg_client_state to)
+{
+    if (c->state == LG_CLIENT_ST_CLOSING) {
+        return; /* nothing leaves CLOSING */
+    }
+    LG_DEBUG("conn=%" PRIu64 " %s -> %s", c->id, client_state_names[c->state],
+             client_state_names[to]);
+    c->state = to;
+    c->action = client_state_names[to];
+    if (to == LG_CLIENT_ST_FLUSH) {
+        lg_client_watch_drain(c); /* it closes when its output has left */
+    }
+}
+
+/* ---- request parser callbacks (parser.data is the client) -------------- */
+
+static int
+client_reject(struct lg_client *c, int status, const char *code)
+{
+    c->req.reject_status = status;
+    c->req.reject_code = code;
+    return HPE_USER;
+}
+
+static int
+client_on_message_begin(llhttp_t *p)
+{
+    struct lg_client *c = p->data;
+
+    if (c->req.t_start == 0) {
+        c->req.t_start = lg_now_ns();
+        c->req.wall_start = lg_wall_ns();
+    }
+    return 0;
+}
+
+static int
+client_on_url(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_client *c = p->data;
+
+    if (lg_hdrs_on_url(&c->req.hdrs, at, n) != LG_OK) {
+        return client_reject(c, 414, "uri_too_long");
+    }
+    return 0;
+}
+
+static int
+client_on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_client *c = p->data;
+
+    if (c->state == LG_CLIENT_ST_READ_BODY) {
+        return 0; /* a chunked body's trailer: never forwarded, not kept */
+    }
+    if (lg_hdrs_on_field(&c->req.hdrs, at, n) != LG_OK) {
+        return client_reject(c, 431, "headers_too_large");
+    }
+    return 0;
+}
+
+static int
+client_on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_client *c = p->data;
+
+    if (c->state == LG_CLIENT_ST_READ_BODY) {
+        return 0;
+    }
+    if (lg_hdrs_on_value(&c->req.hdrs, at, n) != LG_OK) {
+        return client_reject(c, 431, "headers_too_large");
+    }
+    return 0;
+}
+
+static int
+client_on_headers_complete(llhttp_t *p)
+{
+    (void)p;
+    return HPE_PAUSED; /* client_parse() checks the head before any body byte */
+}
+
+static int
+client_on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct lg_client *c = p->data;
+    struct lg_request *req = &c->req;
+
+    if (req->body_bytes + n > client_conf(c)->limits.max_body_bytes) {
+        return client_reject(c, 413, "body_too_large");
+    }
+    req->body_bytes += n;
+    if (req->flags & LG_REQ_F_CHUNKED) {
+        evbuffer_add(req->body, at, n); /* chunk framing interleaves: decode */
+    } else {
+        c->pass_body += n; /* contiguous: moved after the pass */
+    }
+    return 0;
+}
+
+static int
+client_on_message_complete(llhttp_t *p)
+{
+    struct lg_client *c = p->data;
+
+    c->req.flags |= LG_REQ_F_COMPLETE;
+    if (llhttp_should_keep_alive(p)) {
+        c->req.flags |= LG_REQ_F_KEEPALIVE;
+    }
+    return HPE_PAUSED; /* stop at the message boundary: one request at a time */
+}
+
+static const llhttp_settings_t client_settings = {
+    .on_message_begin = client_on_message_begin,
+    .on_url = client_on_url,
+    .on_header_field = client_on_header_field,
+    .on_header_value = client_on_header_value,
+    .on_headers_complete = client_on_headers_complete,
+    .on_body = client_on_body,
+    .on_message_complete = client_on_message_complete,
+};
+
+/* ---- responses the gateway writes itself ------------------------------- */
+
+static const char *
+client_reason(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Error";
+    }
+}
+
+/* Writes a complete response with a JSON body (moved from `body`). */
+static void
+client_respond(struct lg_client *c, int status, struct evbuffer *body, const char *extra_headers)
+{
+    struct lg_request *req = &c->req;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t before = evbuffer_get_length(out);
+    size_t n = evbuffer_get_length(body);
+
+    if (c->w->draining) {
+        req->flags |= LG_REQ_F_CLOSE;
+    }
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %zu\r\nX-Request-Id: %s\r\n%s%s\r\n",
+                        status, client_reason(status), n, req->id,
+                        extra_headers ? extra_headers : "",
+                        (req->flags & LG_REQ_F_CLOSE) ? "Connection: close\r\n"
+                        : req->http_minor == 0        ? "Connection: keep-alive\r\n"
+                                                      : "");
+    evbuffer_add_buffer(out, body);
+    req->status = status;
+    req->bytes_out += evbuffer_get_length(out) - before;
+}
+
+/* ---- the end of a request ---------------------------------------------- */
+
+static void
+client_log(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    if (req->flags & LG_REQ_F_LOGGED) {
+        return;
+    }
+    req->flags |= LG_REQ_F_LOGGED;
+    if (req->t_end == 0) {
+        req->t_end = lg_now_ns();
+    }
+    __atomic_fetch_add(&c->w->stats.requests, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->w->stats.bytes_in, req->head_bytes + req->body_bytes,
+                       __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->w->stats.bytes_out, req->bytes_out, __ATOMIC_RELAXED);
+    lg_stats_request_done(c);
+    lg_accesslog_write(c->w->alog, c);
+}
+
+/* Releases the request's resources; the connection stays. */
+static void
+client_end_request(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+
+    lg_proxy_release(c);
+    lg_keys_release(&req->auth);
+    lg_route_result_clear(&req->pick);
+    if (req->body != NULL) {
+        evbuffer_free(req->body);
+        req->body = NULL;
+    }
+    lg_hdrs_release(&req->hdrs);
+}
+
+void
+lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
+{
+    struct lg_request *req = &c->req;
+    struct evbuffer *body;
+    char msg[512];
+    char extra[64] = "";
+    va_list ap;
+
+    if (c->state == LG_CLIENT_ST_CLOSING) {
+        return;
+    }
+    LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
+    lg_proxy_abort(c, code);
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (req->error == NULL || status != req->fail_status) {
+        req->error = code;
+    }
+    if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431) {
+        /* the request stream may be out of sync: never read another one */
+        req->flags |= LG_REQ_F_CLOSE;
+    }
+    if (status == 503 || status == 429) {
+        /* when the router knows when a backend may be back, say so */
+        uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
+
+        snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
+    } else if (status == 401) {
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"llmgate\"\r\n");
+    } else if (status == 405) {
+        const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
+
+        snprintf(extra, sizeof(extra), "Allow: %s\r\n",
+                 strncmp(url, "/v1/models", 10) == 0 || strncmp(url, "/healthz", 8) == 0 ? "GET"
+                                                                                          : "POST");
+    }
+    body = evbuffer_new();
+    lg_openai_error_body(body, msg, lg_openai_error_type(status), code);
+    client_respond(c, status, body, extra);
+    evbuffer_free(body);
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "%d %s: %s", status, code, msg);
+    client_next_request(c);
+}
+
+void
+lg_client_finish(struct lg_client *c)
+{
+    client_next_request(c);
+}
+
+void
+lg_client_cut(struct lg_client *c, const char *why)
+{
+    struct lg_request *req = &c->req;
+
+    if (c->state == LG_CLIENT_ST_CLOSING) {
+        return;
+    }
+    if (req->backend != NULL) {
+        LG_STAT_ADD(req->backend, cut_streams, 1);
+        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", req->backend->name, why);
+        }
+    }
+    req->error = why;
+    lg_proxy_abort(c, why);
+    client_log(c);
+    client_end_request(c);
+    if (strcmp(why, "client_stalled") == 0) {
+        lg_client_close(c, why); /* it reads nothing: do not wait for it */
+        return;
+    }
+    /* Every byte the backend sent still goes out, then the connection
+     * closes without a clean end of message, so the client sees the cut. */
+    lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        lg_client_close(c, why);
+    }
+}
+
+void
+lg_client_close(struct lg_client *c, const char *why)
+{
+    if (c->state == LG_CLIENT_ST_CLOSING) {
+        return;
+    }
+    LG_DEBUG("conn=%" PRIu64 " closing: %s", c->id, why);
+    if (c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
+        if (c->req.status == 0) {
+            c->req.status = 499;
+        }
+        if (c->req.error == NULL) {
+            c->req.error = why;
+        }
+        lg_proxy_abort(c, why);
+        client_log(c);
+    }
+    client_end_request(c);
+    lg_client_set_state(c, LG_CLIENT_ST_CLOSING);
+    TAILQ_REMOVE(&c->w->clients, c, link);
+    c->w->nclients--;
+    __atomic_fetch_sub(&c->w->gw->nconnections, 1, __ATOMIC_RELAXED);
+    lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
+    bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    lg_worker_reap_client(c->w, c);
+}
+
+void
+lg_client_free(struct lg_client *c)
+{
+    bufferevent_free(c->bev);
+    free(c);
+}
+
+#define CLIENT_LINGER_MS 2000
+
+static void
+client_linger_drop(struct lg_client *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/*
+ * The last response is out. If the client may still be sending a request we
+ * refused, closing now would reset the connection (the kernel answers unread
+ * input with RST, and the client may lose our response with it): send FIN,
+ * then read and drop its bytes for a moment (a deadline, not an idle time).
+ * Cut streams and TLS connections just close.
+ */
+static void
+client_close_flushed(struct lg_client *c)
+{
+    int fd = bufferevent_getfd(c->bev);
+
+    if (!c->linger || c->tls || fd < 0 || shutdown(fd, SHUT_WR) != 0) {
+        lg_client_close(c, "done");
+        return;
+    }
+    lg_client_set_state(c, LG_CLIENT_ST_LINGER);
+    c->linger_until_ns = lg_now_ns() + CLIENT_LINGER_MS * LG_NS_PER_MS;
+    client_linger_drop(c);
+    client_set_timeouts(c, CLIENT_LINGER_MS, 0, false);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+static void
+client_linger_read(struct lg_client *c)
+{
+    uint64_t now = lg_now_ns();
+
+    client_linger_drop(c);
+    if (now >= c->linger_until_ns) {
+        lg_client_close(c, "done");
+        return;
+    }
+    client_set_read_timeout(c, (c->linger_until_ns - now) / LG_NS_PER_MS + 1);
+}
+
+/* The request is over: log it, then read the next one or close. */
+static void
+client_next_request(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
+                       || c->w->draining;
+    uint64_t idle_ms = client_conf(c)->timeouts.client_idle_ms, took_ns;
+
+    client_log(c);
+    took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
+    client_end_request(c);
+    c->requests++;
+    if (close_after) {
+        c->linger = !(req->flags & LG_REQ_F_COMPLETE)
+                    || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
+        lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
+        bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+        client_set_timeouts(c, 0, client_conf(c)->timeouts.client_stall_ms, false);
+        bufferevent_disable(c->bev, EV_READ);
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+            client_close_flushed(c);
+        }
+        return;
+    }
+    memset(req, 0, sizeof(*req));
+    lg_hdrs_init(&req->hdrs, (uint32_t)client_conf(c)->limits.max_header_bytes,
+                 client_conf(c)->limits.max_headers);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
+    /*
+     * The idle timeout: unchanged unless the request came in pieces, and
+     * counted from the request's last bytes unless its answer took longer
+     * than a second (or an eighth of the idle time): then from now.
+     */
+    client_set_timeouts(c, idle_ms, 0, took_ns > LG_MIN(UINT64_C(1000), idle_ms / 8) * LG_NS_PER_MS);
+    lg_bevio_enable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+        client_parse(c); /* a pipelined request is waiting */
+    }
+}
+
+void
+lg_client_drain(struct lg_client *c)
+{
+    if (c->state == LG_CLIENT_ST_READ_HEAD && c->req.t_start == 0) {
+        lg_client_close(c, "draining");
+    }
+    /* others get Connection: close on their response and close after it */
+}
+
+void
+lg_client_write_buffer(struct lg_client *c, struct evbuffer *src, size_t n)
+{
+    evbuffer_remove_buffer(src, bufferevent_get_output(c->bev), n);
+    c->req.bytes_out += n;
+}
+
+/* ---- the gateway's own endpoints ---------------------------------------- */
+
+static void
+client_models(struct lg_client *c)
+{
+    const struct lg_fleet *f = c->w->fleet;
+    struct evbuffer *body = evbuffer_new();
+    uint64_t created = (uint64_t)(lg_wall_ns() / LG_NS_PER_S);
+
+    /* f->models is sorted by name: the union of every backend's models */
+    evbuffer_add_printf(body, "{\"object\":\"list\",\"data\":[");
+    for (size_t i = 0; i < f->nmodels; i++) {
+        evbuffer_add_printf(body, "%s{\"id\":", i ? "," : "");
+        lg_json_append_string(body, f->models[i].model, strlen(f->models[i].model));
+        evbuffer_add_printf(body,
+                            ",\"object\":\"model\",\"created\":%" PRIu64
+                            ",\"owned_by\":\"llmgate\",\"backends\":%zu}",
+                            created, f->models[i].n);
+    }
+    evbuffer_add_printf(body, "]}\n");
+    client_respond(c, 200, body, NULL);
+    evbuffer_free(body);
+    client_next_request(c);
+}
+
+static void
+client_model_one(struct lg_client *c, const char *id)
+{
+    const struct lg_model_route *m = lg_fleet_find_model(c->w->fleet, id);
+    struct evbuffer *body;
+
+    if (m == NULL) {
+        lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist", id);
+        return;
+    }
+    body = evbuffer_new();
+    evbuffer_add_printf(body, "{\"id\":");
+    lg_json_append_string(body, m->model, strlen(m->model));
+    evbuffer_add_printf(body,
+                        ",\"object\":\"model\",\"created\":%" PRIu64 ",\"owned_by\":\"llmgate\"}\n",
+                        (uint64_t)(lg_wall_ns() / LG_NS_PER_S));
+    client_respond(c, 200, body, NULL);
+    evbuffer_free(body);
+    client_next_request(c);
+}
+
+static void
+client_healthz(struct lg_client *c)
+{
+    struct evbuffer *body = evbuffer_new();
+    int status = c->w->draining ? 503 : 200;
+
+    evbuffer_add_printf(body, "{\"status\":\"%s\"}\n", c->w->draining ? "draining" : "ok");
+    client_respond(c, status, body, NULL);
+    evbuffer_free(body);
+    client_next_request(c);
+}
+
+/* The request is read completely: answer it or hand it to the proxy. */
+static void
+client_dispatch(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const char *url = req->hdrs.buf + req->hdrs.url_off;
+    size_t plen = strcspn(url, "?");
+    char path[256];
+    char err[256];
+
+    req->t_read = lg_now_ns();
+    if (plen >= sizeof(path)) {
+        plen = sizeof(path) - 1;
+    }
+    memcpy(path, url, plen);
+    path[plen] = '\0';
+    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/v1/models") == 0) {
+        if (req->method != HTTP_GET) {
+            lg_client_fail(c, 405, "method_not_allowed", "%s supports GET only", path);
+        } else if (path[1] == 'h') {
+            client_healthz(c);
+        } else {
+            client_models(c);
+        }
+        return;
+    }
+    if (strncmp(path, "/v1/models/", 11) == 0 && req->method == HTTP_GET) {
+        client_model_one(c, path + 11);
+        return;
+    }
+    if (strncmp(path, "/v1/", 4) != 0) {
+        lg_client_fail(c, 404, "not_found", "no route for %s %s",
+                       llhttp_method_name((llhttp_method_t)req->method), path);
+        return;
+    }
+    if (req->method != HTTP_POST) {
+        lg_client_fail(c, 405, "method_not_allowed", "%s supports POST only", path);
+        return;
+    }
+    if (lg_openai_inspect(req->body, client_conf(c)->routing.prefix_bytes, &req->info, err,
+                          sizeof(err))
+        != LG_OK) {
+        lg_client_fail(c, 400, "invalid_json", "%s", err);
+        return;
+    }
+    if (req->info.model[0] == '\0') {
+        lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
+        return;
+    }
+    if (lg_auth_admit(c) != LG_OK) {
+        return;
+    }
+    lg_proxy_start(c);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Picks the request id: the client's if it is sane, else a fresh one. */
+static void
+client_set_request_id(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_hdr *h = lg_hdrs_find(&req->hdrs, "x-request-id");
+
+    if (h != NULL && h->value_len > 0 && h->value_len < sizeof(req->id)) {
+        const char *v = lg_hdrs_value(&req->hdrs, h);
+        bool ok = true;
+
+        for (uint32_t i = 0; i < h->value_len && ok; i++) {
+            ok = v[i] > 0x20 && v[i] < 0x7f && v[i] != '"' && v[i] != '\\';
+        }
+        if (ok) {
+            memcpy(req->id, v, h->value_len);
+            req->id[h->value_len] = '\0';
+            return;
+        }
+    }
+    /* 32 hex digits: connection id, then a mix of time and request count */
+    {
+        uint64_t v[2] = { c->id, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests) };
+
+        for (int i = 0; i < 16; i++) {
+            unsigned byte = (unsigned)(v[i / 8] >> (56 - 8 * (i % 8))) & 0xff;
+
+            req->id[2 * i] = "0123456789abcdef"[byte >> 4];
+            req->id[2 * i + 1] = "0123456789abcdef"[byte & 15];
+        }
+        req->id[32] = '\0';
+    }
+}
+
+/* The head is in: check it before reading any body byte. */
+static int
+client_on_head(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    llhttp_t *p = &c->parser;
+    const struct lg_config *conf = client_conf(c);
+    const struct lg_hdr *expect;
+
+    req->method = (uint8_t)p->method;
+    req->http_minor = p->http_minor;
+    lg_hdrs_mark_hop_by_hop(&req->hdrs);
+    client_set_request_id(c);
+    if (p->http_major != 1) {
+        lg_client_fail(c, 400, "bad_request", "only HTTP/1.0 and HTTP/1.1 are supported");
+        return LG_EINVAL;
+    }
+    if (lg_headcheck_fields(&req->hdrs, req->http_minor) != NULL) {
+        req->flags |= LG_REQ_F_CLOSE;
+        lg_client_fail(c, 400, "bad_request", "%s",
+                       lg_headcheck_fields(&req->hdrs, req->http_minor));
+        return LG_EINVAL;
+    }
+    if (req->hdrs.url_len == 0 || req->hdrs.buf[req->hdrs.url_off] != '/') {
+        req->flags |= LG_REQ_F_CLOSE;
+        lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
+        return LG_EINVAL;
+    }
+    if (lg_auth_head(c) != LG_OK) {
+        return LG_EINVAL;
+    }
+    if (p->flags & F_CHUNKED) {
+        req->flags |= LG_REQ_F_CHUNKED;
+    } else if ((p->flags & F_CONTENT_LENGTH) && p->content_length > conf->limits.max_body_bytes) {
+        lg_client_fail(c, 413, "body_too_large",
+                       "the request body (%" PRIu64 " bytes) exceeds the limit of %zu bytes",
+                       p->content_length, conf->limits.max_body_bytes);
+        return LG_EINVAL;
+    }
+    req->body = evbuffer_new();
+    expect = lg_hdrs_find(&req->hdrs, "expect");
+    if (expect != NULL && lg_hdrs_has_token(&req->hdrs, expect, "100-continue")
+        && req->http_minor >= 1) {
+        evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    }
+    lg_client_set_state(c, LG_CLIENT_ST_READ_BODY);
+    c->read_tmo_want = conf->timeouts.client_body_ms; /* set by client_parse() */
+    return LG_OK;
+}
+
+static void
+client_parse_error(struct lg_client *c, int err)
+{
+    struct lg_request *req = &c->req;
+
+    req->flags |= LG_REQ_F_CLOSE;
+    if (req->t_start == 0) {
+        req->t_start = lg_now_ns();
+        req->wall_start = lg_wall_ns();
+    }
+    if (req->id[0] == '\0') {
+        client_set_request_id(c);
+    }
+    if (err == HPE_USER && req->reject_status == 400) {
+        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s",
+                       llhttp_get_error_reason(&c->parser));
+        return;
+    }
+    if (err == HPE_USER && req->reject_status != 0) {
+        lg_client_fail(c, req->reject_status, req->reject_code,
+                       req->reject_status == 413   ? "the request body exceeds the limit"
+                       : req->reject_status == 414 ? "the request line is too long"
+                                                   : "the request head is too large");
+        return;
+    }
+    lg_client_fail(c, 400, "bad_request", "malformed HTTP request: %s",
+                   llhttp_get_error_reason(&c->parser));
+}
+
+static void
+client_parse_run(struct lg_client *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    const struct lg_config *conf = client_conf(c);
+
+    while (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
+        struct lg_request *req = &c->req;
+        size_t avail = evbuffer_get_length(in), consumed;
+        int err;
+
+        if (avail == 0 && c->state == LG_CLIENT_ST_READ_HEAD) {
+            return;
+        }
+        c->pass_body = 0;
+        err = lg_http_execute(&c->parser, in, &consumed);
+        if (c->state == LG_CLIENT_ST_READ_HEAD) {
+            /* RFC 9112 sections 2.2, 5.2: what llhttp 8 lets through, checked
+             * in every piece of the head before it is drained */
+            const char *bad = lg_headcheck_feed(&req->headcheck, in, consumed);
+
+            if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
+                err = client_reject(c, 400, "bad_request");
+                llhttp_set_error_reason(&c->parser, bad);
+            }
+            evbuffer_drain(in, consumed);
+            req->head_bytes += consumed;
+            if (err == HPE_PAUSED) {
+                llhttp_resume(&c->parser);
+                if (client_on_head(c) != LG_OK) {
+                    return;
+                }
+                continue; /* parse the body (or complete a body-less message) */
+            }
+            if (err == HPE_OK && req->head_bytes > conf->limits.max_header_bytes) {
+                err = client_reject(c, 431, "headers_too_large");
+            } else if (err == HPE_OK && req->t_start != 0) {
+                /* client_header bounds the whole head, not the gap between
+                 * reads: a byte every second must not keep a slot forever */
+                uint64_t spent_ms = (lg_now_ns() - req->t_start) / LG_NS_PER_MS;
+
+                c->read_tmo_want = spent_ms < conf->timeouts.client_header_ms
+                                       ? conf->timeouts.client_header_ms - spent_ms
+                                       : 1;
+            } else if (err == HPE_OK) {
+                c->read_tmo_want = conf->timeouts.client_header_ms; /* no message begun */
+            }
+        } else {
+            /* body bytes: moved when contiguous, already decoded when chunked */
+            size_t framing = consumed - c->pass_body;
+
+            if (req->flags & LG_REQ_F_CHUNKED) {
+                evbuffer_drain(in, consumed);
+            } else {
+                evbuffer_drain(in, framing);
+                evbuffer_remove_buffer(in, req->body, c->pass_body);
+            }
+            req->head_bytes += framing;
+            if (err == HPE_PAUSED && (req->flags & LG_REQ_F_COMPLETE)) {
+                llhttp_resume(&c->parser);
+                client_dispatch(c);
+                return;
+            }
+        }
+        if (err != HPE_OK) {
+            client_parse_error(c, err);
+            return;
+        }
+        if (evbuffer_get_length(in) == 0) {
+            return;
+        }
+    }
+}
+
+/*
+ * Parses what the client sent. The read timeout for what is still to come
+ * (the rest of the head, the body) is set once, when the parse stops still
+ * reading: a request that arrives whole (the common case) goes from idle to
+ * none without passing through the header and body timeouts (each a
+ * bufferevent_set_timeouts(), a del and an add of both events).
+ */
+static void
+client_parse(struct lg_client *c)
+{
+    c->read_tmo_want = UINT64_MAX;
+    client_parse_run(c);
+    if (c->read_tmo_want != UINT64_MAX
+        && (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY)) {
+        client_set_read_timeout(c, c->read_tmo_want);
+    }
+}
+
+static void
+client_on_read(struct bufferevent *bev, void *arg)
+{
+    struct lg_client *c = arg;
+
+    (void)bev;
+    if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
+        size_t budget = LG_BEVIO_READ_BUDGET, want, got;
+
+        client_parse(c);
+        /*
+         * A large Content-Length body (its size already checked): take the
+         * rest of it in one read, up to the budget, never past its end,
+         * instead of 4 KiB per read event (nginx reads into a buffer of the
+         * body's size the same way). A short read means the socket is
+         * drained: the next read event brings the rest, without a readv
+         * that finds nothing. Chunked bodies keep libevent's path.
+         */
+        while (c->state == LG_CLIENT_ST_READ_BODY && !(c->req.flags & LG_REQ_F_CHUNKED)
+               && budget > 0 && c->parser.content_length > 0) {
+            want = LG_MIN(budget, c->parser.content_length);
+            got = lg_bevio_read(c->bev, want);
+            if (got == 0) {
+                break;
+            }
+            budget -= LG_MIN(budget, got);
+            client_parse(c);
+            if (got < want) {
+                break;
+            }
+        }
+    } else if (c->state == LG_CLIENT_ST_LINGER) {
+        client_linger_read(c);
+    }
+    /* otherwise a pipelined request waits in the input (bounded by the
+     * read high watermark) until this one is done */
+}
+
+static void
+client_on_write(struct bufferevent *bev, void *arg)
+{
+    struct lg_client *c = arg;
+
+    if (c->state == LG_CLIENT_ST_RELAY) {
+        lg_proxy_on_client_drained(c);
+    } else if (c->state == LG_CLIENT_ST_FLUSH
+               && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        client_close_flushed(c);
+    }
+}
+
+static void
+client_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct lg_client *c = arg;
+    struct lg_request *req = &c->req;
+
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        return; /* TLS handshake done: the request comes next */
+    }
+    if (c->state == LG_CLIENT_ST_LINGER) {
+        lg_client_close(c, "done"); /* the client finished, or its time is up */
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (what & BEV_EVENT_WRITING) {
+            if (req->t_start == 0) {
+                lg_client_close(c, "client_stalled"); /* between requests: nothing to log */
+            } else {
+                lg_client_cut(c, "client_stalled");
+            }
+            return;
+        }
+        if (c->state != LG_CLIENT_ST_FLUSH
+            && lg_now_ns() - c->read_armed_ns < c->read_tmo_ms * (LG_NS_PER_MS / 2)) {
+            /* armed again after it fired (the callback is deferred): stale */
+            lg_bevio_enable(c->bev, EV_READ);
+            return;
+        }
+        if (c->state == LG_CLIENT_ST_READ_HEAD && req->t_start == 0) {
+            lg_client_close(c, "keepalive_timeout");
+        } else if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
+            req->flags |= LG_REQ_F_CLOSE;
+            if (req->id[0] == '\0') {
+                client_set_request_id(c);
+            }
+            lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+        } else if (c->state != LG_CLIENT_ST_FLUSH) {
+            /* a response is on its way: the read side only watches for the
+             * client leaving, and its timeout starts again */
+            c->read_armed_ns = lg_now_ns();
+            bufferevent_enable(c->bev, EV_READ);
+        }
+        return;
+    }
+    /* EOF or error: the client is gone. Stop the engine at once. */
+    if (req->flags & LG_REQ_F_STARTED) {
+        req->error = "client_closed";
+        lg_proxy_abort(c, "client_closed");
+    } else if (req->flags & LG_REQ_F_PROXIED) {
+        req->status = 499;
+        req->error = "client_closed";
+        lg_proxy_abort(c, "client_closed");
+    }
+    lg_client_close(c, "client_closed");
+}
+
+int
+lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
+              struct ssl_st *ssl)
+{
+    struct lg_client *c;
+    const struct lg_config *conf = w->fleet->conf;
+    const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+    int one = 1;
+
+    c = lg_xcalloc(1, sizeof(*c));
+    if (ssl != NULL) {
+        /* the SSL (and with it the socket) is the bufferevent's now, even on failure */
+        c->bev = lg_tls_accept_bev(w->base, fd, ssl, opts);
+        c->tls = true;
+    } else {
+        c->bev = bufferevent_socket_new(w->base, fd, opts);
+        if (c->bev == NULL) {
+            evutil_closesocket(fd);
+        } else {
+            lg_bevio_own_reads(c->bev); /* no FIONREAD per read */
+            /* a large answer leaves in writes of up to 1 MiB, not 16 KiB per event */
+            bufferevent_set_max_single_write(c->bev, 1024 * 1024);
+        }
+    }
+    if (c->bev == NULL) {
+        free(c);
+        return LG_ENOMEM;
+    }
+    c->w = w;
+    c->id = ((uint64_t)w->id << 40) | ++w->conn_seq;
+    memcpy(&c->addr, sa, LG_MIN((size_t)salen, sizeof(c->addr)));
+    if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->addr_str,
+                  sizeof(c->addr_str));
+    } else if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->addr_str,
+                  sizeof(c->addr_str));
+    } else {
+        snprintf(c->addr_str, sizeof(c->addr_str), "unix");
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    llhttp_init(&c->parser, HTTP_REQUEST, &client_settings);
+    c->parser.data = c;
+    lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
+    c->state = LG_CLIENT_ST_READ_HEAD;
+    c->action = client_state_names[c->state];
+    /*
+     * No write callback until one is wanted (lg_client_watch_drain): with
+     * one, every write that empties the output schedules it (a deferred
+     * callback per answer) only for it to find nothing to do.
+     */
+    bufferevent_setcb(c->bev, client_on_read, NULL, client_on_event, c);
+    /* bound what a pipelining or flooding client can make us buffer */
+    lg_bevio_read_limit(c->bev, conf->limits.max_header_bytes + 64 * 1024);
+    client_set_timeouts(c, conf->timeouts.client_header_ms, 0, true);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    TAILQ_INSERT_TAIL(&w->clients, c, link);
+    w->nclients++;
+    __atomic_fetch_add(&w->gw->nconnections, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&w->stats.accepted, 1, __ATOMIC_RELAXED);
+    return LG_OK;
+}

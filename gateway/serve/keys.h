@@ -1,0 +1,78 @@
+/*
+ * keys.h: API keys (auth.keys_file).
+ *
+ * Clients send `Authorization: Bearer KEY`. The keys file stores only the
+ * SHA-256 of each key, with a name, the models it may use, a maximum of
+ * requests at once and a request rate (token bucket, GCRA form). The key set
+ * is loaded at start and re-read on SIGHUP; a key that keeps its name keeps
+ * its counters across a reload, so limits hold through it.
+ *
+ * A request holds its key (struct lg_key_hold) from the head to its end:
+ * the key's name goes to the access log (never the key), and the hold gives
+ * back its concurrency slot when released.
+ */
+#ifndef LG_KEYS_H
+#define LG_KEYS_H
+
+#include "base/lg_core.h"
+
+struct lg_config_errors;
+struct lg_key;
+struct lg_keys;
+
+#define LG_KEY_NAME_MAX 64
+
+/* What a request keeps of its key; zeroed = no key. */
+struct lg_key_hold {
+    struct lg_key *key; /* one reference; NULL: none (auth off, or refused) */
+    bool counted;       /* holds one of the key's max_concurrency slots */
+};
+
+/*
+ * Loads and validates a keys file. On success stores the key set in *out.
+ * On failure returns LG_EINVAL (or LG_EIO) with every error appended to errs
+ * as FILE:LINE:COL: error: /json/pointer: what is wrong.
+ */
+int lg_keys_load(const char *path, struct lg_keys **out, struct lg_config_errors *errs);
+
+/* Same from memory (tests, fuzzing); `name` stands for the file name. */
+int lg_keys_load_buffer(const char *text, size_t len, const char *name, struct lg_keys **out,
+                        struct lg_config_errors *errs);
+
+/* Re-reads the file the set came from; on error keeps the current keys (logged). Any thread. */
+int lg_keys_reload(struct lg_keys *k);
+
+/* Frees the set; holds still alive keep their keys. NULL is fine. */
+void lg_keys_free(struct lg_keys *k);
+
+/* Number of keys in force. */
+size_t lg_keys_count(struct lg_keys *k);
+
+/*
+ * Finds the key an Authorization header value presents ("Bearer KEY"; value
+ * and len from the request head, need not be terminated). Returns true and
+ * fills hold (a reference) when the key is known; false otherwise. Any thread.
+ */
+bool lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len,
+                          struct lg_key_hold *hold);
+
+/* May the held key use `model`? */
+bool lg_keys_model_allowed(const struct lg_key_hold *hold, const char *model);
+
+/*
+ * Counts one request against the held key's limits: LG_OK, or LG_EBUSY when
+ * over max_concurrency or the rate, with *retry_after_ms set (at least 1000
+ * for concurrency; the bucket's refill time for the rate).
+ */
+int lg_keys_admit(struct lg_key_hold *hold, uint64_t now_ns, uint32_t *retry_after_ms);
+
+/* Gives back the concurrency slot and the reference; idempotent. */
+void lg_keys_release(struct lg_key_hold *hold);
+
+/* The held key's name (for the log), or NULL. */
+const char *lg_keys_name(const struct lg_key_hold *hold);
+
+/* Writes the lowercase hex SHA-256 of data (65 bytes with the NUL). */
+void lg_keys_hash_hex(const void *data, size_t len, char out[65]);
+
+#endif /* LG_KEYS_H */
