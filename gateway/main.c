@@ -24,17 +24,17 @@
 #include <event2/thread.h>
 
 #include "base/accesslog.h"
-#include "ops/admin.h"
-#include "serve/admission.h"
-#include "fleet/backend.h"
 #include "base/config.h"
-#include "serve/connlimit.h"
-#include "serve/keys.h"
+#include "fleet/backend.h"
+#include "http/tls.h"
 #include "lg_version.h"
-#include "serve/listener.h"
+#include "ops/admin.h"
 #include "ops/probe.h"
 #include "ops/reload.h"
-#include "http/tls.h"
+#include "serve/admission.h"
+#include "serve/connlimit.h"
+#include "serve/keys.h"
+#include "serve/listener.h"
 #include "serve/worker.h"
 
 struct main_state {

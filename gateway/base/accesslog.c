@@ -18,9 +18,9 @@
 #include <llhttp.h>
 
 #include "base/accesslog.h"
+#include "base/config.h"
 #include "fleet/backend.h"
 #include "serve/client.h"
-#include "base/config.h"
 
 struct lg_alog_buf {
     pthread_mutex_t lock;

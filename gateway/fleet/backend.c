@@ -18,8 +18,8 @@
 #include <event2/event.h>
 
 #include "fleet/health.h"
-#include "route/router.h"
 #include "http/tls.h"
+#include "route/router.h"
 #include "serve/upstream.h"
 
 /* ---- lock-free publication (sequence counters) -------------------------- */

@@ -14,9 +14,9 @@
 #include <pthread.h>
 
 #include "base/config.h"
-#include "fleet/estimate.h"
 #include "base/lg_core.h"
 #include "base/stats.h"
+#include "fleet/estimate.h"
 
 struct lg_upstream_pool;
 struct lg_backend_view;

@@ -21,8 +21,8 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "fleet/enginemetrics.h"
 #include "fleet/peers.h"
 

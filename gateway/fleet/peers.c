@@ -18,8 +18,8 @@
 
 #include <jansson.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 
 /* ---- identity ------------------------------------------------------------ */
 

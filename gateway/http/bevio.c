@@ -40,8 +40,8 @@
 #include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 
-#include "http/bevio.h"
 #include "base/lg_core.h"
+#include "http/bevio.h"
 
 /* with libevent's chain header (48 bytes in 2.1) a 1 KiB allocation */
 #define BEVIO_RESERVE 960

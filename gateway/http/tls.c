@@ -21,8 +21,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 
 /* Mozilla "intermediate" (TLS 1.2 suites; TLS 1.3 keeps OpenSSL's defaults). */
 #define TLS_CIPHERS                                                                            \

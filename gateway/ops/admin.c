@@ -26,15 +26,15 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
+#include "fleet/peers.h"
 #include "lg_version.h"
 #include "ops/livestate.h"
 #include "ops/metrics.h"
-#include "fleet/peers.h"
 #include "ops/reload.h"
-#include "route/router.h"
 #include "ops/statuspage.h"
+#include "route/router.h"
 #include "serve/worker.h"
 
 #define ADMIN_MAX_BODY    (64 * 1024)

@@ -4,8 +4,8 @@
  */
 #include "ops/livestate.h"
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 
 const char *const lg_live_state_names[LG_LIVE_NSTATES] = {
     [LG_LIVE_UP] = "up",           [LG_LIVE_DOWN] = "down",

@@ -19,13 +19,13 @@
 #include <event2/buffer.h>
 
 #include "base/accesslog.h"
-#include "serve/admission.h"
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "base/stats.h"
+#include "fleet/backend.h"
 #include "lg_version.h"
 #include "ops/livestate.h"
 #include "ops/reload.h"
-#include "base/stats.h"
+#include "serve/admission.h"
 #include "serve/worker.h"
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)

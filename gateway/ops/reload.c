@@ -21,11 +21,11 @@
 #include <event2/event.h>
 
 #include "base/accesslog.h"
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "fleet/discovery.h"
-#include "serve/keys.h"
 #include "http/tls.h"
+#include "serve/keys.h"
 #include "serve/worker.h"
 
 #define RELOAD_F_FILE    1u /* re-read the configuration file */

@@ -20,8 +20,8 @@
 
 #include <jansson.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "route/plugin.h"
 
 struct router_stage {

@@ -21,11 +21,11 @@
 
 #include <event2/event.h>
 
-#include "fleet/backend.h"
-#include "serve/client.h"
 #include "base/config.h"
-#include "serve/proxy.h"
+#include "fleet/backend.h"
 #include "route/router.h"
+#include "serve/client.h"
+#include "serve/proxy.h"
 #include "serve/worker.h"
 
 #define ADMISSION_BUCKETS 256

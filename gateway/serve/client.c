@@ -22,16 +22,16 @@
 #include <event2/event.h>
 
 #include "base/accesslog.h"
-#include "serve/auth.h"
+#include "base/config.h"
+#include "base/stats.h"
 #include "fleet/backend.h"
 #include "http/bevio.h"
-#include "serve/client.h"
-#include "base/config.h"
-#include "serve/connlimit.h"
 #include "http/headcheck.h"
-#include "serve/proxy.h"
-#include "base/stats.h"
 #include "http/tls.h"
+#include "serve/auth.h"
+#include "serve/client.h"
+#include "serve/connlimit.h"
+#include "serve/proxy.h"
 #include "serve/worker.h"
 
 static void client_parse(struct lg_client *c);

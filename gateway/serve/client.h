@@ -14,13 +14,13 @@
 
 #include <llhttp.h>
 
+#include "base/lg_core.h"
 #include "http/headcheck.h"
 #include "http/httphdr.h"
-#include "serve/keys.h"
-#include "base/lg_core.h"
 #include "http/openai.h"
-#include "route/router.h"
 #include "http/sse.h"
+#include "route/router.h"
+#include "serve/keys.h"
 
 struct bufferevent;
 struct evbuffer;

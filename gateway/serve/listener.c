@@ -16,12 +16,12 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "fleet/backend.h"
-#include "serve/client.h"
 #include "base/config.h"
+#include "fleet/backend.h"
+#include "http/tls.h"
+#include "serve/client.h"
 #include "serve/connlimit.h"
 #include "serve/listener.h"
-#include "http/tls.h"
 #include "serve/worker.h"
 
 #define LISTENER_BACKLOG       4096

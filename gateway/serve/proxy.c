@@ -20,13 +20,13 @@
 #include <event2/event.h>
 
 #include "base/accesslog.h"
-#include "serve/admission.h"
+#include "base/config.h"
 #include "fleet/backend.h"
 #include "http/bevio.h"
-#include "serve/client.h"
-#include "base/config.h"
-#include "serve/proxy.h"
 #include "http/tls.h"
+#include "serve/admission.h"
+#include "serve/client.h"
+#include "serve/proxy.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 

@@ -17,9 +17,9 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "base/config.h"
 #include "fleet/backend.h"
 #include "http/bevio.h"
-#include "base/config.h"
 #include "http/tls.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"

@@ -16,8 +16,8 @@
 #include <event2/util.h>
 #include <llhttp.h>
 
-#include "http/httphdr.h"
 #include "base/lg_core.h"
+#include "http/httphdr.h"
 
 struct bufferevent;
 struct lg_backend;

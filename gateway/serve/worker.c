@@ -23,9 +23,9 @@
 #include <event2/event.h>
 
 #include "base/accesslog.h"
-#include "serve/admission.h"
 #include "fleet/backend.h"
 #include "http/bevio.h"
+#include "serve/admission.h"
 #include "serve/client.h"
 #include "serve/listener.h"
 #include "serve/upstream.h"

@@ -26,10 +26,10 @@
 
 #include <event2/event.h>
 
-#include "serve/admission.h"
-#include "fleet/backend.h"
-#include "serve/client.h"
 #include "base/config.h"
+#include "fleet/backend.h"
+#include "serve/admission.h"
+#include "serve/client.h"
 #include "serve/keys.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"

@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "lg_test.h"
 
 static inline int

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
 #include "route/plugin.h"

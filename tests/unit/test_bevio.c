@@ -18,8 +18,8 @@
 #include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 
-#include "http/bevio.h"
 #include "base/lg_core.h"
+#include "http/bevio.h"
 #include "lg_test.h"
 
 #define TOTAL (300 * 1024 + 17)

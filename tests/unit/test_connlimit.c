@@ -6,8 +6,8 @@
 #include <netinet/in.h>
 #include <sys/un.h>
 
-#include "serve/connlimit.h"
 #include "lg_test.h"
+#include "serve/connlimit.h"
 
 static struct sockaddr_storage
 v4(const char *ip, uint16_t port)

@@ -6,8 +6,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "fleet/discovery.h"
 #include "lg_test.h"
 

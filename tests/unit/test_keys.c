@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "base/config.h"
-#include "serve/keys.h"
 #include "lg_test.h"
+#include "serve/keys.h"
 
 static char sha_k1[65], sha_k2[65];
 

@@ -6,8 +6,8 @@
  */
 #include <event2/buffer.h>
 
-#include "lg_test.h"
 #include "http/openai.h"
+#include "lg_test.h"
 
 /* 200 plain bytes: every printable ASCII byte but '"' and '\\', over and over. */
 #define ALPHABET                                                                                   \

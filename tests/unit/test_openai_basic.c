@@ -6,8 +6,8 @@
 
 #include <event2/buffer.h>
 
-#include "lg_test.h"
 #include "http/openai.h"
+#include "lg_test.h"
 
 static int
 inspect(const char *body, struct lg_openai_req *out, char *err)

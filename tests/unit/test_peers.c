@@ -7,11 +7,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
+#include "fleet/peers.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
-#include "fleet/peers.h"
 
 static const char text[] =
     "{\"listen\": \"127.0.0.1:8080\", \"backends\": ["

@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fleet/backend.h"
 #include "base/config.h"
+#include "fleet/backend.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
 #include "route/router.h"

@@ -4,8 +4,8 @@
  */
 #include <string.h>
 
-#include "lg_test.h"
 #include "http/sse.h"
+#include "lg_test.h"
 
 struct sse_result {
     unsigned content;  /* content events reported by lg_sse_feed */

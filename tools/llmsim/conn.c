@@ -27,8 +27,8 @@
 #include <event2/event.h>
 #include <jansson.h>
 
-#include "control.h"
 #include "base/lg_core.h"
+#include "control.h"
 #include "metrics.h"
 #include "sim.h"
 

@@ -25,8 +25,8 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "conn.h"
 #include "base/lg_core.h"
+#include "conn.h"
 
 static void
 sim_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
