@@ -222,7 +222,9 @@ main_tls_setup(struct lg_gateway *gw)
         return LG_EINVAL;
     }
     for (size_t i = 0; i < gw->fleet->nbackends; i++) {
-        if (lg_tls_backend_prepare(gw->fleet->backends[i]) != LG_OK) {
+        struct lg_backend *b = gw->fleet->backends[i];
+
+        if (lg_tls_client_prepare(&b->conf, &b->tls_ctx) != LG_OK) {
             return LG_EINVAL;
         }
     }

@@ -153,7 +153,7 @@ lg_backend_unref(struct lg_backend *b)
     if (b == NULL || __atomic_sub_fetch(&b->refcnt, 1, __ATOMIC_ACQ_REL) != 0) {
         return;
     }
-    lg_tls_backend_release(b);
+    lg_tls_client_release(&b->tls_ctx);
     lg_upstream_pools_free(b->pools, b->npools);
     pthread_mutex_destroy(&b->lock);
     pthread_mutex_destroy(&b->eng_lock);

@@ -4,7 +4,7 @@
  *
  * Owns: struct lg_tls and its server SSL_CTXs (one reference each; every SSL
  * made from one holds another), each https backend's client SSL_CTX (stored
- * in the backend, freed with it). Borrows: the configuration while building.
+ * in the backend's slot, freed with it). Borrows: the configuration while building.
  * Invariant: srv[i].ctx is only read or swapped under t->lock.
  */
 #include "http/tls.h"
@@ -297,18 +297,18 @@ fail_free_ctx:
 }
 
 int
-lg_tls_backend_prepare(struct lg_backend *b)
+lg_tls_client_prepare(const struct lg_backend_conf *bc, SSL_CTX **slot)
 {
     SSL_CTX *ctx, *none = NULL;
 
-    if (!b->conf.tls || __atomic_load_n(&b->tls_ctx, __ATOMIC_ACQUIRE) != NULL) {
+    if (!bc->tls || __atomic_load_n(slot, __ATOMIC_ACQUIRE) != NULL) {
         return LG_OK;
     }
-    ctx = tls_client_ctx(&b->conf);
+    ctx = tls_client_ctx(bc);
     if (ctx == NULL) {
         return LG_EINVAL;
     }
-    if (!__atomic_compare_exchange_n(&b->tls_ctx, &none, ctx, false, __ATOMIC_ACQ_REL,
+    if (!__atomic_compare_exchange_n(slot, &none, ctx, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE)) {
         SSL_CTX_free(ctx); /* another worker was first */
     }
@@ -316,10 +316,10 @@ lg_tls_backend_prepare(struct lg_backend *b)
 }
 
 void
-lg_tls_backend_release(struct lg_backend *b)
+lg_tls_client_release(SSL_CTX **slot)
 {
-    SSL_CTX_free(b->tls_ctx);
-    b->tls_ctx = NULL;
+    SSL_CTX_free(*slot);
+    *slot = NULL;
 }
 
 static bool
@@ -331,38 +331,39 @@ tls_is_ip(const char *s)
 }
 
 struct bufferevent *
-lg_tls_connect_bev(struct event_base *base, struct lg_backend *b, int options)
+lg_tls_connect_bev(struct event_base *base, const struct lg_backend_conf *bc, SSL_CTX **slot,
+                   int options)
 {
-    const char *name = b->conf.tls_server_name ? b->conf.tls_server_name : b->conf.host;
+    const char *name = bc->tls_server_name ? bc->tls_server_name : bc->host;
     SSL_CTX *ctx;
     SSL *ssl;
     bool ok = true;
     char err[512];
 
-    if (lg_tls_backend_prepare(b) != LG_OK) {
+    if (lg_tls_client_prepare(bc, slot) != LG_OK) {
         return NULL;
     }
-    ctx = __atomic_load_n(&b->tls_ctx, __ATOMIC_ACQUIRE);
+    ctx = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     ssl = SSL_new(ctx);
     if (ssl == NULL) {
-        LG_WARN("backend %s: SSL_new: %s", b->name, tls_errstr(err, sizeof(err)));
+        LG_WARN("backend %s: SSL_new: %s", bc->name, tls_errstr(err, sizeof(err)));
         return NULL;
     }
     if (tls_is_ip(name)) {
         /* RFC 6066 section 3: no SNI for an address; verify the address instead */
-        ok = b->conf.tls_insecure || X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
+        ok = bc->tls_insecure || X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1;
     } else {
         char sni[256]; /* the macro takes a non-const pointer */
 
         snprintf(sni, sizeof(sni), "%s", name);
         ok = SSL_set_tlsext_host_name(ssl, sni) == 1;
-        if (ok && !b->conf.tls_insecure) {
+        if (ok && !bc->tls_insecure) {
             SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
             ok = SSL_set1_host(ssl, name) == 1;
         }
     }
     if (!ok) {
-        LG_WARN("backend %s: cannot set the TLS name %s: %s", b->name, name,
+        LG_WARN("backend %s: cannot set the TLS name %s: %s", bc->name, name,
                 tls_errstr(err, sizeof(err)));
         SSL_free(ssl);
         return NULL;

@@ -23,9 +23,10 @@
 
 struct bufferevent;
 struct event_base;
-struct lg_backend;
+struct lg_backend_conf;
 struct lg_config;
 struct lg_tls;
+struct ssl_ctx_st;
 struct ssl_st;
 
 /*
@@ -58,21 +59,24 @@ struct bufferevent *lg_tls_accept_bev(struct event_base *base, int fd, struct ss
                                       int options);
 
 /*
- * Prepares backend b's client context if it has none yet (https only).
- * Returns LG_OK, or LG_EINVAL (logged) when its files cannot be used.
- * Any thread.
+ * Prepares the client context of backend bc in *ctx, the backend's slot
+ * (struct lg_backend's tls_ctx), if it has none yet (https only): read and
+ * set atomically, so that workers may race to make it (one wins). Returns
+ * LG_OK, or LG_EINVAL (logged) when its files cannot be used. Any thread.
  */
-int lg_tls_backend_prepare(struct lg_backend *b);
+int lg_tls_client_prepare(const struct lg_backend_conf *bc, struct ssl_ctx_st **ctx);
 
-/* Frees what lg_tls_backend_prepare() made for b (with the backend). */
-void lg_tls_backend_release(struct lg_backend *b);
+/* Frees what lg_tls_client_prepare() made in *ctx (with the backend). */
+void lg_tls_client_release(struct ssl_ctx_st **ctx);
 
 /*
- * A bufferevent for a new TLS connection to backend b, not yet connected
+ * A bufferevent for a new TLS connection to backend bc (client context in
+ * *ctx, prepared here if need be), not yet connected
  * (bufferevent_socket_connect() starts TCP, then the handshake runs;
  * BEV_EVENT_CONNECTED means both are done). NULL on failure (logged).
  */
-struct bufferevent *lg_tls_connect_bev(struct event_base *base, struct lg_backend *b, int options);
+struct bufferevent *lg_tls_connect_bev(struct event_base *base, const struct lg_backend_conf *bc,
+                                       struct ssl_ctx_st **ctx, int options);
 
 /*
  * After a connection to backend b failed: if TLS was the reason (bad

@@ -313,7 +313,9 @@ static bool
 reload_backends_tls(struct lg_fleet *nf)
 {
     for (size_t i = 0; i < nf->nbackends; i++) {
-        if (lg_tls_backend_prepare(nf->backends[i]) != LG_OK) {
+        struct lg_backend *b = nf->backends[i];
+
+        if (lg_tls_client_prepare(&b->conf, &b->tls_ctx) != LG_OK) {
             return false;
         }
     }

@@ -109,7 +109,8 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     int one = 1;
 
     if (b->conf.tls) {
-        bev = lg_tls_connect_bev(w->base, b, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        bev = lg_tls_connect_bev(w->base, &b->conf, &b->tls_ctx,
+                                 BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     } else {
         bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     }
