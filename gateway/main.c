@@ -26,6 +26,7 @@
 #include "base/accesslog.h"
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "http/tls.h"
 #include "lg_version.h"
 #include "ops/admin.h"

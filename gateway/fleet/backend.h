@@ -169,39 +169,10 @@ struct lg_model_route {
 };
 
 /*
- * The fleet: every backend of one configuration and a model index. Refcounted
- * and immutable once built; workers hold the current one, requests hold the
- * one they started with.
+ * A new backend for bc (deep-copied), with a pool slot for each of nworkers
+ * workers and one reference (the caller's).
  */
-struct lg_fleet {
-    int refcnt;                   /* atomic */
-    struct lg_config *conf;       /* one reference, released with the fleet */
-    struct lg_backend **backends; /* owned references */
-    size_t nbackends;
-    struct lg_model_route *models; /* sorted by name */
-    size_t nmodels;
-    struct lg_router *router; /* owned */
-    struct lg_health *health; /* owned: active checks and scrapes; NULL when off */
-};
-
-/*
- * Builds a fleet for conf with `nworkers` upstream pools per backend. Backends
- * of `prev` (may be NULL) with the same name and URL are reused with their
- * live state, so a reload keeps statistics and pooled connections.
- */
-int lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
-                 struct lg_fleet **out);
-struct lg_fleet *lg_fleet_ref(struct lg_fleet *f);
-/* f is no longer in force (a reload replaced it; control thread, f still
- * referenced): stops its health thread, whose checks, scrapes and peer fetches
- * the new fleet's thread now makes for the backends they share. Requests that
- * hold f finish on it; its priors stay as they were. */
-void lg_fleet_retire(struct lg_fleet *f);
-void lg_fleet_unref(struct lg_fleet *f);
-
-/* The backends serving `model` (NULL if none). */
-const struct lg_model_route *lg_fleet_find_model(const struct lg_fleet *f, const char *model);
-
+struct lg_backend *lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers);
 struct lg_backend *lg_backend_ref(struct lg_backend *b);
 void lg_backend_unref(struct lg_backend *b);
 
@@ -251,126 +222,13 @@ lg_backend_inflight(const struct lg_backend *b)
 void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
                             uint64_t retry_after_ns, unsigned flags);
 
-/*
- * Requests of this gateway on b and their mean age, lock-free: those
- * awaiting their first token (from dispatch to the first token or the end of
- * the attempt), and all in flight. lg_backend_ages_add() returns false (and
- * counts nothing) when the counter is full; pass the same t_ns to
- * lg_backend_ages_del().
- */
-enum lg_backend_ages {
-    LG_BACKEND_AGES_PENDING = 0,
-    LG_BACKEND_AGES_INFLIGHT,
-};
-bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
-void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
-uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
-                         double *mean_age_ms);
-
-/*
- * First-token work still ahead on b, request by request: each request
- * awaiting a first token holds a slot with the time its predicted service
- * TTFT ends (dispatch + service_ms). lg_backend_work_ahead_ms() sums what is
- * left of each, at least a quarter of its age (a sum of differences would let
- * an overdue request's negative remainder cancel another's work, where its
- * lateness says the engine is behind). lg_backend_due_add() returns
- * the slot to pass to lg_backend_due_del(), or -1 when all are taken (the
- * request is then not counted). Lock-free, any thread; ms resolution.
- */
-int lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint);
-void lg_backend_due_del(struct lg_backend *b, int slot);
-/*
- * Slot ends: each request of this gateway on b whose output length is known
- * (max_tokens) holds a slot with the time it should end: dispatch + service
- * TTFT + max_tokens gaps, re-set at its first token to first token +
- * (max_tokens - 1) gaps. An engine with every slot busy admits the next
- * request when one of them ends, so the k-th soonest end is when the k-th
- * request in line starts: lg_backend_end_wait_ms() returns the ms until then
- * (an end already past counts as one gap away: it is about to end), or -1
- * when fewer than k ends are known or k is 0 or above 8 (a queue that long
- * takes the hold-time formula). max_tokens bounds a generation, so with
- * early stops (EOS) the real wait is shorter, never longer. Same slot rules
- * as due[]: lock-free, any thread, ms resolution.
- */
-int lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint);
-/* Moves the end held in a slot lg_backend_end_add() gave (no new claim). */
-void lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns);
-void lg_backend_end_del(struct lg_backend *b, int slot);
-double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
-                              double gap_ms);
-
-/*
- * Sequences: each streamed request of ours on b with a known output length
- * (max_tokens) holds a word for the engine model (lg_backend_view's
- * engine_model_ms): its prompt to prefill and its length while it awaits a
- * first token, then the tokens still to come (lg_backend_seq_left, by the
- * request's owner only, at each of its tokens; the last token's time there
- * marks the end of an engine step, which places the step in progress).
- * lg_backend_seq_add() returns the slot, or -1 when all are taken (the
- * model then declines: it must see every request).
- * lg_backend_note_pace() moves the replica's recent gap between a stream's
- * tokens (the lower quartile of a stream's last 8 gaps, proxy.c), which the
- * model steps by. Same slot rules as due[].
- */
-int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes,
-                       uint32_t max_tokens, uint32_t hint);
-void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns);
-void lg_backend_seq_del(struct lg_backend *b, int slot);
-void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
-
-/* A request of ours dispatched to b (+1) or done there (-1). */
-void lg_backend_inflight_add(struct lg_backend *b, int delta);
-/* Moves with every request of ours dispatched, started (first token) or
- * done, on any backend: peers waiting for news (GET /admin/peers?since=)
- * compare it. Any thread; below 2^63 (a JSON integer). */
-uint64_t lg_backend_changes(void);
-/* Makes every change activate ev (on a base with locking, thread-safe
- * event_active()), until set to NULL; ev must outlive every worker thread
- * (the admin listener's, stopped after them). */
-struct event;
-void lg_backend_news_event(struct event *ev);
-/* ev's callback, before it reads lg_backend_changes(): the next change
- * activates ev again (until then changes only count). */
-void lg_backend_news_taken(void);
-
-/* One sequence as peers exchange it (peers.c): started or still in line,
- * tokens still to come (max_tokens before the first), prompt tokens, and
- * ms since it was sent (in line) or since the snapshot (started). */
-struct lg_seq_info {
-    uint32_t started;
-    uint32_t left;
-    uint32_t prompt_tokens;
-    uint32_t age_ms;
-};
-/* Our sequences on b now, at most max; returns how many, and sets
- * *complete when every request of ours there has one. */
-size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_info *out,
-                            size_t max, bool *complete);
-/* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
-uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
 /* The fleets' health threads (serialised by eng_lock). */
 void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);
 void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
 /* Whether peers' words published at t_ns are still good at now_ns. */
 bool lg_backend_peers_fresh(uint64_t t_ns, uint64_t ttl_ns, uint64_t now_ns);
-/* The engine's decode step there, ms: the recent gap between a stream's
- * tokens, else itl_ms (the mean gap of finished responses). */
-double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
 /* Peers' in-flight count there, 0 when no answer is fresh. */
 uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
-/* The engine model's wait for a request with an empty prompt (ms), steps
- * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
- * *joined (when not NULL): how many of ours there would be admitted with it
- * (lg_backend_view.engine_model_joined). */
-double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                                  double step_ms, double prefill_ms_per_token, unsigned *joined);
-
-/* ... and sets (each when not NULL) *longest_ms to the longest predicted
- * service among them, overdue or not: a long prefill may still hold the
- * engine; *late_ms to how long the most overdue has waited beyond its
- * predicted service (0 when none is). */
-double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
-                                double *late_ms);
 
 /*
  * Learning (any worker thread). A first token `ttft_ms` after dispatch for

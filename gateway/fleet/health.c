@@ -23,7 +23,9 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/enginemetrics.h"
+#include "fleet/fleet.h"
 #include "fleet/peers.h"
 
 struct health_target {

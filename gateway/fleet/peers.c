@@ -20,6 +20,8 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/fleet.h"
 
 /* ---- identity ------------------------------------------------------------ */
 

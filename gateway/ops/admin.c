@@ -28,6 +28,8 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/fleet.h"
 #include "fleet/peers.h"
 #include "lg_version.h"
 #include "ops/livestate.h"

@@ -6,6 +6,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 
 const char *const lg_live_state_names[LG_LIVE_NSTATES] = {
     [LG_LIVE_UP] = "up",           [LG_LIVE_DOWN] = "down",

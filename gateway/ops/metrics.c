@@ -22,6 +22,7 @@
 #include "base/config.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "lg_version.h"
 #include "ops/livestate.h"
 #include "ops/reload.h"

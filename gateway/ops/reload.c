@@ -24,6 +24,7 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/discovery.h"
+#include "fleet/fleet.h"
 #include "http/tls.h"
 #include "serve/keys.h"
 #include "serve/worker.h"

@@ -23,6 +23,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "route/router.h"
 #include "serve/client.h"
 #include "serve/proxy.h"

@@ -25,6 +25,7 @@
 #include "base/config.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/headcheck.h"
 #include "http/tls.h"

@@ -18,6 +18,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "http/tls.h"
 #include "serve/client.h"
 #include "serve/connlimit.h"

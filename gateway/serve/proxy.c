@@ -22,6 +22,8 @@
 #include "base/accesslog.h"
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/tls.h"
 #include "serve/admission.h"

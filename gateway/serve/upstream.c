@@ -19,6 +19,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/tls.h"
 #include "serve/upstream.h"

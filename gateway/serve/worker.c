@@ -24,6 +24,7 @@
 
 #include "base/accesslog.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "serve/admission.h"
 #include "serve/client.h"

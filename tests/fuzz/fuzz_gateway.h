@@ -28,6 +28,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/fleet.h"
 #include "serve/admission.h"
 #include "serve/client.h"
 #include "serve/keys.h"

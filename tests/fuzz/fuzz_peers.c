@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/peers.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -8,6 +8,8 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/fleet.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"
 #include "route/plugin.h"

@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/discovery.h"
+#include "fleet/fleet.h"
 #include "lg_test.h"
 
 static struct lg_config *

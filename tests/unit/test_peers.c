@@ -9,6 +9,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/peers.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"

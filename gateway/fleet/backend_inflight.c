@@ -1,0 +1,529 @@
+/*
+ * backend_inflight.c: this gateway's requests on each backend, one by one:
+ * how many and how old, when each should have its first token and its end,
+ * the sequences the engine model runs (ours, and the peers' that health.c
+ * publishes), the pace of its streams, and the model itself; and the count
+ * of changes that peers waiting for news compare.
+ *
+ * Owns nothing: the slots are fields of struct lg_backend (backend.h).
+ * Invariant: every slot is a relaxed atomic word, claimed with a
+ * compare-and-swap from 0 and written afterwards only by the request that
+ * holds it; readers (routing, peers' answers) take each word once.
+ */
+#include "fleet/backend_inflight.h"
+
+#include <math.h>
+
+#include <event2/event.h>
+
+#include "fleet/backend.h"
+#include "fleet/estimate.h"
+
+/* ---- request counts with ages -------------------------------------------- */
+
+/*
+ * One 64-bit word holds the count (low 14 bits) and the sum of the dispatch
+ * times (ms since the process's first use, the other 50 bits), so a reader
+ * gets both consistently from one load: 16383 requests of a process up for
+ * two years fit.
+ */
+#define PENDING_COUNT_BITS 14
+#define PENDING_COUNT_MAX  ((1u << PENDING_COUNT_BITS) - 1)
+
+static uint64_t pending_epoch_ns;
+
+static uint64_t
+pending_ms(uint64_t t_ns)
+{
+    uint64_t epoch = __atomic_load_n(&pending_epoch_ns, __ATOMIC_RELAXED);
+
+    if (epoch == 0) {
+        uint64_t want = t_ns > LG_NS_PER_S ? t_ns - LG_NS_PER_S : 1;
+
+        if (!__atomic_compare_exchange_n(&pending_epoch_ns, &epoch, want, false, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED)) {
+            /* epoch now holds the winner's value */
+        } else {
+            epoch = want;
+        }
+    }
+    return t_ns > epoch ? (t_ns - epoch) / LG_NS_PER_MS : 0;
+}
+
+bool
+lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    uint64_t add = (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1;
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+
+    do {
+        if ((w & PENDING_COUNT_MAX) == PENDING_COUNT_MAX) {
+            return false;
+        }
+    } while (!__atomic_compare_exchange_n(&b->ages[which], &w, w + add, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return true;
+}
+
+void
+lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns)
+{
+    __atomic_fetch_sub(&b->ages[which], (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
+                       __ATOMIC_RELAXED);
+}
+
+uint32_t
+lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
+                double *mean_age_ms)
+{
+    uint64_t w = __atomic_load_n(&b->ages[which], __ATOMIC_RELAXED);
+    uint32_t n = (uint32_t)(w & PENDING_COUNT_MAX);
+    double mean, now = (double)pending_ms(now_ns);
+
+    if (n == 0) {
+        *mean_age_ms = 0;
+        return 0;
+    }
+    mean = (double)(w >> PENDING_COUNT_BITS) / n;
+    *mean_age_ms = now > mean ? now - mean : 0;
+    return n;
+}
+
+/* ---- first-token work ahead, request by request ---------------------------- */
+
+/*
+ * A slot holds (due << DUE_SERVICE_BITS) | service: due is when the
+ * request's predicted service TTFT ends (ms on the ages clock, + 1 so a
+ * taken slot is never 0), service that prediction in ms (capped).
+ */
+#define DUE_SERVICE_BITS 20
+#define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
+#define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
+
+/* Claims a free (0) word of slots[n] for word, starting at hint; -1 if none. */
+static int
+backend_slot_claim(uint64_t *slots, unsigned n, uint64_t word, uint32_t hint)
+{
+    for (unsigned k = 0; k < n; k++) {
+        unsigned i = (hint + k) % n;
+        uint64_t free_slot = 0;
+
+        if (__atomic_load_n(&slots[i], __ATOMIC_RELAXED) == 0 &&
+            __atomic_compare_exchange_n(&slots[i], &free_slot, word, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+int
+lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+{
+    uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
+    uint64_t due = pending_ms(t_ns) + service + 1;
+
+    return backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
+                              hint);
+}
+
+void
+lg_backend_due_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_DUE_SLOTS) {
+        __atomic_store_n(&b->due[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
+                         double *late_ms)
+{
+    uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
+
+    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
+        uint64_t due, service, start, age;
+
+        if (w == 0) {
+            continue;
+        }
+        due = w >> DUE_SERVICE_BITS;
+        service = w & DUE_SERVICE_MAX;
+        start = due - 1 - service;
+        age = now > start ? now - start : 0;
+        /* what is left of its prediction; once nearly used up, a share of
+         * the time it has taken: a request past its prediction is behind
+         * something the model did not see, and the longer it has waited the
+         * longer it is likely to wait still */
+        sum += LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
+        longest = LG_MAX(longest, service);
+        late = LG_MAX(late, age > service ? age - service : 0);
+    }
+    if (longest_ms != NULL) {
+        *longest_ms = (double)longest;
+    }
+    if (late_ms != NULL) {
+        *late_ms = (double)late;
+    }
+    return (double)sum;
+}
+
+int
+lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
+{
+    return backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
+}
+
+void
+lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], pending_ms(end_ns) + 1, __ATOMIC_RELAXED);
+    }
+}
+
+void
+lg_backend_end_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->ends[slot], 0, __ATOMIC_RELAXED);
+    }
+}
+
+double
+lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms)
+{
+    uint64_t now = pending_ms(now_ns) + 1, gap = gap_ms > 1 ? (uint64_t)gap_ms : 1;
+    uint64_t best[8];
+    unsigned n = 0;
+
+    if (k == 0 || k > LG_ARRAY_SIZE(best)) {
+        return -1;
+    }
+    /* the k soonest, kept sorted in best[0..n) */
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->ends[i], __ATOMIC_RELAXED);
+        uint64_t left;
+        unsigned j;
+
+        if (w == 0) {
+            continue;
+        }
+        left = w > now ? LG_MAX(w - now, gap) : gap;
+        if (n == k && left >= best[k - 1]) {
+            continue;
+        }
+        j = n < k ? n++ : k - 1;
+        while (j > 0 && best[j - 1] > left) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = left;
+    }
+    return n == k ? (double)best[k - 1] : -1;
+}
+
+/* ---- sequences: the engine model's view of our requests ------------------- */
+
+/*
+ * A word: bit 63 set once the first token came; bits 42-62 the tokens still
+ * to come (max_tokens before); bits 22-41 prompt tokens to prefill (bytes /
+ * 4, as engines count about 4 bytes a token); bits 0-21 the dispatch time
+ * in ms on the ages clock, modulo 2^22 (70 minutes: orders the line).
+ */
+#define SEQ_STARTED    (1ull << 63)
+#define SEQ_LEFT_SHIFT 42
+#define SEQ_LEFT_MAX   ((1ull << 21) - 1)
+#define SEQ_TOK_SHIFT  22
+#define SEQ_TOK_MAX    ((1ull << 20) - 1)
+#define SEQ_T_MASK     ((1ull << 22) - 1)
+
+static uint64_t backend_changes;
+static struct event *backend_news_ev; /* atomic; NULL: nobody waits */
+static int backend_news_pending;      /* atomic: ev activated, not yet taken */
+
+static void
+backend_changed(void)
+{
+    struct event *ev;
+
+    __atomic_fetch_add(&backend_changes, 1, __ATOMIC_RELEASE);
+    ev = __atomic_load_n(&backend_news_ev, __ATOMIC_ACQUIRE);
+    /* one activation until the admin thread takes it: a burst of changes
+     * costs one wakeup, not one lock and eventfd write each */
+    if (ev != NULL && !__atomic_exchange_n(&backend_news_pending, 1, __ATOMIC_ACQ_REL)) {
+        event_active(ev, EV_TIMEOUT, 0); /* its base is locked: any thread */
+    }
+}
+
+void
+lg_backend_news_event(struct event *ev)
+{
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&backend_news_ev, ev, __ATOMIC_RELEASE);
+}
+
+void
+lg_backend_news_taken(void)
+{
+    __atomic_store_n(&backend_news_pending, 0, __ATOMIC_RELEASE);
+}
+
+uint64_t
+lg_backend_changes(void)
+{
+    return __atomic_load_n(&backend_changes, __ATOMIC_RELAXED) & INT64_MAX;
+}
+
+void
+lg_backend_inflight_add(struct lg_backend *b, int delta)
+{
+    if (delta > 0) {
+        __atomic_fetch_add(&b->inflight, (uint32_t)delta, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_sub(&b->inflight, (uint32_t)-delta, __ATOMIC_RELAXED);
+    }
+    backend_changed();
+}
+
+int
+lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, uint32_t max_tokens,
+                   uint32_t hint)
+{
+    uint64_t tok = LG_MIN(prompt_bytes / 4, SEQ_TOK_MAX);
+    uint64_t left = LG_MIN(LG_MAX(max_tokens, 1u), SEQ_LEFT_MAX);
+
+    int slot = backend_slot_claim(
+        b->seqs, LG_BACKEND_END_SLOTS,
+        left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT | (pending_ms(t_ns) & SEQ_T_MASK), hint);
+
+    backend_changed(); /* after the word is there: a peer's answer has it */
+    return slot;
+}
+
+void
+lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns)
+{
+    uint64_t w;
+    bool first;
+
+    if (slot < 0 || slot >= LG_BACKEND_END_SLOTS) {
+        return;
+    }
+    /* the request's owner is the only writer of its slot */
+    w = __atomic_load_n(&b->seqs[slot], __ATOMIC_RELAXED);
+    first = !(w & SEQ_STARTED);
+    w &= ~(SEQ_LEFT_MAX << SEQ_LEFT_SHIFT);
+    w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
+    __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->token_t_ns, now_ns, __ATOMIC_RELAXED);
+    if (first) {
+        backend_changed(); /* it left the line */
+    }
+}
+
+void
+lg_backend_seq_del(struct lg_backend *b, int slot)
+{
+    if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
+        __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+        backend_changed();
+    }
+}
+
+size_t
+lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_info *out,
+                     size_t max, bool *complete)
+{
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t n = 0;
+    bool all = true;
+
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+
+        if (w == 0) {
+            continue;
+        }
+        if (n == max) {
+            all = false;
+            break;
+        }
+        out[n].started = (w & SEQ_STARTED) != 0;
+        out[n].left = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+        out[n].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+        out[n].age_ms = out[n].started ? 0 : (uint32_t)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+        n++;
+    }
+    *complete = all && n == inflight;
+    return n;
+}
+
+uint64_t
+lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns)
+{
+    uint64_t t = (pending_ms(now_ns) - LG_MIN(s->age_ms, (uint32_t)SEQ_T_MASK)) & SEQ_T_MASK;
+
+    return (s->started ? SEQ_STARTED : 0)
+           | (uint64_t)LG_MIN(LG_MAX(s->left, 1u), SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT
+           | (uint64_t)LG_MIN(s->prompt_tokens, SEQ_TOK_MAX) << SEQ_TOK_SHIFT | t;
+}
+
+/* A pace not moved for this long has no stream behind it: the mean gap of
+ * finished responses (itl_ms) speaks instead. */
+#define PACE_FRESH_NS (2 * LG_NS_PER_S)
+
+/* b->pace holds a double's bits (atomics take integers) */
+union backend_pace {
+    uint64_t u;
+    double d;
+};
+
+void
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
+        return;
+    }
+    /* streams on several workers move it: a lost update loses one sample */
+    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+/* The recent gap between a stream's tokens there; false where no stream
+ * moved lately (*ms is then fallback_ms). */
+bool
+lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms, double *ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    *ms = fallback_ms;
+    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS || !(p.d > 0)) {
+        return false;
+    }
+    *ms = p.d;
+    return true;
+}
+
+double
+lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms)
+{
+    double ms;
+
+    lg_backend_pace_ms(b, now_ns, itl_ms, &ms);
+    return ms;
+}
+
+/*
+ * When the engine step in progress began, ms ago, or -1 when unknown. Every
+ * running sequence gets a token at a step's end, so the last token a stream
+ * of ours got there marks the start of the next one. Older than a second,
+ * it tells nothing (no stream of ours runs there).
+ */
+static double
+backend_step_begun_ms(const struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t t = __atomic_load_n(&b->token_t_ns, __ATOMIC_RELAXED);
+
+    if (t == 0) {
+        return -1;
+    }
+    if (now_ns <= t) {
+        return 0; /* a token of this very moment (another worker's clock) */
+    }
+    return now_ns - t < LG_NS_PER_S ? (double)(now_ns - t) / 1e6 : -1;
+}
+
+/* Adds a sequence to the model's batch (left) or line (queue, oldest first). */
+static void
+backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t *left,
+                  size_t *nleft, struct lg_est_queued *queue, size_t *nqueue)
+{
+    uint32_t n = (uint32_t)(w >> SEQ_LEFT_SHIFT & SEQ_LEFT_MAX);
+    double a = (double)((now - (w & SEQ_T_MASK)) & SEQ_T_MASK);
+    size_t j;
+
+    if (w & SEQ_STARTED) {
+        if (peer) {
+            /* a peer's count as of its snapshot (the word's time): a token
+             * a step since; one that has run out has ended */
+            double done = floor(a / step_ms);
+
+            if (done >= n) {
+                return;
+            }
+            n -= (uint32_t)done;
+        }
+        left[(*nleft)++] = n;
+        return;
+    }
+    for (j = *nqueue; j > 0 && queue[j - 1].age_ms < a; j--) {
+        queue[j] = queue[j - 1];
+    }
+    queue[j].prompt_tokens = (uint32_t)(w >> SEQ_TOK_SHIFT & SEQ_TOK_MAX);
+    queue[j].max_tokens = n;
+    queue[j].age_ms = a;
+    (*nqueue)++;
+}
+
+double
+lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
+                           double step_ms, double prefill_ms_per_token, unsigned *joined)
+{
+    enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
+    uint32_t left[MAX_SEQS];
+    struct lg_est_queued queue[MAX_SEQS];
+    struct lg_backend_peers peers;
+    uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
+    uint32_t inflight = lg_backend_inflight(b);
+    size_t nleft = 0, nqueue = 0, ours;
+    bool with_peers;
+
+    if (joined != NULL) {
+        *joined = 0;
+    }
+    if (!(capacity >= 1) || !(step_ms > 0)) {
+        return -1;
+    }
+    /* the peers' words are copied only where peers have requests */
+    with_peers = lg_backend_peer_inflight(b, now_ns) > 0;
+    if (with_peers) {
+        lg_backend_read_peers(b, &peers);
+        with_peers = lg_backend_peers_fresh(peers.t_ns, peers.ttl_ns, now_ns) && peers.inflight > 0;
+    }
+    if (with_peers && !peers.complete) {
+        return -1; /* a peer's request of unknown length: the line would be wrong */
+    }
+    if (inflight == 0 && !with_peers) {
+        return step_ms; /* idle: it starts a step for the new one at once */
+    }
+    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
+        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
+
+        if (w != 0) {
+            backend_model_add(w, now, step_ms, false, left, &nleft, queue, &nqueue);
+        }
+    }
+    /* a request of ours it does not see (no known length, not streamed, or
+     * between its dispatch and its word): the line would be wrong */
+    ours = nleft + nqueue;
+    if (ours != inflight) {
+        return -1;
+    }
+    for (uint32_t i = 0; with_peers && i < peers.n && i < LG_BACKEND_PEER_SEQS; i++) {
+        backend_model_add(peers.words[i], now, step_ms, true, left, &nleft, queue, &nqueue);
+    }
+    if (nleft + nqueue == 0) {
+        return step_ms;
+    }
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
+                             backend_step_begun_ms(b, now_ns), joined);
+}
