@@ -18,9 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet/backend_inflight.h"
 #include "http/tls.h"
-#include "serve/upstream.h"
 
 /* ---- lock-free publication (sequence counters) -------------------------- */
 
@@ -136,7 +134,10 @@ lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
         .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
     };
     b->npools = nworkers;
-    b->pools = lg_upstream_pools_new(b, nworkers);
+    b->pools = lg_xcalloc(nworkers ? nworkers : 1, sizeof(*b->pools));
+    for (unsigned i = 0; i < nworkers; i++) {
+        TAILQ_INIT(&b->pools[i].idle);
+    }
     return b;
 }
 
@@ -154,7 +155,11 @@ lg_backend_unref(struct lg_backend *b)
         return;
     }
     lg_tls_client_release(&b->tls_ctx);
-    lg_upstream_pools_free(b->pools, b->npools);
+    /* Workers flush their pools before the last backend reference goes. */
+    for (unsigned i = 0; i < b->npools; i++) {
+        LG_BUG_ON(!TAILQ_EMPTY(&b->pools[i].idle));
+    }
+    free(b->pools);
     pthread_mutex_destroy(&b->lock);
     pthread_mutex_destroy(&b->eng_lock);
     backend_conf_free(&b->conf);
@@ -339,6 +344,58 @@ lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns)
     return __atomic_load_n(&b->peers_pub.inflight, __ATOMIC_RELAXED);
 }
 
+/* ---- stream pace -------------------------------------------------------- */
+
+/* A pace not moved for this long has no stream behind it: the mean gap of
+ * finished responses (itl_ms) speaks instead. */
+#define PACE_FRESH_NS (2 * LG_NS_PER_S)
+
+/* b->pace holds a double's bits (atomics take integers) */
+union backend_pace {
+    uint64_t u;
+    double d;
+};
+
+void
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
+        return;
+    }
+    /* streams on several workers move it: a lost update loses one sample */
+    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+/* The recent gap between a stream's tokens there; false where no stream
+ * moved lately (*ms is then fallback_ms). */
+bool
+lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms, double *ms)
+{
+    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+
+    *ms = fallback_ms;
+    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS || !(p.d > 0)) {
+        return false;
+    }
+    *ms = p.d;
+    return true;
+}
+
+double
+lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms)
+{
+    double ms;
+
+    lg_backend_pace_ms(b, now_ns, itl_ms, &ms);
+    return ms;
+}
+
 /* ---- estimators --------------------------------------------------------- */
 
 /* The waiting the model predicted (queueing, others' first-token work) is
@@ -357,8 +414,8 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
  * long prompts at the fleet's speed (bench/routing/NOTES.md 44). Before any
  * replica has prefilled enough, the TTFT fit's slope (the fleet's, scaled by
  * this replica's slowness on short prompts; its peak left out). */
-static double
-backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
+double
+lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
                       const struct lg_est_value *fit, const struct lg_est_prior *prior,
                       double step_ms)
 {
@@ -397,7 +454,7 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
         double slope, y;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
+        slope = lg_backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
         y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
@@ -469,25 +526,6 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
     backend_seq_publish(&r->prior_seq, &r->prior, p, sizeof(*p));
 }
 
-/*
- * The time to read b's TTFT estimate at. A replica that was slow gets fewer
- * requests, so fewer samples tell when it is fast again: with nothing of
- * ours in flight there and no sample for LG_EST_IDLE_S, its estimate fades
- * toward the prior LG_EST_IDLE_SPEEDUP times faster from then on. One
- * request then goes there; while it is in flight the estimate reads as
- * before (no herd), and its sample settles the question.
- */
-static uint64_t
-backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t inflight)
-{
-    uint64_t idle_ns = (uint64_t)LG_EST_IDLE_S * LG_NS_PER_S;
-
-    if (inflight > 0 || e->t_ns == 0 || now_ns < e->t_ns + idle_ns) {
-        return now_ns;
-    }
-    return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
-}
-
 bool
 lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
 {
@@ -496,106 +534,4 @@ lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
      * sending it more, and it would never show it runs more */
     return e->capacity_confirmed > 0 && now_ns >= e->confirmed_t_ns
            && now_ns - e->confirmed_t_ns <= LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S;
-}
-
-void
-lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
-                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
-{
-    struct lg_backend_est est;
-    struct lg_backend_engine eng;
-    struct lg_est_value tv;
-    uint64_t age;
-    double residual;
-
-    lg_backend_read_est(b, &est);
-    lg_backend_read_engine(b, &eng);
-    lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
-                     prior, &tv);
-    age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
-
-    memset(v, 0, sizeof(*v));
-    v->size = sizeof(*v);
-    v->name = b->name;
-    v->id = b->id;
-    v->weight = b->conf.weight ? b->conf.weight : 1;
-    v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
-    v->inflight = lg_backend_inflight(b);
-    v->max_inflight = b->conf.max_inflight;
-    v->engine_waiting = eng.waiting;
-    v->engine_running = eng.running;
-    v->engine_kv_usage = eng.kv_usage;
-    v->engine_age_ns = age;
-    v->inflight_at_scrape = eng.inflight_at_scrape;
-    v->ttft_fixed_ms = tv.fixed_ms;
-    v->ttft_ms_per_kib = tv.ms_per_kib;
-    v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
-    v->samples = tv.samples;
-    v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
-    /* the scrape's count less ours and our peers' then (health.c) is what no
-     * gateway of the fleet knows request by request; peers' own count now
-     * is fresher than the scrape's */
-    residual = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
-                                   scrape_interval_ns);
-    v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
-    v->load = v->inflight + v->foreign;
-    if (lg_backend_engine_confirmed(&eng, now_ns)) {
-        v->capacity = eng.capacity;
-    } else if (prior->slots > 0) {
-        v->flags |= LG_VIEW_F_CAP_GUESS;
-        /* not seen full lately: assume the slots its siblings have (replicas
-         * of a model usually run the same engine settings) */
-        v->capacity = LG_MAX(eng.run_max, prior->slots);
-    } else if (eng.run_max > 0) {
-        v->flags |= LG_VIEW_F_CAP_GUESS;
-        /* it ran that many without a queue: one more slot may exist */
-        v->capacity = eng.run_max + 0.5;
-    }
-    v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
-    v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
-    lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
-    if (v->pending > 0) {
-        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL, NULL);
-    }
-    if (v->capacity > 0 && v->foreign < 0.5 && v->load + 1 > v->capacity) {
-        /* only our requests there: the k-th to end lets the k-th in line in
-         * (a guessed capacity too: at the most it has been seen running,
-         * the ends say more than the hold-time formula; the router learns
-         * from confirmed ones only, lg_router_pick) */
-        v->slot_wait_ms = LG_MAX(
-            lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
-            0.0);
-    }
-    if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
-        v->flags |= LG_VIEW_F_STEP_GUESS;
-    }
-    v->prefill_ms_per_kib = backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
-    v->engine_model_ms = -1;
-    v->engine_model_joined = 0;
-    v->engine_model_scale =
-        exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
-    /* a capacity never confirmed by a queue is at least what is assumed of
-     * an engine (the most it ran says nothing against one more) */
-    v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
-                                ? v->capacity
-                                : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
-    if (residual < 0.5) {
-        /* only our requests and our peers' there: the model sees the whole
-         * batch and line */
-        unsigned joined;
-
-        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
-                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
-                                                        &joined);
-        v->engine_model_joined = joined;
-    }
-    if (lg_backend_is_half_open(b, now_ns)) {
-        v->flags |= LG_VIEW_F_HALF_OPEN;
-    }
-    if (v->ramp < 1.0) {
-        v->flags |= LG_VIEW_F_RAMPING;
-    }
-    if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
-        v->flags |= LG_VIEW_F_STALE;
-    }
 }

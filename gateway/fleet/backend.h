@@ -1,27 +1,41 @@
 /*
- * backend.h: replicas and their live state, and the fleet (the set of
- * backends a configuration names, indexed by model).
+ * backend.h: replicas and their live state; a model's backends (the fleet's
+ * index, fleet.h).
  *
  * A struct lg_backend is shared by every worker thread. Its live counters are
  * atomics updated with relaxed ordering (they are statistics and routing
  * hints, not synchronisation); the estimates that need several fields updated
- * together sit behind `lock`. The per-worker upstream pools hang off the
+ * together sit behind `lock`. The per-worker pool slots hang off the
  * backend but each is touched only by its own worker.
  */
 #ifndef LG_BACKEND_H
 #define LG_BACKEND_H
 
 #include <pthread.h>
+#include <sys/queue.h>
 
 #include "base/config.h"
 #include "base/lg_core.h"
 #include "base/stats.h"
 #include "fleet/estimate.h"
 
-struct lg_upstream_pool;
-struct lg_backend_view;
+struct lg_upconn;
 struct lg_health;
 struct ssl_ctx_st;
+
+TAILQ_HEAD(lg_upconn_tailq, lg_upconn);
+
+/*
+ * A worker's idle connections to one backend: the slot the backend keeps
+ * for each worker. serve/upstream.c fills and empties it, on that worker's
+ * thread only; the workers have emptied theirs before the backend's last
+ * reference goes.
+ */
+struct lg_backend_pool {
+    struct lg_upconn_tailq idle; /* most recently used first */
+    uint32_t nidle;
+    uint32_t idle_low; /* fewest idle since the last purge: these were not needed */
+};
 
 enum lg_backend_health {
     LG_BACKEND_UP = 0,   /* takes traffic */
@@ -139,7 +153,7 @@ struct lg_backend {
     uint64_t last_eject_end_ns;
     pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) and peers_pub */
 
-    struct lg_upstream_pool *pools; /* [nworkers], each owned by its worker */
+    struct lg_backend_pool *pools;  /* [nworkers], each touched by its worker only */
     unsigned npools;
     struct ssl_ctx_st *tls_ctx;     /* owned (tls.c): https client context, set once (atomic) */
 
@@ -267,12 +281,25 @@ void lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior 
 bool lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns);
 
 /*
- * Fills a plugin view of b at now_ns: live counts, engine sample blended
- * with in-flight (scrape_interval_ns tells how old is stale), estimates read
- * against the route's prior. The view borrows b's name.
+ * The replica's recent gap between a stream's tokens (the lower quartile of
+ * a stream's last 8 gaps, measured by the relay), which the engine model
+ * steps by: lg_backend_note_pace() moves it (any worker), and
+ * lg_backend_pace_ms() reads it, false when no stream moved it lately (*ms
+ * is then fallback_ms). lg_backend_step_ms(): the engine's decode step
+ * there, ms: that pace, else itl_ms (the mean gap of finished responses).
  */
-void lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns,
-                          const struct lg_est_prior *prior, uint64_t scrape_interval_ns,
-                          uint64_t slow_start_ns, struct lg_backend_view *v);
+void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
+bool lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
+                        double *ms);
+double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
+
+/*
+ * The engine model's prefill, ms per KiB of prompt: the replica's own
+ * slope once it has samples, before that the fleet's prefill per ms of
+ * decode step (the prior) times its step_ms, else the TTFT fit's slope.
+ */
+double lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
+                                const struct lg_est_value *fit, const struct lg_est_prior *prior,
+                                double step_ms);
 
 #endif /* LG_BACKEND_H */

@@ -371,56 +371,6 @@ lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns)
            | (uint64_t)LG_MIN(s->prompt_tokens, SEQ_TOK_MAX) << SEQ_TOK_SHIFT | t;
 }
 
-/* A pace not moved for this long has no stream behind it: the mean gap of
- * finished responses (itl_ms) speaks instead. */
-#define PACE_FRESH_NS (2 * LG_NS_PER_S)
-
-/* b->pace holds a double's bits (atomics take integers) */
-union backend_pace {
-    uint64_t u;
-    double d;
-};
-
-void
-lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
-{
-    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
-    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
-
-    if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
-        return;
-    }
-    /* streams on several workers move it: a lost update loses one sample */
-    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
-    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
-    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
-}
-
-/* The recent gap between a stream's tokens there; false where no stream
- * moved lately (*ms is then fallback_ms). */
-bool
-lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms, double *ms)
-{
-    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
-    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
-
-    *ms = fallback_ms;
-    if (t == 0 || now_ns < t || now_ns - t >= PACE_FRESH_NS || !(p.d > 0)) {
-        return false;
-    }
-    *ms = p.d;
-    return true;
-}
-
-double
-lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms)
-{
-    double ms;
-
-    lg_backend_pace_ms(b, now_ns, itl_ms, &ms);
-    return ms;
-}
-
 /*
  * When the engine step in progress began, ms ago, or -1 when unknown. Every
  * running sequence gets a token at a step's end, so the last token a stream

@@ -1,7 +1,7 @@
 /*
  * backend_inflight.h: this gateway's requests on each backend, one by one
  * (backend_inflight.c): counts and ages, first tokens due, predicted ends,
- * the engine model's sequences, stream pace, and the changes peers follow.
+ * the engine model's sequences and the model, and the changes peers follow.
  * Every function is lock-free and safe on any thread.
  */
 #ifndef LG_BACKEND_INFLIGHT_H
@@ -74,16 +74,14 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  * request's owner only, at each of its tokens; the last token's time there
  * marks the end of an engine step, which places the step in progress).
  * lg_backend_seq_add() returns the slot, or -1 when all are taken (the
- * model then declines: it must see every request).
- * lg_backend_note_pace() moves the replica's recent gap between a stream's
- * tokens (the lower quartile of a stream's last 8 gaps, proxy.c), which the
- * model steps by. Same slot rules as due[].
+ * model then declines: it must see every request). The model steps by the
+ * replica's pace (lg_backend_note_pace(), backend.h). Same slot rules as
+ * due[].
  */
 int lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes,
                        uint32_t max_tokens, uint32_t hint);
 void lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_ns);
 void lg_backend_seq_del(struct lg_backend *b, int slot);
-void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
 
 /* A request of ours dispatched to b (+1) or done there (-1). */
 void lg_backend_inflight_add(struct lg_backend *b, int delta);
@@ -114,12 +112,6 @@ size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct 
                             size_t max, bool *complete);
 /* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
 uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
-/* The engine's decode step there, ms: the recent gap between a stream's
- * tokens, else itl_ms (the mean gap of finished responses). */
-double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
-/* The same, and whether a stream moved it lately (false: *ms is fallback_ms). */
-bool lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
-                        double *ms);
 /* The engine model's wait for a request with an empty prompt (ms), steps
  * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
  * *joined (when not NULL): how many of ours there would be admitted with it

@@ -14,7 +14,6 @@
 
 #include "fleet/backend.h"
 #include "fleet/health.h"
-#include "route/router.h"
 
 static int
 fleet_model_cmp(const void *a, const void *b)
@@ -98,6 +97,7 @@ fleet_index_models(struct lg_fleet *f)
 
 int
 lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
+             struct lg_router *router, lg_fleet_router_free_fn router_free,
              struct lg_fleet **out)
 {
     struct lg_fleet *f = lg_xcalloc(1, sizeof(*f));
@@ -105,6 +105,8 @@ lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *p
 
     f->refcnt = 1;
     f->conf = lg_config_ref(conf);
+    f->router = router;
+    f->router_free = router_free;
     f->backends = lg_xcalloc(conf->nbackends ? conf->nbackends : 1, sizeof(*f->backends));
     for (size_t i = 0; i < conf->nbackends; i++) {
         struct lg_backend *b = fleet_reuse(prev, &conf->backends[i]);
@@ -122,12 +124,12 @@ lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *p
         f->backends[f->nbackends++] = b;
     }
     fleet_index_models(f);
-    rc = lg_router_new(conf, &f->router);
-    if (rc != LG_OK) {
-        lg_fleet_unref(f);
-        return rc;
-    }
-    rc = lg_health_start(f, &f->health);
+    rc = lg_health_start(&(struct lg_health_fleet){ .conf = f->conf,
+                                                     .backends = f->backends,
+                                                     .nbackends = f->nbackends,
+                                                     .models = f->models,
+                                                     .nmodels = f->nmodels },
+                         &f->health);
     if (rc != LG_OK) {
         lg_fleet_unref(f);
         return rc;
@@ -160,7 +162,9 @@ lg_fleet_unref(struct lg_fleet *f)
         return;
     }
     lg_health_stop(f->health);
-    lg_router_free(f->router);
+    if (f->router != NULL) {
+        f->router_free(f->router);
+    }
     for (size_t i = 0; i < f->nmodels; i++) {
         free(f->models[i].backends);
     }

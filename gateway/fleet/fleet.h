@@ -13,6 +13,12 @@ struct lg_model_route;
 struct lg_router;
 
 /*
+ * How a fleet frees the router it was given (route/router.c's
+ * lg_router_free): the fleet owns its router and knows nothing else of it.
+ */
+typedef void (*lg_fleet_router_free_fn)(struct lg_router *r);
+
+/*
  * The fleet: every backend of one configuration and a model index. Refcounted
  * and immutable once built; workers hold the current one, requests hold the
  * one they started with.
@@ -24,16 +30,22 @@ struct lg_fleet {
     size_t nbackends;
     struct lg_model_route *models; /* sorted by name */
     size_t nmodels;
-    struct lg_router *router; /* owned */
+    struct lg_router *router;            /* owned: the routing pipeline (route/) */
+    lg_fleet_router_free_fn router_free; /* frees router with the fleet */
     struct lg_health *health; /* owned: active checks and scrapes; NULL when off */
 };
 
 /*
- * Builds a fleet for conf with `nworkers` upstream pools per backend. Backends
- * of `prev` (may be NULL) with the same name and URL are reused with their
- * live state, so a reload keeps statistics and pooled connections.
+ * Builds a fleet for conf with `nworkers` pool slots per backend, owning
+ * `router` (may be NULL; freed with router_free, on failure too) and
+ * starting its health thread. Backends of `prev` (may be NULL) with the same
+ * name and URL are reused with their live state, so a reload keeps
+ * statistics and pooled connections. The gateway, reloads and tests build
+ * fleets with lg_router_fleet_new() (route/router.h), which makes the
+ * router first.
  */
 int lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
+                 struct lg_router *router, lg_fleet_router_free_fn router_free,
                  struct lg_fleet **out);
 struct lg_fleet *lg_fleet_ref(struct lg_fleet *f);
 /* f is no longer in force (a reload replaced it; control thread, f still

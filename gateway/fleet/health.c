@@ -25,7 +25,6 @@
 #include "fleet/backend.h"
 #include "fleet/backend_inflight.h"
 #include "fleet/enginemetrics.h"
-#include "fleet/fleet.h"
 #include "fleet/peers.h"
 
 struct health_target {
@@ -57,7 +56,7 @@ struct health_peer {
 };
 
 struct lg_health {
-    struct lg_fleet *f;            /* borrowed */
+    struct lg_health_fleet f;      /* borrowed: what the fleet lends (health.h) */
     struct event_base *base;       /* owned */
     struct event *prior_ev;        /* owned */
     struct event *stop_ev;         /* owned; activated by lg_health_stop() */
@@ -82,7 +81,7 @@ health_tv(uint64_t ms)
 static void
 health_check_result(struct health_target *t, bool ok, int code)
 {
-    const struct lg_health_conf *hc = &t->h->f->conf->health;
+    const struct lg_health_conf *hc = &t->h->f.conf->health;
     struct lg_backend *b = t->b;
     int state = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
 
@@ -153,7 +152,7 @@ health_on_check_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct health_target *t = arg;
 
-    const struct lg_health_conf *hc = &t->h->f->conf->health;
+    const struct lg_health_conf *hc = &t->h->f.conf->health;
     struct timeval tv = health_tv(hc->interval_ms);
 
     (void)fd;
@@ -282,7 +281,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         t->flavor = s.flavor;
     }
     now = lg_now_ns();
-    interval = t->h->f->conf->health.scrape_interval_ms * LG_NS_PER_MS;
+    interval = t->h->f.conf->health.scrape_interval_ms * LG_NS_PER_MS;
     /* 0, 0, 0 with none pending */
     work_ms = lg_backend_work_ahead_ms(b, now, &longest_ms, &late_ms);
     lg_backend_read_est(b, &est);
@@ -305,7 +304,7 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct health_target *t = arg;
 
-    uint64_t ms = t->h->f->conf->health.scrape_interval_ms;
+    uint64_t ms = t->h->f.conf->health.scrape_interval_ms;
     struct timeval tv;
 
     (void)fd;
@@ -315,7 +314,7 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
     for (uint32_t i = 0; i < t->scrape_failures && i < 8 && ms < 30000; i++) {
         ms *= 2;
     }
-    tv = health_tv(LG_MAX(LG_MIN(ms, 30000), t->h->f->conf->health.scrape_interval_ms));
+    tv = health_tv(LG_MAX(LG_MIN(ms, 30000), t->h->f.conf->health.scrape_interval_ms));
     event_add(t->scrape_ev, &tv);
     if (t->scraping) {
         return;
@@ -357,9 +356,9 @@ health_peers_publish(struct lg_health *h, uint64_t now)
             recv[n++] = h->peers[i].recv_ns;
         }
     }
-    for (size_t i = 0; i < h->f->nbackends; i++) {
+    for (size_t i = 0; i < h->f.nbackends; i++) {
         lg_peers_merge(states, recv, n, h->keys[i], now, health_peer_ttl_ns(), &bp);
-        lg_backend_publish_peers(h->f->backends[i], &bp);
+        lg_backend_publish_peers(h->f.backends[i], &bp);
     }
 }
 
@@ -414,7 +413,7 @@ health_on_peer_done(struct evhttp_request *req, void *arg)
     p->st = st;
     p->recv_ns = lg_now_ns();
     health_peers_publish(p->h, p->recv_ns);
-    health_peer_next(p, p->h->f->conf->health.peer_interval_ms);
+    health_peer_next(p, p->h->f.conf->health.peer_interval_ms);
 }
 
 /* Asks the peer for news since its last answer (held there until some). */
@@ -435,7 +434,7 @@ health_on_peer_timer(evutil_socket_t fd, short what, void *arg)
         health_peer_next(p, HEALTH_PEER_RETRY_MS);
         return;
     }
-    health_headers(req, p->admin, "llmgate-peer", p->h->f->conf->admin.token);
+    health_headers(req, p->admin, "llmgate-peer", p->h->f.conf->admin.token);
     if (p->recv_ns != 0) {
         snprintf(target, sizeof(target), "/admin/peers?since=%llu&wait=%u",
                  (unsigned long long)p->st.changes, (unsigned)LG_PEERS_WAIT_MS);
@@ -452,16 +451,16 @@ health_on_peer_timer(evutil_socket_t fd, short what, void *arg)
 static bool
 health_peers_init(struct lg_health *h)
 {
-    const struct lg_config *c = h->f->conf;
+    const struct lg_config *c = h->f.conf;
 
     if (c->npeers == 0) {
         return false;
     }
     h->peers = lg_xcalloc(c->npeers, sizeof(*h->peers));
     h->npeers = c->npeers;
-    h->keys = lg_xcalloc(h->f->nbackends ? h->f->nbackends : 1, sizeof(*h->keys));
-    for (size_t i = 0; i < h->f->nbackends; i++) {
-        lg_peers_key(&h->f->backends[i]->conf, h->keys[i], sizeof(h->keys[i]));
+    h->keys = lg_xcalloc(h->f.nbackends ? h->f.nbackends : 1, sizeof(*h->keys));
+    for (size_t i = 0; i < h->f.nbackends; i++) {
+        lg_peers_key(&h->f.backends[i]->conf, h->keys[i], sizeof(h->keys[i]));
     }
     for (size_t i = 0; i < c->npeers; i++) {
         struct health_peer *p = &h->peers[i];
@@ -513,7 +512,7 @@ health_median(double *v, size_t n)
  * per KiB per ms of its decode step (the speed-free part: a slow replica's
  * prior is this times its own step). */
 static void
-health_update_priors(struct lg_fleet *f, uint64_t now)
+health_update_priors(const struct lg_health_fleet *f, uint64_t now)
 {
     for (size_t m = 0; m < f->nmodels; m++) {
         struct lg_model_route *r = &f->models[m];
@@ -581,7 +580,7 @@ health_on_prior_timer(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    health_update_priors(h->f, lg_now_ns());
+    health_update_priors(&h->f, lg_now_ns());
 }
 
 /* ---- thread ------------------------------------------------------------- */
@@ -649,7 +648,7 @@ health_free(struct lg_health *h)
 static bool
 health_target_init(struct lg_health *h, struct health_target *t, struct lg_backend *b)
 {
-    const struct lg_health_conf *hc = &h->f->conf->health;
+    const struct lg_health_conf *hc = &h->f.conf->health;
     bool check = hc->interval_ms > 0 && b->conf.health_path && b->conf.health_path[0];
     bool scrape = hc->scrape_interval_ms > 0 && b->conf.flavor != LG_ENGINE_NONE
                   && b->conf.metrics_path && b->conf.metrics_path[0];
@@ -690,7 +689,7 @@ health_target_init(struct lg_health *h, struct health_target *t, struct lg_backe
 }
 
 int
-lg_health_start(struct lg_fleet *f, struct lg_health **out)
+lg_health_start(const struct lg_health_fleet *f, struct lg_health **out)
 {
     struct lg_health *h;
     struct timeval tv;
@@ -701,7 +700,7 @@ lg_health_start(struct lg_fleet *f, struct lg_health **out)
         return LG_OK;
     }
     h = lg_xcalloc(1, sizeof(*h));
-    h->f = f;
+    h->f = *f;
     h->base = event_base_new();
     if (h->base == NULL) {
         LG_ERROR("health checks: cannot create an event base");

@@ -15,17 +15,31 @@
 
 #include "base/lg_core.h"
 
-struct lg_fleet;
-struct lg_health;
+struct lg_backend;
 struct lg_backend_engine;
+struct lg_config;
 struct lg_engine_sample;
+struct lg_health;
+struct lg_model_route;
+
+/*
+ * What a checker thread borrows from its fleet (fleet.c), which stops the
+ * thread before it frees any of it.
+ */
+struct lg_health_fleet {
+    const struct lg_config *conf;
+    struct lg_backend *const *backends; /* checked, scraped; peers' requests published */
+    size_t nbackends;
+    struct lg_model_route *models; /* each model's prior is written here */
+    size_t nmodels;
+};
 
 /*
  * Starts checking the fleet's backends. *out is NULL when there is nothing
  * to do (no checks, no scrapes, no backends). The fleet must outlive it:
  * lg_fleet_unref() stops it first.
  */
-int lg_health_start(struct lg_fleet *f, struct lg_health **out);
+int lg_health_start(const struct lg_health_fleet *f, struct lg_health **out);
 
 /* Stops the thread and frees everything (NULL is fine). */
 void lg_health_stop(struct lg_health *h);

@@ -21,7 +21,6 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/backend_inflight.h"
-#include "fleet/fleet.h"
 
 /* ---- identity ------------------------------------------------------------ */
 
@@ -55,14 +54,14 @@ lg_peers_key(const struct lg_backend_conf *bc, char *out, size_t size)
 /* ---- our answer ------------------------------------------------------------ */
 
 json_t *
-lg_peers_render(const struct lg_fleet *f, uint64_t now_ns)
+lg_peers_render(struct lg_backend *const *backends, size_t nbackends, uint64_t now_ns)
 {
     struct lg_seq_info seqs[LG_BACKEND_END_SLOTS];
     uint64_t changes = lg_backend_changes(); /* before: a change while rendering is news */
     json_t *list = json_array();
 
-    for (size_t i = 0; i < f->nbackends; i++) {
-        const struct lg_backend *b = f->backends[i];
+    for (size_t i = 0; i < nbackends; i++) {
+        const struct lg_backend *b = backends[i];
         char key[LG_PEERS_KEY_MAX];
         bool complete;
         size_t n = lg_backend_seqs_read(b, now_ns, seqs, LG_ARRAY_SIZE(seqs), &complete);

@@ -33,7 +33,6 @@
 struct lg_backend;
 struct lg_backend_conf;
 struct lg_backend_peers;
-struct lg_fleet;
 struct lg_seq_info;
 
 #define LG_PEERS_FORMAT    1
@@ -64,8 +63,8 @@ const char *lg_peers_self_id(void);
 /* "host:port" of a backend, as peers match them. */
 void lg_peers_key(const struct lg_backend_conf *bc, char *out, size_t size);
 
-/* This gateway's answer for the fleet's backends (a new reference). */
-json_t *lg_peers_render(const struct lg_fleet *f, uint64_t now_ns);
+/* This gateway's answer for the fleet's backends[n] (a new reference). */
+json_t *lg_peers_render(struct lg_backend *const *backends, size_t n, uint64_t now_ns);
 
 /*
  * Parses an answer into *out (cleared first; lg_peers_clear() frees it).

@@ -22,7 +22,6 @@
 #include <openssl/x509v3.h>
 
 #include "base/config.h"
-#include "fleet/backend.h"
 
 /* Mozilla "intermediate" (TLS 1.2 suites; TLS 1.3 keeps OpenSSL's defaults). */
 #define TLS_CIPHERS                                                                            \

@@ -439,7 +439,7 @@ admin_peers_reply(struct lg_admin *a, struct evhttp_request *req)
 {
     struct lg_fleet *f = lg_gateway_fleet(a->gw);
 
-    admin_reply_json(req, 200, "OK", lg_peers_render(f, lg_now_ns()));
+    admin_reply_json(req, 200, "OK", lg_peers_render(f->backends, f->nbackends, lg_now_ns()));
     lg_fleet_unref(f);
 }
 

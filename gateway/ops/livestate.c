@@ -6,6 +6,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_view.h"
 #include "fleet/fleet.h"
 
 const char *const lg_live_state_names[LG_LIVE_NSTATES] = {

@@ -26,6 +26,7 @@
 #include "fleet/discovery.h"
 #include "fleet/fleet.h"
 #include "http/tls.h"
+#include "route/router.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
 
@@ -152,7 +153,7 @@ reload_build(struct lg_reload *r, struct lg_config *base, struct lg_fleet **out)
         return rc;
     }
     /* gw->fleet changes only on this thread: no lock needed to read it here */
-    rc = lg_fleet_new(eff, r->gw->nworkers, r->gw->fleet, out);
+    rc = lg_router_fleet_new(eff, r->gw->nworkers, r->gw->fleet, out);
     lg_config_unref(eff);
     return rc;
 }

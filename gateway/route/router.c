@@ -22,6 +22,8 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_view.h"
+#include "fleet/fleet.h"
 #include "route/plugin.h"
 
 struct router_stage {
@@ -166,6 +168,19 @@ lg_router_free(struct lg_router *r)
     }
     free(r->policy);
     free(r);
+}
+
+int
+lg_router_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
+                    struct lg_fleet **out)
+{
+    struct lg_router *r;
+    int rc = lg_router_new(conf, &r);
+
+    if (rc != LG_OK) {
+        return rc;
+    }
+    return lg_fleet_new(conf, nworkers, prev, r, lg_router_free, out);
 }
 
 const char *

@@ -16,6 +16,7 @@
 
 struct lg_backend;
 struct lg_config;
+struct lg_fleet;
 struct lg_model_route;
 
 struct lg_route_req {
@@ -71,6 +72,14 @@ struct lg_router;
  */
 int lg_router_new(const struct lg_config *conf, struct lg_router **out);
 void lg_router_free(struct lg_router *r);
+
+/*
+ * Builds conf's fleet with its router (lg_router_new(), then
+ * lg_fleet_new() of fleet/fleet.h, which owns it): how the gateway, reloads
+ * and tests make a fleet. Returns what either returns.
+ */
+int lg_router_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
+                        struct lg_fleet **out);
 
 /*
  * Picks one of route->backends, skipping those whose bit is set in

@@ -28,27 +28,6 @@
 #define UPSTREAM_MAX_HEAD_BYTES  (64 * 1024)
 #define UPSTREAM_MAX_HEAD_FIELDS 200
 
-struct lg_upstream_pool *
-lg_upstream_pools_new(struct lg_backend *b, unsigned n)
-{
-    struct lg_upstream_pool *pools = lg_xcalloc(n ? n : 1, sizeof(*pools));
-
-    for (unsigned i = 0; i < n; i++) {
-        TAILQ_INIT(&pools[i].idle);
-    }
-    return pools;
-}
-
-void
-lg_upstream_pools_free(struct lg_upstream_pool *pools, unsigned n)
-{
-    /* Workers flush their pools before the last backend reference goes. */
-    for (unsigned i = 0; i < n; i++) {
-        LG_BUG_ON(!TAILQ_EMPTY(&pools[i].idle));
-    }
-    free(pools);
-}
-
 static void
 upstream_close(struct lg_upconn *u)
 {
@@ -56,7 +35,7 @@ upstream_close(struct lg_upconn *u)
         return;
     }
     if (u->state == LG_UPCONN_ST_IDLE) {
-        struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
+        struct lg_backend_pool *pool = &u->b->pools[u->w->id];
 
         TAILQ_REMOVE(&pool->idle, u, link);
         pool->nidle--;
@@ -153,7 +132,7 @@ int
 lg_upstream_acquire(struct lg_worker *w, struct lg_backend *b, struct lg_client *c,
                     struct lg_upconn **out, bool *reused)
 {
-    struct lg_upstream_pool *pool = &b->pools[w->id];
+    struct lg_backend_pool *pool = &b->pools[w->id];
     struct lg_upconn *u = TAILQ_FIRST(&pool->idle);
 
     if (u != NULL) {
@@ -182,7 +161,7 @@ lg_upstream_acquire(struct lg_worker *w, struct lg_backend *b, struct lg_client 
 void
 lg_upstream_release(struct lg_upconn *u, bool keep)
 {
-    struct lg_upstream_pool *pool = &u->b->pools[u->w->id];
+    struct lg_backend_pool *pool = &u->b->pools[u->w->id];
     const struct lg_config *conf = u->w->fleet->conf;
     struct timeval tmp;
 
@@ -240,7 +219,7 @@ lg_upstream_on_purge(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     for (size_t i = 0; i < w->fleet->nbackends; i++) {
-        struct lg_upstream_pool *pool = &w->fleet->backends[i]->pools[w->id];
+        struct lg_backend_pool *pool = &w->fleet->backends[i]->pools[w->id];
         uint32_t excess = pool->nidle > keep ? pool->nidle - keep : 0;
 
         excess = LG_MIN(excess, pool->idle_low);
@@ -260,7 +239,7 @@ lg_upstream_on_purge(evutil_socket_t fd, short what, void *arg)
 void
 lg_upstream_pool_flush(struct lg_worker *w, struct lg_backend *b)
 {
-    struct lg_upstream_pool *pool = &b->pools[w->id];
+    struct lg_backend_pool *pool = &b->pools[w->id];
     struct lg_upconn *u;
 
     while ((u = TAILQ_FIRST(&pool->idle)) != NULL) {

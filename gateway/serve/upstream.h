@@ -47,17 +47,6 @@ struct lg_upconn {
     TAILQ_ENTRY(lg_upconn) link;  /* pool idle list or worker reap list */
 };
 
-TAILQ_HEAD(lg_upconn_tailq, lg_upconn);
-
-struct lg_upstream_pool {
-    struct lg_upconn_tailq idle;  /* most recently used first */
-    uint32_t nidle;
-    uint32_t idle_low;            /* fewest idle since the last purge: these were not needed */
-};
-
-struct lg_upstream_pool *lg_upstream_pools_new(struct lg_backend *b, unsigned n);
-void lg_upstream_pools_free(struct lg_upstream_pool *pools, unsigned n);
-
 /*
  * Lends a connection to backend b for client c: an idle pooled one (state
  * ACTIVE, *reused = true) or a new one (state CONNECTING; the callbacks

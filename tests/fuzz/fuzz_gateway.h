@@ -29,6 +29,7 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
+#include "route/router.h"
 #include "serve/admission.h"
 #include "serve/client.h"
 #include "serve/keys.h"
@@ -96,7 +97,7 @@ fg_setup(void)
     f->gw.nworkers = 1;
     f->gw.workers = &f->w;
     pthread_mutex_init(&f->gw.fleet_lock, NULL);
-    if (lg_fleet_new(f->gw.conf, 1, NULL, &f->gw.fleet) != LG_OK
+    if (lg_router_fleet_new(f->gw.conf, 1, NULL, &f->gw.fleet) != LG_OK
         || lg_worker_init(&f->gw, &f->w, 0) != LG_OK) {
         abort();
     }

@@ -11,6 +11,7 @@
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "lg_test.h"
+#include "route/router.h"
 
 static inline int
 lg_test_fleet_load(const char *text, struct lg_config **c, struct lg_fleet **f)
@@ -20,7 +21,7 @@ lg_test_fleet_load(const char *text, struct lg_config **c, struct lg_fleet **f)
     memset(&errs, 0, sizeof(errs));
     LG_CHECK(lg_config_load_buffer(text, strlen(text), "t.json", c, &errs) == LG_OK);
     lg_config_errors_free(&errs);
-    LG_CHECK(lg_fleet_new(*c, 1, NULL, f) == LG_OK);
+    LG_CHECK(lg_router_fleet_new(*c, 1, NULL, f) == LG_OK);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/backend_inflight.h"
+#include "fleet/backend_view.h"
 #include "fleet/fleet.h"
 #include "lg_test.h"
 #include "lg_test_fleet.h"

@@ -11,6 +11,7 @@
 #include "fleet/discovery.h"
 #include "fleet/fleet.h"
 #include "lg_test.h"
+#include "route/router.h"
 
 static struct lg_config *
 load(const char *text, struct lg_config_errors *errs)
@@ -208,7 +209,7 @@ test_fleet_routes_template_models(void)
 
     LG_CHECK(base != NULL);
     LG_CHECK(lg_discovery_expand_with(base, NULL, 0, &c, &errs) == LG_OK);
-    LG_CHECK(lg_fleet_new(c, 1, NULL, &f) == LG_OK);
+    LG_CHECK(lg_router_fleet_new(c, 1, NULL, &f) == LG_OK);
     LG_CHECK(f->nbackends == 1);
     r = lg_fleet_find_model(f, "m");
     LG_CHECK(r != NULL && r->n == 1);

@@ -52,7 +52,7 @@ test_render_parses_back(void)
     s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
     lg_backend_seq_left(b, s[0], 7, t + 20 * ms);
     __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED); /* one without a word */
-    doc = lg_peers_render(fleet, t + 30 * ms);
+    doc = lg_peers_render(fleet->backends, fleet->nbackends, t + 30 * ms);
     json = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
     LG_CHECK(json != NULL);

@@ -1,0 +1,139 @@
+/*
+ * backend_view.c: what a routing policy sees of a backend (struct
+ * lg_backend_view, <llmgate/plugin.h>): live counts, the engine's sample
+ * blended with our requests since, estimates read against the route's
+ * prior, the wait for a slot and the engine model's, flags.
+ *
+ * Owns nothing: reads the backend's published state (backend.c) and our
+ * requests there (backend_inflight.c), lock-free, on any thread.
+ */
+#include "fleet/backend_view.h"
+
+#include <llmgate/plugin.h>
+#include <math.h>
+#include <string.h>
+
+#include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/estimate.h"
+
+/*
+ * The time to read b's TTFT estimate at. A replica that was slow gets fewer
+ * requests, so fewer samples tell when it is fast again: with nothing of
+ * ours in flight there and no sample for LG_EST_IDLE_S, its estimate fades
+ * toward the prior LG_EST_IDLE_SPEEDUP times faster from then on. One
+ * request then goes there; while it is in flight the estimate reads as
+ * before (no herd), and its sample settles the question.
+ */
+static uint64_t
+backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t inflight)
+{
+    uint64_t idle_ns = (uint64_t)LG_EST_IDLE_S * LG_NS_PER_S;
+
+    if (inflight > 0 || e->t_ns == 0 || now_ns < e->t_ns + idle_ns) {
+        return now_ns;
+    }
+    return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
+}
+
+void
+lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
+                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
+{
+    struct lg_backend_est est;
+    struct lg_backend_engine eng;
+    struct lg_est_value tv;
+    uint64_t age;
+    double residual;
+
+    lg_backend_read_est(b, &est);
+    lg_backend_read_engine(b, &eng);
+    lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
+                     prior, &tv);
+    age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
+
+    memset(v, 0, sizeof(*v));
+    v->size = sizeof(*v);
+    v->name = b->name;
+    v->id = b->id;
+    v->weight = b->conf.weight ? b->conf.weight : 1;
+    v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
+    v->inflight = lg_backend_inflight(b);
+    v->max_inflight = b->conf.max_inflight;
+    v->engine_waiting = eng.waiting;
+    v->engine_running = eng.running;
+    v->engine_kv_usage = eng.kv_usage;
+    v->engine_age_ns = age;
+    v->inflight_at_scrape = eng.inflight_at_scrape;
+    v->ttft_fixed_ms = tv.fixed_ms;
+    v->ttft_ms_per_kib = tv.ms_per_kib;
+    v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->samples = tv.samples;
+    v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
+    /* the scrape's count less ours and our peers' then (health.c) is what no
+     * gateway of the fleet knows request by request; peers' own count now
+     * is fresher than the scrape's */
+    residual = lg_est_foreign_load(eng.waiting, eng.running, eng.inflight_at_scrape, age,
+                                   scrape_interval_ns);
+    v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
+    v->load = v->inflight + v->foreign;
+    if (lg_backend_engine_confirmed(&eng, now_ns)) {
+        v->capacity = eng.capacity;
+    } else if (prior->slots > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* not seen full lately: assume the slots its siblings have (replicas
+         * of a model usually run the same engine settings) */
+        v->capacity = LG_MAX(eng.run_max, prior->slots);
+    } else if (eng.run_max > 0) {
+        v->flags |= LG_VIEW_F_CAP_GUESS;
+        /* it ran that many without a queue: one more slot may exist */
+        v->capacity = eng.run_max + 0.5;
+    }
+    v->hold_ms = lg_est_mean_read(&est.hold, now_ns, prior->hold_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->pending = lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &v->pending_age_ms);
+    lg_backend_ages(b, LG_BACKEND_AGES_INFLIGHT, now_ns, &v->inflight_age_ms);
+    if (v->pending > 0) {
+        v->work_ahead_ms = lg_backend_work_ahead_ms(b, now_ns, NULL, NULL);
+    }
+    if (v->capacity > 0 && v->foreign < 0.5 && v->load + 1 > v->capacity) {
+        /* only our requests there: the k-th to end lets the k-th in line in
+         * (a guessed capacity too: at the most it has been seen running,
+         * the ends say more than the hold-time formula; the router learns
+         * from confirmed ones only, lg_router_pick) */
+        v->slot_wait_ms = LG_MAX(
+            lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
+            0.0);
+    }
+    if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
+        v->flags |= LG_VIEW_F_STEP_GUESS;
+    }
+    v->prefill_ms_per_kib = lg_backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
+    v->engine_model_ms = -1;
+    v->engine_model_joined = 0;
+    v->engine_model_scale =
+        exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
+    /* a capacity never confirmed by a queue is at least what is assumed of
+     * an engine (the most it ran says nothing against one more) */
+    v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
+                                ? v->capacity
+                                : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+    if (residual < 0.5) {
+        /* only our requests and our peers' there: the model sees the whole
+         * batch and line */
+        unsigned joined;
+
+        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
+                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
+                                                        &joined);
+        v->engine_model_joined = joined;
+    }
+    if (lg_backend_is_half_open(b, now_ns)) {
+        v->flags |= LG_VIEW_F_HALF_OPEN;
+    }
+    if (v->ramp < 1.0) {
+        v->flags |= LG_VIEW_F_RAMPING;
+    }
+    if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
+        v->flags |= LG_VIEW_F_STALE;
+    }
+}

@@ -1,0 +1,22 @@
+/*
+ * backend_view.h: what a routing policy sees of a backend (backend_view.c).
+ */
+#ifndef LG_BACKEND_VIEW_H
+#define LG_BACKEND_VIEW_H
+
+#include "base/lg_core.h"
+
+struct lg_backend;
+struct lg_backend_view;
+struct lg_est_prior;
+
+/*
+ * Fills a plugin view of b at now_ns: live counts, engine sample blended
+ * with in-flight (scrape_interval_ns tells how old is stale), estimates read
+ * against the route's prior. The view borrows b's name.
+ */
+void lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns,
+                          const struct lg_est_prior *prior, uint64_t scrape_interval_ns,
+                          uint64_t slow_start_ns, struct lg_backend_view *v);
+
+#endif /* LG_BACKEND_VIEW_H */
