@@ -1,9 +1,10 @@
 /*
  * accesslog.h: one JSON object per line per request.
  *
- * Workers format the line on their loop into their own buffer (a mutex that
- * only the writer thread contends); a writer thread flushes every buffer on
- * a timer, or early when one fills, so no event loop ever waits on the disk.
+ * Workers format the line on their loop (serve/record.c) into their own
+ * buffer (a mutex that only the writer thread contends); a writer thread
+ * flushes every buffer on a timer, or early when one fills, so no event loop
+ * ever waits on the disk.
  * SIGUSR1 reopens the file (logrotate). If the disk cannot keep up, lines are
  * dropped and counted rather than letting memory grow.
  */
@@ -14,7 +15,6 @@
 
 struct lg_accesslog;
 struct lg_alog_buf;
-struct lg_client;
 struct lg_access_log_conf;
 
 /* Opens the log and starts the writer; nworkers buffers. */
@@ -35,8 +35,12 @@ void lg_accesslog_reopen(struct lg_accesslog *log);
 
 struct lg_alog_buf *lg_accesslog_buffer(struct lg_accesslog *log, unsigned worker);
 
-/* Formats the request's line into the worker's buffer. */
-void lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c);
+/*
+ * Appends one line (n bytes, its newline included) to a worker's buffer,
+ * or drops and counts it when the writer has fallen behind. The line is
+ * formatted by its writer (serve/record.c: a request's line).
+ */
+void lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n);
 
 /* Lines dropped because the writer fell behind. */
 uint64_t lg_accesslog_dropped(const struct lg_accesslog *log);

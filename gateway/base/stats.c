@@ -10,9 +10,6 @@
 
 #include <string.h>
 
-#include "fleet/backend.h"
-#include "serve/client.h"
-#include "serve/worker.h"
 
 const double lg_hist_latency_bounds[LG_HIST_NBUCKETS] = {
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120,
@@ -76,78 +73,4 @@ lg_stats_route_of(const char *path, size_t len)
         return LG_STATS_ROUTE_HEALTHZ;
     }
     return LG_STATS_ROUTE_OTHER;
-}
-
-/* Counts a routing decision under (policy, reason); the table is the worker's own. */
-static void
-stats_decision(struct lg_worker_metrics *m, const char *policy, const char *reason)
-{
-    uint32_t n = __atomic_load_n(&m->ndecisions, __ATOMIC_RELAXED);
-    struct lg_stats_decision *d;
-
-    for (uint32_t i = 0; i < n; i++) {
-        d = &m->decisions[i];
-        if (d->reason == reason && strcmp(d->policy, policy) == 0) {
-            STAT_ADD(&d->count, 1);
-            return;
-        }
-    }
-    if (n == LG_STATS_MAX_DECISIONS) {
-        STAT_ADD(&m->decisions_dropped, 1);
-        return;
-    }
-    d = &m->decisions[n];
-    snprintf(d->policy, sizeof(d->policy), "%s", policy);
-    d->reason = reason;
-    d->count = 1;
-    __atomic_store_n(&m->ndecisions, n + 1, __ATOMIC_RELEASE);
-}
-
-void
-lg_stats_request_done(const struct lg_client *c)
-{
-    const struct lg_request *req = &c->req;
-    struct lg_worker_metrics *wm = &c->w->metrics;
-    const char *path = req->hdrs.buf != NULL ? req->hdrs.buf + req->hdrs.url_off : "";
-    enum lg_stats_route route = lg_stats_route_of(path, req->hdrs.buf ? req->hdrs.url_len : 0);
-    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) ? req->pick.backend : NULL;
-    int status = req->status;
-    struct lg_backend_metrics *bm;
-    int64_t tokens;
-
-    if (status >= LG_STATS_MIN_CODE && status < LG_STATS_MIN_CODE + LG_STATS_NCODES) {
-        STAT_ADD(&wm->requests[route][status - LG_STATS_MIN_CODE], 1);
-    }
-    if (b == NULL) {
-        return;
-    }
-    if (req->pick.policy != NULL && req->pick.reason != NULL) {
-        stats_decision(wm, req->pick.policy, req->pick.reason);
-    }
-    bm = &b->metrics;
-    STAT_ADD(&bm->requests, 1);
-    STAT_ADD(&bm->prompt_bytes, req->info.prompt_bytes);
-    if (status < 200 || status >= 300) {
-        return; /* latencies describe answers, not failures (counted by status) */
-    }
-    if (req->t_first_token != 0 && req->t_first_token >= req->t_start) {
-        lg_hist_observe(&bm->ttft, lg_hist_latency_bounds,
-                        (double)(req->t_first_token - req->t_start) / 1e9);
-    }
-    if (req->t_end != 0 && req->t_end >= req->t_start) {
-        lg_hist_observe(&bm->duration, lg_hist_latency_bounds,
-                        (double)(req->t_end - req->t_start) / 1e9);
-    }
-    if (req->content_events > 1 && req->t_last_token > req->t_first_token) {
-        lg_hist_observe(&bm->itl, lg_hist_itl_bounds,
-                        (double)(req->t_last_token - req->t_first_token)
-                            / (double)(req->content_events - 1) / 1e9);
-    }
-    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.completion_tokens
-                                         : req->probe.completion_tokens;
-    STAT_ADD(&bm->completion_tokens, tokens >= 0 ? (uint64_t)tokens : req->content_events);
-    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens : req->probe.prompt_tokens;
-    if (tokens > 0) {
-        STAT_ADD(&bm->prompt_tokens, (uint64_t)tokens);
-    }
 }

@@ -2,16 +2,14 @@
  * stats.h: the counters and histograms behind /metrics.
  *
  * Recorded on the worker's loop once per request, when it ends
- * (lg_stats_request_done(), next to its access-log line), into counters the
- * request's worker or backend holds; metrics.c only reads them. Every field
+ * (serve/record.c, next to its access-log line), into counters the
+ * request's worker or backend holds; ops/metrics.c only reads them. Every field
  * is a relaxed atomic: the admin thread reads while workers write.
  */
 #ifndef LG_STATS_H
 #define LG_STATS_H
 
 #include "base/lg_core.h"
-
-struct lg_client;
 
 /* Histogram buckets, upper bounds in seconds. */
 #define LG_HIST_NBUCKETS 14
@@ -65,9 +63,6 @@ struct lg_worker_metrics {
     uint32_t ndecisions;        /* atomic (release when a slot is filled) */
     uint64_t decisions_dropped; /* pairs beyond the table */
 };
-
-/* Records a request that ended (the worker's thread, once per request). */
-void lg_stats_request_done(const struct lg_client *c);
 
 /* Adds one observation of v seconds. */
 void lg_hist_observe(struct lg_hist *h, const double *bounds, double v);

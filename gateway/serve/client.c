@@ -21,9 +21,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "base/accesslog.h"
 #include "base/config.h"
-#include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
@@ -33,6 +31,7 @@
 #include "serve/client.h"
 #include "serve/connlimit.h"
 #include "serve/proxy.h"
+#include "serve/record.h"
 #include "serve/worker.h"
 
 static void client_parse(struct lg_client *c);
@@ -315,12 +314,7 @@ client_log(struct lg_client *c)
     if (req->t_end == 0) {
         req->t_end = lg_now_ns();
     }
-    __atomic_fetch_add(&c->w->stats.requests, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->w->stats.bytes_in, req->head_bytes + req->body_bytes,
-                       __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->w->stats.bytes_out, req->bytes_out, __ATOMIC_RELAXED);
-    lg_stats_request_done(c);
-    lg_accesslog_write(c->w->alog, c);
+    lg_record_request(c->w, req, c->addr_str);
 }
 
 /* Releases the request's resources; the connection stays. */

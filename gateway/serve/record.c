@@ -1,0 +1,427 @@
+/*
+ * record.c: what a request leaves behind when it ends: its worker's
+ * counters, its metrics (by route and status, its routing decision, its
+ * backend's latencies and tokens) and its access-log line (one JSON object,
+ * always the same keys in the same order). Written once per request, by the
+ * client's one exit (client.c); /metrics and the writer thread only read.
+ *
+ * Owns nothing: the counters are the worker's and the backend's, the line
+ * goes to the worker's access-log buffer (base/accesslog.c).
+ * Invariant: relaxed atomic adds only; a routing-decision slot is filled
+ * before ndecisions grows past it.
+ */
+#include "serve/record.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <llhttp.h>
+
+#include "base/accesslog.h"
+#include "base/stats.h"
+#include "fleet/backend.h"
+#include "serve/request.h"
+#include "serve/worker.h"
+
+#define STAT_ADD(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)
+
+/* ---- metrics ------------------------------------------------------------ */
+
+/* Counts a routing decision under (policy, reason); the table is the worker's own. */
+static void
+record_decision(struct lg_worker_metrics *m, const char *policy, const char *reason)
+{
+    uint32_t n = __atomic_load_n(&m->ndecisions, __ATOMIC_RELAXED);
+    struct lg_stats_decision *d;
+
+    for (uint32_t i = 0; i < n; i++) {
+        d = &m->decisions[i];
+        if (d->reason == reason && strcmp(d->policy, policy) == 0) {
+            STAT_ADD(&d->count, 1);
+            return;
+        }
+    }
+    if (n == LG_STATS_MAX_DECISIONS) {
+        STAT_ADD(&m->decisions_dropped, 1);
+        return;
+    }
+    d = &m->decisions[n];
+    snprintf(d->policy, sizeof(d->policy), "%s", policy);
+    d->reason = reason;
+    d->count = 1;
+    __atomic_store_n(&m->ndecisions, n + 1, __ATOMIC_RELEASE);
+}
+
+/* Counts the request by route and status, its routing decision, and on its
+ * backend: latencies, tokens, prompt bytes. */
+static void
+record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
+{
+    const char *path = req->hdrs.buf != NULL ? req->hdrs.buf + req->hdrs.url_off : "";
+    enum lg_stats_route route = lg_stats_route_of(path, req->hdrs.buf ? req->hdrs.url_len : 0);
+    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) ? req->pick.backend : NULL;
+    int status = req->status;
+    struct lg_backend_metrics *bm;
+    int64_t tokens;
+
+    if (status >= LG_STATS_MIN_CODE && status < LG_STATS_MIN_CODE + LG_STATS_NCODES) {
+        STAT_ADD(&wm->requests[route][status - LG_STATS_MIN_CODE], 1);
+    }
+    if (b == NULL) {
+        return;
+    }
+    if (req->pick.policy != NULL && req->pick.reason != NULL) {
+        record_decision(wm, req->pick.policy, req->pick.reason);
+    }
+    bm = &b->metrics;
+    STAT_ADD(&bm->requests, 1);
+    STAT_ADD(&bm->prompt_bytes, req->info.prompt_bytes);
+    if (status < 200 || status >= 300) {
+        return; /* latencies describe answers, not failures (counted by status) */
+    }
+    if (req->t_first_token != 0 && req->t_first_token >= req->t_start) {
+        lg_hist_observe(&bm->ttft, lg_hist_latency_bounds,
+                        (double)(req->t_first_token - req->t_start) / 1e9);
+    }
+    if (req->t_end != 0 && req->t_end >= req->t_start) {
+        lg_hist_observe(&bm->duration, lg_hist_latency_bounds,
+                        (double)(req->t_end - req->t_start) / 1e9);
+    }
+    if (req->content_events > 1 && req->t_last_token > req->t_first_token) {
+        lg_hist_observe(&bm->itl, lg_hist_itl_bounds,
+                        (double)(req->t_last_token - req->t_first_token)
+                            / (double)(req->content_events - 1) / 1e9);
+    }
+    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.completion_tokens
+                                         : req->probe.completion_tokens;
+    STAT_ADD(&bm->completion_tokens, tokens >= 0 ? (uint64_t)tokens : req->content_events);
+    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens : req->probe.prompt_tokens;
+    if (tokens > 0) {
+        STAT_ADD(&bm->prompt_tokens, (uint64_t)tokens);
+    }
+}
+
+/* ---- the access-log line -------------------------------------------------- */
+
+struct alog_line {
+    char *p;
+    size_t len;
+    size_t cap;
+};
+
+/* Cut at the line's end: a line never grows past its buffer. */
+static __attribute__((noinline)) void
+line_raw_cut(struct alog_line *l, const char *s, size_t n)
+{
+    n = LG_MIN(n, l->cap - l->len);
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+/*
+ * Inline, so that a copy of known length (the literals, most of a line) is a
+ * few moves instead of a call to memcpy.
+ */
+static inline void
+line_raw(struct alog_line *l, const char *s, size_t n)
+{
+    if (__builtin_expect(n > l->cap - l->len, 0)) {
+        line_raw_cut(l, s, n);
+        return;
+    }
+    memcpy(l->p + l->len, s, n);
+    l->len += n;
+}
+
+static inline void
+line_lit(struct alog_line *l, const char *s)
+{
+    line_raw(l, s, strlen(s));
+}
+
+/* Bytes a JSON string cannot hold as they are. */
+static const bool alog_esc[256] = {
+    [0x00 ... 0x1f] = true,
+    ['"'] = true,
+    ['\\'] = true,
+    [0x7f] = true,
+};
+
+/* alog_esc for eight bytes at once (lg_swar_*: the lowest byte flagged is a true one). */
+static inline uint64_t
+alog_esc8(uint64_t x)
+{
+    return lg_swar_lt(x, 0x20) | lg_swar_eq(x, '"') | lg_swar_eq(x, '\\') | lg_swar_eq(x, 0x7f);
+}
+
+/* Writes the JSON escape of c (2 or 6 bytes) at d; returns its length. */
+static inline size_t
+alog_escape(char *d, unsigned char c)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    d[0] = '\\';
+    if (c == '"' || c == '\\') {
+        d[1] = (char)c;
+        return 2;
+    }
+    memcpy(d + 1, "u00", 3);
+    d[4] = hex[c >> 4];
+    d[5] = hex[c & 15];
+    return 6;
+}
+
+/*
+ * Most bytes a logged string takes in the line, quotes included: a longer one
+ * is cut (at a character, never inside an escape or a UTF-8 sequence) and
+ * ends in "...", so that the line stays one JSON object whatever the client
+ * sent. The request path gets more room than the other strings.
+ */
+#define ALOG_STR_MAX  512
+#define ALOG_PATH_MAX 2048
+
+static void
+line_str_max(struct alog_line *l, const char *s, size_t n, size_t max)
+{
+    size_t i = 0, room = l->cap - l->len, budget;
+    char *d;
+
+    if (s == NULL) {
+        line_lit(l, "null");
+        return;
+    }
+    if (room >= 16 && n <= (LG_MIN(room, max) - 16) / 6) {
+        /*
+         * Room for the worst case (every byte a 6-byte escape): eight bytes
+         * are tested and stored per step, and the output moves on by those
+         * that needed no escape (no copy call, no room checks).
+         */
+        d = l->p + l->len;
+        *d++ = '"';
+        for (;;) {
+            while (n - i >= 8) {
+                uint64_t x, m;
+
+                memcpy(&x, s + i, 8);
+                memcpy(d, &x, 8);
+                m = alog_esc8(x);
+                if (m != 0) {
+                    size_t k = lg_swar_first(m);
+
+                    d += k;
+                    i += k;
+                    goto escape;
+                }
+                d += 8;
+                i += 8;
+            }
+            while (i < n && !alog_esc[(unsigned char)s[i]]) {
+                *d++ = s[i++];
+            }
+            if (i == n) {
+                break;
+            }
+        escape:
+            d += alog_escape(d, (unsigned char)s[i++]);
+        }
+        *d++ = '"';
+        l->len = (size_t)(d - l->p);
+        return;
+    }
+    /* may not fit: byte by byte within the budget, which keeps 5 for `..."` */
+    if (room < 8) {
+        return; /* cannot happen within record_line's buffer */
+    }
+    budget = LG_MIN(room, max) - 5;
+    d = l->p + l->len;
+    *d++ = '"';
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = alog_esc[c] ? (c == '"' || c == '\\' ? 2 : 6) : 1;
+
+        if ((size_t)(d - (l->p + l->len)) + k > budget) {
+            /* cut before a continuation byte: back to the sequence's start */
+            while (i > 0 && ((unsigned char)s[i] & 0xc0) == 0x80 && d[-1] == s[i - 1]) {
+                i--;
+                d--;
+            }
+            memcpy(d, "...", 3);
+            d += 3;
+            break;
+        }
+        if (k == 1) {
+            *d++ = (char)c;
+        } else {
+            d += alog_escape(d, c);
+        }
+        i++;
+    }
+    *d++ = '"';
+    l->len = (size_t)(d - l->p);
+}
+
+static inline void
+line_str(struct alog_line *l, const char *s, size_t n)
+{
+    line_str_max(l, s, n, ALOG_STR_MAX);
+}
+
+static void
+line_cstr(struct alog_line *l, const char *s)
+{
+    line_str(l, s, s ? strlen(s) : 0);
+}
+
+static void
+line_u64(struct alog_line *l, uint64_t v)
+{
+    char b[LG_U64_DIGITS];
+    char *p = lg_u64_digits(b, v);
+
+    line_raw(l, p, (size_t)(b + LG_U64_DIGITS - p));
+}
+
+/* Milliseconds with microsecond precision between two stamps, or null. */
+static void
+line_ms(struct alog_line *l, uint64_t from, uint64_t to)
+{
+    uint64_t us;
+    char frac[4];
+
+    if (from == 0 || to == 0 || to < from) {
+        line_lit(l, "null");
+        return;
+    }
+    us = (to - from) / 1000;
+    line_u64(l, us / 1000);
+    frac[0] = '.';
+    frac[1] = (char)('0' + (us / 100) % 10);
+    frac[2] = (char)('0' + (us / 10) % 10);
+    frac[3] = (char)('0' + us % 10);
+    line_raw(l, frac, 4);
+}
+
+/* "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (quoted); the date part is made once a second per thread. */
+static void
+line_time(struct alog_line *l, uint64_t wall_ns)
+{
+    static __thread time_t cached_sec = -1;
+    static __thread char cached[24];
+    static __thread size_t cached_len;
+    time_t sec = (time_t)(wall_ns / LG_NS_PER_S);
+    unsigned us = (unsigned)((wall_ns / 1000) % 1000000);
+    char frac[10];
+
+    if (l->cap - l->len < 40) {
+        return;
+    }
+    if (sec != cached_sec) {
+        struct tm tm;
+
+        gmtime_r(&sec, &tm);
+        cached_len = strftime(cached, sizeof(cached), "\"%Y-%m-%dT%H:%M:%S", &tm);
+        cached_sec = sec;
+    }
+    line_raw(l, cached, cached_len);
+    frac[0] = '.';
+    for (int i = 6; i >= 1; i--) {
+        frac[i] = (char)('0' + us % 10);
+        us /= 10;
+    }
+    frac[7] = 'Z';
+    frac[8] = '"';
+    line_raw(l, frac, 9);
+}
+
+/* The request's access-log line, into the worker's buffer (the log is on). */
+static void
+record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *client_addr)
+{
+    const struct lg_hdrs *hs = &req->hdrs;
+    /* the fixed part and numbers (under 1 KiB), the explanation, the path
+     * and ten other strings at their most: no line is ever cut */
+    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
+    struct alog_line l = { mem, 0, sizeof(mem) - 2 };
+    uint64_t tokens;
+
+    line_lit(&l, "{\"ts\":");
+    line_time(&l, req->wall_start);
+    line_lit(&l, ",\"id\":");
+    line_cstr(&l, req->id);
+    line_lit(&l, ",\"client\":");
+    line_cstr(&l, client_addr);
+    line_lit(&l, ",\"key\":");
+    line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
+    line_lit(&l, ",\"method\":");
+    line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
+    line_lit(&l, ",\"path\":");
+    line_str_max(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len, ALOG_PATH_MAX);
+    line_lit(&l, ",\"model\":");
+    line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
+    line_lit(&l, ",\"stream\":");
+    line_lit(&l, req->info.stream ? "true" : "false");
+    line_lit(&l, ",\"status\":");
+    line_u64(&l, (uint64_t)req->status);
+    line_lit(&l, ",\"backend\":");
+    line_cstr(&l, req->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
+                      ? req->pick.backend->name
+                      : NULL);
+    line_lit(&l, ",\"attempts\":");
+    line_u64(&l, req->attempts);
+    line_lit(&l, ",\"policy\":");
+    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
+    line_lit(&l, ",\"reason\":");
+    line_cstr(&l, req->pick.reason);
+    line_lit(&l, ",\"bytes_in\":");
+    line_u64(&l, req->head_bytes + req->body_bytes);
+    line_lit(&l, ",\"bytes_out\":");
+    line_u64(&l, req->bytes_out);
+    line_lit(&l, ",\"read\":");
+    line_ms(&l, req->t_start, req->t_read);
+    line_lit(&l, ",\"queue\":");
+    line_ms(&l, req->t_read, req->t_dispatch);
+    line_lit(&l, ",\"connect\":");
+    line_ms(&l, req->t_dispatch, req->t_connect);
+    line_lit(&l, ",\"ttfb\":");
+    line_ms(&l, req->t_start, req->t_first_byte);
+    line_lit(&l, ",\"ttft\":");
+    line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
+    line_lit(&l, ",\"total\":");
+    line_ms(&l, req->t_start, req->t_end);
+    tokens = req->content_events;
+    if ((req->flags & LG_REQ_F_SSE) && lg_sse_completion_tokens(&req->sse) >= 0) {
+        tokens = (uint64_t)lg_sse_completion_tokens(&req->sse);
+    } else if (!(req->flags & LG_REQ_F_SSE) && req->probe.completion_tokens >= 0) {
+        tokens = (uint64_t)req->probe.completion_tokens;
+    }
+    line_lit(&l, ",\"tokens\":");
+    line_u64(&l, tokens);
+    line_lit(&l, ",\"itl\":");
+    if (req->content_events > 1) {
+        line_ms(&l, 0 + 1, 1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
+    } else {
+        line_lit(&l, "null");
+    }
+    if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
+        line_lit(&l, ",\"candidates\":");
+        line_lit(&l, req->pick.explain);
+    }
+    line_lit(&l, ",\"error\":");
+    line_cstr(&l, req->error);
+    mem[l.len++] = '}';
+    mem[l.len++] = '\n';
+    lg_accesslog_append(buf, mem, l.len);
+}
+
+void
+lg_record_request(struct lg_worker *w, const struct lg_request *req, const char *client_addr)
+{
+    __atomic_fetch_add(&w->stats.requests, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&w->stats.bytes_in, req->head_bytes + req->body_bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&w->stats.bytes_out, req->bytes_out, __ATOMIC_RELAXED);
+    record_metrics(&w->metrics, req);
+    if (w->alog != NULL) {
+        record_line(w->alog, req, client_addr);
+    }
+}
