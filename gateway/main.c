@@ -34,6 +34,7 @@
 #include "ops/reload.h"
 #include "serve/admission.h"
 #include "serve/connlimit.h"
+#include "serve/gateway.h"
 #include "serve/keys.h"
 #include "serve/listener.h"
 #include "serve/worker.h"
@@ -312,6 +313,7 @@ main_run(const char *path, const char *ready_file)
     __atomic_store_n(&lg_log_threshold, gw.conf->log_level, __ATOMIC_RELAXED);
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
+    gw.ops = &lg_gateway_worker_ops;
     pthread_mutex_init(&gw.fleet_lock, NULL);
     gw.connlimit = lg_connlimit_new();
     ms.base = event_base_new();

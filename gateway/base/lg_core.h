@@ -112,6 +112,9 @@ void lg_sockaddr_format(const struct sockaddr_storage *ss, char *out, size_t out
 /* ---- small helpers ------------------------------------------------------ */
 
 #define LG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* The `type` whose field `member` ptr points at. */
+#define LG_CONTAINER_OF(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 #define LG_MIN(a, b)     ((a) < (b) ? (a) : (b))
 #define LG_MAX(a, b)     ((a) > (b) ? (a) : (b))
 

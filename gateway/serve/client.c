@@ -441,12 +441,15 @@ lg_client_close(struct lg_client *c, const char *why)
     lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-    lg_worker_reap_client(c->w, c);
+    lg_worker_reap(c->w, &c->reap);
 }
 
-void
-lg_client_free(struct lg_client *c)
+/* The worker's reaper: the client is closed and nothing refers to it. */
+static void
+client_free(struct lg_reap *r)
 {
+    struct lg_client *c = LG_CONTAINER_OF(r, struct lg_client, reap);
+
     bufferevent_free(c->bev);
     free(c);
 }
@@ -1012,6 +1015,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         return LG_ENOMEM;
     }
     c->w = w;
+    c->reap.free = client_free;
     c->id = ((uint64_t)w->id << 40) | ++w->conn_seq;
     memcpy(&c->addr, sa, LG_MIN((size_t)salen, sizeof(c->addr)));
     if (sa->sa_family == AF_INET) {

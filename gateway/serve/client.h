@@ -16,6 +16,7 @@
 
 #include "base/lg_core.h"
 #include "serve/request.h"
+#include "serve/worker.h"
 
 struct bufferevent;
 struct evbuffer;
@@ -53,7 +54,7 @@ struct lg_client {
     uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
     struct lg_request req;
     TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
-    TAILQ_ENTRY(lg_client) reap_link;
+    struct lg_reap reap;            /* the worker frees it (lg_client_close) */
 };
 
 #define LG_CONN_LOG(level, c, fmt, ...)                                             \
@@ -65,9 +66,6 @@ struct lg_client {
  */
 int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
                   struct ssl_st *ssl);
-
-/* Frees a client queued by lg_client_close() (the worker's reaper only). */
-void lg_client_free(struct lg_client *c);
 
 /*
  * The one exit for a request that fails before any response byte reached the

@@ -44,12 +44,15 @@ upstream_close(struct lg_upconn *u)
     u->client = NULL;
     bufferevent_setcb(u->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(u->bev, EV_READ | EV_WRITE);
-    lg_worker_reap_upconn(u->w, u);
+    lg_worker_reap(u->w, &u->reap);
 }
 
-void
-lg_upstream_free(struct lg_upconn *u)
+/* The worker's reaper: the connection is closed and nothing refers to it. */
+static void
+upstream_free(struct lg_reap *r)
 {
+    struct lg_upconn *u = LG_CONTAINER_OF(r, struct lg_upconn, reap);
+
     bufferevent_free(u->bev); /* closes the socket: the engine sees EOF */
     lg_hdrs_release(&u->hdrs);
     lg_backend_unref(u->b);
@@ -120,6 +123,7 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     u = lg_xcalloc(1, sizeof(*u));
     u->id = __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
     u->w = w;
+    u->reap.free = upstream_free;
     u->b = lg_backend_ref(b);
     u->bev = bev;
     u->state = LG_UPCONN_ST_CONNECTING;

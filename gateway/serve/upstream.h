@@ -18,6 +18,7 @@
 
 #include "base/lg_core.h"
 #include "http/httphdr.h"
+#include "serve/worker.h"
 
 struct bufferevent;
 struct lg_backend;
@@ -44,7 +45,8 @@ struct lg_upconn {
     bool resp_1xx;                /* parsing an interim (1xx) response: skip it */
     bool resp_done;               /* the response message is complete */
     uint64_t idle_since_ns;
-    TAILQ_ENTRY(lg_upconn) link;  /* pool idle list or worker reap list */
+    TAILQ_ENTRY(lg_upconn) link;  /* pool idle list */
+    struct lg_reap reap;          /* the worker frees it once closed */
 };
 
 /*
@@ -62,9 +64,6 @@ int lg_upstream_acquire(struct lg_worker *w, struct lg_backend *b, struct lg_cli
  * (which is how a request in progress is cancelled: the engine sees EOF).
  */
 void lg_upstream_release(struct lg_upconn *u, bool keep);
-
-/* Frees a closed connection (the worker's reaper only). */
-void lg_upstream_free(struct lg_upconn *u);
 
 /* Closes every idle connection this worker holds for backend b. */
 void lg_upstream_pool_flush(struct lg_worker *w, struct lg_backend *b);

@@ -1,8 +1,10 @@
 /*
  * worker.c: event-loop threads, cross-thread commands and deferred frees.
+ * What runs on a worker, and what its commands mean, is the gateway's
+ * (gw->ops: serve/gateway.c).
  *
  * Owns: each worker's event_base (without a lock: one thread) and its
- * events, the command eventfd, the reap lists, the table of the base's
+ * events, the command eventfd, the reap list, the table of the base's
  * common timeouts.
  * Invariants: a worker's base, clients, upstream connections and pools are
  * only touched by its thread; other threads only call lg_worker_post(),
@@ -43,54 +45,36 @@ static void
 worker_on_reap(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_worker *w = arg;
-    struct lg_client *c;
-    struct lg_upconn *u;
+    struct lg_reap *r;
 
     (void)fd;
     (void)what;
-    while ((c = TAILQ_FIRST(&w->reap_clients)) != NULL) {
-        TAILQ_REMOVE(&w->reap_clients, c, reap_link);
-        lg_client_free(c);
-    }
-    while ((u = TAILQ_FIRST(&w->reap_upconns)) != NULL) {
-        TAILQ_REMOVE(&w->reap_upconns, u, link);
-        lg_upstream_free(u);
+    while ((r = TAILQ_FIRST(&w->reap)) != NULL) {
+        TAILQ_REMOVE(&w->reap, r, link);
+        r->free(r);
     }
     worker_maybe_exit(w);
 }
 
 void
-lg_worker_reap_client(struct lg_worker *w, struct lg_client *c)
+lg_worker_reap(struct lg_worker *w, struct lg_reap *r)
 {
-    TAILQ_INSERT_TAIL(&w->reap_clients, c, reap_link);
-    event_active(w->reap_ev, EV_TIMEOUT, 0);
-}
-
-void
-lg_worker_reap_upconn(struct lg_worker *w, struct lg_upconn *u)
-{
-    TAILQ_INSERT_TAIL(&w->reap_upconns, u, link);
+    TAILQ_INSERT_TAIL(&w->reap, r, link);
     event_active(w->reap_ev, EV_TIMEOUT, 0);
 }
 
 static void
 worker_drain(struct lg_worker *w)
 {
-    struct lg_client *c, *next;
-
     if (w->draining) {
         return;
     }
     w->draining = true;
-    lg_listener_close(w);
-    for (c = TAILQ_FIRST(&w->clients); c != NULL; c = next) {
-        next = TAILQ_NEXT(c, link);
-        lg_client_drain(c);
-    }
+    w->gw->ops->drain(w);
     worker_maybe_exit(w);
 }
 
-/* Closes idle pooled connections of backends the new fleet no longer has. */
+/* Takes the gateway's current fleet; the gateway closes what the old one leaves. */
 static void
 worker_adopt_fleet(struct lg_worker *w)
 {
@@ -101,17 +85,10 @@ worker_adopt_fleet(struct lg_worker *w)
         lg_fleet_unref(f);
         return;
     }
-    for (size_t i = 0; old != NULL && i < old->nbackends; i++) {
-        bool kept = false;
-
-        for (size_t k = 0; k < f->nbackends && !kept; k++) {
-            kept = f->backends[k] == old->backends[i];
-        }
-        if (!kept) {
-            lg_upstream_pool_flush(w, old->backends[i]);
-        }
-    }
     w->fleet = f;
+    if (old != NULL) {
+        w->gw->ops->adopted(w, old);
+    }
     lg_fleet_unref(old);
 }
 
@@ -133,7 +110,7 @@ worker_on_cmd(evutil_socket_t fd, short what, void *arg)
     }
     cmd = __atomic_exchange_n(&w->cmd, 0, __ATOMIC_ACQ_REL);
     if (cmd & LG_WORKER_CMD_ADMIT) {
-        lg_admission_wake_worker(w->gw->admission, w->id);
+        w->gw->ops->admit(w);
     }
     if (cmd & LG_WORKER_CMD_FLEET) {
         worker_adopt_fleet(w);
@@ -190,15 +167,7 @@ lg_worker_timeout(struct lg_worker *w, uint64_t ms, struct timeval *tmp)
 static void
 worker_cleanup(struct lg_worker *w)
 {
-    struct lg_client *c;
-
-    lg_listener_close(w);
-    while ((c = TAILQ_FIRST(&w->clients)) != NULL) {
-        lg_client_close(c, "shutdown");
-    }
-    for (size_t i = 0; i < w->fleet->nbackends; i++) {
-        lg_upstream_pool_flush(w, w->fleet->backends[i]);
-    }
+    w->gw->ops->cleanup(w);
     worker_on_reap(-1, 0, w);
 }
 
@@ -246,8 +215,7 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     w->id = id;
     w->gw = gw;
     w->cmd_fd = -1;
-    TAILQ_INIT(&w->reap_clients);
-    TAILQ_INIT(&w->reap_upconns);
+    TAILQ_INIT(&w->reap);
     TAILQ_INIT(&w->clients);
     /*
      * No lock: only this thread touches the base (others post through the
@@ -276,15 +244,13 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     }
     lg_bevio_init(w->base);
     w->reap_ev = event_new(w->base, -1, 0, worker_on_reap, w);
-    w->purge_ev = evtimer_new(w->base, lg_upstream_on_purge, w);
     w->cmd_ev = event_new(w->base, w->cmd_fd, EV_READ | EV_PERSIST, worker_on_cmd, w);
-    if (w->reap_ev == NULL || w->purge_ev == NULL || w->cmd_ev == NULL
-        || event_add(w->cmd_ev, NULL) != 0) {
+    if (w->reap_ev == NULL || w->cmd_ev == NULL || event_add(w->cmd_ev, NULL) != 0) {
         return LG_ENOMEM;
     }
     w->fleet = lg_gateway_fleet(gw);
     w->alog = lg_accesslog_buffer(gw->alog, id);
-    return lg_listener_attach(w);
+    return gw->ops->attach(w);
 }
 
 void

@@ -7,6 +7,10 @@
  * its upstream pools. Objects of a worker, its event base included, are
  * touched only by its thread (the base has no lock): other threads talk to
  * it through lg_worker_post() and nothing else, never event_active().
+ *
+ * The loop itself knows nothing of what runs on it: objects it frees later
+ * say how (struct lg_reap), and what a command means is the gateway's
+ * (struct lg_worker_ops, serve/gateway.c).
  */
 #ifndef LG_WORKER_H
 #define LG_WORKER_H
@@ -26,16 +30,27 @@ struct lg_connlimit;
 struct lg_tls;
 struct lg_keys;
 struct lg_admission;
-struct lg_upconn;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
 struct lg_alog_buf;
 struct lg_reload;
 struct lg_admin;
+struct lg_worker;
+struct lg_worker_ops;
 
 TAILQ_HEAD(lg_client_list, lg_client);
-TAILQ_HEAD(lg_upconn_list, lg_upconn);
+
+/*
+ * An object a worker frees at the top of its loop, never from inside one of
+ * its own callbacks (lg_worker_reap()): embedded in the object, with the
+ * function that frees it.
+ */
+struct lg_reap {
+    TAILQ_ENTRY(lg_reap) link;
+    void (*free)(struct lg_reap *r);
+};
+TAILQ_HEAD(lg_reap_list, lg_reap);
 
 /* Commands another thread can post to a worker (bit flags). */
 #define LG_WORKER_CMD_DRAIN 1u /* stop accepting, close idle clients, exit when empty */
@@ -70,10 +85,9 @@ struct lg_worker {
     struct event *cmd_ev;       /* reads cmd_fd */
     int cmd_fd;                 /* owned eventfd: lg_worker_post() writes to it */
     uint32_t cmd;               /* atomic: pending LG_WORKER_CMD_* bits */
-    struct event *reap_ev;      /* frees closed clients and upstream conns */
+    struct event *reap_ev;      /* frees what reap holds */
     struct event *purge_ev;     /* closes pooled connections above the kept count */
-    struct lg_client_list reap_clients;
-    struct lg_upconn_list reap_upconns;
+    struct lg_reap_list reap;   /* closed clients and upstream connections */
     struct lg_client_list clients; /* every open client connection */
     uint32_t nclients;
     struct lg_fleet *fleet;   /* one reference: the fleet new requests use */
@@ -107,9 +121,29 @@ struct lg_gateway {
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
     bool draining;                  /* atomic: set by the main thread at SIGTERM */
+    const struct lg_worker_ops *ops; /* what the workers run (serve/gateway.c) */
 };
 
-/* Sets up worker `id` (event base, events, listeners); before lg_workers_start(). */
+/*
+ * What a worker's loop calls on the gateway's behalf (all on the worker's
+ * thread): serve/gateway.c's lg_gateway_worker_ops.
+ */
+struct lg_worker_ops {
+    /* The base exists: attach what runs on it (listeners, timers). */
+    int (*attach)(struct lg_worker *w);
+    /* LG_WORKER_CMD_ADMIT: look at the admission queue. */
+    void (*admit)(struct lg_worker *w);
+    /* LG_WORKER_CMD_FLEET: w adopted gw's fleet; `old` (still referenced)
+     * was its fleet before. */
+    void (*adopted)(struct lg_worker *w, struct lg_fleet *old);
+    /* LG_WORKER_CMD_DRAIN, once: stop accepting, let idle clients go (the
+     * worker exits when it has none left). */
+    void (*drain)(struct lg_worker *w);
+    /* After the loop: cut whatever still runs, close what is pooled. */
+    void (*cleanup)(struct lg_worker *w);
+};
+
+/* Sets up worker `id` (event base, events, then gw->ops->attach); before lg_workers_start(). */
 int lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id);
 /* Frees what lg_worker_init() made, after the thread ended. */
 void lg_worker_destroy(struct lg_worker *w);
@@ -143,9 +177,8 @@ const struct timeval *lg_worker_timeout(struct lg_worker *w, uint64_t ms, struct
 /* Returns the gateway's current fleet with a reference (any thread). */
 struct lg_fleet *lg_gateway_fleet(struct lg_gateway *gw);
 
-/* Queues a deferred free (worker thread only). */
-void lg_worker_reap_client(struct lg_worker *w, struct lg_client *c);
-void lg_worker_reap_upconn(struct lg_worker *w, struct lg_upconn *u);
+/* Queues a deferred free: r->free(r) at the top of the loop (worker thread only). */
+void lg_worker_reap(struct lg_worker *w, struct lg_reap *r);
 
 /* Total clients across workers (approximate, any thread). */
 uint32_t lg_gateway_clients(const struct lg_gateway *gw);

@@ -32,6 +32,7 @@
 #include "route/router.h"
 #include "serve/admission.h"
 #include "serve/client.h"
+#include "serve/gateway.h"
 #include "serve/keys.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
@@ -95,6 +96,7 @@ fg_setup(void)
         abort();
     }
     f->gw.nworkers = 1;
+    f->gw.ops = &lg_gateway_worker_ops;
     f->gw.workers = &f->w;
     pthread_mutex_init(&f->gw.fleet_lock, NULL);
     if (lg_router_fleet_new(f->gw.conf, 1, NULL, &f->gw.fleet) != LG_OK
