@@ -2,15 +2,16 @@
  * auth.c: API-key checks of a client request (see auth.h).
  *
  * Owns nothing: the request's key hold lives in struct lg_request and is
- * released with the request (client.c).
+ * released with the request (client.c). Refuses by filling a struct
+ * lg_auth_refusal; the caller ends the request with it.
  */
 #include "serve/auth.h"
 
+#include <stdio.h>
 #include <string.h>
 
-#include "serve/client.h"
 #include "serve/keys.h"
-#include "serve/worker.h"
+#include "serve/request.h"
 
 /* Paths that need a key: the OpenAI API; /healthz stays open for probes. */
 static bool
@@ -19,11 +20,17 @@ auth_needed(const struct lg_request *req)
     return req->hdrs.url_len >= 4 && strncmp(req->hdrs.buf + req->hdrs.url_off, "/v1/", 4) == 0;
 }
 
-int
-lg_auth_head(struct lg_client *c)
+static int
+auth_refuse(struct lg_auth_refusal *no, int status, const char *code)
 {
-    struct lg_keys *keys = c->w->gw->keys;
-    struct lg_request *req = &c->req;
+    no->status = status;
+    no->code = code;
+    return LG_EINVAL;
+}
+
+int
+lg_auth_head(struct lg_keys *keys, struct lg_request *req, struct lg_auth_refusal *no)
+{
     const struct lg_hdr *h;
 
     if (keys == NULL || !auth_needed(req)) {
@@ -35,32 +42,30 @@ lg_auth_head(struct lg_client *c)
         return LG_OK;
     }
     req->flags |= LG_REQ_F_CLOSE; /* the body stays unread */
-    lg_client_fail(c, 401, "invalid_api_key",
-                   h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
-                             : "the API key is not valid");
-    return LG_EINVAL;
+    snprintf(no->message, sizeof(no->message), "%s",
+             h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
+                       : "the API key is not valid");
+    return auth_refuse(no, 401, "invalid_api_key");
 }
 
 int
-lg_auth_admit(struct lg_client *c)
+lg_auth_admit(struct lg_request *req, struct lg_auth_refusal *no)
 {
-    struct lg_request *req = &c->req;
     uint32_t retry_ms;
 
     if (req->auth.key == NULL) {
         return LG_OK;
     }
     if (!lg_keys_model_allowed(&req->auth, req->info.model)) {
-        lg_client_fail(c, 403, "model_not_allowed", "the key \"%s\" may not use the model \"%s\"",
-                       lg_keys_name(&req->auth), req->info.model);
-        return LG_EINVAL;
+        snprintf(no->message, sizeof(no->message), "the key \"%s\" may not use the model \"%s\"",
+                 lg_keys_name(&req->auth), req->info.model);
+        return auth_refuse(no, 403, "model_not_allowed");
     }
     if (lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
         req->pick.retry_after_ms = retry_ms;
-        lg_client_fail(c, 429, "key_limit_reached",
-                       "the key \"%s\" is over its concurrency or rate limit",
-                       lg_keys_name(&req->auth));
-        return LG_EINVAL;
+        snprintf(no->message, sizeof(no->message),
+                 "the key \"%s\" is over its concurrency or rate limit", lg_keys_name(&req->auth));
+        return auth_refuse(no, 429, "key_limit_reached");
     }
     return LG_OK;
 }

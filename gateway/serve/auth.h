@@ -6,19 +6,33 @@
  * missing or unknown key gets 401 and the connection closes: the body is
  * never read); lg_auth_admit() once the body named the model (403 when the
  * key may not use it, 429 with Retry-After over the key's concurrency or
- * rate). Each failure ends the request through lg_client_fail().
+ * rate). A refusal is described in struct lg_auth_refusal; the caller ends
+ * the request with it (lg_client_fail()).
  */
 #ifndef LG_AUTH_H
 #define LG_AUTH_H
 
 #include "base/lg_core.h"
 
-struct lg_client;
+struct lg_keys;
+struct lg_request;
 
-/* Returns LG_OK, or LG_EINVAL after failing the request (401). */
-int lg_auth_head(struct lg_client *c);
+struct lg_auth_refusal {
+    int status;        /* 401, 403 or 429 */
+    const char *code;  /* static: the error body's code */
+    char message[512]; /* for the error body */
+};
 
-/* Returns LG_OK, or LG_EINVAL after failing the request (403, 429). */
-int lg_auth_admit(struct lg_client *c);
+/*
+ * Returns LG_OK (the request holds its key in req->auth), or LG_EINVAL
+ * with *no filled (401; the request is marked to close the connection).
+ */
+int lg_auth_head(struct lg_keys *keys, struct lg_request *req, struct lg_auth_refusal *no);
+
+/*
+ * Returns LG_OK, or LG_EINVAL with *no filled (403, or 429 with
+ * req->pick.retry_after_ms set).
+ */
+int lg_auth_admit(struct lg_request *req, struct lg_auth_refusal *no);
 
 #endif /* LG_AUTH_H */

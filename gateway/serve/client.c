@@ -623,6 +623,7 @@ client_dispatch(struct lg_client *c)
     struct lg_request *req = &c->req;
     const char *url = req->hdrs.buf + req->hdrs.url_off;
     size_t plen = strcspn(url, "?");
+    struct lg_auth_refusal no;
     char path[256];
     char err[256];
 
@@ -665,7 +666,8 @@ client_dispatch(struct lg_client *c)
         lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
         return;
     }
-    if (lg_auth_admit(c) != LG_OK) {
+    if (lg_auth_admit(&c->req, &no) != LG_OK) {
+        lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }
     lg_proxy_start(c);
@@ -714,6 +716,7 @@ client_on_head(struct lg_client *c)
     struct lg_request *req = &c->req;
     llhttp_t *p = &c->parser;
     const struct lg_config *conf = client_conf(c);
+    struct lg_auth_refusal no;
     const struct lg_hdr *expect;
 
     req->method = (uint8_t)p->method;
@@ -735,7 +738,8 @@ client_on_head(struct lg_client *c)
         lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
         return LG_EINVAL;
     }
-    if (lg_auth_head(c) != LG_OK) {
+    if (lg_auth_head(c->w->gw->keys, req, &no) != LG_OK) {
+        lg_client_fail(c, no.status, no.code, "%s", no.message);
         return LG_EINVAL;
     }
     if (p->flags & F_CHUNKED) {
