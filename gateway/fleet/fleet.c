@@ -97,8 +97,7 @@ fleet_index_models(struct lg_fleet *f)
 
 int
 lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
-             struct lg_router *router, lg_fleet_router_free_fn router_free,
-             struct lg_fleet **out)
+             struct lg_router *router, lg_fleet_router_free_fn router_free, struct lg_fleet **out)
 {
     struct lg_fleet *f = lg_xcalloc(1, sizeof(*f));
     int rc;
@@ -125,10 +124,10 @@ lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *p
     }
     fleet_index_models(f);
     rc = lg_health_start(&(struct lg_health_fleet){ .conf = f->conf,
-                                                     .backends = f->backends,
-                                                     .nbackends = f->nbackends,
-                                                     .models = f->models,
-                                                     .nmodels = f->nmodels },
+                                                    .backends = f->backends,
+                                                    .nbackends = f->nbackends,
+                                                    .models = f->models,
+                                                    .nmodels = f->nmodels },
                          &f->health);
     if (rc != LG_OK) {
         lg_fleet_unref(f);

@@ -26,7 +26,6 @@
 #include "fleet/fleet.h"
 #include "route/router.h"
 #include "serve/client.h"
-#include "serve/proxy.h"
 #include "serve/worker.h"
 
 #define ADMISSION_BUCKETS 256
@@ -52,6 +51,7 @@ enum admission_state {
 
 struct lg_admission_waiter {
     struct lg_client *c; /* borrowed; c->req.waiter points back */
+    lg_admission_resume_fn resume; /* the request tries again */
     struct admission_worker *aw;
     struct admission_model *m;
     enum admission_state state;
@@ -275,7 +275,7 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* Queues c, or fails it with 429 when its model's queue is full; LG_OK or LG_EBUSY. */
 static int
-admission_enqueue(struct lg_admission *a, struct lg_client *c)
+admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resume_fn resume)
 {
     const struct lg_config *conf = c->req.fleet->conf;
     struct admission_worker *aw;
@@ -293,6 +293,7 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c)
     aw = &a->aw[c->w->id];
     wt = lg_xcalloc(1, sizeof(*wt));
     wt->c = c;
+    wt->resume = resume;
     wt->aw = aw;
     wt->state = ADMISSION_ST_DISPATCHING; /* not in the worker's list yet */
     pthread_mutex_lock(&a->lock);
@@ -355,7 +356,8 @@ lg_admission_wake_worker(struct lg_admission *a, unsigned worker)
 }
 
 bool
-lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc)
+lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
+                  lg_admission_resume_fn resume)
 {
     struct lg_admission_waiter *wt = c->req.waiter;
     bool full = rc != LG_OK && c->req.pick.reason != NULL
@@ -383,7 +385,7 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc)
             return false;
         }
         /* others wait for this model: no overtaking; they get the free slot first */
-        if (admission_enqueue(a, c) == LG_OK) {
+        if (admission_enqueue(a, c, resume) == LG_OK) {
             admission_wake(a, c->w->id); /* there is room: let the oldest waiters take it */
         }
         return true;
@@ -391,7 +393,7 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc)
     if (!full) {
         return false;
     }
-    admission_enqueue(a, c);
+    admission_enqueue(a, c, resume);
     return true;
 }
 
@@ -468,7 +470,7 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
 /*
  * Dispatches, in order, the waiters that head their model's order and find
  * room. Each pass takes one waiter out or notes its model, so it ends. After
- * lg_proxy_admitted() the waiter may be freed (and its request over): only
+ * its resume() the waiter may be freed (and its request over): only
  * the client, which outlives this callback, is looked at again.
  */
 static void
@@ -487,7 +489,7 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 
         admission_unlink(wt);
         wt->state = ADMISSION_ST_DISPATCHING;
-        lg_proxy_admitted(c); /* ends in lg_admission_hold(): dropped or queued again */
+        wt->resume(c); /* ends in lg_admission_hold(): dropped or queued again */
         if (c->req.waiter != NULL && c->req.waiter->state == ADMISSION_ST_QUEUED
             && nskip < LG_ARRAY_SIZE(skip)) {
             skip[nskip++] = m; /* it went back: its model is full again */

@@ -36,17 +36,22 @@ void lg_admission_free(struct lg_admission *a);
 /* Requests waiting in the queue now, all workers and models (0 for NULL). */
 unsigned lg_admission_waiting(const struct lg_admission *a);
 
+/* How a request that waited tries for a backend again (the proxy's). */
+typedef void (*lg_admission_resume_fn)(struct lg_client *c);
+
 /*
  * Called by the proxy with the result (rc) of each routing of a request (a
  * retry may wait too), including when a queued request is routed on its way
  * out of the queue.
- * Returns true when the request waits now (the proxy stops there and resumes
- * it later with lg_proxy_admitted()) or was refused with 429 (queue full, or
- * queueing off); false when the proxy goes on with rc as it is. A new request
- * waits when every backend of its model is at max_inflight, and also when
- * others wait for its model already (no overtaking).
+ * Returns true when the request waits now (the proxy stops there; resume(c)
+ * runs later from this worker's loop, and routes it again) or was refused
+ * with 429 (queue full, or queueing off); false when the proxy goes on with
+ * rc as it is. A new request waits when every backend of its model is at
+ * max_inflight, and also when others wait for its model already (no
+ * overtaking).
  */
-bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc);
+bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
+                       lg_admission_resume_fn resume);
 
 /*
  * Could a request wait in the queue for one of route's backends not in

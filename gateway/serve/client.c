@@ -30,7 +30,6 @@
 #include "serve/auth.h"
 #include "serve/client.h"
 #include "serve/connlimit.h"
-#include "serve/proxy.h"
 #include "serve/record.h"
 #include "serve/worker.h"
 
@@ -48,8 +47,8 @@ static const char *const client_state_names[] = {
     [LG_CLIENT_ST_CLOSING] = "closing",
 };
 
-static const struct lg_config *
-client_conf(const struct lg_client *c)
+const struct lg_config *
+lg_client_conf(const struct lg_client *c)
 {
     return c->req.fleet ? c->req.fleet->conf : c->w->fleet->conf;
 }
@@ -198,7 +197,7 @@ client_on_body(llhttp_t *p, const char *at, size_t n)
     struct lg_client *c = p->data;
     struct lg_request *req = &c->req;
 
-    if (req->body_bytes + n > client_conf(c)->limits.max_body_bytes) {
+    if (req->body_bytes + n > lg_client_conf(c)->limits.max_body_bytes) {
         return client_reject(c, 413, "body_too_large");
     }
     req->body_bytes += n;
@@ -276,8 +275,8 @@ client_reason(int status)
 }
 
 /* Writes a complete response with a JSON body (moved from `body`). */
-static void
-client_respond(struct lg_client *c, int status, struct evbuffer *body, const char *extra_headers)
+void
+lg_client_respond(struct lg_client *c, int status, struct evbuffer *body, const char *extra_headers)
 {
     struct lg_request *req = &c->req;
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -323,7 +322,7 @@ client_end_request(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
-    lg_proxy_release(c);
+    c->ops->release(c);
     lg_keys_release(&req->auth);
     lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
@@ -346,7 +345,7 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
         return;
     }
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
-    lg_proxy_abort(c, code);
+    c->ops->abort(c, code);
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
@@ -373,7 +372,7 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
     }
     body = evbuffer_new();
     lg_openai_error_body(body, msg, lg_openai_error_type(status), code);
-    client_respond(c, status, body, extra);
+    lg_client_respond(c, status, body, extra);
     evbuffer_free(body);
     LG_CONN_LOG(LG_LOG_DEBUG, c, "%d %s: %s", status, code, msg);
     client_next_request(c);
@@ -400,7 +399,7 @@ lg_client_cut(struct lg_client *c, const char *why)
         }
     }
     req->error = why;
-    lg_proxy_abort(c, why);
+    c->ops->abort(c, why);
     client_log(c);
     client_end_request(c);
     if (strcmp(why, "client_stalled") == 0) {
@@ -430,7 +429,7 @@ lg_client_close(struct lg_client *c, const char *why)
         if (c->req.error == NULL) {
             c->req.error = why;
         }
-        lg_proxy_abort(c, why);
+        c->ops->abort(c, why);
         client_log(c);
     }
     client_end_request(c);
@@ -507,7 +506,7 @@ client_next_request(struct lg_client *c)
     struct lg_request *req = &c->req;
     bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
                        || c->w->draining;
-    uint64_t idle_ms = client_conf(c)->timeouts.client_idle_ms, took_ns;
+    uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns;
 
     client_log(c);
     took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
@@ -518,7 +517,7 @@ client_next_request(struct lg_client *c)
                     || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
         lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
         bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-        client_set_timeouts(c, 0, client_conf(c)->timeouts.client_stall_ms, false);
+        client_set_timeouts(c, 0, lg_client_conf(c)->timeouts.client_stall_ms, false);
         bufferevent_disable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
             client_close_flushed(c);
@@ -526,8 +525,8 @@ client_next_request(struct lg_client *c)
         return;
     }
     memset(req, 0, sizeof(*req));
-    lg_hdrs_init(&req->hdrs, (uint32_t)client_conf(c)->limits.max_header_bytes,
-                 client_conf(c)->limits.max_headers);
+    lg_hdrs_init(&req->hdrs, (uint32_t)lg_client_conf(c)->limits.max_header_bytes,
+                 lg_client_conf(c)->limits.max_headers);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
     /*
@@ -556,121 +555,6 @@ lg_client_write_buffer(struct lg_client *c, struct evbuffer *src, size_t n)
 {
     evbuffer_remove_buffer(src, bufferevent_get_output(c->bev), n);
     c->req.bytes_out += n;
-}
-
-/* ---- the gateway's own endpoints ---------------------------------------- */
-
-static void
-client_models(struct lg_client *c)
-{
-    const struct lg_fleet *f = c->w->fleet;
-    struct evbuffer *body = evbuffer_new();
-    uint64_t created = (uint64_t)(lg_wall_ns() / LG_NS_PER_S);
-
-    /* f->models is sorted by name: the union of every backend's models */
-    evbuffer_add_printf(body, "{\"object\":\"list\",\"data\":[");
-    for (size_t i = 0; i < f->nmodels; i++) {
-        evbuffer_add_printf(body, "%s{\"id\":", i ? "," : "");
-        lg_json_append_string(body, f->models[i].model, strlen(f->models[i].model));
-        evbuffer_add_printf(body,
-                            ",\"object\":\"model\",\"created\":%" PRIu64
-                            ",\"owned_by\":\"llmgate\",\"backends\":%zu}",
-                            created, f->models[i].n);
-    }
-    evbuffer_add_printf(body, "]}\n");
-    client_respond(c, 200, body, NULL);
-    evbuffer_free(body);
-    client_next_request(c);
-}
-
-static void
-client_model_one(struct lg_client *c, const char *id)
-{
-    const struct lg_model_route *m = lg_fleet_find_model(c->w->fleet, id);
-    struct evbuffer *body;
-
-    if (m == NULL) {
-        lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist", id);
-        return;
-    }
-    body = evbuffer_new();
-    evbuffer_add_printf(body, "{\"id\":");
-    lg_json_append_string(body, m->model, strlen(m->model));
-    evbuffer_add_printf(body,
-                        ",\"object\":\"model\",\"created\":%" PRIu64 ",\"owned_by\":\"llmgate\"}\n",
-                        (uint64_t)(lg_wall_ns() / LG_NS_PER_S));
-    client_respond(c, 200, body, NULL);
-    evbuffer_free(body);
-    client_next_request(c);
-}
-
-static void
-client_healthz(struct lg_client *c)
-{
-    struct evbuffer *body = evbuffer_new();
-    int status = c->w->draining ? 503 : 200;
-
-    evbuffer_add_printf(body, "{\"status\":\"%s\"}\n", c->w->draining ? "draining" : "ok");
-    client_respond(c, status, body, NULL);
-    evbuffer_free(body);
-    client_next_request(c);
-}
-
-/* The request is read completely: answer it or hand it to the proxy. */
-static void
-client_dispatch(struct lg_client *c)
-{
-    struct lg_request *req = &c->req;
-    const char *url = req->hdrs.buf + req->hdrs.url_off;
-    size_t plen = strcspn(url, "?");
-    struct lg_auth_refusal no;
-    char path[256];
-    char err[256];
-
-    req->t_read = lg_now_ns();
-    if (plen >= sizeof(path)) {
-        plen = sizeof(path) - 1;
-    }
-    memcpy(path, url, plen);
-    path[plen] = '\0';
-    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/v1/models") == 0) {
-        if (req->method != HTTP_GET) {
-            lg_client_fail(c, 405, "method_not_allowed", "%s supports GET only", path);
-        } else if (path[1] == 'h') {
-            client_healthz(c);
-        } else {
-            client_models(c);
-        }
-        return;
-    }
-    if (strncmp(path, "/v1/models/", 11) == 0 && req->method == HTTP_GET) {
-        client_model_one(c, path + 11);
-        return;
-    }
-    if (strncmp(path, "/v1/", 4) != 0) {
-        lg_client_fail(c, 404, "not_found", "no route for %s %s",
-                       llhttp_method_name((llhttp_method_t)req->method), path);
-        return;
-    }
-    if (req->method != HTTP_POST) {
-        lg_client_fail(c, 405, "method_not_allowed", "%s supports POST only", path);
-        return;
-    }
-    if (lg_openai_inspect(req->body, client_conf(c)->routing.prefix_bytes, &req->info, err,
-                          sizeof(err))
-        != LG_OK) {
-        lg_client_fail(c, 400, "invalid_json", "%s", err);
-        return;
-    }
-    if (req->info.model[0] == '\0') {
-        lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
-        return;
-    }
-    if (lg_auth_admit(&c->req, &no) != LG_OK) {
-        lg_client_fail(c, no.status, no.code, "%s", no.message);
-        return;
-    }
-    lg_proxy_start(c);
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -715,7 +599,7 @@ client_on_head(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
     llhttp_t *p = &c->parser;
-    const struct lg_config *conf = client_conf(c);
+    const struct lg_config *conf = lg_client_conf(c);
     struct lg_auth_refusal no;
     const struct lg_hdr *expect;
 
@@ -794,7 +678,7 @@ static void
 client_parse_run(struct lg_client *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
-    const struct lg_config *conf = client_conf(c);
+    const struct lg_config *conf = lg_client_conf(c);
 
     while (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
         struct lg_request *req = &c->req;
@@ -850,7 +734,7 @@ client_parse_run(struct lg_client *c)
             req->head_bytes += framing;
             if (err == HPE_PAUSED && (req->flags & LG_REQ_F_COMPLETE)) {
                 llhttp_resume(&c->parser);
-                client_dispatch(c);
+                c->ops->dispatch(c);
                 return;
             }
         }
@@ -926,7 +810,7 @@ client_on_write(struct bufferevent *bev, void *arg)
     struct lg_client *c = arg;
 
     if (c->state == LG_CLIENT_ST_RELAY) {
-        lg_proxy_on_client_drained(c);
+        c->ops->drained(c);
     } else if (c->state == LG_CLIENT_ST_FLUSH
                && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
         client_close_flushed(c);
@@ -981,18 +865,18 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     /* EOF or error: the client is gone. Stop the engine at once. */
     if (req->flags & LG_REQ_F_STARTED) {
         req->error = "client_closed";
-        lg_proxy_abort(c, "client_closed");
+        c->ops->abort(c, "client_closed");
     } else if (req->flags & LG_REQ_F_PROXIED) {
         req->status = 499;
         req->error = "client_closed";
-        lg_proxy_abort(c, "client_closed");
+        c->ops->abort(c, "client_closed");
     }
     lg_client_close(c, "client_closed");
 }
 
 int
 lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
-              struct ssl_st *ssl)
+              struct ssl_st *ssl, const struct lg_client_ops *ops)
 {
     struct lg_client *c;
     const struct lg_config *conf = w->fleet->conf;
@@ -1019,6 +903,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         return LG_ENOMEM;
     }
     c->w = w;
+    c->ops = ops;
     c->reap.free = client_free;
     c->id = ((uint64_t)w->id << 40) | ++w->conn_seq;
     memcpy(&c->addr, sa, LG_MIN((size_t)salen, sizeof(c->addr)));

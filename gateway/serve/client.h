@@ -3,8 +3,10 @@
  *
  * HTTP/1.1 with keep-alive, one request at a time (pipelined requests wait
  * in the input buffer). The request's life, from first byte to access-log
- * line, is the state machine below; proxy.c drives the states that involve
- * a backend.
+ * line, is the state machine below; the exchange (proxy.c) drives the
+ * states that involve a backend, through struct lg_client_ops. Every
+ * request ends in the one exit here: lg_client_fail(), lg_client_finish()
+ * or lg_client_cut() (or the connection closing).
  */
 #ifndef LG_CLIENT_H
 #define LG_CLIENT_H
@@ -20,8 +22,26 @@
 
 struct bufferevent;
 struct evbuffer;
+struct lg_client;
+struct lg_config;
 struct lg_worker;
 struct ssl_st;
+
+/*
+ * What the connection calls in the layer above it, on its request's behalf
+ * (proxy.c's lg_proxy_client_ops, which the listener hands to every client).
+ */
+struct lg_client_ops {
+    /* The request is read whole (head and body, within the limits): answer it. */
+    void (*dispatch)(struct lg_client *c);
+    /* End what the request runs now: its upstream connection closes (the
+     * engine stops), its backend is released. Safe when nothing runs. */
+    void (*abort)(struct lg_client *c, const char *why);
+    /* The request is over (its log line written): free what it holds above. */
+    void (*release)(struct lg_client *c);
+    /* The output fell below the low watermark while a response is relayed. */
+    void (*drained)(struct lg_client *c);
+};
 
 enum lg_client_state {
     LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
@@ -37,6 +57,7 @@ enum lg_client_state {
 struct lg_client {
     uint64_t id;
     struct lg_worker *w;            /* borrowed: the owning worker */
+    const struct lg_client_ops *ops; /* static: the exchange above */
     struct bufferevent *bev;        /* owned */
     enum lg_client_state state;
     const char *action;             /* for LG_CONN_LOG */
@@ -62,10 +83,22 @@ struct lg_client {
 
 /*
  * Accepts fd on worker w (takes ownership of fd, and of ssl: when not NULL
- * the connection speaks TLS and its handshake starts now).
+ * the connection speaks TLS and its handshake starts now); its requests go
+ * to ops.
  */
 int lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
-                  struct ssl_st *ssl);
+                  struct ssl_st *ssl, const struct lg_client_ops *ops);
+
+/* The configuration the request runs under: its fleet's, else the worker's. */
+const struct lg_config *lg_client_conf(const struct lg_client *c);
+
+/*
+ * Writes a complete response of the gateway's own with a JSON body (moved
+ * from `body`); extra_headers: whole lines, or NULL. The request still
+ * ends in lg_client_finish() (or _fail()).
+ */
+void lg_client_respond(struct lg_client *c, int status, struct evbuffer *body,
+                       const char *extra_headers);
 
 /*
  * The one exit for a request that fails before any response byte reached the

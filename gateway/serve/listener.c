@@ -23,6 +23,7 @@
 #include "serve/client.h"
 #include "serve/connlimit.h"
 #include "serve/listener.h"
+#include "serve/proxy.h"
 #include "serve/worker.h"
 
 #define LISTENER_BACKLOG       4096
@@ -153,7 +154,7 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
         close(fd);
         return;
     }
-    if (lg_client_new(w, fd, sa, salen, ssl) != LG_OK) {
+    if (lg_client_new(w, fd, sa, salen, ssl, &lg_proxy_client_ops) != LG_OK) {
         lg_connlimit_release(w->gw->connlimit, sa);
     }
 }

@@ -1,7 +1,7 @@
 /*
- * proxy.h: the exchange between a request and a backend: routing, sending,
- * reading the response head, retrying before the first byte, relaying the
- * body with backpressure, and timing it.
+ * proxy.h: a request's path through the gateway, top to bottom (proxy.c):
+ * from the client's read request to a backend and back, with the
+ * decisions on the way (route, wait, retry, relay, end).
  */
 #ifndef LG_PROXY_H
 #define LG_PROXY_H
@@ -9,25 +9,13 @@
 #include "base/lg_core.h"
 
 struct lg_client;
-struct lg_worker;
-
-/* The request is read and inspected: route it and send it to a backend. */
-void lg_proxy_start(struct lg_client *c);
-
-/* The client's output fell below the low watermark: resume the upstream. */
-void lg_proxy_on_client_drained(struct lg_client *c);
+struct lg_client_ops;
 
 /*
- * Ends the exchange at once: the upstream connection (if any) is closed so
- * the engine stops generating, the backend's in-flight count is released.
- * Safe to call when nothing is attached.
+ * What a client connection calls on its request's behalf: dispatch when it
+ * is read, abort, release, drained (client.h). The listener gives it to
+ * every client it accepts.
  */
-void lg_proxy_abort(struct lg_client *c, const char *why);
-
-/* A request that waited in the admission queue may try for a backend now. */
-void lg_proxy_admitted(struct lg_client *c);
-
-/* Frees what the request holds of the proxy (timer, fleet); end of request. */
-void lg_proxy_release(struct lg_client *c);
+extern const struct lg_client_ops lg_proxy_client_ops;
 
 #endif /* LG_PROXY_H */

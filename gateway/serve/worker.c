@@ -25,13 +25,8 @@
 #include <event2/event.h>
 
 #include "base/accesslog.h"
-#include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
-#include "serve/admission.h"
-#include "serve/client.h"
-#include "serve/listener.h"
-#include "serve/upstream.h"
 
 static void
 worker_maybe_exit(struct lg_worker *w)

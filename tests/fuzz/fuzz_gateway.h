@@ -34,6 +34,7 @@
 #include "serve/client.h"
 #include "serve/gateway.h"
 #include "serve/keys.h"
+#include "serve/proxy.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -199,7 +200,9 @@ fg_open_client(struct fg *f)
     f->out_len = 0;
     f->nup = 0;
     /* an inet address, so that the per-address and X-Forwarded-For paths run */
-    if (lg_client_new(&f->w, sv[1], (struct sockaddr *)&peer, sizeof(peer), NULL) != LG_OK) {
+    if (lg_client_new(&f->w, sv[1], (struct sockaddr *)&peer, sizeof(peer), NULL,
+                      &lg_proxy_client_ops)
+        != LG_OK) {
         abort();
     }
 }
