@@ -1,0 +1,215 @@
+/*
+ * config_types.h: the validated, immutable gateway configuration: the
+ * structs every module reads (types only; config.h loads them).
+ */
+#ifndef LG_CONFIG_TYPES_H
+#define LG_CONFIG_TYPES_H
+
+#include <sys/socket.h>
+
+#include <jansson.h>
+
+#include "base/lg_core.h"
+
+/* Engine vocabulary for /metrics scraping (health.c). */
+enum lg_engine_flavor {
+    LG_ENGINE_AUTO = 0, /* detect from the first scrape */
+    LG_ENGINE_VLLM,
+    LG_ENGINE_SGLANG,
+    LG_ENGINE_TGI,
+    LG_ENGINE_LLAMACPP,
+    LG_ENGINE_NONE, /* do not scrape */
+};
+
+struct lg_listen_conf {
+    char *address;                /* as written: "127.0.0.1:8080", "[::]:443" */
+    struct sockaddr_storage addr; /* resolved at load time */
+    socklen_t addrlen;
+    char *tls_cert; /* PEM file; NULL: plain TCP */
+    char *tls_key;  /* PEM file */
+};
+
+/*
+ * A backend entry with "discover" instead of "url" is a template: its name is
+ * resolved on an interval (A and AAAA records) and expands into one backend
+ * per address, named NAME@ADDR:PORT (discovery.c).
+ */
+struct lg_discover_conf {
+    char *dns;              /* name to resolve; NULL: not a template */
+    uint32_t port;          /* port of every discovered backend */
+    uint64_t interval_ms;   /* re-resolution period */
+};
+
+struct lg_backend_conf {
+    char *name;
+    char *url;            /* as written; NULL in a template */
+    bool tls;             /* https:// */
+    char *host;           /* host part of the URL (no brackets) */
+    uint16_t port;        /* explicit or 80/443 */
+    char *host_header;    /* "host[:port]" sent as Host */
+    char *path_prefix;    /* "" or "/base" (no trailing slash) prepended to paths */
+    char **models;        /* NULL-terminated; served model names (aliases included) */
+    size_t nmodels;
+    uint32_t weight;        /* relative share, 1..1000; default 1 */
+    uint32_t max_inflight;  /* requests at once from this gateway; 0 = unlimited */
+    enum lg_engine_flavor flavor;
+    char *metrics_path;     /* default "/metrics" */
+    char *health_path;      /* default "/health" */
+    char *api_key;          /* sent as Authorization: Bearer to this backend; NULL: none */
+    char *tls_ca_file;      /* https: PEM CAs the backend's certificate must chain to;
+                               NULL: the system's default CAs */
+    char *tls_server_name;  /* https: SNI and the name verified; NULL: the URL's host */
+    char *tls_cert;         /* https: client certificate chain (PEM); NULL: none */
+    char *tls_key;          /* https: its private key (PEM) */
+    bool tls_insecure;      /* https: insecure_skip_verify (no verification at all) */
+    struct sockaddr_storage addr; /* first address of host, resolved at load time; addrlen 0
+                                     if not resolved (LG_CONFIG_F_NO_RESOLVE) */
+    socklen_t addrlen;
+    bool enabled;           /* "enabled": false backends are validated, then left out of
+                               backends[]: always true in a loaded config */
+    struct lg_discover_conf discover; /* dns != NULL: a template (in templates[]) */
+};
+
+struct lg_timeouts_conf {
+    uint64_t client_header_ms;    /* whole request head must arrive within */
+    uint64_t client_body_ms;      /* idle time allowed between body reads */
+    uint64_t client_idle_ms;      /* keep-alive idle between requests */
+    uint64_t upstream_connect_ms; /* TCP (and TLS) connect to a backend */
+    uint64_t first_byte_ms;       /* request sent -> first response byte */
+    uint64_t stream_idle_ms;      /* max silence between response bytes */
+    uint64_t total_ms;            /* whole request, arrival to last byte; 0 = none */
+    uint64_t drain_ms;            /* on SIGTERM: how long in-flight requests may run */
+    uint64_t upstream_idle_ms;    /* idle pooled upstream connection is closed after */
+    uint64_t upstream_purge_ms;   /* half the idle connections above upstream_keepalive
+                                     closed every this long; 0 = at once */
+    uint64_t client_stall_ms;     /* a client that reads nothing for this long is cut */
+    uint64_t queue_ms;            /* longest wait in the admission queue (admission.c) */
+};
+
+struct lg_limits_conf {
+    size_t max_header_bytes;       /* request line + headers */
+    uint32_t max_headers;          /* number of header fields */
+    size_t max_body_bytes;         /* request body */
+    uint32_t max_connections;      /* client connections, whole process */
+    uint32_t max_connections_per_ip; /* 0 = unlimited */
+    size_t stream_buffer_bytes;    /* bytes queued to a slow client before the
+                                      upstream read is paused */
+    uint32_t upstream_keepalive;   /* idle pooled connections per backend per worker */
+    uint32_t queue_length;         /* requests waiting per model when every backend is at
+                                      max_inflight; 0 = refuse at once */
+};
+
+struct lg_retry_conf {
+    uint32_t attempts;     /* total tries per request, 1 = no retry */
+    double budget_ratio;   /* retries allowed as a share of requests (0..1) */
+    uint32_t budget_min;   /* retries always allowed per second, whatever the ratio */
+};
+
+/* One stage of a routing pipeline (router.c). */
+struct lg_route_stage_conf {
+    char *policy;             /* a built-in or loaded policy's name */
+    double weight;            /* multiplies the stage's costs; default 1 */
+    json_t *options;          /* borrowed from root; NULL: routing.options[policy] */
+};
+
+struct lg_routing_conf {
+    char *policy;             /* name of a built-in or loaded policy (one-stage pipeline) */
+    struct lg_route_stage_conf *pipeline; /* stages, in order; when set, `policy` is unset */
+    size_t npipeline;
+    char **plugins;           /* NULL-terminated paths of policy .so files to load */
+    size_t nplugins;
+    json_t *policy_options;   /* "options": {policy name: its options} (borrowed from root) */
+    struct lg_retry_conf retry;
+    char *session_header;     /* header whose value pins a client to a backend; NULL: off */
+    size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */
+};
+
+struct lg_access_log_conf {
+    char *path;            /* "-" = stdout; NULL = off */
+    uint64_t flush_ms;     /* flush interval */
+    size_t buffer_bytes;   /* per-worker buffer; a full buffer flushes early */
+};
+
+struct lg_health_conf {
+    uint64_t interval_ms;        /* active check period */
+    uint64_t timeout_ms;
+    uint32_t rise;               /* successes to mark up */
+    uint32_t fall;               /* failures to mark down */
+    uint64_t scrape_interval_ms; /* engine /metrics period; 0 = off */
+    uint32_t eject_consecutive;  /* passive: consecutive failures that eject */
+    uint64_t eject_base_ms;      /* first ejection length; doubles each time */
+    uint64_t eject_max_ms;
+    uint64_t slow_start_ms;      /* ramp length for a backend that joins or recovers */
+    uint64_t peer_interval_ms;   /* least time between two answers of a peer */
+};
+
+struct lg_admin_conf {
+    char *listen;                 /* NULL: no admin listener */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char *token;                  /* bearer token; NULL: open (loopback default) */
+};
+
+/* Another gateway in front of the same fleet (peers.h): its admin listener. */
+struct lg_peer_conf {
+    char *admin;                  /* "host:port" */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+};
+
+struct lg_discovery_conf {
+    char *nameserver;             /* "ip:port" of the DNS server; NULL: /etc/resolv.conf */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    uint64_t timeout_ms;          /* one DNS query */
+};
+
+struct lg_auth_conf {
+    char *keys_file;              /* API keys (keys.c); NULL: no authentication */
+};
+
+struct lg_config {
+    char *path;                   /* file it came from ("<string>" for tests) */
+    json_t *root;                 /* the parsed document, kept for plugin sections */
+    struct lg_listen_conf *listen;
+    size_t nlisten;
+    uint32_t workers;             /* event-loop threads; 0 in the file = one per core */
+    enum lg_log_level log_level;
+    struct lg_timeouts_conf timeouts;
+    struct lg_limits_conf limits;
+    struct lg_routing_conf routing;
+    struct lg_access_log_conf access_log;
+    struct lg_health_conf health;
+    struct lg_admin_conf admin;
+    struct lg_peer_conf *peers;   /* gateways sharing the fleet (this one may be listed) */
+    size_t npeers;
+    struct lg_discovery_conf discovery;
+    struct lg_auth_conf auth;
+    struct lg_backend_conf *backends;  /* backends with a URL, enabled */
+    size_t nbackends;
+    struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */
+    size_t ntemplates;
+    int refcnt;                   /* atomic; see lg_config_ref() */
+};
+
+/*
+ * Collected errors, each already formatted as
+ *   FILE:LINE:COL: error: /json/pointer: what is wrong
+ * At most LG_CONFIG_MAX_ERRORS are kept; `dropped` counts the rest.
+ */
+#define LG_CONFIG_MAX_ERRORS 20
+struct lg_config_errors {
+    char *msgs[LG_CONFIG_MAX_ERRORS];
+    size_t n;
+    size_t dropped;
+};
+
+/* Flags for lg_config_load_buffer_flags(). */
+#define LG_CONFIG_F_NO_RESOLVE (1u << 0) /* resolve numeric hosts only; names get addrlen 0 */
+#define LG_CONFIG_F_EXPANDED   (1u << 1) /* a document discovery.c expanded: backend names
+                                            may hold '@', '[' and ']' (up to 128 bytes) */
+
+/* Largest config file accepted, in bytes. */
+#define LG_CONFIG_MAX_BYTES (8u << 20)
+
+#endif /* LG_CONFIG_TYPES_H */
