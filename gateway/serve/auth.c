@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "serve/client_types.h"
 #include "serve/keys.h"
-#include "serve/request.h"
 
 /* Paths that need a key: the OpenAI API; /healthz stays open for probes. */
 static bool

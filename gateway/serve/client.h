@@ -11,75 +11,15 @@
 #ifndef LG_CLIENT_H
 #define LG_CLIENT_H
 
-#include <sys/queue.h>
 #include <sys/socket.h>
 
-#include <llhttp.h>
-
 #include "base/lg_core.h"
-#include "serve/request.h"
-#include "serve/worker.h"
+#include "serve/client_types.h"
 
-struct bufferevent;
 struct evbuffer;
-struct lg_client;
 struct lg_config;
 struct lg_worker;
 struct ssl_st;
-
-/*
- * What the connection calls in the layer above it, on its request's behalf
- * (proxy.c's lg_proxy_client_ops, which the listener hands to every client).
- */
-struct lg_client_ops {
-    /* The request is read whole (head and body, within the limits): answer it. */
-    void (*dispatch)(struct lg_client *c);
-    /* End what the request runs now: its upstream connection closes (the
-     * engine stops), its backend is released. Safe when nothing runs. */
-    void (*abort)(struct lg_client *c, const char *why);
-    /* The request is over (its log line written): free what it holds above. */
-    void (*release)(struct lg_client *c);
-    /* The output fell below the low watermark while a response is relayed. */
-    void (*drained)(struct lg_client *c);
-};
-
-enum lg_client_state {
-    LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
-    LG_CLIENT_ST_READ_BODY,     /* reading the request body */
-    LG_CLIENT_ST_CONNECT,       /* waiting for an upstream connection */
-    LG_CLIENT_ST_WAIT_HEAD,     /* request going upstream; waiting for the response head */
-    LG_CLIENT_ST_RELAY,         /* response streaming to the client */
-    LG_CLIENT_ST_FLUSH,         /* last response being written, then close */
-    LG_CLIENT_ST_LINGER,        /* response out, write side shut: dropping input, then close */
-    LG_CLIENT_ST_CLOSING,       /* queued for reaping; callbacks detached */
-};
-
-struct lg_client {
-    uint64_t id;
-    struct lg_worker *w;            /* borrowed: the owning worker */
-    const struct lg_client_ops *ops; /* static: the exchange above */
-    struct bufferevent *bev;        /* owned */
-    enum lg_client_state state;
-    const char *action;             /* for LG_CONN_LOG */
-    llhttp_t parser;
-    struct sockaddr_storage addr;
-    char addr_str[64];              /* client IP as text */
-    bool tls;                       /* the connection is HTTPS */
-    bool linger;                    /* unread request bytes may follow the last response */
-    uint64_t linger_until_ns;       /* LINGER: closed at this time at the latest */
-    uint32_t requests;              /* requests served on this connection */
-    uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
-    uint64_t read_tmo_want;         /* client_parse(): read timeout once it stops (ms) */
-    uint64_t read_tmo_ms;           /* the read timeout set on bev (ms, 0 = none) */
-    uint64_t write_tmo_ms;          /* the write timeout set on bev */
-    uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
-    struct lg_request req;
-    TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
-    struct lg_reap reap;            /* the worker frees it (lg_client_close) */
-};
-
-#define LG_CONN_LOG(level, c, fmt, ...)                                             \
-    LG_LOG(level, "conn=%" PRIu64 " while %s: " fmt, (c)->id, (c)->action, ##__VA_ARGS__)
 
 /*
  * Accepts fd on worker w (takes ownership of fd, and of ssl: when not NULL

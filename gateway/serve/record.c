@@ -21,7 +21,7 @@
 #include "base/accesslog.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
-#include "serve/request.h"
+#include "serve/client_types.h"
 #include "serve/worker.h"
 
 #define STAT_ADD(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)

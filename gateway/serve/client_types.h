@@ -1,12 +1,18 @@
 /*
- * request.h: the state of one request, from its first byte to its
- * access-log line (types only). The client connection (client.h) holds
- * one at a time; the modules a request passes through (exchange, attempt,
+ * client_types.h: a client connection and the state of the request it
+ * serves, from its first byte to its access-log line (types only: client.h
+ * has the connection's functions). A connection holds one request at a
+ * time; the modules a request passes through (reader, proxy, attempt,
  * relay, admission, record) read and write the parts the comments give
  * them.
  */
-#ifndef LG_REQUEST_H
-#define LG_REQUEST_H
+#ifndef LG_CLIENT_TYPES_H
+#define LG_CLIENT_TYPES_H
+
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include <llhttp.h>
 
 #include "base/lg_core.h"
 #include "http/headcheck.h"
@@ -15,11 +21,14 @@
 #include "http/sse.h"
 #include "route/router.h"
 #include "serve/keys.h"
+#include "serve/worker.h"
 
+struct bufferevent;
 struct evbuffer;
 struct event;
 struct lg_admission_waiter;
 struct lg_backend;
+struct lg_client;
 struct lg_fleet;
 struct lg_upconn;
 
@@ -102,4 +111,59 @@ struct lg_request {
     uint32_t ngaps;               /* gaps taken (gaps[ngaps % 8] is the next) */
 };
 
-#endif /* LG_REQUEST_H */
+
+/*
+ * What the connection calls in the layer above it, on its request's behalf
+ * (proxy.c's lg_proxy_client_ops, which the listener hands to every client).
+ */
+struct lg_client_ops {
+    /* The request is read whole (head and body, within the limits): answer it. */
+    void (*dispatch)(struct lg_client *c);
+    /* End what the request runs now: its upstream connection closes (the
+     * engine stops), its backend is released. Safe when nothing runs. */
+    void (*abort)(struct lg_client *c, const char *why);
+    /* The request is over (its log line written): free what it holds above. */
+    void (*release)(struct lg_client *c);
+    /* The output fell below the low watermark while a response is relayed. */
+    void (*drained)(struct lg_client *c);
+};
+
+enum lg_client_state {
+    LG_CLIENT_ST_READ_HEAD = 0, /* idle keep-alive or reading a request head */
+    LG_CLIENT_ST_READ_BODY,     /* reading the request body */
+    LG_CLIENT_ST_CONNECT,       /* waiting for an upstream connection */
+    LG_CLIENT_ST_WAIT_HEAD,     /* request going upstream; waiting for the response head */
+    LG_CLIENT_ST_RELAY,         /* response streaming to the client */
+    LG_CLIENT_ST_FLUSH,         /* last response being written, then close */
+    LG_CLIENT_ST_LINGER,        /* response out, write side shut: dropping input, then close */
+    LG_CLIENT_ST_CLOSING,       /* queued for reaping; callbacks detached */
+};
+
+struct lg_client {
+    uint64_t id;
+    struct lg_worker *w;            /* borrowed: the owning worker */
+    const struct lg_client_ops *ops; /* static: the exchange above */
+    struct bufferevent *bev;        /* owned */
+    enum lg_client_state state;
+    const char *action;             /* for LG_CONN_LOG */
+    llhttp_t parser;
+    struct sockaddr_storage addr;
+    char addr_str[64];              /* client IP as text */
+    bool tls;                       /* the connection is HTTPS */
+    bool linger;                    /* unread request bytes may follow the last response */
+    uint64_t linger_until_ns;       /* LINGER: closed at this time at the latest */
+    uint32_t requests;              /* requests served on this connection */
+    uint64_t pass_body;             /* body bytes seen by on_body in the current parse pass */
+    uint64_t read_tmo_want;         /* client_parse(): read timeout once it stops (ms) */
+    uint64_t read_tmo_ms;           /* the read timeout set on bev (ms, 0 = none) */
+    uint64_t write_tmo_ms;          /* the write timeout set on bev */
+    uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
+    struct lg_request req;
+    TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
+    struct lg_reap reap;            /* the worker frees it (lg_client_close) */
+};
+
+#define LG_CONN_LOG(level, c, fmt, ...)                                             \
+    LG_LOG(level, "conn=%" PRIu64 " while %s: " fmt, (c)->id, (c)->action, ##__VA_ARGS__)
+
+#endif /* LG_CLIENT_TYPES_H */
