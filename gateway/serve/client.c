@@ -1,6 +1,9 @@
 /*
- * client.c: one client connection: HTTP/1.1 request parsing with llhttp,
- * the gateway's own endpoints, and the request's single exit.
+ * client.c: one client connection: its timeouts, keep-alive and closing,
+ * the checks of a request's head (what the reader, reader.c, parsed), the
+ * responses the gateway writes itself, and the request's single exit,
+ * which records it (record.c: access log, metrics, backend statistics).
+ * What a read request does next is its exchange's (lg_client_ops).
  *
  * Owns: struct lg_client, its bufferevent (and through it the socket), the
  * request's head storage and body buffer. Borrows: the worker.
@@ -30,6 +33,7 @@
 #include "serve/auth.h"
 #include "serve/client.h"
 #include "serve/connlimit.h"
+#include "serve/reader.h"
 #include "serve/record.h"
 #include "serve/worker.h"
 
@@ -122,114 +126,6 @@ lg_client_set_state(struct lg_client *c, enum lg_client_state to)
         lg_client_watch_drain(c); /* it closes when its output has left */
     }
 }
-
-/* ---- request parser callbacks (parser.data is the client) -------------- */
-
-static int
-client_reject(struct lg_client *c, int status, const char *code)
-{
-    c->req.reject_status = status;
-    c->req.reject_code = code;
-    return HPE_USER;
-}
-
-static int
-client_on_message_begin(llhttp_t *p)
-{
-    struct lg_client *c = p->data;
-
-    if (c->req.t_start == 0) {
-        c->req.t_start = lg_now_ns();
-        c->req.wall_start = lg_wall_ns();
-    }
-    return 0;
-}
-
-static int
-client_on_url(llhttp_t *p, const char *at, size_t n)
-{
-    struct lg_client *c = p->data;
-
-    if (lg_hdrs_on_url(&c->req.hdrs, at, n) != LG_OK) {
-        return client_reject(c, 414, "uri_too_long");
-    }
-    return 0;
-}
-
-static int
-client_on_header_field(llhttp_t *p, const char *at, size_t n)
-{
-    struct lg_client *c = p->data;
-
-    if (c->state == LG_CLIENT_ST_READ_BODY) {
-        return 0; /* a chunked body's trailer: never forwarded, not kept */
-    }
-    if (lg_hdrs_on_field(&c->req.hdrs, at, n) != LG_OK) {
-        return client_reject(c, 431, "headers_too_large");
-    }
-    return 0;
-}
-
-static int
-client_on_header_value(llhttp_t *p, const char *at, size_t n)
-{
-    struct lg_client *c = p->data;
-
-    if (c->state == LG_CLIENT_ST_READ_BODY) {
-        return 0;
-    }
-    if (lg_hdrs_on_value(&c->req.hdrs, at, n) != LG_OK) {
-        return client_reject(c, 431, "headers_too_large");
-    }
-    return 0;
-}
-
-static int
-client_on_headers_complete(llhttp_t *p)
-{
-    (void)p;
-    return HPE_PAUSED; /* client_parse() checks the head before any body byte */
-}
-
-static int
-client_on_body(llhttp_t *p, const char *at, size_t n)
-{
-    struct lg_client *c = p->data;
-    struct lg_request *req = &c->req;
-
-    if (req->body_bytes + n > lg_client_conf(c)->limits.max_body_bytes) {
-        return client_reject(c, 413, "body_too_large");
-    }
-    req->body_bytes += n;
-    if (req->flags & LG_REQ_F_CHUNKED) {
-        evbuffer_add(req->body, at, n); /* chunk framing interleaves: decode */
-    } else {
-        c->pass_body += n; /* contiguous: moved after the pass */
-    }
-    return 0;
-}
-
-static int
-client_on_message_complete(llhttp_t *p)
-{
-    struct lg_client *c = p->data;
-
-    c->req.flags |= LG_REQ_F_COMPLETE;
-    if (llhttp_should_keep_alive(p)) {
-        c->req.flags |= LG_REQ_F_KEEPALIVE;
-    }
-    return HPE_PAUSED; /* stop at the message boundary: one request at a time */
-}
-
-static const llhttp_settings_t client_settings = {
-    .on_message_begin = client_on_message_begin,
-    .on_url = client_on_url,
-    .on_header_field = client_on_header_field,
-    .on_header_value = client_on_header_value,
-    .on_headers_complete = client_on_headers_complete,
-    .on_body = client_on_body,
-    .on_message_complete = client_on_message_complete,
-};
 
 /* ---- responses the gateway writes itself ------------------------------- */
 
@@ -677,72 +573,22 @@ client_parse_error(struct lg_client *c, int err)
 static void
 client_parse_run(struct lg_client *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    const struct lg_config *conf = lg_client_conf(c);
+    int err = HPE_OK;
 
-    while (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
-        struct lg_request *req = &c->req;
-        size_t avail = evbuffer_get_length(in), consumed;
-        int err;
-
-        if (avail == 0 && c->state == LG_CLIENT_ST_READ_HEAD) {
-            return;
-        }
-        c->pass_body = 0;
-        err = lg_http_execute(&c->parser, in, &consumed);
-        if (c->state == LG_CLIENT_ST_READ_HEAD) {
-            /* RFC 9112 sections 2.2, 5.2: what llhttp 8 lets through, checked
-             * in every piece of the head before it is drained */
-            const char *bad = lg_headcheck_feed(&req->headcheck, in, consumed);
-
-            if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
-                err = client_reject(c, 400, "bad_request");
-                llhttp_set_error_reason(&c->parser, bad);
-            }
-            evbuffer_drain(in, consumed);
-            req->head_bytes += consumed;
-            if (err == HPE_PAUSED) {
-                llhttp_resume(&c->parser);
-                if (client_on_head(c) != LG_OK) {
-                    return;
-                }
-                continue; /* parse the body (or complete a body-less message) */
-            }
-            if (err == HPE_OK && req->head_bytes > conf->limits.max_header_bytes) {
-                err = client_reject(c, 431, "headers_too_large");
-            } else if (err == HPE_OK && req->t_start != 0) {
-                /* client_header bounds the whole head, not the gap between
-                 * reads: a byte every second must not keep a slot forever */
-                uint64_t spent_ms = (lg_now_ns() - req->t_start) / LG_NS_PER_MS;
-
-                c->read_tmo_want = spent_ms < conf->timeouts.client_header_ms
-                                       ? conf->timeouts.client_header_ms - spent_ms
-                                       : 1;
-            } else if (err == HPE_OK) {
-                c->read_tmo_want = conf->timeouts.client_header_ms; /* no message begun */
-            }
-        } else {
-            /* body bytes: moved when contiguous, already decoded when chunked */
-            size_t framing = consumed - c->pass_body;
-
-            if (req->flags & LG_REQ_F_CHUNKED) {
-                evbuffer_drain(in, consumed);
-            } else {
-                evbuffer_drain(in, framing);
-                evbuffer_remove_buffer(in, req->body, c->pass_body);
-            }
-            req->head_bytes += framing;
-            if (err == HPE_PAUSED && (req->flags & LG_REQ_F_COMPLETE)) {
-                llhttp_resume(&c->parser);
-                c->ops->dispatch(c);
+    for (;;) {
+        switch (lg_reader_run(c, &err)) {
+        case LG_READER_HEAD:
+            if (client_on_head(c) != LG_OK) {
                 return;
             }
-        }
-        if (err != HPE_OK) {
+            continue; /* parse the body (or complete a body-less message) */
+        case LG_READER_DONE:
+            c->ops->dispatch(c);
+            return;
+        case LG_READER_ERROR:
             client_parse_error(c, err);
             return;
-        }
-        if (evbuffer_get_length(in) == 0) {
+        default:
             return;
         }
     }
@@ -917,8 +763,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         snprintf(c->addr_str, sizeof(c->addr_str), "unix");
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    llhttp_init(&c->parser, HTTP_REQUEST, &client_settings);
-    c->parser.data = c;
+    lg_reader_init(c);
     lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
     c->state = LG_CLIENT_ST_READ_HEAD;
     c->action = client_state_names[c->state];

@@ -1,0 +1,30 @@
+/*
+ * reader.h: reading a request off a client connection (reader.c).
+ */
+#ifndef LG_READER_H
+#define LG_READER_H
+
+#include "base/lg_core.h"
+
+struct lg_client;
+
+/* What lg_reader_run() stopped at. */
+enum lg_reader_rc {
+    LG_READER_MORE = 0, /* all that was there is parsed: wait for more */
+    LG_READER_HEAD,     /* the head is in, no body byte read: check it, then run again */
+    LG_READER_DONE,     /* the request is complete (pipelined bytes stay in the input) */
+    LG_READER_ERROR,    /* malformed, or over a limit (HPE_USER: req.reject_status, _code) */
+};
+
+/* Sets up c's request parser (llhttp with the reader's callbacks). */
+void lg_reader_init(struct lg_client *c);
+
+/*
+ * Parses what c's input holds while c reads a request (LG_CLIENT_ST_READ_HEAD
+ * or _READ_BODY): head bytes are consumed into req.hdrs, body bytes moved
+ * into req.body. On an error its llhttp errno is in *err. While the head is
+ * not all in, sets c->read_tmo_want to what is left of its time.
+ */
+int lg_reader_run(struct lg_client *c, int *err);
+
+#endif /* LG_READER_H */
