@@ -21,7 +21,7 @@ Policies:
   tolerant    of those within --tolerance-ms of the soonest, the one with the
               smallest share of its slots taken, under --tolerance-load, whose
               answer takes at most --tolerance-decode-ms longer (the `ttft`
-              policy's pick, gateway/policies.c ttft_tolerate())
+              policy's pick, gateway/route/policies.c ttft_tolerate())
   replay:DIR  where a real run sent each request (DIR/requests.jsonl, the
               benchmark's per-request log): the model's TTFT against the one
               measured, request by request

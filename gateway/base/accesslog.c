@@ -17,7 +17,7 @@
 #include <event2/buffer.h>
 
 #include "base/accesslog.h"
-#include "base/config.h"
+#include "base/config_types.h"
 
 struct lg_alog_buf {
     pthread_mutex_t lock;

@@ -1,10 +1,10 @@
 /*
- * stats.c: recording what /metrics shows (see stats.h).
+ * stats.c: the histograms and route names behind /metrics (see stats.h);
+ * serve/record.c records into them.
  *
  * Owns nothing: the counters live in the worker (struct lg_worker_metrics)
  * and the backend (struct lg_backend_metrics) they describe.
- * Invariant: only relaxed atomic adds here, one call per finished request;
- * a routing-decision slot is filled before ndecisions grows past it.
+ * Invariant: only relaxed atomic adds here.
  */
 #include "base/stats.h"
 

@@ -127,7 +127,7 @@ struct lg_backend {
 
     uint32_t inflight;             /* atomic: requests dispatched and not finished */
     uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
-                                      packed (see backend.c, ages_*) */
+                                      packed (see backend_inflight.c) */
     int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */
     int retired;                   /* atomic: no fleet in force lists it (reload.c); its
                                       connections close once their request ends */
@@ -139,7 +139,7 @@ struct lg_backend {
     uint64_t ejections_total;      /* atomic: passive ejections since it joined (metrics) */
     uint64_t warn_ratelimit_ns;    /* for lg_log_ratelimit() */
     struct lg_backend_stats stats; /* atomic fields */
-    struct lg_backend_metrics metrics; /* atomic: histograms and tokens (stats.c) */
+    struct lg_backend_metrics metrics; /* atomic: histograms and tokens (serve/record.c) */
 
     uint32_t est_seq;              /* atomic: odd while est_pub is being written */
     struct lg_backend_est est_pub; /* published copy, read with lg_backend_read_est() */

@@ -18,7 +18,7 @@
  *   line (the fleet's median fixed and slope for the model), scaled by this
  *   backend's own slowness relative to that line. When samples stop, their
  *   weight decays and the estimate drifts back to the prior: a replica that
- *   was slow once is tried again (faster once it sits idle: backend.c,
+ *   was slow once is tried again (faster once it sits idle: backend_view.c,
  *   LG_EST_IDLE_S). A sample under LG_EST_FORGET_BELOW of the fit's
  *   prediction halves the old samples' weight (it recovered). The scaling keeps a
  *   replica that is 4x slower on short prompts from being assumed fast on
@@ -48,7 +48,7 @@
 #define LG_EST_PEAK_HALF_LIFE_S 5.0
 #define LG_EST_PEAK_MAX         3.0 /* a ratio above counts as this much */
 /* A replica idle (nothing in flight) without a sample for this long sees its
- * estimate fade this many times faster (backend.c: it gets tried again). */
+ * estimate fade this many times faster (backend_view.c: it gets tried again). */
 #define LG_EST_IDLE_S       3
 #define LG_EST_IDLE_SPEEDUP 5
 /* A sample under this share of the fit's prediction halves the old samples' weight. */

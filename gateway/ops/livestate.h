@@ -2,7 +2,7 @@
  * livestate.h: one backend's live state as the admin API, the status page and
  * /metrics show it, read without locks from any thread: its state (up, down,
  * ejected, half-open, held, draining), slow start, the engine's last scrape and the
- * router's estimates (the view policies see, backend.c).
+ * router's estimates (the view policies see, fleet/backend_view.c).
  */
 #ifndef LG_LIVESTATE_H
 #define LG_LIVESTATE_H

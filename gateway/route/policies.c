@@ -297,7 +297,7 @@ static const struct lg_plugin_desc p2c_desc = {
  *          * engine_model_scale
  *
  * (the replica's continuous batching run forward over our requests there:
- * backend.c, lg_est_engine_run(); the scale, its first tokens lately over
+ * fleet/backend_inflight.c, lg_est_engine_run(); the scale, its first tokens lately over
  * the model's predictions there, unless model_calibrate is 0), with no
  * margin, model_decode_weight (0) for the decode charge and for its
  * prefill's delay to others

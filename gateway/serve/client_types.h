@@ -71,7 +71,7 @@ struct lg_request {
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
-    /* the exchange with the backend (proxy.c) */
+    /* the exchange with the backend (proxy.c, attempt.c, relay.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */
     struct lg_backend *backend;   /* one reference while an attempt runs */
     struct lg_upconn *up;         /* borrowed from the pool while attached */
@@ -105,7 +105,7 @@ struct lg_request {
     uint64_t t_now;               /* time of the read being processed */
     uint64_t wall_start;          /* wall clock at t_start, for the log */
     uint64_t content_events;
-    uint64_t t_pace;              /* a stream's pace is measured from here (proxy.c) */
+    uint64_t t_pace;              /* a stream's pace is measured from here (attempt.c) */
     uint64_t pace_events;         /* content_events at t_pace */
     float gaps[8];                /* a stream's last gaps between content events, ms (a ring) */
     uint32_t ngaps;               /* gaps taken (gaps[ngaps % 8] is the next) */

@@ -5,8 +5,9 @@
  * backend and worker: idle in the pool's list, or lent to one request while
  * active (the request borrows it, never frees it: it gives it back with
  * lg_upstream_release()). The response parser lives here because it belongs
- * to the connection (it tracks message boundaries for reuse); proxy.c sets
- * its callbacks while the connection is lent.
+ * to the connection (it tracks message boundaries for reuse); while the
+ * connection is lent, proxy.c sets its bufferevent's callbacks and relay.c
+ * its parser's.
  */
 #ifndef LG_UPSTREAM_H
 #define LG_UPSTREAM_H

@@ -1,5 +1,5 @@
 /*
- * fuzz_keys.c: the keys-file loader (gateway/keys.c) on arbitrary bytes. It
+ * fuzz_keys.c: the keys-file loader (gateway/serve/keys.c) on arbitrary bytes. It
  * must never crash or leak; a failure always says why, each message with the
  * FILE:LINE:COL: error: shape; a loaded set answers lookups (the key "k1" and
  * the first 16 bytes of the input as a bearer token) and counts requests.

@@ -1,5 +1,5 @@
 /*
- * fuzz_openai.c: request-body inspection (gateway/openai.c) on arbitrary
+ * fuzz_openai.c: request-body inspection (gateway/http/openai.c) on arbitrary
  * bytes. The first byte picks a prefix length and a split point; the rest is
  * the body. lg_openai_inspect_mem() and lg_openai_inspect() (over an evbuffer
  * made of two chains, as a body read in pieces is) must agree on everything;

@@ -1,5 +1,5 @@
 /*
- * fuzz_sse.c: the SSE scanner (gateway/sse.c) on arbitrary bytes.
+ * fuzz_sse.c: the SSE scanner (gateway/http/sse.c) on arbitrary bytes.
  *
  * The first byte picks a split point; the rest is the event stream. The
  * scanner runs over it three ways (whole, in two pieces, byte by byte) and

@@ -180,7 +180,7 @@ read_to_eof(int fd)
     close(fd);
 }
 
-/* The gateway's prefix hash (gateway/openai.c): roles and contents, first `len` bytes. */
+/* The gateway's prefix hash (gateway/http/openai.c): roles and contents, first `len` bytes. */
 static uint64_t
 gateway_prefix_hash(const char *system, const char *user, size_t len)
 {
