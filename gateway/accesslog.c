@@ -562,7 +562,11 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
         line_lit(&l, req->pick.explain);
     }
     line_lit(&l, ",\"error\":");
-    line_cstr(&l, req->error);
+    if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+        line_cstr(&l, "engine_error_event"); /* a 200 whose stream reported a failure */
+    } else {
+        line_cstr(&l, req->error);
+    }
     mem[l.len++] = '}';
     mem[l.len++] = '\n';
 
