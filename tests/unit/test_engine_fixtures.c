@@ -27,21 +27,10 @@ static char fixture_buf[FIXTURE_MAX];
 static long
 fixture_read(const char *name)
 {
-    char path[1024];
-    const char *src = getenv("LG_SRC");
-    FILE *fp;
-    size_t n;
+    char rel[256];
 
-    snprintf(path, sizeof(path), "%s/tests/fixtures/engines/%s", src ? src : ".", name);
-    fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return -1;
-    }
-    n = fread(fixture_buf, 1, sizeof(fixture_buf) - 1, fp);
-    fclose(fp);
-    fixture_buf[n] = '\0';
-    return (long)n;
+    snprintf(rel, sizeof(rel), "tests/fixtures/engines/%s", name);
+    return lg_test_read_src(rel, fixture_buf, sizeof(fixture_buf));
 }
 
 /* ---- /metrics ------------------------------------------------------------- */

@@ -58,21 +58,16 @@ test_parser_trace(void)
 static int
 parse_file(const char *name, struct lg_engine_sample *out, enum lg_engine_flavor f)
 {
-    char path[1024], buf[16384];
-    const char *src = getenv("LG_SRC");
-    FILE *fp;
-    size_t n;
+    char rel[256], buf[16384];
+    long n;
 
-    snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/enginemetrics/%s", src ? src : ".", name);
-    fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
+    snprintf(rel, sizeof(rel), "tests/fuzz/corpus/enginemetrics/%s", name);
+    n = lg_test_read_src(rel, buf, sizeof(buf));
+    if (n < 1) {
         return -100;
     }
-    n = fread(buf, 1, sizeof(buf), fp);
-    fclose(fp);
     /* the corpus files start with the fuzzer's flavor byte */
-    return lg_engine_metrics_parse(buf + 1, n - 1, f, out);
+    return lg_engine_metrics_parse(buf + 1, (size_t)n - 1, f, out);
 }
 
 static int

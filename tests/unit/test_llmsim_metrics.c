@@ -185,20 +185,15 @@ static char fixture_text[256 * 1024];
 static int
 fixture_load(struct exposition *e, const char *name)
 {
-    char path[1024];
-    const char *src = getenv("LG_SRC");
-    FILE *fp;
-    size_t n;
+    char rel[256];
+    long n;
 
-    snprintf(path, sizeof(path), "%s/tests/fixtures/engines/%s", src ? src : ".", name);
-    fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
+    snprintf(rel, sizeof(rel), "tests/fixtures/engines/%s", name);
+    n = lg_test_read_src(rel, fixture_text, sizeof(fixture_text));
+    if (n < 0) {
         return -1;
     }
-    n = fread(fixture_text, 1, sizeof(fixture_text), fp);
-    fclose(fp);
-    exposition_parse(e, fixture_text, n);
+    exposition_parse(e, fixture_text, (size_t)n);
     return 0;
 }
 
