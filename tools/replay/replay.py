@@ -85,6 +85,13 @@ def api_of(path):
     return None
 
 
+def json_of(text, where):
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ReplayError("%s: not JSON (%s)" % (where, e))
+
+
 def _want(line_ref, e, key, types, optional=False, nullable=False):
     if key not in e:
         if optional:
@@ -113,10 +120,7 @@ def read_log(paths):
                 if not line.strip():
                     continue
                 ref = "%s:%d" % (path, lineno)
-                try:
-                    e = json.loads(line)
-                except ValueError as err:
-                    raise ReplayError("%s: not JSON (%s)" % (ref, err))
+                e = json_of(line, ref)
                 if not isinstance(e, dict):
                     raise ReplayError("%s: not a JSON object" % ref)
                 ts = _want(ref, e, "ts", (str,))
@@ -231,6 +235,15 @@ def write_trace(path, items):
 
 # ---- the fleet -------------------------------------------------------------------
 
+def read_json(path, what):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ReplayError("%s %s: %s" % (what, path, e.strerror))
+    return json_of(text, "%s %s" % (what, path))
+
+
 def load_fleet(spec, log_models):
     """Replica dicts from a fleet file or bench:ID (a routing benchmark
     scenario's fleet). A replica without `models` serves every model of the log."""
@@ -250,13 +263,7 @@ def load_fleet(spec, log_models):
                 for i, sp in enumerate(scen["speeds"])]
         doc = {"replicas": reps}
     else:
-        try:
-            with open(spec) as f:
-                doc = json.load(f)
-        except OSError as e:
-            raise ReplayError("--fleet %s: %s" % (spec, e.strerror))
-        except ValueError as e:
-            raise ReplayError("%s: not JSON (%s)" % (spec, e))
+        doc = read_json(spec, "--fleet")
     if not isinstance(doc, dict) or not isinstance(doc.get("replicas"), list) \
             or not doc["replicas"]:
         raise ReplayError('%s: expected {"defaults": {...}, "replicas": [{...}, ...]}' % spec)
@@ -581,22 +588,24 @@ def table(rows, live, rat, replicas, markdown=False):
     return (R.md_table if markdown else R.text_table)(head, body)
 
 
+FIDELITY = (("prompt_bytes_equal", "prompt_bytes"), ("max_tokens_equal", "max_tokens"),
+            ("tokens_equal", "tokens"), ("model_api_stream_equal", "model/API/stream"))
+
+
 def fidelity_lines(rows):
     out = []
     for r in rows:
         for k, f in enumerate(r.get("fidelity") or []):
             if not f:
                 continue
-            same = [k2 for k2 in ("prompt_bytes_equal", "max_tokens_equal", "tokens_equal",
-                                  "model_api_stream_equal") if f.get(k2)]
-            diff = [k2 for k2 in ("prompt_bytes_equal", "max_tokens_equal", "tokens_equal",
-                                  "model_api_stream_equal") if k2 in f and not f[k2]]
+            same = [label for key, label in FIDELITY if f.get(key)]
+            diff = [label for key, label in FIDELITY if key in f and not f[key]]
             a = f.get("arrival_err_ms") or {}
             out.append("%s round %d: %d sent, %d in its access log; same %s%s; arrival "
                        "offsets off by p50 %s, p99 %s, max %s ms" % (
                            r["name"], k + 1, f["sent"], f["logged"],
-                           ", ".join(s[:-6] for s in same) or "nothing",
-                           ("; DIFFERENT " + ", ".join(s[:-6] for s in diff)) if diff else "",
+                           ", ".join(same) or "nothing",
+                           ("; DIFFERENT " + ", ".join(diff)) if diff else "",
                            R.fmt_ms(a.get("p50")), R.fmt_ms(a.get("p99")),
                            R.fmt_ms(a.get("max"))))
     return out
@@ -659,15 +668,10 @@ def parse_routings(specs):
         name, eq, text = spec.partition("=")
         if not eq or not name or "," in name or "+" in name:
             raise ReplayError("--routing %r: expected NAME=JSON or NAME=@FILE" % spec)
-        try:
-            if text.startswith("@"):
-                with open(text[1:]) as f:
-                    text = f.read()
-            routing = json.loads(text)
-        except OSError as e:
-            raise ReplayError("--routing %s: %s" % (name, e))
-        except ValueError as e:
-            raise ReplayError("--routing %s: not JSON (%s)" % (name, e))
+        if text.startswith("@"):
+            routing = read_json(text[1:], "--routing %s:" % name)
+        else:
+            routing = json_of(text, "--routing %s" % name)
         if not isinstance(routing, dict):
             raise ReplayError("--routing %s: expected a routing object" % name)
         out[name] = routing
@@ -677,13 +681,7 @@ def parse_routings(specs):
 def load_config(path):
     if not path:
         return {}
-    try:
-        with open(path) as f:
-            conf = json.load(f)
-    except OSError as e:
-        raise ReplayError("--config %s: %s" % (path, e.strerror))
-    except ValueError as e:
-        raise ReplayError("--config %s: not JSON (%s)" % (path, e))
+    conf = read_json(path, "--config")
     if not isinstance(conf, dict):
         raise ReplayError("--config %s: not a JSON object" % path)
     return {k: v for k, v in conf.items() if k not in CONFIG_DROPPED}
