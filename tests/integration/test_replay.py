@@ -22,10 +22,13 @@ from harness import (BUILD, SRC, Harness, binary, http_request,  # noqa: E402
 
 REPLAY = os.path.join(SRC, "tools", "replay", "replay.py")
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "1"]
-# the arrivals of the original, 40 ms apart: at most this far off in a replay
-# (the gateway stamps the first byte it reads; llmload keeps its schedule
-# within a fraction of a millisecond, the rest is the machine)
-ARRIVAL_MS = 8.0 * harness.SLOW
+# the arrivals of the original, 40 ms apart, lie this close to their place in
+# a replay: the median, and all but two of the 16 (llmload keeps its schedule
+# within a fraction of a millisecond, the gateway stamps the first byte it
+# reads; a busy machine stalls one now and then). Arrivals not replayed at
+# their offsets would be off by tens to hundreds of ms.
+ARRIVAL_P50_MS = 2.0 * harness.SLOW
+ARRIVAL_MOST_MS = 8.0 * harness.SLOW
 
 
 def replay(args, timeout=180):
@@ -126,8 +129,9 @@ class ReplayRoundTrip(Harness):
                 for k in ("model", "path", "stream", "prompt_bytes", "max_tokens", "tokens"):
                     self.assertEqual(a[k], b[k], "%s: %s of %s" % (policy, k, a["id"]))
             self.assertEqual({e["policy"] for e in got}, {policy})
-            err = offset_errors(want, arrival_ms(got))
-            self.assertLess(max(err), ARRIVAL_MS, (policy, err))
+            err = sorted(offset_errors(want, arrival_ms(got)))
+            self.assertLess(err[len(err) // 2], ARRIVAL_P50_MS, (policy, err))
+            self.assertLess(err[-3], ARRIVAL_MOST_MS, (policy, err))
         with open(os.path.join(out, "replay.json")) as f:
             res = json.load(f)
         self.assertEqual([row["name"] for row in res["rows"]], ["round_robin", "least_request"])
