@@ -515,6 +515,14 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
     line_lit(&l, ",\"stream\":");
     line_lit(&l, req->info.stream ? "true" : "false");
+    line_lit(&l, ",\"prompt_bytes\":");
+    line_u64(&l, req->info.prompt_bytes);
+    line_lit(&l, ",\"max_tokens\":");
+    if (req->info.model[0] != '\0' && req->info.max_tokens >= 0) {
+        line_u64(&l, (uint64_t)req->info.max_tokens);
+    } else {
+        line_lit(&l, "null");
+    }
     line_lit(&l, ",\"status\":");
     line_u64(&l, (uint64_t)req->status);
     line_lit(&l, ",\"backend\":");
