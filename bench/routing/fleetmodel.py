@@ -37,6 +37,8 @@ Policies:
   bench/routing/fleetmodel.py TRACE --scenario 1a --policy replay:bench/out/RUN/1a/ttft/round1
   bench/routing/fleetmodel.py --scenario 7 --traces 16 --policy tolerant --gateways 2 \
       --peer-interval 100
+  bench/routing/fleetmodel.py OUT/m3-90/trace.jsonl --scenario m3-90 \
+      --policy greedy,least_conn,replay:OUT/m3-90/ttft/round1
 """
 
 import argparse
@@ -444,8 +446,12 @@ def make_traces(scen, args, folder):
     """--traces N: the scenario's own trace with seeds 1..N (llmload --dry-run)."""
     import run as bench  # noqa: E402 (the benchmark's own trace maker)
 
-    cap = scenarios.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
-                                 scen["max_tokens"], scen["prefix_bytes"])
+    if scen.get("fleet"):
+        import mismatch  # noqa: E402 (imports this module)
+        cap = mismatch.capacity(scen["fleet"], scen["prompt_bytes"], scen["max_tokens"])
+    else:
+        cap = scenarios.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
+                                     scen["max_tokens"], scen["prefix_bytes"])
     paths = []
     for seed in range(1, args.traces + 1):
         path = os.path.join(folder, "trace%d.jsonl" % seed)
@@ -486,7 +492,10 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("trace", nargs="?", help="the benchmark's trace.jsonl (llmload --trace-out)")
-    ap.add_argument("--scenario", default="1a", help="whose fleet (speeds, timing): 1a, 1b, ...")
+    ap.add_argument("--scenario", default="1a",
+                    help="whose fleet (speeds, timing): 1a, 1b, ..., or a mismatch draw at a "
+                    "load (m3-90: run.py --scenario mismatch's, with --draw-seed)")
+    ap.add_argument("--draw-seed", type=int, default=1, help="mismatch: the draws' seed")
     ap.add_argument("--speeds", help="comma list overriding the scenario's speeds")
     ap.add_argument("--traces", type=int, default=0,
                     help="instead of TRACE: the scenario's trace with seeds 1..N; medians "
@@ -511,6 +520,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     scen = scenarios.by_id().get(args.scenario)
+    if scen is None and args.scenario.startswith("m"):
+        import mismatch  # noqa: E402 (imports this module)
+        try:
+            found = mismatch.make_scenarios(int(args.scenario[1:].split("-")[0]),
+                                            args.draw_seed, only=args.scenario)
+        except ValueError:
+            found = []
+        scen = found[0] if found else None
     if scen is None:
         ap.error("unknown scenario %r" % args.scenario)
     if (args.trace is None) == (args.traces == 0):

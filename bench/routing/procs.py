@@ -142,6 +142,15 @@ def http_json(port, method, path, body=None, timeout=5.0):
 
 # ---- the fleet ---------------------------------------------------------------
 
+# llmsim's engine shape: a sim key -> (flag, llmsim's default)
+ENGINE_SHAPE = {
+    "schedule": ("--schedule", "fcfs"),
+    "step_tokens": ("--step-tokens", 0),
+    "prefill_fixed_ms": ("--prefill-fixed-ms", 0.0),
+    "decode_batch_exp": ("--decode-batch-exp", 1.0),
+    "jitter": ("--jitter", 0.0),
+}
+
 class Fleet:
     """llmsim replicas r1..rN with the scenario's speeds and timing model."""
 
@@ -157,7 +166,7 @@ class Fleet:
         self.events = []  # (wall_ns, what)
 
     def _start(self, i, port=0):
-        sim = self.scen["sim"]
+        sim = (self.scen.get("sims") or [self.scen["sim"]] * len(self.names))[i]
         name = self.names[i]
         shm = os.path.join(self.shm_dir, name + ".state")
         ready = os.path.join(self.rundir, name + ".ready")
@@ -176,6 +185,10 @@ class Fleet:
                 "--prefix-block-tokens", str(sim["prefix_block_tokens"]),
                 "--prefix-cache-blocks", str(sim["prefix_cache_blocks"]),
                 "--state-shm", shm, "--ready-file", ready]
+        # the engine's shape, where it is not llmsim's default (the mismatch family)
+        for key, (flag, default) in ENGINE_SHAPE.items():
+            if sim.get(key, default) != default:
+                argv += [flag, str(sim[key])]
         p = Proc(argv, os.path.join(self.rundir, name + ".log"), cpus=self.cpus)
         line = p.wait_file(ready, what="llmsim ready line")
         self.procs[i] = p
@@ -255,8 +268,9 @@ class Llmgate:
             "log_level": "warn",
             "access_log": {"path": access, "flush": "1s"},
             "routing": self.routing,
+            # the mismatch family hides the engines' vocabulary: "auto" detects it
             "backends": [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
-                          "flavor": "vllm"}
+                          "flavor": self.fleet.scen.get("gateway_flavor", "vllm")}
                          for n, p in zip(self.fleet.names, self.fleet.ports)],
         }
         if self.admin_ports:
