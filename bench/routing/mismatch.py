@@ -165,15 +165,17 @@ def make_scenarios(draws, draw_seed=1, loads=LOADS, only=None):
 
 # ---- statistics ----------------------------------------------------------------
 
-BLOCK_S = 3.0
+BLOCK_S = 3.0      # run.py --block-s
 RESAMPLES = 1000
+MIN_BLOCKS = 4     # fewer in a stratum: no interval (one block resampled is no spread)
 
 
-def cells(records, field="ttft_ms", block_s=BLOCK_S):
+def cells(records, field="ttft_ms", block_s=None):
     """{(round, block): [values of field]}: a contender's requests by round
     and by the block of block_s seconds their scheduled arrival falls in
     (TTFT: those with a first token; e2e: those that succeeded)."""
     out = {}
+    block_s = block_s or BLOCK_S
     for r in records:
         v = r.get(field)
         if v is None or (field == "e2e_ms" and r.get("error") is not None):
@@ -207,13 +209,16 @@ def noise_interval(strata, stat, resamples=RESAMPLES, seed=1, level=0.90):
     same arrivals for all of them. Each resample draws, within every stratum,
     as many blocks as it has, with replacement, the same blocks for every
     contender, and computes stat({contender: values}). Returns the (lo, hi)
-    interval holding `level` of the resampled values (None where stat is).
+    interval holding `level` of the resampled values; None where stat is,
+    or where a stratum has fewer than MIN_BLOCKS blocks.
     Blocks rather than requests: a clump of arrivals delays the requests
     after it for seconds, so neighbouring requests are not independent.
     """
     rng = random.Random(seed)
     names = sorted({n for st in strata for n in st})
     keys = [sorted({k for n in names for k in st.get(n, {})}) for st in strata]
+    if not keys or min(len(ks) for ks in keys) < MIN_BLOCKS:
+        return None
     values = []
     for _ in range(resamples):
         pooled = {n: [] for n in names}

@@ -582,6 +582,10 @@ def analyze_mismatch(scen, pools, ctx):
                               vs_best)
         best = min(peers, key=lambda n: b[n]["ttft_p99"])
         fam.update(vs_best=r, vs_best_interval=iv, best_peer=best)
+        if iv is None:
+            verdicts[S.SUBJECT] = (None, "p99 TTFT / the better of nginx and least_request "
+                                   "(%s): %s; too few blocks of arrivals for a noise interval"
+                                   % (best, fmt_ratio(r)))
         if r is not None and iv is not None:
             fam["pass"] = iv[0] <= 1.0
             verdicts[S.SUBJECT] = (fam["pass"], "p99 TTFT / the better of nginx and least_request "

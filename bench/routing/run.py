@@ -50,6 +50,9 @@ def parse_args(argv=None):
                     help="mismatch: how many fleets to draw (default 8)")
     ap.add_argument("--draw-seed", type=int, default=1,
                     help="mismatch: the seed of the draws (default 1)")
+    ap.add_argument("--block-s", type=float, default=M.BLOCK_S,
+                    help="mismatch: seconds of arrivals per block of the noise intervals' "
+                         "bootstrap (default %g)" % M.BLOCK_S)
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--fresh-traces", action="store_true",
                     help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
@@ -86,6 +89,8 @@ def parse_args(argv=None):
         ap.error("--rounds must be at least 1")
     if args.draws < 1:
         ap.error("--draws must be at least 1")
+    if not args.block_s > 0:
+        ap.error("--block-s must be positive")
     if args.realtime is None:
         args.realtime = os.geteuid() == 0
     return args
@@ -540,6 +545,7 @@ def main(argv=None):
     os.makedirs(outdir, exist_ok=True)
     pins = pinning(args.pin)
     P.NICE = args.nice
+    M.BLOCK_S = args.block_s
     info = machine_info(args)
     shm_dir = tempfile.mkdtemp(prefix="lgbench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                else None)

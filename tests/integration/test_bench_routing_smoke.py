@@ -115,7 +115,8 @@ class MismatchSmoke(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
             out = os.path.join(tmp, "run")
             argv = [sys.executable, RUN, "--quick", "--scenario", "m1-70", "--rounds", "1",
-                    "--duration", "4", "--contenders", "ttft,nginx,least_request,oracle",
+                    "--duration", "4", "--block-s", "1",
+                    "--contenders", "ttft,nginx,least_request,oracle",
                     "--no-realtime", "--no-plots", "--build", BUILD, "--out", out]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
@@ -193,6 +194,9 @@ class MismatchDraws(unittest.TestCase):
         self.assertEqual(mismatch.noise_interval([same], mismatch.p99_ratio("a", ["b"])),
                          (1.0, 1.0))
         slow = [dict(r, ttft_ms=2 * r["ttft_ms"]) for r in recs]
+        self.assertIsNone(mismatch.noise_interval([{"a": mismatch.cells(recs[:100]),
+                                                    "b": mismatch.cells(recs[:100])}],
+                                                  mismatch.p99_ratio("a", ["b"])))  # 1 block
         self.assertEqual(mismatch.noise_interval([{"a": mismatch.cells(slow), "b": same["b"]}],
                                                  mismatch.p99_ratio("a", ["b"])), (2.0, 2.0))
         noisy = [dict(r, ttft_ms=r["ttft_ms"] * rng.uniform(0.7, 1.3)) for r in recs]
