@@ -123,24 +123,21 @@ class Replica:
         emit = [e for e in self.running if e[1] == 0]
         batch = len(emit)
         room = self.budget - batch
-        for e in list(self.running):
-            if e[1] > 0 and room > 0:
-                c = min(e[1], room)
-                e[1] -= c
-                room -= c
-                prefill += c
-                batch += 1
-                if e[1] == 0:
-                    emit.append(e)
-        while len(self.running) < self.slots and self.waiting and room > 0:
-            e = self._admit()
+
+        def chunk(e):
+            # as much of e's prompt as the budget has left; emits if that finishes it
             c = min(e[1], room)
             e[1] -= c
-            room -= c
-            prefill += c
-            batch += 1
             if e[1] == 0:
                 emit.append(e)
+            return c
+        for e in list(self.running):
+            if e[1] > 0 and room > 0:
+                c = chunk(e)
+                room, prefill, batch = room - c, prefill + c, batch + 1
+        while len(self.running) < self.slots and self.waiting and room > 0:
+            c = chunk(self._admit())
+            room, prefill, batch = room - c, prefill + c, batch + 1
         return prefill, batch, emit
 
     def _start(self, t):

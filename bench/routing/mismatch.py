@@ -13,14 +13,24 @@ nginx least_conn and llmgate least_request by more than noise; pooled over
 the draws, ttft's p99 TTFT is at most 0.5x nginx's and its end-to-end p99
 at most 0.7x nginx's. Noise: noise_interval() below.
 
+The family's tables again, from a finished run's folder (its results.json
+and per-request logs), with this code's statistics:
+
+    bench/routing/mismatch.py OUT [--markdown] [--block-s S]
+
 Python 3 standard library only. See bench/routing/README.md, "Mismatch".
 """
 
+import argparse
+import json
 import math
+import os
 import random
+import sys
 
-import fleetmodel
-import scenarios as S
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fleetmodel  # noqa: E402
+import scenarios as S  # noqa: E402
 
 SCHEDULES = ("fcfs", "prefill-first", "chunked")
 FLAVORS = ("vllm", "sglang", "tgi", "llamacpp")
@@ -235,3 +245,52 @@ def noise_interval(strata, stat, resamples=RESAMPLES, seed=1, level=0.90):
     values.sort()
     a = (1.0 - level) / 2.0
     return values[int(a * len(values))], values[min(len(values) - 1, int((1 - a) * len(values)))]
+
+
+# ---- the tables again, from a run's folder -------------------------------------------
+
+def reanalyze(outdir):
+    """(text, markdown, data) of report.mismatch_summary() over the mismatch
+    scenarios of the run in outdir, from their per-request logs."""
+    import report as R  # imports this module
+
+    with open(os.path.join(outdir, "results.json")) as f:
+        res = json.load(f)
+    results, pools_by_id = {}, {}
+    for sid, sc in res["scenarios"].items():
+        d = sc.get("definition") or {}
+        if d.get("criteria") != "mismatch":
+            continue
+        replicas = ["r%d" % (i + 1) for i in range(len(d["speeds"]))]
+        pools = {}
+        for name in d["contenders"]:
+            runs = []
+            for rnd in range(1, res["rounds"] + 1):
+                path = os.path.join(outdir, sid, name, "round%d" % rnd, "requests.jsonl")
+                if os.path.exists(path):
+                    runs.append({"status": "ok", "round": rnd, "records": R.load_jsonl(path)})
+            pools[name] = R.Pooled(name, runs, replicas)
+        ctx = {"notes": []}
+        R.analyze_mismatch(d, pools, ctx)
+        results[sid] = {"mismatch": ctx["mismatch"]}
+        pools_by_id[sid] = pools
+    return R.mismatch_summary(results, pools_by_id)
+
+
+def main(argv=None):
+    global BLOCK_S
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="a run's folder (bench/routing/run.py --out)")
+    ap.add_argument("--markdown", action="store_true", help="print the Markdown tables")
+    ap.add_argument("--json", action="store_true", help="print the data as JSON")
+    ap.add_argument("--block-s", type=float, default=BLOCK_S,
+                    help="seconds of arrivals per bootstrap block (default %g)" % BLOCK_S)
+    args = ap.parse_args(argv)
+    BLOCK_S = args.block_s
+    text, md, data = reanalyze(args.out)
+    print(json.dumps(data, indent=1) if args.json else md if args.markdown else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

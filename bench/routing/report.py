@@ -864,6 +864,12 @@ def mismatch_summary(results, pools_by_id):
         ttft_r = ratio((c.get(S.SUBJECT) or {}).get("ttft_p99"), (c.get("nginx") or {}).get("ttft_p99"))
         e2e_r = ratio((c.get(S.SUBJECT) or {}).get("e2e_p99"), (c.get("nginx") or {}).get("e2e_p99"))
         stat = M.p99_ratio(S.SUBJECT, ["nginx"])
+        # the yardstick: what exact knowledge reaches on these fleets (end to
+        # end, equal speeds leave a router nothing to gain)
+        out["oracle_vs_nginx"] = ratio((c.get("oracle") or {}).get("ttft_p99"),
+                                       (c.get("nginx") or {}).get("ttft_p99"))
+        out["oracle_e2e_vs_nginx"] = ratio((c.get("oracle") or {}).get("e2e_p99"),
+                                           (c.get("nginx") or {}).get("e2e_p99"))
         out.update(vs_nginx=ttft_r, e2e_vs_nginx=e2e_r,
                    vs_nginx_interval=M.noise_interval(ttft_strata, stat),
                    e2e_vs_nginx_interval=M.noise_interval(e2e_strata, stat))
@@ -912,10 +918,11 @@ def _mismatch_tables(data, names, markdown):
         verdicts.append(
             "%s %s, %d draws: ttft p99 TTFT %s x nginx (90%% interval %s; geometric mean of the "
             "draws' ratios %s), e2e p99 %s x nginx (%s); floor (not worse than the better of "
-            "nginx and least_request beyond noise) held on %d of %d"
+            "nginx and least_request beyond noise) held on %d of %d; the oracle: %s x, e2e %s x"
             % (mark, label, p["draws"], fmt_ratio(p["vs_nginx"]), _iv(p["vs_nginx_interval"]),
                fmt_ratio(p["geomean_vs_nginx"]), fmt_ratio(p["e2e_vs_nginx"]),
-               _iv(p["e2e_vs_nginx_interval"]), p["floor_held"], p["floor_judged"]))
+               _iv(p["e2e_vs_nginx_interval"]), p["floor_held"], p["floor_judged"],
+               fmt_ratio(p.get("oracle_vs_nginx")), fmt_ratio(p.get("oracle_e2e_vs_nginx"))))
     fleets = ["m%d: %s" % (r["draw"], r["fleet"]) for r in
               sorted({r["draw"]: r for r in data["draws"]}.values(), key=lambda r: r["draw"])]
     note = ("Criteria: on every draw, ttft's p99 TTFT not worse than the better of nginx "

@@ -157,6 +157,15 @@ class MismatchSmoke(unittest.TestCase):
             self.assertIsNotNone(pooled["e2e_vs_nginx_interval"])
             with open(os.path.join(out, "results.md")) as f:
                 self.assertIn("### Mismatch family: pooled", f.read())
+            # the tables again from the folder: the same numbers
+            mismatch.BLOCK_S = 1.0
+            try:
+                again = mismatch.reanalyze(out)[2]
+            finally:
+                mismatch.BLOCK_S = 3.0
+            self.assertEqual(again["draws"][0]["vs_best"], draw["vs_best"])
+            self.assertEqual(list(again["draws"][0]["vs_best_interval"]), [lo, hi])
+            self.assertEqual(again["pooled"]["0.7"]["vs_nginx"], pooled["vs_nginx"])
 
 
 class MismatchDraws(unittest.TestCase):

@@ -114,6 +114,44 @@ submit_next(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Runs a plan on an engine with shared state (path: a mkstemp template) until every request ends. */
+static int
+run_plan(const struct lg_sim_engine_conf *conf, const struct plan *p, int n, uint32_t scale,
+         char *path, struct lg_sim_shm *shm)
+{
+    int fd = mkstemp(path);
+
+    LG_CHECK(fd >= 0);
+    close(fd);
+    memset(reqs, 0, sizeof(reqs));
+    plans = p;
+    nplans = expected = n;
+    finished = submitted = 0;
+    delay_scale = scale;
+    base = event_base_new();
+    LG_CHECK(base != NULL);
+    LG_CHECK(lg_sim_shm_open(shm, path, "t", conf->slots, 64, 16) == LG_OK);
+    LG_CHECK(lg_sim_engine_init(&engine, base, conf, &ops, shm) == LG_OK);
+    lg_sim_shm_publish_ready(shm);
+    LG_CHECK(llmsim_shm_valid(shm->map, shm->size));
+    submit_ev = evtimer_new(base, submit_next, shm);
+    event_active(submit_ev, 0, 1);
+    event_base_dispatch(base);
+    delay_scale = 1;
+    LG_CHECK(finished == n);
+    return 0;
+}
+
+static void
+end_plan(const char *path, struct lg_sim_shm *shm)
+{
+    event_free(submit_ev);
+    lg_sim_engine_free(&engine);
+    lg_sim_shm_close(shm);
+    event_base_free(base);
+    unlink(path);
+}
+
 static int
 test_engine_matches_predictor(void)
 {
@@ -128,26 +166,10 @@ test_engine_matches_predictor(void)
     };
     char path[] = "/tmp/llmsim-engine-test-XXXXXX";
     struct lg_sim_shm shm;
-    int fd = mkstemp(path);
     int late = 0;
     int checked = 0;
 
-    LG_CHECK(fd >= 0);
-    close(fd);
-    memset(reqs, 0, sizeof(reqs));
-    plans = fcfs_plans;
-    nplans = expected = NREQ;
-    finished = submitted = 0;
-    base = event_base_new();
-    LG_CHECK(base != NULL);
-    LG_CHECK(lg_sim_shm_open(&shm, path, "t", conf.slots, 64, 16) == LG_OK);
-    LG_CHECK(lg_sim_engine_init(&engine, base, &conf, &ops, &shm) == LG_OK);
-    lg_sim_shm_publish_ready(&shm);
-    LG_CHECK(llmsim_shm_valid(shm.map, shm.size));
-    submit_ev = evtimer_new(base, submit_next, &shm);
-    event_active(submit_ev, 0, 1);
-    event_base_dispatch(base);
-    LG_CHECK(finished == NREQ);
+    LG_CHECK(run_plan(&conf, fcfs_plans, NREQ, 1, path, &shm) == 0);
     for (int i = 0; i < NREQ; i++) {
         int64_t err = (int64_t)(reqs[i].first_ns - reqs[i].predicted_ns);
         bool joined = false;
@@ -177,11 +199,7 @@ test_engine_matches_predictor(void)
     LG_CHECK(engine.queued_prefill_tokens == 0);
     LG_CHECK(shm.map->running == 0 && shm.map->waiting == 0 && (shm.map->seq & 1) == 0);
     LG_CHECK(shm.map->wait_head == shm.map->wait_tail && shm.map->wait_tail == NREQ);
-    event_free(submit_ev);
-    lg_sim_engine_free(&engine);
-    lg_sim_shm_close(&shm);
-    event_base_free(base);
-    unlink(path);
+    end_plan(path, &shm);
     return 0;
 }
 
@@ -256,28 +274,11 @@ run_predictor_check(const struct lg_sim_engine_conf *conf, uint32_t scale, const
 {
     char path[] = "/tmp/llmsim-engine-test-XXXXXX";
     struct lg_sim_shm shm;
-    int fd = mkstemp(path);
     int late = 0;
     int checked = 0;
     int n = (int)LG_ARRAY_SIZE(sched_plans);
 
-    LG_CHECK(fd >= 0);
-    close(fd);
-    memset(reqs, 0, sizeof(reqs));
-    plans = sched_plans;
-    nplans = expected = n;
-    delay_scale = scale;
-    finished = submitted = 0;
-    base = event_base_new();
-    LG_CHECK(base != NULL);
-    LG_CHECK(lg_sim_shm_open(&shm, path, "t", conf->slots, 64, 16) == LG_OK);
-    LG_CHECK(lg_sim_engine_init(&engine, base, conf, &ops, &shm) == LG_OK);
-    lg_sim_shm_publish_ready(&shm);
-    submit_ev = evtimer_new(base, submit_next, &shm);
-    event_active(submit_ev, 0, 1);
-    event_base_dispatch(base);
-    delay_scale = 1;
-    LG_CHECK(finished == n);
+    LG_CHECK(run_plan(conf, sched_plans, n, scale, path, &shm) == 0);
     for (int i = 0; i < n; i++) {
         int64_t err = (int64_t)(reqs[i].first_ns - reqs[i].predicted_ns);
         bool overtaken = false;
@@ -312,11 +313,7 @@ run_predictor_check(const struct lg_sim_engine_conf *conf, uint32_t scale, const
     for (uint32_t i = 0; i < conf->slots; i++) {
         LG_CHECK(shm.slot[i].tokens_left == 0 && shm.slot[i].prefill_left == 0);
     }
-    event_free(submit_ev);
-    lg_sim_engine_free(&engine);
-    lg_sim_shm_close(&shm);
-    event_base_free(base);
-    unlink(path);
+    end_plan(path, &shm);
     return 0;
 }
 
