@@ -255,6 +255,14 @@ lg_attempt_failed_midway(struct lg_client *c)
     }
 }
 
+/* The engine failed inside a 200 stream and said so (an error event). */
+void
+lg_attempt_failed_in_stream(struct lg_client *c)
+{
+    attempt_token_wait_end(c);
+    lg_attempt_failed_midway(c);
+}
+
 /* The attempt starts on b (req->pick.backend, counted in req->attempts):
  * it holds b and its in-flight count, and, where there is room, its place
  * among b's requests awaiting a first token, b's predicted ends and the

@@ -43,6 +43,13 @@ void lg_attempt_learn_done(struct lg_client *c, bool whole);
 void lg_attempt_failed_midway(struct lg_client *c);
 
 /*
+ * The engine failed after its 200 and said so in the stream (an error
+ * event): the attempt no longer awaits a first token, and it counts as a
+ * failure for health and routing, as a cut stream does; nothing is learnt.
+ */
+void lg_attempt_failed_in_stream(struct lg_client *c);
+
+/*
  * Ends the running attempt: gives the upstream connection back (keep: it
  * may carry another request; else it closes, which stops the engine),
  * releases the backend and what the attempt held there, and tells the

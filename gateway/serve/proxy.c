@@ -549,7 +549,20 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
     }
-    lg_attempt_learn_done(c, !(req->flags & LG_REQ_F_SSE));
+    if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+        /*
+         * The engine failed after its 200 and said so in the stream (vLLM,
+         * SGLang, TGI and llama.cpp write `data: {"error": ...}`, some with a
+         * [DONE] after it): a failure for health and routing, as a cut
+         * stream is, and nothing to learn a duration from.
+         */
+        lg_attempt_failed_in_stream(c);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent an error event in a stream", b->name);
+        }
+    } else {
+        lg_attempt_learn_done(c, !(req->flags & LG_REQ_F_SSE));
+    }
     lg_relay_end(c);
     LG_STAT_ADD(b, bytes_in, req->up_bytes);
     lg_attempt_end(c, keep);

@@ -148,6 +148,20 @@ class LlmsimFormat(harness.Harness):
         status, _, body, _ = post_json(port, CHAT, chat("q", stream=False, max_tokens=9,
                                                         max_completion_tokens=2))
         self.assertEqual(body["usage"]["completion_tokens"], 2)
+        # sim_completion_tokens: the answer stops early (a replayed length), at
+        # most max_tokens, or past the default when the body has no max_tokens
+        for extra, n, why in (({"max_tokens": 9, "sim_completion_tokens": 4}, 4, "stop"),
+                              ({"max_tokens": 3, "sim_completion_tokens": 4}, 3, "length"),
+                              ({"sim_completion_tokens": 5}, 5, "stop")):
+            body = dict({"messages": [{"role": "user", "content": "q"}], "stream": False}, **extra)
+            status, _, body, raw = post_json(port, CHAT, body)
+            self.assertEqual(status, 200, raw)
+            self.assertEqual(body["usage"]["completion_tokens"], n, extra)
+            self.assertEqual(body["choices"][0]["finish_reason"], why, extra)
+        events = self.stream(port, "POST", CHAT, dict(chat("y", 6), sim_completion_tokens=2)
+                             ).read_all(10).events
+        self.assertEqual(len(token_events(events)), 2)
+        self.assertIn('"finish_reason":"stop"', "".join(d for _, d in events))
 
     def test_embeddings_models_health(self):
         _, port = self.start_llmsim("r1", models=("a", "b"), args=["--flavor", "llamacpp"])
@@ -332,10 +346,12 @@ class LlmsimEngine(harness.Harness):
     def test_shm_state_file(self):
         path = self.path("r1.state")
         _, port = self.start_llmsim("r1", args=["--slots", "1", "--decode-ms", "20",
+                                                "--prefill-fixed-ms", "3", "--jitter", "0.125",
+                                                "--decode-batch-exp", "1.5",
                                                 "--state-shm", path])
-        fmt = "<IIIIII dddd QQQ QII QQQQQQQQ III I QQ IIII 64s"
+        fmt = "<IIIIII dddd QQQ QII QQQQQQQQ III I QQ IIII 64s II ddd"
         size = struct.calcsize(fmt)
-        self.assertEqual(size, 272)
+        self.assertEqual(size, 304)
 
         def read():
             """The header, read until it is not torn (seqlock: even and unchanged)."""
@@ -352,9 +368,10 @@ class LlmsimEngine(harness.Harness):
 
         v = read()
         self.assertEqual(v[0], 0x4c4d5331)
-        self.assertEqual(v[1], 2)                           # version: blocks keyed by llmsim_hstream
+        self.assertEqual(v[1], 3)                           # version: slots, schedules
         self.assertEqual(v[3], 1)                           # slots
-        self.assertEqual(v[-1].rstrip(b"\0"), b"r1")
+        self.assertEqual(v[34].rstrip(b"\0"), b"r1")
+        self.assertEqual(v[35:], (0, 0, 3.0, 1.5, 0.125))  # fcfs, no budget, fixed, exp, jitter
         self.assertEqual(v[13], os.path.getsize(path))      # size
         streams = [self.stream(port, "POST", CHAT, chat("p%d" % i * 100, 1000)) for i in range(3)]
         v = wait_until(lambda: (lambda v: v if (v[4], v[5]) == (1, 2) else None)(read()), 10,
@@ -492,9 +509,15 @@ class LlmsimProcess(harness.Harness):
                      "--prefill-us-per-token", "--decode-ms", "--decode-ms-per-seq",
                      "--max-tokens-default", "--prefix-block-tokens", "--prefix-cache-blocks",
                      "--fault", "--state-shm", "--ready-file", "--quiet", "slow@T:F[:D]",
-                     "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N"):
+                     "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N",
+                     "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
+                     "--jitter", "prefill-first", "chunked"):
             self.assertIn(flag, out)
-        for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"]):
+        for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
+                    ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked
+                    ["--schedule", "chunked", "--slots", "16", "--step-tokens", "8"],
+                    ["--jitter", "-0.1"], ["--decode-batch-exp", "5"],
+                    ["--prefill-fixed-ms", "x"]):
             p = self.start([harness.binary("llmsim")] + bad, name="bad")
             self.assertEqual(p.wait(5), 2, bad)
 
@@ -511,6 +534,8 @@ class LlmsimProcess(harness.Harness):
         for key in ("name", "speed", "slots", "running", "waiting", "completed", "aborted",
                     "prefix_hits", "prefix_lookups", "connections", "last_abort_wall_ns"):
             self.assertIn(key, st)
+        self.assertEqual((st["schedule"], st["step_tokens"], st["prefill_fixed_ms"],
+                          st["decode_batch_exp"], st["jitter"]), ("fcfs", 0, 0.0, 1.0, 0.0))
 
 
 if __name__ == "__main__":
