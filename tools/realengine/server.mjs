@@ -42,6 +42,8 @@ const OPTIONS = {
     ff: { def: 1536, int: true, help: "generated model: feed-forward width" },
     seed: { def: 1, int: true, help: "generated model: weight seed" },
     "step-log": { def: "", help: "file: one JSON line per decode step (tokens, sequences, ms)" },
+    "ready-file": { def: "", help: "file: the ready line is also written there once serving" },
+    "replica-header": { def: "", help: "response header naming this replica (--name) in every answer" },
     quiet: { def: false, flag: true, help: "no per-request log lines" },
 };
 
@@ -333,6 +335,12 @@ function sendJson(res, status, obj) {
     res.end(body);
 }
 
+// Which replica answered, for benchmarks that count shares (llama.cpp sends
+// no such header: off unless asked for).
+function replicaHeader(res) {
+    if (opt["replica-header"]) res.setHeader(opt["replica-header"], opt.name);
+}
+
 // llama.cpp's error body: {"error":{"code","message","type"}}
 function sendError(res, status, message, type = "invalid_request_error") {
     sendJson(res, status, { error: { code: status, message, type } });
@@ -422,6 +430,7 @@ function handleCompletion(req, res, body, chat) {
         { choices, created, id, model: modelName, system_fingerprint: fingerprint, object }, extra));
     const sse = (data) => res.write(`data: ${data}\n\n`);
     let text = "";
+    replicaHeader(res);
     if (stream) {
         res.writeHead(200, { "Content-Type": "text/event-stream" });
         if (chat) sse(chunk([{ finish_reason: null, index: 0, delta: { role: "assistant", content: null } }]));
@@ -536,8 +545,13 @@ const server = http.createServer(async (req, res) => {
 server.listen(opt.port, opt.host, () => {
     const a = server.address();
     const host = a.family === "IPv6" ? `[${a.address}]` : a.address;
-    console.log(`realengine ready name=${opt.name} listen=${host}:${a.port} model=${alias} ` +
-                `threads=${opt.threads} sequences=${opt.sequences} ctx=${opt.ctx} file=${file}`);
+    const line = `realengine ready name=${opt.name} listen=${host}:${a.port} model=${alias} ` +
+                 `threads=${opt.threads} sequences=${opt.sequences} ctx=${opt.ctx} file=${file}`;
+    console.log(line);
+    if (opt["ready-file"]) {
+        fs.writeFileSync(opt["ready-file"] + ".tmp", line + "\n");
+        fs.renameSync(opt["ready-file"] + ".tmp", opt["ready-file"]);
+    }
 });
 
 async function shutdown() {
