@@ -226,6 +226,105 @@ class Fleet:
                 p.stop()
 
 
+# ---- a real fleet --------------------------------------------------------------
+
+REALENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                          "realengine")
+
+
+def cpu_list(spec):
+    """CPUs of a taskset list ("0", "2-3", "0,2-5"), in order."""
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+def realengine_missing():
+    """Why tools/realengine cannot run here, or None."""
+    if not which("node"):
+        return "node is not installed"
+    if not os.path.isdir(os.path.join(REALENGINE, "node_modules", "node-llama-cpp")):
+        return ("node-llama-cpp is not installed in tools/realengine "
+                "(npm ci --omit=optional --ignore-scripts there; tools/realengine/README.md)")
+    return None
+
+
+class RealFleet:
+    """Real llama.cpp replicas (tools/realengine, one CPU thread each), r1..rN
+    with the scenario's per-replica arguments, each pinned to its own CPU
+    (replica i on the i-th CPU of the fleet's list, or of the machine's), a
+    step log each (rN.steps.jsonl) and X-Llmsim-Replica on every answer,
+    so shares are counted as for llmsim. No faults: control() is refused."""
+
+    flavor = "llamacpp"
+
+    def __init__(self, build, rundir, shm_dir, scen, cpus=None):
+        self.build = build
+        self.rundir = rundir
+        self.scen = scen
+        self.names = ["r%d" % (i + 1) for i in range(len(scen["replicas"]))]
+        self.ports = [0] * len(self.names)
+        self.procs = [None] * len(self.names)
+        self.events = []
+        self.cpus = cpu_list(cpus) if cpus else sorted(os.sched_getaffinity(0))
+
+    def _start(self, i, port=0):
+        name = self.names[i]
+        ready = os.path.join(self.rundir, name + ".ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [which("node"), os.path.join(REALENGINE, "server.mjs"),
+                "--listen", "127.0.0.1:%d" % port, "--name", name, "--quiet",
+                "--model-dir", os.path.join(self.build, "realengine-models"),
+                "--step-log", os.path.join(self.rundir, name + ".steps.jsonl"),
+                "--ready-file", ready, "--replica-header", "X-Llmsim-Replica",
+                ] + list(self.scen["replicas"][i])
+        p = Proc(argv, os.path.join(self.rundir, name + ".log"),
+                 cpus=str(self.cpus[i % len(self.cpus)]))
+        line = p.wait_file(ready, timeout=60.0, what="realengine ready line")
+        self.procs[i] = p
+        self.ports[i] = int(line.split("listen=", 1)[1].split()[0].rsplit(":", 1)[1])
+
+    def start(self):
+        why = realengine_missing()
+        if why:
+            raise Unavailable(why)
+        for i in range(len(self.names)):
+            self._start(i)
+
+    def restart(self, i):
+        if self.procs[i] is not None and self.procs[i].alive():
+            self.procs[i].stop()
+        self._start(i, self.ports[i])
+        self.events.append((time.time_ns(), "restart %s" % self.names[i]))
+
+    def control(self, i, body):
+        raise Unavailable("a real engine takes no faults")
+
+    def states(self):
+        """Each replica's llamacpp:* samples at the end."""
+        out = {}
+        for name, port, p in zip(self.names, self.ports, self.procs):
+            if p is None or not p.alive():
+                continue
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                            timeout=5.0) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            out[name] = {ln.split()[0].split(":", 1)[1]: float(ln.split()[1])
+                         for ln in text.splitlines() if ln.startswith("llamacpp:")}
+        return out
+
+    def stop(self):
+        for p in self.procs:
+            if p is not None:
+                p.stop()
+
+
 # ---- contenders --------------------------------------------------------------
 
 class Llmgate:
@@ -256,7 +355,7 @@ class Llmgate:
             "access_log": {"path": access, "flush": "1s"},
             "routing": self.routing,
             "backends": [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
-                          "flavor": "vllm"}
+                          "flavor": getattr(self.fleet, "flavor", "vllm")}
                          for n, p in zip(self.fleet.names, self.fleet.ports)],
         }
         if self.admin_ports:

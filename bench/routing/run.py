@@ -343,7 +343,8 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
     rundir = os.path.join(outdir, scen["id"], name, "round%d" % rnd)
     shutil.rmtree(rundir, ignore_errors=True)  # a reused --out: no stale ready files or logs
     os.makedirs(rundir)
-    fleet = P.Fleet(args.build, rundir, shm_dir, scen, cpus=pins["fleet"])
+    fleet = (P.RealFleet if scen.get("engine") == "real" else P.Fleet)(
+        args.build, rundir, shm_dir, scen, cpus=pins["fleet"])
     cont = None
     loads = []
     stop = threading.Event()
@@ -431,8 +432,10 @@ def scenario_ctx(scen, args, outdir, results):
     duration = args.duration or (scen["quick"] if args.quick else scen["duration"])
     if args.quick and scen["max_tokens"] == S.MAX_TOKENS:
         scen = dict(scen, max_tokens=S.QUICK_MAX_TOKENS)
-    cap = S.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"], scen["max_tokens"],
-                         scen["prefix_bytes"])
+    # a real fleet's capacity is measured (scenarios.py), not computed from llmsim's model
+    cap = scen.get("capacity_rps") or S.capacity_rps(scen["sim"], scen["speeds"],
+                                                     scen["prompt_bytes"], scen["max_tokens"],
+                                                     scen["prefix_bytes"])
     ctx = {"duration": duration, "capacity": cap, "rate": cap * scen["load"], "results": results,
            "slowdown": scen.get("quick_slowdown" if args.quick else "slowdown"),
            "crash": scen.get("quick_crash" if args.quick else "crash")}
