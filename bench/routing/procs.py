@@ -209,13 +209,16 @@ class Fleet:
         self.events.append((wall, "control %s %s" % (self.names[i], json.dumps(body))))
         return wall
 
+    def state(self, port):
+        return http_json(port, "GET", "/sim/state")
+
     def states(self):
         out = {}
         for name, port, p in zip(self.names, self.ports, self.procs):
             if p is None or not p.alive():
                 continue
             try:
-                out[name] = http_json(port, "GET", "/sim/state")
+                out[name] = self.state(port)
             except OSError:
                 pass
         return out
@@ -251,7 +254,7 @@ def realengine_missing():
     return None
 
 
-class RealFleet:
+class RealFleet(Fleet):
     """Real llama.cpp replicas (tools/realengine, one CPU thread each), r1..rN
     with the scenario's per-replica arguments, each pinned to its own CPU
     (replica i on the i-th CPU of the fleet's list, or of the machine's), a
@@ -261,13 +264,10 @@ class RealFleet:
     flavor = "llamacpp"
 
     def __init__(self, build, rundir, shm_dir, scen, cpus=None):
-        self.build = build
-        self.rundir = rundir
-        self.scen = scen
+        super().__init__(build, rundir, shm_dir, scen)
         self.names = ["r%d" % (i + 1) for i in range(len(scen["replicas"]))]
         self.ports = [0] * len(self.names)
         self.procs = [None] * len(self.names)
-        self.events = []
         self.cpus = cpu_list(cpus) if cpus else sorted(os.sched_getaffinity(0))
 
     def _start(self, i, port=0):
@@ -291,38 +291,17 @@ class RealFleet:
         why = realengine_missing()
         if why:
             raise Unavailable(why)
-        for i in range(len(self.names)):
-            self._start(i)
-
-    def restart(self, i):
-        if self.procs[i] is not None and self.procs[i].alive():
-            self.procs[i].stop()
-        self._start(i, self.ports[i])
-        self.events.append((time.time_ns(), "restart %s" % self.names[i]))
+        super().start()
 
     def control(self, i, body):
         raise Unavailable("a real engine takes no faults")
 
-    def states(self):
-        """Each replica's llamacpp:* samples at the end."""
-        out = {}
-        for name, port, p in zip(self.names, self.ports, self.procs):
-            if p is None or not p.alive():
-                continue
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
-                                            timeout=5.0) as r:
-                    text = r.read().decode()
-            except OSError:
-                continue
-            out[name] = {ln.split()[0].split(":", 1)[1]: float(ln.split()[1])
-                         for ln in text.splitlines() if ln.startswith("llamacpp:")}
-        return out
-
-    def stop(self):
-        for p in self.procs:
-            if p is not None:
-                p.stop()
+    def state(self, port):
+        """The replica's llamacpp:* samples."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5.0) as r:
+            text = r.read().decode()
+        return {ln.split()[0].split(":", 1)[1]: float(ln.split()[1])
+                for ln in text.splitlines() if ln.startswith("llamacpp:")}
 
 
 # ---- contenders --------------------------------------------------------------

@@ -14,7 +14,8 @@ runs of a routing benchmark scenario and prints, per contender and round:
   it, and one least-squares fit over every step of ms = a + b x prompt
   tokens + c x decoding sequences (the engine model's step, prefill and
   per-sequence cost), its R^2 and residuals;
-- what an idle replica's first token costs against the prompt's size (the
+- on an idle replica, the TTFT formula's learnt service time against the
+  measured TTFT, and what the first token costs against the prompt's size (the
   TTFT formula's "fixed + slope x KiB", fitted to requests that found their
   replica with nothing in flight and its engine's last scrape empty).
 
@@ -26,33 +27,12 @@ Standard library only.
 """
 
 import glob
-import json
 import os
 import statistics
 import sys
 
-
-def load_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out
-
-
-def pct(v, p):
-    if not v:
-        return None
-    v = sorted(v)
-    return v[min(len(v) - 1, max(0, int(round(p / 100.0 * len(v) + 0.5)) - 1))]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import load_jsonl, pct  # noqa: E402
 
 
 def fit(points):
@@ -116,17 +96,30 @@ def predictions(access):
     return err_stats(cost), {b: err_stats(v) for b, v in sorted(by.items())}, err_stats(model)
 
 
-def idle_fit(access):
-    """TTFT of requests that found their replica idle (nothing of ours in
-    flight, the engine's last scrape empty), against the request's KiB (its
-    body less the JSON around the prompt: bytes_in - 130), per replica."""
-    pts = {}
+def idle_picks(access):
+    """(record, chosen candidate) of the requests that found their replica
+    idle: nothing of ours in flight, the engine's last scrape empty."""
     for r in access:
         if r.get("ttft") is None or r.get("status") != 200:
             continue
         c = next((c for c in r.get("candidates") or [] if c["backend"] == r["backend"]), None)
-        if c is None or c.get("inflight") or c.get("running") or c.get("waiting"):
-            continue
+        if c is not None and not (c.get("inflight") or c.get("running") or c.get("waiting")):
+            yield r, c
+
+
+def idle_service(access):
+    """The TTFT formula's learnt service time (fixed + slope x KiB, the
+    candidate's ttft_ms) against the measured TTFT, for requests that found
+    their replica idle: what the formula would have predicted there."""
+    return err_stats([(r["ttft"], c.get("ttft_ms")) for r, c in idle_picks(access)])
+
+
+def idle_fit(access):
+    """TTFT of requests that found their replica idle against the request's
+    KiB (its body less the JSON around the prompt: bytes_in - 130), per
+    replica: the formula's fixed + slope x KiB, fitted afresh."""
+    pts = {}
+    for r, _ in idle_picks(access):
         kib = max(0, r["bytes_in"] - 130) / 1024.0
         pts.setdefault(r["backend"], []).append((kib, r["ttft"]))
     out = {}
@@ -197,6 +190,8 @@ def report_run(rundir):
         for b, s in per.items():
             out.append("    %s: %s" % (b, fmt_err(s)))
         out.append("  the engine model's own prediction, where it ran: " + fmt_err(model))
+        out.append("  the TTFT formula's service time, on an idle replica: "
+                   + fmt_err(idle_service(access)))
         for b, f in idle_fit(access).items():
             out.append("  idle %s: TTFT = %.0f ms + %.0f ms/KiB (R^2 %.2f, |residual| p50 %.0f "
                        "p90 %.0f ms, n %d)" % (b, f["fixed_ms"], f["ms_per_kib"], f["r2"],
