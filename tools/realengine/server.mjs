@@ -511,6 +511,13 @@ const server = http.createServer(async (req, res) => {
                                  "Content-Length": Buffer.byteLength(body) });
             return res.end(body);
         }
+        if (req.method === "GET" && url === "/props") {
+            // llama.cpp's server properties: the slots it runs at once among them
+            return sendJson(res, 200, {
+                default_generation_settings: { n_ctx: opt.ctx },
+                total_slots: opt.sequences, model_alias: alias, model_path: file,
+                build_info: "realengine (node-llama-cpp 3.21.1)" });
+        }
         if (req.method === "GET" && (url === "/v1/models" || url === "/models")) {
             return sendJson(res, 200, { object: "list", data: [{
                 id: alias, object: "model", created: metrics.t_start, owned_by: "llamacpp",
