@@ -515,6 +515,14 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
     line_cstr(&l, req->info.model[0] ? req->info.model : NULL);
     line_lit(&l, ",\"stream\":");
     line_lit(&l, req->info.stream ? "true" : "false");
+    line_lit(&l, ",\"prompt_bytes\":");
+    line_u64(&l, req->info.prompt_bytes);
+    line_lit(&l, ",\"max_tokens\":");
+    if (req->info.model[0] != '\0' && req->info.max_tokens >= 0) {
+        line_u64(&l, (uint64_t)req->info.max_tokens);
+    } else {
+        line_lit(&l, "null");
+    }
     line_lit(&l, ",\"status\":");
     line_u64(&l, (uint64_t)req->status);
     line_lit(&l, ",\"backend\":");
@@ -562,7 +570,11 @@ lg_accesslog_write(struct lg_alog_buf *buf, const struct lg_client *c)
         line_lit(&l, req->pick.explain);
     }
     line_lit(&l, ",\"error\":");
-    line_cstr(&l, req->error);
+    if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+        line_cstr(&l, "engine_error_event"); /* a 200 whose stream reported a failure */
+    } else {
+        line_cstr(&l, req->error);
+    }
     mem[l.len++] = '}';
     mem[l.len++] = '\n';
 

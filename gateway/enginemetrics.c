@@ -13,27 +13,40 @@
 #include <string.h>
 #include <sys/types.h>
 
+/*
+ * Each number under every name an engine version has used for it: the first
+ * name present in an exposition wins (an engine exporting both during a
+ * deprecation is read once). Where each comes from: tests/fixtures/engines/.
+ */
+#define EM_ALT 2
+
+enum { EM_WAITING = 0, EM_RUNNING, EM_KV, EM_NQUANT };
+
 struct em_vocab {
-    const char *prefix; /* detection: any series starting with it */
-    const char *waiting;
-    const char *running;
-    const char *kv[2]; /* first present wins; NULL = none */
+    const char *prefix;                   /* detection: any series starting with it */
+    const char *names[EM_NQUANT][EM_ALT]; /* NULL = none */
 };
 
 static const struct em_vocab em_vocabs[] = {
+    /* vLLM: the V0 engine and V1 alike; V1 0.9 renamed the KV gauge */
     [LG_ENGINE_VLLM] = { "vllm:",
-                         "vllm:num_requests_waiting",
-                         "vllm:num_requests_running",
-                         { "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc" } },
+                         { { "vllm:num_requests_waiting", NULL },
+                           { "vllm:num_requests_running", NULL },
+                           { "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc" } } },
+    /* SGLang: the 2024 metrics_collector.py names came first */
     [LG_ENGINE_SGLANG] = { "sglang:",
-                           "sglang:num_queue_reqs",
-                           "sglang:num_running_reqs",
-                           { "sglang:token_usage", NULL } },
-    [LG_ENGINE_TGI] = { "tgi_", "tgi_queue_size", "tgi_batch_current_size", { NULL, NULL } },
+                           { { "sglang:num_queue_reqs", "sglang:num_requests_waiting" },
+                             { "sglang:num_running_reqs", "sglang:num_requests_running" },
+                             { "sglang:token_usage", NULL } } },
+    [LG_ENGINE_TGI] = { "tgi_",
+                        { { "tgi_queue_size", NULL },
+                          { "tgi_batch_current_size", NULL },
+                          { NULL, NULL } } },
+    /* llama.cpp: the KV gauge went with the old KV-cache API (2025) */
     [LG_ENGINE_LLAMACPP] = { "llamacpp:",
-                             "llamacpp:requests_deferred",
-                             "llamacpp:requests_processing",
-                             { "llamacpp:kv_cache_usage_ratio", NULL } },
+                             { { "llamacpp:requests_deferred", NULL },
+                               { "llamacpp:requests_processing", NULL },
+                               { "llamacpp:kv_cache_usage_ratio", NULL } } },
 };
 
 const char *
@@ -235,8 +248,8 @@ lg_prom_parse(const char *text, size_t len, lg_prom_sample_fn fn, void *arg)
 struct em_ctx {
     enum lg_engine_flavor flavor;
     bool detect;
-    double waiting, running, kv[2];
-    bool has_waiting, has_running, has_kv[2];
+    double v[EM_NQUANT][EM_ALT];
+    bool has[EM_NQUANT][EM_ALT];
     uint32_t samples;
 };
 
@@ -270,24 +283,35 @@ em_on_sample(void *arg, const char *name, size_t name_len, const char *labels, s
         return;
     }
     v = &em_vocabs[x->flavor];
-    if (em_name_is(name, name_len, v->waiting)) {
-        if (value >= 0 && value < 1e7) {
-            x->waiting += value;
-            x->has_waiting = true;
-        }
-    } else if (em_name_is(name, name_len, v->running)) {
-        if (value >= 0 && value < 1e7) {
-            x->running += value;
-            x->has_running = true;
-        }
-    } else {
-        for (int k = 0; k < 2; k++) {
-            if (em_name_is(name, name_len, v->kv[k]) && value >= 0) {
-                x->kv[k] = x->has_kv[k] ? LG_MAX(x->kv[k], value) : value;
-                x->has_kv[k] = true;
+    for (int q = 0; q < EM_NQUANT; q++) {
+        for (int k = 0; k < EM_ALT; k++) {
+            if (!em_name_is(name, name_len, v->names[q][k])) {
+                continue;
             }
+            if (q == EM_KV) { /* several engines: the fullest */
+                if (value >= 0) {
+                    x->v[q][k] = x->has[q][k] ? LG_MAX(x->v[q][k], value) : value;
+                    x->has[q][k] = true;
+                }
+            } else if (value >= 0 && value < 1e7) { /* counts add up */
+                x->v[q][k] += value;
+                x->has[q][k] = true;
+            }
+            return;
         }
     }
+}
+
+/* The quantity under the first of its names present, or -1. */
+static double
+em_pick(const struct em_ctx *x, int q)
+{
+    for (int k = 0; k < EM_ALT; k++) {
+        if (x->has[q][k]) {
+            return x->v[q][k];
+        }
+    }
+    return -1;
 }
 
 int
@@ -295,6 +319,7 @@ lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flav
                         struct lg_engine_sample *out)
 {
     struct em_ctx x = { .flavor = flavor, .detect = flavor == LG_ENGINE_AUTO };
+    double waiting, running, kv;
 
     /*
      * Detection looks at every line, so a flavor whose first series comes
@@ -304,14 +329,11 @@ lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flav
     out->bad_lines = lg_prom_parse(text, len, em_on_sample, &x);
     out->flavor = x.flavor;
     out->samples = x.samples;
-    out->waiting = x.has_waiting ? (int32_t)LG_MIN(x.waiting, 1e7) : -1;
-    out->running = x.has_running ? (int32_t)LG_MIN(x.running, 1e7) : -1;
-    out->kv_usage = -1;
-    for (int k = 0; k < 2; k++) {
-        if (x.has_kv[k]) {
-            out->kv_usage = LG_MIN(x.kv[k], 1.0);
-            break;
-        }
-    }
-    return x.has_waiting || x.has_running ? LG_OK : LG_EDECLINED;
+    waiting = em_pick(&x, EM_WAITING);
+    running = em_pick(&x, EM_RUNNING);
+    kv = em_pick(&x, EM_KV);
+    out->waiting = waiting >= 0 ? (int32_t)LG_MIN(waiting, 1e7) : -1;
+    out->running = running >= 0 ? (int32_t)LG_MIN(running, 1e7) : -1;
+    out->kv_usage = kv >= 0 ? LG_MIN(kv, 1.0) : -1;
+    return waiting >= 0 || running >= 0 ? LG_OK : LG_EDECLINED;
 }

@@ -7,8 +7,14 @@
  *   vllm      vllm:num_requests_waiting   vllm:num_requests_running    vllm:kv_cache_usage_perc
  *                                                                      (vllm:gpu_cache_usage_perc)
  *   sglang    sglang:num_queue_reqs       sglang:num_running_reqs      sglang:token_usage
+ *             (sglang:num_requests_waiting) (sglang:num_requests_running)
  *   tgi       tgi_queue_size              tgi_batch_current_size       -
  *   llamacpp  llamacpp:requests_deferred  llamacpp:requests_processing llamacpp:kv_cache_usage_ratio
+ *
+ * Names in parentheses are older versions' (vLLM before 0.9 and its V0
+ * engine; SGLang before its collector.py, 2024), read when the current name
+ * is absent. Recent llama.cpp servers export no KV gauge. Each engine's
+ * exposition, with the source it was taken from: tests/fixtures/engines/.
  *
  * Samples of one series with several label sets (several models, or data
  * parallel engines) are summed; KV usage takes the highest. The flavor can

@@ -510,6 +510,9 @@ mx_backends(struct evbuffer *out, const struct lg_fleet *f)
     MX_BACKEND_FAMILY(out, f, "llmgate_backend_completion_tokens_total", "counter",
                       "Completion tokens (usage, else content events).",
                       LOAD(&b->metrics.completion_tokens));
+    MX_BACKEND_FAMILY(out, f, "llmgate_backend_stream_errors_total", "counter",
+                      "Streamed responses in which the engine sent an error event (after a 200).",
+                      LOAD(&b->metrics.stream_errors));
     MX_BACKEND_FAMILY(out, f, "llmgate_backend_prompt_bytes_total", "counter",
                       "Prompt text bytes of the requests (messages, prompt, input).",
                       LOAD(&b->metrics.prompt_bytes));

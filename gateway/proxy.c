@@ -999,7 +999,21 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
     }
-    proxy_learn_done(c, !(req->flags & LG_REQ_F_SSE));
+    if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+        /*
+         * The engine failed after its 200 and said so in the stream (vLLM,
+         * SGLang, TGI and llama.cpp write `data: {"error": ...}`, some with a
+         * [DONE] after it): a failure for health and routing, as a cut
+         * stream is, and nothing to learn a duration from.
+         */
+        proxy_token_wait_end(c);
+        proxy_failed_midway(c);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent an error event in a stream", b->name);
+        }
+    } else {
+        proxy_learn_done(c, !(req->flags & LG_REQ_F_SSE));
+    }
     if (req->flags & LG_REQ_F_ENCHUNK) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
 

@@ -36,27 +36,47 @@ enum {
     WANT_TOOL_CALLS, /* array value */
     WANT_COMPLETION_TOKENS,
     WANT_PROMPT_TOKENS,
+    WANT_FINISH, /* a string value (not null) ends generation */
+    WANT_STOP,   /* true ends generation (llama.cpp's native "stop") */
+    WANT_ERROR,  /* an object or string value reports an error */
 };
 
 /*
  * The keys we watch, by length: a string is looked up once, at its closing
  * quote, and most strings of a chunk ("id", "object", "index", values) fail
- * on their length alone.
+ * on their length alone. Where each engine writes them: sse.h.
  */
 static uint8_t
 probe_lookup(const char *k, size_t n)
 {
     switch (n) {
     case 4:
-        return memcmp(k, "text", 4) == 0 ? WANT_CONTENT : WANT_NONE;
+        if (memcmp(k, "text", 4) == 0) {
+            return WANT_CONTENT;
+        }
+        return memcmp(k, "stop", 4) == 0 ? WANT_STOP : WANT_NONE;
+    case 5:
+        return memcmp(k, "error", 5) == 0 ? WANT_ERROR : WANT_NONE;
     case 7:
         return memcmp(k, "content", 7) == 0 ? WANT_CONTENT : WANT_NONE;
     case 9:
         return memcmp(k, "reasoning", 9) == 0 ? WANT_CONTENT : WANT_NONE;
     case 10:
         return memcmp(k, "tool_calls", 10) == 0 ? WANT_TOOL_CALLS : WANT_NONE;
+    case 12:
+        return memcmp(k, "input_length", 12) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
     case 13:
-        return memcmp(k, "prompt_tokens", 13) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
+        if (memcmp(k, "prompt_tokens", 13) == 0) {
+            return WANT_PROMPT_TOKENS;
+        }
+        return memcmp(k, "finish_reason", 13) == 0 ? WANT_FINISH : WANT_NONE;
+    case 14:
+        return memcmp(k, "generated_text", 14) == 0 ? WANT_FINISH : WANT_NONE;
+    case 16:
+        if (memcmp(k, "generated_tokens", 16) == 0 || memcmp(k, "tokens_predicted", 16) == 0) {
+            return WANT_COMPLETION_TOKENS;
+        }
+        return memcmp(k, "tokens_evaluated", 16) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
     case 17:
         if (memcmp(k, "reasoning_content", 17) == 0) {
             return WANT_CONTENT;
@@ -112,6 +132,10 @@ probe_out(struct lg_json_probe *p, char c)
         }
         if (c == '[' && p->want == WANT_TOOL_CALLS) {
             p->content = true;
+        } else if ((c == '"' && p->want == WANT_FINISH) || (c == 't' && p->want == WANT_STOP)) {
+            p->finished = true;
+        } else if ((c == '{' || c == '"') && p->want == WANT_ERROR) {
+            p->error = true;
         } else if (c >= '0' && c <= '9'
                    && (p->want == WANT_COMPLETION_TOKENS || p->want == WANT_PROMPT_TOKENS)) {
             p->num = c - '0';
@@ -323,6 +347,18 @@ lg_sse_init(struct lg_sse *s)
     lg_json_probe_init(&s->probe);
 }
 
+/*
+ * An `error:` field line: llama.cpp's server framed a failure after the
+ * status line that way (`error: {"code":500,...}`) before it moved to
+ * `data: {"error": ...}`. Event-stream parsers ignore the unknown field, so
+ * the event carries no data, but it is the engine's error all the same.
+ */
+static bool
+sse_field_is_error(const struct lg_sse *s)
+{
+    return s->field_len == 5 && memcmp(s->field, "error", 5) == 0;
+}
+
 /* A line ended. Returns 1 if it was the blank line that ends an event with content. */
 static unsigned
 sse_end_line(struct lg_sse *s)
@@ -332,17 +368,27 @@ sse_end_line(struct lg_sse *s)
     switch (s->line_state) {
     case LINE_START: /* blank line: dispatch the event */
         if (s->ev_data) {
+            bool error = s->probe.error;
+
             s->events++;
-            if (s->probe.content && !s->ev_done) {
+            if (s->probe.content && !s->ev_done && !error) {
                 s->content_events++;
                 got = 1;
             }
             if (s->ev_done) {
                 s->done = true;
             }
+            if (s->probe.finished) {
+                s->finished = true;
+            }
+            s->ev_error |= error;
+        }
+        if (s->ev_error) {
+            s->error_events++;
         }
         s->ev_data = false;
         s->ev_done = false;
+        s->ev_error = false;
         lg_json_probe_reset(&s->probe);
         break;
     case LINE_FIELD: /* a field with no colon: "data" alone is an empty data line */
@@ -351,6 +397,8 @@ sse_end_line(struct lg_sse *s)
                 lg_json_probe_feed(&s->probe, "\n", 1);
             }
             s->ev_data = true;
+        } else if (sse_field_is_error(s)) {
+            s->ev_error = true;
         }
         break;
     case LINE_VALUE:
@@ -415,6 +463,7 @@ lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
                 if (s->field_len == 4 && memcmp(s->field, "data", 4) == 0) {
                     sse_start_value(s);
                 } else {
+                    s->ev_error |= sse_field_is_error(s);
                     s->line_state = LINE_SKIP;
                 }
             } else if (s->field_len < sizeof(s->field)) {

@@ -4,14 +4,24 @@
  * The scanner watches a response body go by (any split into reads, no
  * buffering, no allocation) and reports the events the gateway times: events
  * that carry generated content (the first one is TTFT; the gaps between them
- * are inter-token latency), the final `data: [DONE]`, and the `usage` token
- * counts. It never changes or holds the bytes; the relay moves them on.
+ * are inter-token latency), the final `data: [DONE]`, the token counts, the
+ * end of generation and the engines' error events. It never changes or holds
+ * the bytes; the relay moves them on.
  *
- * The JSON probe is a tiny lexer that recognises a handful of keys in an
- * OpenAI chunk or response (`content`, `text`, `reasoning_content`,
- * `tool_calls`, `completion_tokens`, `prompt_tokens`) without parsing the
- * document. It is used for each SSE data value and for whole non-streaming
- * JSON bodies.
+ * The JSON probe is a tiny lexer that recognises a handful of keys without
+ * parsing the document, in the shapes the engines write (see
+ * tests/fixtures/engines/):
+ *   content       `content`, `text`, `reasoning`, `reasoning_content` (a
+ *                 non-empty string), `tool_calls` (an array)
+ *   tokens        OpenAI `usage.completion_tokens` / `prompt_tokens`; TGI's
+ *                 `details.generated_tokens` / `input_length`; llama.cpp's
+ *                 native `tokens_predicted` / `tokens_evaluated`
+ *   finished      `finish_reason` or TGI's `generated_text` with a string
+ *                 value; llama.cpp's native `"stop": true`
+ *   error         `error` with an object or string value (vLLM, SGLang,
+ *                 llama.cpp, TGI and OpenAI all frame a failure after the
+ *                 status line as `data: {"error": ...}`)
+ * It is used for each SSE data value and for whole non-streaming JSON bodies.
  */
 #ifndef LG_SSE_H
 #define LG_SSE_H
@@ -30,12 +40,14 @@ struct lg_json_probe {
     char key[LG_JSON_KEY_MAX];   /* start of the current string */
     int64_t num;                 /* number being read */
     bool content;                /* a non-empty content value was seen */
+    bool finished;               /* a finish_reason (or the like) was seen */
+    bool error;                  /* an "error" object or string was seen */
     int64_t completion_tokens;   /* -1 until seen */
     int64_t prompt_tokens;       /* -1 until seen */
 };
 
 void lg_json_probe_init(struct lg_json_probe *p);
-/* Resets the content flag and lexer, keeps the token counts. */
+/* Resets the per-event flags and the lexer, keeps the token counts. */
 void lg_json_probe_reset(struct lg_json_probe *p);
 void lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len);
 
@@ -48,11 +60,14 @@ struct lg_sse {
     bool value_started;          /* a data value byte was seen on this line */
     bool ev_data;                /* current event has a data field */
     bool ev_done;                /* current event is data: [DONE] */
+    bool ev_error;               /* current event has an `error:` field line */
     struct lg_json_probe probe;  /* over the current event's data */
 
     uint64_t events;             /* dispatched events with data */
     uint64_t content_events;     /* of which carried generated content */
+    uint32_t error_events;       /* events that reported an error (data or field) */
     bool done;                   /* saw data: [DONE] */
+    bool finished;               /* an event said generation ended (finish_reason...) */
 };
 
 void lg_sse_init(struct lg_sse *s);
@@ -62,6 +77,18 @@ void lg_sse_init(struct lg_sse *s);
  * content completed inside these bytes (0 or more).
  */
 unsigned lg_sse_feed(struct lg_sse *s, const char *data, size_t len);
+
+/*
+ * The stream said it is complete: `data: [DONE]` (OpenAI routes) or a
+ * finishing event (TGI's /generate_stream and llama.cpp's /completion send no
+ * [DONE]). A stream cut short says neither; an error event may say either
+ * (vLLM and SGLang still send [DONE] after one).
+ */
+static inline bool
+lg_sse_complete(const struct lg_sse *s)
+{
+    return s->done || s->finished;
+}
 
 /* Token counts from a usage object, or -1. */
 static inline int64_t

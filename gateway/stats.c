@@ -127,6 +127,9 @@ lg_stats_request_done(const struct lg_client *c)
     bm = &b->metrics;
     STAT_ADD(&bm->requests, 1);
     STAT_ADD(&bm->prompt_bytes, req->info.prompt_bytes);
+    if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+        STAT_ADD(&bm->stream_errors, 1); /* the status was sent before the engine failed */
+    }
     if (status < 200 || status >= 300) {
         return; /* latencies describe answers, not failures (counted by status) */
     }

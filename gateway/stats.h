@@ -33,6 +33,7 @@ struct lg_backend_metrics {
     uint64_t completion_tokens; /* usage.completion_tokens, else content events */
     uint64_t prompt_bytes;      /* prompt text received (messages, prompt, input) */
     uint64_t requests;          /* requests that ended on this backend (last attempt) */
+    uint64_t stream_errors;     /* streamed responses with an error event from the engine */
 };
 
 /* Routes the gateway counts requests by. */

@@ -156,8 +156,19 @@ class Fleet:
         self.procs = [None] * len(self.names)
         self.events = []  # (wall_ns, what)
 
-    def _start(self, i, port=0):
+    def replica_args(self, i):
+        """llmsim flags of replica i: its models, timing model and speed."""
         sim = self.scen["sim"]
+        return ["--model", "m",
+                "--slots", str(sim["slots"]), "--speed", str(self.scen["speeds"][i]),
+                "--seed", str(100 + i), "--flavor", sim["flavor"],
+                "--prefill-us-per-token", str(sim["prefill_us_per_token"]),
+                "--decode-ms", str(sim["decode_ms"]),
+                "--decode-ms-per-seq", str(sim["decode_ms_per_seq"]),
+                "--prefix-block-tokens", str(sim["prefix_block_tokens"]),
+                "--prefix-cache-blocks", str(sim["prefix_cache_blocks"])]
+
+    def _start(self, i, port=0):
         name = self.names[i]
         shm = os.path.join(self.shm_dir, name + ".state")
         ready = os.path.join(self.rundir, name + ".ready")
@@ -166,16 +177,9 @@ class Fleet:
                 os.unlink(path)  # a restart gets a new state file (the oracle remaps by inode)
             except FileNotFoundError:
                 pass
-        argv = [os.path.join(self.build, "llmsim"), "--listen", "127.0.0.1:%d" % port,
-                "--name", name, "--model", "m", "--quiet",
-                "--slots", str(sim["slots"]), "--speed", str(self.scen["speeds"][i]),
-                "--seed", str(100 + i), "--flavor", sim["flavor"],
-                "--prefill-us-per-token", str(sim["prefill_us_per_token"]),
-                "--decode-ms", str(sim["decode_ms"]),
-                "--decode-ms-per-seq", str(sim["decode_ms_per_seq"]),
-                "--prefix-block-tokens", str(sim["prefix_block_tokens"]),
-                "--prefix-cache-blocks", str(sim["prefix_cache_blocks"]),
-                "--state-shm", shm, "--ready-file", ready]
+        argv = ([os.path.join(self.build, "llmsim"), "--listen", "127.0.0.1:%d" % port,
+                 "--name", name, "--quiet"] + self.replica_args(i)
+                + ["--state-shm", shm, "--ready-file", ready])
         p = Proc(argv, os.path.join(self.rundir, name + ".log"), cpus=self.cpus)
         line = p.wait_file(ready, what="llmsim ready line")
         self.procs[i] = p
@@ -208,6 +212,15 @@ class Fleet:
             pass  # a crash fault kills the replica before it answers
         self.events.append((wall, "control %s %s" % (self.names[i], json.dumps(body))))
         return wall
+
+    def backends(self):
+        """The fleet as llmgate's `backends` list."""
+        return [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"], "flavor": "vllm"}
+                for n, p in zip(self.names, self.ports)]
+
+    def addrs(self):
+        """HOST:PORT of each replica, for nginx's and HAProxy's server lines."""
+        return ["127.0.0.1:%d" % p for p in self.ports]
 
     def state(self, port):
         return http_json(port, "GET", "/sim/state")
@@ -296,6 +309,9 @@ class RealFleet(Fleet):
     def control(self, i, body):
         raise Unavailable("a real engine takes no faults")
 
+    def backends(self):
+        return [dict(b, flavor=self.flavor) for b in super().backends()]
+
     def state(self, port):
         """The replica's llamacpp:* samples."""
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5.0) as r:
@@ -307,11 +323,14 @@ class RealFleet(Fleet):
 # ---- contenders --------------------------------------------------------------
 
 class Llmgate:
-    """One or more llmgate instances with the same config."""
+    """One or more llmgate instances with the same config. `base`: a config
+    whose other sections (timeouts, health, limits...) the instances keep;
+    listen, workers, logs, routing and backends are the run's."""
 
     def __init__(self, build, rundir, fleet, routing, workers, instances=1, cpus=None,
-                 peers=True, peer_interval_ms=None):
+                 peers=True, peer_interval_ms=None, base=None):
         self.build = build
+        self.base = base or {}
         self.rundir = rundir
         self.fleet = fleet
         self.routing = routing
@@ -327,16 +346,15 @@ class Llmgate:
 
     def config(self, k):
         access = os.path.join(self.rundir, "access%s.log" % ("" if k == 0 else k))
-        conf = {
+        conf = dict(self.base)
+        conf.update({
             "listen": "127.0.0.1:0",
             "workers": self.workers,
             "log_level": "warn",
             "access_log": {"path": access, "flush": "1s"},
             "routing": self.routing,
-            "backends": [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
-                          "flavor": getattr(self.fleet, "flavor", "vllm")}
-                         for n, p in zip(self.fleet.names, self.fleet.ports)],
-        }
+            "backends": self.fleet.backends(),
+        })
         if self.admin_ports:
             conf["admin"] = "127.0.0.1:%d" % self.admin_ports[k]
             conf["peers"] = ["127.0.0.1:%d" % p for p in self.admin_ports]
@@ -461,8 +479,8 @@ class Nginx:
         os.makedirs(os.path.join(self.prefix, "tmp"), exist_ok=True)
         os.chmod(self.prefix, 0o777)  # workers drop to an unprivileged user when run as root
         os.chmod(os.path.join(self.prefix, "tmp"), 0o777)
-        servers = "\n".join("        server 127.0.0.1:%d max_fails=1 fail_timeout=10s;" % p
-                            for p in self.fleet.ports)
+        servers = "\n".join("        server %s max_fails=1 fail_timeout=10s;" % a
+                            for a in self.fleet.addrs())
         last = None
         for _ in range(3):
             port = free_port()
@@ -497,8 +515,8 @@ class Haproxy:
         self.access_logs = [os.path.join(rundir, "haproxy.log")]
 
     def start(self):
-        servers = "\n".join("    server %s 127.0.0.1:%d" % (n, p)
-                            for n, p in zip(self.fleet.names, self.fleet.ports))
+        servers = "\n".join("    server %s %s" % (n, a)
+                            for n, a in zip(self.fleet.names, self.fleet.addrs()))
         last = None
         for _ in range(3):
             port = free_port()

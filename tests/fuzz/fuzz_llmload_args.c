@@ -53,7 +53,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)lg_ld_parse_seconds(buf, &secs);
         break;
     case 2:
-        (void)lg_ld_trace_parse_line((const char *)data + 1, size - 1, &it, err, sizeof(err));
+        if (lg_ld_trace_parse_line((const char *)data + 1, size - 1, &it, err, sizeof(err))
+            == LG_OK) {
+            free(it.model);
+            free(it.extra);
+        }
         break;
     default:
         argv[0] = "llmload";

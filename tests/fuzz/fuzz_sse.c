@@ -20,7 +20,9 @@ struct sse_run {
     uint64_t reported; /* sum of lg_sse_feed() results */
     uint64_t events;
     uint64_t content_events;
+    uint64_t error_events;
     bool done;
+    bool finished;
     int64_t completion_tokens;
 };
 
@@ -29,7 +31,9 @@ sse_finish(struct sse_run *r, const struct lg_sse *s)
 {
     r->events = s->events;
     r->content_events = s->content_events;
+    r->error_events = s->error_events;
     r->done = s->done;
+    r->finished = s->finished;
     r->completion_tokens = lg_sse_completion_tokens(s);
     if (r->reported != r->content_events) {
         abort(); /* what feed returns must add up to the counter */
@@ -66,7 +70,7 @@ static void
 sse_reference(const char *p, size_t n, struct sse_run *r)
 {
     struct lg_json_probe probe;
-    bool has_data = false, ev_done = false;
+    bool has_data = false, ev_done = false, ev_error = false;
     size_t i = 0;
 
     memset(r, 0, sizeof(*r));
@@ -86,15 +90,19 @@ sse_reference(const char *p, size_t n, struct sse_run *r)
         if (end == i) { /* blank line: dispatch */
             if (has_data) {
                 r->events++;
-                if (probe.content && !ev_done) {
+                if (probe.content && !ev_done && !probe.error) {
                     r->content_events++;
                 }
                 if (ev_done) {
                     r->done = true;
                 }
+                r->finished |= probe.finished;
+                ev_error |= probe.error;
             }
+            r->error_events += ev_error;
             has_data = false;
             ev_done = false;
+            ev_error = false;
             lg_json_probe_reset(&probe);
         } else if (p[i] != ':') {
             for (colon = i; colon < end && p[colon] != ':'; colon++) {
@@ -116,6 +124,8 @@ sse_reference(const char *p, size_t n, struct sse_run *r)
                         ev_done = true;
                     }
                 }
+            } else if (colon - i == 5 && memcmp(p + i, "error", 5) == 0) {
+                ev_error = true; /* an `error:` field line (old llama.cpp) */
             }
         }
         i = end + 1;
@@ -129,7 +139,8 @@ static bool
 sse_same(const struct sse_run *a, const struct sse_run *b)
 {
     return a->reported == b->reported && a->events == b->events
-           && a->content_events == b->content_events && a->done == b->done
+           && a->content_events == b->content_events && a->error_events == b->error_events
+           && a->done == b->done && a->finished == b->finished
            && a->completion_tokens == b->completion_tokens;
 }
 
@@ -153,7 +164,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* read boundaries changed the result */
     }
     if (whole.events != ref.events || whole.content_events != ref.content_events
-        || whole.done != ref.done) {
+        || whole.error_events != ref.error_events || whole.done != ref.done
+        || whole.finished != ref.finished) {
         abort(); /* framing differs from the reference */
     }
     return 0;

@@ -148,6 +148,20 @@ class LlmsimFormat(harness.Harness):
         status, _, body, _ = post_json(port, CHAT, chat("q", stream=False, max_tokens=9,
                                                         max_completion_tokens=2))
         self.assertEqual(body["usage"]["completion_tokens"], 2)
+        # sim_completion_tokens: the answer stops early (a replayed length), at
+        # most max_tokens, or past the default when the body has no max_tokens
+        for extra, n, why in (({"max_tokens": 9, "sim_completion_tokens": 4}, 4, "stop"),
+                              ({"max_tokens": 3, "sim_completion_tokens": 4}, 3, "length"),
+                              ({"sim_completion_tokens": 5}, 5, "stop")):
+            body = dict({"messages": [{"role": "user", "content": "q"}], "stream": False}, **extra)
+            status, _, body, raw = post_json(port, CHAT, body)
+            self.assertEqual(status, 200, raw)
+            self.assertEqual(body["usage"]["completion_tokens"], n, extra)
+            self.assertEqual(body["choices"][0]["finish_reason"], why, extra)
+        events = self.stream(port, "POST", CHAT, dict(chat("y", 6), sim_completion_tokens=2)
+                             ).read_all(10).events
+        self.assertEqual(len(token_events(events)), 2)
+        self.assertIn('"finish_reason":"stop"', "".join(d for _, d in events))
 
     def test_embeddings_models_health(self):
         _, port = self.start_llmsim("r1", models=("a", "b"), args=["--flavor", "llamacpp"])

@@ -29,6 +29,34 @@
         }                                                                     \
     } while (0)
 
+/*
+ * Reads a file of the source tree ($LG_SRC, else the current folder), e.g.
+ * "tests/fixtures/engines/tgi/metrics.prom", into buf, NUL-terminated.
+ * Returns its length, or -1 (and says why) when it cannot be read.
+ */
+static inline long
+lg_test_read_src(const char *rel, char *buf, size_t size)
+{
+    char path[1024];
+    const char *src = getenv("LG_SRC");
+    FILE *fp;
+    size_t n;
+
+    snprintf(path, sizeof(path), "%s/%s", src ? src : ".", rel);
+    fp = fopen(path, "rb");
+    if (fp == NULL || size == 0) {
+        fprintf(stderr, "cannot open %s\n", path);
+        if (fp != NULL) {
+            fclose(fp);
+        }
+        return -1;
+    }
+    n = fread(buf, 1, size - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return (long)n;
+}
+
 typedef int (*lg_test_fn)(void);
 
 static inline int

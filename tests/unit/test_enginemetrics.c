@@ -58,21 +58,16 @@ test_parser_trace(void)
 static int
 parse_file(const char *name, struct lg_engine_sample *out, enum lg_engine_flavor f)
 {
-    char path[1024], buf[16384];
-    const char *src = getenv("LG_SRC");
-    FILE *fp;
-    size_t n;
+    char rel[256], buf[16384];
+    long n;
 
-    snprintf(path, sizeof(path), "%s/tests/fuzz/corpus/enginemetrics/%s", src ? src : ".", name);
-    fp = fopen(path, "rb");
-    if (fp == NULL) {
-        fprintf(stderr, "cannot open %s\n", path);
+    snprintf(rel, sizeof(rel), "tests/fuzz/corpus/enginemetrics/%s", name);
+    n = lg_test_read_src(rel, buf, sizeof(buf));
+    if (n < 1) {
         return -100;
     }
-    n = fread(buf, 1, sizeof(buf), fp);
-    fclose(fp);
     /* the corpus files start with the fuzzer's flavor byte */
-    return lg_engine_metrics_parse(buf + 1, n - 1, f, out);
+    return lg_engine_metrics_parse(buf + 1, (size_t)n - 1, f, out);
 }
 
 static int
@@ -125,4 +120,35 @@ test_unknown_and_odd_values(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_parser_trace, test_vocabularies, test_unknown_and_odd_values)
+/* A renamed series: the current name wins when an engine exports both, else the old one counts. */
+static int
+test_renamed_series(void)
+{
+    static const char vllm_both[] = "vllm:gpu_cache_usage_perc{engine=\"0\"} 0.9\n"
+                                    "vllm:kv_cache_usage_perc{engine=\"0\"} 0.2\n"
+                                    "vllm:num_requests_running{engine=\"0\"} 1.0\n";
+    static const char vllm_old[] = "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n"
+                                   "vllm:num_requests_running{model_name=\"m\"} 1.0\n";
+    static const char sglang_both[] = "sglang:num_requests_running 5.0\n"
+                                      "sglang:num_running_reqs{tp_rank=\"0\"} 3.0\n"
+                                      "sglang:num_requests_waiting 4.0\n"
+                                      "sglang:num_queue_reqs{tp_rank=\"0\"} 1.0\n";
+    static const char sglang_old[] = "sglang:num_requests_running{model_name=\"m\"} 5.0\n"
+                                     "sglang:num_requests_waiting{model_name=\"m\"} 4.0\n";
+    struct lg_engine_sample s;
+
+    LG_CHECK(lg_engine_metrics_parse(vllm_both, sizeof(vllm_both) - 1, LG_ENGINE_AUTO, &s)
+             == LG_OK);
+    LG_CHECK(fabs(s.kv_usage - 0.2) < 1e-9);
+    LG_CHECK(lg_engine_metrics_parse(vllm_old, sizeof(vllm_old) - 1, LG_ENGINE_AUTO, &s) == LG_OK);
+    LG_CHECK(fabs(s.kv_usage - 0.9) < 1e-9);
+    LG_CHECK(lg_engine_metrics_parse(sglang_both, sizeof(sglang_both) - 1, LG_ENGINE_AUTO, &s)
+             == LG_OK);
+    LG_CHECK(s.running == 3 && s.waiting == 1);
+    LG_CHECK(lg_engine_metrics_parse(sglang_old, sizeof(sglang_old) - 1, LG_ENGINE_SGLANG, &s)
+             == LG_OK);
+    LG_CHECK(s.running == 5 && s.waiting == 4 && s.kv_usage == -1);
+    return 0;
+}
+
+LG_TEST_MAIN(test_parser_trace, test_vocabularies, test_unknown_and_odd_values, test_renamed_series)

@@ -185,8 +185,43 @@ test_trace_lines(void)
     LG_CHECK(lg_ld_trace_parse_line("{\"t_us\":1,\"prompt_bytes\":\"1\",\"max_tokens\":1}", 44, &it,
                                     err, sizeof(err))
              == LG_EINVAL);
+    LG_CHECK(it.model == NULL && it.api == -1 && it.stream == -1 && !it.no_max_tokens);
+    return 0;
+}
+
+/* A line from a recorded log: its own model, API, stream flag and body members. */
+static int
+test_trace_own_members(void)
+{
+    struct lg_ld_item it;
+    char err[256];
+    const char *own = "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":null,\"model\":\"a\\\"b\","
+                      "\"api\":\"completions\",\"stream\":false,"
+                      "\"extra_body\":{\"sim_completion_tokens\":7}}";
+    static const char *const bad[] = {
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"model\":\"\"}",
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"model\":7}",
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"api\":\"chat/completions\"}",
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"stream\":1}",
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"extra_body\":[1]}",
+        "{\"t_us\":5,\"prompt_bytes\":9,\"max_tokens\":1,\"model\":\"m\",\"stream\":\"y\"}",
+    };
+    static const char *const what[] = { "model", "model", "api", "stream", "extra_body", "stream" };
+
+    LG_CHECK(lg_ld_trace_parse_line(own, strlen(own), &it, err, sizeof(err)) == LG_OK);
+    LG_CHECK(it.no_max_tokens && it.api == LG_LD_API_COMPLETIONS && it.stream == 0);
+    LG_CHECK(it.model != NULL && strcmp(it.model, "\"a\\\"b\"") == 0); /* kept as JSON */
+    LG_CHECK(it.extra != NULL && strcmp(it.extra, "\"sim_completion_tokens\":7") == 0);
+    free(it.model);
+    free(it.extra);
+    for (size_t i = 0; i < LG_ARRAY_SIZE(bad); i++) {
+        LG_CHECK(lg_ld_trace_parse_line(bad[i], strlen(bad[i]), &it, err, sizeof(err))
+                 == LG_EINVAL);
+        LG_CHECK(strstr(err, what[i]) != NULL);
+        LG_CHECK(it.model == NULL && it.extra == NULL); /* nothing owned after an error */
+    }
     return 0;
 }
 
 LG_TEST_MAIN(test_spec_forms, test_spec_errors, test_spec_sampling, test_burst_and_seconds,
-             test_arrivals, test_trace_lines)
+             test_arrivals, test_trace_lines, test_trace_own_members)

@@ -58,7 +58,16 @@ test_chat(void)
                    &req, &err)
              == LG_OK);
     LG_CHECK(req.model == NULL && req.max_tokens == 3 && req.prompt_tokens == 1);
-    LG_CHECK(req.ignore_eos && !req.stream);
+    LG_CHECK(req.ignore_eos && !req.stream && req.sim_tokens == 0);
+    lg_sim_request_free(&req);
+
+    /* a replayed answer's length, beside the client's max_tokens */
+    LG_CHECK(parse(LG_SIM_API_CHAT,
+                   "{\"messages\":[{\"content\":\"x\"}],\"max_tokens\":90,"
+                   "\"sim_completion_tokens\":12}",
+                   &req, &err)
+             == LG_OK);
+    LG_CHECK(req.max_tokens == 90 && req.sim_tokens == 12);
     lg_sim_request_free(&req);
     return 0;
 }
@@ -113,6 +122,10 @@ test_rejections(void)
         { LG_SIM_API_CHAT, "{\"max_tokens\":10000001,\"messages\":[{\"content\":\"x\"}]}",
           "max_tokens" },
         { LG_SIM_API_CHAT, "{\"stream\":1,\"messages\":[{\"content\":\"x\"}]}", "stream" },
+        { LG_SIM_API_CHAT, "{\"sim_completion_tokens\":0,\"messages\":[{\"content\":\"x\"}]}",
+          "sim_completion_tokens" },
+        { LG_SIM_API_CHAT, "{\"sim_completion_tokens\":\"5\",\"messages\":[{\"content\":\"x\"}]}",
+          "sim_completion_tokens" },
         { LG_SIM_API_CHAT, "{\"stream_options\":3,\"messages\":[{\"content\":\"x\"}]}",
           "stream_options" },
         { LG_SIM_API_CHAT,

@@ -85,6 +85,8 @@ struct lg_ld_opts {
     char host[256]; /* parsed from url */
     char port[8];
     char path[1024]; /* request path: --path, or base + the API's path */
+    char api_paths[3][1024]; /* each API's path (all --path's when given), for traces that
+                                name a request's API */
     const char *model;
     enum lg_ld_api api;
     const char *path_override;
@@ -147,13 +149,23 @@ const char *lg_ld_mode_name(enum lg_ld_mode mode);
 
 /* ---- the request trace (trace.c) -------------------------------------------- */
 
-/* One request: when it arrives and what it asks for. */
+/* One request: when it arrives and what it asks for. A trace line may also
+ * name its own model, API, stream flag and body members (a recorded log's
+ * requests differ in these); absent, the flags' apply. */
 struct lg_ld_item {
     uint64_t t_us;         /* arrival offset from the start */
     uint32_t prompt_bytes; /* unique user part */
     uint32_t max_tokens;
-    int32_t group; /* shared-prefix group, -1 = none */
+    int32_t group;      /* shared-prefix group, -1 = none */
+    int8_t api;         /* enum lg_ld_api, -1 = --api's */
+    int8_t stream;      /* 0 or 1, -1 = --stream's */
+    bool no_max_tokens; /* the body has no max_tokens (the trace said null) */
+    char *model;        /* owned, a JSON string with its quotes; NULL = --model */
+    char *extra;        /* owned: members added to the body (no braces); NULL = none */
 };
+
+/* Frees what items[0..n) own, then the array. */
+void lg_ld_items_free(struct lg_ld_item *items, size_t n);
 
 /* Draws request contents (and, in open loop, arrival times) from seeded,
  * independent streams. */
@@ -179,8 +191,10 @@ double lg_ld_gen_arrival(struct lg_ld_gen *g);
  * --duration and --requests. *items is owned by the caller (free()). */
 int lg_ld_trace_build(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n, char *err,
                       size_t errlen);
-/* Parses one line of a trace file. Returns LG_OK, LG_EAGAIN for a blank or
- * comment line, or LG_EINVAL with a message. */
+/* Parses one line of a trace file into *it (which then owns its strings:
+ * lg_ld_items_free(), or free it->model and it->extra). Returns LG_OK,
+ * LG_EAGAIN for a blank or comment line, or LG_EINVAL with a message
+ * (nothing owned). */
 int lg_ld_trace_parse_line(const char *line, size_t len, struct lg_ld_item *it, char *err,
                            size_t errlen);
 int lg_ld_trace_write(const char *path, const struct lg_ld_item *items, size_t n);

@@ -27,13 +27,13 @@ main_dry_run(const struct lg_ld_opts *o, struct lg_ld_item *items, size_t n)
         lg_ld_gen_free(&g);
     }
     if (o->trace_out != NULL && lg_ld_trace_write(o->trace_out, items, n) != LG_OK) {
-        free(items);
+        lg_ld_items_free(items, n);
         return 1;
     }
     span = n > 0 ? (double)items[n - 1].t_us / 1e6 : 0;
     printf("llmload: dry run: %zu requests over %.3f s (%.1f/s)\n", n, span,
            span > 0 ? (double)n / span : 0);
-    free(items);
+    lg_ld_items_free(items, n);
     return 0;
 }
 
@@ -77,7 +77,7 @@ main(int argc, char **argv)
     }
     if (o.mode != LG_LD_MODE_CLOSED && o.trace_out != NULL
         && lg_ld_trace_write(o.trace_out, items, n) != LG_OK) {
-        free(items);
+        lg_ld_items_free(items, n);
         lg_ld_opts_free(&o);
         return 1;
     }

@@ -124,7 +124,8 @@ lg_ld_opts_usage(FILE *f)
           "                        (needs F*ON <= ON+OFF); the run starts in an ON window\n"
           "  --concurrency C       closed loop: C requests in flight, each sent as soon as\n"
           "                        the previous one on its slot finished\n"
-          "  --trace-in FILE       open loop replaying a trace (from --trace-out) exactly\n"
+          "  --trace-in FILE       open loop replaying a trace (from --trace-out) exactly;\n"
+          "                        a line may name its own model, api, stream, extra_body\n"
           "  --duration S          stop starting requests after S (s, or with ms|s|m)\n"
           "  --requests N          stop after N requests\n"
           "  --max-connections N   open loop: most connections at once (8192); arrivals\n"
@@ -282,6 +283,9 @@ opts_url(struct lg_ld_opts *o, char *err, size_t errlen)
             return LG_EINVAL;
         }
         snprintf(o->path, sizeof(o->path), "%s", o->path_override);
+        for (size_t i = 0; i < LG_ARRAY_SIZE(o->api_paths); i++) {
+            snprintf(o->api_paths[i], sizeof(o->api_paths[i]), "%s", o->path_override);
+        }
         return LG_OK;
     }
     base_len = strlen(base);
@@ -292,11 +296,15 @@ opts_url(struct lg_ld_opts *o, char *err, size_t errlen)
         base = "/v1";
         base_len = 3;
     }
-    if (base_len + strlen(api_paths[o->api]) >= sizeof(o->path)) {
+    if (base_len + strlen("/chat/completions") >= sizeof(o->path)) {
         snprintf(err, errlen, "--url '%s': base path too long", o->url);
         return LG_EINVAL;
     }
-    snprintf(o->path, sizeof(o->path), "%.*s%s", (int)base_len, base, api_paths[o->api]);
+    for (size_t i = 0; i < LG_ARRAY_SIZE(o->api_paths); i++) {
+        snprintf(o->api_paths[i], sizeof(o->api_paths[i]), "%.*s%s", (int)base_len, base,
+                 api_paths[i]);
+    }
+    snprintf(o->path, sizeof(o->path), "%s", o->api_paths[o->api]);
     return LG_OK;
 }
 

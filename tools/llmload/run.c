@@ -659,12 +659,16 @@ conn_write_request(struct lg_ld_conn *c)
     const struct lg_ld_opts *o = run->o;
     const struct lg_ld_item *it = &run->items[c->req];
     struct evbuffer *out;
-    char pre[512], tail[256], ph[64], uh[64], head[1024];
-    struct conn_piece pc[10];
+    char pre[512], tail[256], ph[64], uh[64], head[1100], mt[48];
+    struct conn_piece pc[12];
     size_t np = 0, total = 0, ph_len = 0, p_fill = 0, uh_len, u_fill;
     bool sys;
     uint64_t t;
     int n;
+    /* a replayed trace's request may name its own model, API and stream flag */
+    const char *model = it->model != NULL ? it->model : run->model_json;
+    enum lg_ld_api api = it->api >= 0 ? (enum lg_ld_api)it->api : o->api;
+    bool stream = it->stream >= 0 ? it->stream != 0 : o->stream;
 
     c->state = LG_LD_CONN_ST_SENDING;
 
@@ -680,36 +684,44 @@ conn_write_request(struct lg_ld_conn *c)
     uh_len = LG_MIN((size_t)n, it->prompt_bytes);
     u_fill = it->prompt_bytes - uh_len;
 
-    if (o->api == LG_LD_API_CHAT) {
+    if (api == LG_LD_API_CHAT) {
         n = snprintf(pre, sizeof(pre),
-                     "{\"model\":%s,\"messages\":[{\"role\":\"%s\",\"content\":\"", run->model_json,
+                     "{\"model\":%s,\"messages\":[{\"role\":\"%s\",\"content\":\"", model,
                      sys ? "system" : "user");
     } else {
-        n = snprintf(pre, sizeof(pre), "{\"model\":%s,\"%s\":\"", run->model_json,
-                     o->api == LG_LD_API_COMPLETIONS ? "prompt" : "input");
+        n = snprintf(pre, sizeof(pre), "{\"model\":%s,\"%s\":\"", model,
+                     api == LG_LD_API_COMPLETIONS ? "prompt" : "input");
     }
     pc[np++] = (struct conn_piece){ pre, (size_t)n };
     pc[np++] = (struct conn_piece){ ph, ph_len };
     pc[np++] = (struct conn_piece){ run->filler, p_fill };
-    if (o->api == LG_LD_API_CHAT && sys) {
+    if (api == LG_LD_API_CHAT && sys) {
         static const char next_msg[] = "\"},{\"role\":\"user\",\"content\":\"";
 
         pc[np++] = (struct conn_piece){ next_msg, sizeof(next_msg) - 1 };
     }
     pc[np++] = (struct conn_piece){ uh, uh_len };
     pc[np++] = (struct conn_piece){ run->filler + (c->req * 7919u) % RUN_FILLER_SLACK, u_fill };
-    if (o->api == LG_LD_API_EMBEDDINGS) {
+    if (api == LG_LD_API_EMBEDDINGS) {
         n = snprintf(tail, sizeof(tail), "\"");
     } else {
-        n = snprintf(
-            tail, sizeof(tail), "\"%s,\"max_tokens\":%" PRIu32 ",\"stream\":%s%s",
-            o->api == LG_LD_API_CHAT ? "}]" : "", it->max_tokens, o->stream ? "true" : "false",
-            o->stream && o->include_usage ? ",\"stream_options\":{\"include_usage\":true}" : "");
+        mt[0] = '\0';
+        if (!it->no_max_tokens) {
+            snprintf(mt, sizeof(mt), ",\"max_tokens\":%" PRIu32, it->max_tokens);
+        }
+        n = snprintf(tail, sizeof(tail), "\"%s%s,\"stream\":%s%s",
+                     api == LG_LD_API_CHAT ? "}]" : "", mt, stream ? "true" : "false",
+                     stream && o->include_usage ? ",\"stream_options\":{\"include_usage\":true}"
+                                                : "");
     }
     pc[np++] = (struct conn_piece){ tail, (size_t)n };
     if (o->extra_body != NULL) {
         pc[np++] = (struct conn_piece){ ",", 1 };
         pc[np++] = (struct conn_piece){ o->extra_body, strlen(o->extra_body) };
+    }
+    if (it->extra != NULL) {
+        pc[np++] = (struct conn_piece){ ",", 1 };
+        pc[np++] = (struct conn_piece){ it->extra, strlen(it->extra) };
     }
     pc[np++] = (struct conn_piece){ "}", 1 };
     for (size_t i = 0; i < np; i++) {
@@ -717,10 +729,11 @@ conn_write_request(struct lg_ld_conn *c)
     }
 
     out = bufferevent_get_output(c->bev);
-    n = snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\n", o->path);
+    n = snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\n", o->api_paths[api]);
     evbuffer_add(out, head, (size_t)n);
     evbuffer_add(out, run->head, run->head_len);
-    n = snprintf(head, sizeof(head), "Content-Length: %zu\r\n\r\n", total);
+    n = snprintf(head, sizeof(head), "Accept: %s\r\nContent-Length: %zu\r\n\r\n",
+                 stream ? "text/event-stream" : "application/json", total);
     evbuffer_add(out, head, (size_t)n);
     for (size_t i = 0; i < np; i++) {
         if (pc[i].n >= 1024 && pc[i].p >= run->filler && pc[i].p < run->filler + run->filler_len) {
@@ -842,7 +855,7 @@ run_rec_init(struct lg_ld_run *run, size_t i, uint64_t t_sched_ns)
     rec->t_sched_ns = t_sched_ns;
     rec->usage_tokens = -1;
     rec->prompt_bytes = it->prompt_bytes;
-    rec->max_tokens = it->max_tokens;
+    rec->max_tokens = it->no_max_tokens ? 0 : it->max_tokens;
     rec->group = it->group;
 }
 
@@ -1058,9 +1071,8 @@ run_make_head(struct lg_ld_run *run)
     }
     len += (size_t)snprintf(run->head + len, cap - len,
                             "User-Agent: llmload/%s\r\n"
-                            "Content-Type: application/json\r\nAccept: %s\r\n%s",
-                            LG_VERSION, o->stream ? "text/event-stream" : "application/json",
-                            o->reuse ? "" : "Connection: close\r\n");
+                            "Content-Type: application/json\r\n%s",
+                            LG_VERSION, o->reuse ? "" : "Connection: close\r\n");
     for (size_t i = 0; i < o->n_headers; i++) {
         len += (size_t)snprintf(run->head + len, cap - len, "%s\r\n", o->headers[i]);
     }
@@ -1247,7 +1259,7 @@ lg_ld_run_free(struct lg_ld_run *run)
     lg_ld_hist_free(&run->itl);
     lg_ld_gen_free(&run->gen);
     free(run->pending);
-    free(run->items);
+    lg_ld_items_free(run->items, run->n_items);
     free(run->recs);
     free(run->filler);
     free(run->rbuf);

@@ -3,6 +3,8 @@
  * modulated by --burst), prompt sizes, max_tokens and prefix groups; and the
  * trace file (--trace-out / --trace-in), one JSON object per line:
  *   {"t_us":12345,"prompt_bytes":800,"max_tokens":64,"group":3}
+ * plus, in a trace made from a recorded log, a request's own "model", "api",
+ * "stream" and "extra_body" ("max_tokens": null = none in the body).
  * Owns: the generator's zipf table; the item array until handed to the caller.
  * Each quantity draws from its own stream, so the trace depends only on the
  * seed and the flags that shape it, never on the target.
@@ -87,6 +89,21 @@ lg_ld_gen_contents(struct lg_ld_gen *g, struct lg_ld_item *it)
     it->prompt_bytes = (uint32_t)lg_ld_spec_sample(&g->o->prompt_bytes, &g->sizes);
     it->max_tokens = (uint32_t)lg_ld_spec_sample(&g->o->max_tokens, &g->tokens);
     it->group = trace_group(g);
+    it->api = -1;
+    it->stream = -1;
+    it->no_max_tokens = false;
+    it->model = NULL;
+    it->extra = NULL;
+}
+
+void
+lg_ld_items_free(struct lg_ld_item *items, size_t n)
+{
+    for (size_t i = 0; items != NULL && i < n; i++) {
+        free(items[i].model);
+        free(items[i].extra);
+    }
+    free(items);
 }
 
 double
@@ -182,15 +199,72 @@ trace_int(json_t *obj, const char *key, json_int_t min, json_int_t max, json_int
     return LG_OK;
 }
 
+/* The optional members naming a request's own model, API, stream flag and
+ * body members; absent or null, the command line's apply. */
+static int
+trace_own(json_t *obj, struct lg_ld_item *it, char *err, size_t errlen)
+{
+    static const char *const apis[] = { "chat", "completions", "embeddings" };
+    json_t *model = json_object_get(obj, "model");
+    json_t *api = json_object_get(obj, "api");
+    json_t *stream = json_object_get(obj, "stream");
+    json_t *extra = json_object_get(obj, "extra_body");
+
+    if (model != NULL && !json_is_null(model)) {
+        if (!json_is_string(model) || json_string_length(model) == 0
+            || json_string_length(model) > 256) {
+            snprintf(err, errlen, "\"model\" must be a string of 1 to 256 bytes");
+            return LG_EINVAL;
+        }
+        it->model = json_dumps(model, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+    }
+    if (api != NULL && !json_is_null(api)) {
+        for (size_t i = 0; json_is_string(api) && i < LG_ARRAY_SIZE(apis); i++) {
+            if (strcmp(json_string_value(api), apis[i]) == 0) {
+                it->api = (int8_t)i;
+            }
+        }
+        if (it->api < 0) {
+            snprintf(err, errlen, "\"api\" must be \"chat\", \"completions\" or \"embeddings\"");
+            return LG_EINVAL;
+        }
+    }
+    if (stream != NULL && !json_is_null(stream)) {
+        if (!json_is_boolean(stream)) {
+            snprintf(err, errlen, "\"stream\" must be true or false");
+            return LG_EINVAL;
+        }
+        it->stream = json_is_true(stream) ? 1 : 0;
+    }
+    if (extra != NULL && !json_is_null(extra)) {
+        char *text;
+
+        if (!json_is_object(extra)) {
+            snprintf(err, errlen, "\"extra_body\" must be a JSON object");
+            return LG_EINVAL;
+        }
+        text = json_dumps(extra, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (text != NULL && strlen(text) > 2) { /* the members, spliced into the body */
+            it->extra = lg_xstrndup(text + 1, strlen(text) - 2);
+        }
+        free(text);
+    }
+    return LG_OK;
+}
+
 int
 lg_ld_trace_parse_line(const char *line, size_t len, struct lg_ld_item *it, char *err,
                        size_t errlen)
 {
     json_error_t jerr;
-    json_t *j;
-    json_int_t t, pb, mt, grp;
+    json_t *j, *mtv;
+    json_int_t t, pb, mt = 0, grp;
     size_t i = 0;
     int rc;
+
+    memset(it, 0, sizeof(*it));
+    it->api = -1;
+    it->stream = -1;
 
     while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) {
         i++;
@@ -212,14 +286,22 @@ lg_ld_trace_parse_line(const char *line, size_t len, struct lg_ld_item *it, char
     if (rc == LG_OK) {
         rc = trace_int(j, "prompt_bytes", 0, LG_LD_MAX_PROMPT_BYTES, -1, &pb, err, errlen);
     }
-    if (rc == LG_OK) {
+    mtv = json_object_get(j, "max_tokens");
+    it->no_max_tokens = mtv != NULL && json_is_null(mtv); /* null: the body has none */
+    if (rc == LG_OK && !it->no_max_tokens) {
         rc = trace_int(j, "max_tokens", 0, LG_LD_MAX_TOKENS, -1, &mt, err, errlen);
     }
     if (rc == LG_OK) {
         rc = trace_int(j, "group", -1, LG_LD_MAX_GROUPS - 1, -1, &grp, err, errlen);
     }
+    if (rc == LG_OK) {
+        rc = trace_own(j, it, err, errlen);
+    }
     json_decref(j);
     if (rc != LG_OK) {
+        free(it->model);
+        free(it->extra);
+        it->model = it->extra = NULL;
         return rc;
     }
     it->t_us = (uint64_t)t;
@@ -255,6 +337,8 @@ trace_read(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n, cha
             continue;
         }
         if (prc == LG_OK && count > 0 && it.t_us < v[count - 1].t_us) {
+            free(it.model);
+            free(it.extra);
             snprintf(msg, sizeof(msg), "t_us goes backwards");
             prc = LG_EINVAL;
         }
@@ -265,9 +349,13 @@ trace_read(const struct lg_ld_opts *o, struct lg_ld_item **items, size_t *n, cha
         }
         if ((o->duration_s > 0 && (double)it.t_us >= o->duration_s * 1e6)
             || (o->requests > 0 && count >= o->requests)) {
+            free(it.model);
+            free(it.extra);
             break;
         }
         if (count == LG_LD_MAX_TRACE_ITEMS) {
+            free(it.model);
+            free(it.extra);
             snprintf(err, errlen, "%s: more than %u requests", o->trace_in, LG_LD_MAX_TRACE_ITEMS);
             rc = LG_EINVAL;
             goto out_free;
@@ -286,7 +374,7 @@ out_free:
     free(line);
     fclose(f);
     if (rc != LG_OK) {
-        free(v);
+        lg_ld_items_free(v, count);
         return rc;
     }
     *items = v;
@@ -319,10 +407,30 @@ lg_ld_trace_write(const char *path, const struct lg_ld_item *items, size_t n)
         return LG_ERR;
     }
     for (size_t i = 0; i < n; i++) {
-        fprintf(f,
-                "{\"t_us\":%" PRIu64 ",\"prompt_bytes\":%" PRIu32 ",\"max_tokens\":%" PRIu32
-                ",\"group\":%" PRId32 "}\n",
-                items[i].t_us, items[i].prompt_bytes, items[i].max_tokens, items[i].group);
+        static const char *const apis[] = { "chat", "completions", "embeddings" };
+        const struct lg_ld_item *it = &items[i];
+
+        fprintf(f, "{\"t_us\":%" PRIu64 ",\"prompt_bytes\":%" PRIu32, it->t_us, it->prompt_bytes);
+        if (it->no_max_tokens) {
+            fprintf(f, ",\"max_tokens\":null");
+        } else {
+            fprintf(f, ",\"max_tokens\":%" PRIu32, it->max_tokens);
+        }
+        fprintf(f, ",\"group\":%" PRId32, it->group);
+        /* a replayed trace's own members, as it had them */
+        if (it->model != NULL) {
+            fprintf(f, ",\"model\":%s", it->model);
+        }
+        if (it->api >= 0) {
+            fprintf(f, ",\"api\":\"%s\"", apis[it->api]);
+        }
+        if (it->stream >= 0) {
+            fprintf(f, ",\"stream\":%s", it->stream ? "true" : "false");
+        }
+        if (it->extra != NULL) {
+            fprintf(f, ",\"extra_body\":{%s}", it->extra);
+        }
+        fprintf(f, "}\n");
     }
     if (fclose(f) != 0) {
         LG_ERROR("--trace-out %s: %s", path, strerror(errno));

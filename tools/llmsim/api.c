@@ -252,6 +252,26 @@ api_get_max_tokens(json_t *root, uint32_t *out, struct lg_sim_api_error *err)
     return LG_OK;
 }
 
+/* llmsim's own member: the length an engine's answer had, for replaying
+ * recorded traffic (the gateway still sees the client's max_tokens). */
+static int
+api_get_sim_tokens(json_t *root, uint32_t *out, struct lg_sim_api_error *err)
+{
+    json_t *v = json_object_get(root, "sim_completion_tokens");
+
+    if (v == NULL || json_is_null(v)) {
+        return LG_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1
+        || json_integer_value(v) > LG_SIM_API_MAX_TOKENS) {
+        return api_reject(err, "sim_completion_tokens",
+                          "'sim_completion_tokens' must be an integer within 1..%d",
+                          LG_SIM_API_MAX_TOKENS);
+    }
+    *out = (uint32_t)json_integer_value(v);
+    return LG_OK;
+}
+
 static int
 api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
 {
@@ -278,6 +298,9 @@ api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_erro
     }
     if (rc == LG_OK) {
         rc = api_get_max_tokens(root, &req->max_tokens, err);
+    }
+    if (rc == LG_OK) {
+        rc = api_get_sim_tokens(root, &req->sim_tokens, err);
     }
     if (rc != LG_OK) {
         return rc;
@@ -479,13 +502,13 @@ lg_sim_api_chunk_finish(struct evbuffer *out, const struct lg_sim_api_resp *r)
     if (r->kind == LG_SIM_API_COMPLETION) {
         return api_chunk(out,
                          API_HEAD_FMT "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
-                                      "\"finish_reason\":\"length\"}]}\n\n",
-                         API_HEAD_ARGS(r));
+                                      "\"finish_reason\":\"%s\"}]}\n\n",
+                         API_HEAD_ARGS(r), r->stopped ? "stop" : "length");
     }
     return api_chunk(out,
                      API_HEAD_FMT "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
-                                  "\"finish_reason\":\"length\"}]}\n\n",
-                     API_HEAD_ARGS(r));
+                                  "\"finish_reason\":\"%s\"}]}\n\n",
+                     API_HEAD_ARGS(r), r->stopped ? "stop" : "length");
 }
 
 int
@@ -527,10 +550,11 @@ lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r
         rc |= evbuffer_add(out, tok, (size_t)n);
     }
     rc |= evbuffer_add_printf(out,
-                              "\"%s,\"logprobs\":null,\"finish_reason\":\"length\"}],"
+                              "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"}],"
                               "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,"
                               "\"total_tokens\":%" PRIu64 "}}",
-                              chat ? "}" : "", r->prompt_tokens, r->completion_tokens,
+                              chat ? "}" : "", r->stopped ? "stop" : "length", r->prompt_tokens,
+                              r->completion_tokens,
                               (uint64_t)r->prompt_tokens + r->completion_tokens)
           < 0;
     return rc ? LG_ENOMEM : LG_OK;

@@ -31,6 +31,9 @@ struct lg_sim_request {
     bool include_usage;     /* stream_options.include_usage */
     bool ignore_eos;        /* accepted; llmsim always generates max_tokens */
     uint32_t max_tokens;    /* 0 = not given (the replica's default applies) */
+    uint32_t sim_tokens;    /* sim_completion_tokens: generate this many (at most
+                               max_tokens when given), as an engine stops at its end of
+                               sequence; 0 = not given */
     uint64_t prompt_bytes;  /* message contents or prompt strings */
     uint32_t prompt_tokens; /* prompt_bytes / 4 (or token ids counted), at least 1 */
     uint64_t *block_keys;   /* prefix-cache keys of the prompt's whole blocks */
@@ -74,6 +77,7 @@ struct lg_sim_api_resp {
     uint32_t prompt_tokens;
     uint32_t completion_tokens;
     uint64_t seed;
+    bool stopped; /* ended before max_tokens: finish_reason "stop", else "length" */
 };
 
 /*

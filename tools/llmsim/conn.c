@@ -273,13 +273,18 @@ static void
 conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
 {
     struct lg_sim *sim = c->sim;
-    uint32_t max_tokens;
+    uint32_t max_tokens, tokens;
 
     sim->counters.requests++;
     if (conn_status_fault(c) || !conn_parse_api(c, kind)) {
         return;
     }
     max_tokens = c->api.max_tokens ? c->api.max_tokens : sim->conf->max_tokens_default;
+    tokens = max_tokens;
+    if (c->api.sim_tokens != 0) { /* as an engine stops at its end of sequence */
+        tokens =
+            c->api.max_tokens ? LG_MIN(c->api.sim_tokens, c->api.max_tokens) : c->api.sim_tokens;
+    }
     c->stream = c->api.stream;
     c->include_usage = c->api.stream && c->api.include_usage;
     c->resp = (struct lg_sim_api_resp){
@@ -288,13 +293,14 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
         .created = (int64_t)time(NULL),
         .model_json = c->model->json,
         .prompt_tokens = c->api.prompt_tokens,
-        .completion_tokens = max_tokens,
+        .completion_tokens = tokens,
         .seed = sim->conf->seed,
+        .stopped = c->api.sim_tokens != 0 && (c->api.max_tokens == 0 || tokens < max_tokens),
     };
     memset(&c->seq, 0, sizeof(c->seq));
     c->seq.owner = c;
     c->seq.prompt_tokens = c->api.prompt_tokens;
-    c->seq.max_tokens = max_tokens;
+    c->seq.max_tokens = tokens;
     c->seq.block_keys = c->api.block_keys;
     c->seq.nblocks = c->api.nblocks;
     c->state = LG_SIM_CONN_ST_GENERATE;

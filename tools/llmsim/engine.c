@@ -27,6 +27,12 @@ const double lg_sim_ttft_buckets[LG_SIM_TTFT_BUCKETS] = {
 
 static void engine_on_step(evutil_socket_t fd, short what, void *arg);
 
+double
+lg_sim_gen_bucket(size_t b)
+{
+    return 2048 / 100.0 * (double)(b + 1);
+}
+
 /* ---- shared state ---------------------------------------------------------- */
 
 static void
@@ -293,6 +299,13 @@ engine_end_step(struct lg_sim_engine *e)
             engine_note_first_token(e, seq, now);
         }
         if (last) {
+            size_t b = 0;
+
+            while (b < LG_SIM_GEN_BUCKETS && seq->generated > lg_sim_gen_bucket(b)) {
+                b++;
+            }
+            e->stats.gen_counts[b]++;
+            e->stats.completed_tokens += seq->generated;
             engine_release(e, seq);
             e->stats.completed++;
         }
