@@ -7,10 +7,12 @@ are real work on the CPU, several requests share one batched context.
 Each case starts its replicas (one CPU thread each, pinned to separate CPUs
 where there are two) and the gateway, and checks:
 
+- the engine writes /metrics and chat streams as llama.cpp's server does
+  (the fixtures taken from its source, tests/fixtures/engines/llamacpp);
 - a greedy (temperature 0) answer through the gateway, streamed and not, and
   from the legacy completions endpoint, is byte for byte the replica's own
-  answer to the same request sent directly (but for the id and the created
-  time, new in every answer);
+  answer to the same request sent directly (but for the id, the created
+  time and the timings, new in every answer);
 - the openai npm client works through the gateway against the engine;
 - a client leaving mid-stream stops the generation on the engine: its own
   llama_decode() counter stops and its predicted-token counter grows by what
@@ -70,12 +72,18 @@ if UNAVAILABLE:
 
 _ID = re.compile(rb'"id":"[^"]*"')
 _CREATED = re.compile(rb'"created":\d+')
+_TIMINGS = re.compile(rb'"timings":\{[^}]*\}')
 
 
 def normalized(body):
-    """An answer with its id and created time blanked: all that differs
-    between two answers to one greedy request."""
-    return _CREATED.sub(b'"created":0', _ID.sub(b'"id":""', body))
+    """An answer with its id, created time and timings blanked: all that
+    differs between two answers to one greedy request."""
+    return _TIMINGS.sub(b'"timings":{}', _CREATED.sub(b'"created":0', _ID.sub(b'"id":""', body)))
+
+
+FIXTURES = os.path.join(harness.SRC, "tests", "fixtures", "engines", "llamacpp")
+# a value as C++'s `ostream << double` writes it: 6 significant digits
+_CPP_DOUBLE = re.compile(r"^-?(0|[1-9]\d{0,5}|\d+\.\d{1,6}|\d(\.\d{1,5})?e[+-]\d{2,3})$")
 
 
 @unittest.skipIf(UNAVAILABLE, UNAVAILABLE or "")
@@ -112,6 +120,44 @@ class RealEngineTest(Harness):
 
     def log(self, n=None):
         return read_access_log(self.path("access.log"), n, timeout=30 * harness.SLOW)
+
+    # ---- llama.cpp's own wire format -------------------------------------------------
+
+    def test_engine_writes_as_llamacpp(self):
+        port = self.engine("r1")
+        body = chat_body(content="Hello", max_tokens=3, temperature=0, stream=True,
+                         stream_options={"include_usage": True})
+        status, _, data = http_request(port, "POST", "/v1/chat/completions", body)
+        self.assertEqual(status, 200)
+        # its /metrics: line for line the HELP and TYPE lines, names and value
+        # format of llama.cpp's server (the fixture from its source)
+        with open(os.path.join(FIXTURES, "metrics_with_kv.prom")) as f:
+            want = f.read().splitlines()
+        status, hdrs, got = http_request(port, "GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertEqual(hdrs["content-type"], "text/plain; version=0.0.4")
+        got = got.decode().splitlines()
+        self.assertEqual(len(got), len(want))
+        for g, w in zip(got, want):
+            if w.startswith("#"):
+                self.assertEqual(g, w)
+            else:
+                self.assertEqual(g.split()[0], w.split()[0])
+                self.assertRegex(g.split()[1], _CPP_DOUBLE, g)
+        self.assertEqual(metric(harness.parse_prometheus("\n".join(got)),
+                                "llamacpp:tokens_predicted_total"), 3)
+        # its stream: each chunk's keys in the order llama.cpp writes them
+        with open(os.path.join(FIXTURES, "chat_stream.sse"), "rb") as f:
+            ref = [json.loads(e) for e in harness.sse_events(f.read())[:-1]]
+        mine = [json.loads(e) for e in harness.sse_events(data)[:-1]]
+        self.assertEqual(harness.sse_events(data)[-1], "[DONE]")
+        for a, b in ((mine[0], ref[0]), (mine[1], ref[1]), (mine[-2], ref[-2]),
+                     (mine[-1], ref[-1])):
+            self.assertEqual(list(a), list(b))
+            self.assertEqual([list(c) for c in a["choices"]], [list(c) for c in b["choices"]])
+        self.assertEqual(list(mine[-1]["usage"]), list(ref[-1]["usage"]))
+        self.assertEqual(list(mine[-1]["timings"]), list(ref[-1]["timings"]))
+        self.assertRegex(mine[0]["id"], r"^chatcmpl-[A-Za-z0-9]{32}$")
 
     # ---- the same bytes as the engine's own ---------------------------------------
 

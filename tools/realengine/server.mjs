@@ -144,7 +144,7 @@ const metrics = {
     // since the last /metrics request (llama.cpp resets this "bucket" then)
     n_prompt_tokens_processed: 0, t_prompt_processing: 0,
     n_tokens_predicted: 0, t_tokens_generation: 0,
-    n_decode_total: 0, n_busy_slots_total: 0, n_tokens_max: 0,
+    n_decode_total: 0, n_busy_slots_total: 0,
 };
 
 // Each llama_decode() call: counted, and logged with its size and duration
@@ -175,7 +175,6 @@ const stepLog = opt["step-log"] ? fs.createWriteStream(opt["step-log"], { flags:
                 metrics.n_decode_total++;
                 metrics.n_busy_slots_total += busySlots();
                 if (step) {
-                    metrics.n_tokens_max = Math.max(metrics.n_tokens_max, step.tokens);
                     if (stepLog) {
                         stepLog.write(JSON.stringify({ t: +(t0 / 1000).toFixed(6), ms: +ms.toFixed(3),
                                                        tokens: step.tokens, seqs: step.seqs,
@@ -222,13 +221,14 @@ function kvCells() {
 function metricsText() {
     const m = metrics;
     const defs = [
-        // counters, then gauges: llama.cpp emits its JSON table's keys in order
+        // llama.cpp's server with its KV gauges (examples/server/server.cpp,
+        // handle_metrics: the "counter" then the "gauge" entries of one table;
+        // tests/fixtures/engines/llamacpp/metrics_with_kv.prom)
         ["prompt_tokens_total", "Number of prompt tokens processed.", "counter", m.n_prompt_tokens_processed_total],
         ["prompt_seconds_total", "Prompt process time", "counter", Math.floor(m.t_prompt_processing_total) / 1e3],
         ["tokens_predicted_total", "Number of generation tokens processed.", "counter", m.n_tokens_predicted_total],
         ["tokens_predicted_seconds_total", "Predict process time", "counter", Math.floor(m.t_tokens_generation_total) / 1e3],
         ["n_decode_total", "Total number of llama_decode() calls", "counter", m.n_decode_total],
-        ["n_tokens_max", "Largest observed n_tokens.", "counter", m.n_tokens_max],
         ["n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", "counter",
          Math.fround(m.n_busy_slots_total / Math.max(m.n_decode_total, 1))],
         ["prompt_tokens_seconds", "Average prompt throughput in tokens/s.", "gauge",
@@ -321,7 +321,14 @@ async function run(slot, job) {
     metrics.t_tokens_generation += genMs;
     log(`${job.id} prompt=${job.tokens.length} tokens=${n} prefill_ms=${promptMs.toFixed(1)} ` +
         `decode_ms=${genMs.toFixed(1)}${job.aborted ? " aborted" : ""}`);
-    job.done(finish, n);
+    job.done(finish, n, {
+        // llama.cpp's result timings (server_task_result_cmpl_final)
+        cache_n: 0, prompt_n: job.tokens.length, prompt_ms: promptMs,
+        prompt_per_token_ms: promptMs / job.tokens.length,
+        prompt_per_second: 1e3 * job.tokens.length / promptMs,
+        predicted_n: n, predicted_ms: genMs,
+        predicted_per_token_ms: n ? genMs / n : 0, predicted_per_second: genMs ? 1e3 * n / genMs : 0,
+    });
 }
 
 // ---- HTTP -------------------------------------------------------------------
@@ -392,6 +399,14 @@ function numField(body, name, def) {
 
 let seqNo = 0;
 
+// llama.cpp's random_string(): ids of 32 letters and digits
+function randomString(n) {
+    const abc = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let out = "";
+    for (const b of crypto.randomBytes(n)) out += abc[b % abc.length];
+    return out;
+}
+
 function handleCompletion(req, res, body, chat) {
     let prompt;
     if (chat) {
@@ -412,7 +427,7 @@ function handleCompletion(req, res, body, chat) {
     }
     const stream = body.stream === true;
     const includeUsage = stream && body.stream_options && body.stream_options.include_usage === true;
-    const id = (chat ? "chatcmpl-" : "cmpl-") + crypto.randomBytes(16).toString("base64url").slice(0, 22);
+    const id = (chat ? "chatcmpl-" : "cmpl-") + randomString(32);
     const created = Math.floor(Date.now() / 1000);
     const modelName = typeof body.model === "string" ? body.model : alias;
     const fingerprint = "b-realengine";
@@ -439,11 +454,11 @@ function handleCompletion(req, res, body, chat) {
             sse(chunk([chat ? { finish_reason: null, index: 0, delta: { content: piece } }
                             : { text: piece, index: 0, logprobs: null, finish_reason: null }]));
         };
-        job.done = (finish, n) => {
+        job.done = (finish, n, timings) => {
             if (job.aborted) return;
             sse(chunk([chat ? { finish_reason: finish, index: 0, delta: {} }
                             : { text: "", index: 0, logprobs: null, finish_reason: finish }]));
-            if (includeUsage) sse(chunk([], { usage: usage(n) }));
+            if (includeUsage) sse(chunk([], { usage: usage(n), timings }));
             res.end("data: [DONE]\n\n");
         };
     } else {
