@@ -80,6 +80,8 @@ struct lg_conf_field {
     const char *const *names;        /* ENUM values */
     const struct lg_conf_table *sub; /* OBJECT, OBJARRAY */
     const char *shorthand;           /* OBJECT, OBJARRAY: a string stands for {shorthand: s} */
+    bool off_false;                  /* OBJECT: false turns it off (its strings NULL), true
+                                        means its defaults */
     const char *unless;              /* required, unless this sibling key is present */
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
@@ -1224,8 +1226,18 @@ conf_set_object(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, 
         }
         return;
     }
+    if (f->off_false && json_is_boolean(v)) {
+        if (json_is_false(v)) {
+            conf_free_fields(f->sub, sub); /* off: every string NULL */
+        }
+        return;
+    }
     if (!json_is_object(v)) {
-        conf_type_error(ctx, f->shorthand != NULL ? "a string or an object" : "an object", v);
+        conf_type_error(ctx,
+                        f->off_false    ? "a string, an object or false"
+                        : f->shorthand ? "a string or an object"
+                                       : "an object",
+                        v);
         return;
     }
     conf_object(ctx, f->sub, v, sub);
@@ -1689,7 +1701,7 @@ static const struct lg_conf_table conf_routing_table = { sizeof(struct lg_routin
 
 #define AL(f) offsetof(struct lg_access_log_conf, f)
 static const struct lg_conf_field conf_access_log_fields[] = {
-    { "path", LG_CONF_STR, AL(path), .required = true },
+    { "path", LG_CONF_STR, AL(path), .def_str = "-" },
     { "flush", LG_CONF_DURATION, AL(flush_ms), .def = CONF_S(1), .min = 0, .max = CONF_M(1) },
     { "buffer", LG_CONF_SIZE, AL(buffer_bytes), .def = CONF_KIB(64), .min = CONF_KIB(4),
       .max = CONF_MIB(64) },
@@ -1863,7 +1875,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS },
     { "log_level", LG_CONF_ENUM, CF(log_level), .def = LG_LOG_INFO, .names = conf_log_levels },
     { "access_log", LG_CONF_OBJECT, CF(access_log), .sub = &conf_access_log_table,
-      .shorthand = "path" },
+      .shorthand = "path", .off_false = true },
     { "timeouts", LG_CONF_OBJECT, CF(timeouts), .sub = &conf_timeouts_table },
     { "limits", LG_CONF_OBJECT, CF(limits), .sub = &conf_limits_table },
     { "routing", LG_CONF_OBJECT, CF(routing), .sub = &conf_routing_table },

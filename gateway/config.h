@@ -131,7 +131,7 @@ struct lg_routing_conf {
 };
 
 struct lg_access_log_conf {
-    char *path;            /* "-" = stdout; NULL = off */
+    char *path;            /* "-" = stdout (the default); NULL = off ("access_log": false) */
     uint64_t flush_ms;     /* flush interval */
     size_t buffer_bytes;   /* per-worker buffer; a full buffer flushes early */
 };

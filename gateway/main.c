@@ -9,6 +9,7 @@
  * Exit codes: 0 clean, 1 runtime failure, 2 bad usage or bad config.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -139,6 +140,30 @@ main_tune_malloc(void)
     mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 #endif
+}
+
+/*
+ * Opens /dev/null where standard input, output or error is closed, so that no
+ * file or socket opened later takes their numbers and receives the access
+ * log or the error log. Returns a mask of the closed ones (1 << fd).
+ */
+static unsigned
+main_open_std_fds(void)
+{
+    unsigned closed = 0;
+
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nul = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+
+            closed |= 1u << fd;
+            if (nul >= 0 && nul != fd) {
+                dup2(nul, fd);
+                close(nul);
+            }
+        }
+    }
+    return closed;
 }
 
 static void
@@ -287,7 +312,7 @@ main_write_ready(const char *ready_file, const char *line)
 }
 
 static int
-main_run(const char *path, const char *ready_file)
+main_run(const char *path, const char *ready_file, unsigned closed_fds)
 {
     struct lg_config_errors errs = { 0 };
     struct lg_gateway gw;
@@ -323,6 +348,11 @@ main_run(const char *path, const char *ready_file)
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
         goto out_fleet;
+    }
+    if ((closed_fds & (1u << STDOUT_FILENO)) && gw.conf->access_log.path != NULL
+        && strcmp(gw.conf->access_log.path, "-") == 0) {
+        LG_WARN("standard output was closed: the access log (\"access_log\": \"-\", the "
+                "default) goes nowhere; set \"access_log\" to a file, or to false");
     }
     bound = lg_xcalloc(gw.conf->nlisten, sizeof(*bound));
     if (lg_listener_open(&gw, bound) != LG_OK) {
@@ -427,6 +457,7 @@ main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     const char *config = NULL, *check = NULL, *ready = NULL, *probe_url = NULL;
+    unsigned closed_fds = main_open_std_fds();
     bool probe = false;
     int ch;
 
@@ -483,5 +514,5 @@ main(int argc, char **argv)
         fprintf(stderr, "llmgate: libevent has no pthreads support\n");
         return 1;
     }
-    return main_run(config, ready);
+    return main_run(config, ready, closed_fds);
 }

@@ -146,7 +146,7 @@ test_defaults(void)
     LG_CHECK(c != NULL);
     LG_CHECK(c->workers == (uint32_t)LG_MIN(LG_MAX(cpus, 1), 256));
     LG_CHECK(c->log_level == LG_LOG_INFO);
-    LG_CHECK(c->access_log.path == NULL);
+    LG_CHECK_STR(c->access_log.path, "-"); /* one line per request on stdout */
     LG_CHECK(c->access_log.flush_ms == 1000 && c->access_log.buffer_bytes == 65536);
     LG_CHECK(c->timeouts.client_header_ms == 10000);
     LG_CHECK(c->timeouts.client_body_ms == 30000);
@@ -338,9 +338,12 @@ test_wrong_type(void)
                               "t.json:2:39: error: /routing/retry/budget_ratio: expected a "
                               "number, got a string")
              == 0);
-    LG_CHECK(expect_top_error("\"access_log\": true,", "t.json:2:15: error: /access_log: "
-                                                       "expected a string or an object, got a "
-                                                       "boolean")
+    LG_CHECK(expect_top_error("\"access_log\": 1,", "t.json:2:15: error: /access_log: "
+                                                    "expected a string, an object or false, got "
+                                                    "an integer")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": false,", "t.json:2:10: error: /admin: expected a "
+                                                  "string or an object, got a boolean")
              == 0);
     LG_CHECK(expect_top_error("\"routing\": {\"options\": [1]},",
                               "t.json:2:24: error: /routing/options: expected an object, got an "
@@ -562,9 +565,6 @@ test_missing_required(void)
     LG_CHECK(expect_errors("\n {\"workers\": 1}",
                            "t.json:2:2: error: /: missing required key \"listen\"",
                            "t.json:2:2: error: /: missing required key \"backends\"", NULL)
-             == 0);
-    LG_CHECK(expect_top_error("\"access_log\": {\"flush\": \"1s\"},",
-                              "t.json:2:15: error: /access_log: missing required key \"path\"")
              == 0);
     LG_CHECK(expect_top_error("\"admin\": {\"token\": \"t\"},",
                               "t.json:2:10: error: /admin: missing required key \"listen\"")
@@ -840,6 +840,46 @@ test_strings_checked(void)
     return 0;
 }
 
+/* The access log: stdout unless turned off with false; true and {} mean the default. */
+static int
+test_access_log(void)
+{
+    static const struct {
+        const char *value;
+        const char *path; /* NULL: off */
+        uint64_t flush_ms;
+    } cases[] = {
+        { "false", NULL, 1000 },
+        { "true", "-", 1000 },
+        { "{}", "-", 1000 },
+        { "{\"flush\": \"250ms\"}", "-", 250 },
+        { "\"/var/log/a.log\"", "/var/log/a.log", 1000 },
+        { "{\"path\": \"b.log\", \"flush\": 0}", "b.log", 0 },
+    };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        char extra[128];
+        char *text;
+        struct lg_config_errors errs;
+        struct lg_config *c;
+
+        snprintf(extra, sizeof(extra), "\"access_log\": %s,", cases[i].value);
+        text = with_top(extra);
+        c = load(text, &errs);
+        free(text);
+        lg_config_errors_print(&errs, stderr);
+        LG_CHECK(c != NULL);
+        if (cases[i].path == NULL) {
+            LG_CHECK(c->access_log.path == NULL);
+        } else {
+            LG_CHECK_STR(c->access_log.path, cases[i].path);
+        }
+        LG_CHECK(c->access_log.flush_ms == cases[i].flush_ms);
+        lg_config_unref(c);
+    }
+    return 0;
+}
+
 static int
 test_null_means_default(void)
 {
@@ -853,7 +893,8 @@ test_null_means_default(void)
     free(text);
     lg_config_errors_print(&errs, stderr);
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers >= 1 && c->access_log.path == NULL && c->admin.listen == NULL);
+    LG_CHECK(c->workers >= 1 && c->admin.listen == NULL);
+    LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK(c->routing.policy == NULL); /* the router's default: ttft */
     lg_config_unref(c);
     return 0;
@@ -1038,6 +1079,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_null_means_default, test_routing_pipeline, test_disabled_backends,
+             test_access_log, test_null_means_default, test_routing_pipeline, test_disabled_backends,
              test_health_cross_check, test_example_files, test_io_error, test_refcount,
              test_no_resolve_flag)
