@@ -101,6 +101,41 @@ class AuthTest(Harness):
                                     headers=bearer(KEY_B))
         self.assertEqual(status, 200)
 
+    def test_a_duplicate_model_key_cannot_reach_another_model(self):
+        """A key allowed model m only sends "model" twice (an engine may read the first,
+        the gateway the last): refused with 400 naming the key, whatever the order or
+        escape, and nothing reaches the backend."""
+        _, gw = self.gateway(args=FAST)
+        head = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, '
+        bodies = [
+            head + '"model": "m", "stream": false, "model": "x"}',
+            head + '"model": "x", "stream": false, "model": "m"}',
+            head + '"model": "x", "mod\\u0065l": "m"}',
+            '{"model": "m", "stream": false, "messages": [], "stream": true}',
+        ]
+        for i, body in enumerate(bodies):
+            status, _, data = http_request(gw, "POST", "/v1/chat/completions", body.encode(),
+                                           headers=dict(bearer(KEY_A),
+                                                        **{"Content-Type": "application/json",
+                                                           "X-Request-Id": "dup-%d" % i}))
+            self.assertEqual(status, 400, body)
+            err = json.loads(data)["error"]
+            self.assertEqual((err["code"], err["type"], err["param"]),
+                             ("duplicate_key", "invalid_request_error",
+                              "stream" if i == 3 else "model"), body)
+            self.assertIn("more than once", err["message"])
+        self.assertEqual(self.rec.connections, 0, "a body with a duplicate key was forwarded")
+        # the key still works, and is still refused model x when it asks plainly
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(model="x"),
+                                      headers=bearer(KEY_A))
+        self.assertEqual(status, 403, obj)
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                      headers=bearer(KEY_A))
+        self.assertEqual(status, 200, obj)
+        log = {r["id"]: r for r in read_log(self.path("access.log"), 6)}
+        self.assertEqual((log["dup-1"]["status"], log["dup-1"]["error"], log["dup-1"]["key"]),
+                         (400, "duplicate_key", "team-a"))
+
     def test_concurrency_limit(self):
         _, gw = self.gateway()
         s = self.stream(gw, "POST", "/v1/chat/completions",
