@@ -1,7 +1,7 @@
 """API keys: Authorization: Bearer KEY checked against a keys file of SHA-256
 hashes; 401/403/429; the key's name (never the key) in the access log; the
 client's Authorization never forwarded (a backend's own key is sent
-instead); keys re-read on SIGHUP.
+instead); keys re-read on SIGHUP, from a new path when the file names one.
 """
 
 import hashlib
@@ -236,6 +236,52 @@ class AuthTest(Harness):
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1),
                                     headers=bearer(KEY_NEW))
         self.assertEqual(status, 200)
+
+    def test_keys_file_path_changes_on_sighup(self):
+        gwp, gw = self.gateway(args=FAST)
+        with open(self.path("llmgate.json")) as f:
+            conf = json.load(f)
+        other = self.path("keys-2.json")
+        with open(other, "w") as f:
+            json.dump({"keys": [{"name": "new", "sha256": sha(KEY_NEW), "models": "*"}]}, f)
+        conf["auth"] = {"keys_file": other}
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"keys: 1 keys loaded from .*keys-2\.json \(a new keys file\)", start=n)
+        gwp.wait_for(r"configuration reloaded", start=n)
+
+        def status_of(key):
+            return post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1),
+                             headers=bearer(key))[0]
+        self.assertEqual((status_of(KEY_NEW), status_of(KEY_A)), (200, 401))
+        # a file naming a third keys file, refused for another reason: the keys stay
+        third = self.path("keys-3.json")
+        with open(third, "w") as f:
+            json.dump({"keys": [{"name": "a", "sha256": sha(KEY_A), "models": "*"}]}, f)
+        refused = dict(conf, auth={"keys_file": third}, workers=3)
+        self.write_config(refused)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"configuration reload refused", start=n)
+        self.assertEqual((status_of(KEY_NEW), status_of(KEY_A)), (200, 401))
+        # and it is keys-2.json that the next reload re-reads
+        with open(other, "w") as f:
+            json.dump({"keys": [{"name": "new", "sha256": sha(KEY_NEW), "models": "*"},
+                                {"name": "b", "sha256": sha(KEY_B), "models": "*"}]}, f)
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"keys: 2 keys loaded from .*keys-2\.json$", start=n)
+        self.assertEqual(status_of(KEY_B), 200)
+        # auth cannot be turned off by a reload: it says so, and what to do
+        del conf["auth"]
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"error: /auth: API keys cannot be turned off on reload .*restart llmgate",
+                     start=n)
+        self.assertEqual(status_of(KEY_A), 401)
 
     def test_bad_keys_file_stops_the_start_with_positions(self):
         with open(self.keys_path, "w") as f:
