@@ -59,6 +59,7 @@ main_usage(FILE *f)
             "  -c, --config FILE        run with this JSON configuration\n"
             "  -t, --check-config FILE  validate FILE, print every error as\n"
             "                           FILE:LINE:COL: error: /pointer: message; exit 0 or 2\n"
+            "                           (risky settings: FILE:LINE:COL: warning: ...; exit 0)\n"
             "      --ready-file FILE    once listening, write the bound addresses there\n"
             "      --probe[=URL]        health check (containers): GET URL, or /healthz on\n"
             "                           FILE's first plain listen address; exit 0 on 2xx\n"
@@ -111,9 +112,13 @@ main_check_config(const char *path)
         printf("%s: %zu API keys\n", conf->auth.keys_file, lg_keys_count(keys));
         lg_keys_free(keys);
     }
+    for (size_t i = 0; i < conf->nwarnings; i++) {
+        fprintf(stderr, "%s\n", conf->warnings[i]);
+    }
     printf("%s: configuration is valid (%zu backends, %zu discovered through DNS, %zu listen "
-           "addresses)\n",
-           path, conf->nbackends, conf->ntemplates, conf->nlisten);
+           "addresses%s%zu warning%s)\n",
+           path, conf->nbackends, conf->ntemplates, conf->nlisten, ", ", conf->nwarnings,
+           conf->nwarnings == 1 ? "" : "s");
     lg_config_unref(conf);
     return 0;
 }
@@ -332,6 +337,9 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         return 2;
     }
     __atomic_store_n(&lg_log_threshold, gw.conf->log_level, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < gw.conf->nwarnings; i++) {
+        LG_WARN("%s", gw.conf->warnings[i]);
+    }
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     pthread_mutex_init(&gw.fleet_lock, NULL);

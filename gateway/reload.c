@@ -398,6 +398,9 @@ reload_file(struct lg_reload *r)
         }
         lg_config_errors_free(&errs);
     } else {
+        for (size_t i = 0; i < conf->nwarnings; i++) {
+            LG_WARN("%s", conf->warnings[i]);
+        }
         reload_check_fixed(gw->conf, conf, errors);
         if (evbuffer_get_length(errors) == 0) {
             reload_prepare_tls(r, conf, errors);

@@ -840,6 +840,144 @@ test_strings_checked(void)
     return 0;
 }
 
+/* Loads text, which must load with exactly the warnings given (NULL-terminated). */
+static int
+expect_warnings(const char *text, ...)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c = load(text, &errs);
+    const char *want;
+    size_t i = 0;
+    int failed = 0;
+    va_list ap;
+
+    if (c == NULL) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return 1;
+    }
+    va_start(ap, text);
+    while ((want = va_arg(ap, const char *)) != NULL) {
+        if (i >= c->nwarnings || strcmp(c->warnings[i], want) != 0) {
+            fprintf(stderr, "warning %zu:\n  got:      %s\n  expected: %s\n", i,
+                    i < c->nwarnings ? c->warnings[i] : "(none)", want);
+            failed = 1;
+        }
+        i++;
+    }
+    va_end(ap);
+    if (i != c->nwarnings) {
+        fprintf(stderr, "got %zu warnings, expected %zu\n", c->nwarnings, i);
+        for (size_t k = 0; k < c->nwarnings; k++) {
+            fprintf(stderr, "  %s\n", c->warnings[k]);
+        }
+        failed = 1;
+    }
+    lg_config_unref(c);
+    return failed;
+}
+
+/*
+ * Risky but valid settings warn, at their position: an admin listener open
+ * beyond loopback without a token, a backend listed twice, a timeout so long
+ * it is practically none. The defaults and safe variants do not.
+ */
+static int
+test_warnings(void)
+{
+    static const char backends2[] =
+        "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
+        "  {\"name\": \"r2\", \"url\": \"HTTP://127.0.0.1:9001/\", \"models\": [\"m\"]}]}";
+    char text[1024];
+
+    LG_CHECK(expect_warnings(minimal, NULL) == 0);
+    snprintf(text, sizeof(text), "{\"listen\": \":0\", \"admin\": \"*:9090\",\n%s", backends2);
+    LG_CHECK(expect_warnings(
+                 text,
+                 "t.json:1:27: warning: /admin: the admin listener is on \"*:9090\", not loopback, "
+                 "without a token: whoever reaches it can drain backends, reload and read the "
+                 "fleet; set admin.token (then /admin/ and /metrics need it) or listen on "
+                 "127.0.0.1",
+                 "t.json:3:25: warning: /backends/1/url: the same URL as /backends/0 (\"r1\"): one "
+                 "engine counted as two backends gets twice its share, and neither sees its "
+                 "whole load; list it once (\"weight\" gives it a larger share)",
+                 NULL)
+             == 0);
+    /* the object form points at its listen key; a token or a loopback address: no warning */
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": {\"listen\": \"[::]:0\"},\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             "t.json:1:38: warning: /admin/listen: the admin listener is on "
+                             "\"[::]:0\", not loopback, without a token: whoever reaches it can "
+                             "drain backends, reload and read the fleet; set admin.token (then "
+                             "/admin/ and /metrics need it) or listen on 127.0.0.1",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"admin\": {\"listen\": \":9090\", \"token\": \"t\"},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+                 "[\"m\"]}]}",
+                 NULL)
+             == 0);
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"127.0.0.2:0\", \"peers\": [],\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"[::1]:0\",\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             NULL)
+             == 0);
+    /* another port, prefix or scheme is another URL; a disabled twin is no twin */
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"backends\": [\n"
+                 " {\"name\": \"a\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"b\", \"url\": \"http://127.0.0.1:2\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"c\", \"url\": \"http://127.0.0.1:1/v2\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"d\", \"url\": \"https://127.0.0.1:1\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"e\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"], "
+                 "\"enabled\": false}]}",
+                 NULL)
+             == 0);
+    /* timeouts: at their thresholds nothing, above them practically none */
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"timeouts\": {\"client_header\": \"1m\", \"client_body\": "
+                 "\"5m\", \"client_idle\": \"10m\", \"upstream_connect\": \"1m\", \"stream_idle\": "
+                 "\"10m\", \"client_stall\": \"10m\", \"first_byte\": \"1h\", \"total\": 0},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+                 "[\"m\"]}]}",
+                 NULL)
+             == 0);
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"timeouts\": {\n"
+                 "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
+                 "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+                 "[\"m\"]}]}",
+                 "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
+                 "client may hold a connection that long before its request is complete "
+                 "(slowloris); the default is 10s",
+                 "t.json:2:42: warning: /timeouts/client_body: 1h is practically no timeout: a "
+                 "client may hold a connection that long between two pieces of its body; the "
+                 "default is 30s",
+                 "t.json:2:63: warning: /timeouts/client_idle: 11m is practically no timeout: idle "
+                 "keep-alive connections stay open that long, each counted against "
+                 "limits.max_connections; the default is 75s",
+                 "t.json:3:23: warning: /timeouts/upstream_connect: 2m is practically no timeout: a "
+                 "backend that does not answer holds each request that long before a retry; the "
+                 "default is 3s",
+                 "t.json:3:44: warning: /timeouts/stream_idle: 1h is practically no timeout: a "
+                 "stalled engine keeps each of its streams, and the client, that long; the "
+                 "default is 2m",
+                 "t.json:3:66: warning: /timeouts/client_stall: 30m is practically no timeout: a "
+                 "client that reads nothing keeps its stream, and a slot of the engine, that "
+                 "long; the default is 1m",
+                 NULL)
+             == 0);
+    return 0;
+}
+
 /* The access log: stdout unless turned off with false; true and {} mean the default. */
 static int
 test_access_log(void)
@@ -1012,12 +1150,14 @@ test_example_files(void)
     LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK_STR(c->admin.listen, "127.0.0.1:9090");
     LG_CHECK(json_is_object(c->routing.policy_options));
+    LG_CHECK(c->nwarnings == 0); /* the examples show safe settings */
     lg_config_unref(c);
 
     snprintf(path, sizeof(path), "%s/conf/minimal.json", src);
     c = NULL;
     LG_CHECK(lg_config_load(path, &c, &errs) == LG_OK && c != NULL);
     LG_CHECK(c->nbackends == 2 && c->nlisten == 1);
+    LG_CHECK(c->nwarnings == 0);
     lg_config_unref(c);
     return 0;
 }
@@ -1079,6 +1219,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_access_log, test_null_means_default, test_routing_pipeline, test_disabled_backends,
+             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline, test_disabled_backends,
              test_health_cross_check, test_example_files, test_io_error, test_refcount,
              test_no_resolve_flag)
