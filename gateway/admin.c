@@ -666,7 +666,11 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
     }
     fd = admin_socket(ac, bound);
     if (fd < 0) {
-        LG_ERROR("admin: cannot listen on %s: %s", ac->listen, strerror(errno));
+        char hint[256];
+        int err = errno;
+
+        LG_ERROR("admin: cannot listen on %s: %s; %s", ac->listen, strerror(err),
+                 lg_errno_hint(err, "\"admin\"", hint, sizeof(hint)));
         return LG_EIO;
     }
     a = lg_xcalloc(1, sizeof(*a));

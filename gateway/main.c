@@ -308,7 +308,9 @@ main_write_ready(const char *ready_file, const char *line)
     }
     f = fopen(ready_file, "w");
     if (f == NULL) {
-        LG_ERROR("cannot write %s: %s", ready_file, strerror(errno));
+        LG_ERROR("cannot write the ready file %s: %s; check that its folder exists and is "
+                 "writable",
+                 ready_file, strerror(errno));
         return LG_EIO;
     }
     fprintf(f, "%s\n", line);

@@ -10,6 +10,7 @@ and at start.
 import json
 import re
 import signal
+import socket
 import subprocess
 import urllib.parse
 
@@ -104,7 +105,7 @@ class AdminTest(Harness):
         self.assertEqual(json.loads(data)["backends"][0]["health"], "up")
 
 
-class WarningsTest(Harness):
+class OperatorMessagesTest(Harness):
 
     def test_risky_settings_warn_in_check_config_and_at_start(self):
         _, port = self.start_llmsim("r1", args=FAST)
@@ -141,6 +142,23 @@ class WarningsTest(Harness):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual((out.returncode, out.stderr), (0, ""))
         self.assertIn("0 warnings)", out.stdout)
+
+    def test_a_taken_port_says_what_to_do(self):
+        """A port another process holds (without SO_REUSEPORT): the start fails (exit 1)
+        with the reason and what to do, for the listen address and the admin one."""
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        self.addCleanup(held.close)
+        port = held.getsockname()[1]
+        for key, conf in (("\"listen\"", self.base_config([], listen="127.0.0.1:%d" % port)),
+                          ("\"admin\"", self.base_config([], admin="127.0.0.1:%d" % port))):
+            conf["backends"] = [{"name": "r1", "url": "http://127.0.0.1:1", "models": ["m"]}]
+            p = self.start([harness.binary("llmgate"), "-c", self.write_config(conf)])
+            self.assertEqual(p.wait(30), 1, p.output())
+            self.assertRegex(p.output(), r"cannot listen on 127\.0\.0\.1:%d: Address already in "
+                                         r"use; another process listens there: stop it, or "
+                                         r"choose another port in %s" % (port, re.escape(key)))
 
 
 if __name__ == "__main__":
