@@ -159,8 +159,8 @@ health_check_result(struct health_target *t, bool ok, int code)
         char why[256];
 
         __atomic_store_n(&b->health, LG_BACKEND_DOWN, __ATOMIC_RELAXED);
-        LG_WARN("backend %s is down (%u checks of %s failed, last: %s)", b->name, t->fail_run,
-                b->conf.health_path, health_outcome(t, code, "health_path", why, sizeof(why)));
+        LG_WARN("backend %s is down (%u checks failed, last: %s)", b->name, t->fail_run,
+                health_outcome(t, code, "health_path", why, sizeof(why)));
     }
     t->why[0] = '\0';
     t->why_tls = false;

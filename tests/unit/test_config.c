@@ -27,15 +27,39 @@ load(const char *text, struct lg_config_errors *errs)
     return c;
 }
 
+/* Compares the n messages got with the NULL-terminated list ap; 0 when the same. */
+static int
+expect_msgs(const char *what, char *const *got, size_t n, va_list ap)
+{
+    const char *want;
+    size_t i = 0;
+    int failed = 0;
+
+    while ((want = va_arg(ap, const char *)) != NULL) {
+        if (i >= n || strcmp(got[i], want) != 0) {
+            fprintf(stderr, "%s %zu:\n  got:      %s\n  expected: %s\n", what, i,
+                    i < n ? got[i] : "(none)", want);
+            failed = 1;
+        }
+        i++;
+    }
+    if (i != n) {
+        fprintf(stderr, "got %zu %ss, expected %zu:\n", n, what, i);
+        for (size_t k = 0; k < n; k++) {
+            fprintf(stderr, "  %s\n", got[k]);
+        }
+        failed = 1;
+    }
+    return failed;
+}
+
 /* Loads text, which must fail with exactly the messages given (NULL-terminated). */
 static int
 expect_errors(const char *text, ...)
 {
     struct lg_config_errors errs;
     struct lg_config *c = load(text, &errs);
-    const char *want;
-    size_t i = 0;
-    int failed = 0;
+    int failed;
     va_list ap;
 
     if (c != NULL) {
@@ -44,20 +68,8 @@ expect_errors(const char *text, ...)
         return 1;
     }
     va_start(ap, text);
-    while ((want = va_arg(ap, const char *)) != NULL) {
-        if (i >= errs.n || strcmp(errs.msgs[i], want) != 0) {
-            fprintf(stderr, "error %zu:\n  got:      %s\n  expected: %s\n", i,
-                    i < errs.n ? errs.msgs[i] : "(none)", want);
-            failed = 1;
-        }
-        i++;
-    }
+    failed = expect_msgs("error", errs.msgs, errs.n, ap);
     va_end(ap);
-    if (i != errs.n) {
-        fprintf(stderr, "got %zu errors, expected %zu:\n", errs.n, i);
-        lg_config_errors_print(&errs, stderr);
-        failed = 1;
-    }
     lg_config_errors_free(&errs);
     return failed;
 }
@@ -846,9 +858,7 @@ expect_warnings(const char *text, ...)
 {
     struct lg_config_errors errs;
     struct lg_config *c = load(text, &errs);
-    const char *want;
-    size_t i = 0;
-    int failed = 0;
+    int failed;
     va_list ap;
 
     if (c == NULL) {
@@ -857,22 +867,8 @@ expect_warnings(const char *text, ...)
         return 1;
     }
     va_start(ap, text);
-    while ((want = va_arg(ap, const char *)) != NULL) {
-        if (i >= c->nwarnings || strcmp(c->warnings[i], want) != 0) {
-            fprintf(stderr, "warning %zu:\n  got:      %s\n  expected: %s\n", i,
-                    i < c->nwarnings ? c->warnings[i] : "(none)", want);
-            failed = 1;
-        }
-        i++;
-    }
+    failed = expect_msgs("warning", c->warnings, c->nwarnings, ap);
     va_end(ap);
-    if (i != c->nwarnings) {
-        fprintf(stderr, "got %zu warnings, expected %zu\n", c->nwarnings, i);
-        for (size_t k = 0; k < c->nwarnings; k++) {
-            fprintf(stderr, "  %s\n", c->warnings[k]);
-        }
-        failed = 1;
-    }
     lg_config_unref(c);
     return failed;
 }
