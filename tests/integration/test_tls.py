@@ -33,6 +33,14 @@ ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 ctx.load_verify_locations(ca)
 ctx.verify_mode = ssl.CERT_REQUIRED
+
+def handshake(c, who):
+    try:
+        return ctx.wrap_socket(c, server_side=True)
+    except (ssl.SSLError, OSError) as e:
+        print("%s handshake failed: %s" % (who, e), flush=True)
+        c.close()
+        return None
 """
 
 # A TLS relay to one TCP port (ARG) that requires a client certificate.
@@ -58,11 +66,8 @@ def pump(a, b):
             pass
 
 def serve(c):
-    try:
-        t = ctx.wrap_socket(c, server_side=True)
-    except (ssl.SSLError, OSError) as e:
-        print("relay handshake failed: %s" % e, flush=True)
-        c.close()
+    t = handshake(c, "relay")
+    if t is None:
         return
     print("relay client %s" % t.getpeercert()["subject"], flush=True)
     u = socket.create_connection(("127.0.0.1", target))
@@ -93,11 +98,8 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
 print("engine ready %d" % s.getsockname()[1], flush=True)
 
 def serve(c):
-    try:
-        t = ctx.wrap_socket(c, server_side=True)
-    except (ssl.SSLError, OSError) as e:
-        print("engine handshake failed: %s" % e, flush=True)
-        c.close()
+    t = handshake(c, "engine")
+    if t is None:
         return
     with lock:
         state["conns"] += 1
