@@ -730,9 +730,10 @@ health_target_init(struct lg_health *h, struct health_target *t, struct lg_backe
     }
     if (b->conf.tls) {
         /* the requests' verification: CA, name (SNI), client certificate (tls.c); evhttp
-         * reconnects through the same bufferevent, its SSL cleared for a new handshake */
-        struct bufferevent *bev =
-            lg_tls_connect_bev(h->base, b, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+         * reconnects through the same bufferevent, its SSL cleared for a new handshake.
+         * No deferred callbacks (evhttp's own bufferevents have none): one still queued
+         * when the thread stops would keep the bufferevent, and its SSL, alive for good */
+        struct bufferevent *bev = lg_tls_connect_bev(h->base, b, BEV_OPT_CLOSE_ON_FREE);
 
         t->conn = bev != NULL ? evhttp_connection_base_bufferevent_new(h->base, NULL, bev,
                                                                        b->conf.host, b->conf.port)
