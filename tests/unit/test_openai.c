@@ -185,8 +185,8 @@ test_duplicate_keys(void)
     };
     static const char *const fine[] = {
         "{\"model\":\"m\",\"temperature\":1,\"temperature\":2,\"n\":1,\"n\":1}",
-        "{\"model\":\"m\",\"messages\":[{\"role\":\"a\",\"role\":\"b\"}],"
-        "\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}",
+        ("{\"model\":\"m\",\"messages\":[{\"role\":\"a\",\"role\":\"b\"}],"
+         "\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}"),
         "{\"model\":\"m\",\"tools\":[{\"model\":1,\"model\":2}],\"models\":1,\"mode\":2}",
     };
     struct lg_openai_req r;
