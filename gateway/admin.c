@@ -42,7 +42,7 @@
 #define ADMIN_TIMEOUT_S   30
 #define ADMIN_RELOAD_WAIT 60000 /* ms an admin reload waits for its outcome */
 #define ADMIN_MAX_MODELS  32    /* models whose routing /admin/backends explains */
-#define ADMIN_EXPLAIN_BYTES 512 /* room per candidate in those explanations */
+#define ADMIN_EXPLAIN_BYTES 512   /* room per candidate in those explanations */
 
 /* A peer's GET /admin/peers?since= held until there is news (peers.h). */
 struct admin_waiter {

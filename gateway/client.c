@@ -339,8 +339,8 @@ client_end_request(struct lg_client *c)
 }
 
 static void __attribute__((format(printf, 5, 0)))
-client_vfail(struct lg_client *c, int status, const char *code, const char *param,
-             const char *fmt, va_list ap)
+client_vfail(struct lg_client *c, int status, const char *code, const char *param, const char *fmt,
+             va_list ap)
 {
     struct lg_request *req = &c->req;
     struct evbuffer *body;

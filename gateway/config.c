@@ -1275,7 +1275,7 @@ conf_set_object(struct conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, 
     }
     if (!json_is_object(v)) {
         conf_type_error(ctx,
-                        f->off_false    ? "a string, an object or false"
+                        f->off_false   ? "a string, an object or false"
                         : f->shorthand ? "a string or an object"
                                        : "an object",
                         v);

@@ -12,8 +12,8 @@
 #include "health.h"
 
 #include <netdb.h>
-#include <stdio.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,8 +90,9 @@ health_on_error(enum evhttp_request_error err, void *arg)
     int e = EVUTIL_SOCKET_ERROR(); /* evhttp restores the connection's errno for us */
     const struct lg_health_conf *hc = &t->h->f->conf->health;
 
-    t->why_tls = t->b->conf.tls && lg_tls_failed(evhttp_connection_get_bufferevent(t->conn),
-                                                 t->why, sizeof(t->why));
+    t->why_tls =
+        t->b->conf.tls
+        && lg_tls_failed(evhttp_connection_get_bufferevent(t->conn), t->why, sizeof(t->why));
     if (t->why_tls) {
         return;
     }
@@ -329,8 +330,8 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         health_outcome(t, code, "metrics_path (or \"flavor\": \"none\" not to scrape it)", why,
                        sizeof(why));
         if (lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
-            LG_WARN("backend %s: scraping %s failed (%s); its engine load is not counted",
-                    b->name, b->conf.metrics_path, why);
+            LG_WARN("backend %s: scraping %s failed (%s); its engine load is not counted", b->name,
+                    b->conf.metrics_path, why);
         }
         return;
     }

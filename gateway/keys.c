@@ -58,8 +58,8 @@ struct keys_table {
 };
 
 struct lg_keys {
-    char *path;                /* the reloading thread's: the file of the table in force */
-    pthread_rwlock_t lock;     /* guards `t` */
+    char *path;            /* the reloading thread's: the file of the table in force */
+    pthread_rwlock_t lock; /* guards `t` */
     struct keys_table *t;
     struct keys_table *staged; /* the reloading thread's: read, not yet in force */
     char *staged_path;

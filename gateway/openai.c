@@ -1325,8 +1325,8 @@ lg_json_append_string(struct evbuffer *out, const char *s, size_t n)
 }
 
 size_t
-lg_openai_error_body(struct evbuffer *out, const char *message, const char *type,
-                     const char *param, const char *code)
+lg_openai_error_body(struct evbuffer *out, const char *message, const char *type, const char *param,
+                     const char *code)
 {
     size_t before = evbuffer_get_length(out);
 

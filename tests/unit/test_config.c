@@ -355,7 +355,7 @@ test_wrong_type(void)
                                                     "an integer")
              == 0);
     LG_CHECK(expect_top_error("\"admin\": false,", "t.json:2:10: error: /admin: expected a "
-                                                  "string or an object, got a boolean")
+                                                   "string or an object, got a boolean")
              == 0);
     LG_CHECK(expect_top_error("\"routing\": {\"options\": [1]},",
                               "t.json:2:24: error: /routing/options: expected an object, got an "
@@ -882,7 +882,8 @@ static int
 test_warnings(void)
 {
     static const char backends2[] =
-        "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\"]},\n"
+        "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": "
+        "[\"m\"]},\n"
         "  {\"name\": \"r2\", \"url\": \"HTTP://127.0.0.1:9001/\", \"models\": [\"m\"]}]}";
     char text[1024];
 
@@ -945,32 +946,33 @@ test_warnings(void)
                  "[\"m\"]}]}",
                  NULL)
              == 0);
-    LG_CHECK(expect_warnings(
-                 "{\"listen\": \":0\", \"timeouts\": {\n"
-                 "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
-                 "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
-                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-                 "[\"m\"]}]}",
-                 "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
-                 "client may hold a connection that long before its request is complete "
-                 "(slowloris); the default is 10s",
-                 "t.json:2:42: warning: /timeouts/client_body: 1h is practically no timeout: a "
-                 "client may hold a connection that long between two pieces of its body; the "
-                 "default is 30s",
-                 "t.json:2:63: warning: /timeouts/client_idle: 11m is practically no timeout: idle "
-                 "keep-alive connections stay open that long, each counted against "
-                 "limits.max_connections; the default is 75s",
-                 "t.json:3:23: warning: /timeouts/upstream_connect: 2m is practically no timeout: a "
-                 "backend that does not answer holds each request that long before a retry; the "
-                 "default is 3s",
-                 "t.json:3:44: warning: /timeouts/stream_idle: 1h is practically no timeout: a "
-                 "stalled engine keeps each of its streams, and the client, that long; the "
-                 "default is 2m",
-                 "t.json:3:66: warning: /timeouts/client_stall: 30m is practically no timeout: a "
-                 "client that reads nothing keeps its stream, and a slot of the engine, that "
-                 "long; the default is 1m",
-                 NULL)
-             == 0);
+    LG_CHECK(
+        expect_warnings(
+            "{\"listen\": \":0\", \"timeouts\": {\n"
+            "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
+            "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
+            "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+            "[\"m\"]}]}",
+            "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
+            "client may hold a connection that long before its request is complete "
+            "(slowloris); the default is 10s",
+            "t.json:2:42: warning: /timeouts/client_body: 1h is practically no timeout: a "
+            "client may hold a connection that long between two pieces of its body; the "
+            "default is 30s",
+            "t.json:2:63: warning: /timeouts/client_idle: 11m is practically no timeout: idle "
+            "keep-alive connections stay open that long, each counted against "
+            "limits.max_connections; the default is 75s",
+            "t.json:3:23: warning: /timeouts/upstream_connect: 2m is practically no timeout: a "
+            "backend that does not answer holds each request that long before a retry; the "
+            "default is 3s",
+            "t.json:3:44: warning: /timeouts/stream_idle: 1h is practically no timeout: a "
+            "stalled engine keeps each of its streams, and the client, that long; the "
+            "default is 2m",
+            "t.json:3:66: warning: /timeouts/client_stall: 30m is practically no timeout: a "
+            "client that reads nothing keeps its stream, and a slot of the engine, that "
+            "long; the default is 1m",
+            NULL)
+        == 0);
     return 0;
 }
 
@@ -1215,6 +1217,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline, test_disabled_backends,
-             test_health_cross_check, test_example_files, test_io_error, test_refcount,
-             test_no_resolve_flag)
+             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
+             test_disabled_backends, test_health_cross_check, test_example_files, test_io_error,
+             test_refcount, test_no_resolve_flag)

@@ -124,14 +124,13 @@ test_jansson_rules(void)
 static int
 test_members_in_one_walk(void)
 {
-    static const char *body =
-        "{\"x\":{\"model\":\"nested\",\"stream\":false,\"messages\":[]},"
-        "\"str\\u0065am\":false,\"prompt\":\"ignored: messages is an array\","
-        "\"model\":\"second\",\"max_tokens\":4,"
-        "\"stream_options\":{\"include_usage\":false,\"include_usage\":true},"
-        "\"messages\":[{\"content\":[\"p\",{\"text\":\"q\",\"text\":\"r\"}],"
-        "\"role\":\"u\",\"x\":{\"role\":\"nested\"},\"content\":\"yz\"}],"
-        "\"max_completion_tokens\":5,\"x\":1,\"x\":2}";
+    static const char *body = "{\"x\":{\"model\":\"nested\",\"stream\":false,\"messages\":[]},"
+                              "\"str\\u0065am\":false,\"prompt\":\"ignored: messages is an array\","
+                              "\"model\":\"second\",\"max_tokens\":4,"
+                              "\"stream_options\":{\"include_usage\":false,\"include_usage\":true},"
+                              "\"messages\":[{\"content\":[\"p\",{\"text\":\"q\",\"text\":\"r\"}],"
+                              "\"role\":\"u\",\"x\":{\"role\":\"nested\"},\"content\":\"yz\"}],"
+                              "\"max_completion_tokens\":5,\"x\":1,\"x\":2}";
     struct lg_openai_req r;
     char err[256];
 
@@ -395,5 +394,4 @@ test_long_strings(void)
 }
 
 LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_duplicate_keys,
-             test_refused,
-             test_limits, test_long_strings)
+             test_refused, test_limits, test_long_strings)

@@ -212,8 +212,9 @@ test_explain_budget(void)
 {
     char big[16384];
     size_t n = 0;
-    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .max_tokens = 16,
-                                .prompt_bytes = 1024 };
+    struct lg_route_req req = {
+        .model = "m", .path = "/v1/chat/completions", .max_tokens = 16, .prompt_bytes = 1024
+    };
     struct lg_config *bconf;
     struct lg_fleet *bfleet;
     const struct lg_model_route *route;
