@@ -338,23 +338,21 @@ client_end_request(struct lg_client *c)
     lg_hdrs_release(&req->hdrs);
 }
 
-void
-lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
+static void __attribute__((format(printf, 5, 0)))
+client_vfail(struct lg_client *c, int status, const char *code, const char *param, const char *fmt,
+             va_list ap)
 {
     struct lg_request *req = &c->req;
     struct evbuffer *body;
     char msg[512];
     char extra[64] = "";
-    va_list ap;
 
     if (c->state == LG_CLIENT_ST_CLOSING) {
         return;
     }
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
     lg_proxy_abort(c, code);
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (req->error == NULL || status != req->fail_status) {
         req->error = code;
     }
@@ -377,11 +375,32 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
                                                                                           : "POST");
     }
     body = evbuffer_new();
-    lg_openai_error_body(body, msg, lg_openai_error_type(status), code);
+    lg_openai_error_body(body, msg, lg_openai_error_type(status), param, code);
     client_respond(c, status, body, extra);
     evbuffer_free(body);
     LG_CONN_LOG(LG_LOG_DEBUG, c, "%d %s: %s", status, code, msg);
     client_next_request(c);
+}
+
+void
+lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    client_vfail(c, status, code, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void
+lg_client_fail_param(struct lg_client *c, int status, const char *code, const char *param,
+                     const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    client_vfail(c, status, code, param, fmt, ap);
+    va_end(ap);
 }
 
 void
@@ -660,11 +679,12 @@ client_dispatch(struct lg_client *c)
     if (lg_openai_inspect(req->body, client_conf(c)->routing.prefix_bytes, &req->info, err,
                           sizeof(err))
         != LG_OK) {
-        lg_client_fail(c, 400, "invalid_json", "%s", err);
+        lg_client_fail_param(c, 400, req->info.code, req->info.param, "%s", err);
         return;
     }
     if (req->info.model[0] == '\0') {
-        lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
+        lg_client_fail_param(c, 400, "missing_model", "model",
+                             "the request body has no \"model\" field");
         return;
     }
     if (lg_auth_admit(c) != LG_OK) {

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -856,15 +857,20 @@ oa_skip(const struct oa_scan *s, uint32_t i)
  * One walk over the members of object o (nothing found when o is 0 or no
  * object): found[k] is set to the value of the last member named keys[k]
  * (jansson: the last duplicate wins), or to 0. Names compare unescaped; a
- * member's name is read only when its length is one looked for.
+ * member's name is read only when its length is one looked for. With dup,
+ * *dup is set to k + 1 for the first of keys that comes a second time (in
+ * the order of those second times; 0: none).
  */
 static void
 oa_members(const struct oa_scan *s, uint32_t o, const struct oa_key *keys, size_t nkeys,
-           uint32_t *found)
+           uint32_t *found, uint32_t *dup)
 {
     char buf[OA_KEY_MAX];
 
     memset(found, 0, nkeys * sizeof(*found));
+    if (dup != NULL) {
+        *dup = 0;
+    }
     if (o == 0 || s->tok[o - 1].type != OA_OBJ) {
         return;
     }
@@ -880,6 +886,9 @@ oa_members(const struct oa_scan *s, uint32_t o, const struct oa_key *keys, size_
                 name = oa_key_bytes(s, t, buf);
             }
             if (memcmp(name, keys[k].name, keys[k].len) == 0) {
+                if (found[k] != 0 && dup != NULL && *dup == 0) {
+                    *dup = (uint32_t)k + 1;
+                }
                 found[k] = i + 2;
                 break;
             }
@@ -893,7 +902,7 @@ oa_member(const struct oa_scan *s, uint32_t o, const struct oa_key *key)
 {
     uint32_t found;
 
-    oa_members(s, o, key, 1, &found);
+    oa_members(s, o, key, 1, &found, NULL);
     return found;
 }
 
@@ -973,7 +982,13 @@ static const struct oa_key openai_msg_keys[OPENAI_MSG_N] = {
     [OPENAI_MSG_CONTENT] = OA_KEY("content"),
 };
 
-/* The top-level members read, found in one walk of the body's object. */
+/*
+ * The top-level members read, found in one walk of the body's object. None
+ * may come twice: the gateway reads the last of duplicates (as jansson does)
+ * and an engine may read the first, so a key authorised for one model could
+ * be served another (and a stream taken for a plain answer). `user` is not
+ * read but attributes the request at the engine: it is refused twice too.
+ */
 enum {
     OPENAI_F_MODEL = 0,
     OPENAI_F_MESSAGES,
@@ -983,6 +998,7 @@ enum {
     OPENAI_F_MAX_COMPLETION_TOKENS,
     OPENAI_F_PROMPT,
     OPENAI_F_INPUT,
+    OPENAI_F_USER,
     OPENAI_F_N
 };
 static const struct oa_key openai_fields[OPENAI_F_N] = {
@@ -994,6 +1010,7 @@ static const struct oa_key openai_fields[OPENAI_F_N] = {
     [OPENAI_F_MAX_COMPLETION_TOKENS] = OA_KEY("max_completion_tokens"),
     [OPENAI_F_PROMPT] = OA_KEY("prompt"),
     [OPENAI_F_INPUT] = OA_KEY("input"),
+    [OPENAI_F_USER] = OA_KEY("user"),
 };
 
 /* Adds a content value (string or array of parts) to the size and prefix. */
@@ -1049,31 +1066,51 @@ oa_is_null(const struct oa_scan *s, uint32_t r)
     return r == 0 || OA_T(s, r)->type == OA_NULL;
 }
 
+/* Refuses the body because of field `param` (its name; NULL: the body as a whole). */
+static int __attribute__((format(printf, 5, 6)))
+openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t errlen,
+              const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    out->param = param;
+    return LG_EINVAL;
+}
+
 static int
 openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_openai_req *out,
                    char *err, size_t errlen)
 {
     struct openai_prefix pre = { .left = prefix_bytes };
-    uint32_t f[OPENAI_F_N], v;
+    uint32_t f[OPENAI_F_N], v, dup;
+    size_t k;
 
     lg_hstream_init(&pre.hash);
     if (s->tok[0].type != OA_OBJ) {
-        snprintf(err, errlen, "the request body must be a JSON object");
-        return LG_EINVAL;
+        return openai_refuse(out, NULL, err, errlen, "the request body must be a JSON object");
     }
-    oa_members(s, 1, openai_fields, OPENAI_F_N, f);
+    oa_members(s, 1, openai_fields, OPENAI_F_N, f, &dup);
+    if (dup != 0) {
+        out->code = "duplicate_key";
+        return openai_refuse(out, openai_fields[dup - 1].name, err, errlen,
+                             "the request body has the key \"%s\" more than once (engines read "
+                             "either one): send it once",
+                             openai_fields[dup - 1].name);
+    }
     v = f[OPENAI_F_MODEL];
     if (!oa_is_null(s, v)) {
         const struct oa_tok *t = OA_T(s, v);
         struct oa_copy c = { out->model, 0, LG_MODEL_MAX };
 
         if (t->type != OA_STR) {
-            snprintf(err, errlen, "\"model\" must be a string");
-            return LG_EINVAL;
+            return openai_refuse(out, "model", err, errlen, "\"model\" must be a string");
         }
         if (t->aux > LG_MODEL_MAX) {
-            snprintf(err, errlen, "\"model\" is longer than %d bytes", LG_MODEL_MAX);
-            return LG_EINVAL;
+            return openai_refuse(out, "model", err, errlen, "\"model\" is longer than %d bytes",
+                                 LG_MODEL_MAX);
         }
         oa_unescape(s, t, LG_MODEL_MAX, oa_copy_cb, &c);
         out->model[c.n] = '\0';
@@ -1081,8 +1118,7 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
     v = f[OPENAI_F_STREAM];
     if (!oa_is_null(s, v)) {
         if (OA_T(s, v)->type != OA_TRUE && OA_T(s, v)->type != OA_FALSE) {
-            snprintf(err, errlen, "\"stream\" must be a boolean");
-            return LG_EINVAL;
+            return openai_refuse(out, "stream", err, errlen, "\"stream\" must be a boolean");
         }
         out->stream = OA_T(s, v)->type == OA_TRUE;
     }
@@ -1093,21 +1129,22 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
         out->include_usage = iu != 0 && OA_T(s, iu)->type == OA_TRUE;
     }
     v = f[OPENAI_F_MAX_COMPLETION_TOKENS];
+    k = OPENAI_F_MAX_COMPLETION_TOKENS;
     if (oa_is_null(s, v)) {
         v = f[OPENAI_F_MAX_TOKENS];
+        k = OPENAI_F_MAX_TOKENS;
     }
     if (!oa_is_null(s, v)) {
         const struct oa_tok *t = OA_T(s, v);
         char num[32];
 
-        if (t->type != OA_INT || t->len >= sizeof(num)) {
-            snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
-            return LG_EINVAL;
+        if (t->type == OA_INT && t->len < sizeof(num)) {
+            out->max_tokens = oa_int(num, oa_raw_copy(s, t->off, t->len, num, sizeof(num)));
         }
-        out->max_tokens = oa_int(num, oa_raw_copy(s, t->off, t->len, num, sizeof(num)));
-        if (out->max_tokens < 0) {
-            snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
-            return LG_EINVAL;
+        if (t->type != OA_INT || t->len >= sizeof(num) || out->max_tokens < 0) {
+            out->max_tokens = -1;
+            return openai_refuse(out, openai_fields[k].name, err, errlen,
+                                 "\"%s\" must be a non-negative integer", openai_fields[k].name);
         }
     }
 
@@ -1116,7 +1153,7 @@ openai_read_fields(const struct oa_scan *s, size_t prefix_bytes, struct lg_opena
         for (uint32_t i = v; i < OA_T(s, v)->aux; i = oa_skip(s, i)) {
             uint32_t m[OPENAI_MSG_N];
 
-            oa_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m);
+            oa_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m, NULL);
             if (m[OPENAI_MSG_ROLE] != 0 && OA_T(s, m[OPENAI_MSG_ROLE])->type == OA_STR) {
                 openai_prefix_add(s, &pre, m[OPENAI_MSG_ROLE]);
             }
@@ -1199,6 +1236,9 @@ openai_inspect_vec(const struct evbuffer_iovec *vec, int nvec, size_t prefix_byt
         snprintf(err, errlen, "malformed JSON body at line %u column %u: %s", line, col, s.err);
     } else {
         rc = openai_read_fields(&s, prefix_bytes, out, err, errlen);
+    }
+    if (rc != LG_OK && out->code == NULL) {
+        out->code = "invalid_json";
     }
     if (s.tok != stack_tok) {
         free(s.tok);
@@ -1285,7 +1325,8 @@ lg_json_append_string(struct evbuffer *out, const char *s, size_t n)
 }
 
 size_t
-lg_openai_error_body(struct evbuffer *out, const char *message, const char *type, const char *code)
+lg_openai_error_body(struct evbuffer *out, const char *message, const char *type, const char *param,
+                     const char *code)
 {
     size_t before = evbuffer_get_length(out);
 
@@ -1293,7 +1334,13 @@ lg_openai_error_body(struct evbuffer *out, const char *message, const char *type
     lg_json_append_string(out, message, strlen(message));
     evbuffer_add(out, ",\"type\":", 8);
     lg_json_append_string(out, type, strlen(type));
-    evbuffer_add(out, ",\"param\":null,\"code\":", 21);
+    evbuffer_add(out, ",\"param\":", 9);
+    if (param != NULL) {
+        lg_json_append_string(out, param, strlen(param));
+    } else {
+        evbuffer_add(out, "null", 4);
+    }
+    evbuffer_add(out, ",\"code\":", 8);
     if (code != NULL) {
         lg_json_append_string(out, code, strlen(code));
     } else {
