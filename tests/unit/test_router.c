@@ -202,6 +202,52 @@ test_shadow_stage(void)
     return 0;
 }
 
+/*
+ * A fleet of 50: the access log's explanation stops at its budget and says how
+ * many candidates it left out; a caller that asks for more room (the admin
+ * API's dry run, which the status page's Score column reads) gets them all.
+ */
+static int
+test_explain_budget(void)
+{
+    char big[16384];
+    size_t n = 0;
+    struct lg_route_req req = {
+        .model = "m", .path = "/v1/chat/completions", .max_tokens = 16, .prompt_bytes = 1024
+    };
+    struct lg_config *bconf;
+    struct lg_fleet *bfleet;
+    const struct lg_model_route *route;
+    struct lg_route_result out = { 0 };
+    size_t listed = 0;
+
+    n += (size_t)snprintf(big + n, sizeof(big) - n, "{\"listen\": \":0\", \"backends\": [");
+    for (int i = 0; i < 50; i++) {
+        n += (size_t)snprintf(big + n, sizeof(big) - n,
+                              "%s{\"name\": \"b%02d\", \"url\": \"http://127.0.0.1:%d\", "
+                              "\"models\": [\"m\"]}",
+                              i ? "," : "", i, 9000 + i);
+    }
+    snprintf(big + n, sizeof(big) - n, "]}");
+    LG_CHECK(lg_test_fleet_load(big, &bconf, &bfleet) == 0);
+    route = lg_fleet_find_model(bfleet, "m");
+    LG_CHECK(route != NULL && route->n == 50);
+    LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(strlen(out.explain) <= LG_ROUTE_EXPLAIN_BYTES);
+    LG_CHECK(strstr(out.explain, "{\"more\":") != NULL);
+    out.explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * 512;
+    LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(strstr(out.explain, "\"more\"") == NULL);
+    for (const char *p = out.explain; (p = strstr(p, "{\"backend\":")) != NULL; p++) {
+        listed++;
+    }
+    LG_CHECK(listed == 50);
+    LG_CHECK(strstr(out.explain, "{\"backend\":\"b49\",") != NULL);
+    lg_route_result_clear(&out);
+    lg_test_fleet_free(bconf, bfleet);
+    return 0;
+}
+
 static int
 teardown(void)
 {
@@ -209,4 +255,4 @@ teardown(void)
 }
 
 LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight,
-             test_shadow_stage, teardown)
+             test_shadow_stage, test_explain_budget, teardown)
