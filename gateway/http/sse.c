@@ -359,11 +359,34 @@ sse_field_is_error(const struct lg_sse *s)
     return s->field_len == 5 && memcmp(s->field, "error", 5) == 0;
 }
 
-/* A line ended. Returns 1 if it was the blank line that ends an event with content. */
-static unsigned
-sse_end_line(struct lg_sse *s)
+/* Bytes of the current event's data: to the probe, and to the tap. */
+static inline void
+sse_data(struct lg_sse *s, const char *p, size_t n)
 {
-    unsigned got = 0;
+    lg_json_probe_feed(&s->probe, p, n);
+    if (s->tap != NULL) {
+        s->tap->data(s->tap, p, n);
+    }
+}
+
+/* The per-event state, back to the start of an event. */
+static void
+sse_event_reset(struct lg_sse *s)
+{
+    s->ev_data = false;
+    s->ev_done = false;
+    s->ev_error = false;
+    lg_json_probe_reset(&s->probe);
+}
+
+/*
+ * A line ended at data[end - 1]. Returns 1 if it was the blank line that
+ * ends an event with content.
+ */
+static unsigned
+sse_end_line(struct lg_sse *s, size_t end)
+{
+    unsigned got = 0, what = 0;
 
     switch (s->line_state) {
     case LINE_START: /* blank line: dispatch the event */
@@ -371,30 +394,35 @@ sse_end_line(struct lg_sse *s)
             bool error = s->probe.error;
 
             s->events++;
+            what |= LG_SSE_EV_DATA;
             if (s->probe.content && !s->ev_done && !error) {
                 s->content_events++;
                 got = 1;
+                what |= LG_SSE_EV_CONTENT;
             }
             if (s->ev_done) {
                 s->done = true;
+                what |= LG_SSE_EV_DONE;
             }
             if (s->probe.finished) {
                 s->finished = true;
+                what |= LG_SSE_EV_FINISHED;
             }
             s->ev_error |= error;
         }
         if (s->ev_error) {
             s->error_events++;
+            what |= LG_SSE_EV_ERROR;
         }
-        s->ev_data = false;
-        s->ev_done = false;
-        s->ev_error = false;
-        lg_json_probe_reset(&s->probe);
+        sse_event_reset(s);
+        if (s->tap != NULL) {
+            s->tap->event(s->tap, end, what);
+        }
         break;
     case LINE_FIELD: /* a field with no colon: "data" alone is an empty data line */
         if (s->field_len == 4 && memcmp(s->field, "data", 4) == 0) {
             if (s->ev_data) {
-                lg_json_probe_feed(&s->probe, "\n", 1);
+                sse_data(s, "\n", 1);
             }
             s->ev_data = true;
         } else if (sse_field_is_error(s)) {
@@ -418,7 +446,7 @@ static void
 sse_start_value(struct lg_sse *s)
 {
     if (s->ev_data) {
-        lg_json_probe_feed(&s->probe, "\n", 1); /* data lines join with LF */
+        sse_data(s, "\n", 1); /* data lines join with LF */
     }
     s->ev_data = true;
     s->done_match = 0;
@@ -444,7 +472,7 @@ lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
         }
         if (c == '\r' || c == '\n') {
             s->after_cr = c == '\r';
-            got += sse_end_line(s);
+            got += sse_end_line(s, i + 1);
             i++;
             continue;
         }
@@ -488,7 +516,7 @@ lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
                     s->done_match = SSE_NO_MATCH;
                 }
             }
-            lg_json_probe_feed(&s->probe, data + i, j - i);
+            sse_data(s, data + i, j - i);
             i = j;
             break;
         }
@@ -498,4 +526,13 @@ lg_sse_feed(struct lg_sse *s, const char *data, size_t len)
         }
     }
     return got;
+}
+
+void
+lg_sse_event_drop(struct lg_sse *s)
+{
+    s->line_state = LINE_START;
+    s->after_cr = false;
+    s->field_len = 0;
+    sse_event_reset(s);
 }

@@ -51,6 +51,26 @@ void lg_json_probe_init(struct lg_json_probe *p);
 void lg_json_probe_reset(struct lg_json_probe *p);
 void lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len);
 
+/* What an event was, as a tap hears it at its end (lg_sse_tap.event). */
+#define LG_SSE_EV_DATA     1u  /* it had data */
+#define LG_SSE_EV_CONTENT  2u  /* generated content (counted in content_events) */
+#define LG_SSE_EV_DONE     4u  /* data: [DONE] */
+#define LG_SSE_EV_FINISHED 8u  /* generation ended (finish_reason...) */
+#define LG_SSE_EV_ERROR    16u /* the engine's error */
+
+/*
+ * Another reader of the stream, fed as the scanner reads it (lg_sse.tap;
+ * NULL: none): each event's data, lines joined by LF, one leading space cut
+ * (what the probe reads), and each event's end: the blank line's first byte
+ * is data[end - 1] of the bytes being fed, `what` says what it was
+ * (LG_SSE_EV_*; 0 for a blank line or comments alone). serve/resume.c
+ * listens to the streams it may continue.
+ */
+struct lg_sse_tap {
+    void (*data)(struct lg_sse_tap *t, const char *p, size_t n);
+    void (*event)(struct lg_sse_tap *t, size_t end, unsigned what);
+};
+
 struct lg_sse {
     uint8_t line_state;          /* where in a line we are */
     bool after_cr;               /* the previous byte was CR: a LF now is part of it */
@@ -62,6 +82,7 @@ struct lg_sse {
     bool ev_done;                /* current event is data: [DONE] */
     bool ev_error;               /* current event has an `error:` field line */
     struct lg_json_probe probe;  /* over the current event's data */
+    struct lg_sse_tap *tap;      /* NULL, or who else hears the events */
 
     uint64_t events;             /* dispatched events with data */
     uint64_t content_events;     /* of which carried generated content */
@@ -77,6 +98,12 @@ void lg_sse_init(struct lg_sse *s);
  * content completed inside these bytes (0 or more).
  */
 unsigned lg_sse_feed(struct lg_sse *s, const char *data, size_t len);
+
+/*
+ * The event being read will never end (its stream was cut inside it): the
+ * next bytes start a new one. The counts stay.
+ */
+void lg_sse_event_drop(struct lg_sse *s);
 
 /*
  * The stream said it is complete: `data: [DONE]` (OpenAI routes) or a

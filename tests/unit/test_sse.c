@@ -178,7 +178,121 @@ test_probe_whole_body(void)
     return 0;
 }
 
+/* A tap that writes down what it hears: data bytes, and each event's end and kind. */
+struct rec_tap {
+    struct lg_sse_tap tap; /* first */
+    uint64_t fed;          /* stream offset of the bytes being fed */
+    char data[512];
+    size_t ndata;
+    uint64_t ends[16];
+    unsigned what[16];
+    size_t nev;
+};
+
+static void
+rec_data(struct lg_sse_tap *t, const char *p, size_t n)
+{
+    struct rec_tap *r = (struct rec_tap *)t;
+
+    LG_BUG_ON(r->ndata + n > sizeof(r->data));
+    memcpy(r->data + r->ndata, p, n);
+    r->ndata += n;
+}
+
+static void
+rec_event(struct lg_sse_tap *t, size_t end, unsigned what)
+{
+    struct rec_tap *r = (struct rec_tap *)t;
+
+    LG_BUG_ON(r->nev == LG_ARRAY_SIZE(r->ends));
+    r->ends[r->nev] = r->fed + end;
+    r->what[r->nev++] = what;
+}
+
+static void
+tap_feed(struct lg_sse *s, struct rec_tap *r, const char *p, size_t n)
+{
+    lg_sse_feed(s, p, n);
+    r->fed += n;
+}
+
+/*
+ * The tap hears each event's data (one leading space cut, lines joined by LF)
+ * and where and what each event ended, whatever the split; an event cut
+ * short and dropped leaves the next one clean.
+ */
+static int
+test_tap(void)
+{
+    /* the events, and where each ends: past its blank line's first byte (a
+     * CRLF's LF then belongs to what follows) */
+    static const struct {
+        const char *text;
+        size_t end;
+        unsigned what;
+    } ev[] = {
+        { "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n", 0,
+          LG_SSE_EV_DATA },
+        { ": keep-alive\r\n\r\n", 1, 0 },
+        { "data:{\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n\r\n", 1,
+          LG_SSE_EV_DATA | LG_SSE_EV_CONTENT },
+        { "data: {\"choices\":[{\"delta\":{},\ndata: \"finish_reason\":\"stop\"}]}\r\r", 0,
+          LG_SSE_EV_DATA | LG_SSE_EV_FINISHED },
+        { "data: {\"error\":{\"message\":\"x\"}}\n\n", 0, LG_SSE_EV_DATA | LG_SSE_EV_ERROR },
+        { "data: [DONE]\n\n", 0, LG_SSE_EV_DATA | LG_SSE_EV_DONE },
+    };
+    static const char data[] = "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}"
+                               "{\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}"
+                               "{\"choices\":[{\"delta\":{},\n\"finish_reason\":\"stop\"}]}"
+                               "{\"error\":{\"message\":\"x\"}}[DONE]";
+    char stream[1024];
+    uint64_t ends[LG_ARRAY_SIZE(ev)];
+    size_t n = 0;
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(ev); i++) {
+        size_t k = strlen(ev[i].text);
+
+        memcpy(stream + n, ev[i].text, k);
+        n += k;
+        ends[i] = n - ev[i].end; /* ev[i].end: bytes after the end (a CRLF's LF) */
+    }
+    for (size_t split = 0; split <= n; split++) {
+        struct lg_sse s;
+        struct rec_tap r = { .tap = { rec_data, rec_event } };
+
+        lg_sse_init(&s);
+        s.tap = &r.tap;
+        tap_feed(&s, &r, stream, split);
+        tap_feed(&s, &r, stream + split, n - split);
+        LG_CHECK(r.ndata == strlen(data) && memcmp(r.data, data, r.ndata) == 0);
+        LG_CHECK(r.nev == LG_ARRAY_SIZE(ev));
+        for (size_t i = 0; i < r.nev; i++) {
+            LG_CHECK(r.what[i] == ev[i].what);
+            LG_CHECK(r.ends[i] == ends[i]);
+        }
+        LG_CHECK(s.content_events == 1 && s.done && s.finished && s.error_events == 1);
+    }
+    /* cut inside an event, dropped: the next bytes are a new event */
+    {
+        struct lg_sse s;
+        struct rec_tap r = { .tap = { rec_data, rec_event } };
+        static const char half[] = "data: {\"choices\":[{\"delta\":{\"content\":\"cut";
+        static const char next[] = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n";
+
+        lg_sse_init(&s);
+        s.tap = &r.tap;
+        tap_feed(&s, &r, half, strlen(half));
+        lg_sse_event_drop(&s);
+        r.fed = 0;
+        tap_feed(&s, &r, next, strlen(next));
+        LG_CHECK(r.nev == 1 && r.what[0] == (LG_SSE_EV_DATA | LG_SSE_EV_CONTENT));
+        LG_CHECK(r.ends[0] == strlen(next));
+        LG_CHECK(s.content_events == 1 && s.events == 1);
+    }
+    return 0;
+}
+
 LG_TEST_MAIN(test_openai_chat_stream, test_completions_text_and_crlf,
              test_comments_fields_and_multiline_data, test_escapes_do_not_fool_the_probe,
              test_tool_calls_and_reasoning, test_done_must_be_exact,
-             test_incomplete_event_is_not_counted, test_probe_whole_body)
+             test_incomplete_event_is_not_counted, test_probe_whole_body, test_tap)
