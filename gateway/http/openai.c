@@ -140,6 +140,45 @@ openai_int(const char *num, size_t n)
 }
 
 
+/*
+ * What says whether the answer repeats (serve/resume.c): temperature 0, a
+ * seed, one choice. Read in a walk of their own, never refused (duplicates
+ * included, the last read as jansson does): the engine judges the values,
+ * and a wrong guess here only makes a continuation less faithful.
+ */
+enum { OPENAI_S_TEMPERATURE = 0, OPENAI_S_SEED, OPENAI_S_CHOICES, OPENAI_S_N };
+static const struct lg_jsonscan_key openai_sampling_keys[OPENAI_S_N] = {
+    [OPENAI_S_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
+    [OPENAI_S_SEED] = LG_JSONSCAN_KEY("seed"),
+    [OPENAI_S_CHOICES] = LG_JSONSCAN_KEY("n"),
+};
+
+static void
+openai_read_sampling(const struct lg_jsonscan *s, struct lg_openai_req *out)
+{
+    uint32_t f[OPENAI_S_N], v;
+    char num[32];
+
+    lg_jsonscan_members(s, 1, openai_sampling_keys, OPENAI_S_N, f, NULL);
+    v = f[OPENAI_S_TEMPERATURE];
+    if (v != 0 && (LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT
+                   || LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_REAL)) {
+        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
+
+        num[lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num) - 1)] = '\0';
+        out->greedy = t->len < sizeof(num) && strtod(num, NULL) == 0.0;
+    }
+    v = f[OPENAI_S_SEED];
+    out->seeded = v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT;
+    v = f[OPENAI_S_CHOICES];
+    if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT
+        && LG_JSONSCAN_T(s, v)->len < sizeof(num)) {
+        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
+
+        out->n = openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
+    }
+}
+
 /* Refuses the body because of field `param` (its name; NULL: the body as a whole). */
 static int __attribute__((format(printf, 5, 6)))
 openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t errlen,
@@ -223,6 +262,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
                                  "\"%s\" must be a non-negative integer", openai_fields[k].name);
         }
     }
+    openai_read_sampling(s, out);
 
     v = f[OPENAI_F_MESSAGES];
     if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_ARR) {
@@ -250,6 +290,7 @@ openai_init(struct lg_openai_req *out)
 {
     memset(out, 0, sizeof(*out));
     out->max_tokens = -1;
+    out->n = 1;
 }
 
 

@@ -18,6 +18,9 @@ struct lg_openai_req {
     int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
     uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
+    bool greedy;                  /* "temperature": 0 (greedy decoding) */
+    bool seeded;                  /* "seed": an integer (sampling that repeats) */
+    int64_t n;                    /* "n", choices asked for; 1 when absent */
     const char *code;             /* static, on LG_EINVAL: "invalid_json" or "duplicate_key" */
     const char *param;            /* static, on LG_EINVAL: the field at fault (OpenAI's "param");
                                      NULL: the body as a whole */

@@ -217,6 +217,11 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
         }
         out->max_tokens = json_integer_value(v);
     }
+    v = json_object_get(root, "temperature");
+    out->greedy = json_is_number(v) && json_number_value(v) == 0.0;
+    out->seeded = json_is_integer(json_object_get(root, "seed"));
+    v = json_object_get(root, "n");
+    out->n = json_is_integer(v) ? json_integer_value(v) : 1;
     v = json_object_get(root, "messages");
     if (json_is_array(v)) {
         size_t i;
@@ -280,6 +285,7 @@ check_same(const struct lg_openai_req *a, int rca, const struct lg_openai_req *b
     }
     if (strcmp(a->model, b->model) != 0 || a->stream != b->stream
         || a->include_usage != b->include_usage || a->max_tokens != b->max_tokens
+        || a->greedy != b->greedy || a->seeded != b->seeded || a->n != b->n
         || a->prompt_bytes != b->prompt_bytes || a->prefix_hash != b->prefix_hash) {
         fprintf(stderr,
                 "%s, prefix %zu: fields differ: model %s/%s stream %d/%d usage %d/%d "

@@ -78,6 +78,31 @@ test_chat_fields(void)
     return 0;
 }
 
+/* What says whether an answer repeats: temperature 0, a seed, one choice. */
+static int
+test_sampling_fields(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"model\":\"m\"}", 2048, &r, err) == LG_OK);
+    LG_CHECK(!r.greedy && !r.seeded && r.n == 1);
+    LG_CHECK(inspect("{\"temperature\":0,\"seed\":42,\"n\":1}", 2048, &r, err) == LG_OK);
+    LG_CHECK(r.greedy && r.seeded && r.n == 1);
+    LG_CHECK(inspect("{\"temperature\":-0.0e3,\"seed\":null,\"n\":3}", 2048, &r, err) == LG_OK);
+    LG_CHECK(r.greedy && !r.seeded && r.n == 3);
+    /* read, never refused: the engine judges odd values */
+    LG_CHECK(inspect("{\"temperature\":0.7,\"seed\":\"7\",\"n\":\"2\"}", 2048, &r, err) == LG_OK);
+    LG_CHECK(!r.greedy && !r.seeded && r.n == 1);
+    LG_CHECK(inspect("{\"temperature\":\"0\",\"seed\":1.5}", 2048, &r, err) == LG_OK);
+    LG_CHECK(!r.greedy && !r.seeded);
+    /* twice: not refused (model, stream... are), the last read, as jansson reads it */
+    LG_CHECK(inspect("{\"temperature\":1,\"n\":2,\"temperature\":0,\"n\":1}", 2048, &r, err)
+             == LG_OK);
+    LG_CHECK(r.greedy && r.n == 1);
+    return 0;
+}
+
 static int
 test_jansson_rules(void)
 {
@@ -394,4 +419,4 @@ test_long_strings(void)
 }
 
 LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_duplicate_keys,
-             test_refused, test_limits, test_long_strings)
+             test_refused, test_limits, test_long_strings, test_sampling_fields)
