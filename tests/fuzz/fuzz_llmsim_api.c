@@ -52,9 +52,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             .prompt_tokens = a.prompt_tokens,
             .completion_tokens = a.max_tokens % 4,
             .seed = a.prompt_bytes,
+            .role_chunk = (a.prompt_bytes & 2) != 0,
+            .context = (a.prompt_bytes & 1) != 0,
+            .ctx = a.context,
         };
 
         LG_BUG_ON(a.prompt_tokens != b.prompt_tokens || a.nblocks != b.nblocks);
+        LG_BUG_ON(lg_hstream_value(&a.context) != lg_hstream_value(&b.context));
+        LG_BUG_ON(a.continue_final != b.continue_final || (a.continue_final && a.add_generation_prompt));
         LG_BUG_ON(a.prompt_tokens < 1 || a.stream != b.stream || a.max_tokens != b.max_tokens);
         LG_BUG_ON(a.nblocks != 0 && memcmp(a.block_keys, b.block_keys, (size_t)a.nblocks * 8) != 0);
         LG_BUG_ON(block == 0 && a.nblocks != 0);

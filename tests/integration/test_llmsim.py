@@ -124,6 +124,64 @@ class LlmsimFormat(harness.Harness):
         self.assertEqual(same, tokens)
         self.assertNotEqual(other, tokens)
 
+    def test_text_context_mode_continues_exactly(self):
+        # --text context: the text is the request's (model, prompt, seed), the
+        # same on every replica, and a continuation goes on where it stopped
+        args = ["--text", "context", "--decode-ms", "2"]
+        _, p1 = self.start_llmsim("r1", args=args + ["--seed", "1"])
+        _, p2 = self.start_llmsim("r2", args=args + ["--seed", "2", "--role-chunk"])
+
+        def text(port, body):
+            events = self.stream(port, "POST", body.pop("path", CHAT), body).read_all(10).events
+            self.assertEqual(events[-1][1], "[DONE]")
+            return token_events(events)
+
+        msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+        full = text(p1, {"model": "m", "messages": msgs, "max_tokens": 12, "stream": True})
+        self.assertEqual(len(full), 12)
+        self.assertTrue(all(TOKEN.match(t) for t in full), full)
+        self.assertGreater(len(set(full)), 3)  # not one word repeated
+        # another replica (another --seed) answers the same text
+        self.assertEqual(text(p2, {"model": "m", "messages": msgs, "max_tokens": 12,
+                                   "stream": True}), full)
+        # another prompt, another request seed: another text
+        other = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ho"}]
+        self.assertNotEqual(text(p1, {"model": "m", "messages": other, "max_tokens": 12,
+                                      "stream": True}), full)
+        self.assertNotEqual(text(p1, {"model": "m", "messages": msgs, "max_tokens": 12,
+                                      "stream": True, "seed": 3}), full)
+        # the chat continuation: the answer so far as an open assistant message
+        for k in (1, 5, 11):
+            cont = {"model": "m", "stream": True, "max_tokens": 12 - k,
+                    "messages": msgs + [{"role": "assistant", "content": "".join(full[:k])}],
+                    "continue_final_message": True, "add_generation_prompt": False}
+            self.assertEqual(text(p2, dict(cont)), full[k:], k)
+            # without continue_final_message the message is closed: another text
+            closed = dict(cont, continue_final_message=False)
+            self.assertNotEqual(text(p2, closed), full[k:], k)
+        # as vLLM: add_generation_prompt is true unless given, and not with continue
+        status, _, body, raw = post_json(p1, CHAT, {"model": "m", "messages": msgs,
+                                                    "continue_final_message": True})
+        self.assertEqual(status, 400, raw)
+        self.assertIn("continue_final_message", body["error"]["message"])
+        self.assertEqual(post_json(p1, CHAT, {"model": "m", "messages": msgs, "seed": "x"})[0],
+                         400)
+        # the role-only first chunk of --role-chunk: no content, then the tokens
+        events = self.stream(p2, "POST", CHAT, {"model": "m", "messages": msgs, "max_tokens": 2,
+                                                "stream": True}).read_all(10).events
+        first = json.loads(events[0][1])["choices"][0]["delta"]
+        self.assertEqual(first, {"role": "assistant", "content": ""})
+        self.assertNotIn("role", json.loads(events[1][1])["choices"][0]["delta"])
+        # completions: the prompt continued; a whole answer is the streamed one
+        comp = {"path": "/v1/completions", "model": "m", "prompt": "Once", "max_tokens": 9,
+                "stream": True}
+        whole = text(p1, dict(comp))
+        self.assertEqual(text(p2, dict(comp, prompt="Once" + "".join(whole[:4]), max_tokens=5)),
+                         whole[4:])
+        del comp["path"]
+        status, _, body, raw = post_json(p2, "/v1/completions", dict(comp, stream=False))
+        self.assertEqual(body["choices"][0]["text"], "".join(whole), raw)
+
     def test_nonstream_format(self):
         _, port = self.start_llmsim("r1", args=["--seed", "7", "--decode-ms", "2",
                                                 "--max-tokens-default", "3"])

@@ -230,4 +230,75 @@ test_rendering(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_chat, test_completions_and_embeddings, test_rejections, test_rendering)
+/* The hash of a rendered prompt, for comparing with what the parser fed. */
+static uint64_t
+context_of(const char *text)
+{
+    struct lg_hstream h;
+
+    lg_hstream_init(&h);
+    lg_hstream_feed(&h, text, strlen(text));
+    return lg_hstream_value(&h);
+}
+
+/* Context mode: the template, and a continuation going on with the same tokens. */
+static int
+test_context_text(void)
+{
+    struct lg_sim_request a, b;
+    struct lg_sim_api_error err;
+    struct lg_sim_api_resp ra = { .kind = LG_SIM_API_CHAT, .context = true };
+    struct lg_sim_api_resp rb = { .kind = LG_SIM_API_CHAT, .context = true };
+    char toks[4][32], cont[512], tok[32];
+
+    LG_CHECK(parse(LG_SIM_API_CHAT,
+                   "{\"seed\":4,\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+                   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Q\"}]}]}",
+                   &a, &err)
+             == LG_OK);
+    LG_CHECK(a.has_seed && a.seed == 4 && a.add_generation_prompt && !a.continue_final);
+    LG_CHECK(lg_hstream_value(&a.context) == context_of("system:S\nuser:Q\nassistant:"));
+    ra.ctx = a.context;
+    ra.seed = lg_sim_api_context_seed("m", &a);
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(lg_sim_api_next_token(&ra, (uint32_t)i, toks[i], sizeof(toks[i])) > 4);
+    }
+    /* the continuation: the first two tokens as an open assistant message */
+    snprintf(cont, sizeof(cont),
+             "{\"seed\":4,\"continue_final_message\":true,\"add_generation_prompt\":false,"
+             "\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+             "\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":\"%s%s\"}]}",
+             toks[0], toks[1]);
+    LG_CHECK(parse(LG_SIM_API_CHAT, cont, &b, &err) == LG_OK);
+    LG_CHECK(b.continue_final && !b.add_generation_prompt);
+    rb.ctx = b.context;
+    rb.seed = lg_sim_api_context_seed("m", &b);
+    LG_CHECK(rb.seed == ra.seed);
+    LG_CHECK(lg_sim_api_next_token(&rb, 0, tok, sizeof(tok)) > 4);
+    LG_CHECK_STR(tok, toks[2]);
+    LG_CHECK(lg_sim_api_next_token(&rb, 1, tok, sizeof(tok)) > 4);
+    LG_CHECK_STR(tok, toks[3]);
+    /* another model or another seed: another text */
+    LG_CHECK(lg_sim_api_context_seed("m2", &a) != ra.seed);
+    b.seed = 5;
+    LG_CHECK(lg_sim_api_context_seed("m", &b) != ra.seed);
+    lg_sim_request_free(&a);
+    lg_sim_request_free(&b);
+    /* completions: the prompt as it is, no template */
+    LG_CHECK(parse(LG_SIM_API_COMPLETION, "{\"prompt\":\"Once\"}", &a, &err) == LG_OK);
+    LG_CHECK(lg_hstream_value(&a.context) == context_of("Once"));
+    lg_sim_request_free(&a);
+    /* both flags true, or a seed that is no integer: rejected */
+    LG_CHECK(parse(LG_SIM_API_CHAT,
+                   "{\"continue_final_message\":true,\"messages\":[{\"role\":\"user\"}]}", &a,
+                   &err)
+             == LG_EINVAL);
+    LG_CHECK_STR(err.param, "continue_final_message");
+    LG_CHECK(parse(LG_SIM_API_CHAT, "{\"seed\":1.5,\"messages\":[{\"role\":\"user\"}]}", &a, &err)
+             == LG_EINVAL);
+    LG_CHECK_STR(err.param, "seed");
+    return 0;
+}
+
+LG_TEST_MAIN(test_chat, test_completions_and_embeddings, test_rejections, test_rendering,
+             test_context_text)

@@ -27,7 +27,30 @@
 struct api_scan {
     struct lg_sim_prefix_hasher hasher;
     uint64_t bytes; /* text bytes (or 4 per token id) counted as prompt */
+    struct lg_hstream *context; /* the rendered prompt (req->context) */
 };
+
+/*
+ * The prompt as the text generator reads it (context mode): completions'
+ * prompt strings as they are (a token id as its four bytes, little-endian);
+ * chat messages rendered by a template of llmsim's own,
+ *   ROLE ":" CONTENT "\n"        each message (content parts' texts joined)
+ *   "assistant:"                 the generation prompt (add_generation_prompt)
+ * with continue_final_message the last message left open (no "\n", no
+ * generation prompt), as vLLM renders a message to continue. The answer's
+ * tokens follow, so "user:hi\nassistant: tok5 tok9" is where the third token
+ * comes from both in the answer to [user: hi] and in the continuation of
+ * [user: hi, assistant: " tok5 tok9"].
+ */
+#define API_ROLE_SEP  ":"
+#define API_MSG_END   "\n"
+#define API_GEN_PROMPT "assistant:"
+
+static void
+api_context(struct api_scan *sc, const void *p, size_t n)
+{
+    lg_hstream_feed(sc->context, p, n);
+}
 
 static int api_reject(struct lg_sim_api_error *err, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -50,6 +73,7 @@ static void
 api_scan_text(struct api_scan *sc, const char *s, size_t n)
 {
     lg_sim_prefix_hasher_feed(&sc->hasher, s, n);
+    api_context(sc, s, n);
     sc->bytes += n;
 }
 
@@ -62,6 +86,7 @@ api_scan_token_id(struct api_scan *sc, json_int_t id)
                            (unsigned char)(v >> 24) };
 
     lg_sim_prefix_hasher_feed(&sc->hasher, b, sizeof(b));
+    api_context(sc, b, sizeof(b));
     sc->bytes += 4;
 }
 
@@ -96,12 +121,13 @@ api_scan_content(struct api_scan *sc, json_t *content, struct lg_sim_api_error *
 }
 
 static int
-api_scan_messages(struct api_scan *sc, json_t *messages, struct lg_sim_api_error *err)
+api_scan_messages(struct api_scan *sc, json_t *messages, const struct lg_sim_request *req,
+                  struct lg_sim_api_error *err)
 {
-    size_t i;
+    size_t i, n = json_array_size(messages);
     json_t *m;
 
-    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+    if (!json_is_array(messages) || n == 0) {
         return api_reject(err, "messages", "'messages' must be a non-empty array");
     }
     json_array_foreach (messages, i, m) {
@@ -119,11 +145,19 @@ api_scan_messages(struct api_scan *sc, json_t *messages, struct lg_sim_api_error
             /* the role is part of the cached text, not of the counted prompt */
             lg_sim_prefix_hasher_feed(&sc->hasher, json_string_value(role),
                                       json_string_length(role));
+            api_context(sc, json_string_value(role), json_string_length(role));
         }
+        api_context(sc, API_ROLE_SEP, strlen(API_ROLE_SEP));
         rc = api_scan_content(sc, json_object_get(m, "content"), err);
         if (rc != LG_OK) {
             return rc;
         }
+        if (i + 1 < n || !req->continue_final) {
+            api_context(sc, API_MSG_END, strlen(API_MSG_END));
+        }
+    }
+    if (req->add_generation_prompt && !req->continue_final) {
+        api_context(sc, API_GEN_PROMPT, strlen(API_GEN_PROMPT));
     }
     return LG_OK;
 }
@@ -272,6 +306,41 @@ api_get_sim_tokens(json_t *root, uint32_t *out, struct lg_sim_api_error *err)
     return LG_OK;
 }
 
+/* The body's "seed": an integer, or null (none). */
+static int
+api_get_seed(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    json_t *v = json_object_get(root, "seed");
+
+    if (v == NULL || json_is_null(v)) {
+        return LG_OK;
+    }
+    if (!json_is_integer(v)) {
+        return api_reject(err, "seed", "'seed' must be an integer");
+    }
+    req->has_seed = true;
+    req->seed = json_integer_value(v);
+    return LG_OK;
+}
+
+/* Chat: continue_final_message and add_generation_prompt, checked as vLLM
+ * checks them (both may not be true; the second is true unless given). */
+static int
+api_get_continuation(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    int rc = api_get_bool(root, "continue_final_message", &req->continue_final, err);
+
+    if (rc == LG_OK) {
+        rc = api_get_bool(root, "add_generation_prompt", &req->add_generation_prompt, err);
+    }
+    if (rc == LG_OK && req->continue_final && req->add_generation_prompt) {
+        return api_reject(err, "continue_final_message",
+                          "Cannot set both `continue_final_message` and "
+                          "`add_generation_prompt` to True.");
+    }
+    return rc;
+}
+
 static int
 api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
 {
@@ -302,6 +371,12 @@ api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_erro
     if (rc == LG_OK) {
         rc = api_get_sim_tokens(root, &req->sim_tokens, err);
     }
+    if (rc == LG_OK) {
+        rc = api_get_seed(root, req, err);
+    }
+    if (rc == LG_OK && req->kind == LG_SIM_API_CHAT) {
+        rc = api_get_continuation(root, req, err);
+    }
     if (rc != LG_OK) {
         return rc;
     }
@@ -324,6 +399,8 @@ api_parse_root(enum lg_sim_api_kind kind, json_t *root, const json_error_t *jerr
 
     memset(req, 0, sizeof(*req));
     req->kind = kind;
+    req->add_generation_prompt = true;
+    lg_hstream_init(&req->context);
     if (root == NULL) {
         return api_reject(err, NULL, "invalid JSON body: %s (line %d, column %d)", jerr->text,
                           jerr->line, jerr->column);
@@ -334,11 +411,12 @@ api_parse_root(enum lg_sim_api_kind kind, json_t *root, const json_error_t *jerr
     }
     lg_sim_prefix_hasher_init(&sc.hasher, block_tokens, LG_SIM_API_MAX_BLOCK_KEYS);
     sc.bytes = 0;
+    sc.context = &req->context;
     rc = api_get_options(root, req, err);
     if (rc == LG_OK) {
         switch (kind) {
         case LG_SIM_API_CHAT:
-            rc = api_scan_messages(&sc, json_object_get(root, "messages"), err);
+            rc = api_scan_messages(&sc, json_object_get(root, "messages"), req, err);
             break;
         case LG_SIM_API_COMPLETION:
             rc = api_scan_prompt(&sc, json_object_get(root, "prompt"), "prompt", req, err);
@@ -407,6 +485,31 @@ lg_sim_api_token(uint64_t seed, uint32_t index, char *buf, size_t len)
     unsigned word = (unsigned)(lg_mix64(seed ^ lg_mix64(index)) % 100);
 
     return snprintf(buf, len, " tok%u", word);
+}
+
+uint64_t
+lg_sim_api_context_seed(const char *model, const struct lg_sim_request *req)
+{
+    uint64_t h = lg_hash64(model, strlen(model), LG_HASH64_INIT);
+
+    return lg_mix64(h ^ lg_mix64(req->has_seed ? (uint64_t)req->seed + 1 : 0));
+}
+
+int
+lg_sim_api_next_token(struct lg_sim_api_resp *r, uint32_t index, char *buf, size_t len)
+{
+    unsigned word;
+    int n;
+
+    if (!r->context) {
+        return lg_sim_api_token(r->seed, index, buf, len);
+    }
+    word = (unsigned)(lg_mix64(r->seed ^ lg_hstream_value(&r->ctx)) % 100);
+    n = snprintf(buf, len, " tok%u", word);
+    if (n > 0 && (size_t)n < len) {
+        lg_hstream_feed(&r->ctx, buf, (size_t)n);
+    }
+    return n;
 }
 
 char *
@@ -479,21 +582,34 @@ api_chunk_object(const struct lg_sim_api_resp *r)
     api_id_prefix(r), (r)->id, api_chunk_object(r), (r)->created, (r)->model_json
 
 int
-lg_sim_api_chunk_token(struct evbuffer *out, const struct lg_sim_api_resp *r, uint32_t index)
+lg_sim_api_chunk_token(struct evbuffer *out, struct lg_sim_api_resp *r, uint32_t index)
 {
     char tok[32];
+    int rc;
 
-    lg_sim_api_token(r->seed, index, tok, sizeof(tok));
+    lg_sim_api_next_token(r, index, tok, sizeof(tok));
     if (r->kind == LG_SIM_API_COMPLETION) {
         return api_chunk(out,
                          API_HEAD_FMT "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,"
                                       "\"finish_reason\":null}]}\n\n",
                          API_HEAD_ARGS(r), tok);
     }
+    if (index == 0 && r->role_chunk) {
+        /* vLLM's and SGLang's first chunk: the role, no content yet */
+        rc = api_chunk(out,
+                       API_HEAD_FMT "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                                    "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}"
+                                    "\n\n",
+                       API_HEAD_ARGS(r));
+        if (rc != LG_OK) {
+            return rc;
+        }
+    }
     return api_chunk(out,
                      API_HEAD_FMT "\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
                                   "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
-                     API_HEAD_ARGS(r), index == 0 ? "\"role\":\"assistant\"," : "", tok);
+                     API_HEAD_ARGS(r),
+                     index == 0 && !r->role_chunk ? "\"role\":\"assistant\"," : "", tok);
 }
 
 int
@@ -530,7 +646,7 @@ lg_sim_api_chunk_done(struct evbuffer *out)
 }
 
 int
-lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r)
+lg_sim_api_body_completion(struct evbuffer *out, struct lg_sim_api_resp *r)
 {
     bool chat = r->kind == LG_SIM_API_CHAT;
     char tok[32];
@@ -545,7 +661,7 @@ lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r
                                    : "\"text\":\"")
           < 0;
     for (uint32_t i = 0; i < r->completion_tokens; i++) {
-        int n = lg_sim_api_token(r->seed, i, tok, sizeof(tok));
+        int n = lg_sim_api_next_token(r, i, tok, sizeof(tok));
 
         rc |= evbuffer_add(out, tok, (size_t)n);
     }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <llmgate/hstream.h>
+
 struct evbuffer;
 
 enum lg_sim_api_kind {
@@ -40,6 +42,12 @@ struct lg_sim_request {
     uint32_t nblocks;
     uint64_t *input_hashes; /* embeddings: one hash per input */
     uint32_t ninputs;
+    bool has_seed;          /* the body's "seed" */
+    int64_t seed;
+    bool continue_final;    /* chat: continue_final_message (the last message left open) */
+    bool add_generation_prompt; /* chat: add_generation_prompt (default true) */
+    struct lg_hstream context;  /* the prompt as the text generator reads it (api.c:
+                                   chat messages rendered, prompt strings, token ids) */
 };
 
 /* A rejected request: HTTP status and the fields of an OpenAI error body. */
@@ -65,6 +73,10 @@ void lg_sim_request_free(struct lg_sim_request *req);
 /* The text of token number `index` (" tok17"): a function of seed and index only. */
 int lg_sim_api_token(uint64_t seed, uint32_t index, char *buf, size_t len);
 
+/* The seed of a response's text in context mode: the model's name and the
+ * request's "seed" (none: 0), nothing of the replica. */
+uint64_t lg_sim_api_context_seed(const char *model, const struct lg_sim_request *req);
+
 /* Escapes s for use inside a JSON string (no quotes added); NULL if it cannot. */
 char *lg_sim_api_json_escape(const char *s);
 
@@ -78,7 +90,20 @@ struct lg_sim_api_resp {
     uint32_t completion_tokens;
     uint64_t seed;
     bool stopped; /* ended before max_tokens: finish_reason "stop", else "length" */
+    bool role_chunk;         /* a role-only first chunk (content ""), as vLLM and SGLang */
+    bool context;            /* each token a function of the text before it (--text context) */
+    struct lg_hstream ctx;   /* context mode: the prompt and the tokens so far */
 };
+
+/*
+ * The text of the response's next token, number `index` (" tok17"). Position
+ * mode (the default): a function of r->seed and index only, the same for
+ * every request. Context mode: a function of r->seed and the text before it
+ * (the prompt as rendered, then the tokens so far), which it then extends: a
+ * request whose prompt already ends with the first k tokens of an answer
+ * (a chat continuation, a prompt continuation) goes on with token k.
+ */
+int lg_sim_api_next_token(struct lg_sim_api_resp *r, uint32_t index, char *buf, size_t len);
 
 /*
  * Stream pieces, each one complete HTTP/1.1 chunk (size line, payload, CRLF)
@@ -87,13 +112,13 @@ struct lg_sim_api_resp {
  * assistant role); finish: the chunk with finish_reason; usage: the usage
  * chunk; done: `data: [DONE]\n\n` followed by the last-chunk marker.
  */
-int lg_sim_api_chunk_token(struct evbuffer *out, const struct lg_sim_api_resp *r, uint32_t index);
+int lg_sim_api_chunk_token(struct evbuffer *out, struct lg_sim_api_resp *r, uint32_t index);
 int lg_sim_api_chunk_finish(struct evbuffer *out, const struct lg_sim_api_resp *r);
 int lg_sim_api_chunk_usage(struct evbuffer *out, const struct lg_sim_api_resp *r);
 int lg_sim_api_chunk_done(struct evbuffer *out);
 
 /* A whole non-streaming completion body (JSON, no HTTP framing). */
-int lg_sim_api_body_completion(struct evbuffer *out, const struct lg_sim_api_resp *r);
+int lg_sim_api_body_completion(struct evbuffer *out, struct lg_sim_api_resp *r);
 
 /* An embeddings response body: `dim` numbers per input. */
 int lg_sim_api_body_embeddings(struct evbuffer *out, const struct lg_sim_request *req,

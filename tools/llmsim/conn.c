@@ -296,7 +296,14 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
         .completion_tokens = tokens,
         .seed = sim->conf->seed,
         .stopped = c->api.sim_tokens != 0 && (c->api.max_tokens == 0 || tokens < max_tokens),
+        .role_chunk = sim->conf->role_chunk,
+        .context = sim->conf->text_context,
+        .ctx = c->api.context,
     };
+    if (c->resp.context) {
+        /* the same model answers the same text on every replica */
+        c->resp.seed = lg_sim_api_context_seed(c->model->name, &c->api);
+    }
     memset(&c->seq, 0, sizeof(c->seq));
     c->seq.owner = c;
     c->seq.prompt_tokens = c->api.prompt_tokens;

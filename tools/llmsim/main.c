@@ -75,7 +75,20 @@ static const char llmsim_usage[] =
     "                              --seed (default 0: none)\n"
     "  --max-tokens-default N      tokens generated when a request has no\n"
     "                              max_tokens (default 16)\n"
-    "  --seed S                    seeds token texts, ids and jitter (default 0)\n"
+    "  --seed S                    seeds token texts (position mode), ids and\n"
+    "                              jitter (default 0)\n"
+    "  --text MODE                 position: token i's text is a function of --seed\n"
+    "                              and i, the same for every request (default);\n"
+    "                              context: a function of the model name, the\n"
+    "                              request's \"seed\" and all the text before it\n"
+    "                              (the prompt as rendered, then the answer so far),\n"
+    "                              the same on every replica, so that a\n"
+    "                              continuation (chat: the answer so far as a final\n"
+    "                              assistant message with continue_final_message;\n"
+    "                              completions: appended to the prompt) goes on\n"
+    "                              exactly as the answer would have\n"
+    "  --role-chunk                chat streams open with a role-only chunk\n"
+    "                              (content \"\"), as vLLM and SGLang write them\n"
     "  --prefix-block-tokens N     prefix-cache block size in tokens; 0 disables\n"
     "                              the cache (default 16)\n"
     "  --prefix-cache-blocks N     prefix-cache capacity in blocks, LRU; also the\n"
@@ -140,6 +153,8 @@ enum {
     OPT_DECODE_EXP,
     OPT_JITTER,
     OPT_MAX_TOKENS,
+    OPT_TEXT,
+    OPT_ROLE_CHUNK,
     OPT_BLOCK_TOKENS,
     OPT_CACHE_BLOCKS,
     OPT_EMBED_DIM,
@@ -171,6 +186,8 @@ static const struct option llmsim_options[] = {
     { "decode-batch-exp", required_argument, NULL, OPT_DECODE_EXP },
     { "jitter", required_argument, NULL, OPT_JITTER },
     { "max-tokens-default", required_argument, NULL, OPT_MAX_TOKENS },
+    { "text", required_argument, NULL, OPT_TEXT },
+    { "role-chunk", no_argument, NULL, OPT_ROLE_CHUNK },
     { "prefix-block-tokens", required_argument, NULL, OPT_BLOCK_TOKENS },
     { "prefix-cache-blocks", required_argument, NULL, OPT_CACHE_BLOCKS },
     { "embedding-dim", required_argument, NULL, OPT_EMBED_DIM },
@@ -389,6 +406,17 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
         case OPT_MAX_TOKENS:
             ok = main_uint("max-tokens-default", optarg, 1, LG_SIM_API_MAX_TOKENS, &u);
             conf->max_tokens_default = (uint32_t)u;
+            break;
+        case OPT_TEXT:
+            if (strcmp(optarg, "position") == 0 || strcmp(optarg, "context") == 0) {
+                conf->text_context = optarg[0] == 'c';
+            } else {
+                fprintf(stderr, "llmsim: --text %s: expected position or context\n", optarg);
+                ok = false;
+            }
+            break;
+        case OPT_ROLE_CHUNK:
+            conf->role_chunk = true;
             break;
         case OPT_BLOCK_TOKENS:
             ok = main_uint("prefix-block-tokens", optarg, 0, 1u << 20, &u);

@@ -50,6 +50,8 @@ struct lg_sim_conf {
     uint32_t schedule;    /* LLMSIM_SHM_SCHED_* */
     uint32_t step_tokens; /* chunked: budget of a step */
     uint32_t max_tokens_default;
+    bool text_context; /* --text context: each token a function of the text before it */
+    bool role_chunk;   /* --role-chunk: a role-only first chat chunk, as vLLM and SGLang */
     uint32_t prefix_block_tokens;
     uint32_t prefix_cache_blocks;
     uint32_t embedding_dim;
