@@ -285,6 +285,74 @@ static const struct lg_conf_field conf_retry_fields[] = {
 static const struct lg_conf_table conf_retry_table = { sizeof(struct lg_retry_conf),
                                                        conf_retry_fields, NULL };
 
+/* What resume.models may say of a model. */
+static const char *const conf_resume_modes[] = { "off", "greedy", "seeded", NULL };
+
+/* A JSON pointer segment for a member name (RFC 6901: ~ and / escaped). */
+static void
+conf_ptr_segment(char *out, size_t cap, const char *name)
+{
+    size_t n = 0;
+
+    if (cap < 2) {
+        return;
+    }
+    out[n++] = '/';
+    for (; *name != '\0' && n + 3 < cap; name++) {
+        if (*name == '~' || *name == '/') {
+            out[n++] = '~';
+            out[n++] = *name == '~' ? '0' : '1';
+        } else {
+            out[n++] = *name;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* resume.models: every model's value is one of the modes ("#" keys are comments). */
+static void
+conf_check_resume(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    struct lg_resume_conf *r = base;
+    const char *name;
+    json_t *v;
+
+    if (r->models == NULL) {
+        return;
+    }
+    json_object_foreach (r->models, name, v) {
+        const char *mode = json_is_string(v) ? json_string_value(v) : NULL;
+        char sfx[300];
+        size_t i = 0;
+
+        if (name[0] == '#') {
+            continue;
+        }
+        while (mode != NULL && conf_resume_modes[i] != NULL
+               && strcmp(mode, conf_resume_modes[i]) != 0) {
+            i++;
+        }
+        if (mode == NULL || conf_resume_modes[i] == NULL) {
+            memcpy(sfx, "/models", 7);
+            conf_ptr_segment(sfx + 7, sizeof(sfx) - 7, name);
+            conf_error_at(ctx, sfx, "expected \"off\", \"greedy\" or \"seeded\"");
+        }
+    }
+    (void)clean;
+}
+
+#define RS(f) offsetof(struct lg_resume_conf, f)
+static const struct lg_conf_field conf_resume_fields[] = {
+    { "models", LG_CONF_JSON, RS(models), .required = false },
+    { "attempts", LG_CONF_UINT, RS(attempts), .def = 2, .min = 1, .max = 10 },
+    { "max_text", LG_CONF_SIZE, RS(max_text), .def = CONF_KIB(256), .min = CONF_KIB(1),
+      .max = CONF_MIB(64) },
+    { .name = NULL },
+};
+#undef RS
+static const struct lg_conf_table conf_resume_table = { sizeof(struct lg_resume_conf),
+                                                        conf_resume_fields, conf_check_resume };
+
 #define ST(f) offsetof(struct lg_route_stage_conf, f)
 static const struct lg_conf_field conf_stage_fields[] = {
     { "policy", LG_CONF_STR, ST(policy), .required = true },
@@ -325,6 +393,7 @@ static const struct lg_conf_field conf_routing_fields[] = {
     { "plugins", LG_CONF_STRARRAY, RO(plugins), .min = 0, .max = 64, .aux_offset = RO(nplugins) },
     { "options", LG_CONF_JSON, RO(policy_options), .required = false },
     { "retry", LG_CONF_OBJECT, RO(retry), .sub = &conf_retry_table },
+    { "resume", LG_CONF_OBJECT, RO(resume), .sub = &conf_resume_table },
     { "session_header", LG_CONF_STR, RO(session_header), .check = lg_conf_check_header_name },
     { "prefix_bytes", LG_CONF_SIZE, RO(prefix_bytes), .def = 2048, .min = 0, .max = CONF_MIB(1) },
     { .name = NULL },

@@ -105,6 +105,14 @@ struct lg_retry_conf {
     uint32_t budget_min;   /* retries always allowed per second, whatever the ratio */
 };
 
+/* Mid-stream failover (serve/resume.c). */
+struct lg_resume_conf {
+    json_t *models;        /* {model or "*": "off" | "greedy" | "seeded"}, borrowed from
+                              root; NULL: off for every model */
+    uint32_t attempts;     /* continuations per stream */
+    size_t max_text;       /* bytes of delivered text kept per stream */
+};
+
 /* One stage of a routing pipeline (router.c). */
 struct lg_route_stage_conf {
     char *policy;             /* a built-in or loaded policy's name */
@@ -120,6 +128,7 @@ struct lg_routing_conf {
     size_t nplugins;
     json_t *policy_options;   /* "options": {policy name: its options} (borrowed from root) */
     struct lg_retry_conf retry;
+    struct lg_resume_conf resume;
     char *session_header;     /* header whose value pins a client to a backend; NULL: off */
     size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */
 };

@@ -25,6 +25,18 @@ const char *const lg_stats_route_names[LG_STATS_NROUTES] = {
     [LG_STATS_ROUTE_HEALTHZ] = "healthz",       [LG_STATS_ROUTE_OTHER] = "other",
 };
 
+const char *const lg_stats_resume_names[LG_STATS_NRESUME] = {
+    [LG_STATS_RESUME_NONE] = "none",
+    [LG_STATS_RESUME_NO_BACKEND] = "no_backend",
+    [LG_STATS_RESUME_BUDGET] = "budget",
+    [LG_STATS_RESUME_ATTEMPTS] = "attempts",
+    [LG_STATS_RESUME_TEXT_LIMIT] = "text_limit",
+    [LG_STATS_RESUME_NOT_TEXT] = "not_text",
+    [LG_STATS_RESUME_REQUEST] = "request",
+    [LG_STATS_RESUME_COMPLETE] = "complete",
+    [LG_STATS_RESUME_EVENT] = "event",
+};
+
 #define STAT_ADD(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)
 
 void

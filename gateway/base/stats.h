@@ -58,8 +58,27 @@ struct lg_stats_decision {
 };
 
 /* Per worker: requests by route and status, routing decisions. */
+/* Why a stream the gateway could continue (routing.resume) was cut all the same. */
+enum lg_stats_resume {
+    LG_STATS_RESUME_NONE = 0,
+    LG_STATS_RESUME_NO_BACKEND, /* no other backend serves its model */
+    LG_STATS_RESUME_BUDGET,     /* the retry budget is spent */
+    LG_STATS_RESUME_ATTEMPTS,   /* routing.resume.attempts continuations made already */
+    LG_STATS_RESUME_TEXT_LIMIT, /* its text outgrew routing.resume.max_text */
+    LG_STATS_RESUME_NOT_TEXT,   /* it generated what text cannot continue (reasoning, tool
+                                   calls, another choice) */
+    LG_STATS_RESUME_REQUEST,    /* its request cannot be continued (tools, a structured
+                                   output, several prompts, echo...) */
+    LG_STATS_RESUME_COMPLETE,   /* all of max_tokens was delivered: nothing left to ask for */
+    LG_STATS_RESUME_EVENT,      /* an event outgrew the buffer: the client holds part of one */
+    LG_STATS_NRESUME,
+};
+extern const char *const lg_stats_resume_names[LG_STATS_NRESUME];
+
 struct lg_worker_metrics {
     uint64_t requests[LG_STATS_NROUTES][LG_STATS_NCODES];
+    uint64_t resumed;                             /* continuations begun */
+    uint64_t resume_failed[LG_STATS_NRESUME];     /* resumable streams cut, by why */
     struct lg_stats_decision decisions[LG_STATS_MAX_DECISIONS];
     uint32_t ndecisions;        /* atomic (release when a slot is filled) */
     uint64_t decisions_dropped; /* pairs beyond the table */

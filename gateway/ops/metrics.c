@@ -212,6 +212,32 @@ mx_requests(struct evbuffer *out, const struct lg_gateway *gw)
     }
 }
 
+/* Mid-stream failover (serve/resume.c): continuations, and streams it could not save. */
+static void
+mx_resume(struct evbuffer *out, const struct lg_gateway *gw)
+{
+    uint64_t resumed = 0;
+
+    for (unsigned i = 0; i < gw->nworkers; i++) {
+        resumed += LOAD(&gw->workers[i].metrics.resumed);
+    }
+    mx_family(out, "llmgate_resumed_total", "counter",
+              "Streams continued on another backend after theirs failed mid-stream "
+              "(routing.resume), one per continuation.");
+    evbuffer_add_printf(out, "llmgate_resumed_total %" PRIu64 "\n", resumed);
+    mx_family(out, "llmgate_resume_failed_total", "counter",
+              "Streams routing.resume allowed to continue that were cut all the same, by why.");
+    for (int k = 1; k < LG_STATS_NRESUME; k++) {
+        uint64_t n = 0;
+
+        for (unsigned i = 0; i < gw->nworkers; i++) {
+            n += LOAD(&gw->workers[i].metrics.resume_failed[k]);
+        }
+        evbuffer_add_printf(out, "llmgate_resume_failed_total{reason=\"%s\"} %" PRIu64 "\n",
+                            lg_stats_resume_names[k], n);
+    }
+}
+
 /* Sums the workers' (policy, reason) tables; a small quadratic merge. */
 static void
 mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
@@ -293,6 +319,7 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
               "Client connections refused at limits.max_connections.");
     evbuffer_add_printf(out, "llmgate_connections_refused_total %" PRIu64 "\n", sum.refused);
     mx_requests(out, gw);
+    mx_resume(out, gw);
     mx_family(out, "llmgate_request_bytes_total", "counter",
               "Request bytes received from clients (heads and bodies).");
     evbuffer_add_printf(out, "llmgate_request_bytes_total %" PRIu64 "\n", sum.bytes_in);

@@ -230,7 +230,8 @@ lg_attempt_learn_done(struct lg_client *c, bool whole)
     if (b == NULL || req->status < 200 || req->status >= 300) {
         return;
     }
-    if ((req->flags & LG_REQ_F_SSE) && req->content_events > 1) {
+    if ((req->flags & LG_REQ_F_SSE) && req->content_events > 1 && req->resumed == 0) {
+        /* (a continuation's stream began on another backend, with a pause in it) */
         itl = (double)(req->t_last_token - req->t_first_token) / 1e6
               / (double)(req->content_events - 1);
     }
@@ -239,7 +240,9 @@ lg_attempt_learn_done(struct lg_client *c, bool whole)
     lg_backend_note_done(b, learn_ttft ? &prior : NULL, req->info.prompt_bytes, ttft,
                          attempt_pick_wait_ms(req), itl, hold > 0 ? hold : 0);
     lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, b, req->status,
-                          req->t_first_token - req->t_dispatch, req->t_end - req->t_dispatch);
+                          req->t_first_token > req->t_dispatch ? req->t_first_token - req->t_dispatch
+                                                               : 0, /* a continuation's: none */
+                          req->t_end - req->t_dispatch);
 }
 
 /* The backend failed after the response started (reset, silence, garbage). */
@@ -324,6 +327,12 @@ lg_attempt_tokens(struct lg_client *c, uint64_t before)
         req->t_pace = req->t_now;
         req->pace_events = req->content_events;
         attempt_first_token(c);
+    } else if (req->flags & LG_REQ_F_TOKEN_WAIT) {
+        /* a continuation's first token (resume.c): its wait is over; the
+         * stream's first token was another attempt's, so no TTFT sample */
+        attempt_token_wait_end(c);
+        req->t_pace = req->t_now;
+        req->pace_events = req->content_events;
     } else if ((req->flags & LG_REQ_F_END_SLOT)
                && before / ATTEMPT_END_EVERY != req->content_events / ATTEMPT_END_EVERY) {
         attempt_end_refresh(req);

@@ -52,6 +52,8 @@ struct lg_upconn;
 #define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
 #define LG_REQ_F_END_SLOT    (1u << 17) /* its predicted end is in the backend's ends[] */
 #define LG_REQ_F_SEQ         (1u << 18) /* followed in the backend's seqs[] (engine model) */
+#define LG_REQ_F_EVENTS      (1u << 19) /* body relayed event by event (resume.c): a stream
+                                           that may go on on another backend */
 
 struct lg_request {
     uint32_t flags;
@@ -82,6 +84,11 @@ struct lg_request {
     struct event *timer;          /* owned: total deadline */
     struct lg_sse sse;
     struct lg_json_probe probe;   /* non-streaming bodies */
+    struct lg_resume *resume;     /* owned by resume.c: a stream it may continue; NULL: none */
+    uint32_t resumed;             /* continuations begun (resume.c) */
+    uint8_t resume_fail;          /* why a stream it could continue was cut (enum lg_stats_resume) */
+    uint64_t resume_pause_ns;     /* the pauses the client saw, last token to first after */
+    uint64_t resume_events;       /* content events relayed before the last continuation */
 
     /* outcome */
     int status;                   /* status sent to the client (0: none) */

@@ -19,6 +19,8 @@
  *                 a retryable status, before any byte reached the client),
  *                 then the body moved with backpressure and its SSE events
  *                 stamped (relay.c).
+ *                 A failure after that is cut, unless resume.c can go on
+ *                 with the stream on another backend (proxy_failed_midway()).
  *   7. client     proxy_complete(), or a failure: the request ends in the
  *                 client's one exit (lg_client_finish, _fail, _cut in
  *                 client.c), which writes the access-log line, the metrics
@@ -28,7 +30,9 @@
  * Borrows: the client (which owns the request) and, while an attempt runs,
  * what attempt.c holds for it (the backend, the upstream connection).
  * Invariants: nothing is retried once LG_REQ_F_STARTED is set (a response
- * byte is queued to the client); every attempt ends in lg_attempt_end().
+ * byte is queued to the client): an attempt after that is a continuation
+ * (resume.c), whose head never reaches the client; every attempt ends in
+ * lg_attempt_end().
  */
 #include "serve/proxy.h"
 
@@ -41,6 +45,7 @@
 #include <event2/event.h>
 
 #include "base/config.h"
+#include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
@@ -53,6 +58,7 @@
 #include "serve/client.h"
 #include "serve/endpoints.h"
 #include "serve/relay.h"
+#include "serve/resume.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -67,11 +73,25 @@ static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuf
 static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable);
 static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
+static void proxy_failed_midway(struct lg_client *c, const char *why);
 
 static const struct lg_config *
 proxy_conf(const struct lg_client *c)
 {
     return c->req.fleet->conf;
+}
+
+/* How long an attempt waits for its answer: a continuation's client is
+ * mid-stream, so stream_idle bounds that silence too. */
+static uint64_t
+proxy_first_byte_ms(const struct lg_client *c)
+{
+    const struct lg_config *conf = proxy_conf(c);
+
+    if (c->req.flags & LG_REQ_F_STARTED) {
+        return LG_MIN(conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
+    }
+    return conf->timeouts.first_byte_ms;
 }
 
 /* The first-byte timeout starts now (a pooled connection keeps its stream-idle write timeout). */
@@ -287,8 +307,15 @@ proxy_attempt(struct lg_client *c)
     int rc;
 
     rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
-    if (lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
+    /* a continuation (resume.c) does not queue: its client is mid-stream */
+    if (!(req->flags & LG_REQ_F_STARTED)
+        && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
         return; /* waits for a backend slot (admission.c), or was refused */
+    }
+    if (rc != LG_OK && (req->flags & LG_REQ_F_STARTED)) {
+        req->resume_fail = LG_STATS_RESUME_NO_BACKEND;
+        lg_client_cut(c, req->error ? req->error : "no_backend_to_resume");
+        return;
     }
     if (rc != LG_OK) {
         if (req->attempts > 0) {
@@ -309,7 +336,9 @@ proxy_attempt(struct lg_client *c)
     lg_attempt_begin(c, b);
     /* 5. upstream: a pooled connection, or a new one, carries the request */
     req->t_connect = 0;
-    req->t_first_byte = 0;
+    if (!(req->flags & LG_REQ_F_STARTED)) {
+        req->t_first_byte = 0; /* a continuation's client had its first byte */
+    }
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
         proxy_attempt_failed(c, "connect_failed", 503, 0);
@@ -324,7 +353,7 @@ proxy_attempt(struct lg_client *c)
         lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
     } else {
         req->t_connect = req->t_dispatch;
-        proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
     }
     lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
@@ -360,7 +389,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
         u->state = LG_UPCONN_ST_ACTIVE;
         lg_bevio_own_reads(u->bev); /* connected: reads without FIONREAD from now on */
         req->t_connect = lg_now_ns();
-        proxy_set_timeouts(u->bev, conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
         lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
         return;
     }
@@ -373,8 +402,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             proxy_attempt_failed(c, "first_byte_timeout", 504, 0);
         } else {
             LG_STAT_ADD(u->b, timeouts, 1);
-            lg_attempt_failed_midway(c);
-            lg_client_cut(c, "stream_idle_timeout");
+            proxy_failed_midway(c, "stream_idle_timeout");
         }
         return;
     }
@@ -420,8 +448,8 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             return;
         }
     }
-    lg_attempt_failed_midway(c);
-    lg_client_cut(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response" : "upstream_reset");
+    proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response"
+                                                   : "upstream_reset");
 }
 
 /* ---- 6. relay: the response ---------------------------------------------- */
@@ -455,7 +483,14 @@ proxy_on_head(struct lg_client *c, struct lg_upconn *u)
         proxy_attempt(c);
         return LG_EAGAIN;
     }
-    lg_relay_write_head(c, u);
+    if (!(req->flags & LG_REQ_F_STARTED)) {
+        lg_relay_write_head(c, u);
+        lg_resume_watch(c, u); /* a stream that may go on elsewhere: relayed event by event */
+    } else if (lg_resume_head(c, u) != LG_OK) {
+        /* a continuation (resume.c), and no stream to go on with */
+        proxy_attempt_failed(c, "resume_refused", 502, 0);
+        return LG_EAGAIN;
+    }
     lg_client_set_state(c, LG_CLIENT_ST_RELAY);
     /* the relay's timeouts, unless the response ends in this read (then
      * the pool's and the next request's apply): proxy_on_up_read() */
@@ -517,6 +552,11 @@ proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
             }
             continue;
         case LG_RELAY_DONE:
+            if (lg_resume_failing(c)) {
+                /* the engine ended its stream with an error resume.c held back */
+                proxy_failed_midway(c, "engine_error_event");
+                return;
+            }
             proxy_complete(c, u, evbuffer_get_length(in) == 0);
             return;
         case LG_RELAY_ERROR:
@@ -588,6 +628,10 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned 
     lg_attempt_end(c, false);
     req->error = why;
     req->fail_status = status;
+    if (req->flags & LG_REQ_F_STARTED) {
+        proxy_failed_midway(c, why); /* a continuation's attempt (resume.c) */
+        return;
+    }
     if (proxy_can_retry(c)) {
         proxy_attempt(c);
         return;
@@ -604,11 +648,27 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
                 req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
                 llhttp_get_error_reason(&u->parser));
     if (req->flags & LG_REQ_F_STARTED) {
-        lg_attempt_failed_midway(c);
-        lg_client_cut(c, "upstream_protocol_error");
+        proxy_failed_midway(c, "upstream_protocol_error");
     } else {
         proxy_attempt_failed(c, "upstream_protocol_error", 502, 0);
     }
+}
+
+/*
+ * The backend failed after the response started: the stream goes on on
+ * another backend where resume.c can continue it, else it is cut.
+ */
+static void
+proxy_failed_midway(struct lg_client *c, const char *why)
+{
+    lg_attempt_failed_midway(c);
+    if (!lg_resume_begin(c, why, proxy_take_retry_token)) {
+        lg_client_cut(c, why);
+        return;
+    }
+    proxy_abort(c, why); /* the failed attempt ends: its engine stops */
+    c->req.up_bytes = 0; /* counted for that backend; the next counts its own */
+    proxy_attempt(c);
 }
 
 static void
@@ -653,6 +713,7 @@ proxy_release(struct lg_client *c)
 
     lg_admission_cancel(c);
     proxy_abort(c, "released");
+    lg_resume_release(c);
     if (req->timer != NULL) {
         event_free(req->timer);
         req->timer = NULL;

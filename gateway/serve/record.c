@@ -53,6 +53,23 @@ record_decision(struct lg_worker_metrics *m, const char *policy, const char *rea
     __atomic_store_n(&m->ndecisions, n + 1, __ATOMIC_RELEASE);
 }
 
+/*
+ * The answer's tokens: the engine's count where it gave one (usage), else
+ * its content events. After a continuation (resume.c) the usage counts the
+ * continuation's own: the events delivered before it are added.
+ */
+static uint64_t
+record_tokens(const struct lg_request *req)
+{
+    int64_t usage = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->sse)
+                                                : req->probe.completion_tokens;
+
+    if (usage < 0) {
+        return req->content_events;
+    }
+    return (uint64_t)usage + (req->resumed > 0 ? req->resume_events : 0);
+}
+
 /* Counts the request by route and status, its routing decision, and on its
  * backend: latencies, tokens, prompt bytes. */
 static void
@@ -67,6 +84,12 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
 
     if (status >= LG_STATS_MIN_CODE && status < LG_STATS_MIN_CODE + LG_STATS_NCODES) {
         STAT_ADD(&wm->requests[route][status - LG_STATS_MIN_CODE], 1);
+    }
+    if (req->resumed > 0) {
+        STAT_ADD(&wm->resumed, req->resumed);
+    }
+    if (req->resume_fail != LG_STATS_RESUME_NONE && req->resume_fail < LG_STATS_NRESUME) {
+        STAT_ADD(&wm->resume_failed[req->resume_fail], 1);
     }
     if (b == NULL) {
         return;
@@ -96,9 +119,7 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
                         (double)(req->t_last_token - req->t_first_token)
                             / (double)(req->content_events - 1) / 1e9);
     }
-    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.completion_tokens
-                                         : req->probe.completion_tokens;
-    STAT_ADD(&bm->completion_tokens, tokens >= 0 ? (uint64_t)tokens : req->content_events);
+    STAT_ADD(&bm->completion_tokens, record_tokens(req));
     tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens : req->probe.prompt_tokens;
     if (tokens > 0) {
         STAT_ADD(&bm->prompt_tokens, (uint64_t)tokens);
@@ -346,7 +367,6 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
      * and ten other strings at their most: no line is ever cut */
     char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
-    uint64_t tokens;
 
     line_lit(&l, "{\"ts\":");
     line_time(&l, req->wall_start);
@@ -400,20 +420,18 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
     line_lit(&l, ",\"total\":");
     line_ms(&l, req->t_start, req->t_end);
-    tokens = req->content_events;
-    if ((req->flags & LG_REQ_F_SSE) && lg_sse_completion_tokens(&req->sse) >= 0) {
-        tokens = (uint64_t)lg_sse_completion_tokens(&req->sse);
-    } else if (!(req->flags & LG_REQ_F_SSE) && req->probe.completion_tokens >= 0) {
-        tokens = (uint64_t)req->probe.completion_tokens;
-    }
     line_lit(&l, ",\"tokens\":");
-    line_u64(&l, tokens);
+    line_u64(&l, record_tokens(req));
     line_lit(&l, ",\"itl\":");
     if (req->content_events > 1) {
         line_ms(&l, 0 + 1, 1 + (req->t_last_token - req->t_first_token) / (req->content_events - 1));
     } else {
         line_lit(&l, "null");
     }
+    line_lit(&l, ",\"resumed\":");
+    line_u64(&l, req->resumed);
+    line_lit(&l, ",\"resume_pause\":");
+    line_ms(&l, req->resume_pause_ns ? 1 : 0, 1 + req->resume_pause_ns);
     if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
         line_lit(&l, ",\"candidates\":");
         line_lit(&l, req->pick.explain);

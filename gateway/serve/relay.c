@@ -10,7 +10,8 @@
  * bufferevent (the pool's, lent to the request) and the client's.
  * Invariant: nothing is ever added inside a relayed body, only framing
  * (chunk sizes when a close-delimited body is re-framed, or none when an
- * HTTP/1.0 client gets a chunked body decoded).
+ * HTTP/1.0 client gets a chunked body decoded, or one chunk per event for a
+ * stream resume.c may continue on another backend).
  */
 #include "serve/relay.h"
 
@@ -27,6 +28,7 @@
 #include "http/bevio.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
+#include "serve/resume.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -136,7 +138,9 @@ relay_on_body(llhttp_t *p, const char *at, size_t n)
     struct lg_request *req = &c->req;
 
     if (req->flags & LG_REQ_F_SSE) {
-        unsigned got = lg_sse_feed(&req->sse, at, n);
+        /* a stream that may go on elsewhere is sent event by event (resume.c) */
+        unsigned got = (req->flags & LG_REQ_F_EVENTS) ? lg_resume_feed(c, at, n)
+                                                     : lg_sse_feed(&req->sse, at, n);
 
         if (got > 0) {
             uint64_t before = req->content_events;
@@ -206,6 +210,10 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
     size_t before = evbuffer_get_length(out), sent;
+    struct evbuffer *body = req->body;
+    uint64_t body_bytes = req->body_bytes;
+
+    lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
 
     head_str(&hb, method);
     head_add(&hb, " ", 1);
@@ -249,9 +257,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
         head_add(&hb, "\r\nAuthorization: Bearer ", 24);
         head_str(&hb, bc->api_key);
     }
-    if (req->method != HTTP_GET || req->body_bytes > 0) {
+    if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);
-        head_u64(&hb, req->body_bytes);
+        head_u64(&hb, body_bytes);
     }
     head_add(&hb, "\r\n\r\n", 4);
     /*
@@ -260,7 +268,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
      * req->body for a retry. A head too long for hb has its front queued
      * already: then all of it is.
      */
-    sent = lg_bevio_write_msg(u->bev, hb.buf, hb.n, req->body_bytes > 0 ? req->body : NULL);
+    sent = lg_bevio_write_msg(u->bev, hb.buf, hb.n, body_bytes > 0 ? body : NULL);
     LG_STAT_ADD(u->b, bytes_out, evbuffer_get_length(out) + sent - before);
 }
 
@@ -445,6 +453,10 @@ relay_move_body(struct lg_client *c, struct evbuffer *in, size_t n, bool last)
     struct evbuffer *out = bufferevent_get_output(c->bev);
 
     req->up_bytes += n;
+    if (req->flags & LG_REQ_F_EVENTS) {
+        evbuffer_drain(in, n); /* on_body handed them to resume.c */
+        return;
+    }
     if (req->flags & LG_REQ_F_DECHUNK) {
         size_t before = evbuffer_get_length(out);
 
@@ -483,6 +495,9 @@ lg_relay_end(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
+    if (req->flags & LG_REQ_F_EVENTS) {
+        lg_resume_end(c); /* an unfinished last event */
+    }
     if (req->flags & LG_REQ_F_ENCHUNK) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
 

@@ -1211,6 +1211,49 @@ test_no_resolve_flag(void)
     return 0;
 }
 
+/* routing.resume: a map of models to modes, its bounds, off by default. */
+static int
+test_routing_resume(void)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c = load(minimal, &errs);
+    char *text;
+
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->routing.resume.models == NULL); /* off for every model */
+    LG_CHECK(c->routing.resume.attempts == 2 && c->routing.resume.max_text == 256 * 1024);
+    lg_config_unref(c);
+    text = with_top("\"routing\": {\"resume\": {\"models\": {\"m\": \"greedy\", \"*\": \"seeded\", "
+                    "\"#\": \"comment\", \"x\": \"off\"}, \"attempts\": 3, \"max_text\": \"1MiB\"}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && errs.n == 0);
+    LG_CHECK_STR(json_string_value(json_object_get(c->routing.resume.models, "*")), "seeded");
+    LG_CHECK(c->routing.resume.attempts == 3 && c->routing.resume.max_text == 1024 * 1024);
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"models\": {\"a/b~\": \"always\"}}},",
+                              "t.json:2:43: error: /routing/resume/models/a~1b~0: expected "
+                              "\"off\", \"greedy\" or \"seeded\"")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"models\": {\"m\": true}}},",
+                              "t.json:2:40: error: /routing/resume/models/m: expected \"off\", "
+                              "\"greedy\" or \"seeded\"")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"models\": [\"m\"]}},",
+                              "t.json:2:34: error: /routing/resume/models: expected an object, got "
+                              "an array")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"attempts\": 11}},",
+                              "t.json:2:36: error: /routing/resume/attempts: must be between 1 and "
+                              "10 (got 11)")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"max_text\": 100}},",
+                              "t.json:2:36: error: /routing/resume/max_text: must be between 1KiB "
+                              "and 64MiB (got 100)")
+             == 0);
+    return 0;
+}
+
 LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_error, test_nul_byte,
              test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
@@ -1219,4 +1262,4 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
              test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_example_files, test_io_error,
-             test_refcount, test_no_resolve_flag)
+             test_refcount, test_no_resolve_flag, test_routing_resume)
