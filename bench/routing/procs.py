@@ -180,6 +180,10 @@ class Fleet:
         for key, (flag, default) in ENGINE_SHAPE.items():
             if sim.get(key, default) != default:
                 argv += [flag, str(sim[key])]
+        if sim.get("text"):
+            argv += ["--text", sim["text"]]
+        if sim.get("role_chunk"):
+            argv.append("--role-chunk")
         return argv
 
     def _start(self, i, port=0):

@@ -83,7 +83,9 @@ def parse_access(kind, paths, port_names):
                 if kind == "llmgate":
                     out.append({"t": _iso_to_unix(e["ts"]), "backend": e.get("backend"),
                                 "tried": [e["backend"]] if e.get("backend") else [],
-                                "retried": (e.get("attempts") or 1) > 1})
+                                "retried": (e.get("attempts") or 1) > (e.get("resumed") or 0) + 1,
+                                "resumed": e.get("resumed") or 0,
+                                "resume_pause": e.get("resume_pause")})
                 elif kind == "nginx":
                     ups = [u.strip() for u in (e.get("upstream") or "").split(",") if u.strip()]
                     names = [port_names.get(u.rsplit(":", 1)[-1], u) for u in ups]
@@ -422,6 +424,69 @@ def analyze_crash(scen, pools, ctx):
     return cols, vals, verdicts
 
 
+def _crash_inflight(p, dead, tc):
+    """Records of the streams the dead replica had answered before the crash at tc
+    (s) and that were still running then: those that failed, or ended after it."""
+    out = []
+    for r in p.records:
+        on_dead_before = (r.get("replica") == dead and r.get("t_send_ms") is not None
+                          and r["t_send_ms"] / 1000.0 < tc)
+        ended = (r["t_sched_ms"] + (r.get("e2e_ms") or 0)) / 1000.0
+        if on_dead_before and (r.get("error") or ended >= tc):
+            out.append(r)
+    return out
+
+
+def analyze_failover(scen, pools, ctx):
+    """Scenario 3f: the streams in flight on the replica that crashes, resumed on
+    another (mid-stream failover) or cut; the pause a resumed stream saw is its
+    largest gap between two content events (llmload's itl_max_ms), and the
+    gateway's own measure of it from its access log (resume_pause)."""
+    cr = ctx["crash"]
+    dead = "r%d" % (cr["replica"] + 1)
+    cols = ["in flight", "resumed", "cut", "pause p50", "pause p99", "log: resumed",
+            "log: pause p50/p99", "short", "other err"]
+    vals, verdicts = {}, {}
+    for name, p in pools.items():
+        if not p.ok:
+            continue
+        tc = p.event_t("crash") or cr["at"]
+        inflight = _crash_inflight(p, dead, tc)
+        ids = set(id(r) for r in inflight)
+        resumed = [r for r in inflight if not r.get("error")]
+        cut = [r for r in inflight if r.get("error")]
+        pauses = [r["itl_max_ms"] for r in resumed if r.get("itl_max_ms") is not None]
+        short = sum(1 for r in p.records if not r.get("error") and r.get("tokens") is not None
+                    and r.get("max_tokens") and r["tokens"] < r["max_tokens"])
+        other = sum(1 for r in p.records if r.get("error") and id(r) not in ids)
+        logged = [a for run in p.runs for a in run.get("access", []) if a.get("resumed")]
+        log_pauses = [a["resume_pause"] for a in logged if a.get("resume_pause") is not None]
+        vals[name] = ["%d" % len(inflight), "%d" % len(resumed), "%d" % len(cut),
+                      fmt_ms(pct(pauses, 50)), fmt_ms(pct(pauses, 99)), "%d" % len(logged),
+                      "%s/%s" % (fmt_ms(pct(log_pauses, 50)), fmt_ms(pct(log_pauses, 99))),
+                      "%d" % short, "%d" % other]
+        if name != (scen.get("subject") or S.SUBJECT):
+            verdicts[name] = (None, "")
+            continue
+        checks = [("in-flight streams cut", len(cut) if inflight else None, 0),
+                  ("resumed streams the gateway did not log as resumed",
+                   max(0, len(resumed) - len(logged)), 0),
+                  ("streams ended cleanly but short", short, 0),
+                  ("failures beyond the dead replica's streams", other, 0),
+                  ("p99 pause (ms) <= 500", pct(pauses, 99), 500.0)]
+        verdicts[name] = _checks(checks)
+    ctx["notes"].append(
+        "r%d exits at t=%gs and restarts at t=%gs. in flight: streams on it at the crash; "
+        "resumed: those that ended well (continued on another replica), cut: those that "
+        "failed; pause: a resumed stream's largest gap between content events as the client "
+        "saw it (llmload's itl_max_ms); log: requests the gateway's access log shows resumed, "
+        "and the pause it measured (resume_pause); short: streams that ended well with fewer "
+        "tokens than max_tokens (a continuation that lost or repeated none would show here); "
+        "other err: failures of streams not on it."
+        % (cr["replica"] + 1, cr["at"], cr["at"] + cr["restart_after"]))
+    return cols, vals, verdicts
+
+
 def analyze_burst(scen, pools, ctx):
     f, on, off = (float(x) for x in scen["burst"].split(":"))
     period = on + off
@@ -630,6 +695,7 @@ ANALYZERS = {
     "hetero": analyze_hetero,
     "degrade": analyze_degrade,
     "crash": analyze_crash,
+    "failover": analyze_failover,
     "burst": analyze_burst,
     "longshort": analyze_longshort,
     "prefix": analyze_prefix,
@@ -674,9 +740,10 @@ def analyze(scen, runs_by_contender, ctx):
             for run in p.runs]
         b["fleet_state"] = [run.get("fleet_state") for run in p.runs]
         out["contenders"][name] = b
-    sv = out["contenders"].get(S.SUBJECT if scen["criteria"] not in ("prefix", "rejoin", "dual")
-                               else ("prefix_affinity" if scen["criteria"] != "dual"
-                                     else S.SUBJECT + S.DUAL_SUFFIX), {})
+    sv = out["contenders"].get(scen.get("subject") or
+                               (S.SUBJECT if scen["criteria"] not in ("prefix", "rejoin", "dual")
+                                else ("prefix_affinity" if scen["criteria"] != "dual"
+                                      else S.SUBJECT + S.DUAL_SUFFIX)), {})
     out["subject_verdict"] = sv.get("criterion", {"pass": None, "detail": "not run"})
     for name, p in pools.items():
         for run in p.runs:

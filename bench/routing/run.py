@@ -350,6 +350,8 @@ def run_llmload(args, url_port, trace, scen, json_path, log_path, pins, rundir, 
     argv = [os.path.join(args.build, "llmload"), "--url", "http://127.0.0.1:%d" % url_port,
             "--model", "m", "--trace-in", trace, "--quiet", "--json", json_path,
             "--log", log_path, "--timeout", str(scen["timeout_s"])] + load_flags(scen)
+    if scen.get("extra_body"):
+        argv += ["--extra-body", json.dumps(scen["extra_body"])]
     if args.realtime:
         argv.append("--realtime")
     return P.Proc(argv, os.path.join(rundir, "llmload%s.out" % tag), cpus=pins["load"])

@@ -42,6 +42,9 @@ LLMGATE_ROUTING = {
     "ttft": {"policy": "ttft"},
     "prefix_affinity": {"pipeline": ["prefix_affinity", "ttft"]},
     "oracle": {"pipeline": [{"policy": "oracle", "options": {}}]},  # options filled per run
+    # ttft with mid-stream failover (routing.resume): a stream whose replica
+    # dies goes on on another one (scenario 3f); the requests are greedy
+    "ttft_resume": {"policy": "ttft", "resume": {"models": {"m": "greedy"}}},
     # diagnosis, not a contender of the full run: ttft decides, the oracle's
     # exact TTFT for every candidate is logged before it (a shadow stage; the
     # contender's +NAME=VALUE options go to ttft, the last stage)
@@ -103,6 +106,8 @@ def _s(**kw):
         "faults": [],          # (replica index, llmsim fault SPEC, seconds after the load starts)
         "crash": None,          # {"replica": i, "at": s, "restart_after": s}
         "gateways": 1,
+        "extra_body": None,     # members added to every request body (llmload --extra-body)
+        "subject": None,        # the contender the verdict is about (None: SUBJECT)
         "timeout_s": 30,
         "seed": 11,
     }
@@ -139,6 +144,21 @@ SCENARIOS = [
        what="4 equal replicas at 50% load; r4 exits at t=8 s (llmsim crash@) and is "
             "restarted on the same port 4 s later",
        criteria="crash"),
+    # 3 with mid-stream failover: the same crash, greedy requests (temperature
+    # 0) and replicas whose text is a function of the request (llmsim --text
+    # context, with vLLM's role-only first chunk), so that a stream cut on r4
+    # can go on on another replica; ttft alone cuts them, as in 3
+    _s(id="3f", scenario=3, title="A replica crashes with streams in flight: failover",
+       speeds=HOMOG, load=0.5, duration=24, quick=14,
+       sim=dict(SIM, text="context", role_chunk=True),
+       extra_body={"temperature": 0},
+       crash={"replica": 3, "at": 8.0, "restart_after": 4.0},
+       quick_crash={"replica": 3, "at": 4.0, "restart_after": 3.0},
+       contenders=["ttft", "ttft_resume"], subject="ttft_resume",
+       what="scenario 3 (4 equal replicas at 50% load, r4 exits at t=8 s, restarted 4 s "
+            "later) with greedy requests; ttft_resume continues a cut stream on another "
+            "replica (routing.resume), ttft cuts it",
+       criteria="failover"),
     _s(id="4", scenario=4, title="Bursty arrivals",
        speeds=HOMOG, load=0.5, duration=20, quick=10, burst="10:0.5:4.5",
        contenders=["round_robin", "least_request", "p2c", "ttft", "nginx", "oracle"],
