@@ -444,8 +444,8 @@ def analyze_failover(scen, pools, ctx):
     gateway's own measure of it from its access log (resume_pause)."""
     cr = ctx["crash"]
     dead = "r%d" % (cr["replica"] + 1)
-    cols = ["in flight", "resumed", "cut", "pause p50", "pause p99", "log: resumed",
-            "log: pause p50/p99", "short", "other err"]
+    cols = ["in flight", "resumed", "cut", "pause p50", "pause p99", "others' gap p50/p99",
+            "log: resumed", "log: pause p50/p99", "short", "other err"]
     vals, verdicts = {}, {}
     for name, p in pools.items():
         if not p.ok:
@@ -456,13 +456,18 @@ def analyze_failover(scen, pools, ctx):
         resumed = [r for r in inflight if not r.get("error")]
         cut = [r for r in inflight if r.get("error")]
         pauses = [r["itl_max_ms"] for r in resumed if r.get("itl_max_ms") is not None]
+        # the same measure on the streams the crash did not touch: the gaps a stream sees anyway
+        others = [r["itl_max_ms"] for r in p.records if id(r) not in ids and not r.get("error")
+                  and r.get("itl_max_ms") is not None]
         short = sum(1 for r in p.records if not r.get("error") and r.get("tokens") is not None
                     and r.get("max_tokens") and r["tokens"] < r["max_tokens"])
         other = sum(1 for r in p.records if r.get("error") and id(r) not in ids)
         logged = [a for run in p.runs for a in run.get("access", []) if a.get("resumed")]
         log_pauses = [a["resume_pause"] for a in logged if a.get("resume_pause") is not None]
         vals[name] = ["%d" % len(inflight), "%d" % len(resumed), "%d" % len(cut),
-                      fmt_ms(pct(pauses, 50)), fmt_ms(pct(pauses, 99)), "%d" % len(logged),
+                      fmt_ms(pct(pauses, 50)), fmt_ms(pct(pauses, 99)),
+                      "%s/%s" % (fmt_ms(pct(others, 50)), fmt_ms(pct(others, 99))),
+                      "%d" % len(logged),
                       "%s/%s" % (fmt_ms(pct(log_pauses, 50)), fmt_ms(pct(log_pauses, 99))),
                       "%d" % short, "%d" % other]
         if name != (scen.get("subject") or S.SUBJECT):
@@ -479,7 +484,8 @@ def analyze_failover(scen, pools, ctx):
         "r%d exits at t=%gs and restarts at t=%gs. in flight: streams on it at the crash; "
         "resumed: those that ended well (continued on another replica), cut: those that "
         "failed; pause: a resumed stream's largest gap between content events as the client "
-        "saw it (llmload's itl_max_ms); log: requests the gateway's access log shows resumed, "
+        "saw it (llmload's itl_max_ms), and the same measure on the other streams (the largest "
+        "gap a stream sees anyway); log: requests the gateway's access log shows resumed, "
         "and the pause it measured (resume_pause); short: streams that ended well with fewer "
         "tokens than max_tokens (a continuation that lost or repeated none would show here); "
         "other err: failures of streams not on it."
