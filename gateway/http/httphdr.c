@@ -263,3 +263,18 @@ lg_http_execute(llhttp_t *parser, struct evbuffer *in, size_t *consumed)
     }
     return err;
 }
+
+size_t
+lg_http_chunk_head(char *buf, uint64_t n)
+{
+    char tmp[LG_HTTP_CHUNK_HEAD_MAX];
+    size_t k = sizeof(tmp) - 2;
+
+    memcpy(tmp + k, "\r\n", 2);
+    do {
+        tmp[--k] = "0123456789abcdef"[n & 15];
+        n >>= 4;
+    } while (n != 0);
+    memcpy(buf, tmp + k, sizeof(tmp) - k);
+    return sizeof(tmp) - k;
+}

@@ -85,3 +85,8 @@ struct evbuffer;
  * llhttp error code (HPE_OK, HPE_PAUSED, or an error).
  */
 int lg_http_execute(llhttp_t *parser, struct evbuffer *in, size_t *consumed);
+
+/* A chunk's size line for n bytes ("1a2\r\n") into buf, which holds at least
+ * LG_HTTP_CHUNK_HEAD_MAX bytes; returns its length. */
+#define LG_HTTP_CHUNK_HEAD_MAX 18
+size_t lg_http_chunk_head(char *buf, uint64_t n);

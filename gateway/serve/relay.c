@@ -26,6 +26,7 @@
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
+#include "http/httphdr.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
 #include "serve/resume.h"
@@ -465,15 +466,9 @@ relay_move_body(struct lg_client *c, struct evbuffer *in, size_t n, bool last)
         return;
     }
     if (req->flags & LG_REQ_F_ENCHUNK) {
-        char size[20];
-        size_t k = sizeof(size) - 2, v = n;
+        char size[LG_HTTP_CHUNK_HEAD_MAX];
 
-        memcpy(size + k, "\r\n", 2);
-        do {
-            size[--k] = "0123456789abcdef"[v & 15];
-            v >>= 4;
-        } while (v != 0);
-        evbuffer_add(out, size + k, sizeof(size) - k);
+        evbuffer_add(out, size, lg_http_chunk_head(size, n));
         evbuffer_remove_buffer(in, out, n);
         evbuffer_add(out, "\r\n", 2);
     } else {

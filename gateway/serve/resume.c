@@ -127,22 +127,6 @@ resume_allowed(const struct lg_client *c)
 
 /* ---- the events, one by one -------------------------------------------------- */
 
-/* A chunk's size line for n bytes into buf (at least 18 bytes); returns its length. */
-static size_t
-resume_chunk_head(char *buf, size_t n)
-{
-    char tmp[18];
-    size_t k = sizeof(tmp) - 2;
-
-    memcpy(tmp + k, "\r\n", 2);
-    do {
-        tmp[--k] = "0123456789abcdef"[n & 15];
-        n >>= 4;
-    } while (n != 0);
-    memcpy(buf, tmp + k, sizeof(tmp) - k);
-    return sizeof(tmp) - k;
-}
-
 /*
  * The next n bytes of the stream (those from r->front on: the stage's, then
  * the read's) go to the client, as one chunk when its body is chunked; one
@@ -155,7 +139,7 @@ resume_send(struct lg_resume *r, size_t n)
     struct evbuffer *out = bufferevent_get_output(r->c->bev);
     size_t staged = LG_MIN(evbuffer_get_length(r->stage), n);
     const char *p = r->at + (r->front + staged - r->span); /* the rest, in the read */
-    char small[RESUME_SMALL + 32];
+    char small[RESUME_SMALL + LG_HTTP_CHUNK_HEAD_MAX + 2];
     size_t k = 0;
 
     if (n == 0) {
@@ -164,7 +148,7 @@ resume_send(struct lg_resume *r, size_t n)
     if (staged == 0 && n <= RESUME_SMALL) {
         /* the usual event: whole in one read */
         if (r->chunked) {
-            k = resume_chunk_head(small, n);
+            k = lg_http_chunk_head(small, n);
         }
         memcpy(small + k, p, n);
         k += n;
@@ -175,7 +159,7 @@ resume_send(struct lg_resume *r, size_t n)
         evbuffer_add(out, small, k);
     } else {
         if (r->chunked) {
-            k = resume_chunk_head(small, n);
+            k = lg_http_chunk_head(small, n);
             evbuffer_add(r->outq, small, k);
         }
         evbuffer_remove_buffer(r->stage, r->outq, staged);

@@ -204,4 +204,28 @@ test_cleanup(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_raw, test_random, test_host, test_name_case, test_cleanup)
+/* The chunked coding's size line (relay.c, resume.c). */
+static int
+test_chunk_head(void)
+{
+    static const struct {
+        uint64_t n;
+        const char *line;
+    } cases[] = {
+        { 0, "0\r\n" },
+        { 9, "9\r\n" },
+        { 26, "1a\r\n" },
+        { 4096, "1000\r\n" },
+        { UINT64_MAX, "ffffffffffffffff\r\n" },
+    };
+    char buf[LG_HTTP_CHUNK_HEAD_MAX];
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        size_t k = lg_http_chunk_head(buf, cases[i].n);
+
+        LG_CHECK(k == strlen(cases[i].line) && memcmp(buf, cases[i].line, k) == 0);
+    }
+    return 0;
+}
+
+LG_TEST_MAIN(test_raw, test_random, test_host, test_name_case, test_cleanup, test_chunk_head)
