@@ -17,6 +17,10 @@ where there are two) and the gateway, and checks:
 - a client leaving mid-stream stops the generation on the engine: its own
   llama_decode() counter stops and its predicted-token counter grows by what
   was generated before the cut, not by max_tokens;
+- mid-stream failover (routing.resume): the replica serving a greedy
+  completion is killed mid-answer and the stream goes on on the other, one
+  stream to the client whose text after the failure is the survivor's own
+  answer to the prompt with the delivered text appended;
 - the gateway reads the engine's /metrics (llama.cpp's vocabulary, detected)
   and sees its running and deferred requests;
 - the ttft policy learns that a genuinely slower replica (the same weights
@@ -102,15 +106,18 @@ class RealEngineTest(Harness):
             pre = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
         p = self.start(argv, name="realengine-" + name, preexec_fn=pre)
         m = p.wait_for(r"realengine ready .*listen=[^ ]*:(\d+)", timeout=60)
+        self.engines = dict(getattr(self, "engines", {}), **{name: p})
         return int(m.group(1))
 
-    def gateway(self, ports, policy="round_robin", admin=False):
+    def gateway(self, ports, policy="round_robin", admin=False, resume=None):
         """Starts the gateway over the replicas; returns (proc, port[, admin port])."""
         backends = [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
                     for n, p in ports.items()]
         conf = self.base_config(backends, access_log={"path": self.path("access.log"),
                                                       "flush": 0})
         conf["routing"] = {"policy": policy}
+        if resume is not None:
+            conf["routing"]["resume"] = resume
         conf["health"] = {"interval": "1h", "scrape_interval": "100ms"}
         if admin:
             conf["admin"] = "127.0.0.1:0"
@@ -271,6 +278,62 @@ class RealEngineTest(Harness):
         rec = self.log(1)[0]
         self.assertEqual(rec["backend"], "r1")
         self.assertLess(rec["tokens"], max_tokens)
+
+    # ---- mid-stream failover ---------------------------------------------------------
+
+    def test_completion_resumed_after_its_replica_is_killed(self):
+        # routing.resume on a real engine: the replica serving a greedy
+        # completion is killed mid-answer (SIGKILL), and the stream goes on on
+        # the other, given the prompt with the text delivered appended (the
+        # engine takes no continue_final_message, so completions only)
+        hdr = ["--replica-header", "x-replica"]
+        ports = {"r1": self.engine("r1", hdr, cpu=0), "r2": self.engine("r2", hdr, cpu=1)}
+        _, gw = self.gateway(ports, resume={"models": {"m": "greedy"}})
+        prompt, total = "Once upon a time there was", 40
+        body = {"model": "m", "prompt": prompt, "max_tokens": total, "temperature": 0,
+                "stream": True}
+        s = self.stream(gw, "POST", "/v1/completions", body)
+        self.assertEqual(s.read_head(60 * harness.SLOW), 200)
+        dead = s.headers["x-replica"]
+        alive = "r2" if dead == "r1" else "r1"
+        for _ in range(8):
+            self.assertIsNotNone(s.next_event(60 * harness.SLOW))
+        self.engines[dead].kill()
+        s.read_all(120 * harness.SLOW)
+        self.assertEqual(s.ended, "complete")
+        data = [d for _, d in s.events]
+        self.assertEqual((data.count("[DONE]"), data[-1]), (1, "[DONE]"))
+        chunks = [json.loads(d) for d in data[:-1]]
+        pieces = [(c["id"], c["choices"][0]["text"]) for c in chunks
+                  if c["choices"] and c["choices"][0].get("text")]
+        self.assertEqual(len(pieces), total)
+        self.assertEqual([c["choices"][0]["finish_reason"] for c in chunks
+                          if c["choices"] and c["choices"][0].get("finish_reason")], ["length"])
+        # the dead replica's tokens, then the survivor's (another completion id)
+        ids = [i for i, _ in pieces]
+        k = ids.index(ids[-1])
+        self.assertGreaterEqual(k, 7)
+        self.assertEqual(ids[:k], [ids[0]] * k)
+        self.assertEqual(ids[k:], [ids[-1]] * (total - k))
+        delivered = "".join(t for _, t in pieces[:k])
+        rest = "".join(t for _, t in pieces[k:])
+
+        def direct(prompt, max_tokens):
+            status, _, out = http_request(ports[alive], "POST", "/v1/completions",
+                                          dict(body, prompt=prompt, max_tokens=max_tokens,
+                                               stream=False))
+            self.assertEqual(status, 200)
+            return json.loads(out)["choices"][0]["text"]
+
+        # what the client read before the failure is the answer's start (same
+        # weights, greedy), and after it the survivor's own answer to the
+        # continuation: nothing lost, nothing repeated
+        self.assertTrue(direct(prompt, total).startswith(delivered))
+        self.assertEqual(direct(prompt + delivered, total - k), rest)
+        rec = [r for r in self.log() if r["path"] == "/v1/completions"][0]
+        self.assertEqual((rec["status"], rec["error"], rec["resumed"], rec["backend"]),
+                         (200, None, 1, alive))
+        self.assertEqual(rec["tokens"], total)
 
     # ---- the engine's own /metrics ----------------------------------------------------
 
