@@ -40,6 +40,15 @@
 
 #define FG_MAX_UP 8 /* backend connections per input */
 
+/*
+ * A target may add to the configuration (defined before including this):
+ * FG_ROUTING, members of "routing" (each with a leading comma); FG_TWO_BACKENDS,
+ * a second backend "b2" on the same fake listener.
+ */
+#ifndef FG_ROUTING
+#define FG_ROUTING ""
+#endif
+
 struct fg {
     struct lg_gateway gw;
     struct lg_worker w;
@@ -64,7 +73,7 @@ fg_setup(void)
     struct lg_config_errors errs = { 0 };
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     socklen_t len = sizeof(sin);
-    char conf[2048];
+    char conf[2048], second[160] = "";
     int n;
 
     if (ready) {
@@ -79,19 +88,25 @@ fg_setup(void)
         perror("fuzz backend");
         abort();
     }
+#ifdef FG_TWO_BACKENDS
+    snprintf(second, sizeof(second),
+             ",\n  {\"name\": \"b2\", \"url\": \"http://127.0.0.1:%u\", \"models\": [\"m\"]}",
+             ntohs(sin.sin_port));
+#endif
     n = snprintf(conf, sizeof(conf),
                  "{\"listen\": \"127.0.0.1:0\", \"workers\": 1, \"log_level\": \"error\",\n"
                  " \"limits\": {\"max_header_bytes\": 2048, \"max_headers\": 24,\n"
                  "   \"max_body_bytes\": 4096, \"stream_buffer_bytes\": 1024,\n"
                  "   \"queue_length\": 2},\n"
-                 " \"routing\": {\"retry\": {\"attempts\": 2, \"budget_min\": 1000000}},\n"
+                 " \"routing\": {\"retry\": {\"attempts\": 2, \"budget_min\": 1000000}"
+                 FG_ROUTING "},\n"
                  /* no checker traffic to the fake backend, no state carried
                   * from one input to the next (ejections, slow start) */
                  " \"health\": {\"interval\": \"1h\", \"scrape_interval\": 0,\n"
                  "   \"eject_consecutive\": 0, \"slow_start\": 0},\n"
                  " \"backends\": [{\"name\": \"b\", \"url\": \"http://127.0.0.1:%u\",\n"
-                 "   \"models\": [\"m\"], \"max_inflight\": 4, \"api_key\": \"up\"}]}",
-                 ntohs(sin.sin_port));
+                 "   \"models\": [\"m\"], \"max_inflight\": 4, \"api_key\": \"up\"}%s]}",
+                 ntohs(sin.sin_port), second);
     if (lg_config_load_buffer(conf, (size_t)n, "fuzz.json", &f->gw.conf, &errs) != LG_OK) {
         lg_config_errors_print(&errs, stderr);
         abort();

@@ -8,11 +8,19 @@
  * clean response and the second (on the same, pooled, connection) with the
  * input. After the input the backend closes its connection.
  *
+ * A stream with bit 0 set is greedy ("temperature": 0), one that mid-stream
+ * failover (routing.resume, serve/resume.c) may continue on the second
+ * backend: the first connection gets the input up to the split point and is
+ * closed, the continuation's connection (if one comes) all of it, then
+ * closed.
+ *
  * Checks: no crash, no leak, no client left behind; whatever the client gets
  * starts as an HTTP response of its version.
  */
 #include <stdint.h>
 
+#define FG_ROUTING ", \"resume\": {\"models\": {\"m\": \"greedy\"}}"
+#define FG_TWO_BACKENDS
 #include "fuzz_gateway.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -44,11 +52,12 @@ fs_wait_requests(struct fg *f, unsigned n)
     return false;
 }
 
+/* What backend connection i answers. */
 static void
-fs_backend_send(struct fg *f, const void *data, size_t len)
+fs_backend_send(struct fg *f, size_t i, const void *data, size_t len)
 {
-    if (f->nup > 0 && f->up_fd[0] >= 0 && len > 0
-        && send(f->up_fd[0], data, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    if (f->nup > i && f->up_fd[i] >= 0 && len > 0
+        && send(f->up_fd[i], data, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
         /* the gateway closed it already */
     }
 }
@@ -57,7 +66,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fg *f = fg_setup();
-    bool http10, stream, two;
+    bool http10, stream, two, greedy;
     char req[512];
     char body[160];
     size_t split, n, blen;
@@ -71,13 +80,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     http10 = (data[0] & 0x20) != 0;
     stream = (data[0] & 0x40) != 0;
     two = (data[0] & 0x80) != 0;
+    greedy = stream && (data[0] & 0x01) != 0;
     p = data + 1;
     n = size - 1;
     split = n * (data[0] & 0x1f) / 31;
     blen = (size_t)snprintf(body, sizeof(body),
-                            "{\"model\":\"m\",\"stream\":%s,\"messages\":[{\"role\":\"user\","
+                            "{\"model\":\"m\",\"stream\":%s,%s\"messages\":[{\"role\":\"user\","
                             "\"content\":\"hi\"}]}",
-                            stream ? "true" : "false");
+                            stream ? "true" : "false", greedy ? "\"temperature\":0," : "");
     rlen = snprintf(req, sizeof(req),
                     "POST /v1/chat/completions HTTP/1.%d\r\nHost: gw\r\n%sContent-Length: %zu"
                     "\r\n\r\n%s",
@@ -90,23 +100,33 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (fs_wait_requests(f, 1)) {
         if (two) {
-            fs_backend_send(f, fs_clean, sizeof(fs_clean) - 1);
+            fs_backend_send(f, 0, fs_clean, sizeof(fs_clean) - 1);
             fs_wait_requests(f, 2);
         }
-        fs_backend_send(f, p, split);
+        fs_backend_send(f, 0, p, split);
         fg_spin(f, NULL, NULL);
-        fs_backend_send(f, p + split, n - split);
-        fg_spin(f, NULL, NULL);
+        if (!greedy) {
+            fs_backend_send(f, 0, p + split, n - split);
+            fg_spin(f, NULL, NULL);
+        }
         if (f->nup > 0 && f->up_fd[0] >= 0) {
             close(f->up_fd[0]); /* EOF: ends a close-delimited body, cuts anything else */
             f->up_fd[0] = -1;
         }
         fg_spin(f, NULL, NULL);
+        if (greedy && f->nup > 1 && f->up_fd[1] >= 0) {
+            /* a continuation (or a retry): all of the input, then the close */
+            fs_backend_send(f, 1, p, n);
+            fg_spin(f, NULL, NULL);
+            close(f->up_fd[1]);
+            f->up_fd[1] = -1;
+            fg_spin(f, NULL, NULL);
+        }
     }
     fg_finish(f, NULL, NULL);
 
     if (getenv("FG_DEBUG") != NULL) {
-        fprintf(stderr, "client got %zu bytes: %.60s\n", f->out_len, f->out);
+        fprintf(stderr, "client got %zu bytes:\n%.*s\n", f->out_len, (int)f->out_len, f->out);
     }
     if (f->out_len > 0 && (f->out_len < 9 || memcmp(f->out, "HTTP/1.1 ", 9) != 0)) {
         abort(); /* the client got something that is not a response */
