@@ -52,6 +52,7 @@
 #include "serve/auth.h"
 #include "serve/client.h"
 #include "serve/endpoints.h"
+#include "serve/hedge.h"
 #include "serve/relay.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
@@ -67,6 +68,12 @@ static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuf
 static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable);
 static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
+
+/* A duplicate that wins, or a held attempt released, reads through these (hedge.c). */
+static const struct lg_hedge_ops proxy_hedge_ops = {
+    .read = proxy_on_up_read,
+    .event = proxy_on_up_event,
+};
 
 static const struct lg_config *
 proxy_conf(const struct lg_client *c)
@@ -319,6 +326,7 @@ proxy_attempt(struct lg_client *c)
     lg_relay_start(u);
     bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
     lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    lg_hedge_arm(c, &proxy_hedge_ops); /* a stream may be held for a duplicate (hedge.c) */
     lg_relay_send_request(c, u);
     if (u->state == LG_UPCONN_ST_CONNECTING) {
         lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
@@ -400,7 +408,8 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        if (req->up_reused && req->up_bytes == 0) {
+        if (req->up_reused && req->up_bytes == 0
+            && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
             /* a keep-alive race, not the backend's fault: retry, count nothing */
             lg_attempt_end(c, false);
             req->attempts--;
@@ -471,6 +480,9 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
 
     if (c == NULL) {
         return;
+    }
+    if (c->req.hedge != NULL && lg_hedge_holds(c, u)) {
+        return; /* no winner yet: the bytes wait in the input (hedge.c) */
     }
     proxy_up_read(c, u, bufferevent_get_input(bev));
     if (c->req.flags & LG_REQ_F_RELAY_TMO) {
@@ -588,6 +600,9 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned 
     lg_attempt_end(c, false);
     req->error = why;
     req->fail_status = status;
+    if (lg_hedge_takeover(c)) {
+        return; /* a duplicate was racing it: it goes on alone (hedge.c) */
+    }
     if (proxy_can_retry(c)) {
         proxy_attempt(c);
         return;
@@ -634,6 +649,7 @@ proxy_abort(struct lg_client *c, const char *why)
 {
     struct lg_request *req = &c->req;
 
+    lg_hedge_stop(c); /* a racing duplicate closes too */
     if (req->up == NULL && req->backend == NULL) {
         return;
     }
@@ -653,6 +669,7 @@ proxy_release(struct lg_client *c)
 
     lg_admission_cancel(c);
     proxy_abort(c, "released");
+    lg_hedge_free(c);
     if (req->timer != NULL) {
         event_free(req->timer);
         req->timer = NULL;
