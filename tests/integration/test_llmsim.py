@@ -528,6 +528,7 @@ class LlmsimFaults(harness.Harness):
             seen.add(state(port)["stalled"])
             time.sleep(0.02)
         self.assertEqual(seen, {True, False}, "stalls begin and end")
+        self.assertGreaterEqual(state(port)["stalls"], 1)
         # every request is served in the end
         for i in range(3):
             status, _, body, raw = post_json(port, CHAT, chat("r%d" % i, 2, stream=False))

@@ -144,6 +144,7 @@ lg_sim_faults_apply(struct lg_sim *sim)
     if (stalled != sim->stalled) {
         LG_INFO("stall %s", stalled ? "begins" : "ends");
         sim->stalled = stalled;
+        sim->counters.stalls += stalled;
         lg_sim_engine_set_stalled(&sim->engine, stalled);
         if (!stalled) {
             lg_sim_conn_release_held(sim);

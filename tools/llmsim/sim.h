@@ -65,6 +65,7 @@ struct lg_sim_counters {
     uint64_t client_errors;   /* 4xx for bad requests */
     uint64_t closed_by_fault; /* generations cut by close-after-tokens */
     uint64_t abandoned;       /* held by a stall, their client left before it ended */
+    uint64_t stalls;          /* stalls begun (stall@, stall-random) */
     uint64_t embeddings;
 };
 
