@@ -7,13 +7,17 @@ spread by 10-15%; this model replays the same trace in a fraction of a second
 per policy, with no noise, so a placement idea can be judged before it is
 built (bench/routing/NOTES.md 41 found the `ttft` pick's tolerance this way).
 
-The schedule is llmsim's (tools/llmsim/README.md, "Timing model"): each step
+The schedule is llmsim's (tools/llmsim/README.md, "Timing model"), each of
+its schedules (fcfs, prefill-first, chunked): with the default, each step
 admits waiting sequences into free slots (FIFO), lasts (prefill_us_per_token x
 prompt tokens admitted + decode_ms + decode_ms_per_seq x running) / speed and
 ends with one token for every running sequence; a sequence's first token ends
-the step that prefilled it, and it leaves after max_tokens tokens. Prompt
-tokens are prompt bytes / 4. Not modelled: the prefix cache (scenarios 6 and
-6r), faults, and the network and gateway (about a millisecond).
+the step that prefilled it, and it leaves after max_tokens tokens. A fixed
+prefill cost per step and a batch exponent are modelled too. Prompt tokens
+are prompt bytes / 4. Not modelled: the prefix cache (scenarios 6 and 6r),
+faults, jitter, and the network and gateway (about a millisecond).
+saturated_rps() is a replica's capacity under any of them (the mismatch
+family's loads).
 
 Policies:
   greedy      the soonest exact first token (what the benchmark's oracle does)
@@ -33,6 +37,8 @@ Policies:
   bench/routing/fleetmodel.py TRACE --scenario 1a --policy replay:bench/out/RUN/1a/ttft/round1
   bench/routing/fleetmodel.py --scenario 7 --traces 16 --policy tolerant --gateways 2 \
       --peer-interval 100
+  bench/routing/fleetmodel.py OUT/m3-90/trace.jsonl --scenario m3-90 \
+      --policy greedy,least_conn,replay:OUT/m3-90/ttft/round1
 """
 
 import argparse
@@ -64,48 +70,92 @@ class Request:
 
 
 class Replica:
-    """One llmsim replica; times in ms."""
+    """One llmsim replica; times in ms. Its schedule, step shape and timing
+    are sim's (scenarios.SIM keys; llmsim's defaults where absent): the same
+    steps as tools/llmsim/engine.c, without jitter."""
 
     def __init__(self, name, speed, sim):
         self.name = name
         self.speed = speed
         self.slots = sim["slots"]
         self.pre = sim["prefill_us_per_token"] / 1000.0
+        self.fixed = sim.get("prefill_fixed_ms", 0.0)
         self.base = sim["decode_ms"]
         self.per = sim["decode_ms_per_seq"]
-        self.running = []            # [finishing step number, request]
+        self.exp = sim.get("decode_batch_exp", 1.0)
+        self.schedule = sim.get("schedule", "fcfs")
+        self.budget = sim.get("step_tokens") or (2048 if self.schedule == "chunked" else 0)
+        if self.schedule not in SCHEDULES:
+            raise ValueError("unknown schedule %r" % self.schedule)
+        self.running = []            # [tokens left, prefill left, request], in admission order
         self.waiting = collections.deque()
-        self.steps = 0               # steps completed
         self.step_end = None         # end of the step in progress; None = idle
-        self.fresh = []              # admitted into the step in progress
+        self.batch = []              # entries of running that emit a token at its end
 
-    def step_ms(self, prefill_tokens, running):
-        return (self.pre * prefill_tokens + self.base + self.per * running) / self.speed
+    def step_ms(self, prefill_tokens, batch):
+        b = batch if self.exp == 1.0 else batch ** self.exp
+        return ((self.fixed if prefill_tokens > 0 else 0.0) + self.pre * prefill_tokens
+                + self.base + self.per * b) / self.speed
+
+    def _admit(self):
+        r = self.waiting.popleft()
+        e = [r.max_tokens, r.tokens, r]
+        self.running.append(e)
+        return e
+
+    def _schedule(self):
+        """The batch of the step starting now: (prefill tokens, batch size, emitting entries)."""
+        prefill = 0
+        if self.schedule == "prefill-first" and self.waiting and len(self.running) < self.slots:
+            emit = []
+            while len(self.running) < self.slots and self.waiting:
+                e = self._admit()
+                prefill += e[1]
+                e[1] = 0
+                emit.append(e)
+            return prefill, len(emit), emit
+        if self.schedule != "chunked":
+            while len(self.running) < self.slots and self.waiting:
+                e = self._admit()
+                prefill += e[1]
+                e[1] = 0
+            return prefill, len(self.running), list(self.running)
+        emit = [e for e in self.running if e[1] == 0]
+        batch = len(emit)
+        room = self.budget - batch
+
+        def chunk(e):
+            # as much of e's prompt as the budget has left; emits if that finishes it
+            c = min(e[1], room)
+            e[1] -= c
+            if e[1] == 0:
+                emit.append(e)
+            return c
+        for e in list(self.running):
+            if e[1] > 0 and room > 0:
+                c = chunk(e)
+                room, prefill, batch = room - c, prefill + c, batch + 1
+        while len(self.running) < self.slots and self.waiting and room > 0:
+            c = chunk(self._admit())
+            room, prefill, batch = room - c, prefill + c, batch + 1
+        return prefill, batch, emit
 
     def _start(self, t):
-        prefill = 0
-        self.fresh = []
-        while len(self.running) < self.slots and self.waiting:
-            r = self.waiting.popleft()
-            prefill += r.tokens
-            self.running.append((self.steps + r.max_tokens, r))
-            self.fresh.append(r)
-        self.step_end = t + self.step_ms(prefill, len(self.running)) if self.running else None
+        prefill, batch, self.batch = self._schedule()
+        self.step_end = t + self.step_ms(prefill, batch) if self.running else None
 
     def advance(self, t):
         """Ends every step that ends by t."""
         while self.step_end is not None and self.step_end <= t:
             end = self.step_end
-            self.steps += 1
-            for r in self.fresh:
-                r.first = end
-            kept = []
-            for fin, r in self.running:
-                if fin == self.steps:
+            for e in self.batch:
+                r = e[2]
+                if r.first is None:
+                    r.first = end
+                e[0] -= 1
+                if e[0] == 0:
                     r.done = end
-                else:
-                    kept.append((fin, r))
-            self.running = kept
+            self.running = [e for e in self.running if e[0] > 0]
             self.step_end = None
             if self.running or self.waiting:
                 self._start(end)
@@ -119,42 +169,159 @@ class Replica:
     def in_flight(self, hide=None):
         if not hide:
             return len(self.running) + len(self.waiting)
-        return (sum(1 for _, r in self.running if r.i not in hide)
+        return (sum(1 for e in self.running if e[2].i not in hide)
                 + sum(1 for r in self.waiting if r.i not in hide))
 
     def predict(self, t, tokens, hide=None):
         """Exact TTFT of one more request of `tokens` prompt tokens arriving
-        at t, if nothing else arrives (llmsim_shm_predict_ttft_ns()); the
-        requests in `hide` left out (a peer gateway's, not yet heard of)."""
+        at t, if nothing else arrives (llmsim_shm_predict_ttft_ns(), the same
+        passes); the requests in `hide` left out (a peer gateway's, not yet
+        heard of)."""
         hide = hide or ()
-        fins = [f for f, r in self.running if r.i not in hide]
-        queue = [(r.tokens, r.max_tokens) for r in self.waiting if r.i not in hide]
-        steps = self.steps
-        if self.step_end is not None:
-            now = self.step_end
-            steps += 1
-            fins = [f for f in fins if f > steps]
-        else:
-            now = t
-        q = 0
+        # every sequence as it will be when the step in progress ends
+        seqs = []
+        for e in self.running:
+            if e[2].i in hide:
+                continue
+            left = e[0] - (1 if any(e is b for b in self.batch) else 0)
+            if left > 0:
+                seqs.append([left, e[1]])
+        queue = collections.deque((r.tokens, r.max_tokens) for r in self.waiting
+                                  if r.i not in hide)
+        now = self.step_end if self.step_end is not None else t
+        new_left = None  # chunked: the new request's prefill still to do, once admitted
+
+        def emit(first, m):
+            for i, x in enumerate(seqs):
+                if i >= first and x[1] == 0:
+                    x[0] -= m
+            seqs[:] = [x for x in seqs if x[0] > 0]
+
+        def min_left():
+            return min((x[0] for x in seqs if x[1] == 0), default=None)
+
         while True:
-            prefill = 0
-            while len(fins) < self.slots:
-                if q == len(queue):
-                    return now + self.step_ms(prefill + tokens, len(fins) + 1) - t
-                prefill += queue[q][0]
-                fins.append(steps + queue[q][1])
-                q += 1
-            m = min(fins) - steps
-            decode = self.step_ms(0, len(fins))
-            now += decode + self.pre * prefill / self.speed + (m - 1) * decode
-            steps += m
-            fins = [f for f in fins if f > steps]
+            if self.schedule == "fcfs" or (self.schedule == "prefill-first"
+                                           and len(seqs) < self.slots):
+                first = 0 if self.schedule == "fcfs" else len(seqs)
+                prefill = 0
+                while len(seqs) < self.slots:
+                    if not queue:
+                        return now + self.step_ms(prefill + tokens, len(seqs) - first + 1) - t
+                    n, m = queue.popleft()
+                    prefill += n
+                    seqs.append([m, 0])
+                if self.schedule == "fcfs":
+                    m = min_left()
+                    now += self.step_ms(prefill, len(seqs)) + (m - 1) * self.step_ms(0, len(seqs))
+                    emit(0, m)
+                else:
+                    now += self.step_ms(prefill, len(seqs) - first)
+                    emit(first, 1)
+                continue
+            if self.schedule == "prefill-first":
+                m = min_left()
+                now += m * self.step_ms(0, len(seqs))
+                emit(0, m)
+                continue
+            decoding = sum(1 for x in seqs if x[1] == 0)
+            room = self.budget - decoding
+            part = next((x for x in seqs if x[1] > 0), None)
+            left = new_left if new_left is not None else (part[1] if part else 0)
+            if left > room > 0:
+                # steps that carry one long prefill on, the batch unchanged
+                n = (left - 1) // room
+                m = min_left()
+                n = min(n, m) if m is not None else n
+                now += n * self.step_ms(room, decoding + 1)
+                if new_left is not None:
+                    new_left -= n * room
+                else:
+                    part[1] -= n * room
+                emit(0, n)
+                continue
+            if left == 0 and len(seqs) == self.slots:
+                m = min_left()
+                now += m * self.step_ms(0, len(seqs))
+                emit(0, m)
+                continue
+            prefill, batch = 0, decoding
+            if left > 0:
+                c = min(left, room)
+                room -= c
+                prefill += c
+                batch += 1
+                if new_left is not None:
+                    new_left -= c
+                    if new_left == 0:
+                        return now + self.step_ms(prefill, batch) - t
+                else:
+                    part[1] -= c
+            while new_left is None and len(seqs) < self.slots and room > 0:
+                if not queue:
+                    c = min(tokens, room)
+                    prefill += c
+                    batch += 1
+                    if c == tokens:
+                        return now + self.step_ms(prefill, batch) - t
+                    new_left = tokens - c
+                    break
+                n, m = queue.popleft()
+                c = min(n, room)
+                room -= c
+                prefill += c
+                batch += 1
+                seqs.append([m, n - c])
+            now += self.step_ms(prefill, batch)
+            emit(0, 1)
+
+
+SCHEDULES = ("fcfs", "prefill-first", "chunked")
+
+
+def saturated_rps(sim, speed, prompt_bytes, max_tokens, n=2000, seed=1):
+    """Requests per second one replica completes while its queue never
+    empties: n requests of the mix (llmload's SPECs), all queued at once;
+    completions counted from the 10th to the 90th percentile of their ends
+    (the start and the drain, with a batch not yet or no longer full, left
+    out). The schedule's own costs (prefill steps that hold decode, chunks)
+    are in it; no closed form needed."""
+    rng = random.Random(seed)
+    x = Replica("r", speed, sim)
+    reqs = [Request(i, 0.0, spec_sample(prompt_bytes, rng), spec_sample(max_tokens, rng))
+            for i in range(n)]
+    for r in reqs:
+        x.submit(r, 0.0)
+    x.advance(float("inf"))
+    ends = sorted(r.done for r in reqs)
+    lo, hi = ends[n // 10], ends[n * 9 // 10]
+    return (n * 9 // 10 - n // 10) * 1000.0 / (hi - lo)
+
+
+def spec_sample(spec, rng):
+    """One value of an llmload SPEC: N, A-B (uniform integers) or mix:P1%V1,P2%V2,..."""
+    spec = str(spec)
+    if spec.startswith("mix:"):
+        u = rng.random() * 100.0
+        parts = spec[4:].split(",")
+        for part in parts:
+            pct, val = part.split("%", 1)
+            u -= float(pct)
+            if u < 0:
+                return spec_sample(val, rng)
+        return spec_sample(parts[-1].split("%", 1)[1], rng)
+    if "-" in spec:
+        a, b = spec.split("-", 1)
+        return rng.randint(int(a), int(b))
+    return int(spec)
 
 
 def fleet_for(scen, speeds=None):
+    """The scenario's replicas: each its own timing model where the scenario
+    has one per replica ("sims", the mismatch family), else the shared one."""
     speeds = speeds or scen["speeds"]
-    return [Replica("r%d" % (i + 1), s, scen["sim"]) for i, s in enumerate(speeds)]
+    sims = scen.get("sims") or [scen["sim"]] * len(speeds)
+    return [Replica("r%d" % (i + 1), s, sims[i]) for i, s in enumerate(speeds)]
 
 
 def load_trace(path):
@@ -276,8 +443,12 @@ def make_traces(scen, args, folder):
     """--traces N: the scenario's own trace with seeds 1..N (llmload --dry-run)."""
     import run as bench  # noqa: E402 (the benchmark's own trace maker)
 
-    cap = scenarios.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
-                                 scen["max_tokens"], scen["prefix_bytes"])
+    if scen.get("fleet"):
+        import mismatch  # noqa: E402 (imports this module)
+        cap = mismatch.capacity(scen["fleet"], scen["prompt_bytes"], scen["max_tokens"])
+    else:
+        cap = scenarios.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
+                                     scen["max_tokens"], scen["prefix_bytes"])
     paths = []
     for seed in range(1, args.traces + 1):
         path = os.path.join(folder, "trace%d.jsonl" % seed)
@@ -318,7 +489,10 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("trace", nargs="?", help="the benchmark's trace.jsonl (llmload --trace-out)")
-    ap.add_argument("--scenario", default="1a", help="whose fleet (speeds, timing): 1a, 1b, ...")
+    ap.add_argument("--scenario", default="1a",
+                    help="whose fleet (speeds, timing): 1a, 1b, ..., or a mismatch draw at a "
+                    "load (m3-90: run.py --scenario mismatch's, with --draw-seed)")
+    ap.add_argument("--draw-seed", type=int, default=1, help="mismatch: the draws' seed")
     ap.add_argument("--speeds", help="comma list overriding the scenario's speeds")
     ap.add_argument("--traces", type=int, default=0,
                     help="instead of TRACE: the scenario's trace with seeds 1..N; medians "
@@ -343,6 +517,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     scen = scenarios.by_id().get(args.scenario)
+    if scen is None and args.scenario.startswith("m"):
+        import mismatch  # noqa: E402 (imports this module)
+        try:
+            found = mismatch.make_scenarios(int(args.scenario[1:].split("-")[0]),
+                                            args.draw_seed, only=args.scenario)
+        except ValueError:
+            found = []
+        scen = found[0] if found else None
     if scen is None:
         ap.error("unknown scenario %r" % args.scenario)
     if (args.trace is None) == (args.traces == 0):

@@ -142,6 +142,15 @@ def http_json(port, method, path, body=None, timeout=5.0):
 
 # ---- the fleet ---------------------------------------------------------------
 
+# llmsim's engine shape: a sim key -> (flag, llmsim's default)
+ENGINE_SHAPE = {
+    "schedule": ("--schedule", "fcfs"),
+    "step_tokens": ("--step-tokens", 0),
+    "prefill_fixed_ms": ("--prefill-fixed-ms", 0.0),
+    "decode_batch_exp": ("--decode-batch-exp", 1.0),
+    "jitter": ("--jitter", 0.0),
+}
+
 class Fleet:
     """llmsim replicas r1..rN with the scenario's speeds and timing model."""
 
@@ -158,8 +167,8 @@ class Fleet:
 
     def replica_args(self, i):
         """llmsim flags of replica i: its models, timing model and speed."""
-        sim = self.scen["sim"]
-        return ["--model", "m",
+        sim = (self.scen.get("sims") or [self.scen["sim"]] * len(self.names))[i]
+        argv = ["--model", "m",
                 "--slots", str(sim["slots"]), "--speed", str(self.scen["speeds"][i]),
                 "--seed", str(100 + i), "--flavor", sim["flavor"],
                 "--prefill-us-per-token", str(sim["prefill_us_per_token"]),
@@ -167,6 +176,11 @@ class Fleet:
                 "--decode-ms-per-seq", str(sim["decode_ms_per_seq"]),
                 "--prefix-block-tokens", str(sim["prefix_block_tokens"]),
                 "--prefix-cache-blocks", str(sim["prefix_cache_blocks"])]
+        # the engine's shape, where it is not llmsim's default (the mismatch family)
+        for key, (flag, default) in ENGINE_SHAPE.items():
+            if sim.get(key, default) != default:
+                argv += [flag, str(sim[key])]
+        return argv
 
     def _start(self, i, port=0):
         name = self.names[i]
@@ -215,7 +229,9 @@ class Fleet:
 
     def backends(self):
         """The fleet as llmgate's `backends` list."""
-        return [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"], "flavor": "vllm"}
+        # the mismatch family hides the engines' vocabulary: "auto" detects it
+        flavor = self.scen.get("gateway_flavor", "vllm")
+        return [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"], "flavor": flavor}
                 for n, p in zip(self.names, self.ports)]
 
     def addrs(self):

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 
+import mismatch as M
 import scenarios as S
 
 
@@ -632,7 +633,58 @@ def analyze_hedge(scen, pools, ctx):
     return cols, vals, verdicts
 
 
+def analyze_mismatch(scen, pools, ctx):
+    """A drawn fleet (mismatch.py): ttft against the better of nginx
+    least_conn and least_request, with the noise interval of that ratio."""
+    ok = {n: p for n, p in pools.items() if p.ok}
+    b = {n: p.basic() for n, p in ok.items()}
+    peers = [n for n in ("nginx", "least_request") if n in b and b[n]["ttft_p99"]]
+    vs_best = M.p99_ratio(S.SUBJECT, peers)
+
+    def col(name, ref, key="ttft_p99"):
+        return ratio(b[name][key], b[ref][key]) if ref in b else None
+    cols = ["vs nginx", "vs haproxy", "vs least_req", "vs oracle", "e2e vs nginx"]
+    vals, verdicts = {}, {}
+    for name in ok:
+        vals[name] = [fmt_ratio(col(name, "nginx")), fmt_ratio(col(name, "haproxy")),
+                      fmt_ratio(col(name, "least_request")), fmt_ratio(col(name, "oracle")),
+                      fmt_ratio(col(name, "nginx", "e2e_p99"))]
+        verdicts[name] = (None, "")
+    fam = {"draw": scen["fleet"]["k"], "load": scen["load"], "fleet": M.describe(scen["fleet"]),
+           "peers": peers, "contenders": {}}
+    for name in ok:
+        fam["contenders"][name] = {k: b[name][k] for k in ("ttft_p50", "ttft_p90", "ttft_p99",
+                                                            "e2e_p99", "errors", "requests",
+                                                            "ttft_p99_by_round", "shares")}
+    if S.SUBJECT in b and peers:
+        r = ratio(b[S.SUBJECT]["ttft_p99"], min(b[n]["ttft_p99"] for n in peers))
+        iv = M.noise_interval([{n: M.cells(ok[n].records) for n in [S.SUBJECT] + peers}],
+                              vs_best)
+        best = min(peers, key=lambda n: b[n]["ttft_p99"])
+        fam.update(vs_best=r, vs_best_interval=iv, best_peer=best)
+        if iv is None:
+            verdicts[S.SUBJECT] = (None, "p99 TTFT / the better of nginx and least_request "
+                                   "(%s): %s; too few blocks of arrivals for a noise interval"
+                                   % (best, fmt_ratio(r)))
+        if r is not None and iv is not None:
+            fam["pass"] = iv[0] <= 1.0
+            verdicts[S.SUBJECT] = (fam["pass"], "p99 TTFT / the better of nginx and least_request "
+                                   "(%s): %.2f, 90%% interval %.2f-%.2f: %s" % (
+                                       best, r, iv[0], iv[1],
+                                       "not worse beyond noise" if fam["pass"] else
+                                       "WORSE beyond noise"))
+    ctx["mismatch"] = fam
+    ctx["notes"].append(
+        "Engines hidden from the gateway: %s. The verdict: ttft's p99 TTFT over the better of "
+        "nginx least_conn and least_request, with the 90%% interval of a paired block "
+        "bootstrap (blocks of %g s of scheduled arrivals per round, the same blocks for every "
+        "contender, %d resamples); it fails when the interval lies wholly above 1."
+        % (fam["fleet"], M.BLOCK_S, M.RESAMPLES))
+    return cols, vals, verdicts
+
+
 ANALYZERS = {
+    "mismatch": analyze_mismatch,
     "hetero": analyze_hetero,
     "degrade": analyze_degrade,
     "crash": analyze_crash,
@@ -699,6 +751,8 @@ def analyze(scen, runs_by_contender, ctx):
                     "%s round %d: the proxy took requests in up to %.0f ms after llmload sent "
                     "them (a stalled proxy or a busy machine; load average %s)."
                     % (name, run["round"], lag, run.get("loadavg")))
+    if "mismatch" in ctx:
+        out["mismatch"] = ctx["mismatch"]
     out["_pools"] = pools
     return out
 
@@ -836,3 +890,135 @@ def gnuplot(script, outdir, mode, sid, names, title, extra=""):
         else:
             print("gnuplot failed for %s: %s" % (out, r.stderr.decode()[-400:]))
     return made
+
+
+# ---- the mismatch family over its draws -----------------------------------------------
+
+def mismatch_summary(results, pools_by_id):
+    """Per-draw ratios and the pooled verdict of the mismatch family.
+
+    results: the scenarios' results (with "mismatch"); pools_by_id: each
+    scenario's pools (report.analyze()'s _pools). Returns (text, markdown,
+    data). Pooled: every draw's requests of a contender together, per load;
+    its interval resamples blocks within each draw (stratified)."""
+    data = {"draws": [], "pooled": {}, "block_s": M.BLOCK_S, "resamples": M.RESAMPLES}
+    names = ["ttft", "nginx", "haproxy", "least_request", "oracle"]
+    for sid, res in results.items():
+        fam = res.get("mismatch")
+        if not fam:
+            continue
+        c = fam["contenders"]
+        ng = (c.get("nginx") or {}).get("ttft_p99")
+        ng_e = (c.get("nginx") or {}).get("e2e_p99")
+        t = c.get(S.SUBJECT) or {}
+        iv = fam.get("vs_best_interval")
+        row = {"id": sid, "draw": fam["draw"], "load": fam["load"], "fleet": fam["fleet"],
+               "requests": t.get("requests"),
+               "ttft_p99": {n: (c.get(n) or {}).get("ttft_p99") for n in names},
+               "vs_nginx": {n: ratio((c.get(n) or {}).get("ttft_p99"), ng) for n in names},
+               "e2e_vs_nginx": ratio(t.get("e2e_p99"), ng_e), "vs_best": fam.get("vs_best"),
+               "vs_best_interval": iv, "best_peer": fam.get("best_peer"),
+               "pass": fam.get("pass")}
+        data["draws"].append(row)
+    loads = sorted({r["load"] for r in data["draws"]})
+    for load in loads + ["all"]:
+        ids = [r["id"] for r in data["draws"] if load == "all" or r["load"] == load]
+        pools = [pools_by_id[i] for i in ids if i in pools_by_id]
+        if not pools:
+            continue
+
+        def strata(field):
+            return [{n: M.cells(ps[n].records, field) for n in (S.SUBJECT, "nginx")
+                     if n in ps and ps[n].ok} for ps in pools]
+        ttft_strata, e2e_strata = strata("ttft_ms"), strata("e2e_ms")
+        out = {"draws": len(ids), "contenders": {}}
+        for n in names:
+            recs = [rec for ps in pools if n in ps and ps[n].ok for rec in ps[n].records]
+            if not recs:
+                continue
+            t = [r["ttft_ms"] for r in recs if r.get("ttft_ms") is not None]
+            out["contenders"][n] = {"requests": len(recs), "ttft_p50": M._pct(t, 50),
+                                    "ttft_p90": M._pct(t, 90), "ttft_p99": M._pct(t, 99),
+                                    "e2e_p99": M._pct([r["e2e_ms"] for r in recs
+                                                       if r.get("e2e_ms") is not None
+                                                       and r.get("error") is None], 99)}
+        c = out["contenders"]
+        ttft_r = ratio((c.get(S.SUBJECT) or {}).get("ttft_p99"), (c.get("nginx") or {}).get("ttft_p99"))
+        e2e_r = ratio((c.get(S.SUBJECT) or {}).get("e2e_p99"), (c.get("nginx") or {}).get("e2e_p99"))
+        stat = M.p99_ratio(S.SUBJECT, ["nginx"])
+        # the yardstick: what exact knowledge reaches on these fleets (end to
+        # end, equal speeds leave a router nothing to gain)
+        out["oracle_vs_nginx"] = ratio((c.get("oracle") or {}).get("ttft_p99"),
+                                       (c.get("nginx") or {}).get("ttft_p99"))
+        out["oracle_e2e_vs_nginx"] = ratio((c.get("oracle") or {}).get("e2e_p99"),
+                                           (c.get("nginx") or {}).get("e2e_p99"))
+        out.update(vs_nginx=ttft_r, e2e_vs_nginx=e2e_r,
+                   vs_nginx_interval=M.noise_interval(ttft_strata, stat),
+                   e2e_vs_nginx_interval=M.noise_interval(e2e_strata, stat))
+        per = [r for r in data["draws"] if r["id"] in ids]
+        gm = [r["vs_nginx"].get(S.SUBJECT) for r in per]
+        gm = [v for v in gm if v]
+        out["geomean_vs_nginx"] = math.exp(sum(math.log(v) for v in gm) / len(gm)) if gm else None
+        judged = [r["pass"] for r in per if r["pass"] is not None]
+        out["floor_held"] = sum(1 for v in judged if v)
+        out["floor_judged"] = len(judged)
+        out["pass"] = (None if ttft_r is None or e2e_r is None or not judged else
+                       ttft_r <= 0.5 and e2e_r <= 0.7 and all(judged))
+        data["pooled"][str(load)] = out
+    return _mismatch_tables(data, names, False), _mismatch_tables(data, names, True), data
+
+
+def _iv(iv):
+    return "-" if not iv else "%.2f-%.2f" % (iv[0], iv[1])
+
+
+def _mismatch_tables(data, names, markdown):
+    head = ["draw", "load", "n"] + ["p99 %s" % n for n in names] + \
+        ["ttft / nginx", "haproxy / nginx", "least_req / nginx", "oracle / nginx",
+         "ttft / best", "90% interval", "e2e ttft / nginx", "floor"]
+    rows = []
+    for r in sorted(data["draws"], key=lambda r: (r["draw"], r["load"])):
+        v = r["vs_nginx"]
+        rows.append(["m%d" % r["draw"], "%d%%" % round(100 * r["load"]), str(r["requests"] or "-")] +
+                    [fmt_ms(r["ttft_p99"].get(n)) for n in names] +
+                    [fmt_ratio(v.get("ttft")), fmt_ratio(v.get("haproxy")),
+                     fmt_ratio(v.get("least_request")), fmt_ratio(v.get("oracle")),
+                     "%s (%s)" % (fmt_ratio(r["vs_best"]), r["best_peer"] or "-"),
+                     _iv(r["vs_best_interval"]), fmt_ratio(r["e2e_vs_nginx"]),
+                     "-" if r["pass"] is None else ("held" if r["pass"] else "LOST")])
+    phead = ["pooled", "draws", "contender", "n", "TTFT p50", "p90", "p99", "e2e p99"]
+    prow = []
+    for load, p in data["pooled"].items():
+        label = "all" if load == "all" else "%d%%" % round(100 * float(load))
+        for n, c in p["contenders"].items():
+            prow.append([label, str(p["draws"]), n, str(c["requests"]), fmt_ms(c["ttft_p50"]),
+                         fmt_ms(c["ttft_p90"]), fmt_ms(c["ttft_p99"]), fmt_ms(c["e2e_p99"])])
+    verdicts = []
+    for load, p in data["pooled"].items():
+        label = "both loads" if load == "all" else "%d%% load" % round(100 * float(load))
+        mark = "n/a " if p["pass"] is None else ("PASS" if p["pass"] else "FAIL")
+        verdicts.append(
+            "%s %s, %d draws: ttft p99 TTFT %s x nginx (90%% interval %s; geometric mean of the "
+            "draws' ratios %s), e2e p99 %s x nginx (%s); floor (not worse than the better of "
+            "nginx and least_request beyond noise) held on %d of %d; the oracle: %s x, e2e %s x"
+            % (mark, label, p["draws"], fmt_ratio(p["vs_nginx"]), _iv(p["vs_nginx_interval"]),
+               fmt_ratio(p["geomean_vs_nginx"]), fmt_ratio(p["e2e_vs_nginx"]),
+               _iv(p["e2e_vs_nginx_interval"]), p["floor_held"], p["floor_judged"],
+               fmt_ratio(p.get("oracle_vs_nginx")), fmt_ratio(p.get("oracle_e2e_vs_nginx"))))
+    fleets = ["m%d: %s" % (r["draw"], r["fleet"]) for r in
+              sorted({r["draw"]: r for r in data["draws"]}.values(), key=lambda r: r["draw"])]
+    note = ("Criteria: on every draw, ttft's p99 TTFT not worse than the better of nginx "
+            "least_conn and least_request beyond noise (floor: held when the 90%% interval of "
+            "that ratio reaches 1 or below); pooled per load, ttft's p99 TTFT <= 0.5x nginx's "
+            "and its e2e p99 <= 0.7x nginx's. Intervals: paired block bootstrap, blocks of %g s "
+            "of scheduled arrivals per round (stratified by draw when pooled), %d resamples."
+            % (data["block_s"], data["resamples"]))
+    if markdown:
+        parts = ["### Mismatch family: per draw", "", md_table(head, rows), "",
+                 "### Mismatch family: pooled", "", md_table(phead, prow), ""]
+        parts += ["- " + v for v in verdicts] + ["", "Fleets (hidden from the gateway):", ""]
+        parts += ["- " + f for f in fleets] + ["", "_%s_" % note, ""]
+        return "\n".join(parts)
+    parts = ["", "== Mismatch family: per draw", "", text_table(head, rows), "",
+             "== Mismatch family: pooled", "", text_table(phead, prow), ""]
+    return "\n".join(parts + verdicts + ["", "Fleets:"] + fleets + ["", note])

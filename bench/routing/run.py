@@ -5,6 +5,7 @@ on simulated fleets (llmsim) under the same seeded traffic (llmload).
     bench/routing/run.py                         # every scenario, 2 rounds
     bench/routing/run.py --quick --scenario 1    # a short smoke run
     bench/routing/run.py --scenario 2,6 --contenders round_robin,ttft,oracle
+    bench/routing/run.py --scenario mismatch --draws 8 --fresh-traces --nice -10
 
 For each scenario: one arrival trace (llmload --dry-run --trace-out), replayed
 against every contender; a fresh fleet (new llmsim processes, same seeds) for
@@ -19,6 +20,7 @@ import datetime
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 
+import mismatch as M  # noqa: E402
 import procs as P  # noqa: E402
 import report as R  # noqa: E402
 import scenarios as S  # noqa: E402
@@ -40,7 +43,16 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="all",
-                    help="'all', a scenario number (1..8), a variant (1a, 1b, 6r, 8b) or a comma list")
+                    help="'all', a scenario number (1..8), a variant (1a, 1b, 6r, 8b), 'mismatch' "
+                         "(the family of drawn fleets), one of its draws (m3) or scenarios "
+                         "(m3-90), or a comma list")
+    ap.add_argument("--draws", type=int, default=8,
+                    help="mismatch: how many fleets to draw (default 8)")
+    ap.add_argument("--draw-seed", type=int, default=1,
+                    help="mismatch: the seed of the draws (default 1)")
+    ap.add_argument("--block-s", type=float, default=M.BLOCK_S,
+                    help="mismatch: seconds of arrivals per block of the noise intervals' "
+                         "bootstrap (default %g)" % M.BLOCK_S)
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--fresh-traces", action="store_true",
                     help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
@@ -75,6 +87,10 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.draws < 1:
+        ap.error("--draws must be at least 1")
+    if not args.block_s > 0:
+        ap.error("--block-s must be positive")
     if args.realtime is None:
         args.realtime = os.geteuid() == 0
     return args
@@ -461,8 +477,12 @@ def scenario_ctx(scen, args, outdir, results):
     duration = args.duration or (scen["quick"] if args.quick else scen["duration"])
     if args.quick and scen["max_tokens"] == S.MAX_TOKENS:
         scen = dict(scen, max_tokens=S.QUICK_MAX_TOKENS)
-    cap = S.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"], scen["max_tokens"],
-                         scen["prefix_bytes"])
+    if scen.get("fleet"):
+        # a drawn fleet (mismatch): its replicas run saturated offline, under its schedule
+        cap = M.capacity(scen["fleet"], scen["prompt_bytes"], scen["max_tokens"])
+    else:
+        cap = S.capacity_rps(scen["sim"], scen["speeds"], scen["prompt_bytes"],
+                             scen["max_tokens"], scen["prefix_bytes"])
     ctx = {"duration": duration, "capacity": cap, "rate": cap * scen["load"], "results": results,
            "slowdown": scen.get("quick_slowdown" if args.quick else "slowdown"),
            "crash": scen.get("quick_crash" if args.quick else "crash"),
@@ -509,6 +529,26 @@ def verdict_summary(results):
     return out
 
 
+def select(args):
+    """--scenario: the fixed scenarios (scenarios.select) and the mismatch
+    family ('mismatch', a draw 'm3' or a scenario 'm3-90')."""
+    out = []
+    for part in str(args.scenario).split(","):
+        part = part.strip()
+        if part == "mismatch" or re.fullmatch(r"m\d+(-\d+)?", part):
+            only = None if part == "mismatch" else part
+            if only and int(re.match(r"m(\d+)", only).group(1)) > args.draws:
+                raise ValueError("%s: only %d draws (--draws)" % (part, args.draws))
+            found = M.make_scenarios(args.draws, args.draw_seed, only=only)
+            if not found:
+                raise ValueError("unknown mismatch scenario %r (m1-70 .. m%d-90)"
+                                 % (part, args.draws))
+        else:
+            found = S.select(part)
+        out.extend(s for s in found if s not in out)
+    return out
+
+
 def _terminate(signum, frame):
     raise KeyboardInterrupt("signal %d" % signum)
 
@@ -528,7 +568,7 @@ def main(argv=None):
         if not os.access(os.path.join(args.build, b), os.X_OK):
             raise SystemExit("%s/%s not found: build first (cmake --build build)" % (args.build, b))
     try:
-        scens = S.select(args.scenario)
+        scens = select(args)
     except ValueError as e:
         raise SystemExit(str(e))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -536,6 +576,7 @@ def main(argv=None):
     os.makedirs(outdir, exist_ok=True)
     pins = pinning(args.pin)
     P.NICE = args.nice
+    M.BLOCK_S = args.block_s
     info = machine_info(args)
     shm_dir = tempfile.mkdtemp(prefix="lgbench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                else None)
@@ -556,6 +597,7 @@ def main(argv=None):
         plan.append((scen, names))
     total = sum(len(n) * args.rounds for _, n in plan)
     done = 0
+    family_pools = {}
     print("routing benchmark: %d scenario(s), %d runs, output in %s" % (len(plan), total, outdir))
     try:
         for scen, names in plan:
@@ -602,21 +644,31 @@ def main(argv=None):
             for p in res["plots"]:
                 if p.endswith(".svg"):
                     md.append("![%s](%s)\n" % (os.path.basename(p), p))
-            res.pop("_pools", None)
+            pools = res.pop("_pools", None)
+            if res.get("mismatch"):
+                family_pools[scen["id"]] = pools  # for the pooled verdict over the draws
             results[scen["id"]] = res
     finally:
         shutil.rmtree(shm_dir, ignore_errors=True)
         info["loadavg_end"] = loadavg()
         summary = verdict_summary(results)
+        family = R.mismatch_summary(results, family_pools) if family_pools else None
+        if family:
+            summary += ["mismatch family: " + line.strip() for line in family[0].splitlines()
+                        if line.startswith(("PASS", "FAIL", "n/a"))]
         with open(os.path.join(outdir, "results.json"), "w") as f:
             json.dump({"machine": info, "quick": args.quick, "rounds": args.rounds,
                        "fresh_traces": args.fresh_traces,
-                       "scenarios": results}, f, indent=1, default=str)
+                       "scenarios": results, "mismatch": family[2] if family else None},
+                      f, indent=1, default=str)
         with open(os.path.join(outdir, "results.md"), "w") as f:
             f.write("\n".join(md[:head_len] + ["Load average at the end: %s." % info["loadavg_end"],
                                                "", "### Verdicts for the default policy (%s)"
                                                % S.SUBJECT, ""]
-                              + ["- " + line for line in summary] + [""] + md[head_len:]) + "\n")
+                              + ["- " + line for line in summary] + [""]
+                              + ([family[1]] if family else []) + md[head_len:]) + "\n")
+    if family:
+        print(family[0])
     print("\nVerdicts for llmgate's default policy (%s):" % S.SUBJECT)
     for line in summary:
         print("  " + line)

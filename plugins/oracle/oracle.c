@@ -539,106 +539,6 @@ oracle_destroy(void *state)
     free(o);
 }
 
-/*
- * llmsim_shm_predict_unlocked() (same model, same steps) with `extra` more
- * requests of `extra_tokens` uncached tokens and `extra_max` output tokens
- * queued ahead of ours: the requests this gateway sent that the replica has
- * not registered yet.
- */
-static int
-oracle_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_t uncached_tokens,
-                        uint32_t extra, uint32_t extra_tokens, uint32_t extra_max,
-                        uint64_t *scratch, size_t scratch_len, uint64_t *ttft_ns)
-{
-    const uint64_t *finish;
-    const struct llmsim_shm_waiter *ring;
-    double speed = s->speed;
-    double pre_ns = s->prefill_us_per_token * 1e3;
-    double base_ns = s->decode_ms * 1e6;
-    double per_ns = s->decode_ms_per_seq * 1e6;
-    uint32_t slots = s->slots;
-    uint32_t wait_cap = s->wait_cap;
-    uint32_t r = 0;
-    uint64_t k = s->steps_done;
-    uint64_t pos = s->wait_head;
-    uint64_t tail = s->wait_tail;
-    uint64_t t;
-    uint64_t guard = (uint64_t)slots + wait_cap + extra + 2;
-
-    if (!(speed > 0) || slots == 0 || slots > scratch_len || wait_cap == 0
-        || (wait_cap & (wait_cap - 1)) != 0 || (uint64_t)s->slot_off + (uint64_t)slots * 8 > s->size
-        || (uint64_t)s->wait_off + (uint64_t)wait_cap * sizeof(*ring) > s->size) {
-        return LLMSIM_SHM_EINVAL;
-    }
-    if (s->flags & LLMSIM_SHM_F_STALLED) {
-        *ttft_ns = UINT64_MAX;
-        return LLMSIM_SHM_OK;
-    }
-    finish = (const uint64_t *)((const char *)s + s->slot_off);
-    ring = (const struct llmsim_shm_waiter *)((const char *)s + s->wait_off);
-    t = now_ns;
-    if (s->flags & LLMSIM_SHM_F_STEP) {
-        k++;
-        if (s->busy_until_ns_hint + LLMSIM_SHM_CATCH_UP_NS >= t) {
-            t = s->busy_until_ns_hint;
-        }
-    }
-    for (uint32_t i = 0; i < slots; i++) {
-        if (finish[i] > k) {
-            scratch[r++] = finish[i];
-        }
-    }
-    if (tail - pos > wait_cap) {
-        return LLMSIM_SHM_EINVAL;
-    }
-    while (guard-- > 0) {
-        uint64_t prefill = 0;
-        uint64_t fmin = UINT64_MAX;
-        uint64_t m;
-        double step_ns;
-        uint32_t kept = 0;
-
-        while (r < slots) {
-            const struct llmsim_shm_waiter *w;
-
-            if (pos == tail && extra > 0) {
-                extra--;
-                prefill += extra_tokens;
-                scratch[r++] = k + extra_max;
-                continue;
-            }
-            if (pos == tail) {
-                step_ns = (pre_ns * (double)(prefill + uncached_tokens) + base_ns
-                           + per_ns * (double)(r + 1))
-                          / speed;
-                *ttft_ns = t + (uint64_t)step_ns - now_ns;
-                return LLMSIM_SHM_OK;
-            }
-            w = &ring[pos++ & (wait_cap - 1)];
-            if (w->max_tokens == 0) {
-                continue;
-            }
-            prefill += w->uncached_tokens;
-            scratch[r++] = k + w->max_tokens;
-        }
-        for (uint32_t i = 0; i < r; i++) {
-            fmin = scratch[i] < fmin ? scratch[i] : fmin;
-        }
-        m = fmin > k ? fmin - k : 1;
-        step_ns = (pre_ns * (double)prefill + base_ns + per_ns * (double)r) / speed
-                  + (double)(m - 1) * (base_ns + per_ns * (double)r) / speed;
-        t += (uint64_t)step_ns;
-        k += m;
-        for (uint32_t i = 0; i < r; i++) {
-            if (scratch[i] > k) {
-                scratch[kept++] = scratch[i];
-            }
-        }
-        r = kept;
-    }
-    return LLMSIM_SHM_EINVAL;
-}
-
 static double
 oracle_predict_ms(struct oracle *o, const struct lg_route_info *req,
                   const struct lg_backend_view *v, uint64_t now)
@@ -676,8 +576,8 @@ oracle_predict_ms(struct oracle *o, const struct lg_route_info *req,
         seq = llmsim_shm_read_begin(s);
         known = s->running + s->waiting;
         extra = v->inflight > known ? v->inflight - known : 0;
-        rc = oracle_predict_unlocked(s, now, (uint32_t)tokens, extra, (uint32_t)tokens, max_tokens,
-                                     scratch, SCRATCH_SLOTS, &ttft);
+        rc = llmsim_shm_predict_queued_unlocked(s, now, (uint32_t)tokens, extra, (uint32_t)tokens,
+                                                max_tokens, scratch, SCRATCH_SLOTS, &ttft);
 
         if (!llmsim_shm_read_retry(s, seq)) {
             return rc != LLMSIM_SHM_OK || ttft == UINT64_MAX ? DEAD_MS : (double)ttft / 1e6;

@@ -79,6 +79,74 @@ class FleetModelSchedule(unittest.TestCase):
         self.assertAlmostEqual(reqs[0].done, s1 + s2 + self.step(0, slots))
         self.assertAlmostEqual(reqs[slots].first, reqs[0].done + self.step(1, slots))
 
+    def test_schedules_closed_form(self):
+        # tests/unit/test_llmsim_engine.c's case: three slots, 10 us a prompt
+        # token, 4 ms a prefilling step, 2 ms + 1 ms x batch^2; A (100 tokens,
+        # 4 out) alone, B (200 tokens, 2 out) 2 ms into A's first step (8 ms)
+        sim = dict(SIM, slots=3, prefill_us_per_token=10.0, prefill_fixed_ms=4.0, decode_ms=2.0,
+                   decode_ms_per_seq=1.0, decode_batch_exp=2.0)
+        want = {  # A first, A done, B first, B done
+            "fcfs": (8, 29, 20, 26),
+            "prefill-first": (8, 29, 17, 23),   # B's prefill step holds A
+            "chunked": (8, 36, 30, 36),         # 120 a step: B's 200 in two chunks
+        }
+        for schedule, times in want.items():
+            r = fleetmodel.Replica("r1", 1.0, dict(sim, schedule=schedule, step_tokens=120
+                                                   if schedule == "chunked" else 0))
+            a = fleetmodel.Request(0, 0.0, 400, 4)
+            b = fleetmodel.Request(1, 2.0, 800, 2)
+            r.submit(a, a.t)
+            r.advance(b.t)
+            r.submit(b, b.t)
+            r.advance(float("inf"))
+            got = (a.first, a.done, b.first, b.done)
+            for g, w in zip(got, times):
+                self.assertAlmostEqual(g, w, places=6, msg="%s: %s" % (schedule, got))
+
+    def test_prediction_every_schedule(self):
+        # the predictor's passes against the replica's steps, on every
+        # schedule: a request no later one overtook (arrived before its first
+        # token) gets exactly the predicted TTFT, the others never less
+        for schedule, budget in (("fcfs", 0), ("prefill-first", 0), ("chunked", 256),
+                                 ("chunked", 40)):
+            rng = random.Random(9)
+            sim = dict(SIM, slots=6, prefill_fixed_ms=3.0, decode_batch_exp=1.3,
+                       schedule=schedule, step_tokens=budget)
+            x = fleetmodel.Replica("r1", 1.0, sim)
+            t, pairs = 0.0, []
+            for i in range(400):  # about 70% of its capacity
+                t += rng.expovariate(1 / 140.0)
+                q = fleetmodel.Request(i, t, rng.randint(4, 1200), rng.choice([1, 16, 40, 90]))
+                x.advance(t)
+                pairs.append((q, x.predict(t, q.tokens)))
+                x.submit(q, t)
+            x.advance(float("inf"))
+            clean = queued = 0
+            for k, (q, p) in enumerate(pairs):
+                d = q.first - q.t - p
+                self.assertGreaterEqual(d, -1e-6, (schedule, k))
+                queued += p > 1.5 * x.step_ms(q.tokens, sim["slots"])
+                if k + 1 == len(pairs) or pairs[k + 1][0].t >= q.first:
+                    clean += 1
+                    self.assertAlmostEqual(d, 0.0, places=6, msg=(schedule, k))
+            self.assertGreater(clean, 100, schedule)
+            self.assertGreater(queued, 50, schedule)  # some predictions ran a queue forward
+
+    def test_saturated_capacity(self):
+        # the default fleet's closed form (scenarios.request_cost_ms) against a
+        # replica that never runs dry: the closed form counts every step full
+        def sat(sim, speed=1.0):
+            return fleetmodel.saturated_rps(sim, speed, scenarios.PROMPT, scenarios.MAX_TOKENS)
+
+        for speed in (1.0, 0.25):
+            closed = scenarios.capacity_rps(SIM, [speed], scenarios.PROMPT, scenarios.MAX_TOKENS)
+            self.assertLess(abs(sat(SIM, speed) / closed - 1), 0.06, (speed, closed))
+        base = sat(SIM)
+        # a prefill step of its own (with its decode cost) for each admission
+        self.assertLess(sat(dict(SIM, schedule="prefill-first")), 0.97 * base)
+        # a fixed cost per prefilling step: about one a request at these sizes
+        self.assertLess(sat(dict(SIM, prefill_fixed_ms=20.0)), 0.85 * base)
+
     def test_prediction_is_the_replayed_outcome(self):
         # a request's prediction is exact unless one that came after it joins
         # its step (its prefill lengthens that step): never above, and equal

@@ -1,9 +1,11 @@
 """Smoke test of the routing benchmark (bench/routing/run.py): a few seconds of
 scenario 1a with llmgate's round robin (also as the --ref-build contender,
 round_robin@ref) and nginx, checking that the run completes and leaves its
-table, results and per-request logs behind. It proves the tool works, not
-what it measures: the benchmark itself is run by hand
-(bench/routing/README.md)."""
+table, results and per-request logs behind; a few seconds of one mismatch
+draw (bench/routing/mismatch.py: a drawn fleet the gateway is not told
+about) with its per-draw and pooled verdicts; and the mismatch family's
+draws and noise intervals offline. It proves the tool works, not what it
+measures: the benchmark itself is run by hand (bench/routing/README.md)."""
 
 import json
 import os
@@ -16,6 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import BUILD, SRC  # noqa: E402
 
 RUN = os.path.join(SRC, "bench", "routing", "run.py")
+sys.path.insert(0, os.path.join(SRC, "bench", "routing"))
+import mismatch  # noqa: E402
 
 
 def count_lines(path):
@@ -99,6 +103,119 @@ class BenchRoutingSmoke(unittest.TestCase):
             self.assertTrue(res["fresh_traces"])
             c = res["scenarios"]["1a"]["contenders"]["round_robin"]
             self.assertEqual(c["requests"], count_lines(t1) + count_lines(t2))
+
+
+class MismatchSmoke(unittest.TestCase):
+    def test_one_draw(self):
+        """m1 at 70%: the drawn engines run, hidden from the gateway, and the
+        family's tables come out with their noise intervals."""
+        if not which("nginx"):
+            self.skipTest("nginx is not installed (tools/install-deps.sh --bench)")
+        fleet = mismatch.draw_fleet(1, 1)
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
+            out = os.path.join(tmp, "run")
+            argv = [sys.executable, RUN, "--quick", "--scenario", "m1-70", "--rounds", "1",
+                    "--duration", "4", "--block-s", "1",
+                    "--contenders", "ttft,nginx,least_request,oracle",
+                    "--no-realtime", "--no-plots", "--build", BUILD, "--out", out]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertIn("== Scenario m1-70", r.stdout)
+            self.assertIn("== Mismatch family: per draw", r.stdout)
+            self.assertRegex(r.stdout, r"mismatch family: (PASS|FAIL) 70% load, 1 draws")
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            trace_lines = count_lines(os.path.join(out, "m1-70", "trace.jsonl"))
+            self.assertGreater(trace_lines, 20)
+            sc = res["scenarios"]["m1-70"]
+            for name in ("ttft", "nginx", "least_request", "oracle"):
+                c = sc["contenders"][name]
+                self.assertNotIn("unavailable", c, c)
+                self.assertEqual(c["requests"], trace_lines, name)
+                # every replica ran the drawn engine, not llmsim's defaults
+                for i, st in enumerate(sorted(c["fleet_state"][0].items())):
+                    sim = fleet["sims"][i]
+                    self.assertEqual(st[1]["schedule"], sim["schedule"], name)
+                    self.assertEqual(st[1]["slots"], sim["slots"], name)
+                    self.assertAlmostEqual(st[1]["jitter"], sim["jitter"], places=6)
+                    self.assertAlmostEqual(st[1]["prefill_fixed_ms"], sim["prefill_fixed_ms"],
+                                           places=6)
+                    self.assertEqual(st[1]["flavor"], fleet["flavor"])
+            # the gateway is told the replicas' addresses, not their engines
+            with open(os.path.join(out, "m1-70", "ttft", "round1", "llmgate.json")) as f:
+                conf = json.load(f)
+            self.assertEqual({b["flavor"] for b in conf["backends"]}, {"auto"})
+            draw = res["mismatch"]["draws"][0]
+            self.assertEqual((draw["draw"], draw["load"]), (1, 0.7))
+            lo, hi = draw["vs_best_interval"]
+            self.assertTrue(0 < lo <= hi, draw)
+            self.assertIn(draw["best_peer"], ("nginx", "least_request"))
+            self.assertIsNotNone(draw["pass"])
+            pooled = res["mismatch"]["pooled"]["0.7"]
+            self.assertEqual(pooled["draws"], 1)
+            self.assertGreater(pooled["vs_nginx"], 0)
+            self.assertIsNotNone(pooled["e2e_vs_nginx_interval"])
+            with open(os.path.join(out, "results.md")) as f:
+                self.assertIn("### Mismatch family: pooled", f.read())
+            # the tables again from the folder: the same numbers
+            mismatch.BLOCK_S = 1.0
+            try:
+                again = mismatch.reanalyze(out)[2]
+            finally:
+                mismatch.BLOCK_S = 3.0
+            self.assertEqual(again["draws"][0]["vs_best"], draw["vs_best"])
+            self.assertEqual(list(again["draws"][0]["vs_best_interval"]), [lo, hi])
+            self.assertEqual(again["pooled"]["0.7"]["vs_nginx"], pooled["vs_nginx"])
+
+
+class MismatchDraws(unittest.TestCase):
+    def test_draws(self):
+        """Seeded and within the documented ranges; schedules and engine
+        vocabularies cycle so that eight draws meet them all."""
+        fleets = [mismatch.draw_fleet(1, k) for k in range(1, 9)]
+        self.assertEqual(fleets[2], mismatch.draw_fleet(1, 3))
+        self.assertNotEqual(fleets[2]["sims"], mismatch.draw_fleet(2, 3)["sims"])
+        self.assertEqual({f["schedule"] for f in fleets}, set(mismatch.SCHEDULES))
+        self.assertEqual({f["flavor"] for f in fleets}, set(mismatch.FLAVORS))
+        for f in fleets:
+            for sim, speed in zip(f["sims"], f["speeds"]):
+                self.assertTrue(4 <= sim["slots"] <= 32, sim)
+                self.assertTrue(20 <= sim["prefill_us_per_token"] <= 200, sim)
+                self.assertTrue(0 <= sim["prefill_fixed_ms"] <= 25, sim)
+                self.assertTrue(1.0 <= sim["decode_batch_exp"] <= 1.5, sim)
+                self.assertTrue(0 <= sim["jitter"] <= 0.3, sim)
+                self.assertTrue(0.25 <= speed <= 1.0, f["speeds"])
+                self.assertLessEqual(mismatch.full_step_ms(sim, speed),
+                                     mismatch.MAX_FULL_STEP_MS)
+                self.assertEqual(sim["step_tokens"] > 0, f["schedule"] == "chunked")
+        scens = mismatch.make_scenarios(2, 1)
+        self.assertEqual([s["id"] for s in scens], ["m1-70", "m1-90", "m2-70", "m2-90"])
+        self.assertEqual(mismatch.make_scenarios(2, 1, only="m2-90")[0]["load"], 0.9)
+
+    def test_noise_interval(self):
+        """The same requests for two contenders: the ratio's interval is 1;
+        one twice as slow on every request: 2; a noisy copy: around 1."""
+        import random
+        rng = random.Random(3)
+        recs = [{"_round": 1, "t_sched_ms": i * 20.0, "ttft_ms": rng.expovariate(1 / 50.0)}
+                for i in range(1000)]
+        same = {"a": mismatch.cells(recs), "b": mismatch.cells(recs)}
+        self.assertEqual(mismatch.noise_interval([same], mismatch.p99_ratio("a", ["b"])),
+                         (1.0, 1.0))
+        slow = [dict(r, ttft_ms=2 * r["ttft_ms"]) for r in recs]
+        self.assertIsNone(mismatch.noise_interval([{"a": mismatch.cells(recs[:100]),
+                                                    "b": mismatch.cells(recs[:100])}],
+                                                  mismatch.p99_ratio("a", ["b"])))  # 1 block
+        self.assertEqual(mismatch.noise_interval([{"a": mismatch.cells(slow), "b": same["b"]}],
+                                                 mismatch.p99_ratio("a", ["b"])), (2.0, 2.0))
+        noisy = [dict(r, ttft_ms=r["ttft_ms"] * rng.uniform(0.7, 1.3)) for r in recs]
+        lo, hi = mismatch.noise_interval([{"a": mismatch.cells(noisy), "b": same["b"]}],
+                                         mismatch.p99_ratio("a", ["b"]))
+        self.assertTrue(lo < 1.05 and hi > 0.95 and hi - lo > 0.05, (lo, hi))
+        # "the better of": the smaller p99 of the two references
+        self.assertEqual(mismatch.noise_interval([{"a": same["a"], "b": mismatch.cells(slow),
+                                                   "c": same["b"]}],
+                                                 mismatch.p99_ratio("a", ["b", "c"])), (1.0, 1.0))
 
 
 if __name__ == "__main__":

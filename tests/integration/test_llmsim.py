@@ -346,10 +346,12 @@ class LlmsimEngine(harness.Harness):
     def test_shm_state_file(self):
         path = self.path("r1.state")
         _, port = self.start_llmsim("r1", args=["--slots", "1", "--decode-ms", "20",
+                                                "--prefill-fixed-ms", "3", "--jitter", "0.125",
+                                                "--decode-batch-exp", "1.5",
                                                 "--state-shm", path])
-        fmt = "<IIIIII dddd QQQ QII QQQQQQQQ III I QQ IIII 64s"
+        fmt = "<IIIIII dddd QQQ QII QQQQQQQQ III I QQ IIII 64s II ddd"
         size = struct.calcsize(fmt)
-        self.assertEqual(size, 272)
+        self.assertEqual(size, 304)
 
         def read():
             """The header, read until it is not torn (seqlock: even and unchanged)."""
@@ -366,9 +368,10 @@ class LlmsimEngine(harness.Harness):
 
         v = read()
         self.assertEqual(v[0], 0x4c4d5331)
-        self.assertEqual(v[1], 2)                           # version: blocks keyed by llmsim_hstream
+        self.assertEqual(v[1], 3)                           # version: slots, schedules
         self.assertEqual(v[3], 1)                           # slots
-        self.assertEqual(v[-1].rstrip(b"\0"), b"r1")
+        self.assertEqual(v[34].rstrip(b"\0"), b"r1")
+        self.assertEqual(v[35:], (0, 0, 3.0, 1.5, 0.125))  # fcfs, no budget, fixed, exp, jitter
         self.assertEqual(v[13], os.path.getsize(path))      # size
         streams = [self.stream(port, "POST", CHAT, chat("p%d" % i * 100, 1000)) for i in range(3)]
         v = wait_until(lambda: (lambda v: v if (v[4], v[5]) == (1, 2) else None)(read()), 10,
@@ -556,9 +559,15 @@ class LlmsimProcess(harness.Harness):
                      "--prefill-us-per-token", "--decode-ms", "--decode-ms-per-seq",
                      "--max-tokens-default", "--prefix-block-tokens", "--prefix-cache-blocks",
                      "--fault", "--state-shm", "--ready-file", "--quiet", "slow@T:F[:D]",
-                     "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N"):
+                     "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N",
+                     "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
+                     "--jitter", "prefill-first", "chunked"):
             self.assertIn(flag, out)
-        for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"]):
+        for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
+                    ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked
+                    ["--schedule", "chunked", "--slots", "16", "--step-tokens", "8"],
+                    ["--jitter", "-0.1"], ["--decode-batch-exp", "5"],
+                    ["--prefill-fixed-ms", "x"]):
             p = self.start([harness.binary("llmsim")] + bad, name="bad")
             self.assertEqual(p.wait(5), 2, bad)
 
@@ -575,6 +584,8 @@ class LlmsimProcess(harness.Harness):
         for key in ("name", "speed", "slots", "running", "waiting", "completed", "aborted",
                     "prefix_hits", "prefix_lookups", "connections", "last_abort_wall_ns"):
             self.assertIn(key, st)
+        self.assertEqual((st["schedule"], st["step_tokens"], st["prefill_fixed_ms"],
+                          st["decode_batch_exp"], st["jitter"]), ("fcfs", 0, 0.0, 1.0, 0.0))
 
 
 if __name__ == "__main__":

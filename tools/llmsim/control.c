@@ -167,6 +167,14 @@ lg_sim_control_state(const struct lg_sim *sim, struct evbuffer *out)
     json_object_set_new(doc, "faults", faults);
     json_object_set_new(doc, "held", json_integer((json_int_t)lg_sim_held_count(sim)));
     json_object_set_new(doc, "steps", json_integer((json_int_t)st->steps));
+    json_object_set_new(doc, "schedule", json_string(lg_sim_schedule_name(e->conf.schedule)));
+    json_object_set_new(doc, "step_tokens", json_integer((json_int_t)e->conf.step_tokens));
+    json_object_set_new(doc, "prefill_us_per_token", json_real(e->conf.prefill_us_per_token));
+    json_object_set_new(doc, "prefill_fixed_ms", json_real(e->conf.prefill_fixed_ms));
+    json_object_set_new(doc, "decode_ms", json_real(e->conf.decode_ms));
+    json_object_set_new(doc, "decode_ms_per_seq", json_real(e->conf.decode_ms_per_seq));
+    json_object_set_new(doc, "decode_batch_exp", json_real(e->conf.decode_batch_exp));
+    json_object_set_new(doc, "jitter", json_real(e->conf.jitter));
     json_object_set_new(doc, "generation_tokens", json_integer((json_int_t)st->generation_tokens));
     json_object_set_new(doc, "closed_by_fault",
                         json_integer((json_int_t)sim->counters.closed_by_fault));

@@ -61,6 +61,11 @@ engine_shm_end(struct lg_sim_engine *e)
         flags |= e->stalled ? LLMSIM_SHM_F_STALLED : 0;
         flags |= e->failing ? LLMSIM_SHM_F_FAILING : 0;
         m->slots = e->conf.slots;
+        m->schedule = e->conf.schedule;
+        m->step_tokens = e->conf.step_tokens;
+        m->prefill_fixed_ms = e->conf.prefill_fixed_ms;
+        m->decode_batch_exp = e->conf.decode_batch_exp;
+        m->jitter = e->conf.jitter;
         m->running = e->nrunning;
         m->waiting = e->nwaiting;
         m->speed = e->conf.speed;
@@ -152,12 +157,15 @@ engine_release(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     e->nrunning--;
     e->free_slots[e->nfree++] = seq->slot;
     if (engine_ring_on(e)) {
-        e->shm->finish[seq->slot] = 0;
+        e->shm->slot[seq->slot] = (struct llmsim_shm_slot){ 0, 0 };
     }
     e->remaining_decode_tokens -= seq->max_tokens - seq->generated;
+    e->queued_prefill_tokens -= seq->prefill_left; /* aborted before its prefill was done */
+    seq->prefill_left = 0;
     seq->state = LG_SIM_SEQ_ST_IDLE;
 }
 
+/* seq takes a free slot; its prefill is done by engine_prefill(). */
 static void
 engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 {
@@ -177,15 +185,126 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     e->stats.prefix_hits += cached;
     e->stats.prompt_tokens += seq->prompt_tokens;
     e->stats.prefilled_tokens += seq->uncached_tokens;
-    e->step_prefill_tokens += seq->uncached_tokens;
     e->queued_prefill_tokens += seq->uncached_tokens;
+    seq->prefill_left = seq->uncached_tokens;
+    seq->emits = false;
     seq->slot = e->free_slots[--e->nfree];
     seq->state = LG_SIM_SEQ_ST_RUNNING;
     TAILQ_INSERT_TAIL(&e->running, seq, link);
     e->nrunning++;
-    if (engine_ring_on(e)) {
-        /* the step starting now is number steps + 1 and emits its first token */
-        e->shm->finish[seq->slot] = e->stats.steps + seq->max_tokens;
+}
+
+/* The step starting now prefills `tokens` more of seq's prompt. */
+static void
+engine_prefill(struct lg_sim_engine *e, struct lg_sim_seq *seq, uint32_t tokens)
+{
+    seq->prefill_left -= tokens;
+    e->step_prefill_tokens += tokens;
+    seq->emits = seq->prefill_left == 0;
+}
+
+/* Admits the first waiting sequence and prefills all of its prompt. */
+static void
+engine_admit_whole(struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *seq = TAILQ_FIRST(&e->waiting);
+
+    engine_admit(e, seq);
+    engine_prefill(e, seq, seq->prefill_left);
+}
+
+/* Decides the batch of the step starting now (the schedule); returns its size. */
+static uint32_t
+engine_schedule(struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *seq;
+    uint32_t batch = 0;
+    uint32_t room;
+
+    switch (e->conf.schedule) {
+    case LLMSIM_SHM_SCHED_PREFILL_FIRST:
+        if (e->nwaiting > 0 && e->nrunning < e->conf.slots) {
+            /* a prefill step: the sequences it admits are its whole batch */
+            TAILQ_FOREACH (seq, &e->running, link) {
+                seq->emits = false;
+            }
+            while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting)) {
+                engine_admit_whole(e);
+                batch++;
+            }
+            return batch;
+        }
+        /* nothing to admit: every running sequence decodes, as first come first served */
+        /* fall through */
+    case LLMSIM_SHM_SCHED_FCFS:
+    default:
+        while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting)) {
+            engine_admit_whole(e);
+        }
+        TAILQ_FOREACH (seq, &e->running, link) {
+            seq->emits = true;
+        }
+        return e->nrunning;
+    case LLMSIM_SHM_SCHED_CHUNKED:
+        /* one token for each decoding sequence (step_tokens >= slots: all of them) */
+        TAILQ_FOREACH (seq, &e->running, link) {
+            seq->emits = seq->prefill_left == 0;
+            batch += seq->emits;
+        }
+        room = e->conf.step_tokens - batch;
+        /* then the unfinished prefill (the last admitted), then new admissions */
+        TAILQ_FOREACH (seq, &e->running, link) {
+            if (seq->prefill_left > 0 && room > 0) {
+                uint32_t chunk = LG_MIN(seq->prefill_left, room);
+
+                engine_prefill(e, seq, chunk);
+                room -= chunk;
+                batch++;
+            }
+        }
+        while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting) && room > 0) {
+            uint32_t chunk;
+
+            seq = TAILQ_FIRST(&e->waiting);
+            engine_admit(e, seq);
+            chunk = LG_MIN(seq->prefill_left, room);
+            engine_prefill(e, seq, chunk);
+            room -= chunk;
+            batch++;
+        }
+        return batch;
+    }
+}
+
+/* The step's random factor: lognormal, mean 1 (1 exactly without jitter). */
+static double
+engine_jitter(struct lg_sim_engine *e)
+{
+    double sigma = e->conf.jitter;
+    double u1, u2, z;
+
+    if (!(sigma > 0)) {
+        return 1.0;
+    }
+    e->rng += 0x9e3779b97f4a7c15ull;
+    u1 = ((double)(lg_mix64(e->rng) >> 11) + 1.0) / 9007199254740992.0; /* (0, 1] */
+    e->rng += 0x9e3779b97f4a7c15ull;
+    u2 = (double)(lg_mix64(e->rng) >> 11) / 9007199254740992.0;
+    z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return exp(sigma * z - sigma * sigma / 2.0);
+}
+
+/* Publishes every slot as it will be at the end of the step starting now. */
+static void
+engine_publish_slots(struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *seq;
+
+    TAILQ_FOREACH (seq, &e->running, link) {
+        e->shm->slot[seq->slot] = (struct llmsim_shm_slot){
+            .tokens_left = seq->max_tokens - seq->generated - (seq->emits ? 1 : 0),
+            .prefill_left = seq->prefill_left,
+        };
     }
 }
 
@@ -206,18 +325,19 @@ engine_arm(struct lg_sim_engine *e)
     evtimer_add(e->step_ev, &tv);
 }
 
-/* Admits what fits and starts a step at `start`, or goes idle. */
+/* Admits what the schedule takes and starts a step at `start`, or goes idle. */
 static void
 engine_start_step(struct lg_sim_engine *e, uint64_t start)
 {
+    const struct lg_sim_engine_conf *c = &e->conf;
     double prefill_ns;
     double decode_ns;
+    double scale;
+    uint32_t batch;
 
     engine_shm_begin(e);
     e->step_prefill_tokens = 0;
-    while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting)) {
-        engine_admit(e, TAILQ_FIRST(&e->waiting));
-    }
+    batch = engine_schedule(e);
     if (engine_ring_on(e)) {
         engine_ring_fill(e);
     }
@@ -226,14 +346,21 @@ engine_start_step(struct lg_sim_engine *e, uint64_t start)
         engine_shm_end(e);
         return;
     }
-    prefill_ns =
-        e->conf.prefill_us_per_token * 1e3 * (double)e->step_prefill_tokens / e->conf.speed;
-    decode_ns = (e->conf.decode_ms + e->conf.decode_ms_per_seq * e->nrunning) * 1e6 / e->conf.speed;
+    prefill_ns = llmsim_shm_prefill_ns(c->prefill_us_per_token, c->prefill_fixed_ms,
+                                       e->step_prefill_tokens, c->speed);
+    decode_ns =
+        llmsim_shm_decode_ns(c->decode_ms, c->decode_ms_per_seq, c->decode_batch_exp, batch, c->speed);
+    scale = engine_jitter(e);
+    prefill_ns *= scale;
+    decode_ns *= scale;
     e->stats.prefill_ns += (uint64_t)prefill_ns;
     e->stats.decode_ns += (uint64_t)decode_ns;
     e->step_start_ns = start;
     e->step_end_ns = start + (uint64_t)llround(prefill_ns + decode_ns);
     e->phase = LG_SIM_ENGINE_ST_STEP;
+    if (engine_ring_on(e)) {
+        engine_publish_slots(e);
+    }
     engine_arm(e);
     engine_shm_end(e);
 }
@@ -289,10 +416,15 @@ engine_end_step(struct lg_sim_engine *e)
     e->queued_prefill_tokens -= e->step_prefill_tokens;
     e->step_prefill_tokens = 0;
     for (seq = TAILQ_FIRST(&e->running); seq != NULL; seq = next) {
-        uint32_t index = seq->generated++;
-        bool last = seq->generated == seq->max_tokens;
+        uint32_t index;
+        bool last;
 
         next = TAILQ_NEXT(seq, link);
+        if (!seq->emits) {
+            continue; /* out of this step's batch, or its prefill is unfinished */
+        }
+        index = seq->generated++;
+        last = seq->generated == seq->max_tokens;
         e->remaining_decode_tokens--;
         e->stats.generation_tokens++;
         if (index == 0) {
@@ -449,6 +581,26 @@ engine_on_park(evutil_socket_t fd, short what, void *arg)
 
 /* ---- API ------------------------------------------------------------------- */
 
+static const char *const engine_schedules[] = { "fcfs", "prefill-first", "chunked" };
+
+const char *
+lg_sim_schedule_name(uint32_t schedule)
+{
+    return schedule < LG_ARRAY_SIZE(engine_schedules) ? engine_schedules[schedule] : "?";
+}
+
+int
+lg_sim_schedule_parse(const char *s, uint32_t *out)
+{
+    for (uint32_t i = 0; i < LG_ARRAY_SIZE(engine_schedules); i++) {
+        if (strcmp(s, engine_schedules[i]) == 0) {
+            *out = i;
+            return LG_OK;
+        }
+    }
+    return LG_EINVAL;
+}
+
 int
 lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
                    const struct lg_sim_engine_conf *conf, const struct lg_sim_engine_ops *ops,
@@ -459,6 +611,7 @@ lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
     memset(e, 0, sizeof(*e));
     e->conf = *conf;
     e->ops = ops;
+    e->rng = lg_mix64(conf->seed ^ 0x6a09e667f3bcc908ull); /* apart from the token texts' */
     e->shm = shared ? shm : NULL;
     TAILQ_INIT(&e->waiting);
     TAILQ_INIT(&e->running);
@@ -504,6 +657,8 @@ lg_sim_engine_submit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 {
     seq->generated = 0;
     seq->cached_tokens = 0;
+    seq->prefill_left = 0;
+    seq->emits = false;
     seq->first_token_ns = 0;
     seq->arrival_ns = lg_now_ns();
     e->stats.submitted++;

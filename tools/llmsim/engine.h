@@ -3,11 +3,19 @@
  * fixed number of slots, a FIFO of waiting sequences, a prefix cache, and
  * one libevent timer that paces the steps.
  *
- * Timing model (all durations divided by the effective speed):
- *   step = prefill_us_per_token * (uncached prompt tokens of the sequences
- *          admitted at its start) + decode_ms + decode_ms_per_seq * batch
- * Every running sequence emits one token at the end of each step; a
- * sequence's first token ends the step that prefilled it.
+ * Timing model (all durations divided by the effective speed; the whole
+ * model, with the schedules, is at the top of llmsim_shm.h):
+ *   step = (prefill_fixed_ms if it prefills anything)
+ *          + prefill_us_per_token * (prompt tokens it prefills)
+ *          + decode_ms + decode_ms_per_seq * batch^decode_batch_exp
+ *   times a seeded lognormal factor of mean 1 when jitter > 0.
+ * The schedule decides each step's batch when it starts: FCFS admits and
+ * prefills whole, and every running sequence computes; prefill-first runs
+ * the admitted prompts alone while any waits for a free slot; chunked shares
+ * a budget of step_tokens between one token per decoding sequence and
+ * prefill chunks. Every sequence of the batch whose prompt is all prefilled
+ * emits one token at the step's end (the first ends the step that finished
+ * its prefill).
  */
 #ifndef LG_SIM_ENGINE_H
 #define LG_SIM_ENGINE_H
@@ -41,6 +49,8 @@ struct lg_sim_seq {
     uint32_t cached_tokens;     /* once admitted */
     const uint64_t *block_keys; /* borrowed from the owner's request */
     uint32_t nblocks;
+    uint32_t prefill_left; /* prompt tokens still to prefill, once admitted (chunked) */
+    bool emits;            /* computes in the step in progress and emits a token at its end */
     uint32_t slot;       /* slot index while running */
     uint64_t wait_pos;   /* position in the shared waiting ring */
     bool wait_published; /* has a ring entry */
@@ -96,9 +106,15 @@ struct lg_sim_engine_stats {
 
 struct lg_sim_engine_conf {
     uint32_t slots;
+    uint32_t schedule;    /* LLMSIM_SHM_SCHED_* (0: first come first served) */
+    uint32_t step_tokens; /* chunked: tokens a step computes at most, >= slots */
     double prefill_us_per_token;
+    double prefill_fixed_ms; /* added to a step that prefills anything */
     double decode_ms;
     double decode_ms_per_seq;
+    double decode_batch_exp; /* 1: the decode cost grows linearly with the batch */
+    double jitter;           /* sigma of the step's lognormal factor; 0 = none */
+    uint64_t seed;           /* of the jitter */
     double speed; /* effective, faults included */
     uint32_t prefix_block_tokens;
     uint32_t prefix_cache_blocks;
@@ -139,7 +155,8 @@ struct lg_sim_engine {
     uint64_t step_start_ns;
     uint64_t step_end_ns;
     uint64_t step_prefill_tokens;
-    uint64_t queued_prefill_tokens; /* waiting estimates + the step in progress */
+    uint64_t queued_prefill_tokens; /* waiting estimates + prefills unfinished (this step's too) */
+    uint64_t rng;                   /* jitter draws */
     uint64_t remaining_decode_tokens;
     struct lg_sim_seq *wait_unpublished; /* first waiter without a ring entry */
     struct lg_sim_token *emit;           /* a step's tokens, sent after its state is published */
@@ -171,6 +188,12 @@ void lg_sim_engine_set_failing(struct lg_sim_engine *e, bool failing);
 
 /* A stalled engine finishes no step (tokens are held) until unstalled. */
 void lg_sim_engine_set_stalled(struct lg_sim_engine *e, bool stalled);
+
+/* The schedule's name (llmsim --schedule): fcfs, prefill-first, chunked. */
+const char *lg_sim_schedule_name(uint32_t schedule);
+
+/* Parses a schedule's name into LLMSIM_SHM_SCHED_*; LG_EINVAL if unknown. */
+int lg_sim_schedule_parse(const char *s, uint32_t *out);
 
 /* KV-cache use in [0, 1]: blocks held by running sequences over the capacity. */
 double lg_sim_engine_kv_usage(const struct lg_sim_engine *e);

@@ -15,37 +15,50 @@
  * same clock as the gateway's lg_now_ns(), valid on the same host only.
  *
  * The engine model the fields describe (see tools/llmsim/README.md):
- *   - at most `slots` sequences run at once; the others wait in a FIFO;
- *   - the engine works in steps; a step starts by admitting waiting sequences
- *     into free slots (in FIFO order) and lasts
- *         (prefill_us_per_token * 1e3 * P + (decode_ms + decode_ms_per_seq * B) * 1e6) / speed  ns
- *     where P is the sum of the uncached prompt tokens of the sequences
- *     admitted at its start and B the number of running sequences (admitted
- *     ones included);
- *   - at the end of a step every running sequence emits one token; a sequence
- *     admitted at the start of step k emits its first token at the end of step
- *     k and its last (max_tokens-th) at the end of step k + max_tokens - 1,
- *     then frees its slot.
+ *   - at most `slots` sequences hold a slot at once; the others wait in a FIFO;
+ *   - the engine works in steps. A step computes a batch of B sequences,
+ *     P of whose prompt tokens it prefills, and lasts
+ *         llmsim_shm_step_ns(s, P, B) = ((P > 0 ? prefill_fixed_ms * 1e6 : 0)
+ *             + prefill_us_per_token * 1e3 * P
+ *             + (decode_ms + decode_ms_per_seq * B^decode_batch_exp) * 1e6) / speed  ns
+ *     times a random factor of mean 1 when `jitter` > 0 (a lognormal, drawn
+ *     per step: no prediction knows it before the step starts);
+ *   - at the end of a step every sequence of its batch whose prompt is all
+ *     prefilled emits one token (the first one ends the step that finished
+ *     its prefill); after max_tokens tokens it frees its slot;
+ *   - `schedule` says what a step's batch is (decided when it starts):
+ *     LLMSIM_SHM_SCHED_FCFS: waiting sequences are admitted into free slots
+ *       (FIFO) and prefilled whole; the batch is every sequence holding a slot;
+ *     LLMSIM_SHM_SCHED_PREFILL_FIRST: while a sequence waits and a slot is
+ *       free, the step is a prefill step: it admits what fits, prefills it
+ *       whole, and its batch is those alone (the others emit nothing);
+ *       otherwise the batch is every sequence holding a slot;
+ *     LLMSIM_SHM_SCHED_CHUNKED: a step computes at most step_tokens tokens:
+ *       one for each sequence whose prefill is done (all of them: step_tokens
+ *       >= slots), then the rest of the budget goes to the prefill of the
+ *       sequence admitted last if it is unfinished, then to waiting sequences,
+ *       admitted (FIFO) while a slot is free and budget is left, each
+ *       prefilling as much of its prompt as the budget allows. At most one
+ *       sequence is partly prefilled at a step's end.
  *
  * Predicting "TTFT if one more request of U uncached prompt tokens arrives now"
  * is running that model forward from the published state; it is what
  * llmsim_shm_predict_ttft_ns() does:
  *   t := busy_until_ns_hint (end of the step in progress, even if a little in
  *        the past: see LLMSIM_SHM_CATCH_UP_NS; `now` when idle)
- *   running set := slots[] finishing after the step in progress
+ *   sequences := slots[] as they will be when the step in progress ends
  *   queue := the published waiters (FIFO), then the new request
- *   repeat: at step start t, admit from the queue while a slot is free; if the
- *     new request is admitted, TTFT = t + step duration - now; otherwise jump
- *     to the next completion: m = (earliest finish step - current step) steps,
- *     the first with the admitted prefill, the m-1 others pure decode with the
- *     same batch.
- * With a free slot and an empty queue this reduces to
- *   TTFT = (busy_until_ns_hint - now, or 0 when idle)
- *        + (prefill_us_per_token*1e3*U + (decode_ms + decode_ms_per_seq*(running+1))*1e6) / speed
- * A stalled replica (LLMSIM_SHM_F_STALLED) never answers: the predictor
- * returns UINT64_MAX. A replica answering errors (LLMSIM_SHM_F_FAILING) is
- * reported by the flag only. Uncached tokens: prompt tokens minus the cached
- * prefix (llmsim_shm_cached_blocks() * prefix_block_tokens), at least 1.
+ *   repeat the schedule step by step, jumping over runs of steps whose batch
+ *   stays the same, until the new request's prefill is done: TTFT = the end
+ *   of that step - now.
+ * With FCFS, a free slot and an empty queue this reduces to
+ *   TTFT = (busy_until_ns_hint - now, or 0 when idle) + llmsim_shm_step_ns(U, running + 1)
+ * Under jitter the prediction is the mean over the steps ahead, so exact in
+ * expectation only. A stalled replica (LLMSIM_SHM_F_STALLED) never answers:
+ * the predictor returns UINT64_MAX. A replica answering errors
+ * (LLMSIM_SHM_F_FAILING) is reported by the flag only. Uncached tokens:
+ * prompt tokens minus the cached prefix (llmsim_shm_cached_blocks() *
+ * prefix_block_tokens), at least 1.
  *
  * Prefix-cache keys: the prompt text (chat: for each message in order, its
  * role then its content, no separator; completions: the prompt strings) is cut
@@ -55,20 +68,23 @@
  * llmsim_shm_mix(key) & prefix_table_mask; a slot holds the index + 1 of a
  * block entry (0 = empty).
  *
- * Compatibility: version 2 (version 1 keyed blocks with FNV-1a). Fields are
- * only ever appended; a reader checks `version` and `size`.
+ * Compatibility: version 3 (version 2 published a finishing step per slot
+ * and had no schedules, fixed prefill cost, batch exponent or jitter;
+ * version 1 keyed blocks with FNV-1a). Fields are only ever appended; a
+ * reader checks `version` and `size`.
  */
 #ifndef LLMSIM_SHM_H
 #define LLMSIM_SHM_H
 
 #include <llmgate/hstream.h>
+#include <math.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 #define LLMSIM_SHM_MAGIC   0x4c4d5331u /* "LMS1" */
-#define LLMSIM_SHM_VERSION 2u
+#define LLMSIM_SHM_VERSION 3u
 
 #define LLMSIM_SHM_F_STEP    (1u << 0) /* a step is in progress, ends at busy_until_ns_hint */
 #define LLMSIM_SHM_F_STALLED (1u << 1) /* a stall fault is active: nothing is answered */
@@ -80,6 +96,11 @@
  */
 #define LLMSIM_SHM_CATCH_UP_NS 20000000ull
 
+/* Schedules (llmsim --schedule): what one step computes; see the top of this file. */
+#define LLMSIM_SHM_SCHED_FCFS          0u /* admit and prefill whole, decode everyone */
+#define LLMSIM_SHM_SCHED_PREFILL_FIRST 1u /* a waiting prompt's prefill step holds decode */
+#define LLMSIM_SHM_SCHED_CHUNKED       2u /* a token budget shared by decode and prefill */
+
 /* Return values of the reader helpers. */
 #define LLMSIM_SHM_OK     0
 #define LLMSIM_SHM_EBUSY  (-1) /* the writer kept changing the state: try again later */
@@ -90,6 +111,15 @@ struct llmsim_shm_block {
     uint64_t key;  /* 0 = unused entry */
     uint32_t prev; /* LRU neighbours, index + 1; 0 = none */
     uint32_t next;
+};
+
+/*
+ * One slot, as it will be when the step in progress ends (when none is in
+ * progress: now). Both 0: free, or freed by the end of that step.
+ */
+struct llmsim_shm_slot {
+    uint32_t tokens_left;  /* tokens its sequence will still emit */
+    uint32_t prefill_left; /* prompt tokens still to prefill (chunked prefill only) */
 };
 
 /* One waiting sequence, in FIFO order in a ring of wait_cap entries. */
@@ -132,19 +162,59 @@ struct llmsim_shm {
     uint32_t wait_cap;            /* ring entries (a power of two) */
     uint64_t wait_head;           /* ring position of the oldest published waiter */
     uint64_t wait_tail;           /* one past the newest published waiter */
-    uint32_t slot_off;  /* uint64_t finish_step[slots]: step whose end emits the last token
-                           of the sequence in that slot; 0 = free slot */
+    uint32_t slot_off;  /* struct llmsim_shm_slot slot[slots] */
     uint32_t wait_off;  /* struct llmsim_shm_waiter ring[wait_cap], position p at p % wait_cap */
     uint32_t block_off; /* struct llmsim_shm_block blocks[prefix_cache_blocks] */
     uint32_t table_off; /* uint32_t table[prefix_table_mask + 1] */
     char name[64];      /* the replica's --name, NUL-terminated */
+    /* ---- version 3: the step's shape ---- */
+    uint32_t schedule;         /* LLMSIM_SHM_SCHED_* */
+    uint32_t step_tokens;      /* chunked: tokens one step computes at most (>= slots) */
+    double prefill_fixed_ms;   /* added to a step that prefills anything */
+    double decode_batch_exp;   /* the batch's exponent in the decode cost (1: linear) */
+    double jitter;             /* sigma of the step's lognormal factor (mean 1); 0 = none */
 };
 
 _Static_assert(offsetof(struct llmsim_shm, speed) == 24, "llmsim_shm layout");
 _Static_assert(offsetof(struct llmsim_shm, busy_until_ns_hint) == 72, "llmsim_shm layout");
 _Static_assert(offsetof(struct llmsim_shm, wait_head) == 176, "llmsim_shm layout");
 _Static_assert(offsetof(struct llmsim_shm, name) == 208, "llmsim_shm layout");
-_Static_assert(sizeof(struct llmsim_shm) == 272, "llmsim_shm layout");
+_Static_assert(offsetof(struct llmsim_shm, schedule) == 272, "llmsim_shm layout");
+_Static_assert(sizeof(struct llmsim_shm) == 304, "llmsim_shm layout");
+_Static_assert(sizeof(struct llmsim_shm_slot) == 8, "llmsim_shm layout");
+
+/* ---- the step's duration, shared by the replica and its readers ------------ */
+
+/* Prefill part of a step that prefills `tokens` tokens, in ns. */
+static inline double
+llmsim_shm_prefill_ns(double us_per_token, double fixed_ms, uint64_t tokens, double speed)
+{
+    double ns = us_per_token * 1e3 * (double)tokens / speed;
+
+    if (tokens > 0 && fixed_ms > 0) {
+        ns += fixed_ms * 1e6 / speed;
+    }
+    return ns;
+}
+
+/* Decode part of a step whose batch is `batch` sequences, in ns. */
+static inline double
+llmsim_shm_decode_ns(double base_ms, double per_seq_ms, double batch_exp, uint32_t batch,
+                     double speed)
+{
+    double b = batch_exp == 1.0 ? (double)batch : pow((double)batch, batch_exp);
+
+    return (base_ms + per_seq_ms * b) * 1e6 / speed;
+}
+
+/* A step of the mapping's replica (without jitter), in ns. */
+static inline double
+llmsim_shm_step_ns(const struct llmsim_shm *s, uint64_t prefill, uint32_t batch)
+{
+    return llmsim_shm_prefill_ns(s->prefill_us_per_token, s->prefill_fixed_ms, prefill, s->speed)
+           + llmsim_shm_decode_ns(s->decode_ms, s->decode_ms_per_seq, s->decode_batch_exp, batch,
+                                  s->speed);
+}
 
 /* ---- hashing shared by the replica and its readers ------------------------- */
 
@@ -270,94 +340,293 @@ llmsim_shm_cached_blocks(const struct llmsim_shm *s, const char *text, size_t le
     return hits;
 }
 
-/* The prediction of llmsim_shm_predict_ttft_ns() without the seqlock. */
-static inline int
-llmsim_shm_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_t uncached_tokens,
-                            uint64_t *scratch, size_t scratch_len, uint64_t *ttft_ns)
-{
-    const uint64_t *finish;
+/* ---- the predictor ------------------------------------------------------------ */
+
+/* A sequence in the predictor's scratch: tokens left (low half), prefill left (high). */
+#define LLMSIM_SHM_SEQ(tokens, prefill) (((uint64_t)(prefill) << 32) | (uint32_t)(tokens))
+#define LLMSIM_SHM_SEQ_TOKENS(x)        ((uint32_t)(x))
+#define LLMSIM_SHM_SEQ_PREFILL(x)       ((uint32_t)((x) >> 32))
+
+/* The queue ahead of the new request: the published waiters, then `extra` more. */
+struct llmsim_shm_queue {
     const struct llmsim_shm_waiter *ring;
-    double speed = s->speed;
-    double pre_ns = s->prefill_us_per_token * 1e3;
-    double base_ns = s->decode_ms * 1e6;
-    double per_ns = s->decode_ms_per_seq * 1e6;
+    uint64_t pos;
+    uint64_t tail;
+    uint32_t mask;
+    uint32_t extra;
+    uint32_t extra_tokens;
+    uint32_t extra_max;
+};
+
+/* The next sequence ahead of the new request: 1 with its sizes, 0 when the new one is next. */
+static inline int
+llmsim_shm_queue_next(struct llmsim_shm_queue *q, uint32_t *tokens, uint32_t *max_tokens)
+{
+    while (q->pos != q->tail) {
+        const struct llmsim_shm_waiter *w = &q->ring[q->pos++ & q->mask];
+
+        if (w->max_tokens != 0) {
+            *tokens = w->uncached_tokens;
+            *max_tokens = w->max_tokens;
+            return 1;
+        }
+    }
+    if (q->extra > 0) {
+        q->extra--;
+        *tokens = q->extra_tokens;
+        *max_tokens = q->extra_max;
+        return 1;
+    }
+    return 0;
+}
+
+/* The fewest tokens left among the sequences whose prefill is done; UINT32_MAX if none. */
+static inline uint32_t
+llmsim_shm_min_left(const uint64_t *seqs, uint32_t n)
+{
+    uint32_t m = UINT32_MAX;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (LLMSIM_SHM_SEQ_PREFILL(seqs[i]) == 0 && LLMSIM_SHM_SEQ_TOKENS(seqs[i]) < m) {
+            m = LLMSIM_SHM_SEQ_TOKENS(seqs[i]);
+        }
+    }
+    return m;
+}
+
+/*
+ * `m` tokens from each sequence whose prefill is done (at most its tokens
+ * left) and, with `first` <= i, only from seqs[first..]; those with none left
+ * leave. Returns how many remain.
+ */
+static inline uint32_t
+llmsim_shm_emit(uint64_t *seqs, uint32_t n, uint32_t first, uint32_t m)
+{
+    uint32_t kept = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t x = seqs[i];
+
+        if (i >= first && LLMSIM_SHM_SEQ_PREFILL(x) == 0) {
+            uint32_t left = LLMSIM_SHM_SEQ_TOKENS(x);
+
+            x = LLMSIM_SHM_SEQ(left > m ? left - m : 0, 0);
+        }
+        if (LLMSIM_SHM_SEQ_TOKENS(x) > 0) {
+            seqs[kept++] = x;
+        }
+    }
+    return kept;
+}
+
+/* t + ns, saturating (a torn read may yield any duration). */
+static inline uint64_t
+llmsim_shm_after(uint64_t t, double ns)
+{
+    return ns < 1e18 && ns >= 0 ? t + (uint64_t)ns : t + 1000000000000000000ull;
+}
+
+/*
+ * llmsim_shm_predict_ttft_ns() without the seqlock, with `extra` more
+ * requests (of `extra_tokens` uncached prompt tokens and `extra_max` output
+ * tokens each) queued behind the published waiters and ahead of the new one:
+ * requests sent to the replica that it has not read yet (0 for none).
+ */
+static inline int
+llmsim_shm_predict_queued_unlocked(const struct llmsim_shm *s, uint64_t now_ns,
+                                   uint32_t uncached_tokens, uint32_t extra, uint32_t extra_tokens,
+                                   uint32_t extra_max, uint64_t *scratch, size_t scratch_len,
+                                   uint64_t *ttft_ns)
+{
+    const struct llmsim_shm_slot *slot;
+    struct llmsim_shm_queue q;
     uint32_t slots = s->slots;
     uint32_t wait_cap = s->wait_cap;
+    uint32_t sched = s->schedule;
+    uint32_t budget = s->step_tokens;
+    uint32_t new_left = 0; /* chunked: the new request's prefill still to do, once admitted */
+    int new_in = 0;
     uint32_t r = 0;
-    uint64_t k = s->steps_done;
-    uint64_t pos = s->wait_head;
-    uint64_t tail = s->wait_tail;
     uint64_t t;
-    uint64_t guard = (uint64_t)slots + wait_cap + 2;
+    uint64_t guard;
 
-    if (!(speed > 0) || slots == 0 || slots > scratch_len || wait_cap == 0
-        || (wait_cap & (wait_cap - 1)) != 0 || (uint64_t)s->slot_off + (uint64_t)slots * 8 > s->size
-        || (uint64_t)s->wait_off + (uint64_t)wait_cap * sizeof(*ring) > s->size) {
+    if (!(s->speed > 0) || slots == 0 || slots > scratch_len || wait_cap == 0
+        || (wait_cap & (wait_cap - 1)) != 0
+        || (uint64_t)s->slot_off + (uint64_t)slots * sizeof(*slot) > s->size
+        || (uint64_t)s->wait_off + (uint64_t)wait_cap * sizeof(*q.ring) > s->size
+        || sched > LLMSIM_SHM_SCHED_CHUNKED
+        || (sched == LLMSIM_SHM_SCHED_CHUNKED && budget < slots)) {
         return LLMSIM_SHM_EINVAL;
     }
     if (s->flags & LLMSIM_SHM_F_STALLED) {
         *ttft_ns = UINT64_MAX;
         return LLMSIM_SHM_OK;
     }
-    finish = (const uint64_t *)((const char *)s + s->slot_off);
-    ring = (const struct llmsim_shm_waiter *)((const char *)s + s->wait_off);
-    t = now_ns;
-    if (s->flags & LLMSIM_SHM_F_STEP) {
-        /* the step in progress is step k+1: who finishes with it leaves; the
-         * next one starts at its scheduled end, even a little in the past */
-        k++;
-        if (s->busy_until_ns_hint + LLMSIM_SHM_CATCH_UP_NS >= t) {
-            t = s->busy_until_ns_hint;
-        }
-    }
-    for (uint32_t i = 0; i < slots; i++) {
-        if (finish[i] > k) {
-            scratch[r++] = finish[i];
-        }
-    }
-    if (tail - pos > wait_cap) {
+    slot = (const struct llmsim_shm_slot *)((const char *)s + s->slot_off);
+    q.ring = (const struct llmsim_shm_waiter *)((const char *)s + s->wait_off);
+    q.pos = s->wait_head;
+    q.tail = s->wait_tail;
+    q.mask = wait_cap - 1;
+    q.extra = extra;
+    q.extra_tokens = extra_tokens;
+    q.extra_max = extra_max;
+    if (q.tail - q.pos > wait_cap) {
         return LLMSIM_SHM_EINVAL; /* torn: the caller retries */
     }
+    t = now_ns;
+    if ((s->flags & LLMSIM_SHM_F_STEP) && s->busy_until_ns_hint + LLMSIM_SHM_CATCH_UP_NS >= t) {
+        /* the next step starts at the scheduled end of this one, even a little in the past */
+        t = s->busy_until_ns_hint;
+    }
+    for (uint32_t i = 0; i < slots; i++) {
+        if (slot[i].tokens_left > 0) {
+            scratch[r++] = LLMSIM_SHM_SEQ(slot[i].tokens_left, slot[i].prefill_left);
+        }
+    }
+    /* each pass admits, finishes a sequence or a prefill, or runs out of the queue */
+    guard = 4 * ((uint64_t)slots + (q.tail - q.pos) + extra) + 16;
     while (guard-- > 0) {
         uint64_t prefill = 0;
-        uint64_t fmin = UINT64_MAX;
-        uint64_t m;
-        double step_ns;
-        uint32_t kept = 0;
+        uint32_t batch = 0;
+        uint32_t tokens = 0;
+        uint32_t max_tokens = 0;
+        uint32_t m;
 
-        while (r < slots) {
-            const struct llmsim_shm_waiter *w;
-
-            if (pos == tail) {
-                step_ns = (pre_ns * (double)(prefill + uncached_tokens) + base_ns
-                           + per_ns * (double)(r + 1))
-                          / speed;
-                *ttft_ns = t + (uint64_t)step_ns - now_ns;
-                return LLMSIM_SHM_OK;
+        if (sched == LLMSIM_SHM_SCHED_FCFS) {
+            /* admit while a slot is free; then run to the next sequence's end */
+            while (r < slots) {
+                if (!llmsim_shm_queue_next(&q, &tokens, &max_tokens)) {
+                    *ttft_ns = llmsim_shm_after(
+                        t, llmsim_shm_step_ns(s, prefill + uncached_tokens, r + 1)) - now_ns;
+                    return LLMSIM_SHM_OK;
+                }
+                prefill += tokens;
+                scratch[r++] = LLMSIM_SHM_SEQ(max_tokens, 0);
             }
-            w = &ring[pos++ & (wait_cap - 1)];
-            if (w->max_tokens == 0) {
+            m = llmsim_shm_min_left(scratch, r);
+            t = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill, r)
+                                        + (double)(m - 1) * llmsim_shm_step_ns(s, 0, r));
+            r = llmsim_shm_emit(scratch, r, 0, m);
+            continue;
+        }
+        if (sched == LLMSIM_SHM_SCHED_PREFILL_FIRST) {
+            uint32_t first = r;
+
+            if (r == slots) {
+                m = llmsim_shm_min_left(scratch, r);
+                t = llmsim_shm_after(t, (double)m * llmsim_shm_step_ns(s, 0, r));
+                r = llmsim_shm_emit(scratch, r, 0, m);
                 continue;
             }
-            prefill += w->uncached_tokens;
-            scratch[r++] = k + w->max_tokens;
-        }
-        for (uint32_t i = 0; i < r; i++) {
-            fmin = scratch[i] < fmin ? scratch[i] : fmin;
-        }
-        m = fmin > k ? fmin - k : 1;
-        step_ns = (pre_ns * (double)prefill + base_ns + per_ns * (double)r) / speed
-                  + (double)(m - 1) * (base_ns + per_ns * (double)r) / speed;
-        t += (uint64_t)step_ns;
-        k += m;
-        for (uint32_t i = 0; i < r; i++) {
-            if (scratch[i] > k) {
-                scratch[kept++] = scratch[i];
+            /* a prefill step: what fits is admitted and is its whole batch */
+            while (r < slots) {
+                if (!llmsim_shm_queue_next(&q, &tokens, &max_tokens)) {
+                    *ttft_ns = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill + uncached_tokens,
+                                                                      r - first + 1))
+                               - now_ns;
+                    return LLMSIM_SHM_OK;
+                }
+                prefill += tokens;
+                scratch[r++] = LLMSIM_SHM_SEQ(max_tokens, 0);
             }
+            t = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill, r - first));
+            r = llmsim_shm_emit(scratch, r, first, 1);
+            continue;
         }
-        r = kept;
+        /* chunked prefill: every decoding sequence takes one token of the budget */
+        {
+            uint32_t decoding = 0;
+            uint32_t part = UINT32_MAX;
+            uint32_t left;
+            uint32_t room;
+
+            for (uint32_t i = 0; i < r; i++) {
+                if (LLMSIM_SHM_SEQ_PREFILL(scratch[i]) == 0) {
+                    decoding++;
+                } else {
+                    part = i;
+                }
+            }
+            room = budget > decoding ? budget - decoding : 0;
+            left = new_in ? new_left : part != UINT32_MAX ? LLMSIM_SHM_SEQ_PREFILL(scratch[part]) : 0;
+            if (left > room && room > 0) {
+                /* steps that carry one long prefill on, the batch unchanged: jump */
+                uint32_t n = (left - 1) / room;
+
+                m = llmsim_shm_min_left(scratch, r);
+                n = m < n ? m : n;
+                t = llmsim_shm_after(t, (double)n * llmsim_shm_step_ns(s, room, decoding + 1));
+                left -= n * room;
+                if (new_in) {
+                    new_left = left;
+                } else {
+                    scratch[part] = LLMSIM_SHM_SEQ(LLMSIM_SHM_SEQ_TOKENS(scratch[part]), left);
+                }
+                r = llmsim_shm_emit(scratch, r, 0, n);
+                continue;
+            }
+            if (left == 0 && r == slots) {
+                /* no prefill to do or room to admit: decode to the next end */
+                m = llmsim_shm_min_left(scratch, r);
+                t = llmsim_shm_after(t, (double)m * llmsim_shm_step_ns(s, 0, r));
+                r = llmsim_shm_emit(scratch, r, 0, m);
+                continue;
+            }
+            batch = decoding;
+            if (left > 0) {
+                uint32_t c = left < room ? left : room;
+
+                room -= c;
+                prefill += c;
+                batch++;
+                if (new_in) {
+                    new_left -= c;
+                    if (new_left == 0) {
+                        *ttft_ns = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill, batch))
+                                   - now_ns;
+                        return LLMSIM_SHM_OK;
+                    }
+                } else {
+                    scratch[part] = LLMSIM_SHM_SEQ(LLMSIM_SHM_SEQ_TOKENS(scratch[part]), left - c);
+                }
+            }
+            while (!new_in && r < slots && room > 0) {
+                uint32_t c;
+
+                if (!llmsim_shm_queue_next(&q, &tokens, &max_tokens)) {
+                    c = uncached_tokens < room ? uncached_tokens : room;
+                    prefill += c;
+                    batch++;
+                    if (c == uncached_tokens) {
+                        *ttft_ns = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill, batch))
+                                   - now_ns;
+                        return LLMSIM_SHM_OK;
+                    }
+                    new_left = uncached_tokens - c;
+                    new_in = 1;
+                    break;
+                }
+                c = tokens < room ? tokens : room;
+                room -= c;
+                prefill += c;
+                batch++;
+                scratch[r++] = LLMSIM_SHM_SEQ(max_tokens, tokens - c);
+            }
+            t = llmsim_shm_after(t, llmsim_shm_step_ns(s, prefill, batch));
+            /* who has all its prompt prefilled computed in this step: one token each */
+            r = llmsim_shm_emit(scratch, r, 0, 1);
+        }
     }
     return LLMSIM_SHM_EINVAL;
+}
+
+/* The prediction of llmsim_shm_predict_ttft_ns() without the seqlock. */
+static inline int
+llmsim_shm_predict_unlocked(const struct llmsim_shm *s, uint64_t now_ns, uint32_t uncached_tokens,
+                            uint64_t *scratch, size_t scratch_len, uint64_t *ttft_ns)
+{
+    return llmsim_shm_predict_queued_unlocked(s, now_ns, uncached_tokens, 0, 0, 0, scratch,
+                                              scratch_len, ttft_ns);
 }
 
 /*

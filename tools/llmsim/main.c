@@ -51,19 +51,32 @@ static const char llmsim_usage[] =
     "Engine model (deterministic for a given --seed and arrival times):\n"
     "  --slots N                   sequences running at once; more wait in a FIFO\n"
     "                              queue (default 8)\n"
+    "  --schedule S                what a step computes: fcfs (default), prefill-first\n"
+    "                              or chunked (see below)\n"
+    "  --step-tokens N             chunked: tokens one step computes at most, one\n"
+    "                              per decoding sequence and the rest prefill; at\n"
+    "                              least --slots (default 2048)\n"
     "  --speed F                   relative speed of the replica: every duration\n"
     "                              is divided by F; 1 = baseline, 0.5 = half as\n"
     "                              fast (a slower GPU or a bigger model), 2 =\n"
     "                              twice as fast (default 1)\n"
     "  --prefill-us-per-token X    prefill cost per uncached prompt token, in\n"
     "                              microseconds (default 100)\n"
+    "  --prefill-fixed-ms X        added to every step that prefills anything, in\n"
+    "                              milliseconds (default 0)\n"
     "  --decode-ms BASE            decode step cost, in milliseconds (default 15)\n"
     "  --decode-ms-per-seq X       added to each step per running sequence, in\n"
     "                              milliseconds (default 0.5)\n"
+    "  --decode-batch-exp E        the batch's exponent in that term: per_seq *\n"
+    "                              batch^E (default 1: linear; above 1 a big batch\n"
+    "                              slows every step more than in proportion)\n"
+    "  --jitter SIGMA              every step lasts its time times a lognormal\n"
+    "                              factor of mean 1 and this sigma, drawn from\n"
+    "                              --seed (default 0: none)\n"
     "  --max-tokens-default N      tokens generated when a request has no\n"
     "                              max_tokens (default 16)\n"
-    "  --seed S                    seeds token texts, ids and the random faults\n"
-    "                              (default 0)\n"
+    "  --seed S                    seeds token texts, ids, jitter and the random\n"
+    "                              faults (default 0)\n"
     "  --prefix-block-tokens N     prefix-cache block size in tokens; 0 disables\n"
     "                              the cache (default 16)\n"
     "  --prefix-cache-blocks N     prefix-cache capacity in blocks, LRU; also the\n"
@@ -71,10 +84,22 @@ static const char llmsim_usage[] =
     "                              disables the cache (default 8192)\n"
     "  --embedding-dim N           numbers per embedding vector (default 8)\n"
     "\n"
-    "  Each step admits waiting sequences into free slots (FIFO), then lasts\n"
-    "    (X * uncached prompt tokens admitted + (BASE + per_seq * running)) / F\n"
-    "  and ends with one token for every running sequence; a sequence's first\n"
-    "  token ends the step that prefilled it. Prompt size in tokens = bytes of the\n"
+    "  A step computes a batch of B sequences, P of whose prompt tokens it\n"
+    "  prefills, and lasts\n"
+    "    ((P > 0 ? fixed : 0) + X * P + BASE + per_seq * B^E) / F   (x jitter)\n"
+    "  and ends with one token for every sequence of its batch whose prompt is\n"
+    "  all prefilled; a sequence's first token ends the step that finished its\n"
+    "  prefill. The schedule decides the batch when the step starts:\n"
+    "    fcfs           admit waiting sequences into free slots (FIFO), prefill\n"
+    "                   them whole; the batch is every running sequence\n"
+    "    prefill-first  while a sequence waits and a slot is free, admit what\n"
+    "                   fits and prefill it whole in a step of its own (the\n"
+    "                   running sequences emit nothing); else as fcfs\n"
+    "    chunked        one token for every decoding sequence, then the rest of\n"
+    "                   --step-tokens to the unfinished prefill, then to waiting\n"
+    "                   sequences admitted while a slot is free (a prompt may\n"
+    "                   take several steps)\n"
+    "  Prompt size in tokens = bytes of the\n"
     "  message contents (or prompt strings) / 4, at least 1. Exactly max_tokens\n"
     "  tokens are generated (\" tok17\"...), finish_reason \"length\"; a body\n"
     "  member \"sim_completion_tokens\": N stops after N (finish_reason \"stop\").\n"
@@ -117,6 +142,11 @@ enum {
     OPT_PREFILL,
     OPT_DECODE,
     OPT_DECODE_PER_SEQ,
+    OPT_SCHEDULE,
+    OPT_STEP_TOKENS,
+    OPT_PREFILL_FIXED,
+    OPT_DECODE_EXP,
+    OPT_JITTER,
     OPT_MAX_TOKENS,
     OPT_BLOCK_TOKENS,
     OPT_CACHE_BLOCKS,
@@ -143,6 +173,11 @@ static const struct option llmsim_options[] = {
     { "prefill-us-per-token", required_argument, NULL, OPT_PREFILL },
     { "decode-ms", required_argument, NULL, OPT_DECODE },
     { "decode-ms-per-seq", required_argument, NULL, OPT_DECODE_PER_SEQ },
+    { "schedule", required_argument, NULL, OPT_SCHEDULE },
+    { "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
+    { "prefill-fixed-ms", required_argument, NULL, OPT_PREFILL_FIXED },
+    { "decode-batch-exp", required_argument, NULL, OPT_DECODE_EXP },
+    { "jitter", required_argument, NULL, OPT_JITTER },
     { "max-tokens-default", required_argument, NULL, OPT_MAX_TOKENS },
     { "prefix-block-tokens", required_argument, NULL, OPT_BLOCK_TOKENS },
     { "prefix-cache-blocks", required_argument, NULL, OPT_CACHE_BLOCKS },
@@ -339,6 +374,26 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
             ok = main_double("decode-ms-per-seq", optarg, 0, 1e6, false, &d);
             conf->decode_ms_per_seq = d;
             break;
+        case OPT_SCHEDULE:
+            if (lg_sim_schedule_parse(optarg, &conf->schedule) != LG_OK) {
+                fprintf(stderr, "llmsim: --schedule %s: expected fcfs, prefill-first or chunked\n",
+                        optarg);
+                ok = false;
+            }
+            break;
+        case OPT_STEP_TOKENS:
+            ok = main_uint("step-tokens", optarg, 1, 1u << 24, &u);
+            conf->step_tokens = (uint32_t)u;
+            break;
+        case OPT_PREFILL_FIXED:
+            ok = main_double("prefill-fixed-ms", optarg, 0, 1e6, false, &conf->prefill_fixed_ms);
+            break;
+        case OPT_DECODE_EXP:
+            ok = main_double("decode-batch-exp", optarg, 0, 4, false, &conf->decode_batch_exp);
+            break;
+        case OPT_JITTER:
+            ok = main_double("jitter", optarg, 0, 2, false, &conf->jitter);
+            break;
         case OPT_MAX_TOKENS:
             ok = main_uint("max-tokens-default", optarg, 1, LG_SIM_API_MAX_TOKENS, &u);
             conf->max_tokens_default = (uint32_t)u;
@@ -415,6 +470,20 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
     if (conf->nmodels == 0 && !main_add_model(conf, "m")) {
         return 2;
     }
+    if (conf->schedule != LLMSIM_SHM_SCHED_CHUNKED && conf->step_tokens != 0) {
+        fprintf(stderr, "llmsim: --step-tokens: only with --schedule chunked\n");
+        return 2;
+    }
+    if (conf->schedule == LLMSIM_SHM_SCHED_CHUNKED) {
+        conf->step_tokens = conf->step_tokens ? conf->step_tokens : 2048;
+        if (conf->step_tokens < conf->slots) {
+            fprintf(stderr,
+                    "llmsim: --step-tokens %u: at least --slots (%u), so every decoding "
+                    "sequence fits in a step\n",
+                    conf->step_tokens, conf->slots);
+            return 2;
+        }
+    }
     return -1;
 }
 
@@ -430,6 +499,8 @@ main(int argc, char **argv)
         .prefill_us_per_token = 100,
         .decode_ms = 15,
         .decode_ms_per_seq = 0.5,
+        .decode_batch_exp = 1.0,
+        .schedule = LLMSIM_SHM_SCHED_FCFS,
         .max_tokens_default = 16,
         .prefix_block_tokens = 16,
         .prefix_cache_blocks = 8192,
@@ -449,8 +520,9 @@ main(int argc, char **argv)
         main_conf_free(&conf);
         return 1;
     }
-    LG_INFO("replica %s: %zu model(s), %u slots, speed %g, flavor %s", conf.name, conf.nmodels,
-            conf.slots, conf.speed, lg_sim_flavor_name(conf.flavor));
+    LG_INFO("replica %s: %zu model(s), %u slots, schedule %s, speed %g, flavor %s", conf.name,
+            conf.nmodels, conf.slots, lg_sim_schedule_name(conf.schedule), conf.speed,
+            lg_sim_flavor_name(conf.flavor));
     rc = lg_sim_run(&sim);
     lg_sim_free(&sim);
     main_conf_free(&conf);

@@ -29,7 +29,7 @@ lg_sim_shm_open(struct lg_sim_shm *s, const char *path, const char *name, uint32
 {
     uint32_t table_slots = lg_sim_prefix_table_slots(cache_blocks);
     size_t slot_off = shm_align(sizeof(struct llmsim_shm));
-    size_t wait_off = shm_align(slot_off + (size_t)slots * sizeof(uint64_t));
+    size_t wait_off = shm_align(slot_off + (size_t)slots * sizeof(struct llmsim_shm_slot));
     size_t block_off = shm_align(wait_off + LG_SIM_SHM_WAIT_CAP * sizeof(struct llmsim_shm_waiter));
     size_t table_off =
         shm_align(block_off + (size_t)cache_blocks * sizeof(struct llmsim_shm_block));
@@ -75,7 +75,7 @@ lg_sim_shm_open(struct lg_sim_shm *s, const char *path, const char *name, uint32
     snprintf(m->name, sizeof(m->name), "%s", name);
     s->map = m;
     s->size = size;
-    s->finish = (uint64_t *)((char *)p + slot_off);
+    s->slot = (struct llmsim_shm_slot *)((char *)p + slot_off);
     s->ring = (struct llmsim_shm_waiter *)((char *)p + wait_off);
     s->blocks = cache_blocks ? (struct llmsim_shm_block *)((char *)p + block_off) : NULL;
     s->table = cache_blocks ? (uint32_t *)((char *)p + table_off) : NULL;

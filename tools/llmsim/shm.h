@@ -16,7 +16,7 @@ struct lg_sim_shm {
     struct llmsim_shm *map; /* owned mapping; NULL = disabled */
     size_t size;
     int depth;        /* nesting of begin/end */
-    uint64_t *finish; /* slots entries */
+    struct llmsim_shm_slot *slot; /* slots entries */
     struct llmsim_shm_waiter *ring;
     struct llmsim_shm_block *blocks;
     uint32_t *table;

@@ -270,9 +270,15 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
 {
     struct lg_sim_engine_conf ec = {
         .slots = conf->slots,
+        .schedule = conf->schedule,
+        .step_tokens = conf->step_tokens,
         .prefill_us_per_token = conf->prefill_us_per_token,
+        .prefill_fixed_ms = conf->prefill_fixed_ms,
         .decode_ms = conf->decode_ms,
         .decode_ms_per_seq = conf->decode_ms_per_seq,
+        .decode_batch_exp = conf->decode_batch_exp,
+        .jitter = conf->jitter,
+        .seed = conf->seed,
         .speed = conf->speed,
         .prefix_block_tokens = conf->prefix_block_tokens,
         .prefix_cache_blocks = conf->prefix_cache_blocks,

@@ -42,8 +42,13 @@ struct lg_sim_conf {
     uint64_t seed;
     enum lg_sim_flavor flavor;
     double prefill_us_per_token;
+    double prefill_fixed_ms;
     double decode_ms;
     double decode_ms_per_seq;
+    double decode_batch_exp;
+    double jitter;
+    uint32_t schedule;    /* LLMSIM_SHM_SCHED_* */
+    uint32_t step_tokens; /* chunked: budget of a step */
     uint32_t max_tokens_default;
     uint32_t prefix_block_tokens;
     uint32_t prefix_cache_blocks;
