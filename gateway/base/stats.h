@@ -57,17 +57,17 @@ struct lg_stats_decision {
     uint64_t count;
 };
 
-/* Per worker: requests by route and status, routing decisions. */
 /* What hedging did (serve/hedge.c): llmgate_hedges_*_total. */
 enum lg_stats_hedge {
-    LG_STATS_HEDGE_SENT = 0,    /* duplicates sent */
-    LG_STATS_HEDGE_WON,         /* a duplicate's stream went on to the client */
-    LG_STATS_HEDGE_WASTED,      /* a duplicate closed without: lost, failed, or nobody waited */
-    LG_STATS_HEDGE_NO_BUDGET,   /* a deadline passed with the budget spent */
-    LG_STATS_HEDGE_NO_BACKEND,  /* a deadline passed with no other backend to take it */
+    LG_STATS_HEDGE_SENT = 0,   /* duplicates sent */
+    LG_STATS_HEDGE_WON,        /* a duplicate's stream went on to the client */
+    LG_STATS_HEDGE_WASTED,     /* a duplicate closed without: lost, failed, or nobody waited */
+    LG_STATS_HEDGE_NO_BUDGET,  /* a deadline passed with the budget spent */
+    LG_STATS_HEDGE_NO_BACKEND, /* a deadline passed with no other backend to take it */
     LG_STATS_NHEDGE,
 };
 
+/* Per worker: requests by route and status, routing decisions, hedges. */
 struct lg_worker_metrics {
     uint64_t requests[LG_STATS_NROUTES][LG_STATS_NCODES];
     struct lg_stats_decision decisions[LG_STATS_MAX_DECISIONS];

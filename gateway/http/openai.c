@@ -198,7 +198,8 @@ openai_read_cost(const struct lg_jsonscan *s, struct lg_openai_req *out)
         return;
     }
     out->choices = LG_MAX(openai_choices(s, f[OPENAI_C_N]), openai_choices(s, f[OPENAI_C_BEST_OF]));
-    out->store = f[OPENAI_C_STORE] != 0 && LG_JSONSCAN_T(s, f[OPENAI_C_STORE])->type == LG_JSONSCAN_TRUE;
+    out->store =
+        f[OPENAI_C_STORE] != 0 && LG_JSONSCAN_T(s, f[OPENAI_C_STORE])->type == LG_JSONSCAN_TRUE;
 }
 
 static int

@@ -278,8 +278,7 @@ mx_hedges(struct evbuffer *out, const struct lg_gateway *gw)
     mx_family(out, "llmgate_hedges_wasted_total", "counter",
               "Duplicates closed without their stream reaching the client (the first attempt "
               "won, they failed, or the client left).");
-    evbuffer_add_printf(out, "llmgate_hedges_wasted_total %" PRIu64 "\n",
-                        n[LG_STATS_HEDGE_WASTED]);
+    evbuffer_add_printf(out, "llmgate_hedges_wasted_total %" PRIu64 "\n", n[LG_STATS_HEDGE_WASTED]);
     mx_family(out, "llmgate_hedges_skipped_total", "counter",
               "Deadlines that passed without a duplicate, by why.");
     evbuffer_add_printf(out, "llmgate_hedges_skipped_total{reason=\"budget\"} %" PRIu64 "\n",

@@ -73,15 +73,15 @@ enum hedge_verdict {
 struct hedge_scan {
     llhttp_t parser;
     struct lg_sse sse;
-    size_t scanned;    /* bytes of the input parsed so far */
-    int status;        /* 0 until the (final) head is in */
-    bool interim;      /* parsing a 1xx head: skipped */
-    bool complete;     /* the whole response is in */
-    unsigned content;  /* content events seen */
+    size_t scanned;   /* bytes of the input parsed so far */
+    int status;       /* 0 until the (final) head is in */
+    bool interim;     /* parsing a 1xx head: skipped */
+    bool complete;    /* the whole response is in */
+    unsigned content; /* content events seen */
 };
 
 /* The request's fields that belong to an attempt (attempt.c, proxy.c). */
-#define HEDGE_ATTEMPT_FLAGS                                                                   \
+#define HEDGE_ATTEMPT_FLAGS \
     (LG_REQ_F_TOKEN_WAIT | LG_REQ_F_PROBE | LG_REQ_F_AGED | LG_REQ_F_END_SLOT | LG_REQ_F_SEQ)
 
 /* An attempt's part of struct lg_request while it is not the request's own. */
@@ -144,15 +144,15 @@ lg_hedge_eligible(const struct lg_hedge_conf *hc, const char *path, size_t path_
     if (!hc->enabled || !info->stream || info->choices > 1 || info->store) {
         return false;
     }
-    return hedge_path_is(path, n, "/v1/chat/completions") || hedge_path_is(path, n, "/v1/completions");
+    return hedge_path_is(path, n, "/v1/chat/completions")
+           || hedge_path_is(path, n, "/v1/completions");
 }
 
 double
 lg_hedge_deadline_ms(const struct lg_hedge_conf *hc, const struct lg_route_result *pick)
 {
-    double predicted = pick->model_pred_ms >= 0
-                           ? pick->model_pred_ms
-                           : pick->wait_ms + pick->ahead_ms + pick->service_ms;
+    double predicted = pick->model_pred_ms >= 0 ? pick->model_pred_ms
+                                                : pick->wait_ms + pick->ahead_ms + pick->service_ms;
     double ms = hc->factor * predicted;
 
     if (!(predicted > 0) || !isfinite(ms)) {
@@ -162,8 +162,8 @@ lg_hedge_deadline_ms(const struct lg_hedge_conf *hc, const struct lg_route_resul
 }
 
 bool
-lg_hedge_budget_update(struct lg_hedge_budget *b, const struct lg_hedge_conf *hc,
-                       unsigned nworkers, uint64_t now_ns, double earned, bool take)
+lg_hedge_budget_update(struct lg_hedge_budget *b, const struct lg_hedge_conf *hc, unsigned nworkers,
+                       uint64_t now_ns, double earned, bool take)
 {
     double keep = 10.0 + hc->budget_min; /* kept however long unspent */
 
@@ -306,9 +306,10 @@ hedge_scan(struct hedge_scan *s, struct evbuffer *in, size_t hold_bytes)
         n = evbuffer_peek(in, (ev_ssize_t)(len - s->scanned), &at, vec, LG_ARRAY_SIZE(vec));
         for (int i = 0; i < n && i < (int)LG_ARRAY_SIZE(vec) && err == HPE_OK; i++) {
             err = llhttp_execute(&s->parser, vec[i].iov_base, vec[i].iov_len);
-            s->scanned += err == HPE_OK ? vec[i].iov_len
-                                        : (size_t)(llhttp_get_error_pos(&s->parser)
-                                                   - (const char *)vec[i].iov_base);
+            s->scanned +=
+                err == HPE_OK
+                    ? vec[i].iov_len
+                    : (size_t)(llhttp_get_error_pos(&s->parser) - (const char *)vec[i].iov_base);
         }
     }
     if (err != HPE_OK && err != HPE_PAUSED) {
@@ -374,7 +375,7 @@ hedge_dup_goes_on(struct lg_client *c, struct lg_hedge *h, bool won)
     }
     bufferevent_setcb(u->bev, h->ops->read, NULL, h->ops->event, u);
     lg_client_set_state(c, u->state == LG_UPCONN_ST_CONNECTING ? LG_CLIENT_ST_CONNECT
-                                                                : LG_CLIENT_ST_WAIT_HEAD);
+                                                               : LG_CLIENT_ST_WAIT_HEAD);
     if (evbuffer_get_length(bufferevent_get_input(u->bev)) > 0) {
         h->ops->read(u->bev, u);
     }
@@ -403,8 +404,8 @@ hedge_dup_failed(struct lg_client *c, struct lg_hedge *h, const char *why, int s
     lg_backend_note_result(b, &req->fleet->conf->health, status,
                            status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0, flags);
     if (status == 0 || status == 429 || status >= 500) {
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, b, status,
-                              0, 0);
+        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, b, status, 0,
+                              0);
     }
     if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
         LG_CONN_LOG(LG_LOG_WARN, c, "hedge on backend %s failed: %s", b->name, why);
@@ -421,17 +422,12 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     struct lg_request *req = &c->req;
     const struct lg_config *conf = req->fleet->conf;
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t mask = req->tried_mask;
+    uint64_t mask = req->tried_mask | lg_attempt_backend_bit(c, req->backend);
     uint32_t attempts = req->attempts;
     struct lg_backend *b;
     struct lg_upconn *u;
     bool reused;
 
-    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
-        if (route->backends[i] == req->backend) {
-            mask |= 1ull << i;
-        }
-    }
     memset(&h->dup, 0, sizeof(h->dup));
     if (route == NULL
         || lg_router_pick(req->fleet->router, route, &req->route, mask, &h->dup.pick) != LG_OK) {
@@ -453,12 +449,7 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     req->attempts = 1;
     lg_attempt_begin(c, b);
     req->attempts = attempts + 1;
-    req->tried_mask = mask;
-    for (size_t i = 0; i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            req->tried_mask |= 1ull << i;
-        }
-    }
+    req->tried_mask = mask | lg_attempt_backend_bit(c, b);
     req->up = u;
     req->up_reused = reused;
     req->t_connect = reused ? req->t_dispatch : 0;
@@ -538,14 +529,11 @@ hedge_on_dup_event(struct bufferevent *bev, short what, void *arg)
     } else if (what & BEV_EVENT_TIMEOUT) {
         LG_STAT_ADD(u->b, timeouts, 1);
     }
-    hedge_dup_failed(c, h,
-                     (what & BEV_EVENT_TIMEOUT) ? (connecting ? "connect_timeout"
-                                                              : "first_byte_timeout")
-                                                : (connecting ? "connect_failed"
-                                                              : "upstream_closed"),
-                     0, connecting && !(what & BEV_EVENT_TIMEOUT) && !u->b->conf.tls
-                            ? LG_BACKEND_R_REFUSED
-                            : 0);
+    hedge_dup_failed(
+        c, h,
+        (what & BEV_EVENT_TIMEOUT) ? (connecting ? "connect_timeout" : "first_byte_timeout")
+                                   : (connecting ? "connect_failed" : "upstream_closed"),
+        0, connecting && !(what & BEV_EVENT_TIMEOUT) && !u->b->conf.tls ? LG_BACKEND_R_REFUSED : 0);
 }
 
 /* The deadline passed with no first token: a duplicate, if the budget and
@@ -563,8 +551,7 @@ hedge_on_deadline(evutil_socket_t fd, short what, void *arg)
     if (h == NULL || h->state != HEDGE_ST_WAIT || !h->held || req->up == NULL) {
         return;
     }
-    if (!lg_hedge_budget_update(budget, hedge_conf(c), c->w->gw->nworkers, lg_now_ns(), 0,
-                                false)) {
+    if (!lg_hedge_budget_update(budget, hedge_conf(c), c->w->gw->nworkers, lg_now_ns(), 0, false)) {
         hedge_count(c, LG_STATS_HEDGE_NO_BUDGET);
         hedge_settle(c, h, LG_REQ_HEDGE_NONE);
         return;
@@ -598,10 +585,8 @@ lg_hedge_arm(struct lg_client *c, const struct lg_hedge_ops *ops)
     }
     if (h == NULL) {
         const struct lg_model_route *route = lg_attempt_route(c);
-        uint64_t mask = req->tried_mask;
 
-        if (!lg_hedge_eligible(hc, req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len,
-                               &req->info)
+        if (!lg_hedge_eligible(hc, req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len, &req->info)
             || route == NULL) {
             return;
         }
@@ -609,12 +594,8 @@ lg_hedge_arm(struct lg_client *c, const struct lg_hedge_ops *ops)
             lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1,
                                    false);
         }
-        for (size_t i = 0; i < route->n && i < 64; i++) {
-            if (route->backends[i] == req->backend) {
-                mask |= 1ull << i;
-            }
-        }
-        if (!lg_router_has_candidate(route, mask)) {
+        if (!lg_router_has_candidate(route,
+                                     req->tried_mask | lg_attempt_backend_bit(c, req->backend))) {
             return; /* no other backend could take a duplicate: nothing to hold for */
         }
         h = lg_xcalloc(1, sizeof(*h));
@@ -670,8 +651,7 @@ lg_hedge_holds(struct lg_client *c, struct lg_upconn *u)
             /* the request's attempt answered an error while the duplicate
              * runs: it leaves, told to its backend as proxy.c would */
             lg_backend_note_result(req->backend, &req->fleet->conf->health, h->scan[0].status,
-                                   h->scan[0].status != 0 ? lg_relay_retry_after_ns(&u->hdrs)
-                                                          : 0,
+                                   h->scan[0].status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0,
                                    0);
             lg_attempt_end(c, false);
             hedge_dup_goes_on(c, h, false);

@@ -268,21 +268,6 @@ proxy_start(struct lg_client *c)
     proxy_attempt(c);
 }
 
-/* The bit of backend b in tried_mask (its index in the model's route). */
-static uint64_t
-proxy_backend_bit(struct lg_client *c, const struct lg_backend *b)
-{
-    const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t bits = 0;
-
-    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            bits |= 1ull << i;
-        }
-    }
-    return bits;
-}
-
 static void
 proxy_attempt(struct lg_client *c)
 {
@@ -311,7 +296,7 @@ proxy_attempt(struct lg_client *c)
         return;
     }
     b = req->pick.backend;
-    req->tried_mask |= proxy_backend_bit(c, b);
+    req->tried_mask |= lg_attempt_backend_bit(c, b);
     req->attempts++;
     lg_attempt_begin(c, b);
     /* 5. upstream: a pooled connection, or a new one, carries the request */
@@ -413,7 +398,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             /* a keep-alive race, not the backend's fault: retry, count nothing */
             lg_attempt_end(c, false);
             req->attempts--;
-            req->tried_mask &= ~proxy_backend_bit(c, u->b);
+            req->tried_mask &= ~lg_attempt_backend_bit(c, u->b);
             proxy_attempt(c);
             return;
         }

@@ -318,8 +318,8 @@ check_same(const struct lg_openai_req *a, int rca, const struct lg_openai_req *b
                 how, prefix, a->model, b->model, a->stream, b->stream, a->include_usage,
                 b->include_usage, (long long)a->max_tokens, (long long)b->max_tokens,
                 (unsigned long long)a->prompt_bytes, (unsigned long long)b->prompt_bytes,
-                (unsigned long long)a->prefix_hash, (unsigned long long)b->prefix_hash,
-                a->choices, b->choices, a->store, b->store);
+                (unsigned long long)a->prefix_hash, (unsigned long long)b->prefix_hash, a->choices,
+                b->choices, a->store, b->store);
         abort();
     }
 }

@@ -1236,5 +1236,5 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
              test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
-             test_disabled_backends, test_health_cross_check, test_hedge_cross_check, test_example_files, test_io_error,
-             test_refcount, test_no_resolve_flag)
+             test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
+             test_example_files, test_io_error, test_refcount, test_no_resolve_flag)

@@ -51,7 +51,8 @@ test_eligible(void)
     static const char chat[] = "/v1/chat/completions";
 
     LG_CHECK(eligible(&hc, chat, "{\"model\":\"m\",\"stream\":true}"));
-    LG_CHECK(eligible(&hc, "/v1/completions", "{\"model\":\"m\",\"stream\":true,\"prompt\":\"x\"}"));
+    LG_CHECK(
+        eligible(&hc, "/v1/completions", "{\"model\":\"m\",\"stream\":true,\"prompt\":\"x\"}"));
     LG_CHECK(eligible(&hc, "/v1/chat/completions?x=1", "{\"stream\":true}")); /* query left out */
     LG_CHECK(eligible(&hc, chat, "{\"stream\":true,\"n\":1,\"best_of\":null,\"store\":false}"));
     LG_CHECK(eligible(&hc, chat, "{\"stream\":true,\"tools\":[{\"type\":\"function\"}]}"));
