@@ -83,9 +83,12 @@ def parse_access(kind, paths, port_names):
                 if kind == "llmgate":
                     out.append({"t": _iso_to_unix(e["ts"]), "backend": e.get("backend"),
                                 "tried": [e["backend"]] if e.get("backend") else [],
-                                "retried": (e.get("attempts") or 1) > (e.get("resumed") or 0) + 1,
+                                "retried": (e.get("attempts") or 1)
+                                > (e.get("resumed") or 0) + (2 if e.get("hedged") else 1),
                                 "resumed": e.get("resumed") or 0,
-                                "resume_pause": e.get("resume_pause")})
+                                "resume_pause": e.get("resume_pause"),
+                                "hedged": bool(e.get("hedged")),
+                                "hedge_winner": e.get("hedge_winner")})
                 elif kind == "nginx":
                     ups = [u.strip() for u in (e.get("upstream") or "").split(",") if u.strip()]
                     names = [port_names.get(u.rsplit(":", 1)[-1], u) for u in ups]
@@ -646,6 +649,84 @@ def analyze_dual(scen, pools, ctx):
     return cols, vals, verdicts
 
 
+def engine_work(run):
+    """What the fleet did for one run, from llmsim's own counters (/sim/state at the end):
+    requests it received (those a stall held and whose client left included), tokens it
+    generated (for aborted sequences too) and prompt tokens it prefilled; against what the
+    client asked for and got (llmload's records)."""
+    got = sent = tokens = 0
+    gen = prefill = aborted = stalls = parked = 0
+    for st in (run.get("fleet_state") or {}).values():
+        stalls += st.get("stalls", 0)
+        parked += st.get("parked", 0)
+        got += st.get("requests", 0) + st.get("abandoned", 0)
+        gen += st.get("generation_tokens", 0)
+        prefill += st.get("prefilled_tokens", 0)
+        aborted += st.get("aborted", 0)
+    for r in run["records"]:
+        sent += 1
+        tokens += r.get("tokens") or 0
+    return {"sent": sent, "received": got, "tokens": tokens, "generated": gen,
+            "prefilled": prefill, "aborted": aborted, "stalls": stalls, "parked": parked}
+
+
+def analyze_hedge(scen, pools, ctx):
+    """Scenario 8: hedged first tokens against the same policy without them, and what the
+    duplicates cost the engines."""
+    on, off = pools.get(S.HEDGE_ON), pools.get(S.HEDGE_OFF)
+    p99_off = pct(off.ttfts(), 99) if off and off.ok else None
+    prefill_off = None
+    if off and off.ok:
+        w = [engine_work(r) for r in off.runs]
+        prefill_off = sum(x["prefilled"] for x in w) / max(1, sum(x["sent"] for x in w))
+    calm = bool(scen.get("calm"))
+    cols = ["stalls, held / round", "p99 / hedge=0", "hedged %", "won by hedge %",
+            "extra engine requests %", "tokens beyond delivered %", "prefill / hedge=0"]
+    vals, verdicts = {}, {}
+    for name, p in pools.items():
+        if not p.ok:
+            continue
+        w = [engine_work(r) for r in p.runs]
+        sent = sum(x["sent"] for x in w)
+        extra_req = ratio(sum(x["received"] for x in w) - sent, sent)
+        delivered = sum(x["tokens"] for x in w)
+        extra_tok = ratio(sum(x["generated"] for x in w) - delivered, delivered)
+        prefill = ratio(sum(x["prefilled"] for x in w) / max(1, sent), prefill_off)
+        acc = [a for run in p.runs for a in run.get("access", [])]
+        hedged = sum(1 for a in acc if a.get("hedged"))
+        won = sum(1 for a in acc if a.get("hedge_winner") == "hedge")
+        r99 = ratio(pct(p.ttfts(), 99), p99_off)
+        vals[name] = ["%.1f, %.1f" % (sum(x["stalls"] for x in w) / len(w),
+                                      sum(x["parked"] for x in w) / len(w)),
+                      fmt_ratio(r99),
+                      "%.1f" % (100.0 * hedged / len(acc)) if acc and hedged else
+                      ("0" if acc else "-"),
+                      "%.0f" % (100.0 * won / hedged) if hedged else "-",
+                      "%.1f" % (100 * extra_req) if extra_req is not None else "-",
+                      "%.1f" % (100 * extra_tok) if extra_tok is not None else "-",
+                      fmt_ratio(prefill)]
+        if name != S.HEDGE_ON:
+            verdicts[name] = (None, "")
+            continue
+        if calm:
+            checks = [("p99 TTFT / without hedging <= 1.1", r99, 1.1),
+                      ("extra engine requests <= 5%", extra_req, 0.05)]
+        else:
+            checks = [("p99 TTFT / without hedging <= 0.5", r99, 0.5),
+                      ("extra engine requests <= 10%", extra_req, 0.10)]
+        verdicts[name] = _checks(checks)
+    ctx["notes"].append(
+        "hedged: requests the gateway sent a duplicate for (its access log); won by hedge: "
+        "of those, where the duplicate's stream reached the client. extra engine requests: "
+        "requests the replicas received (llmsim's requests + abandoned) beyond those the client "
+        "sent; tokens beyond delivered: tokens the replicas generated (llmsim's "
+        "generation_tokens, aborted sequences included) beyond those the client received; "
+        "prefill / hedge=0: prompt tokens prefilled per request against %s's; stalls, held: "
+        "replica stalls begun and first tokens held (llmsim's stalls and parked) per round. "
+        "llmsim only: the stalls are its faults." % S.HEDGE_OFF)
+    return cols, vals, verdicts
+
+
 def analyze_mismatch(scen, pools, ctx):
     """A drawn fleet (mismatch.py): ttft against the better of nginx
     least_conn and least_request, with the noise interval of that ratio."""
@@ -707,6 +788,7 @@ ANALYZERS = {
     "prefix": analyze_prefix,
     "rejoin": analyze_rejoin,
     "dual": analyze_dual,
+    "hedge": analyze_hedge,
 }
 ANALYZERS["real"] = analyze_real
 
@@ -746,10 +828,10 @@ def analyze(scen, runs_by_contender, ctx):
             for run in p.runs]
         b["fleet_state"] = [run.get("fleet_state") for run in p.runs]
         out["contenders"][name] = b
-    sv = out["contenders"].get(scen.get("subject") or
-                               (S.SUBJECT if scen["criteria"] not in ("prefix", "rejoin", "dual")
-                                else ("prefix_affinity" if scen["criteria"] != "dual"
-                                      else S.SUBJECT + S.DUAL_SUFFIX)), {})
+    subject = scen.get("subject") or {
+        "prefix": "prefix_affinity", "rejoin": "prefix_affinity",
+        "dual": S.SUBJECT + S.DUAL_SUFFIX, "hedge": S.HEDGE_ON}.get(scen["criteria"], S.SUBJECT)
+    sv = out["contenders"].get(subject, {})
     out["subject_verdict"] = sv.get("criterion", {"pass": None, "detail": "not run"})
     for name, p in pools.items():
         for run in p.runs:

@@ -43,7 +43,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="all",
-                    help="'all', a scenario number (1..7), a variant (1a, 1b, 6r), 'mismatch' "
+                    help="'all', a scenario number (1..8), a variant (1a, 1b, 6r, 8b), 'mismatch' "
                          "(the family of drawn fleets), one of its draws (m3) or scenarios "
                          "(m3-90), or a comma list")
     ap.add_argument("--draws", type=int, default=8,
@@ -260,10 +260,32 @@ def contender_kind(name):
         name, ", ".join(list(S.LLMGATE_ROUTING) + list(S.PEERS)), S.DUAL_SUFFIX))
 
 
+# Contender options that set routing.hedge instead of a policy's options:
+# +hedge=0|1 (enabled), +hedge_factor=F, +hedge_min_ms=MS, +hedge_max_ms=MS,
+# +hedge_budget=R (budget_ratio).
+HEDGE_OPTIONS = {
+    "hedge": ("enabled", lambda v: v != 0),
+    "hedge_factor": ("factor", float),
+    "hedge_min_ms": ("min", lambda v: "%gms" % v),
+    "hedge_max_ms": ("max", lambda v: "%gms" % v),
+    "hedge_budget": ("budget_ratio", float),
+}
+
+
+def hedge_for(popts):
+    """Pops the hedge options out of a contender's options: routing.hedge, or None."""
+    hedge = {}
+    for k, (key, conv) in HEDGE_OPTIONS.items():
+        if k in popts:
+            hedge[key] = conv(popts.pop(k))
+    return hedge or None
+
+
 def routing_for(name, scen, build, shm_dir):
     name, popts = split_options(split_ref(name)[0])
     for k in ("peers", "peer_interval"):
         popts.pop(k, None)  # not policy options: see make_contender
+    hedge = hedge_for(popts)
     base = name[:-len(S.DUAL_SUFFIX)] if name.endswith(S.DUAL_SUFFIX) else name
     routing = json.loads(json.dumps(S.LLMGATE_ROUTING[base]))
     if popts:
@@ -284,6 +306,8 @@ def routing_for(name, scen, build, shm_dir):
         routing["plugins"] = [so]
         for st in stages:
             st["options"] = opts
+    if hedge is not None:
+        routing["hedge"] = hedge
     return routing
 
 
@@ -327,6 +351,12 @@ def schedule_faults(fleet, ctx, t0_wall, stop, events):
                                                                               sd["for"])})
                 events.append((w, "slow"))
         threads.append(threading.Thread(target=slow, daemon=True))
+    for i, spec, t in ctx.get("faults") or ():
+        def inject(i=i, spec=spec, t=t):
+            if at(t):
+                w = fleet.control(i, {"fault": spec})
+                events.append((w, "fault r%d %s" % (i + 1, spec)))
+        threads.append(threading.Thread(target=inject, daemon=True))
     cr = ctx.get("crash")
     if cr:
         def crash():
@@ -461,7 +491,8 @@ def scenario_ctx(scen, args, outdir, results):
                              scen["max_tokens"], scen["prefix_bytes"])
     ctx = {"duration": duration, "capacity": cap, "rate": cap * scen["load"], "results": results,
            "slowdown": scen.get("quick_slowdown" if args.quick else "slowdown"),
-           "crash": scen.get("quick_crash" if args.quick else "crash")}
+           "crash": scen.get("quick_crash" if args.quick else "crash"),
+           "faults": scen.get("faults") or []}
     d = os.path.join(outdir, scen["id"])
     os.makedirs(d, exist_ok=True)
     ctx["trace"] = os.path.join(d, "trace.jsonl")

@@ -103,7 +103,8 @@ def _s(**kw):
         "prefix_groups": 0,
         "prefix_bytes": 0,
         "burst": None,
-        "faults": [],          # (replica index, llmsim fault SPEC, seconds after the load starts)
+        "faults": [],          # (replica index, llmsim fault SPEC, seconds after the load starts;
+                               # run.py injects them through POST /sim/control)
         "crash": None,          # {"replica": i, "at": s, "restart_after": s}
         "gateways": 1,
         "extra_body": None,     # members added to every request body (llmload --extra-body)
@@ -204,6 +205,37 @@ SCENARIOS = [
 ]
 
 
+# Scenario 8: replicas that stall at random, with and without hedged first
+# tokens (routing.hedge). "+hedge=1" / "+hedge=0" set routing.hedge.enabled
+# (run.py), so both are named whatever the gateway's default is. llmsim only:
+# its stalls are its faults (stall-random, stall-first; tools/llmsim).
+HEDGE_ON = SUBJECT + "+hedge=1"
+HEDGE_OFF = SUBJECT + "+hedge=0"
+HEDGE_CONTENDERS = [HEDGE_OFF, HEDGE_ON, "nginx", "oracle"]
+HEDGE_SCENARIOS = [
+    _s(id="8a", scenario=8, title="Replicas pause at random (GC pauses)",
+       speeds=HOMOG, load=0.6, duration=40, quick=10,
+       faults=[(1, "stall-random:0.15:1.5", 0.0), (3, "stall-random:0.15:1.5", 0.0)],
+       contenders=HEDGE_CONTENDERS,
+       what="4 equal replicas at 60% load; r2 and r4 each stall (answer nothing, streams "
+            "freeze) for 1.5 s at random, 6.7 s apart on average (llmsim "
+            "stall-random:0.15:1.5)",
+       criteria="hedge"),
+    _s(id="8b", scenario=8, title="Requests preempted at random (first tokens held)",
+       speeds=HOMOG, load=0.6, duration=40, quick=10,
+       faults=[(i, "stall-first:0.02:2", 0.0) for i in range(4)],
+       contenders=HEDGE_CONTENDERS,
+       what="4 equal replicas at 60% load; on every replica 2% of the requests wait 2 s "
+            "outside the batch before their first token (llmsim stall-first:0.02:2)",
+       criteria="hedge"),
+    _s(id="8n", scenario=8, title="No stalls: what hedging costs where it cannot help",
+       speeds=HETERO, load=0.8, duration=40, quick=10,
+       contenders=[HEDGE_OFF, HEDGE_ON],
+       what="the fleet of 1a (speeds 1, 1, 0.5, 0.25) at 80% load, no faults",
+       criteria="hedge", calm=True),
+]
+SCENARIOS += HEDGE_SCENARIOS
+
 # ---- real engines ---------------------------------------------------------------
 # Replicas of a real engine (tools/realengine: llama.cpp on the CPU, one thread
 # each, each on its own CPU) instead of llmsim: real prefill and decode steps,
@@ -245,7 +277,8 @@ def by_id():
 
 
 def select(arg):
-    """Scenarios for --scenario: 'all', '1' (both variants), '1b', '6' (not 6r), or a comma list."""
+    """Scenarios for --scenario: 'all', '1' (both variants), '1b', '6' (not 6r), '8' (8a, 8b,
+    8n), or a comma list."""
     if arg in (None, "", "all"):
         return list(SCENARIOS)
     out = []

@@ -352,6 +352,35 @@ static const struct lg_conf_field conf_resume_fields[] = {
 #undef RS
 static const struct lg_conf_table conf_resume_table = { sizeof(struct lg_resume_conf),
                                                         conf_resume_fields, conf_check_resume };
+static void
+conf_check_hedge(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    struct lg_hedge_conf *h = base;
+    char a[32];
+    char b[32];
+
+    if (clean && h->min_ms > h->max_ms) {
+        conf_error_at(ctx, "/min", "must not exceed max (%s > %s)",
+                      lg_conf_fmt_duration(a, sizeof(a), h->min_ms),
+                      lg_conf_fmt_duration(b, sizeof(b), h->max_ms));
+    }
+}
+
+#define HG(f) offsetof(struct lg_hedge_conf, f)
+static const struct lg_conf_field conf_hedge_fields[] = {
+    { "enabled", LG_CONF_BOOL, HG(enabled), .def = 0 },
+    { "factor", LG_CONF_DOUBLE, HG(factor), .def = 3, .min = 1, .max = 100 },
+    { "min", LG_CONF_DURATION, HG(min_ms), .def = CONF_MS(250), .min = 1, .max = CONF_H(1) },
+    { "max", LG_CONF_DURATION, HG(max_ms), .def = CONF_S(10), .min = 1, .max = CONF_H(1) },
+    { "budget_ratio", LG_CONF_DOUBLE, HG(budget_ratio), .def = 0.05, .min = 0, .max = 1 },
+    { "budget_min", LG_CONF_UINT, HG(budget_min), .def = 1, .min = 0, .max = 1000000 },
+    { "hold_bytes", LG_CONF_SIZE, HG(hold_bytes), .def = CONF_KIB(16), .min = CONF_KIB(1),
+      .max = CONF_MIB(1) },
+    { .name = NULL },
+};
+#undef HG
+static const struct lg_conf_table conf_hedge_table = { sizeof(struct lg_hedge_conf),
+                                                       conf_hedge_fields, conf_check_hedge };
 
 #define ST(f) offsetof(struct lg_route_stage_conf, f)
 static const struct lg_conf_field conf_stage_fields[] = {
@@ -394,6 +423,7 @@ static const struct lg_conf_field conf_routing_fields[] = {
     { "options", LG_CONF_JSON, RO(policy_options), .required = false },
     { "retry", LG_CONF_OBJECT, RO(retry), .sub = &conf_retry_table },
     { "resume", LG_CONF_OBJECT, RO(resume), .sub = &conf_resume_table },
+    { "hedge", LG_CONF_OBJECT, RO(hedge), .sub = &conf_hedge_table },
     { "session_header", LG_CONF_STR, RO(session_header), .check = lg_conf_check_header_name },
     { "prefix_bytes", LG_CONF_SIZE, RO(prefix_bytes), .def = 2048, .min = 0, .max = CONF_MIB(1) },
     { .name = NULL },

@@ -113,6 +113,17 @@ struct lg_resume_conf {
     size_t max_text;       /* bytes of delivered text kept per stream */
 };
 
+/* Hedged first tokens (serve/hedge.c). */
+struct lg_hedge_conf {
+    bool enabled;        /* hedge eligible streamed requests */
+    double factor;       /* deadline: factor x the TTFT predicted for the pick */
+    uint64_t min_ms;     /* the deadline's floor */
+    uint64_t max_ms;     /* its ceiling, and the deadline when nothing was predicted */
+    double budget_ratio; /* duplicates allowed as a share of eligible requests (0..1) */
+    uint32_t budget_min; /* duplicates always allowed per second, whatever the ratio */
+    size_t hold_bytes;   /* bytes an attempt may hold before a winner is known */
+};
+
 /* One stage of a routing pipeline (router.c). */
 struct lg_route_stage_conf {
     char *policy;             /* a built-in or loaded policy's name */
@@ -129,6 +140,7 @@ struct lg_routing_conf {
     json_t *policy_options;   /* "options": {policy name: its options} (borrowed from root) */
     struct lg_retry_conf retry;
     struct lg_resume_conf resume;
+    struct lg_hedge_conf hedge;
     char *session_header;     /* header whose value pins a client to a backend; NULL: off */
     size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */
 };

@@ -57,7 +57,6 @@ struct lg_stats_decision {
     uint64_t count;
 };
 
-/* Per worker: requests by route and status, routing decisions. */
 /* Why a stream the gateway could continue (routing.resume) was cut all the same. */
 enum lg_stats_resume {
     LG_STATS_RESUME_NONE = 0,
@@ -75,6 +74,17 @@ enum lg_stats_resume {
 };
 extern const char *const lg_stats_resume_names[LG_STATS_NRESUME];
 
+/* What hedging did (serve/hedge.c): llmgate_hedges_*_total. */
+enum lg_stats_hedge {
+    LG_STATS_HEDGE_SENT = 0,   /* duplicates sent */
+    LG_STATS_HEDGE_WON,        /* a duplicate's stream went on to the client */
+    LG_STATS_HEDGE_WASTED,     /* a duplicate closed without: lost, failed, or nobody waited */
+    LG_STATS_HEDGE_NO_BUDGET,  /* a deadline passed with the budget spent */
+    LG_STATS_HEDGE_NO_BACKEND, /* a deadline passed with no other backend to take it */
+    LG_STATS_NHEDGE,
+};
+
+/* Per worker: requests by route and status, continuations, routing decisions, hedges. */
 struct lg_worker_metrics {
     uint64_t requests[LG_STATS_NROUTES][LG_STATS_NCODES];
     uint64_t resumed;                             /* continuations begun */
@@ -82,6 +92,7 @@ struct lg_worker_metrics {
     struct lg_stats_decision decisions[LG_STATS_MAX_DECISIONS];
     uint32_t ndecisions;        /* atomic (release when a slot is filled) */
     uint64_t decisions_dropped; /* pairs beyond the table */
+    uint64_t hedges[LG_STATS_NHEDGE];
 };
 
 /* Adds one observation of v seconds. */

@@ -139,6 +139,25 @@ openai_int(const char *num, size_t n)
     return neg && v > 0 ? -(int64_t)(v - 1) - 1 : (int64_t)v;
 }
 
+/* Choices `n` or `best_of` asks for: 1 when absent or null, 2 for anything
+ * but a positive integer (never an error: the engine judges it). */
+static uint32_t
+openai_choices(const struct lg_jsonscan *s, uint32_t v)
+{
+    const struct lg_jsonscan_tok *t;
+    char num[32];
+    int64_t n;
+
+    if (lg_jsonscan_is_null(s, v)) {
+        return 1;
+    }
+    t = LG_JSONSCAN_T(s, v);
+    if (t->type != LG_JSONSCAN_INT || t->len >= sizeof(num)) {
+        return 2;
+    }
+    n = openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
+    return n < 1 ? 2 : (uint32_t)LG_MIN(n, (int64_t)UINT32_MAX);
+}
 
 /*
  * What says whether the answer repeats (serve/resume.c): temperature 0, a
@@ -191,6 +210,35 @@ openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t er
     va_end(ap);
     out->param = param;
     return LG_EINVAL;
+}
+
+/*
+ * What a duplicate would cost (serve/hedge.c): the choices asked for and
+ * whether the completion is stored. Read in a walk of their own, so that a
+ * body naming one twice is not refused (the gateway does not route on
+ * them): it is taken at its costliest instead, as an engine may read either.
+ */
+enum { OPENAI_C_N = 0, OPENAI_C_BEST_OF, OPENAI_C_STORE, OPENAI_C_COUNT };
+static const struct lg_jsonscan_key openai_cost_keys[OPENAI_C_COUNT] = {
+    [OPENAI_C_N] = LG_JSONSCAN_KEY("n"),
+    [OPENAI_C_BEST_OF] = LG_JSONSCAN_KEY("best_of"),
+    [OPENAI_C_STORE] = LG_JSONSCAN_KEY("store"),
+};
+
+static void
+openai_read_cost(const struct lg_jsonscan *s, struct lg_openai_req *out)
+{
+    uint32_t f[OPENAI_C_COUNT], dup;
+
+    lg_jsonscan_members(s, 1, openai_cost_keys, OPENAI_C_COUNT, f, &dup);
+    if (dup != 0) {
+        out->choices = 2;
+        out->store = true;
+        return;
+    }
+    out->choices = LG_MAX(openai_choices(s, f[OPENAI_C_N]), openai_choices(s, f[OPENAI_C_BEST_OF]));
+    out->store =
+        f[OPENAI_C_STORE] != 0 && LG_JSONSCAN_T(s, f[OPENAI_C_STORE])->type == LG_JSONSCAN_TRUE;
 }
 
 static int
@@ -282,6 +330,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         openai_add_text(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
+    openai_read_cost(s, out);
     return LG_OK;
 }
 

@@ -24,6 +24,11 @@ struct lg_openai_req {
     const char *code;             /* static, on LG_EINVAL: "invalid_json" or "duplicate_key" */
     const char *param;            /* static, on LG_EINVAL: the field at fault (OpenAI's "param");
                                      NULL: the body as a whole */
+    uint32_t choices;             /* the larger of `n` and `best_of`: 1 when both are absent
+                                     or null, 2 when either is not a positive integer or
+                                     comes twice */
+    bool store;                   /* `store` is true (the completion is kept: a side effect),
+                                     or one of these three keys comes twice */
 };
 
 /*

@@ -284,6 +284,35 @@ mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
     evbuffer_add_printf(out, "llmgate_routing_decisions_uncounted_total %" PRIu64 "\n", dropped);
 }
 
+/* Hedged first tokens (serve/hedge.c), summed over the workers. */
+static void
+mx_hedges(struct evbuffer *out, const struct lg_gateway *gw)
+{
+    uint64_t n[LG_STATS_NHEDGE] = { 0 };
+
+    for (unsigned i = 0; i < gw->nworkers; i++) {
+        for (int k = 0; k < LG_STATS_NHEDGE; k++) {
+            n[k] += LOAD(&gw->workers[i].metrics.hedges[k]);
+        }
+    }
+    mx_family(out, "llmgate_hedges_sent_total", "counter",
+              "Duplicates sent for streams with no first token by their deadline.");
+    evbuffer_add_printf(out, "llmgate_hedges_sent_total %" PRIu64 "\n", n[LG_STATS_HEDGE_SENT]);
+    mx_family(out, "llmgate_hedges_won_total", "counter",
+              "Duplicates whose stream reached the client (the first attempt was closed).");
+    evbuffer_add_printf(out, "llmgate_hedges_won_total %" PRIu64 "\n", n[LG_STATS_HEDGE_WON]);
+    mx_family(out, "llmgate_hedges_wasted_total", "counter",
+              "Duplicates closed without their stream reaching the client (the first attempt "
+              "won, they failed, or the client left).");
+    evbuffer_add_printf(out, "llmgate_hedges_wasted_total %" PRIu64 "\n", n[LG_STATS_HEDGE_WASTED]);
+    mx_family(out, "llmgate_hedges_skipped_total", "counter",
+              "Deadlines that passed without a duplicate, by why.");
+    evbuffer_add_printf(out, "llmgate_hedges_skipped_total{reason=\"budget\"} %" PRIu64 "\n",
+                        n[LG_STATS_HEDGE_NO_BUDGET]);
+    evbuffer_add_printf(out, "llmgate_hedges_skipped_total{reason=\"no_backend\"} %" PRIu64 "\n",
+                        n[LG_STATS_HEDGE_NO_BACKEND]);
+}
+
 static void
 mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f)
 {
@@ -320,6 +349,7 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     evbuffer_add_printf(out, "llmgate_connections_refused_total %" PRIu64 "\n", sum.refused);
     mx_requests(out, gw);
     mx_resume(out, gw);
+    mx_hedges(out, gw);
     mx_family(out, "llmgate_request_bytes_total", "counter",
               "Request bytes received from clients (heads and bodies).");
     evbuffer_add_printf(out, "llmgate_request_bytes_total %" PRIu64 "\n", sum.bytes_in);

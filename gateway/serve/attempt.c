@@ -32,6 +32,20 @@ lg_attempt_route(const struct lg_client *c)
     return lg_fleet_find_model(c->req.fleet, c->req.info.model);
 }
 
+uint64_t
+lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b)
+{
+    const struct lg_model_route *route = lg_attempt_route(c);
+    uint64_t bits = 0;
+
+    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
+        if (route->backends[i] == b) {
+            bits |= 1ull << i;
+        }
+    }
+    return bits;
+}
+
 /* The attempt no longer awaits a first token (it came, or the attempt ended). */
 static void
 attempt_token_wait_end(struct lg_client *c)

@@ -30,7 +30,17 @@ struct lg_admission_waiter;
 struct lg_backend;
 struct lg_client;
 struct lg_fleet;
+struct lg_hedge;
 struct lg_upconn;
+
+/* What hedging did for a request (hedge.c), for its record. */
+enum lg_req_hedge {
+    LG_REQ_HEDGE_NONE = 0, /* no duplicate sent */
+    LG_REQ_HEDGE_RACING,   /* a duplicate runs; no winner yet */
+    LG_REQ_HEDGE_FIRST,    /* the first attempt went on, the duplicate was closed */
+    LG_REQ_HEDGE_DUP,      /* the duplicate went on, the first attempt was closed */
+    LG_REQ_HEDGE_NEITHER,  /* the request ended while they raced */
+};
 
 /* Request flags */
 #define LG_REQ_F_KEEPALIVE   (1u << 0) /* client allows keep-alive */
@@ -89,6 +99,9 @@ struct lg_request {
     uint8_t resume_fail;          /* why a stream it could continue was cut (enum lg_stats_resume) */
     uint64_t resume_pause_ns;     /* the pauses the client saw, last token to first after */
     uint64_t resume_events;       /* content events relayed before the last continuation */
+    struct lg_hedge *hedge;       /* owned by hedge.c while hedging may act; NULL otherwise */
+    enum lg_req_hedge hedge_out;  /* hedge.c */
+    float hedge_after_ms;         /* the first token's deadline (hedge.c); 0: none */
 
     /* outcome */
     int status;                   /* status sent to the client (0: none) */

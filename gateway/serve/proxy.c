@@ -57,6 +57,7 @@
 #include "serve/auth.h"
 #include "serve/client.h"
 #include "serve/endpoints.h"
+#include "serve/hedge.h"
 #include "serve/relay.h"
 #include "serve/resume.h"
 #include "serve/upstream.h"
@@ -74,6 +75,12 @@ static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusab
 static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
 static void proxy_failed_midway(struct lg_client *c, const char *why);
+
+/* A duplicate that wins, or a held attempt released, reads through these (hedge.c). */
+static const struct lg_hedge_ops proxy_hedge_ops = {
+    .read = proxy_on_up_read,
+    .event = proxy_on_up_event,
+};
 
 static const struct lg_config *
 proxy_conf(const struct lg_client *c)
@@ -281,21 +288,6 @@ proxy_start(struct lg_client *c)
     proxy_attempt(c);
 }
 
-/* The bit of backend b in tried_mask (its index in the model's route). */
-static uint64_t
-proxy_backend_bit(struct lg_client *c, const struct lg_backend *b)
-{
-    const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t bits = 0;
-
-    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            bits |= 1ull << i;
-        }
-    }
-    return bits;
-}
-
 static void
 proxy_attempt(struct lg_client *c)
 {
@@ -331,7 +323,7 @@ proxy_attempt(struct lg_client *c)
         return;
     }
     b = req->pick.backend;
-    req->tried_mask |= proxy_backend_bit(c, b);
+    req->tried_mask |= lg_attempt_backend_bit(c, b);
     req->attempts++;
     lg_attempt_begin(c, b);
     /* 5. upstream: a pooled connection, or a new one, carries the request */
@@ -348,6 +340,7 @@ proxy_attempt(struct lg_client *c)
     lg_relay_start(u);
     bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
     lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    lg_hedge_arm(c, &proxy_hedge_ops); /* a stream may be held for a duplicate (hedge.c) */
     lg_relay_send_request(c, u);
     if (u->state == LG_UPCONN_ST_CONNECTING) {
         lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
@@ -428,11 +421,12 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        if (req->up_reused && req->up_bytes == 0) {
+        if (req->up_reused && req->up_bytes == 0
+            && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
             /* a keep-alive race, not the backend's fault: retry, count nothing */
             lg_attempt_end(c, false);
             req->attempts--;
-            req->tried_mask &= ~proxy_backend_bit(c, u->b);
+            req->tried_mask &= ~lg_attempt_backend_bit(c, u->b);
             proxy_attempt(c);
             return;
         }
@@ -506,6 +500,9 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
 
     if (c == NULL) {
         return;
+    }
+    if (c->req.hedge != NULL && lg_hedge_holds(c, u)) {
+        return; /* no winner yet: the bytes wait in the input (hedge.c) */
     }
     proxy_up_read(c, u, bufferevent_get_input(bev));
     if (c->req.flags & LG_REQ_F_RELAY_TMO) {
@@ -632,6 +629,9 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned 
         proxy_failed_midway(c, why); /* a continuation's attempt (resume.c) */
         return;
     }
+    if (lg_hedge_takeover(c)) {
+        return; /* a duplicate was racing it: it goes on alone (hedge.c) */
+    }
     if (proxy_can_retry(c)) {
         proxy_attempt(c);
         return;
@@ -694,6 +694,7 @@ proxy_abort(struct lg_client *c, const char *why)
 {
     struct lg_request *req = &c->req;
 
+    lg_hedge_stop(c); /* a racing duplicate closes too */
     if (req->up == NULL && req->backend == NULL) {
         return;
     }
@@ -714,6 +715,7 @@ proxy_release(struct lg_client *c)
     lg_admission_cancel(c);
     proxy_abort(c, "released");
     lg_resume_release(c);
+    lg_hedge_free(c);
     if (req->timer != NULL) {
         event_free(req->timer);
         req->timer = NULL;

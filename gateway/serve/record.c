@@ -400,6 +400,18 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
                       : NULL);
     line_lit(&l, ",\"attempts\":");
     line_u64(&l, req->attempts);
+    line_lit(&l, ",\"hedge_after\":");
+    if (req->hedge_after_ms > 0) {
+        line_ms(&l, 1, 1 + (uint64_t)((double)req->hedge_after_ms * 1e6));
+    } else {
+        line_lit(&l, "null");
+    }
+    line_lit(&l, ",\"hedged\":");
+    line_lit(&l, req->hedge_out != LG_REQ_HEDGE_NONE ? "true" : "false");
+    line_lit(&l, ",\"hedge_winner\":");
+    line_cstr(&l, req->hedge_out == LG_REQ_HEDGE_FIRST ? "first"
+                  : req->hedge_out == LG_REQ_HEDGE_DUP ? "hedge"
+                                                       : NULL);
     line_lit(&l, ",\"policy\":");
     line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
     line_lit(&l, ",\"reason\":");

@@ -74,6 +74,13 @@ struct lg_worker_stats {
     uint64_t bytes_out; /* response bytes sent to clients */
 };
 
+/* A worker's hedge budget (serve/hedge.c): tokens earned by eligible
+ * requests, spent by duplicates. */
+struct lg_hedge_budget {
+    double tokens;
+    uint64_t refill_ns; /* 0: not started (it starts empty) */
+};
+
 struct lg_worker {
     unsigned id;
     struct lg_gateway *gw; /* borrowed */
@@ -96,6 +103,7 @@ struct lg_worker {
     bool draining;
     double retry_tokens; /* retry budget (proxy.c) */
     uint64_t retry_refill_ns;
+    struct lg_hedge_budget hedge_budget; /* hedge.c */
     struct lg_worker_stats stats;     /* atomic reads from other threads */
     struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
     struct lg_worker_timeout timeouts[LG_WORKER_TIMEOUTS]; /* lg_worker_timeout() */

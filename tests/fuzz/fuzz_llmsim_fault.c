@@ -37,8 +37,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     LG_BUG_ON(g.kind != f.kind || g.status != f.status || g.tokens != f.tokens);
     LG_BUG_ON(g.retry_after_s != f.retry_after_s);
     LG_BUG_ON((g.end_ns == LG_SIM_FAULT_FOREVER) != (f.end_ns == LG_SIM_FAULT_FOREVER));
+    /* within the printed precision: 9 decimals */
+    LG_BUG_ON(g.hold_ns + 1 < f.hold_ns || g.hold_ns > f.hold_ns + 1);
+    LG_BUG_ON(fabs(g.rate - f.rate) > 1e-9 * (1 + f.rate) || fabs(g.prob - f.prob) > 1e-9);
     /* the queries are total functions of the schedule */
     (void)lg_sim_faults_slowdown(&fs, 1000 + f.start_ns);
     (void)lg_sim_faults_next_edge(&fs, 0);
+    (void)lg_sim_faults_first_hold(&fs, 1000, size);
+    lg_sim_faults_prune(&fs, 1000 + f.start_ns + f.hold_ns);
     return 0;
 }

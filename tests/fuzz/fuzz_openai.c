@@ -70,8 +70,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (strcmp(a.model, b.model) != 0 || a.stream != b.stream || a.include_usage != b.include_usage
         || a.max_tokens != b.max_tokens || a.prompt_bytes != b.prompt_bytes
-        || a.prefix_hash != b.prefix_hash) {
+        || a.prefix_hash != b.prefix_hash || a.choices != b.choices || a.store != b.store) {
         abort();
+    }
+    if (a.choices == 0) {
+        abort(); /* a request asks for one choice at least */
     }
     if (a.max_tokens < -1 || (prefix == 0 && a.prefix_hash != 0)) {
         abort();

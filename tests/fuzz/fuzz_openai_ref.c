@@ -27,6 +27,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* ---- the reference: jansson, as the gateway used it before ---------------- */
 
+/* `n`, `best_of`: 1 when absent or null, 2 for anything but a positive integer. */
+static uint32_t
+ref_choices(const json_t *v)
+{
+    json_int_t n;
+
+    if (v == NULL || json_is_null(v)) {
+        return 1;
+    }
+    if (!json_is_integer(v)) {
+        return 2;
+    }
+    n = json_integer_value(v);
+    return n < 1 ? 2 : (uint32_t)LG_MIN(n, (json_int_t)UINT32_MAX);
+}
+
 struct ref_prefix {
     struct lg_hstream hash;
     size_t left;
@@ -79,6 +95,9 @@ static const char *const ref_watched[] = {
     "prompt", "input",    "user",
 };
 
+/* The keys of what a duplicate would cost: twice, and the costliest is taken. */
+static const char *const ref_cost[] = { "n", "best_of", "store" };
+
 static size_t
 ref_ws(const char *data, size_t len, size_t pos)
 {
@@ -88,9 +107,11 @@ ref_ws(const char *data, size_t len, size_t pos)
     return pos;
 }
 
-/* One JSON value at data[*pos] (jansson, which reports how far it read); its type. */
+/* One JSON value at data[*pos] (jansson, which reports how far it read); its
+ * type, and in *str the one of keys[nkeys] it is (a string), or NULL. */
 static json_type
-ref_next(const char *data, size_t len, size_t *pos, const char **str)
+ref_next(const char *data, size_t len, size_t *pos, const char *const *keys, size_t nkeys,
+         const char **str)
 {
     json_error_t e;
     json_t *v = json_loadb(data + *pos, len - *pos, JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &e);
@@ -104,9 +125,9 @@ ref_next(const char *data, size_t len, size_t *pos, const char **str)
     type = json_typeof(v);
     if (str != NULL) {
         *str = NULL;
-        for (size_t k = 0; type == JSON_STRING && k < LG_ARRAY_SIZE(ref_watched); k++) {
-            if (strcmp(json_string_value(v), ref_watched[k]) == 0) {
-                *str = ref_watched[k];
+        for (size_t k = 0; type == JSON_STRING && k < nkeys; k++) {
+            if (strcmp(json_string_value(v), keys[k]) == 0) {
+                *str = keys[k];
             }
         }
     }
@@ -116,13 +137,14 @@ ref_next(const char *data, size_t len, size_t *pos, const char **str)
 }
 
 /*
- * The first watched key of the object data (valid JSON) to come a second
- * time, or NULL: its members read one by one, each key and value by jansson.
+ * The first of keys[nkeys] (at most 16) to come a second time in the object
+ * data (valid JSON), or NULL: its members read one by one, each key and
+ * value by jansson.
  */
 static const char *
-ref_duplicate(const char *data, size_t len)
+ref_duplicate(const char *data, size_t len, const char *const *keys, size_t nkeys)
 {
-    bool seen[LG_ARRAY_SIZE(ref_watched)] = { false };
+    bool seen[16] = { false };
     size_t pos = ref_ws(data, len, 0) + 1; /* after '{' */
 
     pos = ref_ws(data, len, pos);
@@ -132,11 +154,11 @@ ref_duplicate(const char *data, size_t len)
     for (;;) {
         const char *key;
 
-        if (ref_next(data, len, &pos, &key) != JSON_STRING) {
+        if (ref_next(data, len, &pos, keys, nkeys, &key) != JSON_STRING) {
             abort();
         }
-        for (size_t k = 0; key != NULL && k < LG_ARRAY_SIZE(ref_watched); k++) {
-            if (key == ref_watched[k]) {
+        for (size_t k = 0; key != NULL && k < nkeys; k++) {
+            if (key == keys[k]) {
                 if (seen[k]) {
                     return key;
                 }
@@ -148,7 +170,7 @@ ref_duplicate(const char *data, size_t len)
             abort();
         }
         pos = ref_ws(data, len, pos + 1);
-        ref_next(data, len, &pos, NULL);
+        ref_next(data, len, &pos, NULL, 0, NULL);
         pos = ref_ws(data, len, pos);
         if (data[pos] == '}') {
             return NULL;
@@ -180,7 +202,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     if (!json_is_object(root)) {
         goto out;
     }
-    out->param = ref_duplicate(data, len);
+    out->param = ref_duplicate(data, len, ref_watched, LG_ARRAY_SIZE(ref_watched));
     if (out->param != NULL) {
         out->code = "duplicate_key";
         goto out;
@@ -242,6 +264,13 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     out->code = NULL;
+    out->choices = LG_MAX(ref_choices(json_object_get(root, "n")),
+                          ref_choices(json_object_get(root, "best_of")));
+    out->store = json_is_true(json_object_get(root, "store"));
+    if (ref_duplicate(data, len, ref_cost, LG_ARRAY_SIZE(ref_cost)) != NULL) {
+        out->choices = 2;
+        out->store = true;
+    }
     rc = LG_OK;
 out:
     json_decref(root);
@@ -286,14 +315,17 @@ check_same(const struct lg_openai_req *a, int rca, const struct lg_openai_req *b
     if (strcmp(a->model, b->model) != 0 || a->stream != b->stream
         || a->include_usage != b->include_usage || a->max_tokens != b->max_tokens
         || a->greedy != b->greedy || a->seeded != b->seeded || a->n != b->n
-        || a->prompt_bytes != b->prompt_bytes || a->prefix_hash != b->prefix_hash) {
+        || a->prompt_bytes != b->prompt_bytes || a->prefix_hash != b->prefix_hash
+        || a->choices != b->choices || a->store != b->store) {
         fprintf(stderr,
                 "%s, prefix %zu: fields differ: model %s/%s stream %d/%d usage %d/%d "
-                "max_tokens %lld/%lld prompt_bytes %llu/%llu hash %llx/%llx\n",
+                "max_tokens %lld/%lld prompt_bytes %llu/%llu hash %llx/%llx choices %u/%u "
+                "store %d/%d\n",
                 how, prefix, a->model, b->model, a->stream, b->stream, a->include_usage,
                 b->include_usage, (long long)a->max_tokens, (long long)b->max_tokens,
                 (unsigned long long)a->prompt_bytes, (unsigned long long)b->prompt_bytes,
-                (unsigned long long)a->prefix_hash, (unsigned long long)b->prefix_hash);
+                (unsigned long long)a->prefix_hash, (unsigned long long)b->prefix_hash, a->choices,
+                b->choices, a->store, b->store);
         abort();
     }
 }

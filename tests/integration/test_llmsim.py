@@ -489,6 +489,12 @@ class LlmsimFaults(harness.Harness):
         self.assertTrue(st["stalled"])
         self.assertEqual(st["held"], 1)
         self.assertEqual(http_request(port, "GET", "/sim/state")[0], 200)
+        gone = self.stream(port, "POST", CHAT, chat("gone", 2))
+        wait_until(lambda: state(port)["held"] == 2, 5, what="a second request held")
+        gone.close()                            # its client leaves during the stall
+        st = wait_until(lambda: (lambda x: x if x["held"] == 1 else None)(state(port)), 5,
+                        what="the abandoned request dropped")
+        self.assertEqual((st["abandoned"], st["aborted"]), (1, 0))
         control(port, clear_faults=True)
         self.assertEqual(s.read_head(5), 200)   # the held request is served
         s.read_all(5)
@@ -544,6 +550,50 @@ class LlmsimFaults(harness.Harness):
         st = wait_until(lambda: (lambda s: s if s["running"] == 0 else None)(state(port)), 5,
                         what="slots freed")
         self.assertEqual((st["dropped"], st["completed"], st["aborted"]), (2, 1, 0))
+
+
+    def test_stall_first_holds_first_tokens_and_counts_aborts(self):
+        _, port = self.start_llmsim("r1", args=["--decode-ms", "5", "--decode-ms-per-seq", "0",
+                                                "--fault", "stall-first:1:0.6"])
+        base = self.stream(port, "POST", "/v1/completions",
+                           {"model": "m", "prompt": "x", "max_tokens": 1, "stream": True})
+        held = ttft(base)
+        self.assertGreater(held, 0.55, "stall-first:1 held the first token %.3f s" % held)
+        base.read_all(5)
+        self.assertEqual(state(port)["parked"], 1)
+        control(port, clear_faults=True)
+        control(port, fault="stall-first:1:30")
+        s = self.stream(port, "POST", CHAT, chat("p", 4))
+        self.assertEqual(s.read_head(5), 200)    # the head at once, as engines send it
+        st = wait_until(lambda: (lambda x: x if x["parked_now"] == 1 else None)(state(port)), 5,
+                        what="the sequence held")
+        self.assertEqual((st["running"], st["waiting"]), (0, 0))
+        s.close()                                # its client leaves: the engine aborts it
+        st = wait_until(lambda: (lambda x: x if x["aborted"] == 1 else None)(state(port)), 5,
+                        what="the held sequence aborted")
+        self.assertEqual((st["parked_now"], st["parked"], st["generation_tokens"]), (0, 2, 1))
+        self.assertEqual(metric(scrape(port), "llmsim_parked_total"), 2)
+        # P 0 holds none
+        control(port, clear_faults=True)
+        control(port, fault="stall-first:0:30")
+        self.assertLess(ttft(self.stream(port, "POST", CHAT, chat("q", 1))), 0.5)
+
+    def test_stall_random_pauses_at_random(self):
+        # stalls of 0.3 s, 0.25 s apart on average: several within two seconds
+        _, port = self.start_llmsim("r1", args=["--decode-ms", "5", "--seed", "3",
+                                                "--fault", "stall-random:4:0.3"])
+        self.assertEqual(state(port)["faults"], ["stall-random:4:0.3"])
+        seen = set()
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen.add(state(port)["stalled"])
+            time.sleep(0.02)
+        self.assertEqual(seen, {True, False}, "stalls begin and end")
+        self.assertGreaterEqual(state(port)["stalls"], 1)
+        # every request is served in the end
+        for i in range(3):
+            status, _, body, raw = post_json(port, CHAT, chat("r%d" % i, 2, stream=False))
+            self.assertEqual(status, 200, raw)
 
 
 class LlmsimProcess(harness.Harness):

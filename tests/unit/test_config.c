@@ -183,6 +183,10 @@ test_defaults(void)
     LG_CHECK(c->routing.retry.attempts == 2);
     LG_CHECK(c->routing.retry.budget_ratio == 0.2);
     LG_CHECK(c->routing.retry.budget_min == 10);
+    LG_CHECK(!c->routing.hedge.enabled && c->routing.hedge.factor == 3);
+    LG_CHECK(c->routing.hedge.min_ms == 250 && c->routing.hedge.max_ms == 10000);
+    LG_CHECK(c->routing.hedge.budget_ratio == 0.05 && c->routing.hedge.budget_min == 1);
+    LG_CHECK(c->routing.hedge.hold_bytes == 16384);
     LG_CHECK(c->routing.session_header == NULL);
     LG_CHECK(c->routing.prefix_bytes == 2048);
     LG_CHECK(c->health.interval_ms == 5000 && c->health.timeout_ms == 2000);
@@ -1113,6 +1117,20 @@ test_disabled_backends(void)
 }
 
 static int
+test_hedge_cross_check(void)
+{
+    LG_CHECK(expect_top_error("\"routing\": {\"hedge\": {\"min\": \"2s\", \"max\": \"1s\"}},",
+                              "t.json:2:30: error: /routing/hedge/min: must not exceed max "
+                              "(2s > 1s)")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"hedge\": {\"factor\": 0.5}},",
+                              "t.json:2:33: error: /routing/hedge/factor: must be between 1 and "
+                              "100 (got 0.5)")
+             == 0);
+    return 0;
+}
+
+static int
 test_health_cross_check(void)
 {
     LG_CHECK(expect_top_error("\"health\": {\"eject_max\": \"3s\"},",
@@ -1261,5 +1279,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
              test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
-             test_disabled_backends, test_health_cross_check, test_example_files, test_io_error,
-             test_refcount, test_no_resolve_flag, test_routing_resume)
+             test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
+             test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
+             test_routing_resume)

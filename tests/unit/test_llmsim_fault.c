@@ -32,6 +32,13 @@ test_parse_valid(void)
     LG_CHECK(f.kind == LG_SIM_FAULT_CRASH && f.start_ns == S(7.5));
     LG_CHECK(lg_sim_fault_parse("close-after-tokens:3", &f, err, sizeof(err)) == LG_OK);
     LG_CHECK(f.kind == LG_SIM_FAULT_CLOSE_AFTER_TOKENS && f.tokens == 3 && f.start_ns == 0);
+    LG_CHECK(lg_sim_fault_parse("stall-random:0.25:1.5", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(f.kind == LG_SIM_FAULT_STALL_RANDOM && f.rate == 0.25 && f.hold_ns == S(1.5));
+    LG_CHECK(f.start_ns == 0 && f.end_ns == LG_SIM_FAULT_FOREVER);
+    LG_CHECK(lg_sim_fault_parse("stall-first:0.02:2", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(f.kind == LG_SIM_FAULT_STALL_FIRST && f.prob == 0.02 && f.hold_ns == S(2));
+    LG_CHECK(lg_sim_fault_parse("stall-first:1:30", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(f.prob == 1.0);
     return 0;
 }
 
@@ -73,6 +80,19 @@ test_parse_invalid(void)
         "close-after-tokens@1:3",
         "reboot@1",
         "SLOW@1:2",
+        "stall-random",
+        "stall-random:",
+        "stall-random:0:1",
+        "stall-random:1001:1",
+        "stall-random:1:0",
+        "stall-random:1",
+        "stall-random:1:2:3",
+        "stall-random@1:2",
+        "stall-first:1.5:1",
+        "stall-first:-0.1:1",
+        "stall-first:0.5:0",
+        "stall-first:0.5:",
+        "stall-first:0.5:2000000",
     };
     struct lg_sim_fault f;
     char err[128];
@@ -93,6 +113,7 @@ test_format_round_trip(void)
     static const char *const specs[] = {
         "slow@2:4",          "slow@0.5:1.5:2.25",    "stall@1:3", "status@0:503:10", "crash@7.5",
         "status@1:429:2:30", "close-after-tokens:3", "stall@0",
+        "stall-random:0.25:1.5", "stall-first:0.02:2",
     };
     char buf[128];
 
@@ -170,4 +191,89 @@ test_schedule(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_parse_valid, test_parse_invalid, test_format_round_trip, test_schedule)
+/* stall-random: stalls of D at exponential gaps of mean 1/RATE, the same for the same seed. */
+static int
+test_stall_random(void)
+{
+    struct lg_sim_faults a = { .n = 0 }, b = { .n = 0 }, c = { .n = 0 };
+    struct lg_sim_fault f;
+    char err[128];
+    uint64_t o = S(1000), t = o, stalled_ns = 0, prev_end = o;
+    double gaps = 0;
+    int n = 0;
+
+    LG_CHECK(lg_sim_fault_parse("stall-random:0.5:1", &f, err, sizeof(err)) == LG_OK);
+    f.seed = 7;
+    LG_CHECK(lg_sim_faults_add(&a, &f, o) == LG_OK && lg_sim_faults_add(&b, &f, o) == LG_OK);
+    f.seed = 8;
+    LG_CHECK(lg_sim_faults_add(&c, &f, o) == LG_OK);
+    LG_CHECK(a.list[0].win_start_ns == b.list[0].win_start_ns);
+    LG_CHECK(a.list[0].win_start_ns != c.list[0].win_start_ns);
+    /* walk 4000 s of edges as the replica does: prune, then ask */
+    while (t < o + S(4000)) {
+        uint64_t next;
+
+        lg_sim_faults_prune(&a, t);
+        next = lg_sim_faults_next_edge(&a, t);
+        LG_CHECK(next > t && next != LG_SIM_FAULT_FOREVER);
+        if (lg_sim_faults_stalled(&a, t)) {
+            LG_CHECK(next - t == S(1)); /* a stall lasts D, from its start */
+            LG_CHECK(lg_sim_faults_stalled(&a, next - 1));
+            stalled_ns += next - t;
+            gaps += (double)(t - prev_end) / 1e9;
+            n++;
+        } else {
+            LG_CHECK(!lg_sim_faults_stalled(&a, next - 1));
+            prev_end = t;
+        }
+        t = next;
+    }
+    LG_CHECK(a.n == 1); /* for good: never pruned */
+    /* about 4000 / (2 + 1) stalls; the mean gap within 10% of 1/RATE */
+    LG_CHECK(n > 1150 && n < 1500);
+    LG_CHECK(gaps / n > 1.8 && gaps / n < 2.2);
+    LG_CHECK(stalled_ns == (uint64_t)n * S(1));
+    /* a replica that slept through many stalls catches up to now */
+    lg_sim_faults_prune(&b, o + S(100000));
+    LG_CHECK(b.list[0].win_end_ns > o + S(100000));
+    return 0;
+}
+
+/* stall-first: each request held with probability P, by its rank: reproducible. */
+static int
+test_stall_first(void)
+{
+    struct lg_sim_faults fs = { .n = 0 }, all = { .n = 0 };
+    struct lg_sim_fault f;
+    char err[128];
+    uint64_t o = S(1000);
+    int held = 0;
+
+    LG_CHECK(lg_sim_fault_parse("stall-first:0.1:2", &f, err, sizeof(err)) == LG_OK);
+    f.seed = 42;
+    LG_CHECK(lg_sim_faults_add(&fs, &f, o) == LG_OK);
+    for (uint64_t i = 0; i < 10000; i++) {
+        uint64_t h = lg_sim_faults_first_hold(&fs, o + S(1), i);
+
+        LG_CHECK(h == 0 || h == S(2));
+        LG_CHECK(h == lg_sim_faults_first_hold(&fs, o + S(5), i)); /* the rank decides */
+        held += h != 0;
+    }
+    LG_CHECK(held > 900 && held < 1100);
+    for (uint64_t i = 0; i < 100; i++) {
+        LG_CHECK(lg_sim_faults_first_hold(&fs, o - 1, i) == 0); /* before the origin: none */
+    }
+    LG_CHECK(lg_sim_fault_parse("stall-first:1:3", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(lg_sim_faults_add(&all, &f, o) == LG_OK);
+    LG_CHECK(lg_sim_fault_parse("stall-first:0:9", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(lg_sim_faults_add(&all, &f, o) == LG_OK);
+    for (uint64_t i = 0; i < 100; i++) {
+        LG_CHECK(lg_sim_faults_first_hold(&all, o, i) == S(3)); /* P 1: every one; P 0: none */
+    }
+    LG_CHECK(lg_sim_faults_next_edge(&all, o) == LG_SIM_FAULT_FOREVER);
+    LG_CHECK(!lg_sim_faults_stalled(&all, o));
+    return 0;
+}
+
+LG_TEST_MAIN(test_parse_valid, test_parse_invalid, test_format_round_trip, test_schedule,
+             test_stall_random, test_stall_first)

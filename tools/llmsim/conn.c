@@ -273,6 +273,7 @@ static void
 conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
 {
     struct lg_sim *sim = c->sim;
+    uint64_t now = lg_now_ns(), hold;
     uint32_t max_tokens, tokens;
 
     sim->counters.requests++;
@@ -310,6 +311,8 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     c->seq.max_tokens = tokens;
     c->seq.block_keys = c->api.block_keys;
     c->seq.nblocks = c->api.nblocks;
+    hold = lg_sim_faults_first_hold(&sim->faults, now, sim->counters.requests);
+    c->seq.park_until_ns = hold > 0 ? now + hold : 0;
     c->state = LG_SIM_CONN_ST_GENERATE;
     if (c->stream) {
         /* as engines do: the head goes out at once, tokens follow as produced */
@@ -814,6 +817,7 @@ lg_sim_conn_close(struct lg_sim_conn *c)
     }
     if (c->state == LG_SIM_CONN_ST_HELD) {
         TAILQ_REMOVE(&sim->held, c, held_link);
+        sim->counters.abandoned++;
     }
     if (c->timer != NULL) {
         evtimer_del(c->timer);

@@ -180,6 +180,11 @@ lg_sim_control_state(const struct lg_sim *sim, struct evbuffer *out)
                         json_integer((json_int_t)sim->counters.closed_by_fault));
     json_object_set_new(doc, "fault_responses",
                         json_integer((json_int_t)sim->counters.fault_responses));
+    json_object_set_new(doc, "parked", json_integer((json_int_t)st->parked));
+    json_object_set_new(doc, "parked_now", json_integer((json_int_t)e->nparked));
+    json_object_set_new(doc, "abandoned", json_integer((json_int_t)sim->counters.abandoned));
+    json_object_set_new(doc, "stalls", json_integer((json_int_t)sim->counters.stalls));
+    json_object_set_new(doc, "prefilled_tokens", json_integer((json_int_t)st->prefilled_tokens));
     json_object_set_new(doc, "uptime_s", json_real((double)(now - sim->start_ns) / 1e9));
     text = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);

@@ -1,9 +1,9 @@
 /*
  * engine.c: llmsim's simulated continuous-batching engine (model in engine.h).
  *
- * Owns: the step timer, the prefix cache, the free-slot stack.
- * Borrows: sequences, from submit until they complete, are aborted or are
- * dropped; the shared state mapping, for the engine's lifetime.
+ * Owns: the step timer, the parking timer, the prefix cache, the free-slot
+ * stack. Borrows: sequences, from submit until they complete, are aborted or
+ * are dropped; the shared state mapping, for the engine's lifetime.
  * One step at a time: KICKED (start at the top of the loop, so requests that
  * arrive together are admitted together) -> STEP (timer armed for its end)
  * -> the next step or IDLE. A stall turns the end of a step into BLOCKED.
@@ -494,6 +494,91 @@ engine_on_step(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* ---- queue and parked sequences (stall-first) ------------------------------ */
+
+/* seq joins the waiting queue (its arrival time set already). */
+static void
+engine_enqueue(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    uint32_t hits = lg_sim_prefix_match(&e->prefix, seq->block_keys, seq->nblocks);
+    uint64_t cached =
+        LG_MIN((uint64_t)hits * e->conf.prefix_block_tokens, (uint64_t)seq->prompt_tokens - 1);
+
+    engine_shm_begin(e);
+    seq->uncached_tokens = seq->prompt_tokens - (uint32_t)cached; /* estimate until admitted */
+    seq->wait_published = false;
+    seq->state = LG_SIM_SEQ_ST_WAITING;
+    TAILQ_INSERT_TAIL(&e->waiting, seq, link);
+    e->nwaiting++;
+    e->queued_prefill_tokens += seq->uncached_tokens;
+    e->remaining_decode_tokens += seq->max_tokens;
+    if (engine_ring_on(e)) {
+        if (e->wait_unpublished == NULL) {
+            e->wait_unpublished = seq;
+        }
+        engine_ring_fill(e);
+    }
+    engine_kick(e);
+    engine_shm_end(e);
+}
+
+static void
+engine_park_arm(struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *first = TAILQ_FIRST(&e->parked);
+    uint64_t now, delay;
+    struct timeval tv;
+
+    evtimer_del(e->park_ev);
+    if (first == NULL) {
+        return;
+    }
+    now = lg_now_ns();
+    delay = first->park_until_ns > now ? first->park_until_ns - now + 999 : 0;
+    tv.tv_sec = (time_t)(delay / LG_NS_PER_S);
+    tv.tv_usec = (suseconds_t)((delay % LG_NS_PER_S) / 1000);
+    evtimer_add(e->park_ev, &tv);
+}
+
+/* Holds seq outside the engine until its park_until_ns, in time order. */
+static void
+engine_park(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    struct lg_sim_seq *after;
+
+    seq->state = LG_SIM_SEQ_ST_PARKED;
+    TAILQ_FOREACH_REVERSE (after, &e->parked, lg_sim_seq_list, link) {
+        if (after->park_until_ns <= seq->park_until_ns) {
+            break;
+        }
+    }
+    if (after != NULL) {
+        TAILQ_INSERT_AFTER(&e->parked, after, seq, link);
+    } else {
+        TAILQ_INSERT_HEAD(&e->parked, seq, link);
+    }
+    e->nparked++;
+    e->stats.parked++;
+    if (TAILQ_FIRST(&e->parked) == seq) {
+        engine_park_arm(e);
+    }
+}
+
+static void
+engine_on_park(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_sim_engine *e = arg;
+    struct lg_sim_seq *seq;
+    uint64_t now = lg_now_ns();
+
+    while ((seq = TAILQ_FIRST(&e->parked)) != NULL && seq->park_until_ns <= now) {
+        TAILQ_REMOVE(&e->parked, seq, link);
+        e->nparked--;
+        engine_enqueue(e, seq);
+    }
+    engine_park_arm(e);
+}
+
 /* ---- API ------------------------------------------------------------------- */
 
 static const char *const engine_schedules[] = { "fcfs", "prefill-first", "chunked" };
@@ -530,8 +615,10 @@ lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
     e->shm = shared ? shm : NULL;
     TAILQ_INIT(&e->waiting);
     TAILQ_INIT(&e->running);
+    TAILQ_INIT(&e->parked);
     e->step_ev = evtimer_new(base, engine_on_step, e);
-    if (e->step_ev == NULL) {
+    e->park_ev = evtimer_new(base, engine_on_park, e);
+    if (e->step_ev == NULL || e->park_ev == NULL) {
         return LG_ENOMEM;
     }
     e->free_slots = lg_xmalloc((size_t)conf->slots * sizeof(*e->free_slots));
@@ -554,6 +641,10 @@ lg_sim_engine_free(struct lg_sim_engine *e)
         event_free(e->step_ev);
         e->step_ev = NULL;
     }
+    if (e->park_ev != NULL) {
+        event_free(e->park_ev);
+        e->park_ev = NULL;
+    }
     free(e->free_slots);
     e->free_slots = NULL;
     free(e->emit);
@@ -564,33 +655,18 @@ lg_sim_engine_free(struct lg_sim_engine *e)
 void
 lg_sim_engine_submit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 {
-    uint32_t hits = lg_sim_prefix_match(&e->prefix, seq->block_keys, seq->nblocks);
-    uint64_t cached =
-        LG_MIN((uint64_t)hits * e->conf.prefix_block_tokens, (uint64_t)seq->prompt_tokens - 1);
-
-    engine_shm_begin(e);
     seq->generated = 0;
     seq->cached_tokens = 0;
-    seq->uncached_tokens = seq->prompt_tokens - (uint32_t)cached; /* estimate until admitted */
-    seq->wait_published = false;
     seq->prefill_left = 0;
     seq->emits = false;
     seq->first_token_ns = 0;
     seq->arrival_ns = lg_now_ns();
-    seq->state = LG_SIM_SEQ_ST_WAITING;
-    TAILQ_INSERT_TAIL(&e->waiting, seq, link);
-    e->nwaiting++;
     e->stats.submitted++;
-    e->queued_prefill_tokens += seq->uncached_tokens;
-    e->remaining_decode_tokens += seq->max_tokens;
-    if (engine_ring_on(e)) {
-        if (e->wait_unpublished == NULL) {
-            e->wait_unpublished = seq;
-        }
-        engine_ring_fill(e);
+    if (seq->park_until_ns > seq->arrival_ns) {
+        engine_park(e, seq);
+        return;
     }
-    engine_kick(e);
-    engine_shm_end(e);
+    engine_enqueue(e, seq);
 }
 
 void
@@ -600,7 +676,16 @@ lg_sim_engine_abort(struct lg_sim_engine *e, struct lg_sim_seq *seq)
         return;
     }
     engine_shm_begin(e);
-    if (seq->state == LG_SIM_SEQ_ST_WAITING) {
+    if (seq->state == LG_SIM_SEQ_ST_PARKED) {
+        bool first = TAILQ_FIRST(&e->parked) == seq;
+
+        TAILQ_REMOVE(&e->parked, seq, link);
+        e->nparked--;
+        seq->state = LG_SIM_SEQ_ST_IDLE;
+        if (first) {
+            engine_park_arm(e);
+        }
+    } else if (seq->state == LG_SIM_SEQ_ST_WAITING) {
         engine_ring_leave(e, seq);
         TAILQ_REMOVE(&e->waiting, seq, link);
         e->nwaiting--;

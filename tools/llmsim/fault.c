@@ -196,10 +196,41 @@ fault_parse_status(const char *s, struct lg_sim_fault *f, char *err, size_t errl
     return LG_OK;
 }
 
+/* RATE:D of stall-random, P:D of stall-first (the same shape: a number, a duration). */
+static int
+fault_parse_random(const char *s, struct lg_sim_fault *f, char *err, size_t errlen)
+{
+    const char *form = f->kind == LG_SIM_FAULT_STALL_RANDOM ? "stall-random:RATE:D"
+                                                              : "stall-first:P:D";
+    double x;
+
+    if (!fault_decimal(&s, &x) || !fault_sep(&s) || !fault_time(&s, &f->hold_ns)
+        || *s != '\0') {
+        return fault_fail(err, errlen, "expected %s", form);
+    }
+    if (f->hold_ns == 0) {
+        return fault_fail(err, errlen, "%s: D must be > 0", form);
+    }
+    if (f->kind == LG_SIM_FAULT_STALL_RANDOM) {
+        if (!(x > 0) || x > 1000) {
+            return fault_fail(err, errlen, "stall-random RATE must be > 0 and <= 1000 a second");
+        }
+        f->rate = x;
+    } else {
+        if (x > 1) {
+            return fault_fail(err, errlen, "stall-first P must be within 0..1");
+        }
+        f->prob = x;
+    }
+    return LG_OK;
+}
+
 int
 lg_sim_fault_parse(const char *spec, struct lg_sim_fault *out, char *err, size_t errlen)
 {
     static const char close_kw[] = "close-after-tokens:";
+    static const char random_kw[] = "stall-random:";
+    static const char first_kw[] = "stall-first:";
     struct lg_sim_fault f = {
         .end_ns = LG_SIM_FAULT_FOREVER,
         .factor = 1.0,
@@ -236,10 +267,16 @@ lg_sim_fault_parse(const char *spec, struct lg_sim_fault *out, char *err, size_t
             f.tokens = (uint32_t)n;
             rc = LG_OK;
         }
+    } else if (strncmp(s, random_kw, sizeof(random_kw) - 1) == 0) {
+        f.kind = LG_SIM_FAULT_STALL_RANDOM;
+        rc = fault_parse_random(s + sizeof(random_kw) - 1, &f, err, errlen);
+    } else if (strncmp(s, first_kw, sizeof(first_kw) - 1) == 0) {
+        f.kind = LG_SIM_FAULT_STALL_FIRST;
+        rc = fault_parse_random(s + sizeof(first_kw) - 1, &f, err, errlen);
     } else {
         rc = fault_fail(err, errlen,
-                        "unknown fault (expected slow@, stall@, status@, crash@ or "
-                        "close-after-tokens:)");
+                        "unknown fault (expected slow@, stall@, status@, crash@, "
+                        "close-after-tokens:, stall-random: or stall-first:)");
     }
     if (rc == LG_OK) {
         *out = f;
@@ -304,7 +341,32 @@ lg_sim_fault_format(const struct lg_sim_fault *f, uint64_t origin_ns, char *buf,
     case LG_SIM_FAULT_CLOSE_AFTER_TOKENS:
         snprintf(buf, len, "close-after-tokens:%u", f->tokens);
         break;
+    case LG_SIM_FAULT_STALL_RANDOM:
+    case LG_SIM_FAULT_STALL_FIRST:
+        fault_format_decimal(factor, sizeof(factor),
+                             f->kind == LG_SIM_FAULT_STALL_RANDOM ? f->rate : f->prob);
+        fault_format_time(t, sizeof(t), f->hold_ns);
+        snprintf(buf, len, "%s:%s:%s",
+                 f->kind == LG_SIM_FAULT_STALL_RANDOM ? "stall-random" : "stall-first", factor, t);
+        break;
     }
+}
+
+/* A uniform draw in [0, 1) from a seed and a counter. */
+static double
+fault_unit(uint64_t seed, uint64_t n)
+{
+    return (double)(lg_mix64(seed ^ lg_mix64(n)) >> 11) * 0x1.0p-53;
+}
+
+/* stall-random: the stall after `from`, an exponential gap of mean 1/rate later. */
+static void
+fault_next_stall(struct lg_sim_fault *f, uint64_t from)
+{
+    double gap_s = -log1p(-fault_unit(f->seed, ++f->rng)) / f->rate;
+
+    f->win_start_ns = from + fault_seconds_ns(LG_MIN(gap_s, LG_SIM_FAULT_MAX_S));
+    f->win_end_ns = f->win_start_ns + f->hold_ns;
 }
 
 int
@@ -320,6 +382,10 @@ lg_sim_faults_add(struct lg_sim_faults *fs, const struct lg_sim_fault *f, uint64
     dst->start_ns = origin_ns + f->start_ns;
     if (f->end_ns != LG_SIM_FAULT_FOREVER) {
         dst->end_ns = origin_ns + f->end_ns;
+    }
+    if (f->kind == LG_SIM_FAULT_STALL_RANDOM) {
+        dst->rng = 0;
+        fault_next_stall(dst, dst->start_ns);
     }
     return LG_OK;
 }
@@ -342,8 +408,13 @@ lg_sim_faults_prune(struct lg_sim_faults *fs, uint64_t now)
     size_t kept = 0;
 
     for (size_t i = 0; i < fs->n; i++) {
-        if (fs->list[i].end_ns > now) {
-            fs->list[kept++] = fs->list[i];
+        struct lg_sim_fault *f = &fs->list[i];
+
+        while (f->kind == LG_SIM_FAULT_STALL_RANDOM && f->win_end_ns <= now) {
+            fault_next_stall(f, f->win_end_ns);
+        }
+        if (f->end_ns > now) {
+            fs->list[kept++] = *f;
         }
     }
     fs->n = kept;
@@ -366,11 +437,33 @@ bool
 lg_sim_faults_stalled(const struct lg_sim_faults *fs, uint64_t now)
 {
     for (size_t i = 0; i < fs->n; i++) {
-        if (fs->list[i].kind == LG_SIM_FAULT_STALL && fault_active(&fs->list[i], now)) {
+        const struct lg_sim_fault *f = &fs->list[i];
+
+        if (f->kind == LG_SIM_FAULT_STALL && fault_active(f, now)) {
+            return true;
+        }
+        if (f->kind == LG_SIM_FAULT_STALL_RANDOM && now >= f->win_start_ns
+            && now < f->win_end_ns) {
             return true;
         }
     }
     return false;
+}
+
+uint64_t
+lg_sim_faults_first_hold(const struct lg_sim_faults *fs, uint64_t now, uint64_t draw)
+{
+    uint64_t hold = 0;
+
+    for (size_t i = 0; i < fs->n; i++) {
+        const struct lg_sim_fault *f = &fs->list[i];
+
+        if (f->kind == LG_SIM_FAULT_STALL_FIRST && fault_active(f, now)
+            && fault_unit(f->seed, draw) < f->prob && f->hold_ns > hold) {
+            hold = f->hold_ns;
+        }
+    }
+    return hold;
 }
 
 bool
@@ -437,6 +530,15 @@ lg_sim_faults_next_edge(const struct lg_sim_faults *fs, uint64_t now)
         }
         if (f->end_ns > now && f->end_ns < next) {
             next = f->end_ns;
+        }
+        if (f->kind != LG_SIM_FAULT_STALL_RANDOM) {
+            continue;
+        }
+        if (f->win_start_ns > now && f->win_start_ns < next) {
+            next = f->win_start_ns;
+        }
+        if (f->win_end_ns > now && f->win_end_ns < next) {
+            next = f->win_end_ns;
         }
     }
     return next;

@@ -9,8 +9,14 @@
  *   status@T:CODE:D[:RETRY_AFTER] answer CODE (400..599) with Retry-After for D seconds
  *   crash@T                       exit(1) abruptly at T
  *   close-after-tokens:N          close every generation's connection after N tokens
+ *   stall-random:RATE:D           stalls (as stall@) that begin at random, RATE a second on
+ *                                 average (Poisson), each D seconds long
+ *   stall-first:P:D               each generation's first token held D seconds with
+ *                                 probability P (0..1), as a preempted sequence waits
  * T counts from the schedule's origin: process start for --fault, the
- * control request for POST /sim/control.
+ * control request for POST /sim/control; the random ones start there and
+ * last for good. Their draws come from a seed the caller sets (the
+ * replica's --seed), so a run is reproducible.
  */
 #ifndef LG_SIM_FAULT_H
 #define LG_SIM_FAULT_H
@@ -25,6 +31,8 @@ enum lg_sim_fault_kind {
     LG_SIM_FAULT_STATUS,
     LG_SIM_FAULT_CRASH,
     LG_SIM_FAULT_CLOSE_AFTER_TOKENS,
+    LG_SIM_FAULT_STALL_RANDOM,
+    LG_SIM_FAULT_STALL_FIRST,
 };
 
 #define LG_SIM_FAULT_FOREVER UINT64_MAX
@@ -39,6 +47,13 @@ struct lg_sim_fault {
     int status;        /* status: CODE */
     int retry_after_s; /* status: RETRY_AFTER, or -1 = the rest of the window */
     uint32_t tokens;   /* close-after-tokens: N */
+    double rate;       /* stall-random: stalls a second */
+    double prob;       /* stall-first: P */
+    uint64_t hold_ns;  /* stall-random, stall-first: D */
+    uint64_t seed;     /* random ones: set by the caller before lg_sim_faults_add() */
+    uint64_t rng;      /* stall-random: the draws' state */
+    uint64_t win_start_ns; /* stall-random: the current or next stall (CLOCK_MONOTONIC) */
+    uint64_t win_end_ns;
 };
 
 /*
@@ -58,7 +73,8 @@ struct lg_sim_faults {
 /* Adds a parsed fault, its times made absolute from origin_ns. LG_EBUSY when full. */
 int lg_sim_faults_add(struct lg_sim_faults *fs, const struct lg_sim_fault *f, uint64_t origin_ns);
 void lg_sim_faults_clear(struct lg_sim_faults *fs);
-/* Forgets faults whose window ended at or before now. */
+/* Forgets faults whose window ended at or before now; draws the random stalls that follow
+ * those ended by now. */
 void lg_sim_faults_prune(struct lg_sim_faults *fs, uint64_t now);
 
 /* Product of the factors of the slow faults in effect (1.0 when none). */
@@ -70,6 +86,12 @@ bool lg_sim_faults_status(const struct lg_sim_faults *fs, uint64_t now, int *sta
 bool lg_sim_faults_crash_due(const struct lg_sim_faults *fs, uint64_t now);
 /* Token count after which generations are cut; 0 = none. The smallest in effect wins. */
 uint32_t lg_sim_faults_close_after(const struct lg_sim_faults *fs, uint64_t now);
+/*
+ * How long a generation arriving now holds its first token (0: not held):
+ * each stall-first fault in effect holds it with its probability, drawn from
+ * its seed and `draw` (the request's rank on the replica); the longest wins.
+ */
+uint64_t lg_sim_faults_first_hold(const struct lg_sim_faults *fs, uint64_t now, uint64_t draw);
 /* The next start or end strictly after now; LG_SIM_FAULT_FOREVER when none. */
 uint64_t lg_sim_faults_next_edge(const struct lg_sim_faults *fs, uint64_t now);
 

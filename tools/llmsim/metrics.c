@@ -414,6 +414,10 @@ metrics_llmsim(struct evbuffer *out, const struct lg_sim *sim)
                     st->dropped);
     metrics_counter(&m, "llmsim_fault_responses_total",
                     "Requests answered with a status fault's code.", cn->fault_responses);
+    metrics_counter(&m, "llmsim_parked_total",
+                    "Sequences whose first token a stall-first fault held.", st->parked);
+    metrics_counter(&m, "llmsim_abandoned_total",
+                    "Requests held by a stall whose client left before it ended.", cn->abandoned);
     metrics_gauge(&m, "llmsim_running", "Sequences holding a slot.", e->nrunning);
     metrics_gauge(&m, "llmsim_waiting", "Sequences queued for a slot.", e->nwaiting);
     metrics_gauge(&m, "llmsim_slots", "Sequences that can run at once.", e->conf.slots);

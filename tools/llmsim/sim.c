@@ -90,10 +90,21 @@ lg_sim_held_count(const struct lg_sim *sim)
     return n;
 }
 
-int
-lg_sim_fault_add_now(struct lg_sim *sim, const struct lg_sim_fault *f)
+/* A random fault's draws: from the replica's seed and the fault's rank, so a run repeats. */
+static void
+sim_fault_seed(struct lg_sim *sim, struct lg_sim_fault *f)
 {
-    int rc = lg_sim_faults_add(&sim->faults, f, lg_now_ns());
+    f->seed = lg_mix64(sim->conf->seed ^ lg_mix64(0x5eed0000u + ++sim->faults_added));
+}
+
+int
+lg_sim_fault_add_now(struct lg_sim *sim, const struct lg_sim_fault *spec)
+{
+    struct lg_sim_fault f = *spec;
+    int rc;
+
+    sim_fault_seed(sim, &f);
+    rc = lg_sim_faults_add(&sim->faults, &f, lg_now_ns());
 
     if (rc != LG_OK) {
         LG_WARN("fault schedule full (%d faults): clear it first", LG_SIM_FAULTS_MAX);
@@ -133,6 +144,7 @@ lg_sim_faults_apply(struct lg_sim *sim)
     if (stalled != sim->stalled) {
         LG_INFO("stall %s", stalled ? "begins" : "ends");
         sim->stalled = stalled;
+        sim->counters.stalls += stalled;
         lg_sim_engine_set_stalled(&sim->engine, stalled);
         if (!stalled) {
             lg_sim_conn_release_held(sim);
@@ -244,6 +256,7 @@ sim_schedule_cli_faults(struct lg_sim *sim)
             LG_ERROR("--fault %s: %s", sim->conf->faults[i], err);
             return LG_EINVAL;
         }
+        sim_fault_seed(sim, &f);
         if (lg_sim_faults_add(&sim->faults, &f, sim->start_ns) != LG_OK) {
             LG_ERROR("--fault: at most %d faults", LG_SIM_FAULTS_MAX);
             return LG_EINVAL;

@@ -71,6 +71,8 @@ struct lg_sim_counters {
     uint64_t fault_responses; /* answered with a status fault's code */
     uint64_t client_errors;   /* 4xx for bad requests */
     uint64_t closed_by_fault; /* generations cut by close-after-tokens */
+    uint64_t abandoned;       /* held by a stall, their client left before it ended */
+    uint64_t stalls;          /* stalls begun (stall@, stall-random) */
     uint64_t embeddings;
 };
 
@@ -96,6 +98,7 @@ struct lg_sim {
     uint32_t nconns;
     uint64_t next_conn_id;
     uint64_t next_response_id;
+    uint64_t faults_added; /* seeds each random fault: --seed and its rank */
     struct lg_sim_counters counters;
     char listen_addr[80]; /* bound address, "127.0.0.1:PORT" */
     int exit_code;
