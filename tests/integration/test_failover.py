@@ -385,6 +385,39 @@ class FailoverTest(Harness):
         self.assertEqual(res["finish_reason"], "length")
         self.assertEqual(res["ids"], 3)  # each backend's own chunk id, folded into one answer
 
+    def test_hedged_stream_whose_winner_dies_resumed(self):
+        # routing.hedge and routing.resume together: r1 holds every first
+        # token, so the duplicate on r2 wins the race; r2 then dies mid-answer
+        # and the stream goes on on r3 (r1 was tried: the race's loser)
+        ports = {}
+        for i, (name, fault) in enumerate((("r1", ["--fault", "stall-first:1:30"]),
+                                           ("r2", []), ("r3", []))):
+            _, ports[name] = self.start_llmsim(
+                name, args=TEXT + ["--seed", str(i + 1), "--decode-ms", "20"] + fault)
+        want = self.reference(ports["r3"], chat(40))
+        backends = [{"name": n, "url": "http://127.0.0.1:%d" % ports[n], "models": ["m"],
+                     "weight": w} for n, w in (("r1", 1000), ("r2", 100), ("r3", 1))]
+        routing = {"policy": "round_robin", "resume": {"models": {"m": "greedy"}},
+                   "hedge": {"enabled": True, "min": "300ms", "budget_ratio": 1,
+                             "budget_min": 0}}
+        conf = self.base_config(backends, workers=1, admin="127.0.0.1:0", routing=routing,
+                                access_log={"path": self.path("access.log"), "flush": 0})
+        conf.setdefault("health", {}).update({"eject_consecutive": 0, "interval": "1h"})
+        p, gw = self.start_gateway(conf)
+        self.admin = int(p.wait_for(r"admin=[^ ]*:(\d+)").group(1))
+        s = self.stream(gw, "POST", CHAT, chat(40))
+        dead = self.crash_serving_replica(s, ports, 10)
+        self.assertEqual(dead, "r2")  # the duplicate's head: it won
+        s.read_all(20 * harness.SLOW)
+        self.assert_one_stream(s, want)
+        rec = read_log(self.path("access.log"), 1)[-1]
+        self.assertEqual((rec["status"], rec["error"], rec["hedged"], rec["hedge_winner"],
+                          rec["resumed"], rec["backend"], rec["tokens"]),
+                         (200, None, True, "hedge", 1, "r3", 40), rec)
+        m = scrape(self.admin)
+        self.assertEqual((metric(m, "llmgate_hedges_won_total"),
+                          metric(m, "llmgate_resumed_total")), (1, 1))
+
     # ---- not resumed: cut as before -------------------------------------------
 
     def assert_cut(self, s):
