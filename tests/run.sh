@@ -16,6 +16,14 @@ cmake --build "$build" -j"$(nproc)"
 if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/playwright-core ]; then
     (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The real engine (tools/realengine/README.md): node-llama-cpp and its CPU
+# binary only (no CUDA/Vulkan builds, no install scripts). Where it cannot
+# install (node < 20, not x86-64 Linux), test_real_engine skips and says why.
+if [ ! -d tools/realengine/node_modules/node-llama-cpp ]; then
+    (cd tools/realengine &&
+        npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error) ||
+        echo "tests/run.sh: node-llama-cpp did not install: test_real_engine will be skipped" >&2
+fi
 
 cd "$build"
 exec ctest --output-on-failure --timeout 600 "$@"

@@ -238,13 +238,16 @@ class Fleet:
         """HOST:PORT of each replica, for nginx's and HAProxy's server lines."""
         return ["127.0.0.1:%d" % p for p in self.ports]
 
+    def state(self, port):
+        return http_json(port, "GET", "/sim/state")
+
     def states(self):
         out = {}
         for name, port, p in zip(self.names, self.ports, self.procs):
             if p is None or not p.alive():
                 continue
             try:
-                out[name] = http_json(port, "GET", "/sim/state")
+                out[name] = self.state(port)
             except OSError:
                 pass
         return out
@@ -253,6 +256,84 @@ class Fleet:
         for p in self.procs:
             if p is not None:
                 p.stop()
+
+
+# ---- a real fleet --------------------------------------------------------------
+
+REALENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                          "realengine")
+
+
+def cpu_list(spec):
+    """CPUs of a taskset list ("0", "2-3", "0,2-5"), in order."""
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+def realengine_missing():
+    """Why tools/realengine cannot run here, or None."""
+    if not which("node"):
+        return "node is not installed"
+    if not os.path.isdir(os.path.join(REALENGINE, "node_modules", "node-llama-cpp")):
+        return ("node-llama-cpp is not installed in tools/realengine "
+                "(npm ci --omit=optional --ignore-scripts there; tools/realengine/README.md)")
+    return None
+
+
+class RealFleet(Fleet):
+    """Real llama.cpp replicas (tools/realengine, one CPU thread each), r1..rN
+    with the scenario's per-replica arguments, each pinned to its own CPU
+    (replica i on the i-th CPU of the fleet's list, or of the machine's), a
+    step log each (rN.steps.jsonl) and X-Llmsim-Replica on every answer,
+    so shares are counted as for llmsim. No faults: control() is refused."""
+
+    flavor = "llamacpp"
+
+    def __init__(self, build, rundir, shm_dir, scen, cpus=None):
+        super().__init__(build, rundir, shm_dir, scen)
+        self.names = ["r%d" % (i + 1) for i in range(len(scen["replicas"]))]
+        self.ports = [0] * len(self.names)
+        self.procs = [None] * len(self.names)
+        self.cpus = cpu_list(cpus) if cpus else sorted(os.sched_getaffinity(0))
+
+    def _start(self, i, port=0):
+        name = self.names[i]
+        ready = os.path.join(self.rundir, name + ".ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [which("node"), os.path.join(REALENGINE, "server.mjs"),
+                "--listen", "127.0.0.1:%d" % port, "--name", name, "--quiet",
+                "--model-dir", os.path.join(self.build, "realengine-models"),
+                "--step-log", os.path.join(self.rundir, name + ".steps.jsonl"),
+                "--ready-file", ready, "--replica-header", "X-Llmsim-Replica",
+                ] + list(self.scen["replicas"][i])
+        p = Proc(argv, os.path.join(self.rundir, name + ".log"),
+                 cpus=str(self.cpus[i % len(self.cpus)]))
+        line = p.wait_file(ready, timeout=60.0, what="realengine ready line")
+        self.procs[i] = p
+        self.ports[i] = int(line.split("listen=", 1)[1].split()[0].rsplit(":", 1)[1])
+
+    def start(self):
+        why = realengine_missing()
+        if why:
+            raise Unavailable(why)
+        super().start()
+
+    def control(self, i, body):
+        raise Unavailable("a real engine takes no faults")
+
+    def backends(self):
+        return [dict(b, flavor=self.flavor) for b in super().backends()]
+
+    def state(self, port):
+        """The replica's llamacpp:* samples."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5.0) as r:
+            text = r.read().decode()
+        return {ln.split()[0].split(":", 1)[1]: float(ln.split()[1])
+                for ln in text.splitlines() if ln.startswith("llamacpp:")}
 
 
 # ---- contenders --------------------------------------------------------------

@@ -237,6 +237,28 @@ def analyze_hetero(scen, pools, ctx):
     return cols, vals, verdicts
 
 
+def analyze_real(scen, pools, ctx):
+    """Real engines: scenario 1's bar (p99 TTFT <= 0.5x nginx's and HAProxy's,
+    p99 end-to-end <= 0.7x nginx's); no oracle can read a real engine."""
+    ref = {k: (pools[k].basic() if k in pools and pools[k].ok else None)
+           for k in ("nginx", "haproxy")}
+    cols = ["vs nginx", "vs haproxy", "e2e vs nginx", "e2e vs haproxy"]
+    vals, verdicts = {}, {}
+    for name, p in pools.items():
+        if not p.ok:
+            continue
+        b = p.basic()
+        r = {k: (ratio(b["ttft_p99"], ref[k]["ttft_p99"]) if ref[k] else None,
+                 ratio(b["e2e_p99"], ref[k]["e2e_p99"]) if ref[k] else None) for k in ref}
+        vals[name] = [fmt_ratio(r["nginx"][0]), fmt_ratio(r["haproxy"][0]),
+                      fmt_ratio(r["nginx"][1]), fmt_ratio(r["haproxy"][1])]
+        verdicts[name] = (None, "") if not _judged(name) else _checks([
+            ("p99 TTFT <= 0.5x nginx", r["nginx"][0], 0.5),
+            ("p99 TTFT <= 0.5x haproxy", r["haproxy"][0], 0.5),
+            ("p99 e2e <= 0.7x nginx", r["nginx"][1], 0.7)])
+    return cols, vals, verdicts
+
+
 def _checks(checks):
     """[(label, value, limit)] -> (all pass or None if one is unknown, detail)."""
     parts, ok, unknown = [], True, False
@@ -614,6 +636,7 @@ ANALYZERS = {
     "rejoin": analyze_rejoin,
     "dual": analyze_dual,
 }
+ANALYZERS["real"] = analyze_real
 
 
 # ---- one scenario's result -------------------------------------------------------------

@@ -359,7 +359,8 @@ def run_one(args, scen, ctx, name, rnd, outdir, shm_dir, pins):
     rundir = os.path.join(outdir, scen["id"], name, "round%d" % rnd)
     shutil.rmtree(rundir, ignore_errors=True)  # a reused --out: no stale ready files or logs
     os.makedirs(rundir)
-    fleet = P.Fleet(args.build, rundir, shm_dir, scen, cpus=pins["fleet"])
+    fleet = (P.RealFleet if scen.get("engine") == "real" else P.Fleet)(
+        args.build, rundir, shm_dir, scen, cpus=pins["fleet"])
     cont = None
     loads = []
     stop = threading.Event()
@@ -447,7 +448,10 @@ def scenario_ctx(scen, args, outdir, results):
     duration = args.duration or (scen["quick"] if args.quick else scen["duration"])
     if args.quick and scen["max_tokens"] == S.MAX_TOKENS:
         scen = dict(scen, max_tokens=S.QUICK_MAX_TOKENS)
-    if scen.get("fleet"):
+    if scen.get("capacity_rps"):
+        # a real fleet's capacity is measured (scenarios.py), not computed from llmsim's model
+        cap = scen["capacity_rps"]
+    elif scen.get("fleet"):
         # a drawn fleet (mismatch): its replicas run saturated offline, under its schedule
         cap = M.capacity(scen["fleet"], scen["prompt_bytes"], scen["max_tokens"])
     else:

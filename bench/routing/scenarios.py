@@ -184,6 +184,42 @@ SCENARIOS = [
 ]
 
 
+# ---- real engines ---------------------------------------------------------------
+# Replicas of a real engine (tools/realengine: llama.cpp on the CPU, one thread
+# each, each on its own CPU) instead of llmsim: real prefill and decode steps,
+# real batching, llama.cpp's /metrics. Each replica is its server's arguments.
+# The slower one serves the same weights unquantized (F32: twice the decode
+# step) and prefills 8 tokens a step (--batch 8: about 4x the prefill time),
+# so a first token there takes 2-4x as long; on 2 cores no replica can have
+# more threads than another (llama.cpp's spinning threads collapse when they
+# share cores). Capacity is measured, not modelled: the rate at which the
+# fleet saturated under `ttft` on the development machine (2-core EPYC VM
+# shared with other work, load average 9) with this mix: 2.2 req/s with 4
+# clients in a closed loop, 2.5 with 8 (bench/routing/README.md, "Real
+# engines"). The mix is lighter than llmsim's: on a CPU a prompt token costs
+# a fifth of a decode step (a hundredth on a GPU), and scenario 1's prompts
+# (256..2048 bytes, 370 tokens on average here) made the fleet's capacity
+# under 1 request/s.
+REAL_CAPACITY_RPS = 2.5
+REAL_PROMPT = "64-512"
+REAL_MAX_TOKENS = "mix:80%16-64,20%64-128"
+REAL_REPLICAS = [
+    ["--weights", "q8_0", "--sequences", "4"],
+    ["--weights", "f32", "--batch", "8", "--sequences", "4"],
+]
+
+SCENARIOS.append(
+    _s(id="real", scenario="real", title="Real llama.cpp replicas, one slower",
+       engine="real", replicas=REAL_REPLICAS, speeds=[1.0, 0.4],
+       capacity_rps=REAL_CAPACITY_RPS, prompt_bytes=REAL_PROMPT, max_tokens=REAL_MAX_TOKENS,
+       load=0.7, duration=60, quick=10,
+       contenders=["round_robin", "ttft", "nginx", "haproxy"],
+       what="2 real llama.cpp replicas (tools/realengine, one CPU each): r1 Q8_0, r2 the "
+            "same weights in F32 prefilling 8 tokens a step; prompts of 64..512 bytes, "
+            "max_tokens 16..64 (80%) or 64..128; Poisson arrivals at 70% of the measured "
+            "capacity",
+       criteria="real", timeout_s=60))
+
 def by_id():
     return {s["id"]: s for s in SCENARIOS}
 
