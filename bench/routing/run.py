@@ -514,7 +514,7 @@ def select(args):
                 raise ValueError("%s: only %d draws (--draws)" % (part, args.draws))
             found = M.make_scenarios(args.draws, args.draw_seed, only=only)
             if not found:
-                raise ValueError("unknown mismatch scenario %r (m1-70 .. m%d-90)"
+                raise ValueError("unknown mismatch scenario %r (m0-70 .. m%d-90)"
                                  % (part, args.draws))
         else:
             found = S.select(part)
