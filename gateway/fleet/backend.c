@@ -448,14 +448,20 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
     if (prefill) {
         /* a first token held up by what the model did not see (a stall, a
          * step that ran long) is not the prompt's prefill: at most four
-         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
+         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX);
+         * until the replica's own samples outweigh the prior, which may be
+         * far off (a fleet's prior on an engine unlike it), sixteen */
         struct lg_est_value fit;
         double itl = lg_est_mean_read(&b->est.itl, now, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
-        double slope, y;
+        double slope, y, cap;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
         slope = lg_backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
-        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
+        cap = lg_est_slope_weight(&b->est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+                      >= LG_EST_MEAN_PRIOR_WEIGHT
+                  ? LG_EST_FIT_MAX
+                  : 4 * LG_EST_FIT_MAX;
+        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), cap * slope * kib + 1.0);
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
     if (scale) {
@@ -527,11 +533,14 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
 }
 
 bool
-lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
+lg_backend_engine_slots(const struct lg_backend_engine *e, double *slots)
 {
-    /* a false confirmation (a queue the gateway could not explain) must not
-     * hold the replica at a few slots for good: the policies would stop
-     * sending it more, and it would never show it runs more */
-    return e->capacity_confirmed > 0 && now_ns >= e->confirmed_t_ns
-           && now_ns - e->confirmed_t_ns <= LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S;
+    double n = e->slots_declared > 0 ? e->slots_declared
+               : e->capacity_confirmed > 0 ? e->capacity
+                                           : 0;
+
+    if (slots != NULL) {
+        *slots = n;
+    }
+    return n > 0;
 }

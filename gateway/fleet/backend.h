@@ -68,14 +68,14 @@ struct lg_backend_engine {
     int32_t flavor;              /* enum lg_engine_flavor detected or configured */
     double capacity;             /* slots: running seen while a queue lasted; else the
                                      most seen running; 0 = unknown */
-    double capacity_confirmed;   /* 1 when seen with a queue (exact), else 0 */
-    uint64_t confirmed_t_ns;     /* last queue that confirmed it (LG_ENGINE_CONFIRM_TTL_S) */
+    double capacity_confirmed;   /* 1 once seen with a queue (exact), else 0 */
+    uint64_t confirmed_t_ns;     /* last queue that confirmed it */
     int32_t run_max;             /* the most seen running at once (recently) */
     uint64_t run_max_t_ns;       /* last scrape that saw it run that many (or one less) */
+    double slots_declared;       /* the slots the engine says it has (llama.cpp's GET
+                                     /props total_slots, SGLang's max_running_requests);
+                                     0 = not said */
 };
-
-/* A queue-confirmed capacity holds this long without another confirming queue. */
-#define LG_ENGINE_CONFIRM_TTL_S 10
 /* The most seen running is forgotten after this long without running that many. */
 #define LG_ENGINE_RUN_MAX_TTL_S 60
 /* KV-cache usage at which an engine stops admitting for lack of cache. */
@@ -277,8 +277,16 @@ void lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_eng
 void lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out);
 void lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p);
 
-/* Whether e's capacity was confirmed by a queue lately (LG_ENGINE_CONFIRM_TTL_S). */
-bool lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns);
+/*
+ * Whether e's slot count is known: said by the engine, or confirmed by a
+ * queue of ours there. A confirmed count stays known: it only grows with a
+ * larger running count after (lg_health_fold_sample), and a new confirming
+ * queue sets it again; it never falls back to a guess (which was at least
+ * LG_EST_ASSUMED_SLOTS: a 4-slot replica taken for 16 between queues got
+ * requests that waited for a slot, bench/routing/NOTES.md 46). *slots (when
+ * not NULL) is the count.
+ */
+bool lg_backend_engine_slots(const struct lg_backend_engine *e, double *slots);
 
 /*
  * The replica's recent gap between a stream's tokens (the lower quartile of

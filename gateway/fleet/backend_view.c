@@ -77,8 +77,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
                                    scrape_interval_ns);
     v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
     v->load = v->inflight + v->foreign;
-    if (lg_backend_engine_confirmed(&eng, now_ns)) {
-        v->capacity = eng.capacity;
+    if (lg_backend_engine_slots(&eng, &v->capacity)) {
+        /* said by the engine, or seen full with ours queued */
     } else if (prior->slots > 0) {
         v->flags |= LG_VIEW_F_CAP_GUESS;
         /* not seen full lately: assume the slots its siblings have (replicas

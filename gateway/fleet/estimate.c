@@ -248,6 +248,7 @@ lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, do
     if (!(x > 0) || !isfinite(x) || !isfinite(y)) {
         return;
     }
+    s->n = s->n * d + 1;
     s->sxx = s->sxx * d + x * x;
     s->sxy = s->sxy * d + x * y;
     if (now_ns > s->t_ns) {
@@ -258,7 +259,7 @@ lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, do
 double
 lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s)
 {
-    return est_decay_since(s->t_ns, now_ns, half_life_s) * s->sxx;
+    return est_decay_since(s->t_ns, now_ns, half_life_s) * s->n;
 }
 
 double
@@ -271,7 +272,8 @@ double
 lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, double half_life_s)
 {
     double d = est_decay_since(s->t_ns, now_ns, half_life_s);
-    const double k = LG_EST_MEAN_PRIOR_WEIGHT;
+    /* the prior's pseudo-samples sit at the samples' mean x^2 */
+    double k = LG_EST_MEAN_PRIOR_WEIGHT * (s->n > 0 ? s->sxx / s->n : 1.0);
 
     return (d * s->sxy + k * prior) / (d * s->sxx + k);
 }

@@ -98,18 +98,23 @@ struct lg_est_mean {
 
 /*
  * A decaying slope through the origin (y = slope * x), pulled toward a
- * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at x = 1: the prefill
- * ms per KiB of prompt the engine model charges, from first tokens less
- * the model's wait.
+ * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at the samples' own
+ * mean x^2: the prefill ms per KiB of prompt the engine model charges,
+ * from first tokens less the model's wait. The prior weighs as many
+ * samples whatever the prompts' sizes: with pseudo-samples at x = 1 KiB,
+ * prompts of a quarter KiB needed 60 samples to outweigh it, and a real
+ * engine's prefill (170-1,340 ms per KiB against a prior of 10) was still
+ * far under after a run (bench/routing/NOTES.md 47).
  */
 struct lg_est_slope {
+    double n; /* decayed count of samples */
     double sxx, sxy;
     uint64_t t_ns;
 };
 
 void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
                       double half_life_s);
-/* Effective weight (decayed sum of x^2) of the samples behind the slope. */
+/* Effective weight (decayed count) of the samples behind the slope. */
 double lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s);
 /* The samples' own slope, no prior (decay cancels out); 0 without samples. */
 double lg_est_slope_value(const struct lg_est_slope *s);

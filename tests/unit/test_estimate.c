@@ -442,6 +442,21 @@ test_slope(void)
     LG_CHECK(near(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S), 30, 0.03));
     /* long unheard: back to the prior */
     LG_CHECK(near(lg_est_slope_read(&s, t + S(120), 12, LG_EST_MEAN_HALF_LIFE_S), 12, 0.05));
+
+    /* small prompts outweigh the prior as soon as large ones: four samples
+     * of a quarter KiB at 300 ms per KiB against a prior of 10 land half
+     * way (the prior weighs four samples), eight two thirds of the way */
+    s = (struct lg_est_slope){ 0 };
+    for (int i = 0; i < 4; i++) {
+        lg_est_slope_add(&s, t, 0.25, 75, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(lg_est_slope_read(&s, t, 10, LG_EST_MEAN_HALF_LIFE_S), 155, 1e-9));
+    LG_CHECK(near(lg_est_slope_weight(&s, t, LG_EST_MEAN_HALF_LIFE_S), 4, 1e-12));
+    for (int i = 0; i < 4; i++) {
+        lg_est_slope_add(&s, t, 0.25, 75, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(lg_est_slope_read(&s, t, 10, LG_EST_MEAN_HALF_LIFE_S), (8 * 300 + 4 * 10) / 12.0,
+                  1e-9));
     return 0;
 }
 
