@@ -128,7 +128,6 @@ lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
     lg_est_mean_init(&b->est.itl);
     lg_est_mean_init(&b->est.hold);
     lg_est_mean_init(&b->est.err);
-    lg_est_mean_init(&b->est.model_err);
     b->est_pub = b->est;
     b->eng_pub = (struct lg_backend_engine){
         .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
@@ -426,22 +425,45 @@ lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
     return lg_est_slope_read(&est->prefill, now_ns, fallback, LG_EST_MEAN_HALF_LIFE_S);
 }
 
-/* A first token more than this factor off the prediction is a stall or a
- * burst the model could not see, not the replica's bias. */
-#define MODEL_ERR_MAX 4.0
+/* Whether the engine model misses there, from both estimators' errors (the
+ * thresholds in backend.h); b->lock held. */
+static void
+backend_judge_model(struct lg_backend_est *est, uint64_t now)
+{
+    struct lg_est_err_value m, x;
+    double xrms;
+
+    double mrms;
+
+    lg_est_err_read(&est->model_used, now, LG_EST_ERR_HALF_LIFE_S, &m);
+    lg_est_err_read(&est->meas_err, now, LG_EST_ERR_HALF_LIFE_S, &x);
+    if (m.weight < LG_EST_MISS_SAMPLES || x.weight < LG_EST_MISS_SAMPLES) {
+        est->measured = 0;
+        return;
+    }
+    mrms = lg_est_err_rms(&m);
+    xrms = lg_est_err_rms(&x);
+    if (mrms > LG_EST_MISS_RATIO * xrms + LG_EST_MISS_MARGIN) {
+        est->measured = 1;
+    } else if (mrms < xrms) {
+        est->measured = 0;
+    }
+}
 
 void
 lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
-                            uint64_t prompt_bytes, double ttft_ms, double wait_ms,
-                            double model_ms, double pred_ms)
+                            const struct lg_backend_first *f)
 {
     uint64_t now = lg_now_ns();
-    double kib = (double)prompt_bytes / 1024.0;
+    double ttft_ms = f->ttft_ms, model_ms = f->model_ms, pred_ms = f->pred_ms;
+    double kib = (double)f->prompt_bytes / 1024.0;
     bool prefill = prior != NULL && kib > 0 && model_ms >= 0;
     bool scale = pred_ms > 0 && isfinite(pred_ms) && ttft_ms > 0;
-    bool ttft = prior != NULL && wait_ms >= 0;
+    bool meas = f->meas_pred_ms > 0 && isfinite(f->meas_pred_ms) && ttft_ms > 0;
+    bool curve = f->load >= 0 && isfinite(f->load) && ttft_ms >= 0;
+    bool ttft = prior != NULL && f->wait_ms >= 0;
 
-    if (!isfinite(ttft_ms) || (!prefill && !scale && !ttft)) {
+    if (!isfinite(ttft_ms) || (!prefill && !scale && !meas && !curve && !ttft)) {
         return;
     }
     pthread_mutex_lock(&b->lock);
@@ -465,12 +487,25 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
         lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
     if (scale) {
-        double e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
-
-        lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+        lg_est_err_add(&b->est.model_err, now, ttft_ms, pred_ms, LG_EST_ERR_HALF_LIFE_S);
+        lg_est_bias_add(&b->est.model_bias, now, f->load, ttft_ms, pred_ms,
+                        LG_EST_CURVE_HALF_LIFE_S);
+        lg_est_err_add(&b->est.model_used, now, ttft_ms,
+                       pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0),
+                       LG_EST_ERR_HALF_LIFE_S);
+    }
+    if (meas) {
+        lg_est_err_add(&b->est.meas_err, now, ttft_ms, f->meas_pred_ms, LG_EST_ERR_HALF_LIFE_S);
+    }
+    if (scale || meas) {
+        backend_judge_model(&b->est, now);
+    }
+    if (curve) {
+        lg_est_curve_add(&b->est.curve, now, f->load,
+                         LG_MAX(ttft_ms - (f->prefill_ms > 0 ? f->prefill_ms : 0), 0.0));
     }
     if (ttft) {
-        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, wait_ms));
+        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, f->wait_ms));
     }
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);

@@ -55,8 +55,25 @@ struct lg_backend_est {
     struct lg_est_mean hold; /* time a request holds an engine slot, ms */
     struct lg_est_mean err;  /* failed attempts: 1, others 0 */
     struct lg_est_slope prefill; /* the engine model's prefill, ms per KiB of prompt */
-    struct lg_est_mean model_err; /* log(first token / the engine model's prediction) */
+    struct lg_est_err model_err;  /* first tokens against the engine model's predictions */
+    struct lg_est_bias model_bias; /* ... by the load they were sent into */
+    struct lg_est_err model_used; /* ... against them as used (calibrated by load) */
+    struct lg_est_err meas_err;   /* ... against the measured terms' (the curve below) */
+    struct lg_est_curve curve;    /* first tokens less their prefill, by the load sent into */
+    double measured;              /* 1 while the engine model misses here (its errors spread
+                                     wider than the measured terms'), else 0 */
 };
+
+/* The engine model misses on a replica (lg_backend_est.measured) once both
+ * estimators have LG_EST_MISS_SAMPLES samples there and the model's errors
+ * as used (calibrated by load) are more than LG_EST_MISS_RATIO times the
+ * measured terms' plus LG_EST_MISS_MARGIN (rms of the log errors); it is
+ * trusted again when they are less than the measured terms' (a gap between
+ * the two thresholds, so a replica does not flip at every sample). */
+#define LG_EST_MISS_SAMPLES 8.0
+#define LG_EST_MISS_RATIO   1.25
+#define LG_EST_MISS_MARGIN  0.05
+#define LG_EST_ERR_HALF_LIFE_S (2 * LG_EST_MEAN_HALF_LIFE_S)
 
 /* The engine's own view of its load, from its /metrics (health.c writes it). */
 struct lg_backend_engine {
@@ -252,7 +269,12 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  *   with a free slot: the rest is the prompt's prefill, the model's ms per
  *   KiB (its cap reads the TTFT fit before this response's sample);
  * - where it predicted `pred_ms` (> 0) with this prompt's prefill (no prior
- *   needed): the replica's bias, which the view's engine_model_scale reads;
+ *   needed): the model's errors there, whose bias the view's
+ *   engine_model_scale reads; where the measured terms predicted
+ *   meas_pred_ms, theirs; then whether the model misses there
+ *   (lg_backend_est.measured);
+ * - where the load it was sent into is known: the measured terms' curve,
+ *   its first token less prefill_ms;
  * - unless wait_ms < 0 (it queued for a slot: that says how busy, not how
  *   fast), the TTFT fit, `wait_ms` of it predicted waiting (for a slot, and
  *   for the first tokens of the requests there before it).
@@ -261,9 +283,19 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  * rate, with the TTFT sample when prior is not NULL (a whole response: one
  * lock instead of two).
  */
+struct lg_backend_first {
+    uint64_t prompt_bytes;
+    double ttft_ms;       /* after dispatch */
+    double wait_ms;       /* predicted waiting; < 0: it queued for a slot */
+    double model_ms;      /* the engine model's wait with a slot free (>= 0), or -1 */
+    double pred_ms;       /* the engine model's prediction with its prefill (> 0), or -1 */
+    double model_scale;   /* the calibration the pick applied to it (> 0) */
+    double meas_pred_ms;  /* the measured terms' prediction with its prefill (> 0), or -1 */
+    double load;          /* requests there when it was sent (ours, others'); < 0 unknown */
+    double prefill_ms;    /* its prefill as the pick counted it */
+};
 void lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
-                                 uint64_t prompt_bytes, double ttft_ms, double wait_ms,
-                                 double model_ms, double pred_ms);
+                                 const struct lg_backend_first *f);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);

@@ -9,6 +9,7 @@
 #include "fleet/estimate.h"
 
 #include <math.h>
+#include <sys/types.h>
 
 /*
  * 2^x for x <= 0, to about 1e-10 relative: 2^i exactly from the exponent
@@ -276,6 +277,164 @@ lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, d
     double k = LG_EST_MEAN_PRIOR_WEIGHT * (s->n > 0 ? s->sxx / s->n : 1.0);
 
     return (d * s->sxy + k * prior) / (d * s->sxx + k);
+}
+
+void
+lg_est_err_add(struct lg_est_err *e, uint64_t now_ns, double observed_ms, double predicted_ms,
+               double half_life_s)
+{
+    double d = est_decay_since(e->t_ns, now_ns, half_life_s), x;
+
+    if (!(observed_ms > 0) || !(predicted_ms > 0) || !isfinite(observed_ms)
+        || !isfinite(predicted_ms)) {
+        return;
+    }
+    x = LG_MAX(-log(LG_EST_ERR_MAX), LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX)));
+    e->w = e->w * d + 1;
+    e->s = e->s * d + x;
+    e->ss = e->ss * d + x * x;
+    if (now_ns > e->t_ns) {
+        e->t_ns = now_ns;
+    }
+}
+
+void
+lg_est_err_read(const struct lg_est_err *e, uint64_t now_ns, double half_life_s,
+                struct lg_est_err_value *out)
+{
+    double d = est_decay_since(e->t_ns, now_ns, half_life_s), var;
+
+    out->weight = d * e->w;
+    out->bias = d * e->s / (d * e->w + LG_EST_MEAN_PRIOR_WEIGHT);
+    if (!(e->w > 0)) {
+        out->spread = 0;
+        return;
+    }
+    /* decay cancels out of the moments */
+    var = e->ss / e->w - (e->s / e->w) * (e->s / e->w);
+    out->spread = var > 0 ? sqrt(var) : 0;
+}
+
+double
+lg_est_err_rms(const struct lg_est_err_value *v)
+{
+    return sqrt(v->spread * v->spread + v->bias * v->bias);
+}
+
+static size_t
+est_curve_bin(double load)
+{
+    if (!(load > 0)) {
+        return 0;
+    }
+    return load >= LG_EST_CURVE_BINS - 1 ? LG_EST_CURVE_BINS - 1 : (size_t)(load + 0.5);
+}
+
+void
+lg_est_curve_add(struct lg_est_curve *c, uint64_t now_ns, double load, double ms)
+{
+    double d = est_decay_since(c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S);
+    size_t k = est_curve_bin(load);
+
+    if (!(ms >= 0) || !isfinite(ms)) {
+        return;
+    }
+    if (d < 1) {
+        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+            c->w[i] *= d;
+            c->sy[i] *= d;
+        }
+    }
+    c->w[k] += 1;
+    c->sy[k] += ms;
+    if (now_ns > c->t_ns) {
+        c->t_ns = now_ns;
+    }
+}
+
+double
+lg_est_curve_read(const struct lg_est_curve *c, uint64_t now_ns, double load, double *beyond)
+{
+    double d = est_decay_since(c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S);
+    double x = load > 0 ? LG_MIN(load, LG_EST_CURVE_BINS - 1.0) : 0, run = 0;
+    double lo_v = -1, hi_v = -1, prev_v = -1;
+    ssize_t lo = -1, hi = -1, prev = -1;
+
+    if (beyond != NULL) {
+        *beyond = 0;
+    }
+    /* the bins seen, made non-decreasing as they go: the bin at or below x
+     * (lo) and the first above it (hi); the last two seen for the slope */
+    for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+        double v;
+
+        if (!(d * c->w[i] >= LG_EST_CURVE_MIN_W)) {
+            continue;
+        }
+        v = LG_MAX(c->sy[i] / c->w[i], run);
+        run = v;
+        if ((double)i <= x) {
+            prev = lo;
+            prev_v = lo_v;
+            lo = (ssize_t)i;
+            lo_v = v;
+        } else if (hi < 0) {
+            hi = (ssize_t)i;
+            hi_v = v;
+        }
+    }
+    if (lo < 0 && hi < 0) {
+        return -1;
+    }
+    if (lo < 0) {
+        return hi_v; /* below the lowest seen: flat */
+    }
+    if (hi >= 0) {
+        return lo_v + (hi_v - lo_v) * (x - (double)lo) / (double)(hi - lo);
+    }
+    /* above the highest seen */
+    if (beyond != NULL) {
+        *beyond = x - (double)lo;
+    }
+    if (prev >= 0) {
+        return lo_v + (lo_v - prev_v) / (double)(lo - prev) * (x - (double)lo);
+    }
+    return lo_v;
+}
+
+void
+lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double observed_ms,
+                double predicted_ms, double half_life_s)
+{
+    double d = est_decay_since(b->t_ns, now_ns, half_life_s);
+    size_t k = est_curve_bin(load);
+
+    if (!(observed_ms > 0) || !(predicted_ms > 0) || !isfinite(observed_ms)
+        || !isfinite(predicted_ms) || !(load >= 0)) {
+        return;
+    }
+    if (d < 1) {
+        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+            b->w[i] *= d;
+            b->s[i] *= d;
+        }
+    }
+    b->w[k] += 1;
+    b->s[k] += LG_MAX(-log(LG_EST_ERR_MAX),
+                      LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX)));
+    if (now_ns > b->t_ns) {
+        b->t_ns = now_ns;
+    }
+}
+
+double
+lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, double overall,
+                 double half_life_s)
+{
+    double d = est_decay_since(b->t_ns, now_ns, half_life_s);
+    size_t k = est_curve_bin(load);
+
+    return (d * b->s[k] + LG_EST_BIAS_PRIOR * overall) / (d * b->w[k] + LG_EST_BIAS_PRIOR);
 }
 
 double

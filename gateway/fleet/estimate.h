@@ -121,6 +121,76 @@ double lg_est_slope_value(const struct lg_est_slope *s);
 double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
                          double half_life_s);
 
+/*
+ * An estimator's errors on one replica: decayed moments of e = log(observed
+ * / predicted) first-token times, e clipped to +-log(LG_EST_ERR_MAX). The
+ * bias (mean e, pulled toward 0 by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples)
+ * calibrates the estimator there; the spread (rms of e about its mean) says
+ * how far off it is even calibrated: where the engine model assumes what the
+ * engine does not do (more slots than it has, a step that does not grow
+ * with the batch), its errors spread wide while a cruder estimate from the
+ * replica's own first tokens stays close.
+ */
+#define LG_EST_ERR_MAX 8.0
+struct lg_est_err {
+    double w, s, ss;
+    uint64_t t_ns;
+};
+struct lg_est_err_value {
+    double bias;   /* mean log error, shrunk toward 0 */
+    double spread; /* rms of the log errors about their mean (0 without samples) */
+    double weight; /* effective samples */
+};
+void lg_est_err_add(struct lg_est_err *e, uint64_t now_ns, double observed_ms, double predicted_ms,
+                    double half_life_s);
+void lg_est_err_read(const struct lg_est_err *e, uint64_t now_ns, double half_life_s,
+                     struct lg_est_err_value *out);
+/* The rms of the log errors (bias and spread together: how far off as it is). */
+double lg_est_err_rms(const struct lg_est_err_value *v);
+
+/*
+ * The measured terms: a replica's first tokens by the load they were sent
+ * into (requests there then, ours and others', in bins of one request up
+ * to LG_EST_CURVE_BINS - 1), each less its prompt's prefill: decayed means
+ * per bin. Read at a load, a curve through the bins seen (non-decreasing:
+ * more requests there never make a first token sooner), linear between
+ * them, flat below the lowest, and above the highest continued at the
+ * slope of its last two bins (0 with one). No model of slots or steps:
+ * the queueing an engine adds at each load, as it did lately.
+ */
+#define LG_EST_CURVE_BINS      24
+#define LG_EST_CURVE_MIN_W     0.5 /* a bin with less (decayed) weight is not seen */
+#define LG_EST_CURVE_HALF_LIFE_S 20.0
+struct lg_est_curve {
+    double w[LG_EST_CURVE_BINS];
+    double sy[LG_EST_CURVE_BINS];
+    uint64_t t_ns;
+};
+void lg_est_curve_add(struct lg_est_curve *c, uint64_t now_ns, double load, double ms);
+/* The curve at load (ms), or -1 without a bin seen; *beyond (when not
+ * NULL): how far load lies above the highest bin seen (0 within). */
+double lg_est_curve_read(const struct lg_est_curve *c, uint64_t now_ns, double load,
+                         double *beyond);
+
+/*
+ * An estimator's bias by the load its requests were sent into: the mean log
+ * error per bin of one request (as the curve's bins), each read shrunk
+ * toward the estimator's overall bias by LG_EST_BIAS_PRIOR pseudo-samples.
+ * The engine model is calibrated by it at the load of each pick: a model
+ * that assumes more slots than the engine has is right at low loads and
+ * far too soon beyond the real slots, where one overall factor is neither.
+ */
+#define LG_EST_BIAS_PRIOR 2.0
+struct lg_est_bias {
+    double w[LG_EST_CURVE_BINS];
+    double s[LG_EST_CURVE_BINS];
+    uint64_t t_ns;
+};
+void lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double observed_ms,
+                     double predicted_ms, double half_life_s);
+double lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, double overall,
+                        double half_life_s);
+
 /* The TTFT model read at a given time. */
 struct lg_est_value {
     double fixed_ms;   /* peak included */

@@ -200,12 +200,22 @@ attempt_first_token(struct lg_client *c)
                              (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
     if (attempt_sample_prior(c, &prior)) {
-        /* the engine model's samples where it could tell, and the TTFT fit's
-         * unless it queued (as attempt_ttft_sample()) */
-        lg_backend_note_first_token(req->backend, &prior, req->info.prompt_bytes,
-                                    attempt_ttft_ms(req),
-                                    req->pick.queued ? -1 : attempt_pick_wait_ms(req),
-                                    req->pick.model_ms, req->pick.model_pred_ms);
+        /* the engine model's samples where it could tell, the measured
+         * terms', and the TTFT fit's unless it queued (as
+         * attempt_ttft_sample()) */
+        struct lg_backend_first f = {
+            .prompt_bytes = req->info.prompt_bytes,
+            .ttft_ms = attempt_ttft_ms(req),
+            .wait_ms = req->pick.queued ? -1 : attempt_pick_wait_ms(req),
+            .model_ms = req->pick.model_ms,
+            .pred_ms = req->pick.model_pred_ms,
+            .model_scale = req->pick.model_scale,
+            .meas_pred_ms = req->pick.meas_pred_ms,
+            .load = req->pick.load,
+            .prefill_ms = req->pick.prefill_ms,
+        };
+
+        lg_backend_note_first_token(req->backend, &prior, &f);
     }
 }
 

@@ -460,6 +460,110 @@ test_slope(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/* An estimator's errors: the bias calibrates, the spread says how far off
+ * it stays calibrated. */
+static int
+test_err(void)
+{
+    struct lg_est_err e = { 0 };
+    struct lg_est_err_value v;
+    uint64_t t = S(1);
+
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(v.weight == 0 && v.bias == 0 && v.spread == 0);
+    /* always twice the prediction: a bias of log 2, no spread */
+    for (int i = 0; i < 40; i++) {
+        lg_est_err_add(&e, t, 100, 50, 10);
+    }
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(near(v.bias, log(2) * 40 / 44, 1e-9) && v.spread < 1e-6 && near(v.weight, 40, 1e-9));
+    /* half the time right, half the time 4x late: bias log 2, spread log 2 */
+    e = (struct lg_est_err){ 0 };
+    for (int i = 0; i < 400; i++) {
+        lg_est_err_add(&e, t, (i & 1) ? 400 : 100, 100, 10);
+    }
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(near(v.spread, log(2), 1e-6) && near(v.bias, log(2) * 400 / 404, 1e-6));
+    /* a stall 100x late counts as LG_EST_ERR_MAX; no first token is no sample */
+    e = (struct lg_est_err){ 0 };
+    lg_est_err_add(&e, t, 10000, 100, 10);
+    lg_est_err_add(&e, t, 0, 100, 10);
+    lg_est_err_add(&e, t, 100, -1, 10);
+    lg_est_err_add(&e, t, NAN, 100, 10);
+    LG_CHECK(e.w == 1 && near(e.s, log(LG_EST_ERR_MAX), 1e-12));
+    /* samples fade: the weight halves every half-life */
+    lg_est_err_read(&e, t + S(10), 10, &v);
+    LG_CHECK(near(v.weight, 0.5, 1e-6));
+    return 0;
+}
+
+/* The measured terms: first tokens by the load they were sent into. */
+static int
+test_curve(void)
+{
+    struct lg_est_curve c = { 0 };
+    uint64_t t = S(1);
+    double beyond;
+
+    LG_CHECK(lg_est_curve_read(&c, t, 3, &beyond) == -1);
+    /* a 4-slot replica: 40 ms up to 3 requests there, then a slot's wait */
+    for (int i = 0; i < 10; i++) {
+        lg_est_curve_add(&c, t, 0, 40);
+        lg_est_curve_add(&c, t, 1.2, 40);
+        lg_est_curve_add(&c, t, 2.9, 44); /* bins of one request, rounded */
+        lg_est_curve_add(&c, t, 4, 400);
+        lg_est_curve_add(&c, t, 5, 700);
+    }
+    LG_CHECK(near(lg_est_curve_read(&c, t, 1, &beyond), 40, 1e-9) && beyond == 0);
+    /* between bins seen: linear (no bin at 2: between 40 and 44) */
+    LG_CHECK(near(lg_est_curve_read(&c, t, 2, NULL), 42, 1e-9));
+    LG_CHECK(near(lg_est_curve_read(&c, t, 3.5, NULL), 222, 1e-9));
+    /* above the highest seen: on at the last two bins' slope, and how far */
+    LG_CHECK(near(lg_est_curve_read(&c, t, 7, &beyond), 1300, 1e-9) && beyond == 2);
+    /* a bin lower than one below it reads as that one: more requests there
+     * never make a first token sooner */
+    for (int i = 0; i < 30; i++) {
+        lg_est_curve_add(&c, t, 6, 100);
+    }
+    LG_CHECK(near(lg_est_curve_read(&c, t, 6, NULL), 700, 1e-9));
+    /* a replica seen only at load 3: flat below it */
+    c = (struct lg_est_curve){ 0 };
+    lg_est_curve_add(&c, t, 3, 90);
+    LG_CHECK(near(lg_est_curve_read(&c, t, 0, &beyond), 90, 1e-9) && beyond == 0);
+    LG_CHECK(near(lg_est_curve_read(&c, t, 5, &beyond), 90, 1e-9) && beyond == 2);
+    /* a bin whose samples have faded is not seen: a sample far later and
+     * elsewhere leaves only itself */
+    lg_est_curve_add(&c, t + S(200), 1, 30);
+    LG_CHECK(near(lg_est_curve_read(&c, t + S(200), 3, &beyond), 30, 1e-9) && beyond == 2);
+    /* the last bin takes every load above it */
+    lg_est_curve_add(&c, t + S(200), 1000, 5000);
+    LG_CHECK(near(lg_est_curve_read(&c, t + S(200), 500, &beyond), 5000, 1e-9) && beyond == 0);
+    return 0;
+}
+
+/* The engine model's bias by load: right below the real slots, 4x too soon
+ * beyond them; unseen loads read the overall bias. */
+static int
+test_bias_by_load(void)
+{
+    struct lg_est_bias b = { 0 };
+    uint64_t t = S(1);
+
+    LG_CHECK(lg_est_bias_read(&b, t, 3, 0.2, 20) == 0.2);
+    for (int i = 0; i < 18; i++) {
+        lg_est_bias_add(&b, t, 2, 50, 50, 20);
+        lg_est_bias_add(&b, t, 9, 400, 100, 20);
+    }
+    lg_est_bias_add(&b, t, -1, 400, 100, 20); /* no load known: no sample */
+    lg_est_bias_add(&b, t, 9, 400, 0, 20);
+    LG_CHECK(near(lg_est_bias_read(&b, t, 2, 0.5, 20), 0.5 * 2 / 20, 1e-9));
+    LG_CHECK(near(lg_est_bias_read(&b, t, 9.2, 0, 20), log(4) * 18 / 20, 1e-9));
+    LG_CHECK(lg_est_bias_read(&b, t, 5, 0.3, 20) == 0.3);
+    /* faded: back to the overall bias */
+    LG_CHECK(fabs(lg_est_bias_read(&b, t + S(400), 9, 0.3, 20) - 0.3) < 1e-3);
+    return 0;
+}
+
+LG_TEST_MAIN(test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait, test_engine_run, test_slope)
