@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet/backend_inflight.h"
 #include "http/tls.h"
 
 /* ---- lock-free publication (sequence counters) -------------------------- */
@@ -355,19 +356,67 @@ union backend_pace {
     double d;
 };
 
+/* Moves the pace held in *word (timed at *t_ns) toward gap_ms, or sets it
+ * when older than fresh_ns. Streams on several workers move it: a lost
+ * update loses one sample. */
+static void
+backend_pace_move(uint64_t *word, uint64_t *t_ns, uint64_t now_ns, double gap_ms, uint64_t fresh_ns)
+{
+    union backend_pace p = { .u = __atomic_load_n(word, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(t_ns, __ATOMIC_RELAXED);
+
+    p.d = t != 0 && now_ns - t < fresh_ns ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(word, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
 void
 lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
 {
-    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
-    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+    double age;
+    uint32_t batch;
 
     if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
         return;
     }
-    /* streams on several workers move it: a lost update loses one sample */
-    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
-    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
-    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+    backend_pace_move(&b->pace, &b->pace_t_ns, now_ns, gap_ms, PACE_FRESH_NS);
+    /* the batch it was timed at: our streams there that have started */
+    batch = lg_backend_inflight(b) - LG_MIN(lg_backend_inflight(b),
+                                            lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &age));
+    batch = LG_MAX(batch, 1u);
+    if (batch <= LG_BACKEND_PACE_BATCHES) {
+        backend_pace_move(&b->pace_batch[batch - 1], &b->pace_batch_t_ns[batch - 1], now_ns, gap_ms,
+                          (uint64_t)LG_BACKEND_PACE_FRESH_S * LG_NS_PER_S);
+    }
+}
+
+double
+lg_backend_step_per_seq(const struct lg_backend *b, uint64_t now_ns)
+{
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, lo = 1e9, hi = 0, slope;
+
+    for (uint32_t i = 0; i < LG_BACKEND_PACE_BATCHES; i++) {
+        union backend_pace p = { .u = __atomic_load_n(&b->pace_batch[i], __ATOMIC_RELAXED) };
+        uint64_t t = __atomic_load_n(&b->pace_batch_t_ns[i], __ATOMIC_RELAXED);
+        double x = (double)(i + 1);
+
+        if (t == 0 || now_ns < t || now_ns - t >= (uint64_t)LG_BACKEND_PACE_FRESH_S * LG_NS_PER_S
+            || !(p.d > 0)) {
+            continue;
+        }
+        n += 1;
+        sx += x;
+        sy += p.d;
+        sxx += x * x;
+        sxy += x * p.d;
+        lo = LG_MIN(lo, x);
+        hi = LG_MAX(hi, x);
+    }
+    if (hi - lo < 2 || n * sxx - sx * sx <= 0) {
+        return 0;
+    }
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    return slope > 0 && isfinite(slope) ? slope : 0;
 }
 
 /* The recent gap between a stream's tokens there; false where no stream

@@ -120,6 +120,7 @@ struct lg_backend_peers {
 #define LG_BACKEND_NCLASS 6
 #define LG_BACKEND_DUE_SLOTS 64 /* requests awaiting a first token counted one by one */
 #define LG_BACKEND_END_SLOTS 128 /* requests whose end is predicted, counted one by one */
+#define LG_BACKEND_PACE_BATCHES 16 /* batch sizes the pace is kept for */
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -185,6 +186,10 @@ struct lg_backend {
     uint64_t seqs[LG_BACKEND_END_SLOTS];
     uint64_t pace; /* atomic: a double, the recent gap between a stream's tokens (ms) */
     uint64_t pace_t_ns; /* atomic: when it was last moved */
+    /* atomic: the pace by the batch it was timed at (our streams there then,
+     * 1..LG_BACKEND_PACE_BATCHES), doubles, and when each was last moved */
+    uint64_t pace_batch[LG_BACKEND_PACE_BATCHES];
+    uint64_t pace_batch_t_ns[LG_BACKEND_PACE_BATCHES];
     uint64_t token_t_ns; /* atomic: when a stream of ours there last got a token */
     uint32_t peers_seq;               /* atomic: odd while peers_pub is being written */
     struct lg_backend_peers peers_pub; /* peer gateways' requests there (health.c) */
@@ -292,7 +297,7 @@ struct lg_backend_first {
     double model_scale;   /* the calibration the pick applied to it (> 0) */
     double meas_pred_ms;  /* the measured terms' prediction with its prefill (> 0), or -1 */
     double load;          /* requests there when it was sent (ours, others'); < 0 unknown */
-    double prefill_ms;    /* its prefill as the pick counted it */
+    double prefill_ms;    /* its prompt's share of the measured terms' prediction */
 };
 void lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
                                  const struct lg_backend_first *f);
@@ -332,6 +337,15 @@ void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
 bool lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
                         double *ms);
 double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
+/*
+ * What one more sequence adds to the step there (ms): the slope of the
+ * pace against the batch it was timed at (our streams there, started),
+ * over the batch sizes timed lately (LG_BACKEND_PACE_FRESH_S); 0 until two
+ * sizes at least two apart are. llmsim's default adds 0.25 ms to a 10 ms
+ * step; llama.cpp on a CPU about a whole one-sequence step.
+ */
+#define LG_BACKEND_PACE_FRESH_S 10
+double lg_backend_step_per_seq(const struct lg_backend *b, uint64_t now_ns);
 
 /*
  * The engine model's prefill, ms per KiB of prompt: the replica's own

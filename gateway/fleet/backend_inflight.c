@@ -425,7 +425,8 @@ backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t 
 
 double
 lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                           double step_ms, double prefill_ms_per_token, unsigned *joined)
+                           double step_ms, double step_per_seq, double prefill_ms_per_token,
+                           unsigned *joined)
 {
     enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
     uint32_t left[MAX_SEQS];
@@ -473,7 +474,7 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (nleft + nqueue == 0) {
         return step_ms;
     }
-    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms, step_per_seq,
                              prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
                              backend_step_begun_ms(b, now_ns), joined);
 }

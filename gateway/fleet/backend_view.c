@@ -109,6 +109,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
         v->flags |= LG_VIEW_F_STEP_GUESS;
     }
     v->prefill_ms_per_kib = lg_backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
+    v->step_ms_per_seq = lg_backend_step_per_seq(b, now_ns);
     v->engine_model_ms = -1;
     v->engine_model_joined = 0;
     lg_est_err_read(&est.model_err, now_ns, LG_EST_ERR_HALF_LIFE_S, &me);
@@ -120,6 +121,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->engine_model_err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
     v->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
     v->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
+    v->measured_ms_per_kib = tv.ms_per_kib / LG_MAX(tv.peak, 1.0);
     if (est.measured > 0 && v->measured_ms >= 0) {
         v->flags |= LG_VIEW_F_MODEL_MISSES;
     }
@@ -139,8 +141,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
         unsigned joined;
 
         v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
-                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
-                                                        &joined);
+                                                        v->step_ms, v->step_ms_per_seq,
+                                                        v->prefill_ms_per_kib / 256.0, &joined);
         v->engine_model_joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {

@@ -488,10 +488,18 @@ lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_m
     return known_ms > 0 ? known_ms : lg_est_queue_wait_ms(load, capacity, hold_ms, mean_age_ms);
 }
 
+/* A step of `batch` sequences, from one of `batch0` that lasted step_ms and
+ * what each sequence adds; at least a quarter of step_ms. */
+static double
+est_step_at(double step_ms, double per_seq, size_t batch, size_t batch0)
+{
+    return LG_MAX(step_ms + per_seq * ((double)batch - (double)batch0), 0.25 * step_ms);
+}
+
 double
 lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
-                  unsigned slots, double step_ms, double prefill_ms, double resid_ms,
-                  double begun_ms, unsigned *joined)
+                  unsigned slots, double step_ms, double step_per_seq, double prefill_ms,
+                  double resid_ms, double begun_ms, unsigned *joined)
 {
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
@@ -585,7 +593,7 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
                 if (joined != NULL) {
                     *joined = (unsigned)(q - q0);
                 }
-                return t + step_ms + prefill_ms * prefill;
+                return t + est_step_at(step_ms, step_per_seq, r + 1, nleft) + prefill_ms * prefill;
             }
             prefill += queue[q].prompt_tokens;
             ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);
@@ -597,7 +605,7 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
             first = LG_MIN(first, ends[i]);
         }
         m = first > k ? first - k : 1;
-        t += (double)m * step_ms + prefill_ms * prefill;
+        t += (double)m * est_step_at(step_ms, step_per_seq, r, nleft) + prefill_ms * prefill;
         k += m;
         for (size_t i = 0; i < r; i++) {
             if (ends[i] > k) {

@@ -273,7 +273,10 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * would get its first token, its own prefill left out (add prefill_ms * its
  * tokens). *joined (when not NULL) is how many of the line are admitted into
  * the same step as the new one: its prefill delays their first tokens.
- * Sequences beyond LG_EST_ENGINE_MAX are not seen.
+ * Sequences beyond LG_EST_ENGINE_MAX are not seen. step_ms is the step of
+ * the batch now (the nleft running); a step of more sequences lasts
+ * step_per_seq more for each (of fewer, less), as an engine's step grows
+ * with its batch (llama.cpp on a CPU: about a one-sequence step for each).
  */
 #define LG_EST_ENGINE_MAX 256
 /* The engine slots assumed where a replica was never seen full (vLLM's and
@@ -286,7 +289,7 @@ struct lg_est_queued {
     double age_ms;          /* since it was sent */
 };
 double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
-                         size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
-                         double resid_ms, double begun_ms, unsigned *joined);
+                         size_t nqueue, unsigned slots, double step_ms, double step_per_seq,
+                         double prefill_ms, double resid_ms, double begun_ms, unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

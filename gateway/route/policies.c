@@ -320,11 +320,16 @@ static const struct lg_plugin_desc p2c_desc = {
  * chunks), the prediction there is the measured terms instead, unless
  * `measured` is 0:
  *
- *   pred = measured_ms + prefill_ms_per_kib * prompt_kib
+ *   pred = max(measured_ms + measured_ms_per_kib * prompt_kib, the model's)
  *
  * (what first tokens sent into this load took there lately, less their
- * prefill: fleet/estimate.h), with the model's own extra terms below; the
- * pick's reason is then lowest_measured_ttft (NOTES.md 47). Elsewhere:
+ * prompts' share by the TTFT fit's slope, whose fixed part a per-step or
+ * per-request prefill cost lands in: fleet/estimate.h; never sooner than
+ * the model where it runs,
+ * whose misses are first tokens sooner than the engine gives, and whose
+ * queue of ours is there whatever loads the curve has seen), with the
+ * model's own extra terms below; the pick's reason is then
+ * lowest_measured_ttft (NOTES.md 47). Elsewhere:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -491,8 +496,19 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
 
     *used = measured ? TTFT_EST_MEASURED : model ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
     if (measured) {
+        /* the measured terms, never sooner than the model where it runs: it
+         * misses by assuming what the engine lacks (slots, a step that does
+         * not grow), which makes it too soon, while a queue it sees (ours,
+         * request by request) is there whatever the curve has seen at that
+         * load; the curve above the loads seen is a guess */
+        pred = v->measured_ms + v->measured_ms_per_kib * kib;
+        if (model) {
+            pred = LG_MAX(pred, (v->engine_model_ms + v->prefill_ms_per_kib * kib)
+                                    * (s->model_calibrate > 0 && v->engine_model_scale > 0
+                                           ? v->engine_model_scale
+                                           : 1.0));
+        }
         model = true; /* the model's own terms below (its step's company, decode) */
-        pred = v->measured_ms + v->prefill_ms_per_kib * kib;
     } else if (model) {
         /* the host ran the engine forward over everything there, with as
          * many slots as assumed here: no margin */

@@ -379,7 +379,7 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     }
     if (v->measured_ms >= 0) {
         router_put_num(o, "measured_ms",
-                       round((v->measured_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
+                       round((v->measured_ms + v->measured_ms_per_kib * kib) * 10) / 10);
     }
     if (v->engine_model_err > 0 || v->measured_err > 0) {
         /* how far each has been off there lately (rms of the log ratio) */
@@ -776,7 +776,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->ahead_ms = pk.v[best].work_ahead_ms;
     out->load = pk.v[best].load;
     out->model_scale = pk.v[best].engine_model_scale;
-    out->prefill_ms = pk.v[best].prefill_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    out->prefill_ms = pk.v[best].measured_ms_per_kib * (double)req->prompt_bytes / 1024.0;
     if (pk.v[best].measured_ms >= 0) {
         out->meas_pred_ms = pk.v[best].measured_ms + out->prefill_ms;
     }

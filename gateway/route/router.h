@@ -51,9 +51,8 @@ struct lg_route_result {
     double model_pred_ms;       /* the engine model's prediction there (its wait and this
                                    prompt's prefill), or -1 */
     double model_scale;         /* the calibration of the engine model there (by load) */
-    double meas_pred_ms;        /* the measured terms' prediction there (with the same
-                                   prefill), or -1 */
-    double prefill_ms;          /* this prompt's prefill there, as both count it */
+    double meas_pred_ms;        /* the measured terms' prediction there, or -1 */
+    double prefill_ms;          /* this prompt's share of it (which their curve leaves out) */
     double load;                /* requests there when it was picked (ours and others') */
     bool queued;                /* the winner was (about) full: its TTFT measures
                                    its queue more than its speed */

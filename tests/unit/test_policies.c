@@ -391,6 +391,7 @@ test_ttft_measured_terms(void)
     b->prefill_ms_per_kib = 10;
     a->measured_ms = 400; /* ...where first tokens at this load took 400 ms lately */
     b->measured_ms = 70;
+    a->measured_ms_per_kib = b->measured_ms_per_kib = 10;
     LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
     /* the model not judged off: it decides, whatever the measured terms say */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
@@ -406,6 +407,12 @@ test_ttft_measured_terms(void)
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
     LG_CHECK(fabs(cost[1] - 75) < 1e-9);
     LG_CHECK_STR(why, "lowest_measured_ttft");
+    /* never sooner than the model (a queue it sees is there): b's model
+     * says 300 ms, its curve 70 */
+    b->engine_model_ms = 295;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[1] - 300) < 1e-9);
+    b->engine_model_ms = 60;
     /* also where the model cannot run (others' load there) */
     a->engine_model_ms = -1;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);

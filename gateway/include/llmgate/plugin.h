@@ -67,8 +67,9 @@ extern "C" {
  *   1.5  appended lg_backend_view.engine_model_joined (how many requests
  *        there the engine model admits with one more: its prefill delays
  *        their first tokens).
- *   1.6  appended to lg_backend_view: measured_ms (the replica's own first
- *        tokens lately at about this load: the measured terms),
+ *   1.6  appended to lg_backend_view: measured_ms, measured_ms_per_kib (the
+ *        replica's own first tokens lately at about this load and by prompt
+ *        size: the measured terms),
  *        engine_model_err, measured_err (how far each has been off there),
  *        step_ms_per_seq, and the flag LG_VIEW_F_MODEL_MISSES (the host
  *        judges the engine model off there: a policy leans on measured_ms).
@@ -184,10 +185,13 @@ struct lg_backend_view {
     /* 1.6 */
     double measured_ms;        /* the measured terms: the first tokens this replica gave lately
                                   to requests sent into about `load` requests there, less their
-                                  prefill (a curve over the loads seen, continued above them):
-                                  ms until one more request would get its first token, its own
-                                  prefill left out (add prefill_ms_per_kib per KiB); no model
-                                  of slots or steps; -1 = no first token seen lately */
+                                  prompts' share (a curve over the loads seen, continued above
+                                  them): ms until one more request would get its first token,
+                                  its prompt's share left out (add measured_ms_per_kib per
+                                  KiB); no model of slots or steps; -1 = none seen lately */
+    double measured_ms_per_kib; /* what a KiB of prompt adds to its first token there: the
+                                   slope of its TTFT against prompt size (ttft_ms_per_kib
+                                   without its peak), whose fixed part the curve holds */
     double engine_model_err;   /* how far the engine model's predictions there have been off
                                   lately, calibrated by engine_model_scale: the rms of
                                   log(first token / prediction) about its mean; 0 = none yet */
