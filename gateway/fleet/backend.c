@@ -455,23 +455,28 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
     return LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
 }
 
-/* The engine model's prefill ms per KiB. Before its own prefills are seen,
- * the fleet's prefill per ms of decode step times this replica's step: a
- * replica four times slower to decode is taken to be four times slower to
- * prefill, so a quarter-speed replica that gets few requests is not handed
- * long prompts at the fleet's speed (bench/routing/NOTES.md 44). Before any
- * replica has prefilled enough, the TTFT fit's slope (the fleet's, scaled by
- * this replica's slowness on short prompts; its peak left out). */
+/* The engine model's prefill: a fixed part per step that prefills and ms
+ * per KiB. Before its own prefills are seen, no fixed part and the fleet's
+ * prefill per ms of decode step times this replica's step: a replica four
+ * times slower to decode is taken to be four times slower to prefill, so a
+ * quarter-speed replica that gets few requests is not handed long prompts
+ * at the fleet's speed (bench/routing/NOTES.md 44). Before any replica has
+ * prefilled enough, the TTFT fit's slope (the fleet's, scaled by this
+ * replica's slowness on short prompts; its peak left out). */
 double
-lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
-                      const struct lg_est_value *fit, const struct lg_est_prior *prior,
-                      double step_ms)
+lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns, const struct lg_est_value *fit,
+                   const struct lg_est_prior *prior, double step_ms, double *fixed_ms)
 {
     double fallback = prior->prefill_per_step > 0 && step_ms > 0
                           ? prior->prefill_per_step * step_ms
                           : fit->ms_per_kib / LG_MAX(fit->peak, 1.0);
+    double fixed, slope;
 
-    return lg_est_slope_read(&est->prefill, now_ns, fallback, LG_EST_MEAN_HALF_LIFE_S);
+    lg_est_line_read(&est->prefill, now_ns, 0, fallback, LG_EST_MEAN_HALF_LIFE_S, &fixed, &slope);
+    if (fixed_ms != NULL) {
+        *fixed_ms = fixed;
+    }
+    return slope;
 }
 
 /* Whether the engine model misses there, from both estimators' errors (the
@@ -519,21 +524,22 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
     if (prefill) {
         /* a first token held up by what the model did not see (a stall, a
          * step that ran long) is not the prompt's prefill: at most four
-         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX);
+         * times the prefill so far, as the TTFT fit takes (LG_EST_FIT_MAX);
          * until the replica's own samples outweigh the prior, which may be
          * far off (a fleet's prior on an engine unlike it), sixteen */
         struct lg_est_value fit;
         double itl = lg_est_mean_read(&b->est.itl, now, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
-        double slope, y, cap;
+        double slope, fixed, y, cap;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = lg_backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
-        cap = lg_est_slope_weight(&b->est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+        slope = lg_backend_prefill(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl),
+                                   &fixed);
+        cap = lg_est_line_weight(&b->est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
                       >= LG_EST_MEAN_PRIOR_WEIGHT
                   ? LG_EST_FIT_MAX
                   : 4 * LG_EST_FIT_MAX;
-        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), cap * slope * kib + 1.0);
-        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
+        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), cap * (fixed + slope * kib) + 1.0);
+        lg_est_line_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
     if (scale) {
         lg_est_err_add(&b->est.model_err, now, ttft_ms, pred_ms, LG_EST_ERR_HALF_LIFE_S);

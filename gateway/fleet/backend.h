@@ -54,7 +54,7 @@ struct lg_backend_est {
     struct lg_est_mean itl;  /* inter-token gap, ms */
     struct lg_est_mean hold; /* time a request holds an engine slot, ms */
     struct lg_est_mean err;  /* failed attempts: 1, others 0 */
-    struct lg_est_slope prefill; /* the engine model's prefill, ms per KiB of prompt */
+    struct lg_est_line prefill;  /* the engine model's prefill: ms a step, ms per KiB */
     struct lg_est_err model_err;  /* first tokens against the engine model's predictions */
     struct lg_est_bias model_bias; /* ... by the load they were sent into */
     struct lg_est_err model_used; /* ... against them as used (calibrated by load) */
@@ -271,8 +271,9 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  * a prompt of prompt_bytes teaches, under one lock (each sample blends the
  * route's `prior`; none without it):
  * - where the engine model predicted `model_ms` (>= 0) for an empty prompt
- *   with a free slot: the rest is the prompt's prefill, the model's ms per
- *   KiB (its cap reads the TTFT fit before this response's sample);
+ *   with a free slot, its step's fixed prefill left out: the rest is the
+ *   prompt's prefill, the model's line (a fixed part, ms per KiB; its cap
+ *   reads the TTFT fit before this response's sample);
  * - where it predicted `pred_ms` (> 0) with this prompt's prefill (no prior
  *   needed): the model's errors there, whose bias the view's
  *   engine_model_scale reads; where the measured terms predicted
@@ -348,12 +349,14 @@ double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double it
 double lg_backend_step_per_seq(const struct lg_backend *b, uint64_t now_ns);
 
 /*
- * The engine model's prefill, ms per KiB of prompt: the replica's own
- * slope once it has samples, before that the fleet's prefill per ms of
- * decode step (the prior) times its step_ms, else the TTFT fit's slope.
+ * The engine model's prefill, ms per KiB of prompt, and (*fixed_ms, when
+ * not NULL) the fixed part of a step that prefills: the replica's own line
+ * once it has samples, before that no fixed part and the fleet's prefill
+ * per ms of decode step (the prior) times its step_ms, else the TTFT fit's
+ * slope.
  */
-double lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
-                                const struct lg_est_value *fit, const struct lg_est_prior *prior,
-                                double step_ms);
+double lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns,
+                          const struct lg_est_value *fit, const struct lg_est_prior *prior,
+                          double step_ms, double *fixed_ms);
 
 #endif /* LG_BACKEND_H */

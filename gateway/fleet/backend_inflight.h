@@ -114,11 +114,12 @@ size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct 
 uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps
  * of step_ms at the batch now and step_per_seq more for each sequence
- * more, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
+ * more, prefilling steps prefill_fixed_ms more (its own too), or -1 when it
+ * cannot tell (lg_backend_view.engine_model_ms);
  * *joined (when not NULL): how many of ours there would be admitted with it
  * (lg_backend_view.engine_model_joined). */
 double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
                                   double step_ms, double step_per_seq, double prefill_ms_per_token,
-                                  unsigned *joined);
+                                  double prefill_fixed_ms, unsigned *joined);
 
 #endif /* LG_BACKEND_INFLIGHT_H */

@@ -108,7 +108,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
         v->flags |= LG_VIEW_F_STEP_GUESS;
     }
-    v->prefill_ms_per_kib = lg_backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
+    v->prefill_ms_per_kib =
+        lg_backend_prefill(&est, now_ns, &tv, prior, v->step_ms, &v->prefill_fixed_ms);
     v->step_ms_per_seq = lg_backend_step_per_seq(b, now_ns);
     v->engine_model_ms = -1;
     v->engine_model_joined = 0;
@@ -142,7 +143,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
 
         v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
                                                         v->step_ms, v->step_ms_per_seq,
-                                                        v->prefill_ms_per_kib / 256.0, &joined);
+                                                        v->prefill_ms_per_kib / 256.0,
+                                                        v->prefill_fixed_ms, &joined);
         v->engine_model_joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {

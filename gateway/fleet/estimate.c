@@ -242,41 +242,65 @@ lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_li
 }
 
 void
-lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, double half_life_s)
+lg_est_line_add(struct lg_est_line *l, uint64_t now_ns, double x, double y, double half_life_s)
 {
-    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
+    double d = est_decay_since(l->t_ns, now_ns, half_life_s);
 
-    if (!(x > 0) || !isfinite(x) || !isfinite(y)) {
+    if (!(x >= 0) || !isfinite(x) || !isfinite(y)) {
         return;
     }
-    s->n = s->n * d + 1;
-    s->sxx = s->sxx * d + x * x;
-    s->sxy = s->sxy * d + x * y;
-    if (now_ns > s->t_ns) {
-        s->t_ns = now_ns;
+    l->n = l->n * d + 1;
+    l->sx = l->sx * d + x;
+    l->sy = l->sy * d + y;
+    l->sxx = l->sxx * d + x * x;
+    l->sxy = l->sxy * d + x * y;
+    if (now_ns > l->t_ns) {
+        l->t_ns = now_ns;
     }
 }
 
 double
-lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s)
+lg_est_line_weight(const struct lg_est_line *l, uint64_t now_ns, double half_life_s)
 {
-    return est_decay_since(s->t_ns, now_ns, half_life_s) * s->n;
+    return est_decay_since(l->t_ns, now_ns, half_life_s) * l->n;
 }
 
 double
-lg_est_slope_value(const struct lg_est_slope *s)
+lg_est_line_slope(const struct lg_est_line *l)
 {
-    return s->sxx > 0 ? s->sxy / s->sxx : 0;
+    double det = l->n * l->sxx - l->sx * l->sx;
+
+    return l->n > 0 && det > 1e-9 * l->n * l->sxx ? (l->n * l->sxy - l->sx * l->sy) / det : 0;
 }
 
-double
-lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, double half_life_s)
+void
+lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixed,
+                 double prior_slope, double half_life_s, double *fixed, double *slope)
 {
-    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
-    /* the prior's pseudo-samples sit at the samples' mean x^2 */
-    double k = LG_EST_MEAN_PRIOR_WEIGHT * (s->n > 0 ? s->sxx / s->n : 1.0);
+    double d = est_decay_since(l->t_ns, now_ns, half_life_s);
+    const double k = LG_EST_MEAN_PRIOR_WEIGHT;
+    double xm = l->n > 0 ? l->sx / l->n : 1.0; /* the pseudo-samples' x */
+    double ym = prior_fixed + prior_slope * xm;
+    double W = d * l->n + k, X = d * l->sx + k * xm, Y = d * l->sy + k * ym;
+    double XX = d * l->sxx + k * xm * xm, XY = d * l->sxy + k * xm * ym;
+    double det = W * XX - X * X, a, b;
 
-    return (d * s->sxy + k * prior) / (d * s->sxx + k);
+    if (det > 1e-6 * W * XX) {
+        b = (W * XY - X * Y) / det;
+    } else {
+        b = prior_slope; /* one prompt size seen: no slope to tell */
+    }
+    a = (Y - b * X) / W;
+    if (b < 0) {
+        b = 0;
+        a = Y / W;
+    }
+    if (a < 0) {
+        a = 0;
+        b = XX > 0 ? XY / XX : prior_slope;
+    }
+    *fixed = a;
+    *slope = b;
 }
 
 void
@@ -499,7 +523,7 @@ est_step_at(double step_ms, double per_seq, size_t batch, size_t batch0)
 double
 lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
                   unsigned slots, double step_ms, double step_per_seq, double prefill_ms,
-                  double resid_ms, double begun_ms, unsigned *joined)
+                  double prefill_fixed_ms, double resid_ms, double begun_ms, unsigned *joined)
 {
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
@@ -529,18 +553,19 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      * carries work not seen here: fall through to the guess below.
      */
     if (begun_ms >= 0) {
-        double prefill = 0;
+        double prefill = 0, fixed = 0;
         size_t r0 = r;
 
         for (; q < nqueue && held < slots && queue[q].age_ms >= begun_ms; q++, held++) {
             prefill += queue[q].prompt_tokens;
+            fixed = prefill_fixed_ms;
             if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
                 ends[r++] = queue[q].max_tokens - 1;
             }
         }
-        placed = step_ms + prefill_ms * prefill > begun_ms;
+        placed = step_ms + fixed + prefill_ms * prefill > begun_ms;
         if (placed) {
-            t = step_ms + prefill_ms * prefill - begun_ms;
+            t = step_ms + fixed + prefill_ms * prefill - begun_ms;
         } else {
             r = r0; /* undone: the guess below places them */
             q = 0;
@@ -557,7 +582,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      */
     while (!placed && q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
            && (q == 0 || queue[q].age_ms >= started)) {
-        double own = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens;
+        double own =
+            step_ms / 2 + step_ms + prefill_fixed_ms + prefill_ms * queue[q].prompt_tokens;
         double first = own - queue[q].age_ms;
 
         /*
@@ -593,7 +619,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
                 if (joined != NULL) {
                     *joined = (unsigned)(q - q0);
                 }
-                return t + est_step_at(step_ms, step_per_seq, r + 1, nleft) + prefill_ms * prefill;
+                return t + est_step_at(step_ms, step_per_seq, r + 1, nleft) + prefill_fixed_ms
+                       + prefill_ms * prefill;
             }
             prefill += queue[q].prompt_tokens;
             ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);
@@ -605,7 +632,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
             first = LG_MIN(first, ends[i]);
         }
         m = first > k ? first - k : 1;
-        t += (double)m * est_step_at(step_ms, step_per_seq, r, nleft) + prefill_ms * prefill;
+        t += (double)m * est_step_at(step_ms, step_per_seq, r, nleft)
+             + (q > q0 ? prefill_fixed_ms : 0) + prefill_ms * prefill;
         k += m;
         for (size_t i = 0; i < r; i++) {
             if (ends[i] > k) {

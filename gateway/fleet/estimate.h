@@ -97,29 +97,33 @@ struct lg_est_mean {
 };
 
 /*
- * A decaying slope through the origin (y = slope * x), pulled toward a
- * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at the samples' own
- * mean x^2: the prefill ms per KiB of prompt the engine model charges,
- * from first tokens less the model's wait. The prior weighs as many
- * samples whatever the prompts' sizes: with pseudo-samples at x = 1 KiB,
- * prompts of a quarter KiB needed 60 samples to outweigh it, and a real
- * engine's prefill (170-1,340 ms per KiB against a prior of 10) was still
- * far under after a run (bench/routing/NOTES.md 47).
+ * A decaying line, y = fixed + slope * x: the engine model's prefill (ms
+ * for a prompt of x KiB, from first tokens less the model's wait), a fixed
+ * part for the step that prefills (launch and scheduling costs, whatever the
+ * prompt: 0 to 25 ms a step on the mismatch fleets) and a part per KiB.
+ * Pulled toward a prior line by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at
+ * the samples' own mean x (they weigh as many samples whatever the prompts'
+ * sizes: with pseudo-samples at 1 KiB, prompts of a quarter KiB needed 60
+ * samples to outweigh them, and a real engine's prefill, 170-1,340 ms per
+ * KiB against a prior of 10, was still far under after a run:
+ * bench/routing/NOTES.md 47); where the prompts seen vary too little to
+ * tell a slope, the prior's slope, the fixed part taking the rest.
  */
-struct lg_est_slope {
+struct lg_est_line {
     double n; /* decayed count of samples */
-    double sxx, sxy;
+    double sx, sy, sxx, sxy;
     uint64_t t_ns;
 };
-
-void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
-                      double half_life_s);
-/* Effective weight (decayed count) of the samples behind the slope. */
-double lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s);
-/* The samples' own slope, no prior (decay cancels out); 0 without samples. */
-double lg_est_slope_value(const struct lg_est_slope *s);
-double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
-                         double half_life_s);
+void lg_est_line_add(struct lg_est_line *l, uint64_t now_ns, double x, double y,
+                     double half_life_s);
+/* Effective weight (decayed count) of the samples behind the line. */
+double lg_est_line_weight(const struct lg_est_line *l, uint64_t now_ns, double half_life_s);
+/* The line at now_ns, pulled toward prior_fixed + prior_slope * x; both
+ * parts at least 0. */
+void lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixed,
+                      double prior_slope, double half_life_s, double *fixed, double *slope);
+/* The samples' own slope, no prior (decay cancels out); 0 without two sizes. */
+double lg_est_line_slope(const struct lg_est_line *l);
 
 /*
  * An estimator's errors on one replica: decayed moments of e = log(observed
@@ -277,6 +281,9 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * the batch now (the nleft running); a step of more sequences lasts
  * step_per_seq more for each (of fewer, less), as an engine's step grows
  * with its batch (llama.cpp on a CPU: about a one-sequence step for each).
+ * A step that prefills anything costs prefill_fixed_ms more, however many
+ * prompts it takes (launch and scheduling costs); the new one's step always
+ * does, so the ms returned hold that part of its own prefill.
  */
 #define LG_EST_ENGINE_MAX 256
 /* The engine slots assumed where a replica was never seen full (vLLM's and
@@ -290,6 +297,7 @@ struct lg_est_queued {
 };
 double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
                          size_t nqueue, unsigned slots, double step_ms, double step_per_seq,
-                         double prefill_ms, double resid_ms, double begun_ms, unsigned *joined);
+                         double prefill_ms, double prefill_fixed_ms, double resid_ms,
+                         double begun_ms, unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

@@ -592,12 +592,13 @@ health_update_priors(const struct lg_health_fleet *f, uint64_t now)
             if (lg_est_mean_weight(&est.hold, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
                 hold[nh++] = lg_est_mean_read(&est.hold, now, p.hold_ms, LG_EST_MEAN_HALF_LIFE_S);
             }
-            if (lg_est_slope_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+            if (lg_est_line_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
                 >= LG_EST_MEAN_PRIOR_WEIGHT) {
                 double step = lg_backend_step_ms(r->backends[i], now, itl_ms);
+                double per_kib = lg_est_line_slope(&est.prefill);
 
-                if (step > 0) {
-                    prefill[np++] = lg_est_slope_value(&est.prefill) / step;
+                if (step > 0 && per_kib > 0) {
+                    prefill[np++] = per_kib / step;
                 }
             }
         }

@@ -185,7 +185,7 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                   (json_int_t)v->pending, "work_ahead_ms", admin_num(v->work_ahead_ms, true)));
     json_object_set_new(
         o, "estimator",
-        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "use",
+        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "use",
                   (v->flags & LG_VIEW_F_MODEL_MISSES) ? "measured" : "model", "model_err",
                   admin_num(v->engine_model_err, v->engine_model_err > 0), "measured_err",
                   admin_num(v->measured_err, v->measured_err > 0), "model_scale",
@@ -193,7 +193,8 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                   admin_num(v->measured_ms, v->measured_ms >= 0), "step_ms",
                   admin_num(v->step_ms, v->step_ms > 0), "step_ms_per_seq",
                   admin_num(v->step_ms_per_seq, true), "prefill_ms_per_kib",
-                  admin_num(v->prefill_ms_per_kib, true)));
+                  admin_num(v->prefill_ms_per_kib, true), "prefill_fixed_ms",
+                  admin_num(v->prefill_fixed_ms, true)));
     json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
 }
 

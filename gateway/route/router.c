@@ -369,7 +369,8 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         if (v->engine_model_slots != v->capacity) {
             router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
         }
-        router_put_num(o, "prefill_ms", round(v->prefill_ms_per_kib * kib * 10) / 10);
+        router_put_num(o, "prefill_ms",
+                       round((v->prefill_fixed_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
         if (fabs(v->engine_model_scale - 1) >= 0.005) {
             router_put_num(o, "model_scale", round(v->engine_model_scale * 100) / 100);
         }
@@ -783,7 +784,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     if (pk.v[best].engine_model_ms >= 0) {
         out->model_pred_ms = router_model_ms(&pk.v[best], (double)req->prompt_bytes / 1024.0);
         if (pk.v[best].load + 1 <= pk.v[best].capacity) {
-            out->model_ms = pk.v[best].engine_model_ms;
+            /* its wait, the fixed part of its step's prefill left out: what
+             * the first token takes beyond it is the prefill to learn */
+            out->model_ms = LG_MAX(pk.v[best].engine_model_ms - pk.v[best].prefill_fixed_ms, 0.0);
         }
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);

@@ -455,12 +455,15 @@ class RoutingTest(Harness):
     def test_measured_terms_where_the_model_misses(self):
         # Engines unlike the one the engine model mirrors: every step that
         # prefills costs 150 ms whatever the prompt (launch and scheduling
-        # costs), which the model, charging prefill per token, reads as a
-        # slope: far too soon for short prompts, too late for long ones. The
-        # replicas' own first tokens by prompt size (a fixed part and a
-        # slope) and load predict them; the gateway sees its model miss
-        # there, says so in /admin/backends, and picks by the measured
-        # terms (the access log's reason and candidates).
+        # costs). The model's prefill line learns that fixed part only as
+        # fast as its cap on each sample lets it (a first token beyond its
+        # prediction counts at most 16x its prefill so far), so its first
+        # tokens come later than predicted, short prompts most; the
+        # replicas' own first tokens by prompt size (the TTFT fit: a fixed
+        # part and a slope) and load predict them from the first samples.
+        # The gateway sees its model miss there, says so in /admin/backends,
+        # and picks by the measured terms (the access log's reason and
+        # candidates).
         sim = ["--prefill-fixed-ms", "150", "--prefill-us-per-token", "20", "--decode-ms", "10",
                "--decode-ms-per-seq", "0"]
         ports = self.fleet([("r1", sim, ["m"]), ("r2", sim, ["m"])])

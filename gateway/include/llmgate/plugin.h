@@ -71,7 +71,7 @@ extern "C" {
  *        replica's own first tokens lately at about this load and by prompt
  *        size: the measured terms),
  *        engine_model_err, measured_err (how far each has been off there),
- *        step_ms_per_seq, and the flag LG_VIEW_F_MODEL_MISSES (the host
+ *        step_ms_per_seq, prefill_fixed_ms, and the flag LG_VIEW_F_MODEL_MISSES (the host
  *        judges the engine model off there: a policy leans on measured_ms).
  *        Older plugins ignore them.
  */
@@ -198,6 +198,9 @@ struct lg_backend_view {
     double measured_err;       /* the same for measured_ms as it is (uncalibrated) */
     double step_ms_per_seq;    /* what one more sequence adds to the step there (learnt from
                                   the streams' pace at the batch sizes seen; 0 = none seen) */
+    double prefill_fixed_ms;   /* what a step that prefills costs beyond its tokens (learnt
+                                  with prefill_ms_per_kib); engine_model_ms holds it for the
+                                  new request's own step */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
