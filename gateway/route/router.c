@@ -649,10 +649,11 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
         }
         shown++;
     }
+    /* the reserve of 16 bytes always fits what closes the list (a list
+     * that filled the rest to its last byte lost its "]" here before) */
+    o.cap += 16;
+    o.full = false;
     if (shown < pk->n) {
-        /* the reserve of 16 bytes always fits this */
-        o.cap += 16;
-        o.full = false;
         router_str(&o, shown ? ",{\"more\":" : "{\"more\":");
         router_u64(&o, pk->n - shown);
         router_raw(&o, "}", 1);

@@ -30,7 +30,7 @@ struct lg_route_req {
 };
 
 /* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */
-#define LG_ROUTE_EXPLAIN_BYTES 1536
+#define LG_ROUTE_EXPLAIN_BYTES 2560
 /* Candidates considered per pick (tried_mask has 64 bits). */
 #define LG_ROUTER_MAX_CANDIDATES 64
 /* Stages of a pipeline. */
