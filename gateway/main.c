@@ -9,6 +9,7 @@
  * Exit codes: 0 clean, 1 runtime failure, 2 bad usage or bad config.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -60,6 +61,7 @@ main_usage(FILE *f)
             "  -c, --config FILE        run with this JSON configuration\n"
             "  -t, --check-config FILE  validate FILE, print every error as\n"
             "                           FILE:LINE:COL: error: /pointer: message; exit 0 or 2\n"
+            "                           (risky settings: FILE:LINE:COL: warning: ...; exit 0)\n"
             "      --ready-file FILE    once listening, write the bound addresses there\n"
             "      --probe[=URL]        health check (containers): GET URL, or /healthz on\n"
             "                           FILE's first plain listen address; exit 0 on 2xx\n"
@@ -112,9 +114,13 @@ main_check_config(const char *path)
         printf("%s: %zu API keys\n", conf->auth.keys_file, lg_keys_count(keys));
         lg_keys_free(keys);
     }
+    for (size_t i = 0; i < conf->nwarnings; i++) {
+        fprintf(stderr, "%s\n", conf->warnings[i]);
+    }
     printf("%s: configuration is valid (%zu backends, %zu discovered through DNS, %zu listen "
-           "addresses)\n",
-           path, conf->nbackends, conf->ntemplates, conf->nlisten);
+           "addresses%s%zu warning%s)\n",
+           path, conf->nbackends, conf->ntemplates, conf->nlisten, ", ", conf->nwarnings,
+           conf->nwarnings == 1 ? "" : "s");
     lg_config_unref(conf);
     return 0;
 }
@@ -141,6 +147,30 @@ main_tune_malloc(void)
     mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
     mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 #endif
+}
+
+/*
+ * Opens /dev/null where standard input, output or error is closed, so that no
+ * file or socket opened later takes their numbers and receives the access
+ * log or the error log. Returns a mask of the closed ones (1 << fd).
+ */
+static unsigned
+main_open_std_fds(void)
+{
+    unsigned closed = 0;
+
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nul = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+
+            closed |= 1u << fd;
+            if (nul >= 0 && nul != fd) {
+                dup2(nul, fd);
+                close(nul);
+            }
+        }
+    }
+    return closed;
 }
 
 static void
@@ -282,7 +312,9 @@ main_write_ready(const char *ready_file, const char *line)
     }
     f = fopen(ready_file, "w");
     if (f == NULL) {
-        LG_ERROR("cannot write %s: %s", ready_file, strerror(errno));
+        LG_ERROR("cannot write the ready file %s: %s; check that its folder exists and is "
+                 "writable",
+                 ready_file, strerror(errno));
         return LG_EIO;
     }
     fprintf(f, "%s\n", line);
@@ -291,7 +323,7 @@ main_write_ready(const char *ready_file, const char *line)
 }
 
 static int
-main_run(const char *path, const char *ready_file)
+main_run(const char *path, const char *ready_file, unsigned closed_fds)
 {
     struct lg_config_errors errs = { 0 };
     struct lg_gateway gw;
@@ -311,6 +343,9 @@ main_run(const char *path, const char *ready_file)
         return 2;
     }
     __atomic_store_n(&lg_log_threshold, gw.conf->log_level, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < gw.conf->nwarnings; i++) {
+        LG_WARN("%s", gw.conf->warnings[i]);
+    }
     gw.config_path = lg_xstrdup(path);
     gw.nworkers = gw.conf->workers;
     gw.ops = &lg_gateway_worker_ops;
@@ -328,6 +363,11 @@ main_run(const char *path, const char *ready_file)
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
         goto out_fleet;
+    }
+    if ((closed_fds & (1u << STDOUT_FILENO)) && gw.conf->access_log.path != NULL
+        && strcmp(gw.conf->access_log.path, "-") == 0) {
+        LG_WARN("standard output was closed: the access log (\"access_log\": \"-\", the "
+                "default) goes nowhere; set \"access_log\" to a file, or to false");
     }
     bound = lg_xcalloc(gw.conf->nlisten, sizeof(*bound));
     if (lg_listener_open(&gw, bound) != LG_OK) {
@@ -432,6 +472,7 @@ main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     const char *config = NULL, *check = NULL, *ready = NULL, *probe_url = NULL;
+    unsigned closed_fds = main_open_std_fds();
     bool probe = false;
     int ch;
 
@@ -488,5 +529,5 @@ main(int argc, char **argv)
         fprintf(stderr, "llmgate: libevent has no pthreads support\n");
         return 1;
     }
-    return main_run(config, ready);
+    return main_run(config, ready, closed_fds);
 }

@@ -5,7 +5,9 @@ Starts four llmsim replicas of mixed speeds (1x, 1x, 0.5x, 0.25x: a fleet
 where one GPU is older and one is shared), puts llmgate in front of them, and
 drives it with llmload at about 70% of the fleet's capacity, first with
 round robin and then with llmgate's default latency-aware policy, on the same
-seeded arrival trace. Prints each policy's TTFT and every replica's share.
+seeded arrival trace. Prints each policy's TTFT and every replica's share,
+and one request's access-log line as llmgate wrote it on its standard output
+(each policy's lines are kept in access-POLICY.log).
 
   tools/demo.py [--build DIR] [--seconds N] [--load FRACTION] [--policies a,b]
 """
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -41,7 +44,9 @@ class Procs:
     def __init__(self):
         self.procs = []
 
-    def start(self, argv, ready_rx, log_path, timeout=10.0):
+    def start(self, argv, ready_rx, log_path, timeout=10.0, stdout_path=None):
+        """Starts argv and waits for its ready line; the rest of its standard output
+        goes to stdout_path when given (llmgate's access log), else nowhere."""
         log = open(log_path, "w")
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
         self.procs.append(p)
@@ -49,10 +54,19 @@ class Procs:
         for line in p.stdout:
             m = re.search(ready_rx, line)
             if m:
+                if stdout_path:
+                    threading.Thread(target=self._copy, args=(p.stdout, stdout_path),
+                                     daemon=True).start()
                 return p, m
             if time.monotonic() > deadline:
                 break
         raise SystemExit("%s did not start; see %s" % (argv[0], log_path))
+
+    @staticmethod
+    def _copy(src, path):
+        with open(path, "w") as out:
+            for line in src:
+                out.write(line)
 
     def stop(self):
         for p in reversed(self.procs):
@@ -77,14 +91,15 @@ def run_policy(build, work, policy, trace, seconds):
                                r"listen=[^ ]*:(\d+)", os.path.join(work, name + ".log"))
             backends.append({"name": name, "url": "http://127.0.0.1:%s" % m.group(1),
                              "models": ["demo-model"]})
+        # no "access_log": one JSON line per request on standard output (the default)
         conf = {"listen": "127.0.0.1:0", "workers": 2, "log_level": "warn",
-                "access_log": os.path.join(work, "access-%s.log" % policy),
                 "routing": {"policy": policy}, "backends": backends}
         path = os.path.join(work, "llmgate-%s.json" % policy)
         with open(path, "w") as f:
             json.dump(conf, f, indent=2)
         _, m = procs.start([os.path.join(build, "llmgate"), "-c", path],
-                           r"listen=[^ ,]*:(\d+)", os.path.join(work, "llmgate-%s.log" % policy))
+                           r"listen=[^ ,]*:(\d+)", os.path.join(work, "llmgate-%s.log" % policy),
+                           stdout_path=os.path.join(work, "access-%s.log" % policy))
         out = os.path.join(work, "summary-%s.json" % policy)
         subprocess.run([os.path.join(build, "llmload"), "--url", "http://127.0.0.1:" + m.group(1),
                         "--model", "demo-model", "--trace-in", trace, "--stream",
@@ -141,6 +156,12 @@ def main():
     n = min(s["requests"] for s in results.values())
     print("(%d requests per policy: p99 rests on the slowest %d of them, p90 on %d)"
           % (n, max(1, n // 100), max(1, n // 10)))
+    last = args.policies.split(",")[-1]
+    with open(os.path.join(work, "access-%s.log" % last)) as f:
+        lines = [ln for ln in f if ln.startswith("{")]
+    if lines:
+        print("\none request of the %s run, as llmgate logged it on its standard output "
+              "(times in ms):\n%s" % (last, lines[len(lines) // 2].rstrip()))
     print("logs, configs and per-request data: %s" % work)
 
 

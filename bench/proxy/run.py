@@ -440,19 +440,28 @@ backend be
         return Contender(kind, port, [p], [p.pid], access)
     if kind in ("llmgate", "llmgate-ref"):
         conf = os.path.join(d, "llmgate.json")
-        with open(conf, "w") as f:
-            json.dump({
-                "listen": "127.0.0.1:0", "workers": workers, "log_level": "warn",
-                "access_log": {"path": access, "flush": "1s", "buffer": "64KiB"}
-                if log_on else None,
-                "timeouts": {"client_idle": "75s", "stream_idle": "300s"},
-                "limits": {"max_connections": 100000, "max_body_bytes": "16MiB",
-                           "upstream_keepalive": 256},
-                "routing": {"policy": "round_robin", "retry": {"attempts": 1}},
-                "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
-                              "models": ["m"], "flavor": "none"}],
-            }, f, indent=1)
         binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref" else BUILD, "llmgate")
+        gw = {
+            "listen": "127.0.0.1:0", "workers": workers, "log_level": "warn",
+            # off is false (the default is standard output); a build from before
+            # that default refuses false, and had no log by default
+            "access_log": {"path": access, "flush": "1s", "buffer": "64KiB"}
+            if log_on else False,
+            "timeouts": {"client_idle": "75s", "stream_idle": "300s"},
+            "limits": {"max_connections": 100000, "max_body_bytes": "16MiB",
+                       "upstream_keepalive": 256},
+            "routing": {"policy": "round_robin", "retry": {"attempts": 1}},
+            "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
+                          "models": ["m"], "flavor": "none"}],
+        }
+        with open(conf, "w") as f:
+            json.dump(gw, f, indent=1)
+        if not log_on and subprocess.run([binary, "--check-config", conf],
+                                         stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL).returncode != 0:
+            del gw["access_log"]
+            with open(conf, "w") as f:
+                json.dump(gw, f, indent=1)
         p = Proc([binary, "-c", conf], name, cpus=ARGS.proxy_cpus, pipe=True)
         m = p.readline(pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
         if ARGS.sched == "fifo":

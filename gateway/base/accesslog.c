@@ -4,20 +4,30 @@
  * Owns: the log file descriptor, one struct lg_alog_buf per worker (each an
  * evbuffer guarded by its own mutex), and the writer thread.
  * Invariant: workers only append under their buffer's lock; only the writer
- * thread touches the file descriptor.
+ * thread touches the file descriptor, and it never waits on a stream (pipe,
+ * socket, terminal) for longer than ALOG_STALL_MS at a time.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 
 #include "base/accesslog.h"
 #include "base/config_types.h"
+
+/* Longest one write waits for a stream's reader to make room; then the lines stay buffered
+ * (and workers drop theirs once their buffers are full) until the next flush. */
+#define ALOG_STALL_MS 1000
+/* Writer's backlog, in per-worker buffer sizes, past which it stops taking the workers'. */
+#define ALOG_BACKLOG 16
 
 struct lg_alog_buf {
     pthread_mutex_t lock;
@@ -28,10 +38,12 @@ struct lg_alog_buf {
 struct lg_accesslog {
     char *path;                    /* "-" = stdout; the writer's: the file in use */
     int fd;
-    uint64_t flush_ms;             /* atomic */
+    bool stream;                   /* the writer's: fd is no regular file (see alog_write) */
+    uint64_t flush_ms;             /* atomic; 0: a flush after every line */
     size_t buffer_bytes;           /* atomic */
     char *asked_path;              /* the path last asked for (lg_accesslog_update's caller) */
     int next_fd;                   /* under lock: a file to switch to; -1 = none */
+    bool next_stream;
     char *next_path;               /* under lock: its path */
     unsigned nbufs;
     struct lg_alog_buf *bufs;      /* owned [nbufs] */
@@ -40,40 +52,164 @@ struct lg_accesslog {
     pthread_cond_t cond;
     bool stop;
     int reopen;                    /* atomic: set by SIGUSR1 */
-    uint64_t dropped;              /* atomic */
+    uint64_t dropped;              /* atomic: lines */
+    uint64_t warn_ns;              /* the writer's: rate limit of its error messages */
 };
 
+/* Opens path ("-": a descriptor of its own on standard output); *stream: not a regular file. */
 static int
-alog_open_fd(const char *path)
+alog_open_fd(const char *path, bool *stream)
 {
+    struct stat st;
+    int fd;
+
     if (strcmp(path, "-") == 0) {
-        return dup(STDOUT_FILENO);
+        fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    } else {
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     }
-    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    *stream = fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode);
+    return fd;
 }
 
-static void
-alog_flush(struct lg_accesslog *log, struct evbuffer *tmp)
+static uint64_t
+alog_count_lines(struct evbuffer *b)
 {
-    for (unsigned i = 0; i < log->nbufs; i++) {
+    struct evbuffer_ptr pos;
+    uint64_t n = 0;
+
+    evbuffer_ptr_set(b, &pos, 0, EVBUFFER_PTR_SET);
+    while ((pos = evbuffer_search(b, "\n", 1, &pos)).pos >= 0) {
+        n++;
+        evbuffer_ptr_set(b, &pos, 1, EVBUFFER_PTR_ADD);
+    }
+    return n;
+}
+
+/* Drops the lines tmp holds, counted, saying why (at most every 30 s). */
+static void
+alog_drop(struct lg_accesslog *log, struct evbuffer *tmp, const char *why)
+{
+    uint64_t n = alog_count_lines(tmp);
+
+    __atomic_fetch_add(&log->dropped, n, __ATOMIC_RELAXED);
+    evbuffer_drain(tmp, evbuffer_get_length(tmp));
+    if (lg_log_ratelimit(&log->warn_ns, 30 * LG_NS_PER_S)) {
+        LG_ERROR("access log %s: %s; %" PRIu64 " lines dropped (llmgate_access_log_dropped_total "
+                 "counts them all); %s",
+                 log->path, why, n,
+                 strcmp(log->path, "-") == 0
+                     ? "check what reads llmgate's standard output, or set \"access_log\" to a "
+                       "file or false"
+                     : "check the file's disk and permissions");
+    }
+}
+
+/* Bytes of tmp's head to write to a stream at once: whole lines, at most PIPE_BUF (a line
+ * longer than that goes in pieces). */
+static size_t
+alog_stream_chunk(struct evbuffer *tmp)
+{
+    size_t len = evbuffer_get_length(tmp);
+    const char *p, *nl;
+
+    if (len <= PIPE_BUF) {
+        return len;
+    }
+    p = (const char *)evbuffer_pullup(tmp, PIPE_BUF);
+    nl = memrchr(p, '\n', PIPE_BUF);
+    return nl != NULL ? (size_t)(nl - p) + 1 : PIPE_BUF;
+}
+
+/*
+ * Writes tmp out. A regular file takes it whole, as the disk allows. A stream
+ * (stdout: a pipe, a socket, a terminal) takes whole lines of at most PIPE_BUF
+ * bytes per write, each once poll() says there is room: such a write is atomic
+ * on a pipe, so lines never interleave with the error log's when both go to
+ * one pipe, and it cannot block. When the reader makes no room for wait_ms,
+ * what is left stays in tmp for the next flush. A failed write drops tmp.
+ */
+static void
+alog_write(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
+{
+    while (evbuffer_get_length(tmp) > 0) {
+        size_t n = evbuffer_get_length(tmp);
+        int k;
+
+        if (log->stream) {
+            struct pollfd pfd = { .fd = log->fd, .events = POLLOUT };
+            int r = poll(&pfd, 1, wait_ms);
+
+            if (r < 0 && errno == EINTR) {
+                continue;
+            }
+            if (r == 0) {
+                return; /* the reader is stalled: later */
+            }
+            n = alog_stream_chunk(tmp);
+        }
+        k = evbuffer_write_atmost(tmp, log->fd, (ev_ssize_t)n);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) {
+            continue;
+        }
+        if (k <= 0) {
+            char why[128];
+
+            snprintf(why, sizeof(why), "write failed: %s", k < 0 ? strerror(errno) : "no progress");
+            alog_drop(log, tmp, why);
+            return;
+        }
+    }
+}
+
+/* Moves the workers' lines into tmp (while its backlog allows) and writes them out. */
+static void
+alog_flush(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
+{
+    size_t backlog = ALOG_BACKLOG * __atomic_load_n(&log->buffer_bytes, __ATOMIC_RELAXED);
+
+    for (unsigned i = 0; i < log->nbufs && evbuffer_get_length(tmp) < backlog; i++) {
         struct lg_alog_buf *b = &log->bufs[i];
 
         pthread_mutex_lock(&b->lock);
         evbuffer_add_buffer(tmp, b->buf);
         pthread_mutex_unlock(&b->lock);
     }
-    while (evbuffer_get_length(tmp) > 0) {
-        int n = evbuffer_write(tmp, log->fd);
+    alog_write(log, tmp, wait_ms);
+}
 
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
+/* At exit: writes what is left, waiting for a stalled reader once; drops the rest. */
+static void
+alog_flush_last(struct lg_accesslog *log, struct evbuffer *tmp)
+{
+    for (;;) {
+        bool more = false;
+
+        alog_flush(log, tmp, ALOG_STALL_MS);
+        for (unsigned i = 0; i < log->nbufs; i++) {
+            more |= evbuffer_get_length(log->bufs[i].buf) > 0; /* the workers have stopped */
+        }
+        if (evbuffer_get_length(tmp) > 0) {
+            for (unsigned i = 0; i < log->nbufs; i++) {
+                evbuffer_add_buffer(tmp, log->bufs[i].buf);
             }
-            LG_ERROR("access log %s: write failed: %s; %zu bytes lost", log->path,
-                     strerror(errno), evbuffer_get_length(tmp));
-            evbuffer_drain(tmp, evbuffer_get_length(tmp));
+            alog_drop(log, tmp, "the reader took nothing for a second while llmgate stopped");
+            return;
+        }
+        if (!more) {
+            return;
         }
     }
+}
+
+/* Puts fd in force, after writing out what the old one is owed. */
+static void
+alog_switch(struct lg_accesslog *log, struct evbuffer *tmp, int fd, bool stream)
+{
+    alog_flush(log, tmp, ALOG_STALL_MS); /* lines so far belong to the old file */
+    close(log->fd);
+    log->fd = fd;
+    log->stream = stream;
 }
 
 static void *
@@ -88,8 +224,12 @@ alog_writer(void *arg)
         struct timespec ts;
         uint64_t flush_ms = __atomic_load_n(&log->flush_ms, __ATOMIC_RELAXED);
         int next_fd;
+        bool next_stream;
         char *next_path;
 
+        if (flush_ms == 0) {
+            flush_ms = 100; /* each line wakes the writer; this is the backstop */
+        }
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)((flush_ms % 1000) * 1000000);
         ts.tv_sec += (time_t)(flush_ms / 1000) + ts.tv_nsec / 1000000000;
@@ -100,35 +240,53 @@ alog_writer(void *arg)
         }
         stop = log->stop;
         next_fd = log->next_fd;
+        next_stream = log->next_stream;
         next_path = log->next_path;
         log->next_fd = -1;
         log->next_path = NULL;
         pthread_mutex_unlock(&log->lock);
         if (next_fd >= 0) {
-            alog_flush(log, tmp); /* lines so far belong to the old file */
-            close(log->fd);
-            log->fd = next_fd;
+            alog_switch(log, tmp, next_fd, next_stream);
             free(log->path);
             log->path = next_path;
             LG_INFO("access log now goes to %s", log->path);
         }
         if (__atomic_exchange_n(&log->reopen, 0, __ATOMIC_ACQ_REL)) {
-            int fd = alog_open_fd(log->path);
+            bool stream;
+            int fd = alog_open_fd(log->path, &stream);
 
             if (fd < 0) {
-                LG_ERROR("access log %s: cannot reopen: %s; keeping the old file", log->path,
-                         strerror(errno));
+                LG_ERROR("access log %s: cannot reopen: %s; keeping the old file (check the "
+                         "folder's permissions)",
+                         log->path, strerror(errno));
             } else {
-                alog_flush(log, tmp); /* lines so far belong to the old file */
-                close(log->fd);
-                log->fd = fd;
+                alog_switch(log, tmp, fd, stream);
                 LG_INFO("access log %s reopened", log->path);
             }
         }
-        alog_flush(log, tmp);
+        if (stop) {
+            alog_flush_last(log, tmp);
+        } else {
+            alog_flush(log, tmp, ALOG_STALL_MS);
+        }
     }
     evbuffer_free(tmp);
     return NULL;
+}
+
+static int
+alog_open_error(const char *path)
+{
+    if (strcmp(path, "-") == 0) {
+        LG_ERROR("access log: cannot use standard output: %s; set \"access_log\" to a file, or "
+                 "to false to turn it off",
+                 strerror(errno));
+    } else {
+        LG_ERROR("access log %s: cannot open: %s; check that its folder exists and is writable "
+                 "by llmgate, or set \"access_log\" to another file",
+                 path, strerror(errno));
+    }
+    return LG_EIO;
 }
 
 int
@@ -140,15 +298,15 @@ lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
     log->path = lg_xstrdup(conf->path);
     log->asked_path = lg_xstrdup(conf->path);
     log->next_fd = -1;
-    log->fd = alog_open_fd(log->path);
+    log->fd = alog_open_fd(log->path, &log->stream);
     if (log->fd < 0) {
-        LG_ERROR("access log %s: cannot open: %s", log->path, strerror(errno));
+        alog_open_error(log->path);
         free(log->path);
         free(log->asked_path);
         free(log);
         return LG_EIO;
     }
-    log->flush_ms = conf->flush_ms ? conf->flush_ms : 100;
+    log->flush_ms = conf->flush_ms;
     log->buffer_bytes = conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024;
     log->nbufs = nworkers;
     log->bufs = lg_xcalloc(nworkers, sizeof(*log->bufs));
@@ -202,17 +360,17 @@ int
 lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *conf)
 {
     int fd = -1;
+    bool stream = false;
 
     if (strcmp(conf->path, log->asked_path) != 0) {
-        fd = alog_open_fd(conf->path);
+        fd = alog_open_fd(conf->path, &stream);
         if (fd < 0) {
-            LG_ERROR("access log %s: cannot open: %s", conf->path, strerror(errno));
-            return LG_EIO;
+            return alog_open_error(conf->path);
         }
         free(log->asked_path);
         log->asked_path = lg_xstrdup(conf->path);
     }
-    __atomic_store_n(&log->flush_ms, conf->flush_ms ? conf->flush_ms : 100, __ATOMIC_RELAXED);
+    __atomic_store_n(&log->flush_ms, conf->flush_ms, __ATOMIC_RELAXED);
     __atomic_store_n(&log->buffer_bytes, conf->buffer_bytes ? conf->buffer_bytes : 64 * 1024,
                      __ATOMIC_RELAXED);
     pthread_mutex_lock(&log->lock);
@@ -222,6 +380,7 @@ lg_accesslog_update(struct lg_accesslog *log, const struct lg_access_log_conf *c
         }
         free(log->next_path);
         log->next_fd = fd;
+        log->next_stream = stream;
         log->next_path = lg_xstrdup(conf->path);
     }
     pthread_cond_signal(&log->cond);
@@ -256,12 +415,13 @@ lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n)
 
     pthread_mutex_lock(&buf->lock);
     limit = __atomic_load_n(&buf->log->buffer_bytes, __ATOMIC_RELAXED);
-    if (evbuffer_get_length(buf->buf) < 16 * limit) {
+    if (evbuffer_get_length(buf->buf) < ALOG_BACKLOG * limit) {
         evbuffer_add(buf->buf, line, n);
     } else {
         __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
     }
-    if (evbuffer_get_length(buf->buf) >= limit) {
+    if (evbuffer_get_length(buf->buf) >= limit
+        || __atomic_load_n(&buf->log->flush_ms, __ATOMIC_RELAXED) == 0) {
         pthread_cond_signal(&buf->log->cond); /* flush early */
     }
     pthread_mutex_unlock(&buf->lock);

@@ -4,9 +4,12 @@
  * Workers format the line on their loop (serve/record.c) into their own
  * buffer (a mutex that only the writer thread contends); a writer thread
  * flushes every buffer on a timer, or early when one fills, so no event loop
- * ever waits on the disk.
- * SIGUSR1 reopens the file (logrotate). If the disk cannot keep up, lines are
- * dropped and counted rather than letting memory grow.
+ * ever waits on the disk or on standard output (the default: "-"). The writer
+ * itself never blocks on a stream for long: it writes whole lines as its
+ * reader makes room, so a stalled or closed stdout costs dropped lines, never
+ * a stalled worker or a hung exit. SIGUSR1 reopens the file (logrotate). If
+ * the disk or the reader cannot keep up, lines are dropped and counted rather
+ * than letting memory grow.
  */
 #ifndef LG_ACCESSLOG_H
 #define LG_ACCESSLOG_H
@@ -20,7 +23,7 @@ struct lg_access_log_conf;
 /* Opens the log and starts the writer; nworkers buffers. */
 int lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
                       struct lg_accesslog **out);
-/* Flushes everything, stops the writer, closes the file. */
+/* Flushes everything (giving a stalled reader a second), stops the writer, closes the file. */
 void lg_accesslog_close(struct lg_accesslog *log);
 /*
  * Applies a reloaded configuration: a new path is opened here (so a path
@@ -42,7 +45,7 @@ struct lg_alog_buf *lg_accesslog_buffer(struct lg_accesslog *log, unsigned worke
  */
 void lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n);
 
-/* Lines dropped because the writer fell behind. */
+/* Lines dropped because the disk or stdout's reader fell behind, or a write failed. */
 uint64_t lg_accesslog_dropped(const struct lg_accesslog *log);
 
 #endif /* LG_ACCESSLOG_H */

@@ -69,6 +69,66 @@ conf_same_addr(const struct sockaddr_storage *a, socklen_t alen, const struct so
     return memcmp(a, b, alen) == 0;
 }
 
+static bool
+conf_is_loopback(const struct sockaddr_storage *ss, socklen_t len)
+{
+    const struct sockaddr_in *a4 = (const struct sockaddr_in *)ss;
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+
+    if (len == 0) {
+        return true; /* not resolved (LG_CONFIG_F_NO_RESOLVE): nothing to say */
+    }
+    if (ss->ss_family == AF_INET) {
+        return (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+    }
+    return ss->ss_family == AF_INET6
+           && (IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr)
+               || (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr) && a6->sin6_addr.s6_addr[12] == 127));
+}
+
+/* Two backends at one URL: scheme, host (any case), port and path prefix. */
+static bool
+conf_same_url(const struct lg_backend_conf *a, const struct lg_backend_conf *b)
+{
+    return a->url != NULL && b->url != NULL && a->tls == b->tls && a->port == b->port
+           && strcasecmp(a->host, b->host) == 0 && strcmp(a->path_prefix, b->path_prefix) == 0;
+}
+
+/*
+ * Risky settings that are valid: warnings (`--check-config` prints them and
+ * exits 0; the gateway logs them at start and on reload). The timeouts warn
+ * as they are set (warn_above in their table).
+ */
+static void
+conf_warn_root(struct lg_conf_ctx *ctx, const struct lg_config *c)
+{
+    char sfx[64];
+    char q[CONF_QBUF];
+
+    if (c->admin.listen != NULL && c->admin.token == NULL
+        && !conf_is_loopback(&c->admin.addr, c->admin.addrlen)) {
+        lg_conf_warn_at(ctx,
+                     json_is_string(json_object_get(c->root, "admin")) ? "/admin" : "/admin/listen",
+                     "the admin listener is on %s, not loopback, without a token: whoever reaches "
+                     "it can drain backends, reload and read the fleet; set admin.token (then "
+                     "/admin/ and /metrics need it) or listen on 127.0.0.1",
+                     lg_conf_quote(q, sizeof(q), c->admin.listen));
+    }
+    for (size_t i = 0; i < c->nbackends; i++) {
+        for (size_t j = 0; c->backends[i].enabled && j < i; j++) {
+            if (c->backends[j].enabled && conf_same_url(&c->backends[i], &c->backends[j])) {
+                snprintf(sfx, sizeof(sfx), "/backends/%zu/url", i);
+                lg_conf_warn_at(ctx, sfx,
+                             "the same URL as /backends/%zu (%s): one engine counted as two "
+                             "backends gets twice its share, and neither sees its whole load; "
+                             "list it once (\"weight\" gives it a larger share)",
+                             j, lg_conf_quote(q, sizeof(q), c->backends[j].name));
+                break;
+            }
+        }
+    }
+}
+
 static void
 conf_check_root(struct lg_conf_ctx *ctx, void *base, bool clean)
 {
@@ -118,6 +178,9 @@ conf_check_root(struct lg_conf_ctx *ctx, void *base, bool clean)
     if (c->nbackends > 0 && enabled == 0) {
         conf_error_at(ctx, "/backends", "every backend is disabled; enable at least one");
     }
+    if (clean) {
+        conf_warn_root(ctx, c);
+    }
 }
 
 /* ---- the tables --------------------------------------------------------- */
@@ -154,17 +217,24 @@ static const struct lg_conf_table conf_listen_table = { sizeof(struct lg_listen_
 #define TO(f) offsetof(struct lg_timeouts_conf, f)
 static const struct lg_conf_field conf_timeouts_fields[] = {
     { "client_header", LG_CONF_DURATION, TO(client_header_ms), .def = CONF_S(10), .min = 1,
-      .max = CONF_H(1) },
+      .max = CONF_H(1), .warn_above = CONF_M(1),
+      .warn = "a client may hold a connection that long before its request is complete "
+              "(slowloris)" },
     { "client_body", LG_CONF_DURATION, TO(client_body_ms), .def = CONF_S(30), .min = 1,
-      .max = CONF_H(1) },
+      .max = CONF_H(1), .warn_above = CONF_M(5),
+      .warn = "a client may hold a connection that long between two pieces of its body" },
     { "client_idle", LG_CONF_DURATION, TO(client_idle_ms), .def = CONF_S(75), .min = 1,
-      .max = CONF_H(1) },
+      .max = CONF_H(1), .warn_above = CONF_M(10),
+      .warn = "idle keep-alive connections stay open that long, each counted against "
+              "limits.max_connections" },
     { "upstream_connect", LG_CONF_DURATION, TO(upstream_connect_ms), .def = CONF_S(3), .min = 1,
-      .max = CONF_M(5) },
+      .max = CONF_M(5), .warn_above = CONF_M(1),
+      .warn = "a backend that does not answer holds each request that long before a retry" },
     { "first_byte", LG_CONF_DURATION, TO(first_byte_ms), .def = CONF_S(300), .min = 1,
       .max = CONF_H(1) },
     { "stream_idle", LG_CONF_DURATION, TO(stream_idle_ms), .def = CONF_S(120), .min = 1,
-      .max = CONF_H(1) },
+      .max = CONF_H(1), .warn_above = CONF_M(10),
+      .warn = "a stalled engine keeps each of its streams, and the client, that long" },
     { "total", LG_CONF_DURATION, TO(total_ms), .def = 0, .min = 0, .max = CONF_H(24) },
     { "drain", LG_CONF_DURATION, TO(drain_ms), .def = CONF_S(30), .min = 0, .max = CONF_H(1) },
     { "upstream_idle", LG_CONF_DURATION, TO(upstream_idle_ms), .def = CONF_S(60), .min = 1,
@@ -172,7 +242,9 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
     { "upstream_purge", LG_CONF_DURATION, TO(upstream_purge_ms), .def = CONF_S(1), .min = 0,
       .max = CONF_H(1) },
     { "client_stall", LG_CONF_DURATION, TO(client_stall_ms), .def = CONF_S(60), .min = 1,
-      .max = CONF_H(1) },
+      .max = CONF_H(1), .warn_above = CONF_M(10),
+      .warn = "a client that reads nothing keeps its stream, and a slot of the engine, that "
+              "long" },
     { "queue", LG_CONF_DURATION, TO(queue_ms), .def = CONF_S(30), .min = 1, .max = CONF_H(1) },
     { .name = NULL },
 };
@@ -263,7 +335,7 @@ static const struct lg_conf_table conf_routing_table = { sizeof(struct lg_routin
 
 #define AL(f) offsetof(struct lg_access_log_conf, f)
 static const struct lg_conf_field conf_access_log_fields[] = {
-    { "path", LG_CONF_STR, AL(path), .required = true },
+    { "path", LG_CONF_STR, AL(path), .def_str = "-" },
     { "flush", LG_CONF_DURATION, AL(flush_ms), .def = CONF_S(1), .min = 0, .max = CONF_M(1) },
     { "buffer", LG_CONF_SIZE, AL(buffer_bytes), .def = CONF_KIB(64), .min = CONF_KIB(4),
       .max = CONF_MIB(64) },
@@ -439,7 +511,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS },
     { "log_level", LG_CONF_ENUM, CF(log_level), .def = LG_LOG_INFO, .names = conf_log_levels },
     { "access_log", LG_CONF_OBJECT, CF(access_log), .sub = &conf_access_log_table,
-      .shorthand = "path" },
+      .shorthand = "path", .off_false = true },
     { "timeouts", LG_CONF_OBJECT, CF(timeouts), .sub = &conf_timeouts_table },
     { "limits", LG_CONF_OBJECT, CF(limits), .sub = &conf_limits_table },
     { "routing", LG_CONF_OBJECT, CF(routing), .sub = &conf_routing_table },
@@ -468,6 +540,10 @@ conf_free(struct lg_config *c)
     free(c->templates);
     lg_conf_free_fields(&conf_root_table, c);
     json_decref(c->root);
+    for (size_t i = 0; i < c->nwarnings; i++) {
+        free(c->warnings[i]);
+    }
+    free(c->warnings);
     free(c->path);
     free(c);
 }
@@ -548,6 +624,8 @@ lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsi
     lg_conf_defaults(&conf_root_table, c);
     lg_conf_object(&ctx, &conf_root_table, root, c);
     free(ctx.ptr);
+    c->warnings = ctx.warnings; /* freed with c */
+    c->nwarnings = ctx.nwarnings;
     if (ctx.nerrors > 0) {
         conf_free(c);
         return LG_EINVAL;

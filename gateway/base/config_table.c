@@ -225,6 +225,34 @@ conf_in_range(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v,
     return false;
 }
 
+void
+lg_conf_warn_at(struct lg_conf_ctx *ctx, const char *suffix, const char *fmt, ...)
+{
+    char what[CONF_MSG_MAX];
+    char where[CONF_PTR_MAX * 4 + 8];
+    size_t mark = ctx->ptr_len;
+    char *msg;
+    int line;
+    int col;
+    va_list ap;
+
+    if (ctx->nwarnings >= LG_CONFIG_MAX_ERRORS) {
+        return;
+    }
+    lg_conf_ptr_add(ctx, suffix, strlen(suffix));
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    lg_config_loc_find(ctx->text, ctx->len, ctx->ptr, &line, &col);
+    if (asprintf(&msg, "%s:%d:%d: warning: %s: %s", ctx->name, line, col,
+                 lg_conf_escape(where, sizeof(where), ctx->ptr, CONF_PTR_MAX, false), what)
+        >= 0) {
+        ctx->warnings = lg_xrealloc(ctx->warnings, (ctx->nwarnings + 1) * sizeof(*ctx->warnings));
+        ctx->warnings[ctx->nwarnings++] = msg;
+    }
+    lg_conf_ptr_pop(ctx, mark);
+}
+
 /* ---- setters, one per type ---------------------------------------------- */
 
 static void *
@@ -369,6 +397,13 @@ conf_set_duration(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t
     }
     if (conf_in_range(ctx, f, v, (double)ms, lg_conf_fmt_duration)) {
         *(uint64_t *)conf_at(base, f->offset) = ms;
+        if (f->warn_above > 0 && (double)ms > f->warn_above) {
+            char d[32];
+
+            lg_conf_warn_at(ctx, "", "%s is practically no timeout: %s; the default is %s",
+                            lg_conf_fmt_duration(q, sizeof(q), ms), f->warn,
+                            lg_conf_fmt_duration(d, sizeof(d), (uint64_t)f->def));
+        }
     }
 }
 
@@ -612,8 +647,18 @@ conf_set_object(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *
         }
         return;
     }
+    if (f->off_false && json_is_boolean(v)) {
+        if (json_is_false(v)) {
+            lg_conf_free_fields(f->sub, sub); /* off: every string NULL */
+        }
+        return;
+    }
     if (!json_is_object(v)) {
-        conf_type_error(ctx, f->shorthand != NULL ? "a string or an object" : "an object", v);
+        conf_type_error(ctx,
+                        f->off_false   ? "a string, an object or false"
+                        : f->shorthand ? "a string or an object"
+                                       : "an object",
+                        v);
         return;
     }
     lg_conf_object(ctx, f->sub, v, sub);

@@ -59,6 +59,11 @@ struct lg_conf_field {
     const char *const *names;        /* ENUM values */
     const struct lg_conf_table *sub; /* OBJECT, OBJARRAY */
     const char *shorthand;           /* OBJECT, OBJARRAY: a string stands for {shorthand: s} */
+    bool off_false;                  /* OBJECT: false turns it off (its strings NULL), true
+                                        means its defaults */
+    double warn_above;               /* DURATION: above this (ms) it is practically none: a
+                                        warning says what that exposes (.warn); 0: never */
+    const char *warn;
     const char *unless;              /* required, unless this sibling key is present */
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
@@ -81,6 +86,8 @@ struct lg_conf_ctx {
     size_t nerrors; /* every error, kept or dropped */
     char *ptr;      /* JSON pointer of the value being checked ("" = root) */
     size_t ptr_len, ptr_cap;
+    char **warnings; /* owned until they move to the config: FILE:LINE:COL: warning: ... */
+    size_t nwarnings;
 };
 
 /* Adds a message to errs (the first LG_CONFIG_MAX_ERRORS are kept). */
@@ -90,6 +97,10 @@ void lg_conf_errors_add(struct lg_config_errors *errs, const char *fmt, ...)
  * its FILE:LINE:COL. */
 void lg_conf_verror(struct lg_conf_ctx *ctx, bool at_key, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/* Records a warning about the value at ctx->ptr + suffix: a risky setting, not an error. */
+void lg_conf_warn_at(struct lg_conf_ctx *ctx, const char *suffix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* The JSON pointer of the value being checked: append n bytes of s (an
  * already escaped segment); pop back to a length taken before. */

@@ -125,7 +125,7 @@ struct lg_routing_conf {
 };
 
 struct lg_access_log_conf {
-    char *path;            /* "-" = stdout; NULL = off */
+    char *path;            /* "-" = stdout (the default); NULL = off ("access_log": false) */
     uint64_t flush_ms;     /* flush interval */
     size_t buffer_bytes;   /* per-worker buffer; a full buffer flushes early */
 };
@@ -189,6 +189,10 @@ struct lg_config {
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */
     size_t ntemplates;
+    char **warnings;              /* risky settings, each "FILE:LINE:COL: warning: /pointer:
+                                     what and what to do" (admin open without a token, a
+                                     backend listed twice, a timeout that is practically none) */
+    size_t nwarnings;
     int refcnt;                   /* atomic; see lg_config_ref() */
 };
 

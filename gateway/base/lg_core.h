@@ -109,6 +109,14 @@ struct sockaddr_storage;
 /* Formats an address as "1.2.3.4:80" or "[::1]:80" (util.c). */
 void lg_sockaddr_format(const struct sockaddr_storage *ss, char *out, size_t outlen);
 
+/*
+ * What an operator can do when a listening socket cannot be opened (errno of
+ * socket/bind/listen) or a descriptor cannot be had: a static sentence, e.g.
+ * for EADDRINUSE "another process listens there: stop it, or choose another
+ * port", naming `key` (the config key of the address).
+ */
+const char *lg_errno_hint(int err, const char *key, char *buf, size_t len);
+
 /* ---- small helpers ------------------------------------------------------ */
 
 #define LG_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -3,7 +3,10 @@
  *   2026-11-30T12:00:00.123Z warn  client.c:412: conn=7 while relaying: ...
  * Owns nothing but the threshold. Thread-safe: each line is formatted into a
  * stack buffer and written with one write(2), so lines never interleave.
+ * A line that standard error has no room for (its reader stalled) is dropped
+ * and counted rather than stalling the thread that logs it: an event loop.
  */
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "base/lg_core.h"
 
 enum lg_log_level lg_log_threshold = LG_LOG_INFO;
+static uint64_t log_dropped; /* atomic: lines stderr had no room for */
 
 static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
 
@@ -26,6 +30,35 @@ lg_log_level_parse(const char *s, enum lg_log_level *out)
         }
     }
     return LG_EINVAL;
+}
+
+/* One line to stderr, unless its reader has left no room (a pipe at most PIPE_BUF
+ * bytes from full: the line is shorter, so this write neither blocks nor splits). */
+static void
+log_write(const char *line, size_t n)
+{
+    struct pollfd p = { .fd = STDERR_FILENO, .events = POLLOUT };
+    uint64_t dropped;
+
+    if (poll(&p, 1, 0) == 0) {
+        __atomic_fetch_add(&log_dropped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    dropped = __atomic_exchange_n(&log_dropped, 0, __ATOMIC_RELAXED);
+    if (dropped > 0) {
+        char note[160];
+        int k = snprintf(note, sizeof(note),
+                         "llmgate: %" PRIu64 " error-log lines were dropped: standard error had "
+                         "no room (its reader stalled)\n",
+                         dropped);
+
+        if (write(STDERR_FILENO, note, (size_t)k) < 0) {
+            /* nowhere left to report it */
+        }
+    }
+    if (write(STDERR_FILENO, line, n) < 0) {
+        /* nowhere left to report it */
+    }
 }
 
 void
@@ -56,9 +89,7 @@ lg_log_emit(enum lg_log_level level, const char *file, int line, const char *fmt
         n = sizeof(buf) - 2;
     }
     buf[n++] = '\n';
-    if (write(STDERR_FILENO, buf, n) < 0) {
-        /* nowhere left to report it */
-    }
+    log_write(buf, n);
 }
 
 bool

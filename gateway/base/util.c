@@ -1,8 +1,10 @@
 /*
  * util.c: allocation wrappers that abort on failure, rc names, address
- * formatting (the small string helpers are inline in lg_core.h). Owns nothing.
+ * formatting, what to do about common errno values (the small string
+ * helpers are inline in lg_core.h). Owns nothing.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,4 +114,38 @@ lg_sockaddr_format(const struct sockaddr_storage *ss, char *out, size_t outlen)
         inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
         snprintf(out, outlen, "%s:%u", ip, ntohs(s4->sin_port));
     }
+}
+
+const char *
+lg_errno_hint(int err, const char *key, char *buf, size_t len)
+{
+    switch (err) {
+    case EADDRINUSE:
+        snprintf(buf, len, "another process listens there: stop it, or choose another port in %s",
+                 key);
+        break;
+    case EACCES:
+    case EPERM:
+        snprintf(buf, len,
+                 "ports below 1024 need root or CAP_NET_BIND_SERVICE: grant it, or choose a "
+                 "port of 1024 or more in %s",
+                 key);
+        break;
+    case EADDRNOTAVAIL:
+        snprintf(buf, len,
+                 "this machine has no such address: use one of its addresses in %s, or "
+                 "\"*:PORT\" for all of them",
+                 key);
+        break;
+    case EMFILE:
+    case ENFILE:
+        snprintf(buf, len,
+                 "out of file descriptors: raise the limit (ulimit -n, systemd's LimitNOFILE, "
+                 "docker's --ulimit nofile) or lower limits.max_connections");
+        break;
+    default:
+        snprintf(buf, len, "check %s", key);
+        break;
+    }
+    return buf;
 }

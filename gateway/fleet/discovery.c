@@ -534,7 +534,9 @@ disc_make_resolver(struct lg_discovery *d, const struct lg_discovery_conf *dc)
             "/etc/resolv.conf");
 
         if (rc != 0 || evdns_base_count_nameservers(d->dns) == 0) {
-            LG_WARN("discovery: /etc/resolv.conf names no usable nameserver (error %d)", rc);
+            LG_WARN("discovery: /etc/resolv.conf names no usable nameserver (error %d); set "
+                    "discovery.nameserver",
+                    rc);
         }
     }
     snprintf(buf, sizeof(buf), "%.3f", (double)dc->timeout_ms / 1000.0);

@@ -13,10 +13,12 @@
 
 #include <netdb.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -26,6 +28,7 @@
 #include "fleet/backend_inflight.h"
 #include "fleet/enginemetrics.h"
 #include "fleet/peers.h"
+#include "http/tls.h"
 
 struct health_target {
     struct lg_health *h;            /* borrowed: owner */
@@ -42,6 +45,8 @@ struct health_target {
     uint32_t ok_run, fail_run;      /* consecutive check results */
     struct lg_backend_engine eng;   /* last published engine state */
     uint64_t warn_ns;               /* rate limit for scrape warnings */
+    char why[192];                  /* why the last check or scrape got no answer */
+    bool why_tls;                   /* ... and it was TLS */
 };
 
 /* Another gateway in front of the fleet (config "peers"). */
@@ -80,6 +85,61 @@ health_tv(uint64_t ms)
 
 /* ---- active checks ------------------------------------------------------ */
 
+/* What a request that got no answer met, from evhttp's error and the connection. */
+static void
+health_on_error(enum evhttp_request_error err, void *arg)
+{
+    struct health_target *t = arg;
+    int e = EVUTIL_SOCKET_ERROR(); /* evhttp restores the connection's errno for us */
+    const struct lg_health_conf *hc = &t->h->f.conf->health;
+
+    t->why_tls =
+        t->b->conf.tls
+        && lg_tls_failed(evhttp_connection_get_bufferevent(t->conn), t->why, sizeof(t->why));
+    if (t->why_tls) {
+        return;
+    }
+    switch (err) {
+    case EVREQ_HTTP_TIMEOUT:
+        snprintf(t->why, sizeof(t->why), "no answer within health.timeout (%" PRIu64 " ms)",
+                 hc->timeout_ms);
+        break;
+    case EVREQ_HTTP_EOF:
+        snprintf(t->why, sizeof(t->why), "%s",
+                 e != 0 ? evutil_socket_error_to_string(e) : "connection closed without an answer");
+        break;
+    case EVREQ_HTTP_INVALID_HEADER:
+        snprintf(t->why, sizeof(t->why), "malformed HTTP answer");
+        break;
+    case EVREQ_HTTP_DATA_TOO_LONG:
+        snprintf(t->why, sizeof(t->why), "answer too large");
+        break;
+    default:
+        snprintf(t->why, sizeof(t->why), "%s",
+                 e != 0 ? evutil_socket_error_to_string(e) : "connection failed");
+        break;
+    }
+}
+
+/* "status 503", or why there was no answer; then what to look at (a config key). */
+static const char *
+health_outcome(struct health_target *t, int code, const char *path_key, char *buf, size_t len)
+{
+    if (code != 0) {
+        snprintf(buf, len, "status %d; check the engine there, or the backend's %s", code,
+                 path_key);
+    } else if (t->why_tls) {
+        snprintf(buf, len, "%s; check the backend's tls settings (ca_file, server_name, cert)",
+                 t->why);
+    } else {
+        snprintf(buf, len, "%s; check that an engine listens at the backend's url",
+                 t->why[0] ? t->why : "no answer");
+    }
+    t->why[0] = '\0';
+    t->why_tls = false;
+    return buf;
+}
+
 static void
 health_check_result(struct health_target *t, bool ok, int code)
 {
@@ -100,10 +160,14 @@ health_check_result(struct health_target *t, bool ok, int code)
     t->ok_run = 0;
     t->fail_run++;
     if (state == LG_BACKEND_UP && t->fail_run >= hc->fall) {
+        char why[256];
+
         __atomic_store_n(&b->health, LG_BACKEND_DOWN, __ATOMIC_RELAXED);
-        LG_WARN("backend %s is down (%u checks failed, last: %s %d)", b->name, t->fail_run,
-                code ? "status" : "no response", code);
+        LG_WARN("backend %s is down (%u checks failed, last: %s)", b->name, t->fail_run,
+                health_outcome(t, code, "health_path", why, sizeof(why)));
     }
+    t->why[0] = '\0';
+    t->why_tls = false;
 }
 
 static void
@@ -141,6 +205,7 @@ health_get(struct health_target *t, const char *path, void (*cb)(struct evhttp_r
     if (req == NULL) {
         return LG_ENOMEM;
     }
+    evhttp_request_set_error_cb(req, health_on_error);
     snprintf(target, sizeof(target), "%s%s", t->b->conf.path_prefix, path);
     health_headers(req, t->b->conf.host_header, "llmgate-health", t->b->conf.api_key);
     if (evhttp_make_request(t->conn, req, EVHTTP_REQ_GET, target) != 0) {
@@ -305,12 +370,16 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
 
     t->scraping = false;
     if (code != 200) {
+        char why[256];
+
         /* an answer, but not metrics: nothing to scrape there (no answer at
          * all is the health checks' business, and retried at full rate) */
         t->scrape_failures += code != 0;
+        health_outcome(t, code, "metrics_path (or \"flavor\": \"none\" not to scrape it)", why,
+                       sizeof(why));
         if (lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
-            LG_WARN("backend %s: scraping %s failed (%s %d); its engine load is not counted",
-                    b->name, b->conf.metrics_path, code ? "status" : "no response", code);
+            LG_WARN("backend %s: scraping %s failed (%s); its engine load is not counted", b->name,
+                    b->conf.metrics_path, why);
         }
         return;
     }
@@ -711,12 +780,23 @@ health_target_init(struct lg_health *h, struct health_target *t, struct lg_backe
         return false;
     }
     if (b->conf.tls) {
-        LG_WARN("backend %s: https backends are not health-checked or scraped yet", b->name);
-        return false;
+        /* the requests' verification: CA, name (SNI), client certificate (tls.c); evhttp
+         * reconnects through the same bufferevent, its SSL cleared for a new handshake.
+         * No deferred callbacks (evhttp's own bufferevents have none): one still queued
+         * when the thread stops would keep the bufferevent, and its SSL, alive for good */
+        struct bufferevent *bev =
+            lg_tls_connect_bev(h->base, &b->conf, &b->tls_ctx, BEV_OPT_CLOSE_ON_FREE);
+
+        t->conn = bev != NULL ? evhttp_connection_base_bufferevent_new(h->base, NULL, bev,
+                                                                       b->conf.host, b->conf.port)
+                              : NULL;
+    } else {
+        t->conn = evhttp_connection_base_new(h->base, NULL, b->conf.host, b->conf.port);
     }
-    t->conn = evhttp_connection_base_new(h->base, NULL, b->conf.host, b->conf.port);
     if (t->conn == NULL) {
-        LG_WARN("backend %s: cannot set up health checks", b->name);
+        LG_WARN("backend %s: cannot set up health checks and engine scrapes; it is judged by its "
+                "requests alone",
+                b->name);
         return false;
     }
     tv = health_tv(hc->timeout_ms ? hc->timeout_ms : 1000);

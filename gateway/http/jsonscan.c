@@ -806,15 +806,20 @@ lg_jsonscan_skip(const struct lg_jsonscan *s, uint32_t i)
  * One walk over the members of object o (nothing found when o is 0 or no
  * object): found[k] is set to the value of the last member named keys[k]
  * (jansson: the last duplicate wins), or to 0. Names compare unescaped; a
- * member's name is read only when its length is one looked for.
+ * member's name is read only when its length is one looked for. With dup,
+ * *dup is set to k + 1 for the first of keys that comes a second time (in
+ * the order of those second times; 0: none).
  */
 void
 lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o, const struct lg_jsonscan_key *keys,
-                    size_t nkeys, uint32_t *found)
+                    size_t nkeys, uint32_t *found, uint32_t *dup)
 {
     char buf[LG_JSONSCAN_KEY_MAX];
 
     memset(found, 0, nkeys * sizeof(*found));
+    if (dup != NULL) {
+        *dup = 0;
+    }
     if (o == 0 || s->tok[o - 1].type != LG_JSONSCAN_OBJ) {
         return;
     }
@@ -830,6 +835,9 @@ lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o, const struct lg_jso
                 name = js_key_bytes(s, t, buf);
             }
             if (memcmp(name, keys[k].name, keys[k].len) == 0) {
+                if (found[k] != 0 && dup != NULL && *dup == 0) {
+                    *dup = (uint32_t)k + 1;
+                }
                 found[k] = i + 2;
                 break;
             }
@@ -843,7 +851,7 @@ lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o, const struct lg_json
 {
     uint32_t found;
 
-    lg_jsonscan_members(s, o, key, 1, &found);
+    lg_jsonscan_members(s, o, key, 1, &found, NULL);
     return found;
 }
 

@@ -102,9 +102,12 @@ uint32_t lg_jsonscan_skip(const struct lg_jsonscan *s, uint32_t i);
  * One walk over the members of object o (nothing found when o is 0 or no
  * object): found[k] is set to the value of the last member named keys[k]
  * (jansson: the last duplicate wins), or to 0. Names compare unescaped.
+ * With dup, *dup is set to k + 1 for the first of keys that comes a second
+ * time (in the order of those second times; 0: none).
  */
 void lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o,
-                         const struct lg_jsonscan_key *keys, size_t nkeys, uint32_t *found);
+                         const struct lg_jsonscan_key *keys, size_t nkeys, uint32_t *found,
+                         uint32_t *dup);
 /* The value of the last member named key of object o, or 0. */
 uint32_t lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o,
                             const struct lg_jsonscan_key *key);

@@ -12,6 +12,7 @@
  */
 #include "http/openai.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,13 @@ static const struct lg_jsonscan_key openai_msg_keys[OPENAI_MSG_N] = {
     [OPENAI_MSG_CONTENT] = LG_JSONSCAN_KEY("content"),
 };
 
-/* The top-level members read, found in one walk of the body's object. */
+/*
+ * The top-level members read, found in one walk of the body's object. None
+ * may come twice: the gateway reads the last of duplicates (as jansson does)
+ * and an engine may read the first, so a key authorised for one model could
+ * be served another (and a stream taken for a plain answer). `user` is not
+ * read but attributes the request at the engine: it is refused twice too.
+ */
 enum {
     OPENAI_F_MODEL = 0,
     OPENAI_F_MESSAGES,
@@ -70,6 +77,7 @@ enum {
     OPENAI_F_MAX_COMPLETION_TOKENS,
     OPENAI_F_PROMPT,
     OPENAI_F_INPUT,
+    OPENAI_F_USER,
     OPENAI_F_N
 };
 static const struct lg_jsonscan_key openai_fields[OPENAI_F_N] = {
@@ -81,6 +89,7 @@ static const struct lg_jsonscan_key openai_fields[OPENAI_F_N] = {
     [OPENAI_F_MAX_COMPLETION_TOKENS] = LG_JSONSCAN_KEY("max_completion_tokens"),
     [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
     [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
+    [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
 };
 
 /* Adds a content value (string or array of parts) to the size and prefix. */
@@ -131,31 +140,51 @@ openai_int(const char *num, size_t n)
 }
 
 
+/* Refuses the body because of field `param` (its name; NULL: the body as a whole). */
+static int __attribute__((format(printf, 5, 6)))
+openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t errlen,
+              const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    out->param = param;
+    return LG_EINVAL;
+}
+
 static int
 openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_openai_req *out,
                    char *err, size_t errlen)
 {
     struct openai_prefix pre = { .left = prefix_bytes };
-    uint32_t f[OPENAI_F_N], v;
+    uint32_t f[OPENAI_F_N], v, dup;
+    size_t k;
 
     lg_hstream_init(&pre.hash);
     if (s->tok[0].type != LG_JSONSCAN_OBJ) {
-        snprintf(err, errlen, "the request body must be a JSON object");
-        return LG_EINVAL;
+        return openai_refuse(out, NULL, err, errlen, "the request body must be a JSON object");
     }
-    lg_jsonscan_members(s, 1, openai_fields, OPENAI_F_N, f);
+    lg_jsonscan_members(s, 1, openai_fields, OPENAI_F_N, f, &dup);
+    if (dup != 0) {
+        out->code = "duplicate_key";
+        return openai_refuse(out, openai_fields[dup - 1].name, err, errlen,
+                             "the request body has the key \"%s\" more than once (engines read "
+                             "either one): send it once",
+                             openai_fields[dup - 1].name);
+    }
     v = f[OPENAI_F_MODEL];
     if (!lg_jsonscan_is_null(s, v)) {
         const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
         struct lg_jsonscan_copy c = { out->model, 0, LG_MODEL_MAX };
 
         if (t->type != LG_JSONSCAN_STR) {
-            snprintf(err, errlen, "\"model\" must be a string");
-            return LG_EINVAL;
+            return openai_refuse(out, "model", err, errlen, "\"model\" must be a string");
         }
         if (t->aux > LG_MODEL_MAX) {
-            snprintf(err, errlen, "\"model\" is longer than %d bytes", LG_MODEL_MAX);
-            return LG_EINVAL;
+            return openai_refuse(out, "model", err, errlen, "\"model\" is longer than %d bytes",
+                                 LG_MODEL_MAX);
         }
         lg_jsonscan_unescape(s, t, LG_MODEL_MAX, lg_jsonscan_copy_cb, &c);
         out->model[c.n] = '\0';
@@ -164,8 +193,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
     if (!lg_jsonscan_is_null(s, v)) {
         if (LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_TRUE
             && LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_FALSE) {
-            snprintf(err, errlen, "\"stream\" must be a boolean");
-            return LG_EINVAL;
+            return openai_refuse(out, "stream", err, errlen, "\"stream\" must be a boolean");
         }
         out->stream = LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_TRUE;
     }
@@ -176,22 +204,23 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         out->include_usage = iu != 0 && LG_JSONSCAN_T(s, iu)->type == LG_JSONSCAN_TRUE;
     }
     v = f[OPENAI_F_MAX_COMPLETION_TOKENS];
+    k = OPENAI_F_MAX_COMPLETION_TOKENS;
     if (lg_jsonscan_is_null(s, v)) {
         v = f[OPENAI_F_MAX_TOKENS];
+        k = OPENAI_F_MAX_TOKENS;
     }
     if (!lg_jsonscan_is_null(s, v)) {
         const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
         char num[32];
 
-        if (t->type != LG_JSONSCAN_INT || t->len >= sizeof(num)) {
-            snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
-            return LG_EINVAL;
+        if (t->type == LG_JSONSCAN_INT && t->len < sizeof(num)) {
+            out->max_tokens =
+                openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
         }
-        out->max_tokens =
-            openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
-        if (out->max_tokens < 0) {
-            snprintf(err, errlen, "\"max_tokens\" must be a non-negative integer");
-            return LG_EINVAL;
+        if (t->type != LG_JSONSCAN_INT || t->len >= sizeof(num) || out->max_tokens < 0) {
+            out->max_tokens = -1;
+            return openai_refuse(out, openai_fields[k].name, err, errlen,
+                                 "\"%s\" must be a non-negative integer", openai_fields[k].name);
         }
     }
 
@@ -200,7 +229,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         for (uint32_t i = v; i < LG_JSONSCAN_T(s, v)->aux; i = lg_jsonscan_skip(s, i)) {
             uint32_t m[OPENAI_MSG_N];
 
-            lg_jsonscan_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m);
+            lg_jsonscan_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m, NULL);
             if (m[OPENAI_MSG_ROLE] != 0
                 && LG_JSONSCAN_T(s, m[OPENAI_MSG_ROLE])->type == LG_JSONSCAN_STR) {
                 openai_prefix_add(s, &pre, m[OPENAI_MSG_ROLE]);
@@ -238,6 +267,9 @@ openai_inspect_vec(const struct evbuffer_iovec *vec, int nvec, size_t prefix_byt
                          (int)LG_ARRAY_SIZE(stack_starts), err, errlen);
     if (rc == LG_OK) {
         rc = openai_read_fields(&s, prefix_bytes, out, err, errlen);
+    }
+    if (rc != LG_OK && out->code == NULL) {
+        out->code = "invalid_json";
     }
     lg_jsonscan_done(&s);
     return rc;
@@ -319,7 +351,8 @@ lg_json_append_string(struct evbuffer *out, const char *s, size_t n)
 }
 
 size_t
-lg_openai_error_body(struct evbuffer *out, const char *message, const char *type, const char *code)
+lg_openai_error_body(struct evbuffer *out, const char *message, const char *type, const char *param,
+                     const char *code)
 {
     size_t before = evbuffer_get_length(out);
 
@@ -327,7 +360,13 @@ lg_openai_error_body(struct evbuffer *out, const char *message, const char *type
     lg_json_append_string(out, message, strlen(message));
     evbuffer_add(out, ",\"type\":", 8);
     lg_json_append_string(out, type, strlen(type));
-    evbuffer_add(out, ",\"param\":null,\"code\":", 21);
+    evbuffer_add(out, ",\"param\":", 9);
+    if (param != NULL) {
+        lg_json_append_string(out, param, strlen(param));
+    } else {
+        evbuffer_add(out, "null", 4);
+    }
+    evbuffer_add(out, ",\"code\":", 8);
     if (code != NULL) {
         lg_json_append_string(out, code, strlen(code));
     } else {

@@ -18,13 +18,19 @@ struct lg_openai_req {
     int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
     uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
+    const char *code;             /* static, on LG_EINVAL: "invalid_json" or "duplicate_key" */
+    const char *param;            /* static, on LG_EINVAL: the field at fault (OpenAI's "param");
+                                     NULL: the body as a whole */
 };
 
 /*
- * Inspects a JSON request body without linearising it (jansson reads the
- * evbuffer's extents through a callback). The body is left untouched.
- * Returns LG_OK, or LG_EINVAL with a human message in err (malformed JSON
- * with its position, not an object, wrong type of a known field).
+ * Inspects a JSON request body without linearising it (a validating scanner
+ * reads the evbuffer's extents). The body is left untouched.
+ * Returns LG_OK, or LG_EINVAL with a human message in err, out->code and
+ * out->param set: malformed JSON (with its position), not an object, wrong
+ * type of a known field, or a field the gateway reads given twice
+ * (duplicate_key: model, messages, max_tokens, max_completion_tokens,
+ * stream, stream_options, prompt, input, user).
  * A missing model is not an error here: out->model is "".
  */
 int lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_req *out,
@@ -35,11 +41,11 @@ int lg_openai_inspect_mem(const char *data, size_t len, size_t prefix_bytes,
                           struct lg_openai_req *out, char *err, size_t errlen);
 
 /*
- * Appends {"error":{"message":...,"type":...,"param":null,"code":...}} to out.
- * Returns the number of bytes appended.
+ * Appends {"error":{"message":...,"type":...,"param":...,"code":...}} to out
+ * (param and code null when NULL). Returns the number of bytes appended.
  */
 size_t lg_openai_error_body(struct evbuffer *out, const char *message, const char *type,
-                            const char *code);
+                            const char *param, const char *code);
 
 /* The OpenAI error type for an HTTP status. */
 const char *lg_openai_error_type(int status);

@@ -114,18 +114,21 @@ tls_server_ctx(const struct lg_listen_conf *lc)
     SSL_CTX_set_dh_auto(ctx, 1);
     SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, NULL);
     if (SSL_CTX_use_certificate_chain_file(ctx, lc->tls_cert) != 1) {
-        LG_ERROR("listen %s: cannot use the certificate %s: %s", lc->address, lc->tls_cert,
-                 tls_errstr(err, sizeof(err)));
+        LG_ERROR("listen %s: cannot use the certificate %s: %s; tls.cert must be a PEM "
+                 "certificate chain, the server's certificate first",
+                 lc->address, lc->tls_cert, tls_errstr(err, sizeof(err)));
         goto fail_free_ctx;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, lc->tls_key, SSL_FILETYPE_PEM) != 1) {
-        LG_ERROR("listen %s: cannot use the private key %s: %s", lc->address, lc->tls_key,
-                 tls_errstr(err, sizeof(err)));
+        LG_ERROR("listen %s: cannot use the private key %s: %s; tls.key must be an unencrypted "
+                 "PEM private key",
+                 lc->address, lc->tls_key, tls_errstr(err, sizeof(err)));
         goto fail_free_ctx;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
-        LG_ERROR("listen %s: the key %s does not match the certificate %s: %s", lc->address,
-                 lc->tls_key, lc->tls_cert, tls_errstr(err, sizeof(err)));
+        LG_ERROR("listen %s: the key %s does not match the certificate %s: %s; give the key "
+                 "the certificate was made for",
+                 lc->address, lc->tls_key, lc->tls_cert, tls_errstr(err, sizeof(err)));
         goto fail_free_ctx;
     }
     return ctx;
@@ -200,7 +203,8 @@ lg_tls_reload(struct lg_tls *t, const struct lg_config *conf)
     fresh = lg_xcalloc(t->n ? t->n : 1, sizeof(*fresh));
     if (tls_build(conf, fresh) != LG_OK) {
         free(fresh);
-        LG_ERROR("TLS reload failed: keeping the certificates in use");
+        LG_ERROR("TLS reload failed: keeping the certificates in use; fix the files named "
+                 "above and reload again");
         return LG_EINVAL;
     }
     pthread_mutex_lock(&t->lock);
@@ -274,8 +278,9 @@ tls_client_ctx(const struct lg_backend_conf *bc)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         if (bc->tls_ca_file != NULL ? SSL_CTX_load_verify_locations(ctx, bc->tls_ca_file, NULL) != 1
                                     : SSL_CTX_set_default_verify_paths(ctx) != 1) {
-            LG_ERROR("backend %s: cannot load the CA certificates %s: %s", bc->name,
-                     bc->tls_ca_file ? bc->tls_ca_file : "(system default)",
+            LG_ERROR("backend %s: cannot load the CA certificates %s: %s; tls.ca_file must hold "
+                     "PEM certificates (or install the ca-certificates package for the system's)",
+                     bc->name, bc->tls_ca_file ? bc->tls_ca_file : "(system default)",
                      tls_errstr(err, sizeof(err)));
             goto fail_free_ctx;
         }
@@ -284,8 +289,9 @@ tls_client_ctx(const struct lg_backend_conf *bc)
         && (SSL_CTX_use_certificate_chain_file(ctx, bc->tls_cert) != 1
             || SSL_CTX_use_PrivateKey_file(ctx, bc->tls_key, SSL_FILETYPE_PEM) != 1
             || SSL_CTX_check_private_key(ctx) != 1)) {
-        LG_ERROR("backend %s: cannot use the client certificate %s with key %s: %s", bc->name,
-                 bc->tls_cert, bc->tls_key, tls_errstr(err, sizeof(err)));
+        LG_ERROR("backend %s: cannot use the client certificate %s with key %s: %s; tls.cert "
+                 "and tls.key must be a PEM chain and the unencrypted PEM key made for it",
+                 bc->name, bc->tls_cert, bc->tls_key, tls_errstr(err, sizeof(err)));
         goto fail_free_ctx;
     }
     return ctx;

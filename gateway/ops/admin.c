@@ -44,6 +44,7 @@
 #define ADMIN_TIMEOUT_S   30
 #define ADMIN_RELOAD_WAIT 60000 /* ms an admin reload waits for its outcome */
 #define ADMIN_MAX_MODELS  32    /* models whose routing /admin/backends explains */
+#define ADMIN_EXPLAIN_BYTES 512   /* room per candidate in those explanations */
 
 /* A peer's GET /admin/peers?since= held until there is news (peers.h). */
 struct admin_waiter {
@@ -284,9 +285,14 @@ admin_routing(const struct lg_fleet *f)
                                    .prompt_bytes = 1024,
                                    .max_tokens = 128 };
         struct lg_route_result *res = lg_xcalloc(1, sizeof(*res));
-        int rc = lg_router_pick(f->router, m, &rq, 0, res);
-        json_t *cands = json_loads(res->explain ? res->explain : "[]", 0, NULL);
+        int rc;
 
+        /* every candidate, however many (the status page's Score column) */
+        res->explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * ADMIN_EXPLAIN_BYTES;
+        rc = lg_router_pick(f->router, m, &rq, 0, res);
+        json_t *cands;
+
+        cands = json_loads(res->explain ? res->explain : "[]", 0, NULL);
         if (rc == LG_OK && res->probe) {
             lg_backend_release_probe(res->backend);
         }
@@ -680,7 +686,11 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
     }
     fd = admin_socket(ac, bound);
     if (fd < 0) {
-        LG_ERROR("admin: cannot listen on %s: %s", ac->listen, strerror(errno));
+        char hint[256];
+        int err = errno;
+
+        LG_ERROR("admin: cannot listen on %s: %s; %s", ac->listen, strerror(err),
+                 lg_errno_hint(err, "\"admin\"", hint, sizeof(hint)));
         return LG_EIO;
     }
     a = lg_xcalloc(1, sizeof(*a));

@@ -267,12 +267,13 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
                             "reload (%s in force); restart llmgate to change it\n",
                             path, cur->admin.listen ? cur->admin.listen : "none");
     }
-    if (!reload_same_str(cur->auth.keys_file, next->auth.keys_file)) {
+    if ((cur->auth.keys_file == NULL) != (next->auth.keys_file == NULL)) {
         evbuffer_add_printf(errors,
-                            "%s: error: /auth/keys_file: the keys file cannot change on reload "
-                            "(%s in force; its contents are re-read on every reload); restart "
-                            "llmgate to change it\n",
-                            path, cur->auth.keys_file ? cur->auth.keys_file : "none");
+                            "%s: error: /auth: API keys cannot be turned %s on reload (the keys "
+                            "file's path and contents can change); restart llmgate to turn them "
+                            "%s\n",
+                            path, cur->auth.keys_file ? "off" : "on",
+                            cur->auth.keys_file ? "off" : "on");
     }
     if ((cur->access_log.path == NULL) != (next->access_log.path == NULL)) {
         evbuffer_add_printf(errors,
@@ -285,10 +286,11 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
 /*
  * TLS certificates and API keys: re-read here, before anything else changes,
  * so that a certificate or keys file that does not load refuses the whole
- * reload (the TLS module swaps the listeners' contexts all or nothing; the
- * keys module swaps its table). A later refusal (the fleet cannot be built)
- * leaves the fresh certificates and keys in force: they are what the files
- * say now either way.
+ * reload. The TLS module swaps the listeners' contexts all or nothing, at
+ * once: a later refusal (the fleet cannot be built) leaves the fresh
+ * certificates in force, which are what the same files say now either way.
+ * The keys are only staged (the file may be another one): reload_commit()
+ * puts them in force, a refusal drops them.
  */
 static int
 reload_prepare_tls(struct lg_reload *r, const struct lg_config *next, struct evbuffer *errors)
@@ -301,7 +303,7 @@ reload_prepare_tls(struct lg_reload *r, const struct lg_config *next, struct evb
                             next->path);
         return LG_EINVAL;
     }
-    if (gw->keys != NULL && lg_keys_reload(gw->keys) != LG_OK) {
+    if (gw->keys != NULL && lg_keys_stage(gw->keys, next->auth.keys_file) != LG_OK) {
         evbuffer_add_printf(errors, "%s: error: /auth/keys_file: \"%s\" does not load (see above); "
                                     "the keys in force stay\n",
                             next->path, next->auth.keys_file);
@@ -346,12 +348,18 @@ reload_commit(struct lg_reload *r, struct lg_config *conf, uint64_t ticket)
                             conf->access_log.path);
     }
     if (evbuffer_get_length(errors) > 0) {
+        if (gw->keys != NULL) {
+            lg_keys_unstage(gw->keys);
+        }
         lg_fleet_unref(nf);
         lg_discovery_prune(r->disc, old); /* forget names only the refused file had */
         lg_config_unref(conf);
         reload_refuse(r, ticket, errors);
         evbuffer_free(errors);
         return;
+    }
+    if (gw->keys != NULL) {
+        lg_keys_commit(gw->keys); /* nothing refuses the file from here on */
     }
     gen = __atomic_add_fetch(&r->stats.generation, 1, __ATOMIC_RELAXED);
     gw->conf = conf;
@@ -394,6 +402,9 @@ reload_file(struct lg_reload *r)
         }
         lg_config_errors_free(&errs);
     } else {
+        for (size_t i = 0; i < conf->nwarnings; i++) {
+            LG_WARN("%s", conf->warnings[i]);
+        }
         reload_check_fixed(gw->conf, conf, errors);
         if (evbuffer_get_length(errors) == 0) {
             reload_prepare_tls(r, conf, errors);
@@ -404,6 +415,9 @@ reload_file(struct lg_reload *r)
         }
     }
     if (evbuffer_get_length(errors) > 0) {
+        if (gw->keys != NULL) {
+            lg_keys_unstage(gw->keys);
+        }
         lg_config_unref(conf);
         lg_discovery_prune(r->disc, gw->conf);
         reload_refuse(r, ticket, errors);

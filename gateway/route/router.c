@@ -633,8 +633,10 @@ static void
 router_explain(const struct lg_router *r, const struct router_pick *pk, double kib,
                struct lg_route_result *out)
 {
-    char buf[LG_ROUTE_EXPLAIN_BYTES];
-    struct router_buf o = { buf, 0, sizeof(buf) - 16, false };
+    char stack[LG_ROUTE_EXPLAIN_BYTES];
+    size_t size = out->explain_max > sizeof(stack) ? out->explain_max : sizeof(stack);
+    char *buf = size > sizeof(stack) ? lg_xmalloc(size) : stack;
+    struct router_buf o = { buf, 0, size - 16, false };
     size_t shown = 0;
 
     router_raw(&o, "[", 1);
@@ -664,6 +666,9 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
     out->explain = lg_xmalloc(o.len + 1);
     memcpy(out->explain, buf, o.len);
     out->explain[o.len] = '\0';
+    if (buf != stack) {
+        free(buf);
+    }
 }
 
 void

@@ -60,6 +60,9 @@ struct lg_route_result {
     bool probe;                 /* the winner is half-open: this is its probe */
     char *explain;              /* owned: JSON array of candidate score inputs, NULL when
                                    none; freed by the next pick and lg_route_result_clear() */
+    size_t explain_max;         /* set by the caller: bytes the explanation may take; 0: the
+                                   access log's LG_ROUTE_EXPLAIN_BYTES (the admin API's dry
+                                   runs ask for every candidate of a big fleet) */
 };
 
 /* Frees what a pick left in res (its explanation); res stays usable. */

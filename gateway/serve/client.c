@@ -228,23 +228,21 @@ client_end_request(struct lg_client *c)
     lg_hdrs_release(&req->hdrs);
 }
 
-void
-lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
+static void __attribute__((format(printf, 5, 0)))
+client_vfail(struct lg_client *c, int status, const char *code, const char *param, const char *fmt,
+             va_list ap)
 {
     struct lg_request *req = &c->req;
     struct evbuffer *body;
     char msg[512];
     char extra[64] = "";
-    va_list ap;
 
     if (c->state == LG_CLIENT_ST_CLOSING) {
         return;
     }
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
     c->ops->abort(c, code);
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (req->error == NULL || status != req->fail_status) {
         req->error = code;
     }
@@ -267,11 +265,32 @@ lg_client_fail(struct lg_client *c, int status, const char *code, const char *fm
                                                                                           : "POST");
     }
     body = evbuffer_new();
-    lg_openai_error_body(body, msg, lg_openai_error_type(status), code);
+    lg_openai_error_body(body, msg, lg_openai_error_type(status), param, code);
     lg_client_respond(c, status, body, extra);
     evbuffer_free(body);
     LG_CONN_LOG(LG_LOG_DEBUG, c, "%d %s: %s", status, code, msg);
     client_next_request(c);
+}
+
+void
+lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    client_vfail(c, status, code, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void
+lg_client_fail_param(struct lg_client *c, int status, const char *code, const char *param,
+                     const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    client_vfail(c, status, code, param, fmt, ap);
+    va_end(ap);
 }
 
 void

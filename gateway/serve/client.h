@@ -48,6 +48,10 @@ void lg_client_respond(struct lg_client *c, int status, struct evbuffer *body,
 void lg_client_fail(struct lg_client *c, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The same, naming the request-body field at fault in the error's "param" (static string). */
+void lg_client_fail_param(struct lg_client *c, int status, const char *code, const char *param,
+                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* The response was relayed completely: log, then serve the next request or close. */
 void lg_client_finish(struct lg_client *c);
 

@@ -2,9 +2,10 @@
  * keys.c: API keys: the keys file, lookup by SHA-256, per-key limits.
  *
  * Owns: struct lg_keys (the path and the table in force, swapped whole on
- * reload under `lock`), each table, and the keys (refcounted: the table and
- * every request holding one), and each key's counters (refcounted: shared by
- * the keys of the same name in successive tables).
+ * reload under `lock`; a reload's staged table and path until it commits),
+ * each table, and the keys (refcounted: the table and every request holding
+ * one), and each key's counters (refcounted: shared by the keys of the same
+ * name in successive tables).
  * Invariant: a key's configuration never changes once built; only its
  * counters move, with atomics, from any worker.
  */
@@ -57,9 +58,11 @@ struct keys_table {
 };
 
 struct lg_keys {
-    char *path;
+    char *path;            /* the reloading thread's: the file of the table in force */
     pthread_rwlock_t lock; /* guards `t` */
     struct keys_table *t;
+    struct keys_table *staged; /* the reloading thread's: read, not yet in force */
+    char *staged_path;
 };
 
 /* ---- keys and tables ---------------------------------------------------- */
@@ -560,16 +563,28 @@ lg_keys_load(const char *path, struct lg_keys **out, struct lg_config_errors *er
     return rc;
 }
 
+void
+lg_keys_unstage(struct lg_keys *k)
+{
+    keys_table_free(k->staged); /* its counters are shared: the keys in force keep theirs */
+    free(k->staged_path);
+    k->staged = NULL;
+    k->staged_path = NULL;
+}
+
 int
-lg_keys_reload(struct lg_keys *k)
+lg_keys_stage(struct lg_keys *k, const char *path)
 {
     struct lg_config_errors errs = { 0 };
-    struct keys_ctx ctx = { .name = k->path, .errs = &errs };
-    struct keys_table *t = NULL, *old;
+    struct keys_ctx ctx = { .errs = &errs };
+    struct keys_table *t = NULL;
     char *text = NULL;
     int rc;
 
-    rc = keys_read_file(k->path, &text, &ctx.len, &errs);
+    lg_keys_unstage(k);
+    path = path != NULL ? path : k->path;
+    ctx.name = path;
+    rc = keys_read_file(path, &text, &ctx.len, &errs);
     if (rc == LG_OK) {
         ctx.text = text;
         pthread_rwlock_rdlock(&k->lock); /* counters are taken from the table in force */
@@ -581,17 +596,47 @@ lg_keys_reload(struct lg_keys *k)
         for (size_t i = 0; i < errs.n; i++) {
             LG_ERROR("%s", errs.msgs[i]);
         }
-        LG_ERROR("keys reload failed: keeping the %zu keys in force", lg_keys_count(k));
+        LG_ERROR("keys reload failed: keeping the %zu keys in force (from %s); fix %s and reload",
+                 lg_keys_count(k), k->path, path);
         lg_config_errors_free(&errs);
         return rc;
     }
+    k->staged = t;
+    k->staged_path = lg_xstrdup(path);
+    return LG_OK;
+}
+
+void
+lg_keys_commit(struct lg_keys *k)
+{
+    struct keys_table *old;
+    bool moved;
+
+    if (k->staged == NULL) {
+        return;
+    }
     pthread_rwlock_wrlock(&k->lock);
     old = k->t;
-    k->t = t;
+    k->t = k->staged;
     pthread_rwlock_unlock(&k->lock);
     keys_table_free(old); /* requests holding its keys keep them */
-    LG_INFO("keys: %zu keys loaded from %s", t->n, k->path);
-    return LG_OK;
+    moved = strcmp(k->path, k->staged_path) != 0;
+    free(k->path);
+    k->path = k->staged_path;
+    k->staged = NULL;
+    k->staged_path = NULL;
+    LG_INFO("keys: %zu keys loaded from %s%s", k->t->n, k->path, moved ? " (a new keys file)" : "");
+}
+
+int
+lg_keys_reload(struct lg_keys *k)
+{
+    int rc = lg_keys_stage(k, NULL);
+
+    if (rc == LG_OK) {
+        lg_keys_commit(k);
+    }
+    return rc;
 }
 
 void
@@ -600,6 +645,7 @@ lg_keys_free(struct lg_keys *k)
     if (k == NULL) {
         return;
     }
+    lg_keys_unstage(k);
     keys_table_free(k->t);
     pthread_rwlock_destroy(&k->lock);
     free(k->path);

@@ -4,8 +4,9 @@
  * Clients send `Authorization: Bearer KEY`. The keys file stores only the
  * SHA-256 of each key, with a name, the models it may use, a maximum of
  * requests at once and a request rate (token bucket, GCRA form). The key set
- * is loaded at start and re-read on SIGHUP; a key that keeps its name keeps
- * its counters across a reload, so limits hold through it.
+ * is loaded at start and re-read on SIGHUP (from a new path, if the
+ * configuration names one); a key that keeps its name keeps its counters
+ * across a reload, so limits hold through it.
  *
  * A request holds its key (struct lg_key_hold) from the head to its end:
  * the key's name goes to the access log (never the key), and the hold gives
@@ -39,7 +40,21 @@ int lg_keys_load(const char *path, struct lg_keys **out, struct lg_config_errors
 int lg_keys_load_buffer(const char *text, size_t len, const char *name, struct lg_keys **out,
                         struct lg_config_errors *errs);
 
-/* Re-reads the file the set came from; on error keeps the current keys (logged). Any thread. */
+/*
+ * A reload in two steps, so that a reload refused for another reason leaves
+ * the keys in force as they were. lg_keys_stage() reads `path` (the file in
+ * force when NULL; a new path is fine) into a key set that takes over the
+ * counters of the keys in force of the same names; on error (logged with
+ * positions) it returns LG_EINVAL or LG_EIO and nothing is staged.
+ * lg_keys_commit() puts the staged set, and its path, in force (requests
+ * then see it at once); lg_keys_unstage() drops it. One thread at a time
+ * calls these three (the reloading one); requests go on from any thread.
+ */
+int lg_keys_stage(struct lg_keys *k, const char *path);
+void lg_keys_commit(struct lg_keys *k);
+void lg_keys_unstage(struct lg_keys *k);
+
+/* Stages the file in force again and commits it (tests, tools). */
 int lg_keys_reload(struct lg_keys *k);
 
 /* Frees the set; holds still alive keep their keys. NULL is fine. */

@@ -69,7 +69,11 @@ lg_listener_open(struct lg_gateway *gw, struct sockaddr_storage *bound)
             int fd = listener_socket(&addr, len);
 
             if (fd < 0) {
-                LG_ERROR("cannot listen on %s: %s", conf->listen[i].address, strerror(errno));
+                char hint[256];
+                int err = errno;
+
+                LG_ERROR("cannot listen on %s: %s; %s", conf->listen[i].address, strerror(err),
+                         lg_errno_hint(err, "\"listen\"", hint, sizeof(hint)));
                 return LG_EIO;
             }
             if (k == 0) {
@@ -128,7 +132,9 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
 
         __atomic_fetch_add(&w->stats.refused, 1, __ATOMIC_RELAXED);
         if (lg_log_ratelimit(&last, 5 * LG_NS_PER_S)) {
-            LG_WARN("connection limit (%u) reached: refusing new clients",
+            LG_WARN("connection limit (%u) reached: refusing new clients with 503 (raise "
+                    "limits.max_connections if they are legitimate; llmgate_connections shows "
+                    "how many are open)",
                     conf->limits.max_connections);
         }
         listener_refuse(fd, listener_msg_full, sizeof(listener_msg_full) - 1);
@@ -139,7 +145,9 @@ listener_on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr
 
         __atomic_fetch_add(&w->stats.refused, 1, __ATOMIC_RELAXED);
         if (lg_log_ratelimit(&last_ip, 5 * LG_NS_PER_S)) {
-            LG_WARN("per-address connection limit (%u) reached: refusing a client",
+            LG_WARN("per-address connection limit (%u) reached: refusing a client with 429 "
+                    "(raise limits.max_connections_per_ip if many clients share an address, "
+                    "e.g. behind a NAT or another proxy)",
                     conf->limits.max_connections_per_ip);
         }
         listener_refuse(fd, listener_msg_per_ip, sizeof(listener_msg_per_ip) - 1);
@@ -183,7 +191,11 @@ listener_on_error(struct evconnlistener *l, void *arg)
 
     (void)l;
     if (lg_log_ratelimit(&last, 5 * LG_NS_PER_S)) {
-        LG_WARN("accept failed: %s; pausing accepts for %d ms", strerror(err), LISTENER_RETRY_MS);
+        char hint[256];
+
+        LG_WARN("accept failed: %s; pausing accepts for %d ms (open connections are served); %s",
+                strerror(err), LISTENER_RETRY_MS,
+                lg_errno_hint(err, "\"listen\"", hint, sizeof(hint)));
     }
     /* EMFILE, ENFILE, ENOBUFS, ENOMEM: keep serving, try again shortly */
     for (size_t i = 0; i < w->nlisteners; i++) {

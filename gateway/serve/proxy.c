@@ -128,11 +128,12 @@ proxy_dispatch(struct lg_client *c)
     if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
                           sizeof(err))
         != LG_OK) {
-        lg_client_fail(c, 400, "invalid_json", "%s", err);
+        lg_client_fail_param(c, 400, req->info.code, req->info.param, "%s", err);
         return;
     }
     if (req->info.model[0] == '\0') {
-        lg_client_fail(c, 400, "missing_model", "the request body has no \"model\" field");
+        lg_client_fail_param(c, 400, "missing_model", "model",
+                             "the request body has no \"model\" field");
         return;
     }
     if (lg_auth_admit(&c->req, &no) != LG_OK) {

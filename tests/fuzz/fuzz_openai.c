@@ -54,8 +54,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     if (rc_a != LG_OK) {
-        if (err_a[0] == '\0' || err_b[0] == '\0') {
-            abort(); /* a refusal always says why */
+        if (err_a[0] == '\0' || err_b[0] == '\0' || strcmp(err_a, err_b) != 0) {
+            abort(); /* a refusal always says why, the same way */
+        }
+        if (a.code == NULL || b.code == NULL || strcmp(a.code, b.code) != 0 || a.param != b.param) {
+            abort(); /* with the same code and field (both static strings) */
+        }
+        if (strcmp(a.code, "duplicate_key") == 0 && a.param == NULL) {
+            abort(); /* a duplicate is always named */
         }
         return 0;
     }

@@ -2,11 +2,16 @@
 
 Drained: no new request goes to it, the stream running on it finishes,
 and it stays drained across a reload that keeps it; undrained: it takes
-traffic again.
+traffic again. And the warnings an operator gets about risky settings
+(an admin listener open without a token among them), from --check-config
+and at start.
 """
 
 import json
+import re
 import signal
+import socket
+import subprocess
 import urllib.parse
 
 import harness
@@ -98,6 +103,62 @@ class AdminTest(Harness):
         self.assertEqual(self.action("r1", "explode")[0], 404)
         status, _, data = http_request(self.admin, "GET", "/admin/backends")
         self.assertEqual(json.loads(data)["backends"][0]["health"], "up")
+
+
+class OperatorMessagesTest(Harness):
+
+    def test_risky_settings_warn_in_check_config_and_at_start(self):
+        _, port = self.start_llmsim("r1", args=FAST)
+        url = "http://127.0.0.1:%d" % port
+        conf = self.base_config([{"name": "r1", "url": url, "models": ["m"]},
+                                 {"name": "twin", "url": url + "/", "models": ["m"]}],
+                                admin="0.0.0.0:0", timeouts={"client_header": "2m"})
+        path = self.write_config(conf)
+        out = subprocess.run([harness.binary("llmgate"), "--check-config", path],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("configuration is valid (2 backends, 0 discovered through DNS, 1 listen "
+                      "addresses, 3 warnings)", out.stdout)
+        warnings = out.stderr.splitlines()
+        self.assertEqual(len(warnings), 3, out.stderr)
+        for w in warnings:
+            self.assertRegex(w, r"^%s:\d+:\d+: warning: /" % re.escape(path))
+        self.assertRegex(out.stderr, r"warning: /timeouts/client_header: 2m is practically no "
+                                     r"timeout: .*slowloris.*; the default is 10s")
+        self.assertRegex(out.stderr, r"warning: /admin: the admin listener is on \"0\.0\.0\.0:0\", "
+                                     r"not loopback, without a token: .*set admin\.token")
+        self.assertRegex(out.stderr, r"warning: /backends/1/url: the same URL as /backends/0 "
+                                     r"\(\"r1\"\)")
+        # the gateway starts, and says the same in its log
+        gwp, gw = self.start_gateway(conf)
+        gwp.wait_for(r" warn .*warning: /admin: the admin listener is on")
+        self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1))[0], 200)
+        # the same file made safe: a token, one backend per URL, the default timeouts
+        conf["admin"] = {"listen": "0.0.0.0:0", "token": "s3cret"}
+        del conf["backends"][1]
+        del conf["timeouts"]
+        self.write_config(conf)
+        out = subprocess.run([harness.binary("llmgate"), "--check-config", path],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual((out.returncode, out.stderr), (0, ""))
+        self.assertIn("0 warnings)", out.stdout)
+
+    def test_a_taken_port_says_what_to_do(self):
+        """A port another process holds (without SO_REUSEPORT): the start fails (exit 1)
+        with the reason and what to do, for the listen address and the admin one."""
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        self.addCleanup(held.close)
+        port = held.getsockname()[1]
+        for key, conf in (("\"listen\"", self.base_config([], listen="127.0.0.1:%d" % port)),
+                          ("\"admin\"", self.base_config([], admin="127.0.0.1:%d" % port))):
+            conf["backends"] = [{"name": "r1", "url": "http://127.0.0.1:1", "models": ["m"]}]
+            p = self.start([harness.binary("llmgate"), "-c", self.write_config(conf)])
+            self.assertEqual(p.wait(30), 1, p.output())
+            self.assertRegex(p.output(), r"cannot listen on 127\.0\.0\.1:%d: Address already in "
+                                         r"use; another process listens there: stop it, or "
+                                         r"choose another port in %s" % (port, re.escape(key)))
 
 
 if __name__ == "__main__":

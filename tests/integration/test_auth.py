@@ -1,7 +1,7 @@
 """API keys: Authorization: Bearer KEY checked against a keys file of SHA-256
 hashes; 401/403/429; the key's name (never the key) in the access log; the
 client's Authorization never forwarded (a backend's own key is sent
-instead); keys re-read on SIGHUP.
+instead); keys re-read on SIGHUP, from a new path when the file names one.
 """
 
 import hashlib
@@ -100,6 +100,41 @@ class AuthTest(Harness):
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(model="x", max_tokens=2),
                                     headers=bearer(KEY_B))
         self.assertEqual(status, 200)
+
+    def test_a_duplicate_model_key_cannot_reach_another_model(self):
+        """A key allowed model m only sends "model" twice (an engine may read the first,
+        the gateway the last): refused with 400 naming the key, whatever the order or
+        escape, and nothing reaches the backend."""
+        _, gw = self.gateway(args=FAST)
+        head = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, '
+        bodies = [
+            head + '"model": "m", "stream": false, "model": "x"}',
+            head + '"model": "x", "stream": false, "model": "m"}',
+            head + '"model": "x", "mod\\u0065l": "m"}',
+            '{"model": "m", "stream": false, "messages": [], "stream": true}',
+        ]
+        for i, body in enumerate(bodies):
+            status, _, data = http_request(gw, "POST", "/v1/chat/completions", body.encode(),
+                                           headers=dict(bearer(KEY_A),
+                                                        **{"Content-Type": "application/json",
+                                                           "X-Request-Id": "dup-%d" % i}))
+            self.assertEqual(status, 400, body)
+            err = json.loads(data)["error"]
+            self.assertEqual((err["code"], err["type"], err["param"]),
+                             ("duplicate_key", "invalid_request_error",
+                              "stream" if i == 3 else "model"), body)
+            self.assertIn("more than once", err["message"])
+        self.assertEqual(self.rec.connections, 0, "a body with a duplicate key was forwarded")
+        # the key still works, and is still refused model x when it asks plainly
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(model="x"),
+                                      headers=bearer(KEY_A))
+        self.assertEqual(status, 403, obj)
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                      headers=bearer(KEY_A))
+        self.assertEqual(status, 200, obj)
+        log = {r["id"]: r for r in read_log(self.path("access.log"), 6)}
+        self.assertEqual((log["dup-1"]["status"], log["dup-1"]["error"], log["dup-1"]["key"]),
+                         (400, "duplicate_key", "team-a"))
 
     def test_concurrency_limit(self):
         _, gw = self.gateway()
@@ -201,6 +236,52 @@ class AuthTest(Harness):
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1),
                                     headers=bearer(KEY_NEW))
         self.assertEqual(status, 200)
+
+    def test_keys_file_path_changes_on_sighup(self):
+        gwp, gw = self.gateway(args=FAST)
+        with open(self.path("llmgate.json")) as f:
+            conf = json.load(f)
+        other = self.path("keys-2.json")
+        with open(other, "w") as f:
+            json.dump({"keys": [{"name": "new", "sha256": sha(KEY_NEW), "models": "*"}]}, f)
+        conf["auth"] = {"keys_file": other}
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"keys: 1 keys loaded from .*keys-2\.json \(a new keys file\)", start=n)
+        gwp.wait_for(r"configuration reloaded", start=n)
+
+        def status_of(key):
+            return post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1),
+                             headers=bearer(key))[0]
+        self.assertEqual((status_of(KEY_NEW), status_of(KEY_A)), (200, 401))
+        # a file naming a third keys file, refused for another reason: the keys stay
+        third = self.path("keys-3.json")
+        with open(third, "w") as f:
+            json.dump({"keys": [{"name": "a", "sha256": sha(KEY_A), "models": "*"}]}, f)
+        refused = dict(conf, auth={"keys_file": third}, workers=3)
+        self.write_config(refused)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"configuration reload refused", start=n)
+        self.assertEqual((status_of(KEY_NEW), status_of(KEY_A)), (200, 401))
+        # and it is keys-2.json that the next reload re-reads
+        with open(other, "w") as f:
+            json.dump({"keys": [{"name": "new", "sha256": sha(KEY_NEW), "models": "*"},
+                                {"name": "b", "sha256": sha(KEY_B), "models": "*"}]}, f)
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"keys: 2 keys loaded from .*keys-2\.json$", start=n)
+        self.assertEqual(status_of(KEY_B), 200)
+        # auth cannot be turned off by a reload: it says so, and what to do
+        del conf["auth"]
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"error: /auth: API keys cannot be turned off on reload .*restart llmgate",
+                     start=n)
+        self.assertEqual(status_of(KEY_A), 401)
 
     def test_bad_keys_file_stops_the_start_with_positions(self):
         with open(self.keys_path, "w") as f:

@@ -106,14 +106,16 @@ class PeersTest(Harness):
         # as unknown until the next scrape: slow machines, valgrind)
         cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 and c["foreign"] == 3
                                    and "model_ms" in c else None)(
-            self.routed_candidate(gb, "gw-b")), what="the engine model over A's streams, in B")
+            self.routed_candidate(gb, "gw-b")), interval=0.3,
+            what="the engine model over A's streams, in B")
         self.assertGreater(cand["model_ms"], 0)
 
         # C, without peers, sees the same three only as counts: the model declines
-        # (a scrape that caught B's or C's own short request there waits it out)
+        # (a scrape that caught C's own short request counts four: polls a
+        # few scrapes apart leave the engine with A's three alone in between)
         cand = wait_until(lambda: (lambda c: c if c.get("running") == 3 and c.get("waiting") == 0
                                    else None)(self.routed_candidate(gc, "gw-c")),
-                          what="a scrape with A's streams, through C")
+                          interval=0.3, what="a scrape with A's streams, through C")
         self.assertEqual(cand["foreign"], 3, cand)
         self.assertNotIn("model_ms", cand)
 

@@ -8,8 +8,10 @@ the access log says.
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -521,6 +523,127 @@ class ProxyTest(Harness):
         self.assertEqual(post_json(gw, "/v1/chat/completions", chat_body())[0], 200)
         self.assertEqual(len(read_log(path, 1)), 1)
         self.assertEqual(len(read_log(path + ".1", 1)), 1)
+
+    def test_access_log_on_stdout_by_default_and_off_with_false(self):
+        (port,) = self.fleet(1)
+        backends = [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}]
+        gwp, gw = self.start_gateway(self.base_config(backends))  # no access_log: stdout
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(),
+                                    headers={"X-Request-Id": "stdout-default-1"})
+        self.assertEqual(status, 200)
+        line = gwp.wait_for(r'^\{"ts":.*"id":"stdout-default-1"').string
+        rec = json.loads(line)
+        self.assertEqual((rec["status"], rec["backend"], rec["model"]), (200, "r1", "m"))
+        self.assertIsNotNone(rec["ttft"])
+        # "access_log": false: nothing on stdout but the ready line
+        offp, off = self.start_gateway(self.base_config(backends, access_log=False), name="off")
+        status, _, _, _ = post_json(off, "/v1/chat/completions", chat_body(),
+                                    headers={"X-Request-Id": "stdout-off-1"})
+        self.assertEqual(status, 200)
+        offp.signal(signal.SIGTERM)
+        self.assertEqual(offp.wait(30 * harness.SLOW), 0)
+        self.assertFalse([ln for ln in offp.lines if ln.startswith("{")], offp.output())
+
+    def piped_gateway(self, conf, stderr_path, shared=False):
+        """llmgate with its standard output on a pipe that nothing reads until the test
+        says so (and its standard error there too when shared, else in a file); returns
+        (popen, port, admin port, read end of the pipe)."""
+        path = self.write_config(conf)
+        ready = self.path("ready")
+        r, w = os.pipe()
+        err = open(stderr_path or os.devnull, "wb")
+        self.addCleanup(err.close)
+        p = subprocess.Popen(harness.gateway_prefix() + [harness.binary("llmgate"), "-c", path,
+                                                         "--ready-file", ready],
+                             stdin=subprocess.DEVNULL, stdout=w,
+                             stderr=w if shared else err, start_new_session=True)
+        os.close(w)
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        def ready_line():
+            if os.path.exists(ready):
+                with open(ready) as f:
+                    return f.read().strip()
+            return None
+        line = wait_until(ready_line, timeout=60 * harness.SLOW, what="the ready file")
+        ports = re.findall(r":(\d+)", line)
+        return p, int(ports[0]), int(ports[1]), r
+
+    def fill_and_check(self, gw, admin, n, model="m"):
+        """n requests, each answered (none waits on the stalled log); returns the slowest."""
+        slowest = 0.0
+        for i in range(n):
+            t = time.monotonic()
+            status, _, _, _ = post_json(gw, "/v1/chat/completions",
+                                        chat_body(model=model, max_tokens=1),
+                                        headers={"X-Request-Id": "fill-%04d" % i})
+            slowest = max(slowest, time.monotonic() - t)
+            self.assertEqual(status, 200)
+        return slowest
+
+    def test_stalled_stdout_costs_lines_not_requests_nor_exit(self):
+        """stdout's reader stalls: requests go on at full speed, the lines the pipe and the
+        buffers cannot hold are dropped and counted, SIGTERM still exits at once."""
+        (port,) = self.fleet(1)
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            access_log={"path": "-", "buffer": "4KiB", "flush": "10ms"},
+            admin="127.0.0.1:0", health={"scrape_interval": 0, "interval": "1h"})
+        p, gw, admin, r = self.piped_gateway(conf, self.path("stderr"))
+        self.addCleanup(os.close, r)
+        # the pipe (64 KiB), the writer's backlog and each worker's buffer (64 KiB each
+        # at a 4 KiB buffer) hold about 300 lines of ~700 bytes: 600 overflow them
+        slowest = self.fill_and_check(gw, admin, 600)
+        self.assertLess(slowest, 2.0 * harness.SLOW)
+        dropped = wait_until(lambda: metric(harness.scrape(admin),
+                                            "llmgate_access_log_dropped_total") or None,
+                             what="dropped lines counted")
+        self.assertGreater(dropped, 50)
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(30 * harness.SLOW), 0)
+        self.assertLess(time.monotonic() - t, 10 * harness.SLOW)
+        # what did get through is whole lines, in order per worker
+        data = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            data += chunk
+        lines = data.decode().splitlines()
+        self.assertTrue(lines[0].startswith("llmgate ready"), lines[0])
+        recs = [json.loads(ln) for ln in lines[1:]]
+        self.assertGreater(len(recs), 50)
+        self.assertLessEqual(len(recs) + dropped, 600)
+        # the lines still buffered at exit waited a second for the reader, then were dropped
+        with open(self.path("stderr")) as f:
+            self.assertRegex(f.read(), r"access log -: the reader took nothing for a second "
+                                       r"while llmgate stopped; \d+ lines dropped")
+
+    def test_closed_stdout_and_stderr_cost_lines_not_requests(self):
+        """stdout and stderr share a pipe: once its reader is gone, the access log's writes
+        fail (counted), and a worker's warning finds no reader either: nothing stalls."""
+        (port,) = self.fleet(1)
+        dead = self.refusing_port()
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]},
+             {"name": "dead", "url": "http://127.0.0.1:%d" % dead, "models": ["x"]}],
+            admin="127.0.0.1:0", health={"scrape_interval": 0, "interval": "1h"},
+            routing={"policy": "round_robin", "retry": {"attempts": 1}})
+        p, gw, admin, r = self.piped_gateway(conf, None, shared=True)
+        # a stalled shared pipe: the access log fills it, then a worker warns
+        self.fill_and_check(gw, admin, 400)
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(model="x"))
+        self.assertIn(status, (502, 503), obj)
+        self.fill_and_check(gw, admin, 20)
+        # the reader goes away: writes fail, lines are counted as dropped
+        os.close(r)
+        before = metric(harness.scrape(admin), "llmgate_access_log_dropped_total") or 0
+        self.fill_and_check(gw, admin, 50)
+        wait_until(lambda: (metric(harness.scrape(admin), "llmgate_access_log_dropped_total")
+                            or 0) >= before + 50,
+                   what="lines written to a closed pipe counted as dropped")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(30 * harness.SLOW), 0)
 
     # ---- shutdown ----------------------------------------------------------
 

@@ -4,12 +4,14 @@ Starts llmsim replicas and the gateway with an admin listener, then runs
 tests/node/status_page.mjs (playwright-core driving Debian's /usr/bin/chromium):
 the table fills with the backends, they show as up, numbers move once traffic
 flows, a drain button drains and undrains, and a screenshot is taken into the
-test's temporary folder.
+test's temporary folder; with 3 backends, and with a fleet of 50.
 """
 
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import unittest
 
@@ -25,29 +27,30 @@ FAST = ["--decode-ms", "3", "--decode-ms-per-seq", "0", "--prefill-us-per-token"
 
 class StatusPageTest(Harness):
 
-    def test_status_page_in_chromium(self):
+    def page(self, names, sim_args=lambda i: FAST, viewport="1400x500", **conf_extra):
+        """The fleet (one llmsim per name), the gateway with an admin listener, and the
+        page driven by status_page.mjs; returns what the script saw and the screenshot."""
         if not HAVE_BROWSER:
             self.skipTest("no /usr/bin/chromium or node (tools/install-deps.sh installs chromium)")
         if not HAVE_PLAYWRIGHT:
             self.fail("playwright-core is missing: run `npm ci` in tests/node (tests/run.sh does)")
-        names = ["r1", "r2", "r3"]
         backends = []
-        for n in names:
-            _, port = self.start_llmsim(n, args=FAST)
+        for i, n in enumerate(names):
+            _, port = self.start_llmsim(n, args=sim_args(i))
             backends.append({"name": n, "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
-        conf = self.base_config(backends, admin={"listen": "127.0.0.1:0"})
+        conf = self.base_config(backends, admin={"listen": "127.0.0.1:0"}, **conf_extra)
         proc, port = self.start_gateway(conf)
         admin = int(proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
         shot = self.path("status.png")
         p = subprocess.run(["node", SCRIPT, "http://127.0.0.1:%d" % admin,
                             "http://127.0.0.1:%d" % port, "m", ",".join(names), shot,
-                            self.path("chromium-profile")],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                            self.path("chromium-profile"), viewport],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180,
                            cwd=NODE_DIR)
         out, err = p.stdout.decode(), p.stderr.decode()
         self.assertEqual(p.returncode, 0, "stdout:\n%s\nstderr:\n%s" % (out, err[-4000:]))
         seen = json.loads(out.strip().splitlines()[-1])
-        self.assertEqual(sorted(seen["rows"]), names)
+        self.assertEqual(sorted(seen["rows"]), sorted(names))
         self.assertEqual((seen["drained"].lower(), seen["undrained"].lower()), ("draining", "up"))
         self.assertGreaterEqual(sum(seen["after"].values()), 1)
         self.assertTrue(any("%" in s for s in seen["shares"]), seen["shares"])
@@ -58,6 +61,32 @@ class StatusPageTest(Harness):
         self.assertGreater(os.path.getsize(shot), 5000)
         if os.environ.get("LG_KEEP_SCREENSHOT"):
             shutil.copy(shot, os.environ["LG_KEEP_SCREENSHOT"])
+        return seen, shot
+
+    def test_status_page_in_chromium(self):
+        self.page(["r1", "r2", "r3"])
+
+    def test_status_page_with_50_backends(self):
+        """A fleet of 50 (of mixed speeds): every row there and up, every backend's count
+        moves with traffic, the page keeps refreshing, and the whole table is drawn (the
+        full-page screenshot is as tall as 50 rows). docker/status-page.png is this test's
+        screenshot (LG_KEEP_SCREENSHOT=docker/status-page.png)."""
+        names = ["gpu-%02d" % (i + 1) for i in range(50)]
+        speeds = [1, 1, 0.5, 1, 0.25]
+        seen, shot = self.page(
+            names, sim_args=lambda i: FAST + ["--speed", str(speeds[i % len(speeds)])],
+            viewport="1500x900", health={"scrape_interval": "1s"})
+        self.assertEqual(len(seen["rows"]), 50)
+        self.assertTrue(all(v >= 1 for v in seen["after"].values()), seen["after"])
+        # a score on every row the router may pick (the drained one says why not)
+        unscored = {n: v for n, v in seen["scores"].items()
+                    if n != names[0] and not re.match(r"^\d+(\.\d+)?", v)}
+        self.assertFalse(unscored, seen["scores"])
+        with open(shot, "rb") as f:
+            head = f.read(24)
+        width, height = struct.unpack(">II", head[16:24])
+        self.assertEqual(width, 1500)
+        self.assertGreater(height, 50 * 20)  # every row drawn, not only the first screen
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 (openssl CLI, in the test's temp folder): curl, Python's ssl module and the
 openai npm client over HTTPS; protocol and ALPN limits; certificate reload on
 SIGHUP; https backends verified against a CA (right CA, wrong CA, wrong name,
-client certificate).
+client certificate), for requests and for active health checks and /metrics
+scrapes alike.
 
 An https backend is a second llmgate listening with TLS in front of llmsim,
 or (for client certificates) a small Python TLS relay.
@@ -18,20 +19,33 @@ import subprocess
 import unittest
 
 import harness
-from harness import Harness, RecordingProxy, chat_body, sse_events, wait_until
+from harness import Harness, RecordingProxy, chat_body, metric, sse_events, wait_until
 
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
 NODE_DIR = os.path.join(harness.SRC, "tests", "node")
 
-# A TLS relay to one TCP port that requires a client certificate signed by
-# the CA: argv CERT KEY CA TARGET_PORT.
-MTLS_RELAY = r"""
+# The start of a TLS server script that requires a client certificate signed by
+# the CA: argv CERT KEY CA ARG (ARG, an integer, is the script's own).
+MTLS_SERVER = r"""
 import socket, ssl, sys, threading
-cert, key, ca, target = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+cert, key, ca, arg = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 ctx.load_verify_locations(ca)
 ctx.verify_mode = ssl.CERT_REQUIRED
+
+def handshake(c, who):
+    try:
+        return ctx.wrap_socket(c, server_side=True)
+    except (ssl.SSLError, OSError) as e:
+        print("%s handshake failed: %s" % (who, e), flush=True)
+        c.close()
+        return None
+"""
+
+# A TLS relay to one TCP port (ARG) that requires a client certificate.
+MTLS_RELAY = MTLS_SERVER + r"""
+target = arg
 ctx.sni_callback = lambda sock, name, c: print("relay sni %s" % name, flush=True)
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
 print("relay ready %d" % s.getsockname()[1], flush=True)
@@ -52,16 +66,68 @@ def pump(a, b):
             pass
 
 def serve(c):
-    try:
-        t = ctx.wrap_socket(c, server_side=True)
-    except (ssl.SSLError, OSError) as e:
-        print("relay handshake failed: %s" % e, flush=True)
-        c.close()
+    t = handshake(c, "relay")
+    if t is None:
         return
     print("relay client %s" % t.getpeercert()["subject"], flush=True)
     u = socket.create_connection(("127.0.0.1", target))
     threading.Thread(target=pump, args=(t, u), daemon=True).start()
     pump(u, t)
+
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+# An https engine stand-in for health checks and /metrics scrapes: requires a
+# client certificate signed by the CA, answers one request per connection
+# (so every check makes the gateway reconnect and handshake again), /health
+# 503 for the first FAIL_FIRST checks then 200, /metrics in vLLM's names.
+# ARG is FAIL_FIRST. Prints each request with its SNI and client.
+TLS_ENGINE = MTLS_SERVER + r"""
+fail_first = arg
+def on_sni(sock, name, c):
+    sock.sni = name
+ctx.sni_callback = on_sni
+METRICS = (b"vllm:num_requests_waiting 3\nvllm:num_requests_running 5\n"
+           b"vllm:kv_cache_usage_perc 0.25\n")
+lock = threading.Lock()
+state = {"health": 0, "conns": 0}
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+print("engine ready %d" % s.getsockname()[1], flush=True)
+
+def serve(c):
+    t = handshake(c, "engine")
+    if t is None:
+        return
+    with lock:
+        state["conns"] += 1
+        conn = state["conns"]
+    client = dict(x[0] for x in t.getpeercert()["subject"])["commonName"]
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = t.recv(65536)
+        if not d:
+            t.close()
+            return
+        req += d
+    method, path = req.split(b" ")[:2]
+    path = path.decode()
+    if path == "/health":
+        with lock:
+            state["health"] += 1
+            status = 503 if state["health"] <= fail_first else 200
+        body = b"ok"
+    elif path == "/metrics":
+        status, body = 200, METRICS
+    else:
+        status, body = 404, b"no"
+    print("engine %s %s %d sni=%s client=%s conn=%d" % (method.decode(), path, status,
+          getattr(t, "sni", None), client, conn), flush=True)
+    t.sendall(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+              % (status, len(body)) + body)
+    t.close()
 
 while True:
     c, _ = s.accept()
@@ -337,6 +403,79 @@ class TlsTest(Harness):
         status, _, obj, _ = harness.post_json(gw2, "/v1/chat/completions", chat_body())
         self.assertEqual(status, 502, obj)
         relay.wait_for(r"relay sni None", start=n)  # an IP in the URL: no SNI (RFC 6066)
+
+    # ---- health checks and /metrics scrapes of https backends ---------------
+
+    def checked_backend(self, tls, fail_first=3):
+        """The TLS engine stand-in and an edge gateway checking (100 ms, fall and rise 1)
+        and scraping it; returns (engine proc, gateway proc, admin port)."""
+        engine = self.start([harness.PYTHON, "-c", TLS_ENGINE, self.cert, self.key, self.ca,
+                             str(fail_first)], name="engine")
+        port = int(engine.wait_for(r"engine ready (\d+)").group(1))
+        conf = self.base_config(
+            [{"name": "tlsb", "url": "https://127.0.0.1:%d" % port, "models": ["m"],
+              "tls": tls}],
+            admin="127.0.0.1:0",
+            health={"interval": "100ms", "timeout": "2s", "fall": 1, "rise": 1,
+                    "scrape_interval": "100ms"})
+        gwp, _ = self.start_gateway(conf, name="edge")
+        admin = int(gwp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+        return engine, gwp, admin
+
+    def test_https_backend_checked_and_scraped_with_its_tls_settings(self):
+        """Active checks and /metrics scrapes of an https backend use the requests' TLS:
+        the CA, SNI (server_name) and the client certificate, on every reconnection."""
+        engine, gwp, admin = self.checked_backend(
+            {"ca_file": self.ca, "server_name": "localhost", "cert": self.ccert,
+             "key": self.ckey})
+        # three 503s mark it down, the 200s after them up again: both read over TLS
+        gwp.wait_for(r"backend tlsb is down \(1 checks failed, last: status 503")
+        gwp.wait_for(r"backend tlsb is up")
+        # the engine's own figures, from its /metrics over TLS
+        wait_until(lambda: metric(harness.scrape(admin),
+                                  "llmgate_backend_engine_requests_waiting", backend="tlsb") == 3,
+                   what="the engine's queue, scraped over TLS")
+        samples = harness.scrape(admin)
+        self.assertEqual(metric(samples, "llmgate_backend_engine_requests_running",
+                                backend="tlsb"), 5)
+        self.assertEqual(metric(samples, "llmgate_backend_engine_kv_cache_usage_ratio",
+                                backend="tlsb"), 0.25)
+        gwp.wait_for(r"backend tlsb: engine metrics look like vllm")
+        # each request came on a connection of its own: SNI and the client certificate
+        # on every handshake, not only the first
+        engine.wait_for(r"engine GET /health 200 .* conn=(\d+)")
+        lines = [ln for ln in engine.lines if ln.startswith("engine GET")]
+        self.assertGreaterEqual(len(lines), 6, lines)
+        for ln in lines:
+            self.assertRegex(ln, r"sni=localhost client=llmgate-client conn=\d+$")
+        self.assertIn("/metrics", " ".join(lines))
+        self.assertFalse([ln for ln in engine.lines if "handshake failed" in ln], engine.output())
+
+    def test_https_backend_with_a_wrong_ca_fails_its_checks(self):
+        """A CA the backend's certificate does not chain to: every check fails on the
+        certificate (so the backend is down, the log says why), nothing is scraped."""
+        engine, gwp, admin = self.checked_backend(
+            {"ca_file": self.wrong_ca, "server_name": "localhost", "cert": self.ccert,
+             "key": self.ckey}, fail_first=0)
+        gwp.wait_for(r"backend tlsb is down \(1 checks failed, last: certificate "
+                     r"verification failed: .*; check the backend's tls settings")
+        gwp.wait_for(r"backend tlsb: scraping /metrics failed \(certificate verification failed")
+        engine.wait_for(r"engine handshake failed")
+        samples = harness.scrape(admin)
+        self.assertEqual(metric(samples, "llmgate_backend_state", backend="tlsb", state="down"), 1)
+        self.assertIsNone(metric(samples, "llmgate_backend_engine_requests_waiting",
+                                 backend="tlsb"))
+        self.assertFalse([ln for ln in engine.lines if ln.startswith("engine GET")],
+                         engine.output())
+        # a client certificate missing: the engine refuses the handshake, the check fails
+        # (with TLS 1.3 the refusal comes after the client's side of the handshake, as a
+        # read error or an alert: the reason logged may be either)
+        engine2, gwp2, _ = self.checked_backend({"ca_file": self.ca, "server_name": "localhost"},
+                                                fail_first=0)
+        gwp2.wait_for(r"backend tlsb is down \(1 checks failed, last: ")
+        engine2.wait_for(r"engine handshake failed: .*certificate")
+        self.assertFalse([ln for ln in engine2.lines if ln.startswith("engine GET")],
+                         engine2.output())
 
     def test_bad_tls_files_stop_the_start(self):
         conf = self.base_config(self.sim_backend(1))

@@ -1,16 +1,18 @@
 // The admin status page in a real browser (Debian's chromium, headless, driven
 // by playwright-core). Used by tests/integration/test_status_page.py:
 //
-//   node status_page.mjs ADMIN_URL GATEWAY_URL MODEL BACKENDS SCREENSHOT PROFILE_DIR
+//   node status_page.mjs ADMIN_URL GATEWAY_URL MODEL BACKENDS SCREENSHOT PROFILE_DIR [WxH]
 //
-// BACKENDS is a comma-separated list of the backend names the page must show.
+// BACKENDS is a comma-separated list of the backend names the page must show;
+// WxH the browser's viewport (default 1400x500; the screenshot is the full page).
 // Loads the page, waits for the table to fill, checks each backend's row and
 // health, sends traffic through the gateway and waits for the numbers to move,
-// drains and undrains a backend with its button, takes a screenshot, and
+// drains and undrains a backend with its button, takes a screenshot while streams run, and
 // prints one JSON line with what it saw. Exit status 0 when every check held.
 import { chromium } from 'playwright-core';
 
-const [adminUrl, gatewayUrl, model, backendList, screenshot, profile] = process.argv.slice(2);
+const [adminUrl, gatewayUrl, model, backendList, screenshot, profile, size] = process.argv.slice(2);
+const [vw, vh] = (size || '1400x500').split('x').map(Number);
 const backends = backendList.split(',');
 
 function fail(msg) {
@@ -22,8 +24,8 @@ async function cellText(page, name, cls) {
   return page.locator(`tr[data-backend="${name}"] td.${cls}`).innerText();
 }
 
-async function sendTraffic(n) {
-  const body = JSON.stringify({ model, stream: true, max_tokens: 8,
+async function sendTraffic(n, maxTokens = 8) {
+  const body = JSON.stringify({ model, stream: true, max_tokens: maxTokens,
     messages: [{ role: 'user', content: 'hello from the status page test' }] });
   const all = [];
   for (let i = 0; i < n; i++) {
@@ -40,7 +42,7 @@ const context = await chromium.launchPersistentContext(profile, {
   headless: true,
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
          '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  viewport: { width: 1400, height: 500 },
+  viewport: { width: vw, height: vh },
 });
 const result = {};
 try {
@@ -90,7 +92,14 @@ try {
   await page.waitForFunction((n) => document.querySelector(
     `tr[data-backend="${n}"] td.state`).textContent === 'draining', target, { timeout: 10000 });
   result.drained = await cellText(page, target, 'state');
+  // the picture while streams run (the fast replicas' end within the refresh, the slow
+  // ones' later), and every row's score: the dry run explains every candidate
+  const running = sendTraffic(2 * backends.length, 400);
+  await page.waitForTimeout(2000);
+  result.scores = {};
+  for (const b of backends) result.scores[b] = await cellText(page, b, 'score');
   await page.screenshot({ path: screenshot, fullPage: true });
+  await running;
   await page.locator(`tr[data-backend="${target}"] td.action button`).click();
   await page.waitForFunction((n) => document.querySelector(
     `tr[data-backend="${n}"] td.state`).textContent === 'up', target, { timeout: 10000 });

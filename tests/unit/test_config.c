@@ -27,15 +27,39 @@ load(const char *text, struct lg_config_errors *errs)
     return c;
 }
 
+/* Compares the n messages got with the NULL-terminated list ap; 0 when the same. */
+static int
+expect_msgs(const char *what, char *const *got, size_t n, va_list ap)
+{
+    const char *want;
+    size_t i = 0;
+    int failed = 0;
+
+    while ((want = va_arg(ap, const char *)) != NULL) {
+        if (i >= n || strcmp(got[i], want) != 0) {
+            fprintf(stderr, "%s %zu:\n  got:      %s\n  expected: %s\n", what, i,
+                    i < n ? got[i] : "(none)", want);
+            failed = 1;
+        }
+        i++;
+    }
+    if (i != n) {
+        fprintf(stderr, "got %zu %ss, expected %zu:\n", n, what, i);
+        for (size_t k = 0; k < n; k++) {
+            fprintf(stderr, "  %s\n", got[k]);
+        }
+        failed = 1;
+    }
+    return failed;
+}
+
 /* Loads text, which must fail with exactly the messages given (NULL-terminated). */
 static int
 expect_errors(const char *text, ...)
 {
     struct lg_config_errors errs;
     struct lg_config *c = load(text, &errs);
-    const char *want;
-    size_t i = 0;
-    int failed = 0;
+    int failed;
     va_list ap;
 
     if (c != NULL) {
@@ -44,20 +68,8 @@ expect_errors(const char *text, ...)
         return 1;
     }
     va_start(ap, text);
-    while ((want = va_arg(ap, const char *)) != NULL) {
-        if (i >= errs.n || strcmp(errs.msgs[i], want) != 0) {
-            fprintf(stderr, "error %zu:\n  got:      %s\n  expected: %s\n", i,
-                    i < errs.n ? errs.msgs[i] : "(none)", want);
-            failed = 1;
-        }
-        i++;
-    }
+    failed = expect_msgs("error", errs.msgs, errs.n, ap);
     va_end(ap);
-    if (i != errs.n) {
-        fprintf(stderr, "got %zu errors, expected %zu:\n", errs.n, i);
-        lg_config_errors_print(&errs, stderr);
-        failed = 1;
-    }
     lg_config_errors_free(&errs);
     return failed;
 }
@@ -146,7 +158,7 @@ test_defaults(void)
     LG_CHECK(c != NULL);
     LG_CHECK(c->workers == (uint32_t)LG_MIN(LG_MAX(cpus, 1), 256));
     LG_CHECK(c->log_level == LG_LOG_INFO);
-    LG_CHECK(c->access_log.path == NULL);
+    LG_CHECK_STR(c->access_log.path, "-"); /* one line per request on stdout */
     LG_CHECK(c->access_log.flush_ms == 1000 && c->access_log.buffer_bytes == 65536);
     LG_CHECK(c->timeouts.client_header_ms == 10000);
     LG_CHECK(c->timeouts.client_body_ms == 30000);
@@ -338,9 +350,12 @@ test_wrong_type(void)
                               "t.json:2:39: error: /routing/retry/budget_ratio: expected a "
                               "number, got a string")
              == 0);
-    LG_CHECK(expect_top_error("\"access_log\": true,", "t.json:2:15: error: /access_log: "
-                                                       "expected a string or an object, got a "
-                                                       "boolean")
+    LG_CHECK(expect_top_error("\"access_log\": 1,", "t.json:2:15: error: /access_log: "
+                                                    "expected a string, an object or false, got "
+                                                    "an integer")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": false,", "t.json:2:10: error: /admin: expected a "
+                                                   "string or an object, got a boolean")
              == 0);
     LG_CHECK(expect_top_error("\"routing\": {\"options\": [1]},",
                               "t.json:2:24: error: /routing/options: expected an object, got an "
@@ -562,9 +577,6 @@ test_missing_required(void)
     LG_CHECK(expect_errors("\n {\"workers\": 1}",
                            "t.json:2:2: error: /: missing required key \"listen\"",
                            "t.json:2:2: error: /: missing required key \"backends\"", NULL)
-             == 0);
-    LG_CHECK(expect_top_error("\"access_log\": {\"flush\": \"1s\"},",
-                              "t.json:2:15: error: /access_log: missing required key \"path\"")
              == 0);
     LG_CHECK(expect_top_error("\"admin\": {\"token\": \"t\"},",
                               "t.json:2:10: error: /admin: missing required key \"listen\"")
@@ -840,6 +852,170 @@ test_strings_checked(void)
     return 0;
 }
 
+/* Loads text, which must load with exactly the warnings given (NULL-terminated). */
+static int
+expect_warnings(const char *text, ...)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c = load(text, &errs);
+    int failed;
+    va_list ap;
+
+    if (c == NULL) {
+        lg_config_errors_print(&errs, stderr);
+        lg_config_errors_free(&errs);
+        return 1;
+    }
+    va_start(ap, text);
+    failed = expect_msgs("warning", c->warnings, c->nwarnings, ap);
+    va_end(ap);
+    lg_config_unref(c);
+    return failed;
+}
+
+/*
+ * Risky but valid settings warn, at their position: an admin listener open
+ * beyond loopback without a token, a backend listed twice, a timeout so long
+ * it is practically none. The defaults and safe variants do not.
+ */
+static int
+test_warnings(void)
+{
+    static const char backends2[] =
+        "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": "
+        "[\"m\"]},\n"
+        "  {\"name\": \"r2\", \"url\": \"HTTP://127.0.0.1:9001/\", \"models\": [\"m\"]}]}";
+    char text[1024];
+
+    LG_CHECK(expect_warnings(minimal, NULL) == 0);
+    snprintf(text, sizeof(text), "{\"listen\": \":0\", \"admin\": \"*:9090\",\n%s", backends2);
+    LG_CHECK(expect_warnings(
+                 text,
+                 "t.json:1:27: warning: /admin: the admin listener is on \"*:9090\", not loopback, "
+                 "without a token: whoever reaches it can drain backends, reload and read the "
+                 "fleet; set admin.token (then /admin/ and /metrics need it) or listen on "
+                 "127.0.0.1",
+                 "t.json:3:25: warning: /backends/1/url: the same URL as /backends/0 (\"r1\"): one "
+                 "engine counted as two backends gets twice its share, and neither sees its "
+                 "whole load; list it once (\"weight\" gives it a larger share)",
+                 NULL)
+             == 0);
+    /* the object form points at its listen key; a token or a loopback address: no warning */
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": {\"listen\": \"[::]:0\"},\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             "t.json:1:38: warning: /admin/listen: the admin listener is on "
+                             "\"[::]:0\", not loopback, without a token: whoever reaches it can "
+                             "drain backends, reload and read the fleet; set admin.token (then "
+                             "/admin/ and /metrics need it) or listen on 127.0.0.1",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"admin\": {\"listen\": \":9090\", \"token\": \"t\"},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+                 "[\"m\"]}]}",
+                 NULL)
+             == 0);
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"127.0.0.2:0\", \"peers\": [],\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"[::1]:0\",\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             NULL)
+             == 0);
+    /* another port, prefix or scheme is another URL; a disabled twin is no twin */
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"backends\": [\n"
+                 " {\"name\": \"a\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"b\", \"url\": \"http://127.0.0.1:2\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"c\", \"url\": \"http://127.0.0.1:1/v2\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"d\", \"url\": \"https://127.0.0.1:1\", \"models\": [\"m\"]},\n"
+                 " {\"name\": \"e\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"], "
+                 "\"enabled\": false}]}",
+                 NULL)
+             == 0);
+    /* timeouts: at their thresholds nothing, above them practically none */
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \":0\", \"timeouts\": {\"client_header\": \"1m\", \"client_body\": "
+                 "\"5m\", \"client_idle\": \"10m\", \"upstream_connect\": \"1m\", \"stream_idle\": "
+                 "\"10m\", \"client_stall\": \"10m\", \"first_byte\": \"1h\", \"total\": 0},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+                 "[\"m\"]}]}",
+                 NULL)
+             == 0);
+    LG_CHECK(
+        expect_warnings(
+            "{\"listen\": \":0\", \"timeouts\": {\n"
+            "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
+            "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
+            "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
+            "[\"m\"]}]}",
+            "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
+            "client may hold a connection that long before its request is complete "
+            "(slowloris); the default is 10s",
+            "t.json:2:42: warning: /timeouts/client_body: 1h is practically no timeout: a "
+            "client may hold a connection that long between two pieces of its body; the "
+            "default is 30s",
+            "t.json:2:63: warning: /timeouts/client_idle: 11m is practically no timeout: idle "
+            "keep-alive connections stay open that long, each counted against "
+            "limits.max_connections; the default is 75s",
+            "t.json:3:23: warning: /timeouts/upstream_connect: 2m is practically no timeout: a "
+            "backend that does not answer holds each request that long before a retry; the "
+            "default is 3s",
+            "t.json:3:44: warning: /timeouts/stream_idle: 1h is practically no timeout: a "
+            "stalled engine keeps each of its streams, and the client, that long; the "
+            "default is 2m",
+            "t.json:3:66: warning: /timeouts/client_stall: 30m is practically no timeout: a "
+            "client that reads nothing keeps its stream, and a slot of the engine, that "
+            "long; the default is 1m",
+            NULL)
+        == 0);
+    return 0;
+}
+
+/* The access log: stdout unless turned off with false; true and {} mean the default. */
+static int
+test_access_log(void)
+{
+    static const struct {
+        const char *value;
+        const char *path; /* NULL: off */
+        uint64_t flush_ms;
+    } cases[] = {
+        { "false", NULL, 1000 },
+        { "true", "-", 1000 },
+        { "{}", "-", 1000 },
+        { "{\"flush\": \"250ms\"}", "-", 250 },
+        { "\"/var/log/a.log\"", "/var/log/a.log", 1000 },
+        { "{\"path\": \"b.log\", \"flush\": 0}", "b.log", 0 },
+    };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        char extra[128];
+        char *text;
+        struct lg_config_errors errs;
+        struct lg_config *c;
+
+        snprintf(extra, sizeof(extra), "\"access_log\": %s,", cases[i].value);
+        text = with_top(extra);
+        c = load(text, &errs);
+        free(text);
+        lg_config_errors_print(&errs, stderr);
+        LG_CHECK(c != NULL);
+        if (cases[i].path == NULL) {
+            LG_CHECK(c->access_log.path == NULL);
+        } else {
+            LG_CHECK_STR(c->access_log.path, cases[i].path);
+        }
+        LG_CHECK(c->access_log.flush_ms == cases[i].flush_ms);
+        lg_config_unref(c);
+    }
+    return 0;
+}
+
 static int
 test_null_means_default(void)
 {
@@ -853,7 +1029,8 @@ test_null_means_default(void)
     free(text);
     lg_config_errors_print(&errs, stderr);
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers >= 1 && c->access_log.path == NULL && c->admin.listen == NULL);
+    LG_CHECK(c->workers >= 1 && c->admin.listen == NULL);
+    LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK(c->routing.policy == NULL); /* the router's default: ttft */
     lg_config_unref(c);
     return 0;
@@ -971,12 +1148,14 @@ test_example_files(void)
     LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK_STR(c->admin.listen, "127.0.0.1:9090");
     LG_CHECK(json_is_object(c->routing.policy_options));
+    LG_CHECK(c->nwarnings == 0); /* the examples show safe settings */
     lg_config_unref(c);
 
     snprintf(path, sizeof(path), "%s/conf/minimal.json", src);
     c = NULL;
     LG_CHECK(lg_config_load(path, &c, &errs) == LG_OK && c != NULL);
     LG_CHECK(c->nbackends == 2 && c->nlisten == 1);
+    LG_CHECK(c->nwarnings == 0);
     lg_config_unref(c);
     return 0;
 }
@@ -1038,6 +1217,6 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_null_means_default, test_routing_pipeline, test_disabled_backends,
-             test_health_cross_check, test_example_files, test_io_error, test_refcount,
-             test_no_resolve_flag)
+             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
+             test_disabled_backends, test_health_cross_check, test_example_files, test_io_error,
+             test_refcount, test_no_resolve_flag)

@@ -260,6 +260,79 @@ test_reload_keeps_counters(void)
     return 0;
 }
 
+static void
+write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    fputs(text, f);
+    fclose(f);
+}
+
+/*
+ * A reload may read another file: staged, nothing changes (and dropping it
+ * changes nothing); committed, its keys and its path are in force, and a key
+ * of the same name keeps its counters.
+ */
+static int
+test_stage_another_file(void)
+{
+    char a[] = "/tmp/lg-keys-a-XXXXXX", b[] = "/tmp/lg-keys-b-XXXXXX";
+    int fa = mkstemp(a), fb = mkstemp(b);
+    char *doc_a = keys_doc(", \"max_concurrency\": 1", "");
+    char *doc_b;
+    struct lg_config_errors errs = { 0 };
+    struct lg_keys *k = NULL;
+    struct lg_key_hold h1, h2;
+    uint32_t ra;
+
+    LG_CHECK(fa >= 0 && fb >= 0);
+    close(fa);
+    close(fb);
+    /* b: "a" with another model list, "b" gone */
+    LG_CHECK(asprintf(&doc_b,
+                      "{\"keys\": [{\"name\": \"a\", \"sha256\": \"%s\", \"models\": [\"z\"], "
+                      "\"max_concurrency\": 1}]}",
+                      sha_k1)
+             > 0);
+    write_file(a, doc_a);
+    write_file(b, doc_b);
+    LG_CHECK(lg_keys_load(a, &k, &errs) == LG_OK);
+    LG_CHECK(lg_keys_authenticate(k, "Bearer k1", 9, &h1));
+    LG_CHECK(lg_keys_admit(&h1, 0, &ra) == LG_OK);
+    /* staged, then dropped: the keys of a stay */
+    LG_CHECK(lg_keys_stage(k, b) == LG_OK);
+    LG_CHECK(lg_keys_count(k) == 2);
+    lg_keys_unstage(k);
+    lg_keys_commit(k); /* nothing staged: nothing happens */
+    LG_CHECK(lg_keys_count(k) == 2);
+    /* a file that does not load stages nothing */
+    LG_CHECK(lg_keys_stage(k, "/nonexistent/keys.json") == LG_EIO);
+    lg_keys_commit(k);
+    LG_CHECK(lg_keys_count(k) == 2);
+    /* staged and committed: b is in force, "a" still holds its slot */
+    LG_CHECK(lg_keys_stage(k, b) == LG_OK);
+    lg_keys_commit(k);
+    LG_CHECK(lg_keys_count(k) == 1);
+    LG_CHECK(!lg_keys_authenticate(k, "Bearer k2", 9, &h2));
+    LG_CHECK(lg_keys_authenticate(k, "Bearer k1", 9, &h2));
+    LG_CHECK(lg_keys_model_allowed(&h2, "z") && !lg_keys_model_allowed(&h2, "m"));
+    LG_CHECK(lg_keys_admit(&h2, 0, &ra) == LG_EBUSY);
+    lg_keys_release(&h1);
+    LG_CHECK(lg_keys_admit(&h2, 0, &ra) == LG_OK);
+    lg_keys_release(&h2);
+    /* its path is b's now: a reload re-reads b, not a */
+    write_file(a, "{\"keys\": 1}");
+    LG_CHECK(lg_keys_reload(k) == LG_OK);
+    LG_CHECK(lg_keys_count(k) == 1);
+    lg_keys_free(k);
+    unlink(a);
+    unlink(b);
+    free(doc_a);
+    free(doc_b);
+    return 0;
+}
+
 static int
 test_hash_hex(void)
 {
@@ -279,4 +352,4 @@ setup(void)
 }
 
 LG_TEST_MAIN(setup, test_hash_hex, test_lookup_and_models, test_concurrency, test_rate, test_errors,
-             test_reload_keeps_counters)
+             test_reload_keeps_counters, test_stage_another_file)

@@ -1,8 +1,9 @@
 /*
  * test_openai.c: request-body inspection: the fields read (with jansson's
- * rules: the last duplicate key wins, keys compare unescaped), the prompt
- * size and prefix hash, bodies split across evbuffer chains, and the bodies
- * refused with their messages.
+ * rules: keys compare unescaped, the last duplicate wins inside a message or
+ * stream_options, while a top-level field the gateway reads may not come
+ * twice), the prompt size and prefix hash, bodies split across evbuffer
+ * chains, and the bodies refused with their messages, codes and params.
  */
 #include <event2/buffer.h>
 
@@ -83,9 +84,9 @@ test_jansson_rules(void)
     struct lg_openai_req r;
     char err[256];
 
-    /* last duplicate wins; an escaped key is the same key; role hashes before content */
-    LG_CHECK(inspect("{\"model\":\"a\",\"mod\\u0065l\":\"b\",\"max_tokens\":1,"
-                     "\"max_completion_tokens\":null,\"max_tokens\":2,"
+    /* an escaped key is the same key; in a message the last duplicate wins; role hashes
+     * before content; a null max_completion_tokens gives way to max_tokens */
+    LG_CHECK(inspect("{\"mod\\u0065l\":\"b\",\"max_completion_tokens\":null,\"max_tokens\":2,"
                      "\"messages\":[{\"content\":\"x\\ny\",\"role\":\"u\",\"role\":\"v\"}]}",
                      2048, &r, err)
              == LG_OK);
@@ -116,22 +117,20 @@ test_jansson_rules(void)
 
 /*
  * The top-level members are found in one walk of the object, a message's in
- * another: each field still takes its last duplicate, whatever comes between
- * (members of nested objects, other fields, escaped names, chain splits).
+ * another: each field is found whatever comes between (members of nested
+ * objects, other fields, escaped names, chain splits), and inside a message
+ * or stream_options the last duplicate still wins.
  */
 static int
 test_members_in_one_walk(void)
 {
-    static const char *body =
-        "{\"stream\":true,\"messages\":[{\"role\":\"a\",\"content\":\"x\"}],"
-        "\"x\":{\"model\":\"nested\",\"stream\":false,\"messages\":[]},"
-        "\"model\":\"first\",\"stream_options\":{\"include_usage\":true},"
-        "\"prompt\":\"ignored: messages is an array\",\"max_completion_tokens\":3,"
-        "\"str\\u0065am\":false,\"max_tokens\":4,\"model\":\"second\","
-        "\"stream_options\":{\"include_usage\":false,\"include_usage\":true},"
-        "\"messages\":[{\"content\":[\"p\",{\"text\":\"q\",\"text\":\"r\"}],"
-        "\"role\":\"u\",\"x\":{\"role\":\"nested\"},\"content\":\"yz\"}],"
-        "\"max_completion_tokens\":5}";
+    static const char *body = "{\"x\":{\"model\":\"nested\",\"stream\":false,\"messages\":[]},"
+                              "\"str\\u0065am\":false,\"prompt\":\"ignored: messages is an array\","
+                              "\"model\":\"second\",\"max_tokens\":4,"
+                              "\"stream_options\":{\"include_usage\":false,\"include_usage\":true},"
+                              "\"messages\":[{\"content\":[\"p\",{\"text\":\"q\",\"text\":\"r\"}],"
+                              "\"role\":\"u\",\"x\":{\"role\":\"nested\"},\"content\":\"yz\"}],"
+                              "\"max_completion_tokens\":5,\"x\":1,\"x\":2}";
     struct lg_openai_req r;
     char err[256];
 
@@ -145,17 +144,76 @@ test_members_in_one_walk(void)
     LG_CHECK_STR(r.model, "second");
     LG_CHECK(!r.stream && r.include_usage && r.max_tokens == 5 && r.prompt_bytes == 2);
     LG_CHECK(r.prefix_hash == prefix_of("uyz", 3));
-    /* a later duplicate decides even when it is null or of the wrong type */
-    LG_CHECK(inspect("{\"model\":\"m\",\"model\":null}", 0, &r, err) == LG_OK);
-    LG_CHECK(r.model[0] == '\0');
-    LG_CHECK(inspect("{\"model\":\"m\",\"model\":1}", 0, &r, err) == LG_EINVAL);
-    LG_CHECK(strstr(err, "\"model\" must be a string") != NULL);
-    LG_CHECK(inspect("{\"messages\":[{\"content\":\"abc\"}],\"messages\":{},\"input\":\"de\"}",
-                     2048, &r, err)
-             == LG_OK);
-    LG_CHECK(r.prompt_bytes == 2 && r.prefix_hash == prefix_of("de", 2));
     LG_CHECK(inspect("{\"prompt\":[{\"text\":\"abc\",\"text\":7}]}", 2048, &r, err) == LG_OK);
     LG_CHECK(r.prompt_bytes == 0 && r.prefix_hash == 0);
+    return 0;
+}
+
+/*
+ * A top-level field the gateway reads, given twice, is refused whatever the
+ * values (the same twice, null, another type, escaped names, far apart):
+ * param names it, the first to come a second time when several do. Keys the
+ * gateway does not read may repeat, as may fields of nested objects.
+ */
+static int
+test_duplicate_keys(void)
+{
+    static const struct {
+        const char *body;
+        const char *param;
+    } cases[] = {
+        { "{\"model\":\"a\",\"messages\":[],\"model\":\"b\"}", "model" },
+        { "{\"model\":\"b\",\"model\":\"a\"}", "model" },
+        { "{\"model\":\"a\",\"model\":\"a\"}", "model" },
+        { "{\"model\":\"a\",\"model\":null}", "model" },
+        { "{\"model\":\"a\",\"model\":1}", "model" },
+        { "{\"model\":\"a\",\"mod\\u0065l\":\"b\"}", "model" },
+        { "{\"\\u006dodel\":\"a\",\"x\":{\"y\":[1,{\"model\":2}]},\"model\":\"b\"}", "model" },
+        { "{\"model\":\"m\",\"stream\":false,\"stream\":true}", "stream" },
+        { "{\"model\":\"m\",\"stream_options\":{},\"stream_options\":null}", "stream_options" },
+        { "{\"model\":\"m\",\"max_tokens\":1,\"max_tokens\":100000}", "max_tokens" },
+        { "{\"model\":\"m\",\"max_completion_tokens\":1,\"max_completion_tokens\":2}",
+          "max_completion_tokens" },
+        { "{\"model\":\"m\",\"messages\":[],\"messages\":[]}", "messages" },
+        { "{\"model\":\"m\",\"prompt\":\"a\",\"prompt\":\"b\"}", "prompt" },
+        { "{\"model\":\"m\",\"input\":\"a\",\"input\":\"b\"}", "input" },
+        { "{\"model\":\"m\",\"user\":\"alice\",\"user\":\"bob\"}", "user" },
+        /* several: the one whose second comes first; type errors come after */
+        { "{\"stream\":1,\"model\":\"a\",\"user\":1,\"user\":2,\"model\":\"b\",\"stream\":2}",
+          "user" },
+    };
+    static const char *const fine[] = {
+        "{\"model\":\"m\",\"temperature\":1,\"temperature\":2,\"n\":1,\"n\":1}",
+        ("{\"model\":\"m\",\"messages\":[{\"role\":\"a\",\"role\":\"b\"}],"
+         "\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}"),
+        "{\"model\":\"m\",\"tools\":[{\"model\":1,\"model\":2}],\"models\":1,\"mode\":2}",
+    };
+    struct lg_openai_req r;
+    char err[256];
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        for (int split = 0; split < 2; split++) {
+            int rc = split ? inspect_split(cases[i].body, 2048, &r, err)
+                           : inspect(cases[i].body, 2048, &r, err);
+
+            if (rc != LG_EINVAL || r.param == NULL || strcmp(r.param, cases[i].param) != 0
+                || r.code == NULL || strcmp(r.code, "duplicate_key") != 0
+                || strstr(err, "more than once") == NULL) {
+                fprintf(stderr, "body %s: rc %d param %s code %s (%s), want %s\n", cases[i].body,
+                        rc, r.param ? r.param : "null", r.code ? r.code : "null", err,
+                        cases[i].param);
+                return 1;
+            }
+        }
+    }
+    LG_CHECK(inspect(cases[0].body, 2048, &r, err) == LG_EINVAL);
+    LG_CHECK_STR(err, "the request body has the key \"model\" more than once (engines read "
+                      "either one): send it once");
+    for (size_t i = 0; i < LG_ARRAY_SIZE(fine); i++) {
+        LG_CHECK(inspect(fine[i], 2048, &r, err) == LG_OK);
+        LG_CHECK(inspect_split(fine[i], 2048, &r, err) == LG_OK);
+        LG_CHECK(r.param == NULL && r.code == NULL);
+    }
     return 0;
 }
 
@@ -165,33 +223,41 @@ test_refused(void)
     static const struct {
         const char *body;
         const char *msg;
+        const char *param; /* NULL: none */
     } cases[] = {
-        { "", "'{' or '[' expected" },
-        { "\"str\"", "'{' or '[' expected" },
-        { "[1]", "must be a JSON object" },
-        { "{\"model\":\"m\"} x", "end of input expected" },
-        { "{\"model\":\"m\",}", "string or '}' expected" },
-        { "{\"model\":\"m\"\n,\"a\":tru}", "line 2 column" },
-        { "{\"a\":\"\\u0000\"}", "\\u0000 is not allowed" },
-        { "{\"a\":\"\\ud800x\"}", "high surrogate" },
-        { "{\"a\":\"\\udc00\"}", "lone low surrogate" },
-        { "{\"a\":\"\xed\xa0\x80\"}", "invalid UTF-8" },
-        { "{\"a\":\"\xc0\xaf\"}", "invalid UTF-8" },
-        { "{\"a\":\"tab\there\"}", "control character" },
-        { "{\"a\":01}", "invalid number" },
-        { "{\"a\":9223372036854775808}", "integer out of range" },
-        { "{\"a\":1e400}", "real number out of range" },
-        { "{\"model\":7}", "\"model\" must be a string" },
-        { "{\"stream\":\"yes\"}", "\"stream\" must be a boolean" },
-        { "{\"max_tokens\":-1}", "non-negative integer" },
-        { "{\"max_tokens\":1.0}", "non-negative integer" },
+        { "", "'{' or '[' expected", NULL },
+        { "\"str\"", "'{' or '[' expected", NULL },
+        { "[1]", "must be a JSON object", NULL },
+        { "{\"model\":\"m\"} x", "end of input expected", NULL },
+        { "{\"model\":\"m\",}", "string or '}' expected", NULL },
+        { "{\"model\":\"m\"\n,\"a\":tru}", "line 2 column", NULL },
+        { "{\"a\":\"\\u0000\"}", "\\u0000 is not allowed", NULL },
+        { "{\"a\":\"\\ud800x\"}", "high surrogate", NULL },
+        { "{\"a\":\"\\udc00\"}", "lone low surrogate", NULL },
+        { "{\"a\":\"\xed\xa0\x80\"}", "invalid UTF-8", NULL },
+        { "{\"a\":\"\xc0\xaf\"}", "invalid UTF-8", NULL },
+        { "{\"a\":\"tab\there\"}", "control character", NULL },
+        { "{\"a\":01}", "invalid number", NULL },
+        { "{\"a\":9223372036854775808}", "integer out of range", NULL },
+        { "{\"a\":1e400}", "real number out of range", NULL },
+        { "{\"model\":7}", "\"model\" must be a string", "model" },
+        { "{\"stream\":\"yes\"}", "\"stream\" must be a boolean", "stream" },
+        { "{\"max_tokens\":-1}", "\"max_tokens\" must be a non-negative integer", "max_tokens" },
+        { "{\"max_tokens\":1.0}", "non-negative integer", "max_tokens" },
+        { "{\"max_tokens\":1,\"max_completion_tokens\":\"2\"}",
+          "\"max_completion_tokens\" must be a non-negative integer", "max_completion_tokens" },
     };
     struct lg_openai_req r;
     char err[256];
 
     for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
-        if (inspect(cases[i].body, 2048, &r, err) == LG_OK || strstr(err, cases[i].msg) == NULL) {
-            fprintf(stderr, "body %s: got \"%s\", want \"%s\"\n", cases[i].body, err, cases[i].msg);
+        if (inspect(cases[i].body, 2048, &r, err) == LG_OK || strstr(err, cases[i].msg) == NULL
+            || r.code == NULL || strcmp(r.code, "invalid_json") != 0
+            || (r.param == NULL) != (cases[i].param == NULL)
+            || (r.param != NULL && strcmp(r.param, cases[i].param) != 0)) {
+            fprintf(stderr, "body %s: got \"%s\" (param %s), want \"%s\" (param %s)\n",
+                    cases[i].body, err, r.param ? r.param : "null", cases[i].msg,
+                    cases[i].param ? cases[i].param : "null");
             return 1;
         }
     }
@@ -327,5 +393,5 @@ test_long_strings(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_refused,
-             test_limits, test_long_strings)
+LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_duplicate_keys,
+             test_refused, test_limits, test_long_strings)

@@ -118,7 +118,7 @@ test_error_body_escapes(void)
     char out[512];
     size_t n;
 
-    n = lg_openai_error_body(b, "bad \"x\"\n\x01", "invalid_request_error", "bad_request");
+    n = lg_openai_error_body(b, "bad \"x\"\n\x01", "invalid_request_error", NULL, "bad_request");
     LG_CHECK(n == evbuffer_get_length(b) && n < sizeof(out));
     evbuffer_remove(b, out, n);
     out[n] = '\0';

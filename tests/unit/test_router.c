@@ -238,8 +238,9 @@ test_explain_is_json(void)
         route = lg_fleet_find_model(f, "m");
         LG_CHECK(route != NULL);
         for (int n = 1; n <= 12; n++) {
-            struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions",
-                                        .stream = true, .prompt_bytes = 1000 };
+            struct lg_route_req req = {
+                .model = "m", .path = "/v1/chat/completions", .stream = true, .prompt_bytes = 1000
+            };
             struct lg_route_result out = { 0 };
             uint64_t tried = ~0ull << n & 0xfffull; /* the first n are candidates */
             json_error_t err;
@@ -248,8 +249,7 @@ test_explain_is_json(void)
             LG_CHECK(lg_router_pick(f->router, route, &req, tried, &out) == LG_OK);
             list = json_loads(out.explain, 0, &err);
             if (!json_is_array(list)) {
-                fprintf(stderr, "names %d, %d candidates: %s: %s\n", len, n, err.text,
-                        out.explain);
+                fprintf(stderr, "names %d, %d candidates: %s: %s\n", len, n, err.text, out.explain);
                 return 1;
             }
             LG_CHECK(strlen(out.explain) < LG_ROUTE_EXPLAIN_BYTES);
@@ -261,6 +261,52 @@ test_explain_is_json(void)
     return 0;
 }
 
+/*
+ * A fleet of 50: the access log's explanation stops at its budget and says how
+ * many candidates it left out; a caller that asks for more room (the admin
+ * API's dry run, which the status page's Score column reads) gets them all.
+ */
+static int
+test_explain_budget(void)
+{
+    char big[16384];
+    size_t n = 0;
+    struct lg_route_req req = {
+        .model = "m", .path = "/v1/chat/completions", .max_tokens = 16, .prompt_bytes = 1024
+    };
+    struct lg_config *bconf;
+    struct lg_fleet *bfleet;
+    const struct lg_model_route *route;
+    struct lg_route_result out = { 0 };
+    size_t listed = 0;
+
+    n += (size_t)snprintf(big + n, sizeof(big) - n, "{\"listen\": \":0\", \"backends\": [");
+    for (int i = 0; i < 50; i++) {
+        n += (size_t)snprintf(big + n, sizeof(big) - n,
+                              "%s{\"name\": \"b%02d\", \"url\": \"http://127.0.0.1:%d\", "
+                              "\"models\": [\"m\"]}",
+                              i ? "," : "", i, 9000 + i);
+    }
+    snprintf(big + n, sizeof(big) - n, "]}");
+    LG_CHECK(lg_test_fleet_load(big, &bconf, &bfleet) == 0);
+    route = lg_fleet_find_model(bfleet, "m");
+    LG_CHECK(route != NULL && route->n == 50);
+    LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(strlen(out.explain) <= LG_ROUTE_EXPLAIN_BYTES);
+    LG_CHECK(strstr(out.explain, "{\"more\":") != NULL);
+    out.explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * 512;
+    LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
+    LG_CHECK(strstr(out.explain, "\"more\"") == NULL);
+    for (const char *p = out.explain; (p = strstr(p, "{\"backend\":")) != NULL; p++) {
+        listed++;
+    }
+    LG_CHECK(listed == 50);
+    LG_CHECK(strstr(out.explain, "{\"backend\":\"b49\",") != NULL);
+    lg_route_result_clear(&out);
+    lg_test_fleet_free(bconf, bfleet);
+    return 0;
+}
+
 static int
 teardown(void)
 {
@@ -268,4 +314,4 @@ teardown(void)
 }
 
 LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight,
-             test_shadow_stage, test_explain_is_json, teardown)
+             test_shadow_stage, test_explain_is_json, test_explain_budget, teardown)
