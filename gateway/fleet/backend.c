@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet/backend_inflight.h"
 #include "http/tls.h"
 
 /* ---- lock-free publication (sequence counters) -------------------------- */
@@ -371,18 +370,12 @@ backend_pace_move(uint64_t *word, uint64_t *t_ns, uint64_t now_ns, double gap_ms
 }
 
 void
-lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms, uint32_t batch)
 {
-    double age;
-    uint32_t batch;
-
     if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
         return;
     }
     backend_pace_move(&b->pace, &b->pace_t_ns, now_ns, gap_ms, PACE_FRESH_NS);
-    /* the batch it was timed at: our streams there that have started */
-    batch = lg_backend_inflight(b) - LG_MIN(lg_backend_inflight(b),
-                                            lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &age));
     batch = LG_MAX(batch, 1u);
     if (batch <= LG_BACKEND_PACE_BATCHES) {
         backend_pace_move(&b->pace_batch[batch - 1], &b->pace_batch_t_ns[batch - 1], now_ns, gap_ms,
@@ -464,8 +457,9 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
  * prefilled enough, the TTFT fit's slope (the fleet's, scaled by this
  * replica's slowness on short prompts; its peak left out). */
 double
-lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns, const struct lg_est_value *fit,
-                   const struct lg_est_prior *prior, double step_ms, double *fixed_ms)
+lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns,
+                   const struct lg_est_value *fit, const struct lg_est_prior *prior, double step_ms,
+                   double *fixed_ms)
 {
     double fallback = prior->prefill_per_step > 0 && step_ms > 0
                           ? prior->prefill_per_step * step_ms
@@ -532,8 +526,8 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
         double slope, fixed, y, cap;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = lg_backend_prefill(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl),
-                                   &fixed);
+        slope =
+            lg_backend_prefill(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl), &fixed);
         cap = lg_est_line_weight(&b->est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
                       >= LG_EST_MEAN_PRIOR_WEIGHT
                   ? LG_EST_FIT_MAX
@@ -625,7 +619,7 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
 bool
 lg_backend_engine_slots(const struct lg_backend_engine *e, double *slots)
 {
-    double n = e->slots_declared > 0 ? e->slots_declared
+    double n = e->slots_declared > 0       ? e->slots_declared
                : e->capacity_confirmed > 0 ? e->capacity
                                            : 0;
 

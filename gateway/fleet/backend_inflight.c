@@ -89,6 +89,15 @@ lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t
     return n;
 }
 
+uint32_t
+lg_backend_started(const struct lg_backend *b, uint64_t now_ns)
+{
+    double age;
+    uint32_t ours = lg_backend_inflight(b);
+
+    return ours - LG_MIN(ours, lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &age));
+}
+
 /* ---- first-token work ahead, request by request ---------------------------- */
 
 /*

@@ -27,6 +27,10 @@ bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint6
 void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
 uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
                          double *mean_age_ms);
+/* Requests of this gateway on b that have had their first token (in flight
+ * less those awaiting one): the batch a stream's pace there is timed at
+ * (lg_backend_note_pace(), backend.h). */
+uint32_t lg_backend_started(const struct lg_backend *b, uint64_t now_ns);
 
 /*
  * First-token work still ahead on b, request by request: each request

@@ -173,7 +173,8 @@ attempt_end_refresh(struct lg_request *req)
     left = (double)req->info.max_tokens - (double)req->content_events;
     attempt_end_slot_set(req, req->t_now, (left > 0 ? left : 0) * gap_ms);
     if (req->ngaps >= 4) {
-        lg_backend_note_pace(req->backend, req->t_now, attempt_gap_step(req));
+        lg_backend_note_pace(req->backend, req->t_now, attempt_gap_step(req),
+                             lg_backend_started(req->backend, req->t_now));
     }
     req->t_pace = req->t_now;
     req->pace_events = req->content_events;

@@ -125,9 +125,13 @@ static void
 note_first(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
            double ttft_ms, double wait_ms, double model_ms, double pred_ms)
 {
-    struct lg_backend_first f = { .prompt_bytes = prompt_bytes, .ttft_ms = ttft_ms,
-                                  .wait_ms = wait_ms, .model_ms = model_ms, .pred_ms = pred_ms,
-                                  .meas_pred_ms = -1, .load = -1 };
+    struct lg_backend_first f = { .prompt_bytes = prompt_bytes,
+                                  .ttft_ms = ttft_ms,
+                                  .wait_ms = wait_ms,
+                                  .model_ms = model_ms,
+                                  .pred_ms = pred_ms,
+                                  .meas_pred_ms = -1,
+                                  .load = -1 };
 
     lg_backend_note_first_token(b, prior, &f);
 }
@@ -177,11 +181,16 @@ static int
 test_guessed_capacity_is_not_queued(void)
 {
     struct lg_backend *b = fleet->backends[0];
-    struct lg_backend_engine eng = { .waiting = 0, .running = 1, .kv_usage = 0.1,
-                                     .t_ns = lg_now_ns(), .capacity = 1, .run_max = 1,
+    struct lg_backend_engine eng = { .waiting = 0,
+                                     .running = 1,
+                                     .kv_usage = 0.1,
+                                     .t_ns = lg_now_ns(),
+                                     .capacity = 1,
+                                     .run_max = 1,
                                      .run_max_t_ns = lg_now_ns() };
-    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .stream = true,
-                                .prompt_bytes = 1024 };
+    struct lg_route_req req = {
+        .model = "m", .path = "/v1/chat/completions", .stream = true, .prompt_bytes = 1024
+    };
     struct lg_route_result out = { 0 };
     const struct lg_model_route *route = lg_fleet_find_model(fleet, "m");
 
@@ -216,7 +225,8 @@ test_engine_model(void)
     unsigned joined = 99;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined) == 10); /* idle: one step */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
+             == 10); /* idle: one step */
     LG_CHECK(joined == 0);
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
     s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
@@ -250,8 +260,9 @@ test_engine_model(void)
     LG_CHECK(joined == 0); /* the third went in a step before */
     /* three slots: the third is admitted with the new one (so the new
      * one's prefill holds up its first token) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
-             < 1e-6);
+    LG_CHECK(
+        fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
+        < 1e-6);
     LG_CHECK(joined == 1);
     /* no token for longer than a plain step: where the step stands is unknown
      * (half of it left, on average) */
@@ -262,8 +273,9 @@ test_engine_model(void)
      * began, and the third, sent before it, is in it (10.5 ms with its
      * prefill); the new one follows */
     lg_backend_seq_left(b, s[1], 1, t + 12 * ms);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
-             < 1e-6);
+    LG_CHECK(
+        fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
+        < 1e-6);
     LG_CHECK(joined == 0);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
@@ -287,7 +299,7 @@ test_prefill_prior_scales_with_step(void)
     struct lg_backend_view v;
     uint64_t t = lg_now_ns() + 3 * LG_NS_PER_S; /* past the pace the tests before left */
 
-    lg_backend_note_pace(b, t, 48); /* four times a 12 ms fleet */
+    lg_backend_note_pace(b, t, 48, lg_backend_started(b, t)); /* four times a 12 ms fleet */
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.step_ms == 48 && fabs(v.prefill_ms_per_kib - 48) < 1e-9);
     prior.prefill_per_step = 0; /* no replica has prefilled enough: the TTFT fit's slope */
@@ -326,7 +338,8 @@ test_engine_model_scale(void)
     note_first(b, NULL, 0, 100, -1, -1, 0);
     t = lg_now_ns();
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale > 1.8 && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
+    LG_CHECK(v.engine_model_scale > 1.8
+             && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
     /* a first token 100x late is a stall: it counts as 8x, no more */
     for (int i = 0; i < 200; i++) {
         note_first(b, NULL, 0, 1000, -1, -1, 10);
@@ -338,7 +351,7 @@ test_engine_model_scale(void)
     LG_CHECK(fabs(v.engine_model_scale - 1) < 0.01);
     /* a stream's gaps time the step while they come */
     t = lg_now_ns();
-    lg_backend_note_pace(b, t, 33);
+    lg_backend_note_pace(b, t, 33, lg_backend_started(b, t));
     lg_backend_view_fill(b, t + LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(!(v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == 33);
     lg_backend_view_fill(b, t + 3 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
@@ -359,8 +372,9 @@ test_model_misses(void)
     struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
     struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
     struct lg_backend_view v;
-    struct lg_backend_first f = { .prompt_bytes = 1024, .wait_ms = -1, .model_ms = -1,
-                                  .prefill_ms = 10 };
+    struct lg_backend_first f = {
+        .prompt_bytes = 1024, .wait_ms = -1, .model_ms = -1, .prefill_ms = 10
+    };
 
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.measured_ms == -1 && v.engine_model_err == 0 && v.measured_err == 0);
@@ -426,16 +440,17 @@ test_step_per_seq(void)
 
     LG_CHECK(lg_backend_step_per_seq(b, t) == 0);
     __atomic_store_n(&b->inflight, 1, __ATOMIC_RELAXED);
-    lg_backend_note_pace(b, t, 5);
+    lg_backend_note_pace(b, t, 5, lg_backend_started(b, t));
     __atomic_store_n(&b->inflight, 2, __ATOMIC_RELAXED);
-    lg_backend_note_pace(b, t, 11.5);
+    lg_backend_note_pace(b, t, 11.5, lg_backend_started(b, t));
     LG_CHECK(lg_backend_step_per_seq(b, t) == 0); /* sizes one apart: not yet */
     __atomic_store_n(&b->inflight, 4, __ATOMIC_RELAXED);
-    lg_backend_note_pace(b, t, 24.5);
+    lg_backend_note_pace(b, t, 24.5, lg_backend_started(b, t));
     LG_CHECK(fabs(lg_backend_step_per_seq(b, t) - 6.5) < 1e-9);
     /* one of the four still awaits its first token: a batch of three */
     LG_CHECK(lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, t));
-    lg_backend_note_pace(b, t, 18);
+    LG_CHECK(lg_backend_started(b, t) == 3);
+    lg_backend_note_pace(b, t, 18, lg_backend_started(b, t));
     LG_CHECK(fabs(lg_backend_step_per_seq(b, t) - 6.5) < 1e-9);
     lg_backend_ages_del(b, LG_BACKEND_AGES_PENDING, t);
     /* the sizes timed long ago are forgotten */
@@ -445,6 +460,7 @@ test_step_per_seq(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_slot_ends, test_engine_model, test_engine_model_scale,
-             test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
-             test_guessed_capacity_is_not_queued, test_prefill_prior_scales_with_step, teardown)
+LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_slot_ends, test_engine_model,
+             test_engine_model_scale, test_work_ahead_per_request,
+             test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
+             test_prefill_prior_scales_with_step, teardown)
