@@ -72,6 +72,23 @@ est_prior_line(const struct lg_est_prior *p, double kib)
     return p->fixed_ms + p->ms_per_kib * kib;
 }
 
+/* A fitted line (*a fixed, *b slope; sums W, Y, XX, XY) kept to what a
+ * time can be: a falling slope becomes flat at the mean, a negative fixed
+ * part a line through the origin (slope origin_slope where no x was seen). */
+static void
+est_line_clamp(double W, double Y, double XX, double XY, double origin_slope, double *a,
+               double *b)
+{
+    if (*b < 0) {
+        *b = 0;
+        *a = Y / W;
+    }
+    if (*a < 0) {
+        *a = 0;
+        *b = XX > 0 ? XY / XX : origin_slope;
+    }
+}
+
 /* Solves the fit at now_ns (peak not applied). */
 static void
 est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
@@ -102,14 +119,7 @@ est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_p
         b = s * p->ms_per_kib;
         a = (Y - b * X) / W;
     }
-    if (b < 0) {
-        b = 0;
-        a = Y / W;
-    }
-    if (a < 0) {
-        a = 0;
-        b = XX > 0 ? XY / XX : 0;
-    }
+    est_line_clamp(W, Y, XX, XY, 0, &a, &b);
     *fixed = a;
     *slope = b;
     *weight = d * e->w;
@@ -291,14 +301,7 @@ lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixe
         b = prior_slope; /* one prompt size seen: no slope to tell */
     }
     a = (Y - b * X) / W;
-    if (b < 0) {
-        b = 0;
-        a = Y / W;
-    }
-    if (a < 0) {
-        a = 0;
-        b = XX > 0 ? XY / XX : prior_slope;
-    }
+    est_line_clamp(W, Y, XX, XY, prior_slope, &a, &b);
     *fixed = a;
     *slope = b;
 }
@@ -354,26 +357,35 @@ est_curve_bin(double load)
     return load >= LG_EST_CURVE_BINS - 1 ? LG_EST_CURVE_BINS - 1 : (size_t)(load + 0.5);
 }
 
+/* One sample v into the bin of load: the bins' weights w and sums s decayed
+ * since *t_ns first (the curve's and the bias's shared shape). */
+static void
+est_bins_add(double *w, double *s, uint64_t *t_ns, uint64_t now_ns, double half_life_s,
+             double load, double v)
+{
+    double d = est_decay_since(*t_ns, now_ns, half_life_s);
+    size_t k = est_curve_bin(load);
+
+    if (d < 1) {
+        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+            w[i] *= d;
+            s[i] *= d;
+        }
+    }
+    w[k] += 1;
+    s[k] += v;
+    if (now_ns > *t_ns) {
+        *t_ns = now_ns;
+    }
+}
+
 void
 lg_est_curve_add(struct lg_est_curve *c, uint64_t now_ns, double load, double ms)
 {
-    double d = est_decay_since(c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S);
-    size_t k = est_curve_bin(load);
-
     if (!(ms >= 0) || !isfinite(ms)) {
         return;
     }
-    if (d < 1) {
-        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
-            c->w[i] *= d;
-            c->sy[i] *= d;
-        }
-    }
-    c->w[k] += 1;
-    c->sy[k] += ms;
-    if (now_ns > c->t_ns) {
-        c->t_ns = now_ns;
-    }
+    est_bins_add(c->w, c->sy, &c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S, load, ms);
 }
 
 double
@@ -430,25 +442,13 @@ void
 lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double observed_ms,
                 double predicted_ms, double half_life_s)
 {
-    double d = est_decay_since(b->t_ns, now_ns, half_life_s);
-    size_t k = est_curve_bin(load);
-
     if (!(observed_ms > 0) || !(predicted_ms > 0) || !isfinite(observed_ms)
         || !isfinite(predicted_ms) || !(load >= 0)) {
         return;
     }
-    if (d < 1) {
-        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
-            b->w[i] *= d;
-            b->s[i] *= d;
-        }
-    }
-    b->w[k] += 1;
-    b->s[k] += LG_MAX(-log(LG_EST_ERR_MAX),
-                      LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX)));
-    if (now_ns > b->t_ns) {
-        b->t_ns = now_ns;
-    }
+    est_bins_add(b->w, b->s, &b->t_ns, now_ns, half_life_s, load,
+                 LG_MAX(-log(LG_EST_ERR_MAX),
+                        LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX))));
 }
 
 double
