@@ -34,6 +34,12 @@ lg_sim_flavor_name(int flavor)
     return "vllm";
 }
 
+const char *
+lg_sim_schedule_name(uint32_t schedule)
+{
+    return "fcfs";
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
