@@ -83,10 +83,16 @@ def parse_args(argv=None):
     ap.add_argument("--nice", type=int, default=0,
                     help="niceness of the fleet and the proxies, e.g. -10 on a machine shared "
                          "with other work (default 0)")
+    ap.add_argument("--real-capacity", type=float, default=None, metavar="RPS",
+                    help="scenario real: the fleet's capacity measured on this machine "
+                         "(README, \"Real engines\": llmload --concurrency 8 through ttft), "
+                         "in place of the development machine's %g req/s" % S.REAL_CAPACITY_RPS)
     ap.add_argument("--no-plots", action="store_true", help="skip gnuplot")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.real_capacity is not None and not args.real_capacity > 0:
+        ap.error("--real-capacity must be positive")
     if args.draws < 1:
         ap.error("--draws must be at least 1")
     if not args.block_s > 0:
@@ -483,6 +489,8 @@ def scenario_ctx(scen, args, outdir, results):
     if scen.get("capacity_rps"):
         # a real fleet's capacity is measured (scenarios.py), not computed from llmsim's model
         cap = scen["capacity_rps"]
+        if scen["id"] == "real" and args.real_capacity:
+            cap = args.real_capacity
     elif scen.get("fleet"):
         # a drawn fleet (mismatch): its replicas run saturated offline, under its schedule
         cap = M.capacity(scen["fleet"], scen["prompt_bytes"], scen["max_tokens"])
@@ -547,7 +555,7 @@ def select(args):
                 raise ValueError("%s: only %d draws (--draws)" % (part, args.draws))
             found = M.make_scenarios(args.draws, args.draw_seed, only=only)
             if not found:
-                raise ValueError("unknown mismatch scenario %r (m1-70 .. m%d-90)"
+                raise ValueError("unknown mismatch scenario %r (m0-70 .. m%d-90)"
                                  % (part, args.draws))
         else:
             found = S.select(part)

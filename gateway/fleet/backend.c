@@ -128,7 +128,6 @@ lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
     lg_est_mean_init(&b->est.itl);
     lg_est_mean_init(&b->est.hold);
     lg_est_mean_init(&b->est.err);
-    lg_est_mean_init(&b->est.model_err);
     b->est_pub = b->est;
     b->eng_pub = (struct lg_backend_engine){
         .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
@@ -356,19 +355,61 @@ union backend_pace {
     double d;
 };
 
-void
-lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms)
+/* Moves the pace held in *word (timed at *t_ns) toward gap_ms, or sets it
+ * when older than fresh_ns. Streams on several workers move it: a lost
+ * update loses one sample. */
+static void
+backend_pace_move(uint64_t *word, uint64_t *t_ns, uint64_t now_ns, double gap_ms, uint64_t fresh_ns)
 {
-    union backend_pace p = { .u = __atomic_load_n(&b->pace, __ATOMIC_RELAXED) };
-    uint64_t t = __atomic_load_n(&b->pace_t_ns, __ATOMIC_RELAXED);
+    union backend_pace p = { .u = __atomic_load_n(word, __ATOMIC_RELAXED) };
+    uint64_t t = __atomic_load_n(t_ns, __ATOMIC_RELAXED);
 
+    p.d = t != 0 && now_ns - t < fresh_ns ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
+    __atomic_store_n(word, p.u, __ATOMIC_RELAXED);
+    __atomic_store_n(t_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+void
+lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms, uint32_t batch)
+{
     if (!(gap_ms >= 0) || !isfinite(gap_ms)) {
         return;
     }
-    /* streams on several workers move it: a lost update loses one sample */
-    p.d = t != 0 && now_ns - t < PACE_FRESH_NS ? p.d + 0.25 * (gap_ms - p.d) : gap_ms;
-    __atomic_store_n(&b->pace, p.u, __ATOMIC_RELAXED);
-    __atomic_store_n(&b->pace_t_ns, now_ns, __ATOMIC_RELAXED);
+    backend_pace_move(&b->pace, &b->pace_t_ns, now_ns, gap_ms, PACE_FRESH_NS);
+    batch = LG_MAX(batch, 1u);
+    if (batch <= LG_BACKEND_PACE_BATCHES) {
+        backend_pace_move(&b->pace_batch[batch - 1], &b->pace_batch_t_ns[batch - 1], now_ns, gap_ms,
+                          (uint64_t)LG_BACKEND_PACE_FRESH_S * LG_NS_PER_S);
+    }
+}
+
+double
+lg_backend_step_per_seq(const struct lg_backend *b, uint64_t now_ns)
+{
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, lo = 1e9, hi = 0, slope;
+
+    for (uint32_t i = 0; i < LG_BACKEND_PACE_BATCHES; i++) {
+        union backend_pace p = { .u = __atomic_load_n(&b->pace_batch[i], __ATOMIC_RELAXED) };
+        uint64_t t = __atomic_load_n(&b->pace_batch_t_ns[i], __ATOMIC_RELAXED);
+        double x = (double)(i + 1);
+
+        if (t == 0 || now_ns < t || now_ns - t >= (uint64_t)LG_BACKEND_PACE_FRESH_S * LG_NS_PER_S
+            || !(p.d > 0)) {
+            continue;
+        }
+        n += 1;
+        sx += x;
+        sy += p.d;
+        sxx += x * x;
+        sxy += x * p.d;
+        lo = LG_MIN(lo, x);
+        hi = LG_MAX(hi, x);
+    }
+    if (hi - lo < 2 || n * sxx - sx * sx <= 0) {
+        return 0;
+    }
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    return slope > 0 && isfinite(slope) ? slope : 0;
 }
 
 /* The recent gap between a stream's tokens there; false where no stream
@@ -407,64 +448,113 @@ backend_ttft_sample(double ttft_ms, double wait_ms)
     return LG_MAX(ttft_ms - (wait_ms > 0 ? wait_ms : 0), 0.25 * ttft_ms);
 }
 
-/* The engine model's prefill ms per KiB. Before its own prefills are seen,
- * the fleet's prefill per ms of decode step times this replica's step: a
- * replica four times slower to decode is taken to be four times slower to
- * prefill, so a quarter-speed replica that gets few requests is not handed
- * long prompts at the fleet's speed (bench/routing/NOTES.md 44). Before any
- * replica has prefilled enough, the TTFT fit's slope (the fleet's, scaled by
- * this replica's slowness on short prompts; its peak left out). */
+/* The engine model's prefill: a fixed part per step that prefills and ms
+ * per KiB. Before its own prefills are seen, no fixed part and the fleet's
+ * prefill per ms of decode step times this replica's step: a replica four
+ * times slower to decode is taken to be four times slower to prefill, so a
+ * quarter-speed replica that gets few requests is not handed long prompts
+ * at the fleet's speed (bench/routing/NOTES.md 44). Before any replica has
+ * prefilled enough, the TTFT fit's slope (the fleet's, scaled by this
+ * replica's slowness on short prompts; its peak left out). */
 double
-lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
-                      const struct lg_est_value *fit, const struct lg_est_prior *prior,
-                      double step_ms)
+lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns,
+                   const struct lg_est_value *fit, const struct lg_est_prior *prior, double step_ms,
+                   double *fixed_ms)
 {
     double fallback = prior->prefill_per_step > 0 && step_ms > 0
                           ? prior->prefill_per_step * step_ms
                           : fit->ms_per_kib / LG_MAX(fit->peak, 1.0);
+    double fixed, slope;
 
-    return lg_est_slope_read(&est->prefill, now_ns, fallback, LG_EST_MEAN_HALF_LIFE_S);
+    lg_est_line_read(&est->prefill, now_ns, 0, fallback, LG_EST_MEAN_HALF_LIFE_S, &fixed, &slope);
+    if (fixed_ms != NULL) {
+        *fixed_ms = fixed;
+    }
+    return slope;
 }
 
-/* A first token more than this factor off the prediction is a stall or a
- * burst the model could not see, not the replica's bias. */
-#define MODEL_ERR_MAX 4.0
+/* Whether the engine model misses there, from both estimators' errors (the
+ * thresholds in backend.h); b->lock held. */
+static void
+backend_judge_model(struct lg_backend_est *est, uint64_t now)
+{
+    struct lg_est_err_value m, x;
+    double xrms;
+
+    double mrms;
+
+    lg_est_err_read(&est->model_used, now, LG_EST_ERR_HALF_LIFE_S, &m);
+    lg_est_err_read(&est->meas_err, now, LG_EST_ERR_HALF_LIFE_S, &x);
+    if (m.weight < LG_EST_MISS_SAMPLES || x.weight < LG_EST_MISS_SAMPLES) {
+        est->measured = 0;
+        return;
+    }
+    mrms = lg_est_err_rms(&m);
+    xrms = lg_est_err_rms(&x);
+    if (mrms > LG_EST_MISS_RATIO * xrms + LG_EST_MISS_MARGIN) {
+        est->measured = 1;
+    } else if (mrms < xrms) {
+        est->measured = 0;
+    }
+}
 
 void
 lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
-                            uint64_t prompt_bytes, double ttft_ms, double wait_ms,
-                            double model_ms, double pred_ms)
+                            const struct lg_backend_first *f)
 {
     uint64_t now = lg_now_ns();
-    double kib = (double)prompt_bytes / 1024.0;
+    double ttft_ms = f->ttft_ms, model_ms = f->model_ms, pred_ms = f->pred_ms;
+    double kib = (double)f->prompt_bytes / 1024.0;
     bool prefill = prior != NULL && kib > 0 && model_ms >= 0;
     bool scale = pred_ms > 0 && isfinite(pred_ms) && ttft_ms > 0;
-    bool ttft = prior != NULL && wait_ms >= 0;
+    bool meas = f->meas_pred_ms > 0 && isfinite(f->meas_pred_ms) && ttft_ms > 0;
+    bool curve = f->load >= 0 && isfinite(f->load) && ttft_ms >= 0;
+    bool ttft = prior != NULL && f->wait_ms >= 0;
 
-    if (!isfinite(ttft_ms) || (!prefill && !scale && !ttft)) {
+    if (!isfinite(ttft_ms) || (!prefill && !scale && !meas && !curve && !ttft)) {
         return;
     }
     pthread_mutex_lock(&b->lock);
     if (prefill) {
         /* a first token held up by what the model did not see (a stall, a
          * step that ran long) is not the prompt's prefill: at most four
-         * times the slope so far, as the TTFT fit takes (LG_EST_FIT_MAX) */
+         * times the prefill so far, as the TTFT fit takes (LG_EST_FIT_MAX);
+         * until the replica's own samples outweigh the prior, which may be
+         * far off (a fleet's prior on an engine unlike it), sixteen */
         struct lg_est_value fit;
         double itl = lg_est_mean_read(&b->est.itl, now, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
-        double slope, y;
+        double slope, fixed, y, cap;
 
         lg_est_ttft_read(&b->est.ttft, now, prior, &fit);
-        slope = lg_backend_prefill_slope(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl));
-        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), LG_EST_FIT_MAX * slope * kib + 1.0);
-        lg_est_slope_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
+        slope =
+            lg_backend_prefill(&b->est, now, &fit, prior, lg_backend_step_ms(b, now, itl), &fixed);
+        cap = lg_est_line_weight(&b->est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+                      >= LG_EST_MEAN_PRIOR_WEIGHT
+                  ? LG_EST_FIT_MAX
+                  : 4 * LG_EST_FIT_MAX;
+        y = LG_MIN(LG_MAX(ttft_ms - model_ms, 0.0), cap * (fixed + slope * kib) + 1.0);
+        lg_est_line_add(&b->est.prefill, now, kib, y, LG_EST_MEAN_HALF_LIFE_S);
     }
     if (scale) {
-        double e = LG_MAX(-log(MODEL_ERR_MAX), LG_MIN(log(ttft_ms / pred_ms), log(MODEL_ERR_MAX)));
-
-        lg_est_mean_add(&b->est.model_err, now, e, 2 * LG_EST_MEAN_HALF_LIFE_S);
+        lg_est_err_add(&b->est.model_err, now, ttft_ms, pred_ms, LG_EST_ERR_HALF_LIFE_S);
+        lg_est_bias_add(&b->est.model_bias, now, f->load, ttft_ms, pred_ms,
+                        LG_EST_CURVE_HALF_LIFE_S);
+        lg_est_err_add(&b->est.model_used, now, ttft_ms,
+                       pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0),
+                       LG_EST_ERR_HALF_LIFE_S);
+    }
+    if (meas) {
+        lg_est_err_add(&b->est.meas_err, now, ttft_ms, f->meas_pred_ms, LG_EST_ERR_HALF_LIFE_S);
+    }
+    if (scale || meas) {
+        backend_judge_model(&b->est, now);
+    }
+    if (curve) {
+        lg_est_curve_add(&b->est.curve, now, f->load,
+                         LG_MAX(ttft_ms - (f->prefill_ms > 0 ? f->prefill_ms : 0), 0.0));
     }
     if (ttft) {
-        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, wait_ms));
+        lg_est_ttft_add(&b->est.ttft, now, prior, kib, backend_ttft_sample(ttft_ms, f->wait_ms));
     }
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));
     pthread_mutex_unlock(&b->lock);
@@ -527,11 +617,14 @@ lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p)
 }
 
 bool
-lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns)
+lg_backend_engine_slots(const struct lg_backend_engine *e, double *slots)
 {
-    /* a false confirmation (a queue the gateway could not explain) must not
-     * hold the replica at a few slots for good: the policies would stop
-     * sending it more, and it would never show it runs more */
-    return e->capacity_confirmed > 0 && now_ns >= e->confirmed_t_ns
-           && now_ns - e->confirmed_t_ns <= LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S;
+    double n = e->slots_declared > 0       ? e->slots_declared
+               : e->capacity_confirmed > 0 ? e->capacity
+                                           : 0;
+
+    if (slots != NULL) {
+        *slots = n;
+    }
+    return n > 0;
 }

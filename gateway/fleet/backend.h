@@ -50,13 +50,30 @@ enum lg_backend_health {
  * routing decision) copy it without taking a lock.
  */
 struct lg_backend_est {
-    struct lg_est_ttft ttft; /* service TTFT fit and peak */
-    struct lg_est_mean itl;  /* inter-token gap, ms */
-    struct lg_est_mean hold; /* time a request holds an engine slot, ms */
-    struct lg_est_mean err;  /* failed attempts: 1, others 0 */
-    struct lg_est_slope prefill; /* the engine model's prefill, ms per KiB of prompt */
-    struct lg_est_mean model_err; /* log(first token / the engine model's prediction) */
+    struct lg_est_ttft ttft;       /* service TTFT fit and peak */
+    struct lg_est_mean itl;        /* inter-token gap, ms */
+    struct lg_est_mean hold;       /* time a request holds an engine slot, ms */
+    struct lg_est_mean err;        /* failed attempts: 1, others 0 */
+    struct lg_est_line prefill;    /* the engine model's prefill: ms a step, ms per KiB */
+    struct lg_est_err model_err;   /* first tokens against the engine model's predictions */
+    struct lg_est_bias model_bias; /* ... by the load they were sent into */
+    struct lg_est_err model_used;  /* ... against them as used (calibrated by load) */
+    struct lg_est_err meas_err;    /* ... against the measured terms' (the curve below) */
+    struct lg_est_curve curve;     /* first tokens less their prefill, by the load sent into */
+    double measured;               /* 1 while the engine model misses here (its errors spread
+                                     wider than the measured terms'), else 0 */
 };
+
+/* The engine model misses on a replica (lg_backend_est.measured) once both
+ * estimators have LG_EST_MISS_SAMPLES samples there and the model's errors
+ * as used (calibrated by load) are more than LG_EST_MISS_RATIO times the
+ * measured terms' plus LG_EST_MISS_MARGIN (rms of the log errors); it is
+ * trusted again when they are less than the measured terms' (a gap between
+ * the two thresholds, so a replica does not flip at every sample). */
+#define LG_EST_MISS_SAMPLES    8.0
+#define LG_EST_MISS_RATIO      1.25
+#define LG_EST_MISS_MARGIN     0.05
+#define LG_EST_ERR_HALF_LIFE_S (2 * LG_EST_MEAN_HALF_LIFE_S)
 
 /* The engine's own view of its load, from its /metrics (health.c writes it). */
 struct lg_backend_engine {
@@ -68,14 +85,14 @@ struct lg_backend_engine {
     int32_t flavor;              /* enum lg_engine_flavor detected or configured */
     double capacity;             /* slots: running seen while a queue lasted; else the
                                      most seen running; 0 = unknown */
-    double capacity_confirmed;   /* 1 when seen with a queue (exact), else 0 */
-    uint64_t confirmed_t_ns;     /* last queue that confirmed it (LG_ENGINE_CONFIRM_TTL_S) */
+    double capacity_confirmed;   /* 1 once seen with a queue (exact), else 0 */
+    uint64_t confirmed_t_ns;     /* last queue that confirmed it */
     int32_t run_max;             /* the most seen running at once (recently) */
     uint64_t run_max_t_ns;       /* last scrape that saw it run that many (or one less) */
+    double slots_declared;       /* the slots the engine says it has (llama.cpp's GET
+                                     /props total_slots, SGLang's max_running_requests);
+                                     0 = not said */
 };
-
-/* A queue-confirmed capacity holds this long without another confirming queue. */
-#define LG_ENGINE_CONFIRM_TTL_S 10
 /* The most seen running is forgotten after this long without running that many. */
 #define LG_ENGINE_RUN_MAX_TTL_S 60
 /* KV-cache usage at which an engine stops admitting for lack of cache. */
@@ -90,19 +107,20 @@ struct lg_backend_engine {
  */
 #define LG_BACKEND_PEER_SEQS 256 /* peers' sequences per backend, all peers together */
 struct lg_backend_peers {
-    uint64_t t_ns;      /* oldest answer merged; 0 = none */
+    uint64_t t_ns; /* oldest answer merged; 0 = none */
     uint64_t ttl_ns;
     uint32_t inflight;
-    uint32_t n;         /* words used */
+    uint32_t n; /* words used */
     uint32_t complete;
-    uint32_t gateways;  /* peers merged */
+    uint32_t gateways; /* peers merged */
     uint64_t words[LG_BACKEND_PEER_SEQS];
 };
 
 /* Response classes counted per backend: 1xx..5xx, and "no response". */
-#define LG_BACKEND_NCLASS 6
-#define LG_BACKEND_DUE_SLOTS 64 /* requests awaiting a first token counted one by one */
-#define LG_BACKEND_END_SLOTS 128 /* requests whose end is predicted, counted one by one */
+#define LG_BACKEND_NCLASS       6
+#define LG_BACKEND_DUE_SLOTS    64  /* requests awaiting a first token counted one by one */
+#define LG_BACKEND_END_SLOTS    128 /* requests whose end is predicted, counted one by one */
+#define LG_BACKEND_PACE_BATCHES 16  /* batch sizes the pace is kept for */
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -125,20 +143,20 @@ struct lg_backend {
     uint32_t id;                 /* unique for the process: survives reloads */
     int refcnt;                  /* atomic: fleets and in-flight requests */
 
-    uint32_t inflight;             /* atomic: requests dispatched and not finished */
-    uint64_t ages[2];              /* atomic: LG_BACKEND_AGES_* request counts and ages,
+    uint32_t inflight;                 /* atomic: requests dispatched and not finished */
+    uint64_t ages[2];                  /* atomic: LG_BACKEND_AGES_* request counts and ages,
                                       packed (see backend_inflight.c) */
-    int health;                    /* atomic enum lg_backend_health (UP/DOWN: health.c) */
-    int retired;                   /* atomic: no fleet in force lists it (reload.c); its
+    int health;                        /* atomic enum lg_backend_health (UP/DOWN: health.c) */
+    int retired;                       /* atomic: no fleet in force lists it (reload.c); its
                                       connections close once their request ends */
-    uint64_t retry_after_until_ns; /* atomic: honour Retry-After until then */
-    uint64_t eject_until_ns;       /* atomic: passive ejection; 0 = not ejected; once
+    uint64_t retry_after_until_ns;     /* atomic: honour Retry-After until then */
+    uint64_t eject_until_ns;           /* atomic: passive ejection; 0 = not ejected; once
                                        past, the backend is half-open */
-    uint32_t probe_busy;           /* atomic: the half-open probe is in flight */
-    uint64_t up_since_ns;          /* atomic: slow start began then; 0 = full share */
-    uint64_t ejections_total;      /* atomic: passive ejections since it joined (metrics) */
-    uint64_t warn_ratelimit_ns;    /* for lg_log_ratelimit() */
-    struct lg_backend_stats stats; /* atomic fields */
+    uint32_t probe_busy;               /* atomic: the half-open probe is in flight */
+    uint64_t up_since_ns;              /* atomic: slow start began then; 0 = full share */
+    uint64_t ejections_total;          /* atomic: passive ejections since it joined (metrics) */
+    uint64_t warn_ratelimit_ns;        /* for lg_log_ratelimit() */
+    struct lg_backend_stats stats;     /* atomic fields */
     struct lg_backend_metrics metrics; /* atomic: histograms and tokens (serve/record.c) */
 
     uint32_t est_seq;              /* atomic: odd while est_pub is being written */
@@ -146,16 +164,16 @@ struct lg_backend {
     uint32_t eng_seq;              /* atomic: odd while eng_pub is being written */
     struct lg_backend_engine eng_pub;
 
-    pthread_mutex_t lock;      /* guards what follows, and writes of est_pub */
-    struct lg_backend_est est; /* the writers' copy */
+    pthread_mutex_t lock;          /* guards what follows, and writes of est_pub */
+    struct lg_backend_est est;     /* the writers' copy */
     uint32_t consecutive_failures; /* written under lock, read without (atomic) */
-    uint32_t ejections; /* back-off doubles with each; reset after eject_max up */
+    uint32_t ejections;            /* back-off doubles with each; reset after eject_max up */
     uint64_t last_eject_end_ns;
     pthread_mutex_t eng_lock; /* serialises writers of eng_pub (scrapers) and peers_pub */
 
-    struct lg_backend_pool *pools;  /* [nworkers], each touched by its worker only */
+    struct lg_backend_pool *pools; /* [nworkers], each touched by its worker only */
     unsigned npools;
-    struct ssl_ctx_st *tls_ctx;     /* owned (tls.c): https client context, set once (atomic) */
+    struct ssl_ctx_st *tls_ctx; /* owned (tls.c): https client context, set once (atomic) */
 
     /* atomic: when each request awaiting a first token here should have it,
      * 0 = free (lg_backend_due_add) */
@@ -166,10 +184,14 @@ struct lg_backend {
     /* atomic: what the engine still has to do for each streamed request of
      * ours there, 0 = free (lg_backend_seq_add) */
     uint64_t seqs[LG_BACKEND_END_SLOTS];
-    uint64_t pace; /* atomic: a double, the recent gap between a stream's tokens (ms) */
+    uint64_t pace;      /* atomic: a double, the recent gap between a stream's tokens (ms) */
     uint64_t pace_t_ns; /* atomic: when it was last moved */
-    uint64_t token_t_ns; /* atomic: when a stream of ours there last got a token */
-    uint32_t peers_seq;               /* atomic: odd while peers_pub is being written */
+    /* atomic: the pace by the batch it was timed at (our streams there then,
+     * 1..LG_BACKEND_PACE_BATCHES), doubles, and when each was last moved */
+    uint64_t pace_batch[LG_BACKEND_PACE_BATCHES];
+    uint64_t pace_batch_t_ns[LG_BACKEND_PACE_BATCHES];
+    uint64_t token_t_ns;               /* atomic: when a stream of ours there last got a token */
+    uint32_t peers_seq;                /* atomic: odd while peers_pub is being written */
     struct lg_backend_peers peers_pub; /* peer gateways' requests there (health.c) */
 };
 
@@ -249,10 +271,16 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  * a prompt of prompt_bytes teaches, under one lock (each sample blends the
  * route's `prior`; none without it):
  * - where the engine model predicted `model_ms` (>= 0) for an empty prompt
- *   with a free slot: the rest is the prompt's prefill, the model's ms per
- *   KiB (its cap reads the TTFT fit before this response's sample);
+ *   with a free slot, its step's fixed prefill left out: the rest is the
+ *   prompt's prefill, the model's line (a fixed part, ms per KiB; its cap
+ *   reads the TTFT fit before this response's sample);
  * - where it predicted `pred_ms` (> 0) with this prompt's prefill (no prior
- *   needed): the replica's bias, which the view's engine_model_scale reads;
+ *   needed): the model's errors there, whose bias the view's
+ *   engine_model_scale reads; where the measured terms predicted
+ *   meas_pred_ms, theirs; then whether the model misses there
+ *   (lg_backend_est.measured);
+ * - where the load it was sent into is known: the measured terms' curve,
+ *   its first token less prefill_ms;
  * - unless wait_ms < 0 (it queued for a slot: that says how busy, not how
  *   fast), the TTFT fit, `wait_ms` of it predicted waiting (for a slot, and
  *   for the first tokens of the requests there before it).
@@ -261,9 +289,19 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  * rate, with the TTFT sample when prior is not NULL (a whole response: one
  * lock instead of two).
  */
+struct lg_backend_first {
+    uint64_t prompt_bytes;
+    double ttft_ms;      /* after dispatch */
+    double wait_ms;      /* predicted waiting; < 0: it queued for a slot */
+    double model_ms;     /* the engine model's wait with a slot free (>= 0), or -1 */
+    double pred_ms;      /* the engine model's prediction with its prefill (> 0), or -1 */
+    double model_scale;  /* the calibration the pick applied to it (> 0) */
+    double meas_pred_ms; /* the measured terms' prediction with its prefill (> 0), or -1 */
+    double load;         /* requests there when it was sent (ours, others'); < 0 unknown */
+    double prefill_ms;   /* its prompt's share of the measured terms' prediction */
+};
 void lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *prior,
-                                 uint64_t prompt_bytes, double ttft_ms, double wait_ms,
-                                 double model_ms, double pred_ms);
+                                 const struct lg_backend_first *f);
 void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior,
                           uint64_t prompt_bytes, double ttft_ms, double wait_ms, double itl_ms,
                           double hold_ms);
@@ -277,29 +315,49 @@ void lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_eng
 void lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out);
 void lg_route_publish_prior(struct lg_model_route *r, const struct lg_est_prior *p);
 
-/* Whether e's capacity was confirmed by a queue lately (LG_ENGINE_CONFIRM_TTL_S). */
-bool lg_backend_engine_confirmed(const struct lg_backend_engine *e, uint64_t now_ns);
+/*
+ * Whether e's slot count is known: said by the engine, or confirmed by a
+ * queue of ours there. A confirmed count stays known: it only grows with a
+ * larger running count after (lg_health_fold_sample), and a new confirming
+ * queue sets it again; it never falls back to a guess (which was at least
+ * LG_EST_ASSUMED_SLOTS: a 4-slot replica taken for 16 between queues got
+ * requests that waited for a slot, bench/routing/NOTES.md 46). *slots (when
+ * not NULL) is the count.
+ */
+bool lg_backend_engine_slots(const struct lg_backend_engine *e, double *slots);
 
 /*
  * The replica's recent gap between a stream's tokens (the lower quartile of
  * a stream's last 8 gaps, measured by the relay), which the engine model
- * steps by: lg_backend_note_pace() moves it (any worker), and
+ * steps by: lg_backend_note_pace() moves it (any worker; batch: the
+ * sequences it was timed at, lg_backend_started()), and
  * lg_backend_pace_ms() reads it, false when no stream moved it lately (*ms
  * is then fallback_ms). lg_backend_step_ms(): the engine's decode step
  * there, ms: that pace, else itl_ms (the mean gap of finished responses).
  */
-void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms);
+void lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms, uint32_t batch);
 bool lg_backend_pace_ms(const struct lg_backend *b, uint64_t now_ns, double fallback_ms,
                         double *ms);
 double lg_backend_step_ms(const struct lg_backend *b, uint64_t now_ns, double itl_ms);
+/*
+ * What one more sequence adds to the step there (ms): the slope of the
+ * pace against the batch it was timed at (our streams there, started),
+ * over the batch sizes timed lately (LG_BACKEND_PACE_FRESH_S); 0 until two
+ * sizes at least two apart are. llmsim's default adds 0.25 ms to a 10 ms
+ * step; llama.cpp on a CPU about a whole one-sequence step.
+ */
+#define LG_BACKEND_PACE_FRESH_S 10
+double lg_backend_step_per_seq(const struct lg_backend *b, uint64_t now_ns);
 
 /*
- * The engine model's prefill, ms per KiB of prompt: the replica's own
- * slope once it has samples, before that the fleet's prefill per ms of
- * decode step (the prior) times its step_ms, else the TTFT fit's slope.
+ * The engine model's prefill, ms per KiB of prompt, and (*fixed_ms, when
+ * not NULL) the fixed part of a step that prefills: the replica's own line
+ * once it has samples, before that no fixed part and the fleet's prefill
+ * per ms of decode step (the prior) times its step_ms, else the TTFT fit's
+ * slope.
  */
-double lg_backend_prefill_slope(const struct lg_backend_est *est, uint64_t now_ns,
-                                const struct lg_est_value *fit, const struct lg_est_prior *prior,
-                                double step_ms);
+double lg_backend_prefill(const struct lg_backend_est *est, uint64_t now_ns,
+                          const struct lg_est_value *fit, const struct lg_est_prior *prior,
+                          double step_ms, double *fixed_ms);
 
 #endif /* LG_BACKEND_H */

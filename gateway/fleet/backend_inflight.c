@@ -89,6 +89,15 @@ lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t
     return n;
 }
 
+uint32_t
+lg_backend_started(const struct lg_backend *b, uint64_t now_ns)
+{
+    double age;
+    uint32_t ours = lg_backend_inflight(b);
+
+    return ours - LG_MIN(ours, lg_backend_ages(b, LG_BACKEND_AGES_PENDING, now_ns, &age));
+}
+
 /* ---- first-token work ahead, request by request ---------------------------- */
 
 /*
@@ -425,7 +434,8 @@ backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t 
 
 double
 lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                           double step_ms, double prefill_ms_per_token, unsigned *joined)
+                           double step_ms, double step_per_seq, double prefill_ms_per_token,
+                           double prefill_fixed_ms, unsigned *joined)
 {
     enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
     uint32_t left[MAX_SEQS];
@@ -452,7 +462,8 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
         return -1; /* a peer's request of unknown length: the line would be wrong */
     }
     if (inflight == 0 && !with_peers) {
-        return step_ms; /* idle: it starts a step for the new one at once */
+        /* idle: it starts a step for the new one at once */
+        return step_ms + (prefill_fixed_ms > 0 ? prefill_fixed_ms : 0);
     }
     for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
         uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
@@ -471,9 +482,10 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
         backend_model_add(peers.words[i], now, step_ms, true, left, &nleft, queue, &nqueue);
     }
     if (nleft + nqueue == 0) {
-        return step_ms;
+        return step_ms + (prefill_fixed_ms > 0 ? prefill_fixed_ms : 0);
     }
-    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms,
-                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0, step_ms / 2,
+    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms, step_per_seq,
+                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0,
+                             prefill_fixed_ms > 0 ? prefill_fixed_ms : 0, step_ms / 2,
                              backend_step_begun_ms(b, now_ns), joined);
 }

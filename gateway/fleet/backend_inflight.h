@@ -27,6 +27,10 @@ bool lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint6
 void lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t_ns);
 uint32_t lg_backend_ages(const struct lg_backend *b, enum lg_backend_ages which, uint64_t now_ns,
                          double *mean_age_ms);
+/* Requests of this gateway on b that have had their first token (in flight
+ * less those awaiting one): the batch a stream's pace there is timed at
+ * (lg_backend_note_pace(), backend.h). */
+uint32_t lg_backend_started(const struct lg_backend *b, uint64_t now_ns);
 
 /*
  * First-token work still ahead on b, request by request: each request
@@ -113,10 +117,13 @@ size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct 
 /* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
 uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps
- * of step_ms, or -1 when it cannot tell (lg_backend_view.engine_model_ms);
+ * of step_ms at the batch now and step_per_seq more for each sequence
+ * more, prefilling steps prefill_fixed_ms more (its own too), or -1 when it
+ * cannot tell (lg_backend_view.engine_model_ms);
  * *joined (when not NULL): how many of ours there would be admitted with it
  * (lg_backend_view.engine_model_joined). */
 double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                                  double step_ms, double prefill_ms_per_token, unsigned *joined);
+                                  double step_ms, double step_per_seq, double prefill_ms_per_token,
+                                  double prefill_fixed_ms, unsigned *joined);
 
 #endif /* LG_BACKEND_INFLIGHT_H */

@@ -43,6 +43,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     struct lg_backend_est est;
     struct lg_backend_engine eng;
     struct lg_est_value tv;
+    struct lg_est_err_value me, ue, xe;
     uint64_t age;
     double residual;
 
@@ -77,8 +78,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
                                    scrape_interval_ns);
     v->foreign = residual + lg_backend_peer_inflight(b, now_ns);
     v->load = v->inflight + v->foreign;
-    if (lg_backend_engine_confirmed(&eng, now_ns)) {
-        v->capacity = eng.capacity;
+    if (lg_backend_engine_slots(&eng, &v->capacity)) {
+        /* said by the engine, or seen full with ours queued */
     } else if (prior->slots > 0) {
         v->flags |= LG_VIEW_F_CAP_GUESS;
         /* not seen full lately: assume the slots its siblings have (replicas
@@ -107,24 +108,43 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
         v->flags |= LG_VIEW_F_STEP_GUESS;
     }
-    v->prefill_ms_per_kib = lg_backend_prefill_slope(&est, now_ns, &tv, prior, v->step_ms);
+    v->prefill_ms_per_kib =
+        lg_backend_prefill(&est, now_ns, &tv, prior, v->step_ms, &v->prefill_fixed_ms);
+    v->step_ms_per_seq = lg_backend_step_per_seq(b, now_ns);
     v->engine_model_ms = -1;
     v->engine_model_joined = 0;
+    lg_est_err_read(&est.model_err, now_ns, LG_EST_ERR_HALF_LIFE_S, &me);
+    lg_est_err_read(&est.model_used, now_ns, LG_EST_ERR_HALF_LIFE_S, &ue);
+    lg_est_err_read(&est.meas_err, now_ns, LG_EST_ERR_HALF_LIFE_S, &xe);
+    /* the model's bias at this load, shrunk toward its bias at every load */
     v->engine_model_scale =
-        exp(lg_est_mean_read(&est.model_err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S));
+        exp(lg_est_bias_read(&est.model_bias, now_ns, v->load, me.bias, LG_EST_CURVE_HALF_LIFE_S));
+    v->engine_model_err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
+    v->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
+    v->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
+    v->measured_ms_per_kib = tv.ms_per_kib / LG_MAX(tv.peak, 1.0);
+    if (est.measured > 0 && v->measured_ms >= 0) {
+        v->flags |= LG_VIEW_F_MODEL_MISSES;
+    }
     /* a capacity never confirmed by a queue is at least what is assumed of
-     * an engine (the most it ran says nothing against one more) */
-    v->engine_model_slots = v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS)
-                                ? v->capacity
-                                : LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+     * an engine (the most it ran says nothing against one more), unless its
+     * siblings' slots are known: replicas of a model mostly run alike, and
+     * an 8-slot replica taken for 16 was sent a 9th and 10th request that
+     * waited for slots (bench/routing/NOTES.md 47) */
+    if (v->capacity > 0 && (!(v->flags & LG_VIEW_F_CAP_GUESS) || prior->slots > 0)) {
+        v->engine_model_slots = v->capacity;
+    } else {
+        v->engine_model_slots = LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+    }
     if (residual < 0.5) {
         /* only our requests and our peers' there: the model sees the whole
          * batch and line */
         unsigned joined;
 
         v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
-                                                        v->step_ms, v->prefill_ms_per_kib / 256.0,
-                                                        &joined);
+                                                        v->step_ms, v->step_ms_per_seq,
+                                                        v->prefill_ms_per_kib / 256.0,
+                                                        v->prefill_fixed_ms, &joined);
         v->engine_model_joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {

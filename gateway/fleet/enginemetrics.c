@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 /*
  * Each number under every name an engine version has used for it: the first
  * name present in an exposition wins (an engine exporting both during a
@@ -336,4 +338,22 @@ lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flav
     out->running = running >= 0 ? (int32_t)LG_MIN(running, 1e7) : -1;
     out->kv_usage = kv >= 0 ? LG_MIN(kv, 1.0) : -1;
     return waiting >= 0 || running >= 0 ? LG_OK : LG_EDECLINED;
+}
+
+/* ---- llama.cpp's /props ------------------------------------------------- */
+
+int
+lg_engine_props_parse(const char *text, size_t len, double *slots)
+{
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    json_t *n = json_is_object(root) ? json_object_get(root, "total_slots") : NULL;
+    double v = json_is_integer(n) ? (double)json_integer_value(n) : -1;
+
+    json_decref(root);
+    if (!(v >= 1 && v <= LG_ENGINE_MAX_SLOTS)) {
+        return LG_EDECLINED;
+    }
+    *slots = v;
+    return LG_OK;
 }

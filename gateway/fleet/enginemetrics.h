@@ -63,6 +63,20 @@ uint32_t lg_prom_parse(const char *text, size_t len, lg_prom_sample_fn fn, void 
 int lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flavor,
                             struct lg_engine_sample *out);
 
+/*
+ * llama.cpp's server says how many requests it runs at once (its slots,
+ * `--parallel`) in GET /props, as `total_slots` (not in /metrics). Reads
+ * that from the body: LG_OK and *slots (1..LG_ENGINE_MAX_SLOTS), or
+ * LG_EDECLINED when the body is not a JSON object with a sane total_slots
+ * (another server, or a version without it). The other engines' /metrics
+ * say no slot count, and vLLM, SGLang and TGI serve none elsewhere that
+ * states the batch they run (SGLang 0.3's max_running_requests, TGI's
+ * max_concurrent_requests are admission limits, far above it).
+ */
+#define LG_ENGINE_PROPS_PATH "/props"
+#define LG_ENGINE_MAX_SLOTS  65536
+int lg_engine_props_parse(const char *text, size_t len, double *slots);
+
 /* "vllm", "sglang", "tgi", "llamacpp", "auto" or "none". */
 const char *lg_engine_flavor_name(enum lg_engine_flavor f);
 

@@ -9,6 +9,7 @@
 #include "fleet/estimate.h"
 
 #include <math.h>
+#include <sys/types.h>
 
 /*
  * 2^x for x <= 0, to about 1e-10 relative: 2^i exactly from the exponent
@@ -71,6 +72,23 @@ est_prior_line(const struct lg_est_prior *p, double kib)
     return p->fixed_ms + p->ms_per_kib * kib;
 }
 
+/* A fitted line (*a fixed, *b slope; sums W, Y, XX, XY) kept to what a
+ * time can be: a falling slope becomes flat at the mean, a negative fixed
+ * part a line through the origin (slope origin_slope where no x was seen). */
+static void
+est_line_clamp(double W, double Y, double XX, double XY, double origin_slope, double *a,
+               double *b)
+{
+    if (*b < 0) {
+        *b = 0;
+        *a = Y / W;
+    }
+    if (*a < 0) {
+        *a = 0;
+        *b = XX > 0 ? XY / XX : origin_slope;
+    }
+}
+
 /* Solves the fit at now_ns (peak not applied). */
 static void
 est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_prior *p,
@@ -101,14 +119,7 @@ est_ttft_fit(const struct lg_est_ttft *e, uint64_t now_ns, const struct lg_est_p
         b = s * p->ms_per_kib;
         a = (Y - b * X) / W;
     }
-    if (b < 0) {
-        b = 0;
-        a = Y / W;
-    }
-    if (a < 0) {
-        a = 0;
-        b = XX > 0 ? XY / XX : 0;
-    }
+    est_line_clamp(W, Y, XX, XY, 0, &a, &b);
     *fixed = a;
     *slope = b;
     *weight = d * e->w;
@@ -241,39 +252,213 @@ lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_li
 }
 
 void
-lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y, double half_life_s)
+lg_est_line_add(struct lg_est_line *l, uint64_t now_ns, double x, double y, double half_life_s)
 {
-    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
+    double d = est_decay_since(l->t_ns, now_ns, half_life_s);
 
-    if (!(x > 0) || !isfinite(x) || !isfinite(y)) {
+    if (!(x >= 0) || !isfinite(x) || !isfinite(y)) {
         return;
     }
-    s->sxx = s->sxx * d + x * x;
-    s->sxy = s->sxy * d + x * y;
-    if (now_ns > s->t_ns) {
-        s->t_ns = now_ns;
+    l->n = l->n * d + 1;
+    l->sx = l->sx * d + x;
+    l->sy = l->sy * d + y;
+    l->sxx = l->sxx * d + x * x;
+    l->sxy = l->sxy * d + x * y;
+    if (now_ns > l->t_ns) {
+        l->t_ns = now_ns;
     }
 }
 
 double
-lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s)
+lg_est_line_weight(const struct lg_est_line *l, uint64_t now_ns, double half_life_s)
 {
-    return est_decay_since(s->t_ns, now_ns, half_life_s) * s->sxx;
+    return est_decay_since(l->t_ns, now_ns, half_life_s) * l->n;
 }
 
 double
-lg_est_slope_value(const struct lg_est_slope *s)
+lg_est_line_slope(const struct lg_est_line *l)
 {
-    return s->sxx > 0 ? s->sxy / s->sxx : 0;
+    double det = l->n * l->sxx - l->sx * l->sx;
+
+    return l->n > 0 && det > 1e-9 * l->n * l->sxx ? (l->n * l->sxy - l->sx * l->sy) / det : 0;
 }
 
-double
-lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior, double half_life_s)
+void
+lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixed,
+                 double prior_slope, double half_life_s, double *fixed, double *slope)
 {
-    double d = est_decay_since(s->t_ns, now_ns, half_life_s);
+    double d = est_decay_since(l->t_ns, now_ns, half_life_s);
     const double k = LG_EST_MEAN_PRIOR_WEIGHT;
+    double xm = l->n > 0 ? l->sx / l->n : 1.0; /* the pseudo-samples' x */
+    double ym = prior_fixed + prior_slope * xm;
+    double W = d * l->n + k, X = d * l->sx + k * xm, Y = d * l->sy + k * ym;
+    double XX = d * l->sxx + k * xm * xm, XY = d * l->sxy + k * xm * ym;
+    double det = W * XX - X * X, a, b;
 
-    return (d * s->sxy + k * prior) / (d * s->sxx + k);
+    if (det > 1e-6 * W * XX) {
+        b = (W * XY - X * Y) / det;
+    } else {
+        b = prior_slope; /* one prompt size seen: no slope to tell */
+    }
+    a = (Y - b * X) / W;
+    est_line_clamp(W, Y, XX, XY, prior_slope, &a, &b);
+    *fixed = a;
+    *slope = b;
+}
+
+void
+lg_est_err_add(struct lg_est_err *e, uint64_t now_ns, double observed_ms, double predicted_ms,
+               double half_life_s)
+{
+    double d = est_decay_since(e->t_ns, now_ns, half_life_s), x;
+
+    if (!(observed_ms > 0) || !(predicted_ms > 0) || !isfinite(observed_ms)
+        || !isfinite(predicted_ms)) {
+        return;
+    }
+    x = LG_MAX(-log(LG_EST_ERR_MAX), LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX)));
+    e->w = e->w * d + 1;
+    e->s = e->s * d + x;
+    e->ss = e->ss * d + x * x;
+    if (now_ns > e->t_ns) {
+        e->t_ns = now_ns;
+    }
+}
+
+void
+lg_est_err_read(const struct lg_est_err *e, uint64_t now_ns, double half_life_s,
+                struct lg_est_err_value *out)
+{
+    double d = est_decay_since(e->t_ns, now_ns, half_life_s), var;
+
+    out->weight = d * e->w;
+    out->bias = d * e->s / (d * e->w + LG_EST_MEAN_PRIOR_WEIGHT);
+    if (!(e->w > 0)) {
+        out->spread = 0;
+        return;
+    }
+    /* decay cancels out of the moments */
+    var = e->ss / e->w - (e->s / e->w) * (e->s / e->w);
+    out->spread = var > 0 ? sqrt(var) : 0;
+}
+
+double
+lg_est_err_rms(const struct lg_est_err_value *v)
+{
+    return sqrt(v->spread * v->spread + v->bias * v->bias);
+}
+
+static size_t
+est_curve_bin(double load)
+{
+    if (!(load > 0)) {
+        return 0;
+    }
+    return load >= LG_EST_CURVE_BINS - 1 ? LG_EST_CURVE_BINS - 1 : (size_t)(load + 0.5);
+}
+
+/* One sample v into the bin of load: the bins' weights w and sums s decayed
+ * since *t_ns first (the curve's and the bias's shared shape). */
+static void
+est_bins_add(double *w, double *s, uint64_t *t_ns, uint64_t now_ns, double half_life_s,
+             double load, double v)
+{
+    double d = est_decay_since(*t_ns, now_ns, half_life_s);
+    size_t k = est_curve_bin(load);
+
+    if (d < 1) {
+        for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+            w[i] *= d;
+            s[i] *= d;
+        }
+    }
+    w[k] += 1;
+    s[k] += v;
+    if (now_ns > *t_ns) {
+        *t_ns = now_ns;
+    }
+}
+
+void
+lg_est_curve_add(struct lg_est_curve *c, uint64_t now_ns, double load, double ms)
+{
+    if (!(ms >= 0) || !isfinite(ms)) {
+        return;
+    }
+    est_bins_add(c->w, c->sy, &c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S, load, ms);
+}
+
+double
+lg_est_curve_read(const struct lg_est_curve *c, uint64_t now_ns, double load, double *beyond)
+{
+    double d = est_decay_since(c->t_ns, now_ns, LG_EST_CURVE_HALF_LIFE_S);
+    double x = load > 0 ? LG_MIN(load, LG_EST_CURVE_BINS - 1.0) : 0, run = 0;
+    double lo_v = -1, hi_v = -1, prev_v = -1;
+    ssize_t lo = -1, hi = -1, prev = -1;
+
+    if (beyond != NULL) {
+        *beyond = 0;
+    }
+    /* the bins seen, made non-decreasing as they go: the bin at or below x
+     * (lo) and the first above it (hi); the last two seen for the slope */
+    for (size_t i = 0; i < LG_EST_CURVE_BINS; i++) {
+        double v;
+
+        if (!(d * c->w[i] >= LG_EST_CURVE_MIN_W)) {
+            continue;
+        }
+        v = LG_MAX(c->sy[i] / c->w[i], run);
+        run = v;
+        if ((double)i <= x) {
+            prev = lo;
+            prev_v = lo_v;
+            lo = (ssize_t)i;
+            lo_v = v;
+        } else if (hi < 0) {
+            hi = (ssize_t)i;
+            hi_v = v;
+        }
+    }
+    if (lo < 0 && hi < 0) {
+        return -1;
+    }
+    if (lo < 0) {
+        return hi_v; /* below the lowest seen: flat */
+    }
+    if (hi >= 0) {
+        return lo_v + (hi_v - lo_v) * (x - (double)lo) / (double)(hi - lo);
+    }
+    /* above the highest seen */
+    if (beyond != NULL) {
+        *beyond = x - (double)lo;
+    }
+    if (prev >= 0) {
+        return lo_v + (lo_v - prev_v) / (double)(lo - prev) * (x - (double)lo);
+    }
+    return lo_v;
+}
+
+void
+lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double observed_ms,
+                double predicted_ms, double half_life_s)
+{
+    if (!(observed_ms > 0) || !(predicted_ms > 0) || !isfinite(observed_ms)
+        || !isfinite(predicted_ms) || !(load >= 0)) {
+        return;
+    }
+    est_bins_add(b->w, b->s, &b->t_ns, now_ns, half_life_s, load,
+                 LG_MAX(-log(LG_EST_ERR_MAX),
+                        LG_MIN(log(observed_ms / predicted_ms), log(LG_EST_ERR_MAX))));
+}
+
+double
+lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, double overall,
+                 double half_life_s)
+{
+    double d = est_decay_since(b->t_ns, now_ns, half_life_s);
+    size_t k = est_curve_bin(load);
+
+    return (d * b->s[k] + LG_EST_BIAS_PRIOR * overall) / (d * b->w[k] + LG_EST_BIAS_PRIOR);
 }
 
 double
@@ -327,10 +512,18 @@ lg_est_slot_wait_ms(double known_ms, double load, double capacity, double hold_m
     return known_ms > 0 ? known_ms : lg_est_queue_wait_ms(load, capacity, hold_ms, mean_age_ms);
 }
 
+/* A step of `batch` sequences, from one of `batch0` that lasted step_ms and
+ * what each sequence adds; at least a quarter of step_ms. */
+static double
+est_step_at(double step_ms, double per_seq, size_t batch, size_t batch0)
+{
+    return LG_MAX(step_ms + per_seq * ((double)batch - (double)batch0), 0.25 * step_ms);
+}
+
 double
 lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
-                  unsigned slots, double step_ms, double prefill_ms, double resid_ms,
-                  double begun_ms, unsigned *joined)
+                  unsigned slots, double step_ms, double step_per_seq, double prefill_ms,
+                  double prefill_fixed_ms, double resid_ms, double begun_ms, unsigned *joined)
 {
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
@@ -360,18 +553,19 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      * carries work not seen here: fall through to the guess below.
      */
     if (begun_ms >= 0) {
-        double prefill = 0;
+        double prefill = 0, fixed = 0;
         size_t r0 = r;
 
         for (; q < nqueue && held < slots && queue[q].age_ms >= begun_ms; q++, held++) {
             prefill += queue[q].prompt_tokens;
+            fixed = prefill_fixed_ms;
             if (queue[q].max_tokens > 1 && r < LG_EST_ENGINE_MAX) {
                 ends[r++] = queue[q].max_tokens - 1;
             }
         }
-        placed = step_ms + prefill_ms * prefill > begun_ms;
+        placed = step_ms + fixed + prefill_ms * prefill > begun_ms;
         if (placed) {
-            t = step_ms + prefill_ms * prefill - begun_ms;
+            t = step_ms + fixed + prefill_ms * prefill - begun_ms;
         } else {
             r = r0; /* undone: the guess below places them */
             q = 0;
@@ -388,7 +582,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
      */
     while (!placed && q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
            && (q == 0 || queue[q].age_ms >= started)) {
-        double own = step_ms / 2 + step_ms + prefill_ms * queue[q].prompt_tokens;
+        double own =
+            step_ms / 2 + step_ms + prefill_fixed_ms + prefill_ms * queue[q].prompt_tokens;
         double first = own - queue[q].age_ms;
 
         /*
@@ -424,7 +619,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
                 if (joined != NULL) {
                     *joined = (unsigned)(q - q0);
                 }
-                return t + step_ms + prefill_ms * prefill;
+                return t + est_step_at(step_ms, step_per_seq, r + 1, nleft) + prefill_fixed_ms
+                       + prefill_ms * prefill;
             }
             prefill += queue[q].prompt_tokens;
             ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);
@@ -436,7 +632,8 @@ lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued
             first = LG_MIN(first, ends[i]);
         }
         m = first > k ? first - k : 1;
-        t += (double)m * step_ms + prefill_ms * prefill;
+        t += (double)m * est_step_at(step_ms, step_per_seq, r, nleft)
+             + (q > q0 ? prefill_fixed_ms : 0) + prefill_ms * prefill;
         k += m;
         for (size_t i = 0; i < r; i++) {
             if (ends[i] > k) {

@@ -97,24 +97,103 @@ struct lg_est_mean {
 };
 
 /*
- * A decaying slope through the origin (y = slope * x), pulled toward a
- * prior by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at x = 1: the prefill
- * ms per KiB of prompt the engine model charges, from first tokens less
- * the model's wait.
+ * A decaying line, y = fixed + slope * x: the engine model's prefill (ms
+ * for a prompt of x KiB, from first tokens less the model's wait), a fixed
+ * part for the step that prefills (launch and scheduling costs, whatever the
+ * prompt: 0 to 25 ms a step on the mismatch fleets) and a part per KiB.
+ * Pulled toward a prior line by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at
+ * the samples' own mean x (they weigh as many samples whatever the prompts'
+ * sizes: with pseudo-samples at 1 KiB, prompts of a quarter KiB needed 60
+ * samples to outweigh them, and a real engine's prefill, 170-1,340 ms per
+ * KiB against a prior of 10, was still far under after a run:
+ * bench/routing/NOTES.md 47); where the prompts seen vary too little to
+ * tell a slope, the prior's slope, the fixed part taking the rest.
  */
-struct lg_est_slope {
-    double sxx, sxy;
+struct lg_est_line {
+    double n; /* decayed count of samples */
+    double sx, sy, sxx, sxy;
     uint64_t t_ns;
 };
+void lg_est_line_add(struct lg_est_line *l, uint64_t now_ns, double x, double y,
+                     double half_life_s);
+/* Effective weight (decayed count) of the samples behind the line. */
+double lg_est_line_weight(const struct lg_est_line *l, uint64_t now_ns, double half_life_s);
+/* The line at now_ns, pulled toward prior_fixed + prior_slope * x; both
+ * parts at least 0. */
+void lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixed,
+                      double prior_slope, double half_life_s, double *fixed, double *slope);
+/* The samples' own slope, no prior (decay cancels out); 0 without two sizes. */
+double lg_est_line_slope(const struct lg_est_line *l);
 
-void lg_est_slope_add(struct lg_est_slope *s, uint64_t now_ns, double x, double y,
-                      double half_life_s);
-/* Effective weight (decayed sum of x^2) of the samples behind the slope. */
-double lg_est_slope_weight(const struct lg_est_slope *s, uint64_t now_ns, double half_life_s);
-/* The samples' own slope, no prior (decay cancels out); 0 without samples. */
-double lg_est_slope_value(const struct lg_est_slope *s);
-double lg_est_slope_read(const struct lg_est_slope *s, uint64_t now_ns, double prior,
-                         double half_life_s);
+/*
+ * An estimator's errors on one replica: decayed moments of e = log(observed
+ * / predicted) first-token times, e clipped to +-log(LG_EST_ERR_MAX). The
+ * bias (mean e, pulled toward 0 by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples)
+ * calibrates the estimator there; the spread (rms of e about its mean) says
+ * how far off it is even calibrated: where the engine model assumes what the
+ * engine does not do (more slots than it has, a step that does not grow
+ * with the batch), its errors spread wide while a cruder estimate from the
+ * replica's own first tokens stays close.
+ */
+#define LG_EST_ERR_MAX 8.0
+struct lg_est_err {
+    double w, s, ss;
+    uint64_t t_ns;
+};
+struct lg_est_err_value {
+    double bias;   /* mean log error, shrunk toward 0 */
+    double spread; /* rms of the log errors about their mean (0 without samples) */
+    double weight; /* effective samples */
+};
+void lg_est_err_add(struct lg_est_err *e, uint64_t now_ns, double observed_ms, double predicted_ms,
+                    double half_life_s);
+void lg_est_err_read(const struct lg_est_err *e, uint64_t now_ns, double half_life_s,
+                     struct lg_est_err_value *out);
+/* The rms of the log errors (bias and spread together: how far off as it is). */
+double lg_est_err_rms(const struct lg_est_err_value *v);
+
+/*
+ * The measured terms: a replica's first tokens by the load they were sent
+ * into (requests there then, ours and others', in bins of one request up
+ * to LG_EST_CURVE_BINS - 1), each less its prompt's prefill: decayed means
+ * per bin. Read at a load, a curve through the bins seen (non-decreasing:
+ * more requests there never make a first token sooner), linear between
+ * them, flat below the lowest, and above the highest continued at the
+ * slope of its last two bins (0 with one). No model of slots or steps:
+ * the queueing an engine adds at each load, as it did lately.
+ */
+#define LG_EST_CURVE_BINS      24
+#define LG_EST_CURVE_MIN_W     0.5 /* a bin with less (decayed) weight is not seen */
+#define LG_EST_CURVE_HALF_LIFE_S 20.0
+struct lg_est_curve {
+    double w[LG_EST_CURVE_BINS];
+    double sy[LG_EST_CURVE_BINS];
+    uint64_t t_ns;
+};
+void lg_est_curve_add(struct lg_est_curve *c, uint64_t now_ns, double load, double ms);
+/* The curve at load (ms), or -1 without a bin seen; *beyond (when not
+ * NULL): how far load lies above the highest bin seen (0 within). */
+double lg_est_curve_read(const struct lg_est_curve *c, uint64_t now_ns, double load,
+                         double *beyond);
+
+/*
+ * An estimator's bias by the load its requests were sent into: the mean log
+ * error per bin of one request (as the curve's bins), each read shrunk
+ * toward the estimator's overall bias by LG_EST_BIAS_PRIOR pseudo-samples.
+ * The engine model is calibrated by it at the load of each pick: a model
+ * that assumes more slots than the engine has is right at low loads and
+ * far too soon beyond the real slots, where one overall factor is neither.
+ */
+#define LG_EST_BIAS_PRIOR 2.0
+struct lg_est_bias {
+    double w[LG_EST_CURVE_BINS];
+    double s[LG_EST_CURVE_BINS];
+    uint64_t t_ns;
+};
+void lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double observed_ms,
+                     double predicted_ms, double half_life_s);
+double lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, double overall,
+                        double half_life_s);
 
 /* The TTFT model read at a given time. */
 struct lg_est_value {
@@ -198,7 +277,13 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * would get its first token, its own prefill left out (add prefill_ms * its
  * tokens). *joined (when not NULL) is how many of the line are admitted into
  * the same step as the new one: its prefill delays their first tokens.
- * Sequences beyond LG_EST_ENGINE_MAX are not seen.
+ * Sequences beyond LG_EST_ENGINE_MAX are not seen. step_ms is the step of
+ * the batch now (the nleft running); a step of more sequences lasts
+ * step_per_seq more for each (of fewer, less), as an engine's step grows
+ * with its batch (llama.cpp on a CPU: about a one-sequence step for each).
+ * A step that prefills anything costs prefill_fixed_ms more, however many
+ * prompts it takes (launch and scheduling costs); the new one's step always
+ * does, so the ms returned hold that part of its own prefill.
  */
 #define LG_EST_ENGINE_MAX 256
 /* The engine slots assumed where a replica was never seen full (vLLM's and
@@ -211,7 +296,8 @@ struct lg_est_queued {
     double age_ms;          /* since it was sent */
 };
 double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
-                         size_t nqueue, unsigned slots, double step_ms, double prefill_ms,
-                         double resid_ms, double begun_ms, unsigned *joined);
+                         size_t nqueue, unsigned slots, double step_ms, double step_per_seq,
+                         double prefill_ms, double prefill_fixed_ms, double resid_ms,
+                         double begun_ms, unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

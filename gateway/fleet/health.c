@@ -39,6 +39,8 @@ struct health_target {
     enum lg_engine_flavor flavor;   /* configured, or detected by the first scrape */
     bool checking;                  /* a check is in flight */
     bool scraping;                  /* a scrape is in flight */
+    bool asking_props;              /* GET /props is in flight (llama.cpp) */
+    uint64_t props_t_ns;            /* when /props was last asked; 0 = never */
     uint32_t scrape_failures;       /* answers without metrics in a row: scrapes back off */
     uint32_t ok_run, fail_run;      /* consecutive check results */
     struct lg_backend_engine eng;   /* last published engine state */
@@ -305,6 +307,51 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
     }
 }
 
+/* llama.cpp's slot count, from GET /props (enginemetrics.h): asked once its
+ * metrics say llama.cpp, then every HEALTH_PROPS_S (a restart with another
+ * --parallel); a server without /props (an older one) is asked as rarely. */
+#define HEALTH_PROPS_S 30
+
+static void
+health_on_props_done(struct evhttp_request *req, void *arg)
+{
+    struct health_target *t = arg;
+    struct evbuffer *body;
+    size_t len;
+    double slots;
+
+    t->asking_props = false;
+    if (req == NULL || evhttp_request_get_response_code(req) != 200) {
+        return;
+    }
+    body = evhttp_request_get_input_buffer(req);
+    len = evbuffer_get_length(body);
+    if (lg_engine_props_parse(len ? (const char *)evbuffer_pullup(body, -1) : "", len, &slots)
+        != LG_OK) {
+        return;
+    }
+    if (slots != t->eng.slots_declared) {
+        LG_INFO("backend %s: the engine runs %.0f requests at once (%s)", t->b->name, slots,
+                LG_ENGINE_PROPS_PATH);
+    }
+    t->eng.slots_declared = slots;
+    lg_backend_publish_engine(t->b, &t->eng);
+}
+
+static void
+health_ask_props(struct health_target *t, uint64_t now)
+{
+    if (t->flavor != LG_ENGINE_LLAMACPP || t->asking_props
+        || (t->props_t_ns != 0 && now - t->props_t_ns < HEALTH_PROPS_S * LG_NS_PER_S)) {
+        return;
+    }
+    t->props_t_ns = now;
+    t->asking_props = true;
+    if (health_get(t, LG_ENGINE_PROPS_PATH, health_on_props_done) != LG_OK) {
+        t->asking_props = false;
+    }
+}
+
 static void
 health_on_scrape_done(struct evhttp_request *req, void *arg)
 {
@@ -366,6 +413,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         LG_INFO("backend %s: engine metrics look like %s", b->name,
                 lg_engine_flavor_name(s.flavor));
     }
+    health_ask_props(t, now);
 }
 
 static void
@@ -597,8 +645,8 @@ health_update_priors(const struct lg_health_fleet *f, uint64_t now)
             double itl_ms;
 
             lg_backend_read_engine(r->backends[i], &eng);
-            if (lg_backend_engine_confirmed(&eng, now)) {
-                slots[ns++] = eng.capacity;
+            if (lg_backend_engine_slots(&eng, &slots[ns])) {
+                ns++;
             }
             lg_backend_read_est(r->backends[i], &est);
             lg_est_ttft_read(&est.ttft, now, &p, &v);
@@ -613,12 +661,13 @@ health_update_priors(const struct lg_health_fleet *f, uint64_t now)
             if (lg_est_mean_weight(&est.hold, now, LG_EST_MEAN_HALF_LIFE_S) >= 1) {
                 hold[nh++] = lg_est_mean_read(&est.hold, now, p.hold_ms, LG_EST_MEAN_HALF_LIFE_S);
             }
-            if (lg_est_slope_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
+            if (lg_est_line_weight(&est.prefill, now, LG_EST_MEAN_HALF_LIFE_S)
                 >= LG_EST_MEAN_PRIOR_WEIGHT) {
                 double step = lg_backend_step_ms(r->backends[i], now, itl_ms);
+                double per_kib = lg_est_line_slope(&est.prefill);
 
-                if (step > 0) {
-                    prefill[np++] = lg_est_slope_value(&est.prefill) / step;
+                if (step > 0 && per_kib > 0) {
+                    prefill[np++] = per_kib / step;
                 }
             }
         }

@@ -168,6 +168,12 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                   admin_num(v->capacity, v->capacity > 0), "capacity_guessed",
                   (v->flags & LG_VIEW_F_CAP_GUESS) != 0, "stale", (v->flags & LG_VIEW_F_STALE) != 0,
                   "flavor", lg_live_flavor_name(lv->engine_flavor)));
+    /* where the slot count comes from: the engine's word, a queue of ours, a guess */
+    json_object_set_new(json_object_get(o, "engine"), "capacity_from",
+                        json_string(lv->slots_declared > 0    ? "engine"
+                                    : lv->slots_confirmed > 0 ? "queue"
+                                    : v->capacity > 0         ? "guess"
+                                                              : "unknown"));
     json_object_set_new(
         o, "estimate",
         json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o}", "ttft_ms",
@@ -178,6 +184,18 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                   admin_num(v->samples, true), "load", admin_num(v->load, true), "foreign",
                   admin_num(v->foreign, true), "hold_ms", admin_num(v->hold_ms, true), "pending",
                   (json_int_t)v->pending, "work_ahead_ms", admin_num(v->work_ahead_ms, true)));
+    json_object_set_new(
+        o, "estimator",
+        json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "use",
+                  (v->flags & LG_VIEW_F_MODEL_MISSES) ? "measured" : "model", "model_err",
+                  admin_num(v->engine_model_err, v->engine_model_err > 0), "measured_err",
+                  admin_num(v->measured_err, v->measured_err > 0), "model_scale",
+                  admin_num(v->engine_model_scale, true), "measured_ms",
+                  admin_num(v->measured_ms, v->measured_ms >= 0), "step_ms",
+                  admin_num(v->step_ms, v->step_ms > 0), "step_ms_per_seq",
+                  admin_num(v->step_ms_per_seq, true), "prefill_ms_per_kib",
+                  admin_num(v->prefill_ms_per_kib, true), "prefill_fixed_ms",
+                  admin_num(v->prefill_fixed_ms, true)));
     json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
 }
 

@@ -45,6 +45,8 @@ lg_live_read(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now_
                          hc->slow_start_ms * LG_NS_PER_MS, &out->view);
     lg_backend_read_engine(b, &eng);
     out->engine_flavor = eng.flavor;
+    out->slots_declared = eng.slots_declared;
+    out->slots_confirmed = eng.capacity_confirmed;
     out->ttft_1kib_ms = out->view.ttft_fixed_ms + out->view.ttft_ms_per_kib;
     if (health == LG_BACKEND_DRAINING) {
         out->state = LG_LIVE_DRAINING;

@@ -30,6 +30,8 @@ struct lg_live {
     int engine_flavor;           /* enum lg_engine_flavor seen (or configured) */
     struct lg_backend_view view; /* name borrowed from the backend */
     double ttft_1kib_ms;         /* predicted service TTFT of a 1 KiB prompt, no queue */
+    double slots_declared;       /* the slots the engine says it has; 0 = not said */
+    double slots_confirmed;      /* 1: its slots were seen full with ours queued */
 };
 
 /* Reads b's live state now; f is a fleet listing b (for its model's prior and

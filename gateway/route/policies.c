@@ -311,7 +311,25 @@ static const struct lg_plugin_desc p2c_desc = {
  * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. A replica that
  * seldom streams (a slow one at 70% load) would have its step from
  * finished responses and its prefill from a prior, both too low (NOTES.md
- * 38): the formula reads it better. Elsewhere:
+ * 38): the formula reads it better.
+ *
+ * Where the host judges the model off on a replica (LG_VIEW_F_MODEL_MISSES:
+ * its errors there, calibrated, spread wider than those of the replica's
+ * own first tokens by load; an engine unlike the one the model mirrors:
+ * fewer slots than assumed, a step that grows with the batch, prefill in
+ * chunks), the prediction there is the measured terms instead, unless
+ * `measured` is 0:
+ *
+ *   pred = max(measured_ms + measured_ms_per_kib * prompt_kib, the model's)
+ *
+ * (what first tokens sent into this load took there lately, less their
+ * prompts' share by the TTFT fit's slope, whose fixed part a per-step or
+ * per-request prefill cost lands in: fleet/estimate.h; never sooner than
+ * the model where it runs,
+ * whose misses are first tokens sooner than the engine gives, and whose
+ * queue of ours is there whatever loads the curve has seen), with the
+ * model's own extra terms below; the pick's reason is then
+ * lowest_measured_ttft (NOTES.md 47). Elsewhere:
  *
  *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
  *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
@@ -367,6 +385,7 @@ static const struct lg_plugin_desc p2c_desc = {
  */
 struct ttft_state {
     double slots; /* capacity assumed when the engine does not say */
+    double slots_given; /* 1: `slots` set in the options */
     double batch_weight;
     double decode_weight;
     double error_penalty;
@@ -380,6 +399,7 @@ struct ttft_state {
     double model_needs_pace;
     double model_calibrate;
     double model_prefill_share;
+    double measured;
     double tolerance_ms;
     double tolerance_load;
     double tolerance_decode_ms;
@@ -403,6 +423,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
                             .model_prefill_share = 1,
+                            .measured = 1,
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500 };
@@ -421,6 +442,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "model_needs_pace", &s.model_needs_pace, 0, 1 },
         { "model_calibrate", &s.model_calibrate, 0, 1 },
         { "model_prefill_share", &s.model_prefill_share, 0, 100 },
+        { "measured", &s.measured, 0, 1 },
         { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
         { "tolerance_load", &s.tolerance_load, 0, 1 },
         { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
@@ -430,14 +452,22 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
     if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
         return -1;
     }
+    s.slots_given = s.slots != LG_EST_ASSUMED_SLOTS;
     *state = lg_xmalloc(sizeof(s));
     memcpy(*state, &s, sizeof(s));
     return 0;
 }
 
+/* What a candidate's prediction rests on (ttft_predict). */
+enum ttft_est {
+    TTFT_EST_FORMULA = 0,
+    TTFT_EST_MODEL,
+    TTFT_EST_MEASURED,
+};
+
 static double
 ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
-             const struct lg_backend_view *v, double min_itl)
+             const struct lg_backend_view *v, double min_itl, enum ttft_est *used)
 {
     double kib = (double)req->prompt_bytes / 1024.0;
     double slots = policy_slots(v, s->slots);
@@ -453,14 +483,33 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
      * from a guess under the slots assumed here */
     bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
     double known = guessed_low ? 0 : v->slot_wait_ms;
-    /* the model ran with the slots assumed here (a guess of the host's
-     * differs only when `slots` is set to other than LG_EST_ASSUMED_SLOTS) */
+    /* the model ran with the slots assumed here, or `slots` is not set
+     * (the host's guess stands: its siblings' slots, at least 16 without) */
     bool model = s->engine_model > 0 && v->engine_model_ms >= 0
-                 && (unsigned)v->engine_model_slots == (unsigned)slots
+                 && (s->slots_given == 0 || (unsigned)v->engine_model_slots == (unsigned)slots)
                  && !(s->model_needs_pace > 0 && (v->flags & LG_VIEW_F_STEP_GUESS));
+    /* the model has missed there lately, the replica's own first tokens at
+     * this load have not: lean on those (the host's judgement, plugin.h) */
+    bool measured = s->measured > 0 && (v->flags & LG_VIEW_F_MODEL_MISSES) && v->measured_ms >= 0
+                    && (model || s->engine_model > 0);
     double pred;
 
-    if (model) {
+    *used = measured ? TTFT_EST_MEASURED : model ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
+    if (measured) {
+        /* the measured terms, never sooner than the model where it runs: it
+         * misses by assuming what the engine lacks (slots, a step that does
+         * not grow), which makes it too soon, while a queue it sees (ours,
+         * request by request) is there whatever the curve has seen at that
+         * load; the curve above the loads seen is a guess */
+        pred = v->measured_ms + v->measured_ms_per_kib * kib;
+        if (model) {
+            pred = LG_MAX(pred, (v->engine_model_ms + v->prefill_ms_per_kib * kib)
+                                    * (s->model_calibrate > 0 && v->engine_model_scale > 0
+                                           ? v->engine_model_scale
+                                           : 1.0));
+        }
+        model = true; /* the model's own terms below (its step's company, decode) */
+    } else if (model) {
         /* the host ran the engine forward over everything there, with as
          * many slots as assumed here: no margin */
         pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
@@ -486,7 +535,8 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     if (!model) {
         pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
     } else {
-        /* the model knows which of them would share its step */
+        /* the model knows which of them would share its step (0 where it
+         * could not run: the measured terms on a replica it cannot follow) */
         pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
     }
     return pred
@@ -553,14 +603,22 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
 {
     const struct ttft_state *s = state;
     double min_itl = n > 0 ? c[0]->itl_ms : 0;
+    enum ttft_est used, best_used = TTFT_EST_FORMULA;
+    size_t best = 0;
 
     for (size_t i = 1; i < n; i++) {
         min_itl = LG_MIN(min_itl, c[i]->itl_ms);
     }
     for (size_t i = 0; i < n; i++) {
-        cost[i] = ttft_predict(s, req, c[i], min_itl);
+        cost[i] = ttft_predict(s, req, c[i], min_itl, &used);
+        if (i == 0 || cost[i] < cost[best]) {
+            best = i;
+            best_used = used;
+        }
     }
-    *why = "lowest_predicted_ttft";
+    /* the soonest first token by the replica's own measured terms: the
+     * engine model has missed there lately (its candidate says so) */
+    *why = best_used == TTFT_EST_MEASURED ? "lowest_measured_ttft" : "lowest_predicted_ttft";
     if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
         *why = "least_loaded_near_lowest_ttft";
     }

@@ -369,13 +369,26 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
         if (v->engine_model_slots != v->capacity) {
             router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
         }
-        router_put_num(o, "prefill_ms", round(v->prefill_ms_per_kib * kib * 10) / 10);
+        router_put_num(o, "prefill_ms",
+                       round((v->prefill_fixed_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
         if (fabs(v->engine_model_scale - 1) >= 0.005) {
             router_put_num(o, "model_scale", round(v->engine_model_scale * 100) / 100);
         }
         if (v->engine_model_joined > 0) {
             router_put_num(o, "model_joined", v->engine_model_joined);
         }
+    }
+    if (v->measured_ms >= 0) {
+        router_put_num(o, "measured_ms",
+                       round((v->measured_ms + v->measured_ms_per_kib * kib) * 10) / 10);
+    }
+    if (v->engine_model_err > 0 || v->measured_err > 0) {
+        /* how far each has been off there lately (rms of the log ratio) */
+        router_put_num(o, "model_err", round(v->engine_model_err * 100) / 100);
+        router_put_num(o, "measured_err", round(v->measured_err * 100) / 100);
+    }
+    if (v->flags & LG_VIEW_F_MODEL_MISSES) {
+        router_str(o, ",\"est\":\"measured\"");
     }
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
@@ -638,10 +651,11 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
         }
         shown++;
     }
+    /* the reserve of 16 bytes always fits what closes the list (a list
+     * that filled the rest to its last byte lost its "]" here before) */
+    o.cap += 16;
+    o.full = false;
     if (shown < pk->n) {
-        /* the reserve of 16 bytes always fits this */
-        o.cap += 16;
-        o.full = false;
         router_str(&o, shown ? ",{\"more\":" : "{\"more\":");
         router_u64(&o, pk->n - shown);
         router_raw(&o, "}", 1);
@@ -683,6 +697,10 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->service_ms = 0;
     out->model_ms = -1;
     out->model_pred_ms = -1;
+    out->meas_pred_ms = -1;
+    out->model_scale = 1;
+    out->prefill_ms = 0;
+    out->load = -1;
     out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
@@ -763,10 +781,18 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         out->queued = w->load + 1 > w->capacity;
     }
     out->ahead_ms = pk.v[best].work_ahead_ms;
+    out->load = pk.v[best].load;
+    out->model_scale = pk.v[best].engine_model_scale;
+    out->prefill_ms = pk.v[best].measured_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    if (pk.v[best].measured_ms >= 0) {
+        out->meas_pred_ms = pk.v[best].measured_ms + out->prefill_ms;
+    }
     if (pk.v[best].engine_model_ms >= 0) {
         out->model_pred_ms = router_model_ms(&pk.v[best], (double)req->prompt_bytes / 1024.0);
         if (pk.v[best].load + 1 <= pk.v[best].capacity) {
-            out->model_ms = pk.v[best].engine_model_ms;
+            /* its wait, the fixed part of its step's prefill left out: what
+             * the first token takes beyond it is the prefill to learn */
+            out->model_ms = LG_MAX(pk.v[best].engine_model_ms - pk.v[best].prefill_fixed_ms, 0.0);
         }
     }
     router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);

@@ -30,7 +30,7 @@ struct lg_route_req {
 };
 
 /* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */
-#define LG_ROUTE_EXPLAIN_BYTES 1536
+#define LG_ROUTE_EXPLAIN_BYTES 2560
 /* Candidates considered per pick (tried_mask has 64 bits). */
 #define LG_ROUTER_MAX_CANDIDATES 64
 /* Stages of a pipeline. */
@@ -50,6 +50,10 @@ struct lg_route_result {
                                    its first token less this teaches the prefill */
     double model_pred_ms;       /* the engine model's prediction there (its wait and this
                                    prompt's prefill), or -1 */
+    double model_scale;         /* the calibration of the engine model there (by load) */
+    double meas_pred_ms;        /* the measured terms' prediction there, or -1 */
+    double prefill_ms;          /* this prompt's share of it (which their curve leaves out) */
+    double load;                /* requests there when it was picked (ours and others') */
     bool queued;                /* the winner was (about) full: its TTFT measures
                                    its queue more than its speed */
     uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */

@@ -187,7 +187,8 @@ attempt_end_refresh(struct lg_request *req)
     left = (double)req->info.max_tokens - (double)req->content_events;
     attempt_end_slot_set(req, req->t_now, (left > 0 ? left : 0) * gap_ms);
     if (req->ngaps >= 4) {
-        lg_backend_note_pace(req->backend, req->t_now, attempt_gap_step(req));
+        lg_backend_note_pace(req->backend, req->t_now, attempt_gap_step(req),
+                             lg_backend_started(req->backend, req->t_now));
     }
     req->t_pace = req->t_now;
     req->pace_events = req->content_events;
@@ -214,12 +215,22 @@ attempt_first_token(struct lg_client *c)
                              (double)(req->info.max_tokens - 1) * req->pick.itl_ms);
     }
     if (attempt_sample_prior(c, &prior)) {
-        /* the engine model's samples where it could tell, and the TTFT fit's
-         * unless it queued (as attempt_ttft_sample()) */
-        lg_backend_note_first_token(req->backend, &prior, req->info.prompt_bytes,
-                                    attempt_ttft_ms(req),
-                                    req->pick.queued ? -1 : attempt_pick_wait_ms(req),
-                                    req->pick.model_ms, req->pick.model_pred_ms);
+        /* the engine model's samples where it could tell, the measured
+         * terms', and the TTFT fit's unless it queued (as
+         * attempt_ttft_sample()) */
+        struct lg_backend_first f = {
+            .prompt_bytes = req->info.prompt_bytes,
+            .ttft_ms = attempt_ttft_ms(req),
+            .wait_ms = req->pick.queued ? -1 : attempt_pick_wait_ms(req),
+            .model_ms = req->pick.model_ms,
+            .pred_ms = req->pick.model_pred_ms,
+            .model_scale = req->pick.model_scale,
+            .meas_pred_ms = req->pick.meas_pred_ms,
+            .load = req->pick.load,
+            .prefill_ms = req->pick.prefill_ms,
+        };
+
+        lg_backend_note_first_token(req->backend, &prior, &f);
     }
 }
 

@@ -1,7 +1,8 @@
 /*
- * fuzz_enginemetrics.c: the engine /metrics parser. The first input byte
- * picks the vocabulary ('v', 's', 't', 'l'; anything else detects it); the
- * rest is the exposition. Checks that every reported span lies inside the
+ * fuzz_enginemetrics.c: the engine /metrics parser, and llama.cpp's /props
+ * reader. The first input byte picks the vocabulary ('v', 's', 't', 'l';
+ * anything else detects it) or, 'p', the /props reader; the rest is the
+ * exposition (or the body). Checks that every reported span lies inside the
  * input and that the extracted numbers are in range.
  */
 #include <stdint.h>
@@ -66,6 +67,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data + 1, size - 1);
     span.lo = text;
     span.hi = text + size - 1;
+    if (data[0] == 'p') {
+        double slots = 0;
+
+        if (lg_engine_props_parse(text, size - 1, &slots) == LG_OK
+            && !(slots >= 1 && slots <= LG_ENGINE_MAX_SLOTS)) {
+            abort();
+        }
+        free(text);
+        return 0;
+    }
     lg_prom_parse(text, size - 1, fuzz_on_sample, &span);
     if (lg_engine_metrics_parse(text, size - 1, f, &out) == LG_OK) {
         if (out.waiting < -1 || out.running < -1 || out.kv_usage > 1.0) {

@@ -20,6 +20,7 @@ from harness import BUILD, SRC  # noqa: E402
 RUN = os.path.join(SRC, "bench", "routing", "run.py")
 sys.path.insert(0, os.path.join(SRC, "bench", "routing"))
 import mismatch  # noqa: E402
+import scenarios as S  # noqa: E402
 
 
 def count_lines(path):
@@ -189,7 +190,16 @@ class MismatchDraws(unittest.TestCase):
                                      mismatch.MAX_FULL_STEP_MS)
                 self.assertEqual(sim["step_tokens"] > 0, f["schedule"] == "chunked")
         scens = mismatch.make_scenarios(2, 1)
-        self.assertEqual([s["id"] for s in scens], ["m1-70", "m1-90", "m2-70", "m2-90"])
+        self.assertEqual([s["id"] for s in scens],
+                         ["m0-70", "m0-90", "m1-70", "m1-90", "m2-70", "m2-90"])
+        # m0: the issue's fleet, whatever the seed
+        issue = mismatch.draw_fleet(1, 0)
+        self.assertEqual(issue, mismatch.draw_fleet(7, 0))
+        self.assertEqual(issue["speeds"], [1.0, 1.0, 0.5, 0.25])
+        self.assertEqual([s["slots"] for s in issue["sims"]], [8, 8, 8, 8])
+        self.assertEqual(issue["flavor"], "vllm")
+        self.assertGreaterEqual(mismatch.capacity(issue, S.PROMPT, S.MAX_TOKENS),
+                                mismatch.MIN_CAPACITY)
         self.assertEqual(mismatch.make_scenarios(2, 1, only="m2-90")[0]["load"], 0.9)
 
     def test_noise_interval(self):

@@ -240,6 +240,12 @@ class LlmsimFormat(harness.Harness):
         status, h, data = http_request(port, "GET", "/health")
         self.assertEqual((status, json.loads(data)), (200, {"status": "ok"}))
         self.assertEqual(h["x-llmsim-replica"], "r1")
+        # llama.cpp's /props says its slots (8 here, the harness's)
+        status, h, data = http_request(port, "GET", "/props")
+        self.assertEqual((status, json.loads(data)["total_slots"]), (200, 8))
+        _, port2 = self.start_llmsim("r2", args=["--flavor", "vllm"])
+        status, h, data = http_request(port2, "GET", "/props")
+        self.assertEqual(status, 404)
 
     def test_errors_and_limits(self):
         _, port = self.start_llmsim("r1", args=["--max-body-bytes", "2000",

@@ -408,12 +408,15 @@ class RealEngineTest(Harness):
         total = 40
         for i in range(total):
             ask(2 + i)
-        log = sorted(self.log(2 + total), key=lambda r: r["ts"])[2:]
+        log = sorted(self.log(2 + total), key=lambda r: r["ts"])
+        # the first pair ran one on each replica at once: the slow replica's
+        # first tokens are measured there even when none of the 40 went to it
         ttft = collections.defaultdict(list)
         for r in log:
             ttft[r["backend"]].append(r["ttft"])
+        log = log[2:]
         med = {b: sorted(v)[len(v) // 2] for b, v in ttft.items()}
-        n = {b: len(ttft[b]) for b in ports}
+        n = {b: sum(1 for r in log if r["backend"] == b) for b in ports}
         status, _, data = http_request(admin, "GET", "/admin/backends")
         self.assertEqual(status, 200)
         learnt = {b["name"]: b["estimate"]["ttft_ms"] for b in json.loads(data)["backends"]}
@@ -421,8 +424,8 @@ class RealEngineTest(Harness):
             n, "".join(r["backend"][0] for r in log), med, learnt)
         print(summary)
         # the slow replica is slower (its own first tokens say so), the gateway
-        # has learnt it, and sends it less (it tries it again as its estimate
-        # of it fades: 5-12 of 40 went there in runs on the development machine)
+        # has learnt it, and sends it less (0-12 of 40 went there in runs on
+        # the development machine: it may try it again as its estimate fades)
         self.assertGreater(med.get("slow", 0), 1.5 * med["fast"], summary)
         self.assertGreater(learnt["slow"], learnt["fast"], summary)
         self.assertLess(n["slow"], 0.4 * total, summary)

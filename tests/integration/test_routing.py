@@ -10,6 +10,7 @@ routing decisions are read back from the access log ("candidates" explains
 each one) and from the replicas' own counters (/sim/state).
 """
 
+import collections
 import json
 import os
 import re
@@ -450,6 +451,53 @@ class RoutingTest(Harness):
         # seen full, not the 2 this policy is told: the formula decides
         self.assertEqual(cand.get("model_slots"), 16, cand)
         self.assertGreater(cand["score"][0], cand["slot_wait_ms"], cand)
+
+    def test_measured_terms_where_the_model_misses(self):
+        # Engines unlike the one the engine model mirrors: every step that
+        # prefills costs 150 ms whatever the prompt (launch and scheduling
+        # costs). The model's prefill line learns that fixed part only as
+        # fast as its cap on each sample lets it (a first token beyond its
+        # prediction counts at most 16x its prefill so far), so its first
+        # tokens come later than predicted, short prompts most; the
+        # replicas' own first tokens by prompt size (the TTFT fit: a fixed
+        # part and a slope) and load predict them from the first samples.
+        # The gateway sees its model miss there, says so in /admin/backends,
+        # and picks by the measured terms (the access log's reason and
+        # candidates).
+        sim = ["--prefill-fixed-ms", "150", "--prefill-us-per-token", "20", "--decode-ms", "10",
+               "--decode-ms-per-seq", "0"]
+        ports = self.fleet([("r1", sim, ["m"]), ("r2", sim, ["m"])])
+        gp, gw = self.gateway(ports, workers=1, extra={"admin": "127.0.0.1:0"})
+        admin = int(gp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+        def one(i):
+            # prompts of 0.2 to 8 KiB, short and long in turn
+            content = "w" * (200 if i % 2 else 8000 - 150 * (i % 40))
+            status, _, _ = chat(gw, content=content, max_tokens=4, stream=True, timeout=60)
+            return status
+
+        def backends():
+            status, _, data = http_request(admin, "GET", "/admin/backends")
+            self.assertEqual(status, 200)
+            return json.loads(data)["backends"]
+
+        before = backends()
+        self.assertTrue(all(b["estimator"]["use"] == "model" for b in before))
+        statuses = run_concurrently(2, one, count=120)
+        self.assertEqual(statuses, [200] * 120)
+        after = backends()
+        for b in after:
+            print("\n  %s: estimator %s" % (b["name"], b["estimator"]), end="")
+        missed = [b for b in after if b["estimator"]["use"] == "measured"]
+        self.assertTrue(missed, [b["estimator"] for b in after])
+        for b in missed:
+            self.assertGreater(b["estimator"]["model_err"], b["estimator"]["measured_err"])
+        recs = self.log()
+        late = recs[len(recs) // 2:]
+        self.assertTrue(any(c.get("est") == "measured" for r in late for c in r["candidates"]))
+        self.assertTrue(any(r["reason"] == "lowest_measured_ttft" for r in late),
+                        collections.Counter(r["reason"] for r in late))
+        self.assertTrue(all("measured_ms" in c for r in late for c in r["candidates"]))
 
     def test_learnt_service_leaves_out_the_work_ahead(self):
         # A 2 KB prompt's prefill takes ~256 ms (streams: the first token

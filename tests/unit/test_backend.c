@@ -120,6 +120,22 @@ fixed_at(struct lg_backend *b, uint64_t now)
     return v.ttft_fixed_ms;
 }
 
+/* A first token with no measured terms and no load known. */
+static void
+note_first(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
+           double ttft_ms, double wait_ms, double model_ms, double pred_ms)
+{
+    struct lg_backend_first f = { .prompt_bytes = prompt_bytes,
+                                  .ttft_ms = ttft_ms,
+                                  .wait_ms = wait_ms,
+                                  .model_ms = model_ms,
+                                  .pred_ms = pred_ms,
+                                  .meas_pred_ms = -1,
+                                  .load = -1 };
+
+    lg_backend_note_first_token(b, prior, &f);
+}
+
 static int
 test_idle_slow_replica_fades_faster(void)
 {
@@ -129,7 +145,7 @@ test_idle_slow_replica_fades_faster(void)
     double at2, at6, at10, busy6, busy10;
 
     for (int i = 0; i < 40; i++) {
-        lg_backend_note_first_token(b, &prior, 512, 160, 0, -1, -1); /* five times the prior */
+        note_first(b, &prior, 512, 160, 0, -1, -1); /* five times the prior */
     }
     t0 = lg_now_ns();
     at2 = fixed_at(b, t0 + 2 * s);
@@ -165,11 +181,16 @@ static int
 test_guessed_capacity_is_not_queued(void)
 {
     struct lg_backend *b = fleet->backends[0];
-    struct lg_backend_engine eng = { .waiting = 0, .running = 1, .kv_usage = 0.1,
-                                     .t_ns = lg_now_ns(), .capacity = 1, .run_max = 1,
+    struct lg_backend_engine eng = { .waiting = 0,
+                                     .running = 1,
+                                     .kv_usage = 0.1,
+                                     .t_ns = lg_now_ns(),
+                                     .capacity = 1,
+                                     .run_max = 1,
                                      .run_max_t_ns = lg_now_ns() };
-    struct lg_route_req req = { .model = "m", .path = "/v1/chat/completions", .stream = true,
-                                .prompt_bytes = 1024 };
+    struct lg_route_req req = {
+        .model = "m", .path = "/v1/chat/completions", .stream = true, .prompt_bytes = 1024
+    };
     struct lg_route_result out = { 0 };
     const struct lg_model_route *route = lg_fleet_find_model(fleet, "m");
 
@@ -204,14 +225,15 @@ test_engine_model(void)
     unsigned joined = 99;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05, &joined) == 10); /* idle: one step */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
+             == 10); /* idle: one step */
     LG_CHECK(joined == 0);
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
     s[1] = lg_backend_seq_add(b, t + 5 * ms, 400, 3, 0);
     LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
     __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED);
     /* a third request in flight it has no word for: it cannot tell */
-    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, NULL) == -1);
+    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
     s[2] = lg_backend_seq_add(b, t + 8 * ms, 40, 5, 0);
     LG_CHECK(s[2] >= 0);
     /*
@@ -222,7 +244,7 @@ test_engine_model(void)
      * third in (10 tokens: 0.5 ms), which leaves after 5 more: the new one
      * starts then.
      */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, NULL)
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL)
                   - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
              < 1e-6);
     /* the first two have their first tokens, 2 and 1 to come, 3 ms ago
@@ -232,33 +254,35 @@ test_engine_model(void)
      * that step and the new one follows */
     lg_backend_seq_left(b, s[0], 2, t + 7 * ms);
     lg_backend_seq_left(b, s[1], 1, t + 7 * ms);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0.05, &joined)
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (7 + 10.5 + 10))
              < 1e-6);
     LG_CHECK(joined == 0); /* the third went in a step before */
     /* three slots: the third is admitted with the new one (so the new
      * one's prefill holds up its first token) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0.05, &joined) - (7 + 10.5))
-             < 1e-6);
+    LG_CHECK(
+        fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
+        < 1e-6);
     LG_CHECK(joined == 1);
     /* no token for longer than a plain step: where the step stands is unknown
      * (half of it left, on average) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 30 * ms, 2, 10, 0.05, &joined)
+    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 30 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (5 + 10.5 + 10))
              < 1e-6);
     /* a token that came a moment later than the caller's clock: a step just
      * began, and the third, sent before it, is in it (10.5 ms with its
      * prefill); the new one follows */
     lg_backend_seq_left(b, s[1], 1, t + 12 * ms);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0.05, &joined) - (10.5 + 10))
-             < 1e-6);
+    LG_CHECK(
+        fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
+        < 1e-6);
     LG_CHECK(joined == 0);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
     }
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0.05, NULL) == 10);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0.05, NULL) == -1); /* no step known */
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, NULL) == 10);
+    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0, 0.05, 0, NULL) == -1); /* no step known */
     return 0;
 }
 
@@ -275,7 +299,7 @@ test_prefill_prior_scales_with_step(void)
     struct lg_backend_view v;
     uint64_t t = lg_now_ns() + 3 * LG_NS_PER_S; /* past the pace the tests before left */
 
-    lg_backend_note_pace(b, t, 48); /* four times a 12 ms fleet */
+    lg_backend_note_pace(b, t, 48, lg_backend_started(b, t)); /* four times a 12 ms fleet */
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.step_ms == 48 && fabs(v.prefill_ms_per_kib - 48) < 1e-9);
     prior.prefill_per_step = 0; /* no replica has prefilled enough: the TTFT fit's slope */
@@ -285,7 +309,7 @@ test_prefill_prior_scales_with_step(void)
     prior.prefill_per_step = 1.0;
     for (int i = 0; i < 40; i++) {
         /* 2 KiB prefilled in 40 ms beyond the model's 10 ms wait: 20 ms per KiB */
-        lg_backend_note_first_token(b, &prior, 2048, 50, 0, 10, -1);
+        note_first(b, &prior, 2048, 50, 0, 10, -1);
     }
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(v.prefill_ms_per_kib > 19.5 && v.prefill_ms_per_kib < 22);
@@ -308,25 +332,26 @@ test_engine_model_scale(void)
     LG_CHECK(v.flags & LG_VIEW_F_STEP_GUESS);
     LG_CHECK(v.step_ms == v.itl_ms);
     for (int i = 0; i < 30; i++) {
-        lg_backend_note_first_token(b, NULL, 0, 100, -1, -1, 50); /* twice what it predicted */
+        note_first(b, NULL, 0, 100, -1, -1, 50); /* twice what it predicted */
     }
-    lg_backend_note_first_token(b, NULL, 0, -1, -1, -1, 50); /* no first token: not a sample */
-    lg_backend_note_first_token(b, NULL, 0, 100, -1, -1, 0);
+    note_first(b, NULL, 0, -1, -1, -1, 50); /* no first token: not a sample */
+    note_first(b, NULL, 0, 100, -1, -1, 0);
     t = lg_now_ns();
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale > 1.8 && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
-    /* a first token 100x late is a stall: it counts as 4x, no more */
+    LG_CHECK(v.engine_model_scale > 1.8
+             && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
+    /* a first token 100x late is a stall: it counts as 8x, no more */
     for (int i = 0; i < 200; i++) {
-        lg_backend_note_first_token(b, NULL, 0, 1000, -1, -1, 10);
+        note_first(b, NULL, 0, 1000, -1, -1, 10);
     }
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale > 3.3 && v.engine_model_scale <= 4.0 + 1e-9);
+    LG_CHECK(v.engine_model_scale > 6.0 && v.engine_model_scale <= 8.0 + 1e-9);
     /* it fades back to 1 */
     lg_backend_view_fill(b, lg_now_ns() + 300 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(fabs(v.engine_model_scale - 1) < 0.01);
     /* a stream's gaps time the step while they come */
     t = lg_now_ns();
-    lg_backend_note_pace(b, t, 33);
+    lg_backend_note_pace(b, t, 33, lg_backend_started(b, t));
     lg_backend_view_fill(b, t + LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
     LG_CHECK(!(v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == 33);
     lg_backend_view_fill(b, t + 3 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
@@ -334,6 +359,108 @@ test_engine_model_scale(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_slot_ends, test_engine_model, test_engine_model_scale,
-             test_work_ahead_per_request, test_idle_slow_replica_fades_faster,
-             test_guessed_capacity_is_not_queued, test_prefill_prior_scales_with_step, teardown)
+/*
+ * Estimates that know when they are wrong: on a replica where the engine
+ * model's predictions scatter (it assumes 16 slots, the engine has 4: right
+ * at a low load, far too soon at a high one) while the replica's own first
+ * tokens by load predict them, the model is judged off there and the view
+ * says so; once the model predicts well again, it is trusted again.
+ */
+static int
+test_model_misses(void)
+{
+    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
+    struct lg_backend_view v;
+    struct lg_backend_first f = {
+        .prompt_bytes = 1024, .wait_ms = -1, .model_ms = -1, .prefill_ms = 10
+    };
+
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.measured_ms == -1 && v.engine_model_err == 0 && v.measured_err == 0);
+    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    /* the first tokens build the curve: 50 ms into up to 3 requests there,
+     * 600 ms into 4 or more (a queue for a slot) */
+    for (int i = 0; i < 40; i++) {
+        double load = i % 8;
+
+        f.load = load;
+        f.ttft_ms = load < 4 ? 50 : 600;
+        f.pred_ms = 50; /* the model: a slot free at every load */
+        f.meas_pred_ms = -1;
+        lg_backend_note_first_token(b, &prior, &f);
+    }
+    /* the measured terms there now: 40 ms (less the 10 ms prefill) at a
+     * load of 2, 590 at 5 */
+    __atomic_store_n(&b->inflight, 5, __ATOMIC_RELAXED);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(fabs(v.measured_ms - 590) < 1e-6);
+    /* the model's errors spread (12x late half the time, counted as 8x:
+     * log 8 / 2 about their mean), the measured terms' not yet seen: no
+     * judgement without both */
+    LG_CHECK(v.engine_model_err > 1.0 && v.measured_err == 0);
+    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    for (int i = 0; i < 10; i++) {
+        double load = i % 8;
+
+        f.load = load;
+        f.ttft_ms = load < 4 ? 50 : 600;
+        f.pred_ms = 50;
+        f.meas_pred_ms = load < 4 ? 52 : 580;
+        lg_backend_note_first_token(b, &prior, &f);
+    }
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.measured_err < 0.1 && v.engine_model_err > 1.0);
+    LG_CHECK(v.flags & LG_VIEW_F_MODEL_MISSES);
+    /* the engine changes back (or the model learns): its predictions hit,
+     * the measured terms' scatter; the model decides again */
+    for (int i = 0; i < 200; i++) {
+        f.load = i % 8;
+        f.ttft_ms = 60;
+        f.pred_ms = 60;
+        f.meas_pred_ms = (i & 1) ? 30 : 120;
+        lg_backend_note_first_token(b, &prior, &f);
+    }
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
+    LG_CHECK(v.engine_model_err < v.measured_err);
+    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
+    lg_backend_unref(b);
+    return 0;
+}
+
+/* The step's growth with the batch, from the streams' pace at each batch
+ * size (our started streams there): 5 ms alone, 6.5 ms more a sequence, as
+ * llama.cpp on a CPU. */
+static int
+test_step_per_seq(void)
+{
+    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    uint64_t t = lg_now_ns();
+
+    LG_CHECK(lg_backend_step_per_seq(b, t) == 0);
+    __atomic_store_n(&b->inflight, 1, __ATOMIC_RELAXED);
+    lg_backend_note_pace(b, t, 5, lg_backend_started(b, t));
+    __atomic_store_n(&b->inflight, 2, __ATOMIC_RELAXED);
+    lg_backend_note_pace(b, t, 11.5, lg_backend_started(b, t));
+    LG_CHECK(lg_backend_step_per_seq(b, t) == 0); /* sizes one apart: not yet */
+    __atomic_store_n(&b->inflight, 4, __ATOMIC_RELAXED);
+    lg_backend_note_pace(b, t, 24.5, lg_backend_started(b, t));
+    LG_CHECK(fabs(lg_backend_step_per_seq(b, t) - 6.5) < 1e-9);
+    /* one of the four still awaits its first token: a batch of three */
+    LG_CHECK(lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, t));
+    LG_CHECK(lg_backend_started(b, t) == 3);
+    lg_backend_note_pace(b, t, 18, lg_backend_started(b, t));
+    LG_CHECK(fabs(lg_backend_step_per_seq(b, t) - 6.5) < 1e-9);
+    lg_backend_ages_del(b, LG_BACKEND_AGES_PENDING, t);
+    /* the sizes timed long ago are forgotten */
+    LG_CHECK(lg_backend_step_per_seq(b, t + (LG_BACKEND_PACE_FRESH_S + 1) * LG_NS_PER_S) == 0);
+    __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
+    lg_backend_unref(b);
+    return 0;
+}
+
+LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_slot_ends, test_engine_model,
+             test_engine_model_scale, test_work_ahead_per_request,
+             test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
+             test_prefill_prior_scales_with_step, teardown)

@@ -62,6 +62,28 @@ static const struct metrics_case metrics_cases[] = {
     { "llamacpp/metrics.prom", LG_ENGINE_LLAMACPP, 2, 3, -1 },
 };
 
+/* llama.cpp's GET /props: its slots (total_slots), which /metrics does not say. */
+static int
+test_props_fixture(void)
+{
+    long n = fixture_read("llamacpp/props.json");
+    double slots = 0;
+    static const char *const bad[] = {
+        "", "[]", "{}", "{\"total_slots\":0}", "{\"total_slots\":-4}", "{\"total_slots\":\"4\"}",
+        "{\"total_slots\":4.5}", "{\"total_slots\":1000000}", "{\"total_slots\":4,\"total_slots\":5}",
+        "{\"total_slots\":4", "<html>not found</html>",
+    };
+
+    LG_CHECK(n > 0);
+    LG_CHECK(lg_engine_props_parse(fixture_buf, (size_t)n, &slots) == LG_OK && slots == 4);
+    for (size_t i = 0; i < LG_ARRAY_SIZE(bad); i++) {
+        slots = 7;
+        LG_CHECK(lg_engine_props_parse(bad[i], strlen(bad[i]), &slots) == LG_EDECLINED);
+        LG_CHECK(slots == 7);
+    }
+    return 0;
+}
+
 /* Sample lines: neither blank nor a comment. */
 static uint32_t
 count_samples(const char *text, size_t len)
@@ -305,4 +327,4 @@ test_probe_error_bodies(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_metrics_fixtures, test_sse_fixtures, test_probe_error_bodies)
+LG_TEST_MAIN(test_metrics_fixtures, test_props_fixture, test_sse_fixtures, test_probe_error_bodies)

@@ -324,14 +324,33 @@ test_engine_run(void)
     unsigned joined = 99;
 
     /* a free slot and nobody in line: the rest of this step, then one */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0.05, 4, -1, NULL), 14, 1e-9));
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0, 0.05, 0, 4, -1, NULL), 14, 1e-9));
+    /* a fixed 20 ms for a step that prefills: the new one's own step holds it */
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0, 0.05, 20, 4, -1, NULL), 34, 1e-9));
+    /* full (4 of 4) with two in line: their steps hold it too, once each
+     * (below: 10 + 15 + 25 + 10 without it) */
+    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0, 0.05, 20, 0, -1, NULL),
+                  10 + (10 + 5 + 20) + (10 + 15 + 20) + 10 + 20, 1e-9));
+    /* a step that grows 2 ms a sequence: the new one's step runs five, one
+     * more than the 10 ms step now */
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 2, 0.05, 0, 4, -1, NULL), 16, 1e-9));
+    /* and shrinks: two running, both done after the next step (10 ms, two
+     * sequences), the new one's step runs alone: 8 ms */
+    {
+        uint32_t two[2] = { 2, 2 };
+
+        LG_CHECK(near(lg_est_engine_run(two, 2, NULL, 0, 2, 10, 2, 0.05, 0, 0, -1, NULL), 18, 1e-9));
+        /* never under a quarter of the step */
+        LG_CHECK(near(lg_est_engine_run(two, 2, NULL, 0, 2, 10, 20, 0.05, 0, 0, -1, NULL), 12.5,
+                      1e-9));
+    }
     /* free slots: the line is admitted with the new one, its prefill in that step */
-    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0.05, 0, -1, &joined), 10 + 0.05 * 450,
+    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0, 0.05, 0, 0, -1, &joined), 10 + 0.05 * 450,
                   1e-9));
     LG_CHECK(joined == 3); /* all three wait for the new one's prefill too */
     /* full (4 of 4): the first slot frees after the step in progress and
      * one more (2 tokens left) */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 4, 10, 0.05, 0, -1, NULL), 10 + 10, 1e-9));
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 4, 10, 0, 0.05, 0, 0, -1, NULL), 10 + 10, 1e-9));
     /*
      * full, two in line: the first (prefill 100, 4 tokens) takes that slot;
      * a step later the next (3 left) frees one for the second (300 tokens,
@@ -339,34 +358,34 @@ test_engine_run(void)
      * one's. Steps: one plain, one with 100 prefilled, one with 300, and
      * the new one's own.
      */
-    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0.05, 0, -1, &joined),
+    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0, 0.05, 0, 0, -1, &joined),
                   10 + (10 + 5) + (10 + 15) + 10, 1e-9));
     LG_CHECK(joined == 0); /* the line went in earlier steps */
     /* more running than slots (a capacity guessed low): still ends */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 2, 10, 0, 0, -1, NULL), 4 * 10 + 10, 1e-9));
+    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 2, 10, 0, 0, 0, 0, -1, NULL), 4 * 10 + 10, 1e-9));
     {
         /* a sequence whose last token comes with the step in progress
          * leaves a slot free after it */
         uint32_t done[2] = { 1, 7 };
         struct lg_est_queued head = { 200, 3, 12 };
 
-        LG_CHECK(near(lg_est_engine_run(done, 2, NULL, 0, 2, 10, 0, 5, -1, NULL), 5 + 10, 1e-9));
+        LG_CHECK(near(lg_est_engine_run(done, 2, NULL, 0, 2, 10, 0, 0, 0, 5, -1, NULL), 5 + 10, 1e-9));
         /* the head of the line came 12 ms ago with a slot free: the step in
          * progress is its prefill's (half a step to start, a step and 10 ms
          * of prefill: 13 ms left); the new one goes with the next */
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, -1, &joined),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                       13 + 10, 1e-9));
         LG_CHECK(joined == 0); /* its prefill is under way: not held up by the new one */
         /* it came 2 ms ago: it goes with the new one into the next step */
         head.age_ms = 2;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, -1, &joined),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                       5 + 10 + 10, 1e-9));
         LG_CHECK(joined == 1);
         /* it came 40 ms ago and has no first token yet, 15 ms after it was
          * due: let in some time in the last 25 ms (a slot freed late), it
          * has half of them left, not none */
         head.age_ms = 40;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, -1, NULL), 12.5 + 10,
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL), 12.5 + 10,
                       1e-9));
         {
             /* the step in progress prefills a long prompt (8000 tokens, 400
@@ -375,12 +394,12 @@ test_engine_run(void)
              * then holds it up too */
             struct lg_est_queued two[2] = { { 8000, 3, 200 }, { 100, 3, 50 } };
 
-            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0.05, 5, -1, &joined),
+            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                           (415 - 200) + 10 + 0.05 * 100, 1e-9));
             LG_CHECK(joined == 1);
             /* it came 198 ms ago, before that step began: in it */
             two[1].age_ms = 198;
-            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0.05, 5, -1, &joined),
+            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                           (415 - 200) + 10, 1e-9));
             LG_CHECK(joined == 0);
         }
@@ -390,14 +409,14 @@ test_engine_run(void)
          * is in it (10 + 10 ms of prefill: 16 left); sent 2 ms ago, during
          * it, it goes with the new one into the next.
          */
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, NULL, 0, 4, 10, 0.05, 5, 4, NULL), 6 + 10,
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, NULL, 0, 4, 10, 0, 0.05, 0, 5, 4, NULL), 6 + 10,
                       1e-9));
         head.age_ms = 12;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, 4, &joined),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
                       16 + 10, 1e-9));
         LG_CHECK(joined == 0);
         head.age_ms = 2;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, 4, &joined),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
                       6 + 10 + 10, 1e-9));
         LG_CHECK(joined == 1);
         /* no slot free when the step began: it waits whenever it came */
@@ -405,46 +424,195 @@ test_engine_run(void)
             uint32_t full[2] = { 7, 7 };
 
             head.age_ms = 12;
-            LG_CHECK(near(lg_est_engine_run(full, 2, &head, 1, 2, 10, 0.05, 5, 4, &joined),
+            LG_CHECK(near(lg_est_engine_run(full, 2, &head, 1, 2, 10, 0, 0.05, 0, 5, 4, &joined),
                           6 + 6 * 10 + 10 + 10, 1e-9));
             LG_CHECK(joined == 1); /* both leave after 6 more steps; then it and the new one */
         }
         /* begun 30 ms ago, longer than the step and the prefill known in it
          * (20 ms): work not seen here; the guess decides (as above: 12.5) */
         head.age_ms = 40;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, 30, NULL),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 30, NULL),
                       12.5 + 10, 1e-9));
         /* a long prompt's prefill past due by seconds: still half its own */
         head.prompt_tokens = 8000;
         head.age_ms = 2000;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0.05, 5, -1, NULL),
+        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL),
                       (15 + 400) / 2.0 + 10, 1e-9));
     }
     return 0;
 }
 
-static int
-test_slope(void)
+/* slope of a line read at t with prior (0, prior_slope) */
+static double
+line_slope(const struct lg_est_line *l, uint64_t t, double prior_slope, double *fixed)
 {
-    struct lg_est_slope s = { 0 };
-    uint64_t t = S(1);
+    double a, b;
 
-    LG_CHECK(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S) == 12);
+    lg_est_line_read(l, t, 0, prior_slope, LG_EST_MEAN_HALF_LIFE_S, &a, &b);
+    if (fixed != NULL) {
+        *fixed = a;
+    }
+    return b;
+}
+
+static int
+test_line(void)
+{
+    struct lg_est_line s = { 0 };
+    uint64_t t = S(1);
+    double fixed;
+
+    LG_CHECK(line_slope(&s, t, 12, &fixed) == 12 && fixed == 0);
+    /* 30 ms per KiB through the origin, noisy: the line, no fixed part */
     for (int i = 0; i < 200; i++) {
         double x = 0.25 + (i % 8) * 0.5;
 
         t += S(0.01);
-        lg_est_slope_add(&s, t, x, 30 * x + ((i & 1) ? 3 : -3), LG_EST_MEAN_HALF_LIFE_S);
+        lg_est_line_add(&s, t, x, 30 * x + ((i & 1) ? 3 : -3), LG_EST_MEAN_HALF_LIFE_S);
     }
-    LG_CHECK(near(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S), 30, 0.03));
-    lg_est_slope_add(&s, t, 0, 500, LG_EST_MEAN_HALF_LIFE_S); /* no prompt: no slope */
-    lg_est_slope_add(&s, t, 1, NAN, LG_EST_MEAN_HALF_LIFE_S);
-    LG_CHECK(near(lg_est_slope_read(&s, t, 12, LG_EST_MEAN_HALF_LIFE_S), 30, 0.03));
+    LG_CHECK(near(line_slope(&s, t, 12, &fixed), 30, 0.03) && fixed < 1);
+    lg_est_line_add(&s, t, 1, NAN, LG_EST_MEAN_HALF_LIFE_S); /* not a sample */
+    LG_CHECK(near(line_slope(&s, t, 12, NULL), 30, 0.03));
+    LG_CHECK(near(lg_est_line_slope(&s), 30, 0.03));
     /* long unheard: back to the prior */
-    LG_CHECK(near(lg_est_slope_read(&s, t + S(120), 12, LG_EST_MEAN_HALF_LIFE_S), 12, 0.05));
+    LG_CHECK(near(line_slope(&s, t + S(120), 12, &fixed), 12, 0.05) && fixed < 0.5);
+
+    /* a fixed part per prefilling step (20 ms) and 100 ms per KiB: both (the
+     * prior's four pseudo-samples, at the samples' mean size, pull the
+     * level there, not the slope) */
+    s = (struct lg_est_line){ 0 };
+    for (int i = 0; i < 96; i++) {
+        double x = 0.25 + (i % 8) * 0.25;
+
+        lg_est_line_add(&s, t, x, 20 + 100 * x, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(line_slope(&s, t, 10, &fixed), 100, 1e-6));
+    LG_CHECK(near(fixed, 20 - 4.0 / 100 * (20 + 100 * 1.125 - 10 * 1.125), 1e-6));
+
+    /* small prompts outweigh the prior as soon as large ones: four samples
+     * of a quarter KiB at 300 ms per KiB against a prior of 10 land half
+     * way at their size (the prior weighs four samples there); one size
+     * tells no slope: the prior's, the fixed part taking the rest */
+    s = (struct lg_est_line){ 0 };
+    for (int i = 0; i < 4; i++) {
+        lg_est_line_add(&s, t, 0.25, 75, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(near(line_slope(&s, t, 10, &fixed), 10, 1e-9));
+    LG_CHECK(near(fixed + 10 * 0.25, (75 + 2.5) / 2, 1e-9));
+    LG_CHECK(near(lg_est_line_weight(&s, t, LG_EST_MEAN_HALF_LIFE_S), 4, 1e-12));
+    /* a slope below 0 is none */
+    s = (struct lg_est_line){ 0 };
+    for (int i = 0; i < 50; i++) {
+        lg_est_line_add(&s, t, (i & 1) ? 2 : 0.5, (i & 1) ? 10 : 40, LG_EST_MEAN_HALF_LIFE_S);
+    }
+    LG_CHECK(line_slope(&s, t, 10, &fixed) == 0 && fixed > 20);
     return 0;
 }
 
-LG_TEST_MAIN(test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/* An estimator's errors: the bias calibrates, the spread says how far off
+ * it stays calibrated. */
+static int
+test_err(void)
+{
+    struct lg_est_err e = { 0 };
+    struct lg_est_err_value v;
+    uint64_t t = S(1);
+
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(v.weight == 0 && v.bias == 0 && v.spread == 0);
+    /* always twice the prediction: a bias of log 2, no spread */
+    for (int i = 0; i < 40; i++) {
+        lg_est_err_add(&e, t, 100, 50, 10);
+    }
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(near(v.bias, log(2) * 40 / 44, 1e-9) && v.spread < 1e-6 && near(v.weight, 40, 1e-9));
+    /* half the time right, half the time 4x late: bias log 2, spread log 2 */
+    e = (struct lg_est_err){ 0 };
+    for (int i = 0; i < 400; i++) {
+        lg_est_err_add(&e, t, (i & 1) ? 400 : 100, 100, 10);
+    }
+    lg_est_err_read(&e, t, 10, &v);
+    LG_CHECK(near(v.spread, log(2), 1e-6) && near(v.bias, log(2) * 400 / 404, 1e-6));
+    /* a stall 100x late counts as LG_EST_ERR_MAX; no first token is no sample */
+    e = (struct lg_est_err){ 0 };
+    lg_est_err_add(&e, t, 10000, 100, 10);
+    lg_est_err_add(&e, t, 0, 100, 10);
+    lg_est_err_add(&e, t, 100, -1, 10);
+    lg_est_err_add(&e, t, NAN, 100, 10);
+    LG_CHECK(e.w == 1 && near(e.s, log(LG_EST_ERR_MAX), 1e-12));
+    /* samples fade: the weight halves every half-life */
+    lg_est_err_read(&e, t + S(10), 10, &v);
+    LG_CHECK(near(v.weight, 0.5, 1e-6));
+    return 0;
+}
+
+/* The measured terms: first tokens by the load they were sent into. */
+static int
+test_curve(void)
+{
+    struct lg_est_curve c = { 0 };
+    uint64_t t = S(1);
+    double beyond;
+
+    LG_CHECK(lg_est_curve_read(&c, t, 3, &beyond) == -1);
+    /* a 4-slot replica: 40 ms up to 3 requests there, then a slot's wait */
+    for (int i = 0; i < 10; i++) {
+        lg_est_curve_add(&c, t, 0, 40);
+        lg_est_curve_add(&c, t, 1.2, 40);
+        lg_est_curve_add(&c, t, 2.9, 44); /* bins of one request, rounded */
+        lg_est_curve_add(&c, t, 4, 400);
+        lg_est_curve_add(&c, t, 5, 700);
+    }
+    LG_CHECK(near(lg_est_curve_read(&c, t, 1, &beyond), 40, 1e-9) && beyond == 0);
+    /* between bins seen: linear (no bin at 2: between 40 and 44) */
+    LG_CHECK(near(lg_est_curve_read(&c, t, 2, NULL), 42, 1e-9));
+    LG_CHECK(near(lg_est_curve_read(&c, t, 3.5, NULL), 222, 1e-9));
+    /* above the highest seen: on at the last two bins' slope, and how far */
+    LG_CHECK(near(lg_est_curve_read(&c, t, 7, &beyond), 1300, 1e-9) && beyond == 2);
+    /* a bin lower than one below it reads as that one: more requests there
+     * never make a first token sooner */
+    for (int i = 0; i < 30; i++) {
+        lg_est_curve_add(&c, t, 6, 100);
+    }
+    LG_CHECK(near(lg_est_curve_read(&c, t, 6, NULL), 700, 1e-9));
+    /* a replica seen only at load 3: flat below it */
+    c = (struct lg_est_curve){ 0 };
+    lg_est_curve_add(&c, t, 3, 90);
+    LG_CHECK(near(lg_est_curve_read(&c, t, 0, &beyond), 90, 1e-9) && beyond == 0);
+    LG_CHECK(near(lg_est_curve_read(&c, t, 5, &beyond), 90, 1e-9) && beyond == 2);
+    /* a bin whose samples have faded is not seen: a sample far later and
+     * elsewhere leaves only itself */
+    lg_est_curve_add(&c, t + S(200), 1, 30);
+    LG_CHECK(near(lg_est_curve_read(&c, t + S(200), 3, &beyond), 30, 1e-9) && beyond == 2);
+    /* the last bin takes every load above it */
+    lg_est_curve_add(&c, t + S(200), 1000, 5000);
+    LG_CHECK(near(lg_est_curve_read(&c, t + S(200), 500, &beyond), 5000, 1e-9) && beyond == 0);
+    return 0;
+}
+
+/* The engine model's bias by load: right below the real slots, 4x too soon
+ * beyond them; unseen loads read the overall bias. */
+static int
+test_bias_by_load(void)
+{
+    struct lg_est_bias b = { 0 };
+    uint64_t t = S(1);
+
+    LG_CHECK(lg_est_bias_read(&b, t, 3, 0.2, 20) == 0.2);
+    for (int i = 0; i < 18; i++) {
+        lg_est_bias_add(&b, t, 2, 50, 50, 20);
+        lg_est_bias_add(&b, t, 9, 400, 100, 20);
+    }
+    lg_est_bias_add(&b, t, -1, 400, 100, 20); /* no load known: no sample */
+    lg_est_bias_add(&b, t, 9, 400, 0, 20);
+    LG_CHECK(near(lg_est_bias_read(&b, t, 2, 0.5, 20), 0.5 * 2 / 20, 1e-9));
+    LG_CHECK(near(lg_est_bias_read(&b, t, 9.2, 0, 20), log(4) * 18 / 20, 1e-9));
+    LG_CHECK(lg_est_bias_read(&b, t, 5, 0.3, 20) == 0.3);
+    /* faded: back to the overall bias */
+    LG_CHECK(fabs(lg_est_bias_read(&b, t + S(400), 9, 0.3, 20) - 0.3) < 1e-3);
+    return 0;
+}
+
+LG_TEST_MAIN(test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
-             test_foreign_load, test_queue_wait, test_engine_run, test_slope)
+             test_foreign_load, test_queue_wait, test_engine_run, test_line)

@@ -74,6 +74,7 @@ test_queue_below_the_most_seen(void)
 {
     struct lg_backend_engine e = { .waiting = -1, .running = -1, .kv_usage = -1 };
     struct lg_engine_sample s;
+    double slots = 0;
 
     /* it ran 12 at once; then a long step holds arrivals at 4 running */
     s = sample(0, 12);
@@ -83,19 +84,25 @@ test_queue_below_the_most_seen(void)
     lg_health_fold_sample(&e, &s, MS(1500), 0, MS(250), true);
     lg_health_fold_sample(&e, &s, MS(1750), 0, MS(250), true);
     LG_CHECK(e.capacity_confirmed == 0 && e.run_max == 12);
-    LG_CHECK(!lg_backend_engine_confirmed(&e, MS(1750)));
+    LG_CHECK(!lg_backend_engine_slots(&e, NULL));
 
     /* the same queue with the KV cache full: full at 4 for lack of cache */
     s.kv_usage = 0.95;
     lg_health_fold_sample(&e, &s, MS(2000), 0, MS(250), true);
     LG_CHECK(e.capacity_confirmed == 1 && e.capacity == 4);
-    LG_CHECK(lg_backend_engine_confirmed(&e, MS(2000)));
+    LG_CHECK(lg_backend_engine_slots(&e, &slots) && slots == 4);
 
-    /* no queue confirms it again: the confirmation lapses */
+    /* no queue confirms it again: it stays known (no guess of 16 in its
+     * place), and grows when more run at once */
     s = sample(0, 4);
-    lg_health_fold_sample(&e, &s, MS(2250), 0, MS(250), true);
-    LG_CHECK(lg_backend_engine_confirmed(&e, MS(2000) + LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S));
-    LG_CHECK(!lg_backend_engine_confirmed(&e, MS(2001) + LG_ENGINE_CONFIRM_TTL_S * LG_NS_PER_S));
+    s.kv_usage = 0.5;
+    for (int i = 1; i <= 80; i++) {
+        lg_health_fold_sample(&e, &s, MS(2000 + 250 * i), 0, MS(250), true);
+    }
+    LG_CHECK(lg_backend_engine_slots(&e, &slots) && slots == 4);
+    s = sample(0, 5);
+    lg_health_fold_sample(&e, &s, MS(30000), 0, MS(250), true);
+    LG_CHECK(lg_backend_engine_slots(&e, &slots) && slots == 5);
 
     /* the most seen is forgotten when not reached for long (a restart with
      * fewer slots): then a queue at 4 confirms 4 again */

@@ -45,6 +45,7 @@ add(struct fleet *f, const char *name)
     v->engine_model_scale = 1;
     v->step_ms = 15;
     v->prefill_ms_per_kib = 20;
+    v->measured_ms = -1;
     f->p[f->n] = v;
     f->n++;
     return v;
@@ -345,10 +346,15 @@ test_ttft_engine_model(void)
     a->engine_model_slots = b->engine_model_slots = 16;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
-    /* a model run with other slots than this policy assumes is not */
+    /* the host ran it with fewer (its siblings' slots): that guess stands */
     a->engine_model_slots = 8;
     pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    /* a model run with other slots than `slots` set here is not used */
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 16.5}") == 0);
+    pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
+    off.p->ops->destroy(off.state);
     a->engine_model_slots = 16;
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
     pick(&off, &shrt, &f, cost, &why);
@@ -359,6 +365,69 @@ test_ttft_engine_model(void)
     a->engine_model_ms = -1;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
+/* Where the host judges the engine model off on a replica, the measured
+ * terms there decide, and the pick's reason says so. */
+static int
+test_ttft_measured_terms(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol, off;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *a, *b;
+    struct lg_route_info shrt = req_of(512, 16, 0, 0);
+
+    a = add(&f, "a");
+    b = add(&f, "b");
+    set_load(a, 4, 0);
+    set_load(b, 4, 0);
+    a->engine_model_ms = 30; /* the model sees a slot free on a... */
+    a->prefill_ms_per_kib = 10;
+    b->engine_model_ms = 60;
+    b->prefill_ms_per_kib = 10;
+    a->measured_ms = 400; /* ...where first tokens at this load took 400 ms lately */
+    b->measured_ms = 70;
+    a->measured_ms_per_kib = b->measured_ms_per_kib = 10;
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
+    /* the model not judged off: it decides, whatever the measured terms say */
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
+    LG_CHECK_STR(why, "lowest_predicted_ttft");
+    /* judged off on a: its measured terms, with its prefill */
+    a->flags |= LG_VIEW_F_MODEL_MISSES;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[0] - 405) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
+    LG_CHECK_STR(why, "lowest_predicted_ttft"); /* b won on the model's word */
+    /* judged off on both: the measured terms decide the winner too */
+    b->flags |= LG_VIEW_F_MODEL_MISSES;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[1] - 75) < 1e-9);
+    LG_CHECK_STR(why, "lowest_measured_ttft");
+    /* never sooner than the model (a queue it sees is there): b's model
+     * says 300 ms, its curve 70 */
+    b->engine_model_ms = 295;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[1] - 300) < 1e-9);
+    b->engine_model_ms = 60;
+    /* also where the model cannot run (others' load there) */
+    a->engine_model_ms = -1;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[0] - 405) < 1e-9);
+    /* no measured terms there (no first token lately): the model, or the formula */
+    a->engine_model_ms = 30;
+    a->measured_ms = -1;
+    LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    a->measured_ms = 400;
+    /* measured 0 leaves the model in charge */
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"measured\": 0}") == 0);
+    LG_CHECK(pick(&off, &shrt, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
+    off.p->ops->destroy(off.state);
     pol.p->ops->destroy(pol.state);
     return 0;
 }
@@ -801,5 +870,6 @@ test_prefix_rejoin(void)
 }
 
 LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_ttft_engine_model,
+             test_ttft_measured_terms,
              test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
              test_prefix_rejoin, test_session_affinity)

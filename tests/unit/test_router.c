@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "lg_test.h"
@@ -203,6 +205,63 @@ test_shadow_stage(void)
 }
 
 /*
+ * The candidates' explanation is a JSON array whatever its length: cut
+ * where the next candidate would not fit (then {"more": N} says how many
+ * were left out), never without its closing bracket. A list that filled the
+ * buffer to its last byte lost its "]" (the access log line no longer
+ * parsed); backends' names of every length from 1 to 48 and 1 to 12
+ * candidates end the list at every offset.
+ */
+static int
+test_explain_is_json(void)
+{
+    for (int len = 1; len <= 48; len++) {
+        char text_n[4096], name[64];
+        size_t at;
+        struct lg_config *c;
+        struct lg_fleet *f;
+        const struct lg_model_route *route;
+
+        memset(name, 'a', (size_t)len);
+        name[len] = '\0';
+        at = (size_t)snprintf(text_n, sizeof(text_n),
+                              "{\"listen\": \"127.0.0.1:8080\", \"routing\": {\"policy\": "
+                              "\"ttft\"}, \"backends\": [");
+        for (int i = 0; i < 12; i++) {
+            at += (size_t)snprintf(text_n + at, sizeof(text_n) - at,
+                                   "%s{\"name\": \"%s%d\", \"url\": \"http://127.0.0.1:%d\", "
+                                   "\"models\": [\"m\"]}",
+                                   i ? ", " : "", name, i, 9001 + i);
+        }
+        snprintf(text_n + at, sizeof(text_n) - at, "]}");
+        LG_CHECK(lg_test_fleet_load(text_n, &c, &f) == 0);
+        route = lg_fleet_find_model(f, "m");
+        LG_CHECK(route != NULL);
+        for (int n = 1; n <= 12; n++) {
+            struct lg_route_req req = {
+                .model = "m", .path = "/v1/chat/completions", .stream = true, .prompt_bytes = 1000
+            };
+            struct lg_route_result out = { 0 };
+            uint64_t tried = ~0ull << n & 0xfffull; /* the first n are candidates */
+            json_error_t err;
+            json_t *list;
+
+            LG_CHECK(lg_router_pick(f->router, route, &req, tried, &out) == LG_OK);
+            list = json_loads(out.explain, 0, &err);
+            if (!json_is_array(list)) {
+                fprintf(stderr, "names %d, %d candidates: %s: %s\n", len, n, err.text, out.explain);
+                return 1;
+            }
+            LG_CHECK(strlen(out.explain) < LG_ROUTE_EXPLAIN_BYTES);
+            json_decref(list);
+            lg_route_result_clear(&out);
+        }
+        lg_test_fleet_free(c, f);
+    }
+    return 0;
+}
+
+/*
  * A fleet of 50: the access log's explanation stops at its budget and says how
  * many candidates it left out; a caller that asks for more room (the admin
  * API's dry run, which the status page's Score column reads) gets them all.
@@ -255,4 +314,4 @@ teardown(void)
 }
 
 LG_TEST_MAIN(setup, test_slow_start_keeps_prefix, test_slow_start_bounds_inflight,
-             test_shadow_stage, test_explain_budget, teardown)
+             test_shadow_stage, test_explain_is_json, test_explain_budget, teardown)

@@ -453,6 +453,23 @@ conn_models(struct lg_sim_conn *c)
     conn_respond_json(c, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
+/* llama.cpp's GET /props: its slots (total_slots), which its /metrics does
+ * not say; the other engines have no such route. */
+static void
+conn_props(struct lg_sim_conn *c)
+{
+    const struct lg_sim_conf *conf = c->sim->conf;
+
+    if (conf->flavor != LG_SIM_FLAVOR_LLAMACPP) {
+        c->sim->counters.client_errors++;
+        conn_respond_error(c, 404, "NotFoundError", NULL, "no such endpoint", NULL);
+        return;
+    }
+    conn_respond_json(c, json_pack("{s:{s:i},s:I,s:s,s:s}", "default_generation_settings", "n_ctx",
+                                   0, "total_slots", (json_int_t)conf->slots, "model_path",
+                                   conf->models[0].name, "build_info", "llmsim"));
+}
+
 static void
 conn_health(struct lg_sim_conn *c)
 {
@@ -579,6 +596,7 @@ conn_route(struct lg_sim_conn *c)
         { "/v1/models", -1, conn_models },
         { "/health", -1, conn_health },
         { "/metrics", -1, conn_metrics },
+        { "/props", -1, conn_props },
     };
     size_t len;
     const char *path = lg_sim_httpreq_path(&c->req, &len);

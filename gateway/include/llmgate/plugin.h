@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 5 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 6 /* bump when appending members or ops */
 
 /*
  * History:
@@ -67,6 +67,13 @@ extern "C" {
  *   1.5  appended lg_backend_view.engine_model_joined (how many requests
  *        there the engine model admits with one more: its prefill delays
  *        their first tokens).
+ *   1.6  appended to lg_backend_view: measured_ms, measured_ms_per_kib (the
+ *        replica's own first tokens lately at about this load and by prompt
+ *        size: the measured terms),
+ *        engine_model_err, measured_err (how far each has been off there),
+ *        step_ms_per_seq, prefill_fixed_ms, and the flag LG_VIEW_F_MODEL_MISSES (the host
+ *        judges the engine model off there: a policy leans on measured_ms).
+ *        Older plugins ignore them.
  */
 
 enum lg_plugin_kind {
@@ -174,6 +181,26 @@ struct lg_backend_view {
     double engine_model_joined; /* requests of ours there, awaiting a first token, that the
                                    engine model admits into the same step as one more (its
                                    prefill holds up theirs); 0 where engine_model_ms is -1 */
+
+    /* 1.6 */
+    double measured_ms;        /* the measured terms: the first tokens this replica gave lately
+                                  to requests sent into about `load` requests there, less their
+                                  prompts' share (a curve over the loads seen, continued above
+                                  them): ms until one more request would get its first token,
+                                  its prompt's share left out (add measured_ms_per_kib per
+                                  KiB); no model of slots or steps; -1 = none seen lately */
+    double measured_ms_per_kib; /* what a KiB of prompt adds to its first token there: the
+                                   slope of its TTFT against prompt size (ttft_ms_per_kib
+                                   without its peak), whose fixed part the curve holds */
+    double engine_model_err;   /* how far the engine model's predictions there have been off
+                                  lately, calibrated by engine_model_scale: the rms of
+                                  log(first token / prediction) about its mean; 0 = none yet */
+    double measured_err;       /* the same for measured_ms as it is (uncalibrated) */
+    double step_ms_per_seq;    /* what one more sequence adds to the step there (learnt from
+                                  the streams' pace at the batch sizes seen; 0 = none seen) */
+    double prefill_fixed_ms;   /* what a step that prefills costs beyond its tokens (learnt
+                                  with prefill_ms_per_kib); engine_model_ms holds it for the
+                                  new request's own step */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
@@ -183,6 +210,10 @@ struct lg_backend_view {
                                           request of this gateway held in its queue), not
                                           measured */
 #define LG_VIEW_F_STEP_GUESS (1u << 4) /* step_ms is itl_ms: no stream there moved lately */
+#define LG_VIEW_F_MODEL_MISSES (1u << 5) /* the engine model misses there lately: its errors,
+                                            calibrated, spread wider than the measured terms'
+                                            (engine_model_err against measured_err); a policy
+                                            leans on measured_ms instead */
 
 /* Services the host lends to plugins. */
 struct lg_host_api {
