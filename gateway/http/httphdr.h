@@ -90,3 +90,6 @@ int lg_http_execute(llhttp_t *parser, struct evbuffer *in, size_t *consumed);
  * LG_HTTP_CHUNK_HEAD_MAX bytes; returns its length. */
 #define LG_HTTP_CHUNK_HEAD_MAX 18
 size_t lg_http_chunk_head(char *buf, uint64_t n);
+
+/* A status's reason phrase ("Unknown" for one not listed). */
+const char *lg_http_reason(int status);

@@ -29,6 +29,7 @@
 #include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/headcheck.h"
+#include "http/httphdr.h"
 #include "http/tls.h"
 #include "serve/auth.h"
 #include "serve/client.h"
@@ -129,47 +130,6 @@ lg_client_set_state(struct lg_client *c, enum lg_client_state to)
 
 /* ---- responses the gateway writes itself ------------------------------- */
 
-static const char *
-client_reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Content Too Large";
-    case 414:
-        return "URI Too Long";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 499:
-        return "Client Closed Request";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "Error";
-    }
-}
-
 /* Writes a complete response with a JSON body (moved from `body`). */
 void
 lg_client_respond(struct lg_client *c, int status, struct evbuffer *body, const char *extra_headers)
@@ -185,7 +145,7 @@ lg_client_respond(struct lg_client *c, int status, struct evbuffer *body, const 
     evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                         "Content-Length: %zu\r\nX-Request-Id: %s\r\n%s%s\r\n",
-                        status, client_reason(status), n, req->id,
+                        status, lg_http_reason(status), n, req->id,
                         extra_headers ? extra_headers : "",
                         (req->flags & LG_REQ_F_CLOSE) ? "Connection: close\r\n"
                         : req->http_minor == 0        ? "Connection: keep-alive\r\n"

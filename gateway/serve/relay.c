@@ -291,31 +291,6 @@ lg_relay_retry_after_ns(const struct lg_hdrs *hs)
     return (uint64_t)LG_MIN(s, 3600ul) * LG_NS_PER_S;
 }
 
-static const char *
-relay_reason_phrase(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 404:
-        return "Not Found";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "Unknown";
-    }
-}
-
 /* Writes the client's response head from the backend's; decides framing. */
 void
 lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
@@ -327,7 +302,7 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     size_t before = evbuffer_get_length(out);
     int status = u->parser.status_code;
     bool has_id = false, has_accel = false;
-    const char *reason = hs->url_len ? hs->buf + hs->url_off : relay_reason_phrase(status);
+    const char *reason = hs->url_len ? hs->buf + hs->url_off : lg_http_reason(status);
 
     lg_hdrs_mark_hop_by_hop(hs);
     head_add(&hb, "HTTP/1.1 ", 9);
