@@ -279,11 +279,14 @@ lg_http_chunk_head(char *buf, uint64_t n)
     return sizeof(tmp) - k;
 }
 
-/* The reason phrase of a status the gateway writes or relays without one. */
+/* The reason phrase of a status the gateway writes or relays without one, and
+ * llmsim writes. */
 const char *
 lg_http_reason(int status)
 {
     switch (status) {
+    case 100:
+        return "Continue";
     case 200:
         return "OK";
     case 400:
@@ -317,6 +320,6 @@ lg_http_reason(int status)
     case 504:
         return "Gateway Timeout";
     default:
-        return "Unknown";
+        return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "Unknown";
     }
 }

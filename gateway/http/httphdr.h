@@ -91,5 +91,6 @@ int lg_http_execute(llhttp_t *parser, struct evbuffer *in, size_t *consumed);
 #define LG_HTTP_CHUNK_HEAD_MAX 18
 size_t lg_http_chunk_head(char *buf, uint64_t n);
 
-/* A status's reason phrase ("Unknown" for one not listed). */
+/* A status's reason phrase (one not listed: "Client Error", "Server Error" or
+ * "Unknown", by its class). */
 const char *lg_http_reason(int status);

@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "base/lg_core.h"
+#include "http/httphdr.h"
 #include "control.h"
 #include "metrics.h"
 #include "sim.h"
@@ -41,47 +42,6 @@
 static void conn_parse(struct lg_sim_conn *c);
 
 /* ---- responses ------------------------------------------------------------- */
-
-static const char *
-conn_reason(int status)
-{
-    switch (status) {
-    case 100:
-        return "Continue";
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Content Too Large";
-    case 414:
-        return "URI Too Long";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return status < 500 ? "Client Error" : "Server Error";
-    }
-}
 
 /*
  * Writes a response head. content_length < 0 means a chunked body.
@@ -106,7 +66,7 @@ conn_head(struct lg_sim_conn *c, int status, const char *ctype, long long conten
                         "Content-Type: %s\r\n"
                         "%s%s%s"
                         "\r\n",
-                        status, conn_reason(status), c->sim->conf->name, ctype, length,
+                        status, lg_http_reason(status), c->sim->conf->name, ctype, length,
                         c->keep_alive ? "" : "Connection: close\r\n", extra ? extra : "");
 }
 
