@@ -69,6 +69,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     v->ttft_fixed_ms = tv.fixed_ms;
     v->ttft_ms_per_kib = tv.ms_per_kib;
     v->itl_ms = lg_est_mean_read(&est.itl, now_ns, prior->itl_ms, LG_EST_MEAN_HALF_LIFE_S);
+    v->itl_own_ms = lg_est_mean_own(&est.itl);
     v->samples = tv.samples;
     v->error_rate = lg_est_mean_read(&est.err, now_ns, 0, 2 * LG_EST_MEAN_HALF_LIFE_S);
     /* the scrape's count less ours and our peers' then (health.c) is what no

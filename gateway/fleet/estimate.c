@@ -236,6 +236,12 @@ lg_est_mean_read(const struct lg_est_mean *m, uint64_t now_ns, double prior, dou
     return (d * m->sy + k * prior) / (d * m->w + k);
 }
 
+double
+lg_est_mean_own(const struct lg_est_mean *m)
+{
+    return m->w > 0 ? m->sy / m->w : -1; /* the decay since cancels out */
+}
+
 void
 lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_life_s)
 {

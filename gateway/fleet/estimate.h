@@ -226,6 +226,10 @@ double lg_est_mean_read(const struct lg_est_mean *m, uint64_t now_ns, double pri
 /* Effective weight of the samples behind the mean at now_ns. */
 double lg_est_mean_weight(const struct lg_est_mean *m, uint64_t now_ns, double half_life_s);
 void lg_est_mean_add(struct lg_est_mean *m, uint64_t now_ns, double v, double half_life_s);
+/* The samples' own mean, the recent ones weighing more, however old the
+ * last (lg_est_mean_read() leans back to its prior as they age); -1 when
+ * there are none. */
+double lg_est_mean_own(const struct lg_est_mean *m);
 
 /* exp(-dt * ln2 / half_life): the weight left after dt_ns. */
 double lg_est_decay(uint64_t dt_ns, double half_life_s);

@@ -403,6 +403,8 @@ struct ttft_state {
     double tolerance_ms;
     double tolerance_load;
     double tolerance_decode_ms;
+    double e2e_slack;
+    double e2e_slack_ms;
 };
 
 static int
@@ -426,7 +428,9 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .measured = 1,
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
-                            .tolerance_decode_ms = 2500 };
+                            .tolerance_decode_ms = 2500,
+                            .e2e_slack = 0,
+                            .e2e_slack_ms = 1000 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -446,6 +450,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
         { "tolerance_load", &s.tolerance_load, 0, 1 },
         { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
+        { "e2e_slack", &s.e2e_slack, 0, 1000 },
+        { "e2e_slack_ms", &s.e2e_slack_ms, 0, 1e7 },
     };
 
     (void)host;
@@ -597,6 +603,72 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
     return moved; /* another than the cheapest now leads */
 }
 
+/* A replica's gap between tokens for the end of an answer: its own answers'
+ * however long ago (itl_own_ms: a slow replica seldom used keeps its pace;
+ * itl_ms leans back to the fleet's as the samples age), else itl_ms (the
+ * fleet's, before any answer there). */
+static double
+ttft_pace(const struct lg_backend_view *v)
+{
+    return v->itl_own_ms > 0 ? v->itl_own_ms : v->itl_ms;
+}
+
+/* e2e_slack: a request that gives max_tokens never goes where its answer
+ * would end much later than on the candidate where it ends soonest, by the
+ * estimate: its cost (the first token) + max_tokens x the replica's gap
+ * between tokens (ttft_pace(): finished answers' gaps, the prefills and
+ * batch they decoded among included). Candidates whose estimate exceeds the
+ * soonest's x (1 + e2e_slack) + e2e_slack_ms are raised above every other
+ * (by their excess, so the next choice is the next to end). A short answer
+ * barely differs anywhere, so the first token still decides; a long one
+ * stays off a replica that starts it soonest but generates at a fraction of
+ * another's pace: end-to-end time's tail is long answers on slow decoders
+ * (on the mismatch family's m0 at 90% load the e2e p99 went to a
+ * quarter-speed replica, idle because it is slow). Off by default
+ * (e2e_slack 0): at 90% load on a mixed-speed fleet the long answers it
+ * keeps on the fast replicas hold their slots, and the first tokens there
+ * queue (bench/routing/NOTES.md 48: e2e p99 down 30-45%, p99 TTFT up
+ * 30-80%). True when the cheapest was raised. */
+static bool
+ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
+                  const struct lg_backend_view *const *c, size_t n, double *cost)
+{
+    double mt = (double)req->max_tokens;
+    double soonest = 0, limit, worst = 0;
+    size_t at = 0;
+    bool raised = false;
+
+    if (s->e2e_slack <= 0 || req->max_tokens == 0 || n < 2) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double end = cost[i] + mt * ttft_pace(c[i]);
+
+        if (i == 0 || end < soonest) {
+            soonest = end;
+        }
+        if (cost[i] < cost[at]) {
+            at = i;
+        }
+    }
+    limit = soonest * (1.0 + s->e2e_slack) + s->e2e_slack_ms;
+    for (size_t i = 0; i < n; i++) {
+        if (cost[i] + mt * ttft_pace(c[i]) <= limit) {
+            worst = LG_MAX(worst, cost[i]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        double end = cost[i] + mt * ttft_pace(c[i]);
+
+        if (end > limit) {
+            raised = raised || i == at;
+            /* above tolerance_ms too: ttft_tolerate() moves nothing there */
+            cost[i] = LG_MAX(cost[i], worst) + s->tolerance_ms * 1.001 + (end - limit);
+        }
+    }
+    return raised;
+}
+
 static void
 ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
            size_t n, double *cost, const char **why)
@@ -619,6 +691,9 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
     /* the soonest first token by the replica's own measured terms: the
      * engine model has missed there lately (its candidate says so) */
     *why = best_used == TTFT_EST_MEASURED ? "lowest_measured_ttft" : "lowest_predicted_ttft";
+    if (ttft_finish_guard(s, req, c, n, cost)) {
+        *why = "lowest_ttft_ending_in_time";
+    }
     if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
         *why = "least_loaded_near_lowest_ttft";
     }

@@ -360,6 +360,9 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     }
     router_put_num(o, "ttft_ms", round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
     router_put_num(o, "itl_ms", round(v->itl_ms * 10) / 10);
+    if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
+        router_put_num(o, "itl_own_ms", round(v->itl_own_ms * 10) / 10);
+    }
     if (v->slot_wait_ms > 0) {
         router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
     }

@@ -201,6 +201,7 @@ test_mean(void)
 
     lg_est_mean_init(&m);
     LG_CHECK(lg_est_mean_read(&m, t, 15, LG_EST_MEAN_HALF_LIFE_S) == 15);
+    LG_CHECK(lg_est_mean_own(&m) == -1); /* no samples */
     for (int i = 0; i < 50; i++) {
         t += S(0.1);
         lg_est_mean_add(&m, t, 60, LG_EST_MEAN_HALF_LIFE_S);
@@ -209,6 +210,11 @@ test_mean(void)
                   0.1)); /* the prior weighs 4 */
     LG_CHECK(lg_est_mean_weight(&m, t, LG_EST_MEAN_HALF_LIFE_S) > 20);
     LG_CHECK(near(lg_est_mean_read(&m, t + S(60), 15, LG_EST_MEAN_HALF_LIFE_S), 15, 0.05));
+    /* the samples' own mean does not lean back: a minute later it is 60 */
+    LG_CHECK(near(lg_est_mean_own(&m), 60, 1e-9));
+    /* a recent sample weighs more than the old ones */
+    lg_est_mean_add(&m, t + S(60), 20, LG_EST_MEAN_HALF_LIFE_S);
+    LG_CHECK(lg_est_mean_own(&m) < 40);
     return 0;
 }
 

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 1 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 6 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 7 /* bump when appending members or ops */
 
 /*
  * History:
@@ -74,6 +74,10 @@ extern "C" {
  *        step_ms_per_seq, prefill_fixed_ms, and the flag LG_VIEW_F_MODEL_MISSES (the host
  *        judges the engine model off there: a policy leans on measured_ms).
  *        Older plugins ignore them.
+ *   1.7  appended lg_backend_view.itl_own_ms (the replica's own gap between
+ *        tokens, however long since its last answer: itl_ms leans back to
+ *        the fleet's as its samples age, so a slow replica seldom used
+ *        looks like the rest).
  */
 
 enum lg_plugin_kind {
@@ -201,6 +205,11 @@ struct lg_backend_view {
     double prefill_fixed_ms;   /* what a step that prefills costs beyond its tokens (learnt
                                   with prefill_ms_per_kib); engine_model_ms holds it for the
                                   new request's own step */
+
+    /* 1.7 */
+    double itl_own_ms;         /* the gap between tokens of this replica's own answers, the
+                                  recent ones weighing more, however long since the last
+                                  (itl_ms leans back to the fleet's as they age); -1 = none */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
