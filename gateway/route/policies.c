@@ -627,8 +627,8 @@ ttft_pace(const struct lg_backend_view *v)
  * quarter-speed replica, idle because it is slow). Off by default
  * (e2e_slack 0): at 90% load on a mixed-speed fleet the long answers it
  * keeps on the fast replicas hold their slots, and the first tokens there
- * queue (bench/routing/NOTES.md 48: e2e p99 down 30-45%, p99 TTFT up
- * 30-80%). True when the cheapest was raised. */
+ * queue (bench/routing/NOTES.md 48: e2e p99 down 40-60%, p99 TTFT up
+ * 15-85%). True when the cheapest was raised. */
 static bool
 ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
                   const struct lg_backend_view *const *c, size_t n, double *cost)
