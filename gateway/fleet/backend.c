@@ -182,6 +182,11 @@ lg_backend_is_available(const struct lg_backend *b, uint64_t now_ns)
     if (h != LG_BACKEND_UP) {
         return false;
     }
+    /* no fleet in force lists it: a worker that has not adopted the new
+     * fleet yet (its next loop turn) must not send it a new request */
+    if (__atomic_load_n(&b->retired, __ATOMIC_RELAXED)) {
+        return false;
+    }
     if (__atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED) > now_ns) {
         return false;
     }
