@@ -209,7 +209,9 @@ class Hedge(Harness):
     def test_requests_that_are_not_eligible_are_never_hedged(self):
         _, p1 = self.start_llmsim("r1", args=FAST + ["--fault", "stall-first:1:1"])
         _, p2 = self.start_llmsim("r2", args=FAST)
-        port = self.gateway(p1, p2, {"min": "100ms"})
+        # at most 300 ms: the five stalled first tokens below raise r1's
+        # prediction, and 3x that would wait past the stall
+        port = self.gateway(p1, p2, {"min": "100ms", "max": "300ms"})
         cases = [("/v1/chat/completions", chat(stream=False)),                # not streamed
                  ("/v1/chat/completions", chat(n=2)),                         # two choices
                  ("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 2,
@@ -228,6 +230,8 @@ class Hedge(Harness):
         # and an eligible one is, on the same fleet
         s = self.stream(port, "POST", CHAT, chat()).read_all(10 * harness.SLOW)
         self.assertEqual(s.headers["x-llmsim-replica"], "r2")
+        (e,) = read_access_log(self.path("access.log"), len(cases) + 1)[-1:]
+        self.assertEqual((e["backend"], e["hedged"], e["hedge_winner"]), ("r2", True, "hedge"))
 
     def test_client_leaving_during_a_hedge_closes_both_upstreams(self):
         _, p1 = self.start_llmsim("r1", args=FAST + STALL)
