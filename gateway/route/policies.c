@@ -613,6 +613,13 @@ ttft_pace(const struct lg_backend_view *v)
     return v->itl_own_ms > 0 ? v->itl_own_ms : v->itl_ms;
 }
 
+/* When an answer of max_tokens started at `cost` there would end. */
+static double
+ttft_end(const struct lg_route_info *req, const struct lg_backend_view *v, double cost)
+{
+    return cost + (double)req->max_tokens * ttft_pace(v);
+}
+
 /* e2e_slack: a request that gives max_tokens never goes where its answer
  * would end much later than on the candidate where it ends soonest, by the
  * estimate: its cost (the first token) + max_tokens x the replica's gap
@@ -633,7 +640,6 @@ static bool
 ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
                   const struct lg_backend_view *const *c, size_t n, double *cost)
 {
-    double mt = (double)req->max_tokens;
     double soonest = 0, limit, worst = 0;
     size_t at = 0;
     bool raised = false;
@@ -642,7 +648,7 @@ ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
         return false;
     }
     for (size_t i = 0; i < n; i++) {
-        double end = cost[i] + mt * ttft_pace(c[i]);
+        double end = ttft_end(req, c[i], cost[i]);
 
         if (i == 0 || end < soonest) {
             soonest = end;
@@ -653,12 +659,12 @@ ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
     }
     limit = soonest * (1.0 + s->e2e_slack) + s->e2e_slack_ms;
     for (size_t i = 0; i < n; i++) {
-        if (cost[i] + mt * ttft_pace(c[i]) <= limit) {
+        if (ttft_end(req, c[i], cost[i]) <= limit) {
             worst = LG_MAX(worst, cost[i]);
         }
     }
     for (size_t i = 0; i < n; i++) {
-        double end = cost[i] + mt * ttft_pace(c[i]);
+        double end = ttft_end(req, c[i], cost[i]);
 
         if (end > limit) {
             raised = raised || i == at;

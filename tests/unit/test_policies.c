@@ -243,7 +243,7 @@ test_ttft_engine_model(void)
     a->engine_model_scale = b->engine_model_scale = 1;
     /* the model is on by default (the pick's tolerance is off here: the
      * costs are the predictions) */
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
@@ -257,7 +257,7 @@ test_ttft_engine_model(void)
     b->engine_model_scale = 1.5;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 105) < 1e-9);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"model_calibrate\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_calibrate\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -267,7 +267,7 @@ test_ttft_engine_model(void)
     a->flags |= LG_VIEW_F_STEP_GUESS;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -277,20 +277,20 @@ test_ttft_engine_model(void)
     a->engine_model_joined = 2;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 45) < 1e-9);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"model_prefill_share\": 0}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_prefill_share\": 0}")
              == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
     a->engine_model_joined = 0;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"model_decode_weight\": 0.01}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_decode_weight\": 0.01}")
              == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70 - 0.01 * 2000 * (60 - 26.25)) < 1e-6);
     off.p->ops->destroy(off.state);
     /* by default the pick tolerates 20 ms: not enough for b (35 ms dearer) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK_STR(why, "lowest_predicted_ttft"); /* the cheapest leads */
     off.p->ops->destroy(off.state);
@@ -298,7 +298,7 @@ test_ttft_engine_model(void)
      * share of its slots taken wins; costs stay in [best, best + 40]. 16
      * tokens at b's gap (45 ms more than a's) take 720 ms longer: within
      * tolerance_decode_ms (2500) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 1);
     LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
     LG_CHECK(cost[1] >= 35 && cost[1] < cost[0] && cost[0] <= 75);
@@ -308,35 +308,35 @@ test_ttft_engine_model(void)
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     few.max_tokens = 16;
     off.p->ops->destroy(off.state);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_decode_ms\": 1e6, \"e2e_slack\": 0}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_decode_ms\": 1e6}")
              == 0);
     LG_CHECK(pick(&off, &shrt, &f, cost, &why) == 1);
     off.p->ops->destroy(off.state);
     /* beyond it, the soonest still wins */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 30, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 30}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9 && cost[0] >= 35 && cost[0] <= 65);
     off.p->ops->destroy(off.state);
     /* b with 6 of its 8 slots taken (tolerance_load 0.75): only the soonest
      * qualifies, however full */
     set_load(b, 6, 0);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(cost[1] > cost[0] && cost[1] > 35 + 40);
     off.p->ops->destroy(off.state);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_load\": 0.8, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_load\": 0.8}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 1);
     off.p->ops->destroy(off.state);
     /* equally loaded, the sooner one wins within the tolerance */
     set_load(a, 3, 0);
     set_load(b, 3, 0);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(cost[0] < cost[1] && cost[1] <= 75);
     off.p->ops->destroy(off.state);
     set_load(a, 8, 0);
     /* turned off, the formula decides: a is full and dearer than its model said */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
@@ -352,12 +352,12 @@ test_ttft_engine_model(void)
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     /* a model run with other slots than `slots` set here is not used */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"slots\": 16.5}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 16.5}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
     a->engine_model_slots = 16;
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
@@ -393,7 +393,7 @@ test_ttft_measured_terms(void)
     a->measured_ms = 400; /* ...where first tokens at this load took 400 ms lately */
     b->measured_ms = 70;
     a->measured_ms_per_kib = b->measured_ms_per_kib = 10;
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
     /* the model not judged off: it decides, whatever the measured terms say */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
@@ -425,7 +425,7 @@ test_ttft_measured_terms(void)
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     a->measured_ms = 400;
     /* measured 0 leaves the model in charge */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"measured\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"measured\": 0}") == 0);
     LG_CHECK(pick(&off, &shrt, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -451,7 +451,7 @@ test_ttft(void)
     slow->hold_ms = 4000;
     /* the model's terms at unit weights (the default weighs the wait 1.6x:
      * checked below) */
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"decode_weight\": 0, \"wait_weight\": 1}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"decode_weight\": 0, \"wait_weight\": 1}") == 0);
 
     /* idle: the fast one */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
@@ -476,7 +476,7 @@ test_ttft(void)
         double unit[N_MAX], wait;
 
         memcpy(unit, cost, sizeof(unit));
-        LG_CHECK(open_policy(&dec, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"decode_weight\": 0}") == 0);
+        LG_CHECK(open_policy(&dec, "ttft", "{\"tolerance_ms\": 0, \"decode_weight\": 0}") == 0);
         LG_CHECK(pick(&dec, &shrt, &f, cost, &why) == 1);
         wait = (cost[0] - unit[0]) / 0.6;
         LG_CHECK(wait > 10 && fabs(cost[1] - unit[1]) < 1e-9); /* slow is not full */
@@ -517,7 +517,7 @@ test_ttft(void)
     fast->hold_ms = slow->hold_ms = 1000;
     fast->itl_ms = 15;
     LG_CHECK(open_policy(&dec, "ttft",
-                         "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"decode_weight\": 0.05, \"batch_weight\": 0, \"decode_slack\": 0}")
+                         "{\"tolerance_ms\": 0, \"decode_weight\": 0.05, \"batch_weight\": 0, \"decode_slack\": 0}")
              == 0);
     {
         struct lg_route_info many = req_of(512, 2000, 0, 0);
@@ -534,7 +534,7 @@ test_ttft(void)
          * least is charged: 0.05 x 2000 x (60 - 26.25) = 3375 ms more for
          * the 4x slower decoder, 75 for one 1.8x slower, nothing for one
          * 1.7x slower */
-        LG_CHECK(open_policy(&dec, "ttft", "{\"tolerance_ms\": 0, \"e2e_slack\": 0, \"batch_weight\": 0}") == 0);
+        LG_CHECK(open_policy(&dec, "ttft", "{\"tolerance_ms\": 0, \"batch_weight\": 0}") == 0);
         LG_CHECK(pick(&dec, &many, &f, cost, &why) == 1);
         LG_CHECK(fabs(cost[0] - cost[1] - 3375) < 1e-6);
         fast->itl_ms = 27; /* `fast` holds the slow decoder since the swap: now 1.8x the least */
