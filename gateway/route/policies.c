@@ -375,6 +375,23 @@ static const struct lg_plugin_desc p2c_desc = {
  *             free the fast replicas' slots for first tokens, while a
  *             quarter-speed one keeps most of its charge: NOTES.md 32)
  *
+ * With `interference` above 0 (off by default), each candidate is also
+ * charged what its prefill costs the answers generating there
+ * (ttft_interference_ms()):
+ *
+ *   + interference * prefill * decoders
+ *
+ * (prefill: the model's fixed part and cost per KiB, or the formula's per
+ * KiB; decoders: the requests there past their first token, at most its
+ * slots). Every step that prefills a prompt is one its decoders wait
+ * through, chunked or not. Without it the replica that takes a prompt
+ * soonest (free slots, fast prefill) takes nearly every prompt and its
+ * answers slow to a fraction of their pace: on the mismatch family's
+ * chunked-prefill fleets `ttft` ended answers later than nginx's
+ * least_conn. Off by default: at 0.1-0.3 it spreads very long prompts onto
+ * the replicas where short ones then wait behind them (scenario 5's short
+ * requests: p99 292 ms against 179), bench/routing/NOTES.md 50.
+ *
  * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
  * within tolerance_ms of the least cost, the one with the smallest share of
  * its slots taken, where that share is under tolerance_load (0.75) and its
@@ -405,6 +422,7 @@ struct ttft_state {
     double tolerance_decode_ms;
     double e2e_slack;
     double e2e_slack_ms;
+    double interference;
 };
 
 static int
@@ -430,7 +448,8 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500,
                             .e2e_slack = 0,
-                            .e2e_slack_ms = 1000 };
+                            .e2e_slack_ms = 1000,
+                            .interference = 0 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
         { "batch_weight", &s.batch_weight, 0, 100 },
@@ -452,6 +471,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
         { "e2e_slack", &s.e2e_slack, 0, 1000 },
         { "e2e_slack_ms", &s.e2e_slack_ms, 0, 1e7 },
+        { "interference", &s.interference, 0, 100 },
     };
 
     (void)host;
@@ -470,6 +490,25 @@ enum ttft_est {
     TTFT_EST_MODEL,
     TTFT_EST_MEASURED,
 };
+
+/* The time its prefill takes from the answers generating there: every step
+ * that prefills it (one, or a chunk's worth each) is a step all of them
+ * wait for, so each is delayed about its prefill time. Summed over them:
+ * prefill x decoders (the requests there past their first token: load less
+ * those awaiting one, at most the engine's slots). A replica that admits a
+ * prompt soonest because it has slots free (many of them, or fast prefill)
+ * takes every prompt, and its decoders then run at a fraction of their
+ * pace (chunked prefill: the mismatch family's m2, m5, m8). */
+static double
+ttft_interference_ms(const struct ttft_state *s, const struct lg_backend_view *v, double kib,
+                     bool model)
+{
+    double decoders = LG_MAX(0.0, LG_MIN(v->load, policy_slots(v, s->slots)) - v->pending);
+    double prefill =
+        model ? v->prefill_fixed_ms + v->prefill_ms_per_kib * kib : v->ttft_ms_per_kib * kib;
+
+    return LG_MAX(0.0, prefill) * decoders;
+}
 
 static double
 ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
@@ -545,6 +584,7 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
          * could not run: the measured terms on a replica it cannot follow) */
         pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
     }
+    pred += s->interference * ttft_interference_ms(s, v, kib, model);
     return pred
            + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
                  * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);

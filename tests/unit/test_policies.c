@@ -921,7 +921,64 @@ test_ttft_finish_guard(void)
     return 0;
 }
 
+/* interference: a prompt goes where its prefill holds up the fewest
+ * answers being generated, where that outweighs a slower first token: the
+ * replica that prefills fastest takes every prompt otherwise, and its
+ * decoders wait through each (chunked prefill most of all). */
+static int
+test_ttft_interference(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol, off;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *fast, *slow;
+    struct lg_route_info r = req_of(2048, 64, 0, 0);
+
+    fast = add(&f, "fast");
+    slow = add(&f, "slow");
+    fast->engine_model_ms = 60; /* 12 there, 2 awaiting a first token: 10 decoding */
+    fast->prefill_ms_per_kib = 20;
+    fast->prefill_fixed_ms = 5;
+    fast->capacity = 16;
+    fast->load = 12;
+    fast->pending = 2;
+    slow->engine_model_ms = 90; /* 2 decoding */
+    slow->prefill_ms_per_kib = 30;
+    slow->prefill_fixed_ms = 5;
+    slow->capacity = 16;
+    slow->load = 2;
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"interference\": 0.3}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0}") == 0); /* off by default */
+    /* first tokens 100 against 150 ms; their prefills, 45 ms to 10 answers
+     * and 65 ms to 2, charge 0.3 x 450 and 0.3 x 130 */
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[0] - 235) < 1e-9 && fabs(cost[1] - 189) < 1e-9);
+    LG_CHECK(pick(&off, &r, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - 100) < 1e-9 && fabs(cost[1] - 150) < 1e-9);
+    /* no more decoders than slots, less those awaiting a first token */
+    fast->load = 40;
+    fast->pending = 6;
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[0] - (100 + 0.3 * 45 * 10)) < 1e-9);
+    fast->pending = 12; /* 4 decoding: 154 */
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 0);
+    /* where the model cannot tell, the formula's prompt cost: 40 ms for
+     * 2 KiB on both (ttft_ms_per_kib 20), to 12 answers against 2; first
+     * tokens 91 against 122 ms */
+    fast->engine_model_ms = -1;
+    slow->engine_model_ms = -1;
+    slow->ttft_fixed_ms = 80;
+    fast->load = 12;
+    fast->pending = 0;
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 1);
+    LG_CHECK(pick(&off, &r, &f, cost, &why) == 0);
+    pol.p->ops->destroy(pol.state);
+    off.p->ops->destroy(off.state);
+    return 0;
+}
+
 LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_ttft_engine_model,
-             test_ttft_measured_terms, test_ttft_finish_guard,
+             test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference,
              test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
              test_prefix_rejoin, test_session_affinity)
