@@ -388,9 +388,10 @@ static const struct lg_plugin_desc p2c_desc = {
  * soonest (free slots, fast prefill) takes nearly every prompt and its
  * answers slow to a fraction of their pace: on the mismatch family's
  * chunked-prefill fleets `ttft` ended answers later than nginx's
- * least_conn. Off by default: at 0.1-0.3 it spreads very long prompts onto
- * the replicas where short ones then wait behind them (scenario 5's short
- * requests: p99 292 ms against 179), bench/routing/NOTES.md 50.
+ * least_conn. Off by default: at 0.1-0.3, with 10% very long prompts, it
+ * steers short prompts off the replica running the long ones' answers onto
+ * one other, where they queue (scenario 5's short requests: p99 292 ms
+ * against 179), bench/routing/NOTES.md 50.
  *
  * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
  * within tolerance_ms of the least cost, the one with the smallest share of
