@@ -585,7 +585,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
          * could not run: the measured terms on a replica it cannot follow) */
         pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
     }
-    pred += s->interference * ttft_interference_ms(s, v, kib, model);
+    if (s->interference > 0) {
+        pred += s->interference * ttft_interference_ms(s, v, kib, model);
+    }
     return pred
            + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
                  * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
