@@ -492,14 +492,11 @@ enum ttft_est {
     TTFT_EST_MEASURED,
 };
 
-/* The time its prefill takes from the answers generating there: every step
- * that prefills it (one, or a chunk's worth each) is a step all of them
- * wait for, so each is delayed about its prefill time. Summed over them:
- * prefill x decoders (the requests there past their first token: load less
- * those awaiting one, at most the engine's slots). A replica that admits a
- * prompt soonest because it has slots free (many of them, or fast prefill)
- * takes every prompt, and its decoders then run at a fraction of their
- * pace (chunked prefill: the mismatch family's m2, m5, m8). */
+/* The time its prefill takes from the answers generating there (the
+ * `interference` term above): each waits through the steps that prefill
+ * it, so prefill x decoders. Decoders: the load there, at most its slots,
+ * less our requests awaiting a first token (other clients' requests count
+ * as decoding: the scrape does not say which of them await one). */
 static double
 ttft_interference_ms(const struct ttft_state *s, const struct lg_backend_view *v, double kib,
                      bool model)
