@@ -294,11 +294,13 @@ lg_est_line_read(const struct lg_est_line *l, uint64_t now_ns, double prior_fixe
                  double prior_slope, double half_life_s, double *fixed, double *slope)
 {
     double d = est_decay_since(l->t_ns, now_ns, half_life_s);
-    const double k = LG_EST_MEAN_PRIOR_WEIGHT;
-    double xm = l->n > 0 ? l->sx / l->n : 1.0; /* the pseudo-samples' x */
+    const double k = LG_EST_MEAN_PRIOR_WEIGHT, dx = LG_EST_LINE_PRIOR_SPREAD_KIB;
+    double xm = l->n > 0 ? l->sx / l->n : 1.0; /* the pseudo-samples' mean x */
     double ym = prior_fixed + prior_slope * xm;
+    /* half of them at xm - dx, half at xm + dx, on the prior line */
     double W = d * l->n + k, X = d * l->sx + k * xm, Y = d * l->sy + k * ym;
-    double XX = d * l->sxx + k * xm * xm, XY = d * l->sxy + k * xm * ym;
+    double XX = d * l->sxx + k * (xm * xm + dx * dx);
+    double XY = d * l->sxy + k * (xm * ym + dx * dx * prior_slope);
     double det = W * XX - X * X, a, b;
 
     if (det > 1e-6 * W * XX) {

@@ -101,14 +101,21 @@ struct lg_est_mean {
  * for a prompt of x KiB, from first tokens less the model's wait), a fixed
  * part for the step that prefills (launch and scheduling costs, whatever the
  * prompt: 0 to 25 ms a step on the mismatch fleets) and a part per KiB.
- * Pulled toward a prior line by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples at
- * the samples' own mean x (they weigh as many samples whatever the prompts'
- * sizes: with pseudo-samples at 1 KiB, prompts of a quarter KiB needed 60
- * samples to outweigh them, and a real engine's prefill, 170-1,340 ms per
- * KiB against a prior of 10, was still far under after a run:
- * bench/routing/NOTES.md 47); where the prompts seen vary too little to
- * tell a slope, the prior's slope, the fixed part taking the rest.
+ * Pulled toward a prior line by LG_EST_MEAN_PRIOR_WEIGHT pseudo-samples
+ * centred on the samples' own mean x (they weigh as many samples whatever
+ * the prompts' sizes: with pseudo-samples at 1 KiB, prompts of a quarter KiB
+ * needed 60 samples to outweigh them, and a real engine's prefill, 170-1,340
+ * ms per KiB against a prior of 10, was still far under after a run:
+ * bench/routing/NOTES.md 47), half of them LG_EST_LINE_PRIOR_SPREAD_KIB
+ * below it and half above: the level is the samples', the slope leans on
+ * the prior's until the prompts seen spread over more than that. Prompts of
+ * a narrow range tell their slope badly, and the slope is what carries a
+ * prompt far longer than any seen: a replica that had seen a few prompts of
+ * about 1 KiB read a noisy falling slope, kept flat, and took 32 KB prompts
+ * for 45 ms of prefill (1.6 s on it), four in a row (bench/routing/NOTES.md
+ * 51). Where the prompts seen do not vary, the prior's slope.
  */
+#define LG_EST_LINE_PRIOR_SPREAD_KIB 1.0
 struct lg_est_line {
     double n; /* decayed count of samples */
     double sx, sy, sxx, sxy;

@@ -483,17 +483,32 @@ test_line(void)
     /* long unheard: back to the prior */
     LG_CHECK(near(line_slope(&s, t + S(120), 12, &fixed), 12, 0.05) && fixed < 0.5);
 
-    /* a fixed part per prefilling step (20 ms) and 100 ms per KiB: both (the
-     * prior's four pseudo-samples, at the samples' mean size, pull the
-     * level there, not the slope) */
+    /* a fixed part per prefilling step (20 ms) and 100 ms per KiB: both,
+     * the prior's four pseudo-samples at the samples' mean size +- 1 KiB
+     * (a spread of 4 KiB^2) pulling the slope as far as the samples' spread
+     * (96 x 0.328 KiB^2) is from outweighing it, and the level at their
+     * mean size (1.125 KiB) by four samples in a hundred */
     s = (struct lg_est_line){ 0 };
     for (int i = 0; i < 96; i++) {
         double x = 0.25 + (i % 8) * 0.25;
 
         lg_est_line_add(&s, t, x, 20 + 100 * x, LG_EST_MEAN_HALF_LIFE_S);
     }
-    LG_CHECK(near(line_slope(&s, t, 10, &fixed), 100, 1e-6));
-    LG_CHECK(near(fixed, 20 - 4.0 / 100 * (20 + 100 * 1.125 - 10 * 1.125), 1e-6));
+    {
+        double sxx = 96 * 0.0625 * 63 / 12, b = (sxx * 100 + 4 * 10) / (sxx + 4);
+        double level = (96 * (20 + 100 * 1.125) + 4 * 10 * 1.125) / 100;
+
+        LG_CHECK(near(line_slope(&s, t, 10, &fixed), b, 1e-9) && b > 89 && b < 90);
+        LG_CHECK(near(fixed, level - b * 1.125, 1e-9));
+    }
+    /* a few prompts of about 1 KiB whose first tokens fall with their size
+     * (noise: a slow replica's steps are 40 ms): the prior's slope, not a
+     * flat line, carries a 32 KB prompt (it took 45 ms for 1.6 s) */
+    s = (struct lg_est_line){ 0 };
+    lg_est_line_add(&s, t, 0.9, 50, LG_EST_MEAN_HALF_LIFE_S);
+    lg_est_line_add(&s, t, 1.1, 30, LG_EST_MEAN_HALF_LIFE_S);
+    LG_CHECK(line_slope(&s, t, 50, &fixed) > 45);
+    LG_CHECK(fixed + line_slope(&s, t, 50, NULL) * 31.25 > 1400);
 
     /* small prompts outweigh the prior as soon as large ones: four samples
      * of a quarter KiB at 300 ms per KiB against a prior of 10 land half
