@@ -388,10 +388,12 @@ static const struct lg_plugin_desc p2c_desc = {
  * soonest (free slots, fast prefill) takes nearly every prompt and its
  * answers slow to a fraction of their pace: on the mismatch family's
  * chunked-prefill fleets `ttft` ended answers later than nginx's
- * least_conn. Off by default: at 0.1-0.3, with 10% very long prompts, it
- * steers short prompts off the replica running the long ones' answers onto
- * one other, where they queue (scenario 5's short requests: p99 292 ms
- * against 179), bench/routing/NOTES.md 50.
+ * least_conn. Off by default: it moves a very long prompt, charged for
+ * every answer generating where it would start soonest, onto a slower
+ * replica (scenario 5's 32 KB prompts: p99 2.5 s at 0.1 against 0.86 s
+ * off), costs 1a's first tokens at 0.3, and moves the mismatch family's
+ * pooled e2e p99 little at 0.1 (0.76x and 0.85x nginx's against 0.80x and
+ * 0.86x), bench/routing/NOTES.md 50-51.
  *
  * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
  * within tolerance_ms of the least cost, the one with the smallest share of
