@@ -425,6 +425,7 @@ struct ttft_state {
     double tolerance_decode_ms;
     double e2e_slack;
     double e2e_slack_ms;
+    double e2e_slack_load;
     double interference;
 };
 
@@ -452,6 +453,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .tolerance_decode_ms = 2500,
                             .e2e_slack = 0,
                             .e2e_slack_ms = 1000,
+                            .e2e_slack_load = 0,
                             .interference = 0 };
     const struct policy_opt opts[] = {
         { "slots", &s.slots, 1, 1e6 },
@@ -474,6 +476,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
         { "e2e_slack", &s.e2e_slack, 0, 1000 },
         { "e2e_slack_ms", &s.e2e_slack_ms, 0, 1e7 },
+        { "e2e_slack_load", &s.e2e_slack_load, 0, 1 },
         { "interference", &s.interference, 0, 100 },
     };
 
@@ -677,27 +680,37 @@ ttft_end(const struct lg_route_info *req, const struct lg_backend_view *v, doubl
  * (e2e_slack 0): at 90% load on a mixed-speed fleet the long answers it
  * keeps on the fast replicas hold their slots, and the first tokens there
  * queue (bench/routing/NOTES.md 48: e2e p99 down 40-60%, p99 TTFT up
- * 15-85%). True when the cheapest was raised. */
+ * 15-85%). e2e_slack_load (0: off): above 0, the soonest end counts only
+ * among the candidates that would then have at most that share of their
+ * slots taken (none: no guard), so a long answer is not held for a
+ * replica's last free slots. True when the cheapest was raised. */
 static bool
 ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
                   const struct lg_backend_view *const *c, size_t n, double *cost)
 {
     double soonest = 0, limit, worst = 0;
     size_t at = 0;
-    bool raised = false;
+    bool raised = false, any = false;
 
     if (s->e2e_slack <= 0 || req->max_tokens == 0 || n < 2) {
         return false;
     }
     for (size_t i = 0; i < n; i++) {
         double end = ttft_end(req, c[i], cost[i]);
+        /* with it, at most e2e_slack_load of its slots taken (0: any) */
+        bool room = s->e2e_slack_load <= 0
+                    || c[i]->load + 1 <= s->e2e_slack_load * policy_slots(c[i], s->slots);
 
-        if (i == 0 || end < soonest) {
+        if (room && (!any || end < soonest)) {
             soonest = end;
+            any = true;
         }
         if (cost[i] < cost[at]) {
             at = i;
         }
+    }
+    if (!any) {
+        return false;
     }
     limit = soonest * (1.0 + s->e2e_slack) + s->e2e_slack_ms;
     for (size_t i = 0; i < n; i++) {

@@ -917,6 +917,22 @@ test_ttft_finish_guard(void)
     slow->itl_own_ms = 20;
     LG_CHECK(pick(&pol, &lng, &f, cost, &why) == 1);
     pol.p->ops->destroy(pol.state);
+    /* e2e_slack_load: the answer is held to where it ends soonest only if
+     * that takes at most this share of its slots (8 here) */
+    slow->itl_own_ms = 60;
+    LG_CHECK(open_policy(&pol, "ttft",
+                         "{\"tolerance_ms\": 0, \"e2e_slack\": 0.25, \"e2e_slack_ms\": 250, "
+                         "\"e2e_slack_load\": 0.75}")
+             == 0);
+    fast->load = 5; /* 6 of 8 with it */
+    LG_CHECK(pick(&pol, &lng, &f, cost, &why) == 0);
+    LG_CHECK_STR(why, "lowest_ttft_ending_in_time");
+    fast->load = 6; /* 7 of 8: no guard, the first token decides */
+    LG_CHECK(pick(&pol, &lng, &f, cost, &why) == 1);
+    LG_CHECK_STR(why, "lowest_predicted_ttft");
+    LG_CHECK(fabs(cost[0] - 400) < 1e-9 && fabs(cost[1] - 100) < 1e-9);
+    LG_CHECK(pick(&off, &lng, &f, cost, &why) == 1);
+    pol.p->ops->destroy(pol.state);
     off.p->ops->destroy(off.state);
     return 0;
 }
