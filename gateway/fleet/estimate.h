@@ -96,6 +96,10 @@ struct lg_est_mean {
     uint64_t t_ns;
 };
 
+/* How far either side of the samples' mean size the line's prior
+ * pseudo-samples sit (below). */
+#define LG_EST_LINE_PRIOR_SPREAD_KIB 1.0
+
 /*
  * A decaying line, y = fixed + slope * x: the engine model's prefill (ms
  * for a prompt of x KiB, from first tokens less the model's wait), a fixed
@@ -115,7 +119,6 @@ struct lg_est_mean {
  * for 45 ms of prefill (1.6 s on it), four in a row (bench/routing/NOTES.md
  * 51). Where the prompts seen do not vary, the prior's slope.
  */
-#define LG_EST_LINE_PRIOR_SPREAD_KIB 1.0
 struct lg_est_line {
     double n; /* decayed count of samples */
     double sx, sy, sxx, sxy;
