@@ -26,6 +26,15 @@ Policies:
               smallest share of its slots taken, under --tolerance-load, whose
               answer takes at most --tolerance-decode-ms longer (the `ttft`
               policy's pick, gateway/route/policies.c ttft_tolerate())
+  e2e[:K=V...] end to end: of those whose exact first token is within
+              `window` ms (100) of the soonest, the least first token +
+              `decode` (1) x max_tokens x the decode step with it there +
+              `interference` (1) x its prefill there x the answers generating
+              there + `batch` (1) x what one more sequence adds to their
+              steps x their tokens left (up to max_tokens); then the
+              tolerant pick among those within --tolerance-ms of that cost
+              (`tolerance` 0: none). What an end-to-end objective could do
+              with exact state (bench/routing/NOTES.md 53)
   replay:DIR  where a real run sent each request (DIR/requests.jsonl, the
               benchmark's per-request log): the model's TTFT against the one
               measured, request by request
@@ -39,6 +48,13 @@ Policies:
       --peer-interval 100
   bench/routing/fleetmodel.py OUT/m3-90/trace.jsonl --scenario m3-90 \
       --policy greedy,least_conn,replay:OUT/m3-90/ttft/round1
+  bench/routing/fleetmodel.py --family OUT --policy least_conn,tolerant,e2e:window=50
+
+--family OUT: the mismatch family's draws (OUT from run.py --scenario
+mismatch, one trace.jsonl per draw and load, round 1's), each policy pooled
+over the draws at each load as mismatch.py pools them (p99 TTFT and e2e
+p99 over every request of the draws), with the ratios to the first policy
+and the draws where a policy's p99 TTFT exceeds the first policy's.
 """
 
 import argparse
@@ -360,12 +376,60 @@ def pick_by_prediction(fleet, r, args, rng, hide=None):
     ok = []
     for i, x in enumerate(fleet):
         slower = max(0.0, itl(x) - itl(fleet[best]))
-        if pred[i] > pred[best] + args.tolerance_ms:
+        if pred[i] > pred[best] + max(args.tolerance_ms, args.tolerance_frac * pred[best]):
             continue
         if i == best or (taken(x) < args.tolerance_load
                          and r.max_tokens * slower <= args.tolerance_decode_ms):
             ok.append(i)
     return fleet[min(ok, key=lambda i: (taken(fleet[i]), pred[i]))]
+
+
+def policy_options(spec, defaults):
+    """NAME:K=V:K=V -> defaults updated with the K=V (floats)."""
+    out = dict(defaults)
+    for kv in spec.split(":")[1:]:
+        k, _, v = kv.partition("=")
+        if k not in out:
+            raise ValueError("policy %s: unknown option %r (%s)" % (
+                spec.split(":")[0], k, ", ".join(sorted(out))))
+        out[k] = float(v)
+    return out
+
+
+E2E = {"window": 100.0, "decode": 1.0, "interference": 1.0, "batch": 1.0, "tolerance": 1.0}
+
+
+def pick_e2e(fleet, r, args, opts):
+    """The e2e policy (module doc): exact state, no noise."""
+    cands = []
+    for x in fleet:
+        first = x.predict(r.t, r.tokens)
+        decoders = [e for e in x.running if e[1] == 0]
+        n = len(decoders)
+        prefill = (x.fixed + x.pre * r.tokens) / x.speed
+        grow = x.per * ((n + 1) ** x.exp - n ** x.exp) / x.speed
+        cost = (first
+                + opts["decode"] * r.max_tokens * x.step_ms(0, min(x.slots, x.in_flight() + 1))
+                + opts["interference"] * prefill * n
+                + opts["batch"] * grow * sum(min(e[0], r.max_tokens) for e in decoders))
+        cands.append((cost, first, x))
+    soonest = min(c[1] for c in cands)
+    ok = [c for c in cands if c[1] <= soonest + opts["window"]]
+    best = min(ok, key=lambda c: c[0])
+    if opts["tolerance"] <= 0:
+        return best[2]
+
+    def taken(x):
+        return min(1.0, x.in_flight() / x.slots)
+
+    def itl(x):
+        return x.step_ms(0, min(x.slots, x.in_flight() + 1))
+
+    near = [c for c in ok if c[0] <= best[0] + args.tolerance_ms
+            and (c is best or (taken(c[2]) < args.tolerance_load
+                               and r.max_tokens * max(0.0, itl(c[2]) - itl(best[2]))
+                               <= args.tolerance_decode_ms))]
+    return min(near, key=lambda c: (taken(c[2]), c[0]))[2]
 
 
 def run(scen, trace, args, seed=0, placement=None):
@@ -402,6 +466,8 @@ def run(scen, trace, args, seed=0, placement=None):
                 continue  # failed or unplaced in the real run
         elif args.policy == "least_conn":
             x = pick_least_conn(fleet, state)
+        elif args.policy == "e2e":
+            x = pick_e2e(fleet, r, args, args.policy_opts)
         else:
             x = pick_by_prediction(fleet, r, args, rng, hide)
         x.submit(r, r.t)
@@ -461,6 +527,8 @@ def make_traces(scen, args, folder):
 def evaluate(scen, traces, policy, args, names):
     """One row: medians over the traces (loaded, load_trace()) and noise seeds."""
     args.policy = policy.split(":", 1)[0]
+    if args.policy == "e2e":
+        args.policy_opts = policy_options(policy, E2E)
     if args.policy == "replay":
         placement, measured = load_placement(policy.split(":", 1)[1])
         reqs = run(scen, traces[0], args, placement=placement)
@@ -470,8 +538,8 @@ def evaluate(scen, traces, policy, args, names):
         row["measured_p99"] = pct(list(measured.values()), 99)
         row["error_p10"], row["error_p50"], row["error_p90"] = (
             pct(err, 10), pct(err, 50), pct(err, 90))
-    elif args.policy in ("greedy", "least_conn", "tolerant"):
-        seeds = args.seeds if args.noise and args.policy != "least_conn" else 1
+    elif args.policy in ("greedy", "least_conn", "tolerant", "e2e"):
+        seeds = args.seeds if args.noise and args.policy in ("greedy", "tolerant") else 1
         rows = [summary(run(scen, t, args, seed=s), names)
                 for t in traces for s in range(seeds)]
         row = {k: pct([x[k] for x in rows], 50) for k in ("n", "p50", "p99", "e2e_p99")}
@@ -482,6 +550,50 @@ def evaluate(scen, traces, policy, args, names):
         raise ValueError("unknown policy %r" % policy)
     row["policy"] = policy
     return row
+
+
+def family(args, policies):
+    """--family OUT: each policy over the draws' traces, pooled per load."""
+    import re
+    import mismatch  # noqa: E402 (imports this module)
+
+    if any(p.startswith("replay") for p in policies):
+        raise ValueError("--family: replay:DIR replays one run")
+    sids = sorted((d for d in os.listdir(args.family) if re.match(r"m\d+-\d+$", d)
+                   and os.path.exists(os.path.join(args.family, d, "trace.jsonl"))),
+                  key=lambda d: (int(d.split("-")[1]), int(d[1:].split("-")[0])))
+    if not sids:
+        raise ValueError("--family: no OUT/mK-LOAD/trace.jsonl in %s" % args.family)
+    for load in sorted(set(d.split("-")[1] for d in sids), key=int):
+        pooled = {p: ([], []) for p in policies}
+        per = {p: {} for p in policies}
+        for sid in (d for d in sids if d.endswith("-" + load)):
+            k = int(sid[1:].split("-")[0])
+            scen = mismatch.make_scenarios(k, args.draw_seed, only=sid)[0]
+            trace = load_trace(os.path.join(args.family, sid, "trace.jsonl"))
+            for policy in policies:
+                args.policy = policy.split(":", 1)[0]
+                if args.policy == "e2e":
+                    args.policy_opts = policy_options(policy, E2E)
+                elif args.policy not in ("greedy", "least_conn", "tolerant"):
+                    raise ValueError("unknown policy %r" % policy)
+                reqs = run(scen, trace, args)
+                ttft = [r.first - r.t for r in reqs]
+                pooled[policy][0].extend(ttft)
+                pooled[policy][1].extend(r.done - r.t for r in reqs)
+                per[policy][sid] = pct(ttft, 99)
+        base = pooled[policies[0]]
+        bt, be = pct(base[0], 99), pct(base[1], 99)
+        print("%d%% load, %d draws, pooled (ratios: to %s)" % (int(load), len(per[policies[0]]),
+                                                              policies[0]))
+        print("  %-40s %8s %6s %10s %6s  %s" % ("policy", "p99 ms", "ratio", "e2e p99 s", "ratio",
+                                               "draws whose p99 TTFT is over the first's"))
+        for policy in policies:
+            t, e = pct(pooled[policy][0], 99), pct(pooled[policy][1], 99)
+            over = [sid for sid, v in per[policy].items() if v > per[policies[0]][sid]]
+            print("  %-40s %8.0f %6.2f %10.2f %6.2f  %s" % (policy[-40:], t, t / bt, e / 1000.0,
+                                                          e / be, " ".join(over) or "-"))
+    return 0
 
 
 def main(argv=None):
@@ -501,8 +613,14 @@ def main(argv=None):
     ap.add_argument("--build", default=os.path.join(SRC, "build"),
                     help="CMake build folder with llmload (default: build/)")
     ap.add_argument("--policy", default="greedy,least_conn,tolerant",
-                    help="comma list: greedy, least_conn, tolerant, replay:DIR")
+                    help="comma list: greedy, least_conn, tolerant, e2e[:K=V...], replay:DIR")
+    ap.add_argument("--family", metavar="OUT",
+                    help="instead of TRACE: the mismatch family's traces in OUT (run.py "
+                    "--scenario mismatch), pooled per load")
     ap.add_argument("--tolerance-ms", type=float, default=20.0)
+    ap.add_argument("--tolerance-frac", type=float, default=0.0,
+                    help="tolerant: the tolerance is at least this fraction of the soonest "
+                    "first token (0: --tolerance-ms alone)")
     ap.add_argument("--tolerance-load", type=float, default=0.75)
     ap.add_argument("--tolerance-decode-ms", type=float, default=2500.0)
     ap.add_argument("--noise", help="comma list: standard deviation (ms) of the prediction's "
@@ -515,6 +633,15 @@ def main(argv=None):
                     help="ms between a gateway's answers to its peer (0: at once)")
     ap.add_argument("--json", action="store_true", help="one JSON object per policy")
     args = ap.parse_args(argv)
+    if args.family:
+        if args.trace or args.traces:
+            ap.error("--family replaces TRACE and --traces")
+        args.speed_list = None
+        args.noise = None
+        try:
+            return family(args, args.policy.split(","))
+        except ValueError as e:
+            ap.error(str(e))
 
     scen = scenarios.by_id().get(args.scenario)
     if scen is None and args.scenario.startswith("m"):

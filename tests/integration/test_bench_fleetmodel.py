@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from contextlib import redirect_stdout
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -32,6 +33,21 @@ def write_trace(path, reqs):
         for t_ms, prompt_bytes, max_tokens in reqs:
             f.write(json.dumps({"t_us": int(t_ms * 1000), "prompt_bytes": prompt_bytes,
                                 "max_tokens": max_tokens, "group": -1}) + "\n")
+
+
+def mixed_trace(path, seed):
+    """20 s of Poisson arrivals at 70% of scenario 1a's capacity, the
+    benchmark's request mix; written to path, returned as rows."""
+    rng = random.Random(seed)
+    t, rows = 0.0, []
+    rate = 0.7 * scenarios.capacity_rps(SIM, scenarios.HETERO, scenarios.PROMPT,
+                                         scenarios.MAX_TOKENS)
+    while t < 20000:
+        t += rng.expovariate(rate / 1000.0)
+        rows.append((t, rng.randint(256, 2048),
+                     rng.randint(16, 64) if rng.random() < 0.8 else rng.randint(128, 256)))
+    write_trace(path, rows)
+    return rows
 
 
 def model_json(argv):
@@ -174,15 +190,7 @@ class FleetModelSchedule(unittest.TestCase):
         # beats least connections, and both place every request
         with tempfile.TemporaryDirectory() as tmp:
             trace = os.path.join(tmp, "trace.jsonl")
-            rng = random.Random(11)
-            t, rows = 0.0, []
-            rate = 0.7 * scenarios.capacity_rps(SIM, scenarios.HETERO, scenarios.PROMPT,
-                                                 scenarios.MAX_TOKENS)
-            while t < 20000:
-                t += rng.expovariate(rate / 1000.0)
-                rows.append((t, rng.randint(256, 2048),
-                             rng.randint(16, 64) if rng.random() < 0.8 else rng.randint(128, 256)))
-            write_trace(trace, rows)
+            rows = mixed_trace(trace, 11)
             out = {r["policy"]: r for r in model_json([trace, "--scenario", "1a"])}
             for name in ("greedy", "least_conn", "tolerant"):
                 self.assertEqual(out[name]["n"], len(rows))
@@ -200,6 +208,37 @@ class FleetModelSchedule(unittest.TestCase):
             self.assertEqual(two["0"]["p99"], one["p99"])
             self.assertEqual(two["0"]["share"], one["share"])
             self.assertGreater(two["250"]["p99"], one["p99"])
+
+
+    def test_end_to_end_policy_and_family(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "trace.jsonl")
+            rows = mixed_trace(trace, 12)
+            # with no window, charges or tolerance it is the greedy pick
+            bare = "e2e:window=0:decode=0:interference=0:batch=0:tolerance=0"
+            out = {r["policy"]: r for r in model_json(
+                [trace, "--scenario", "1a", "--policy", "greedy,tolerant,e2e," + bare])}
+            self.assertEqual(out[bare]["p99"], out["greedy"]["p99"])
+            self.assertEqual(out[bare]["share"], out["greedy"]["share"])
+            # charged for its decode and the answers it holds up, long answers
+            # end sooner than under the first-token pick
+            self.assertEqual(out["e2e"]["n"], len(rows))
+            self.assertLess(out["e2e"]["e2e_p99"], out["tolerant"]["e2e_p99"])
+            with self.assertRaises(SystemExit), redirect_stdout(io.StringIO()), \
+                    unittest.mock.patch("sys.stderr", io.StringIO()):
+                fleetmodel.main([trace, "--policy", "e2e:wndow=5"])
+            # --family pools the draws it finds (m0: the issue's fleet)
+            os.makedirs(os.path.join(tmp, "fam", "m0-70"))
+            os.rename(trace, os.path.join(tmp, "fam", "m0-70", "trace.jsonl"))
+            buf = io.StringIO()
+            with redirect_stdout(buf):
+                fleetmodel.main(["--family", os.path.join(tmp, "fam"),
+                                 "--policy", "least_conn,tolerant"])
+            lines = buf.getvalue().splitlines()
+            self.assertTrue(lines[0].startswith("70% load, 1 draws"), lines)
+            first = lines[2].split()
+            self.assertEqual((first[0], first[2], first[4]), ("least_conn", "1.00", "1.00"))
+            self.assertEqual(lines[3].split()[0], "tolerant")
 
 
 class FleetModelAgainstLlmsim(unittest.TestCase):
