@@ -62,6 +62,7 @@ import collections
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 
@@ -554,7 +555,6 @@ def evaluate(scen, traces, policy, args, names):
 
 def family(args, policies):
     """--family OUT: each policy over the draws' traces, pooled per load."""
-    import re
     import mismatch  # noqa: E402 (imports this module)
 
     if any(p.startswith("replay") for p in policies):
