@@ -367,7 +367,16 @@ def pick_by_prediction(fleet, r, args, rng, hide=None):
     best = min(range(len(fleet)), key=lambda i: pred[i])
     if args.policy != "tolerant":
         return fleet[best]
+    return tolerant_pick(fleet, pred, best,
+                         max(args.tolerance_ms, args.tolerance_frac * pred[best]), r, args, hide)
 
+
+def tolerant_pick(xs, cost, best, tol, r, args, hide=None):
+    """The `ttft` pick's tolerance (gateway/route/policies.c ttft_tolerate())
+    over replicas xs costing cost, xs[best] the cheapest: of those within tol
+    of it, the one with the smallest share of its slots taken, each other
+    than the cheapest under --tolerance-load and its answer at most
+    --tolerance-decode-ms longer there."""
     def itl(x):
         return x.step_ms(0, min(x.slots, x.in_flight(hide) + 1))
 
@@ -375,14 +384,14 @@ def pick_by_prediction(fleet, r, args, rng, hide=None):
         return min(1.0, x.in_flight(hide) / x.slots)
 
     ok = []
-    for i, x in enumerate(fleet):
-        slower = max(0.0, itl(x) - itl(fleet[best]))
-        if pred[i] > pred[best] + max(args.tolerance_ms, args.tolerance_frac * pred[best]):
+    for i, x in enumerate(xs):
+        slower = max(0.0, itl(x) - itl(xs[best]))
+        if cost[i] > cost[best] + tol:
             continue
         if i == best or (taken(x) < args.tolerance_load
                          and r.max_tokens * slower <= args.tolerance_decode_ms):
             ok.append(i)
-    return fleet[min(ok, key=lambda i: (taken(fleet[i]), pred[i]))]
+    return xs[min(ok, key=lambda i: (taken(xs[i]), cost[i]))]
 
 
 def policy_options(spec, defaults):
@@ -398,6 +407,17 @@ def policy_options(spec, defaults):
 
 
 E2E = {"window": 100.0, "decode": 1.0, "interference": 1.0, "batch": 1.0, "tolerance": 1.0}
+
+
+PLACEMENTS = ("greedy", "least_conn", "tolerant", "e2e")  # what run() places by itself
+
+
+def set_policy(args, policy):
+    """args.policy (and args.policy_opts for e2e) from NAME[:K=V...]; the name."""
+    args.policy = policy.split(":", 1)[0]
+    if args.policy == "e2e":
+        args.policy_opts = policy_options(policy, E2E)
+    return args.policy
 
 
 def pick_e2e(fleet, r, args, opts):
@@ -416,21 +436,10 @@ def pick_e2e(fleet, r, args, opts):
         cands.append((cost, first, x))
     soonest = min(c[1] for c in cands)
     ok = [c for c in cands if c[1] <= soonest + opts["window"]]
-    best = min(ok, key=lambda c: c[0])
+    best = min(range(len(ok)), key=lambda i: ok[i][0])
     if opts["tolerance"] <= 0:
-        return best[2]
-
-    def taken(x):
-        return min(1.0, x.in_flight() / x.slots)
-
-    def itl(x):
-        return x.step_ms(0, min(x.slots, x.in_flight() + 1))
-
-    near = [c for c in ok if c[0] <= best[0] + args.tolerance_ms
-            and (c is best or (taken(c[2]) < args.tolerance_load
-                               and r.max_tokens * max(0.0, itl(c[2]) - itl(best[2]))
-                               <= args.tolerance_decode_ms))]
-    return min(near, key=lambda c: (taken(c[2]), c[0]))[2]
+        return ok[best][2]
+    return tolerant_pick([c[2] for c in ok], [c[0] for c in ok], best, args.tolerance_ms, r, args)
 
 
 def run(scen, trace, args, seed=0, placement=None):
@@ -527,9 +536,7 @@ def make_traces(scen, args, folder):
 
 def evaluate(scen, traces, policy, args, names):
     """One row: medians over the traces (loaded, load_trace()) and noise seeds."""
-    args.policy = policy.split(":", 1)[0]
-    if args.policy == "e2e":
-        args.policy_opts = policy_options(policy, E2E)
+    set_policy(args, policy)
     if args.policy == "replay":
         placement, measured = load_placement(policy.split(":", 1)[1])
         reqs = run(scen, traces[0], args, placement=placement)
@@ -539,7 +546,7 @@ def evaluate(scen, traces, policy, args, names):
         row["measured_p99"] = pct(list(measured.values()), 99)
         row["error_p10"], row["error_p50"], row["error_p90"] = (
             pct(err, 10), pct(err, 50), pct(err, 90))
-    elif args.policy in ("greedy", "least_conn", "tolerant", "e2e"):
+    elif args.policy in PLACEMENTS:
         seeds = args.seeds if args.noise and args.policy in ("greedy", "tolerant") else 1
         rows = [summary(run(scen, t, args, seed=s), names)
                 for t in traces for s in range(seeds)]
@@ -572,10 +579,7 @@ def family(args, policies):
             scen = mismatch.make_scenarios(k, args.draw_seed, only=sid)[0]
             trace = load_trace(os.path.join(args.family, sid, "trace.jsonl"))
             for policy in policies:
-                args.policy = policy.split(":", 1)[0]
-                if args.policy == "e2e":
-                    args.policy_opts = policy_options(policy, E2E)
-                elif args.policy not in ("greedy", "least_conn", "tolerant"):
+                if set_policy(args, policy) not in PLACEMENTS:
                     raise ValueError("unknown policy %r" % policy)
                 reqs = run(scen, trace, args)
                 ttft = [r.first - r.t for r in reqs]
@@ -620,7 +624,8 @@ def main(argv=None):
     ap.add_argument("--tolerance-ms", type=float, default=20.0)
     ap.add_argument("--tolerance-frac", type=float, default=0.0,
                     help="tolerant: the tolerance is at least this fraction of the soonest "
-                    "first token (0: --tolerance-ms alone)")
+                    "first token (0: --tolerance-ms alone; tried in the gateway and not kept, "
+                    "NOTES.md 53)")
     ap.add_argument("--tolerance-load", type=float, default=0.75)
     ap.add_argument("--tolerance-decode-ms", type=float, default=2500.0)
     ap.add_argument("--noise", help="comma list: standard deviation (ms) of the prediction's "
