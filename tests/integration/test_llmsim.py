@@ -625,12 +625,12 @@ class LlmsimProcess(harness.Harness):
                      "--fault", "--state-shm", "--ready-file", "--quiet", "slow@T:F[:D]",
                      "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N",
                      "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
-                     "--jitter", "prefill-first", "chunked"):
+                     "--jitter", "--gauge-lag-ms", "prefill-first", "chunked"):
             self.assertIn(flag, out)
         for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
                     ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked
                     ["--schedule", "chunked", "--slots", "16", "--step-tokens", "8"],
-                    ["--jitter", "-0.1"], ["--decode-batch-exp", "5"],
+                    ["--jitter", "-0.1"], ["--decode-batch-exp", "5"], ["--gauge-lag-ms", "-1"],
                     ["--prefill-fixed-ms", "x"]):
             p = self.start([harness.binary("llmsim")] + bad, name="bad")
             self.assertEqual(p.wait(5), 2, bad)

@@ -175,6 +175,7 @@ lg_sim_control_state(const struct lg_sim *sim, struct evbuffer *out)
     json_object_set_new(doc, "decode_ms_per_seq", json_real(e->conf.decode_ms_per_seq));
     json_object_set_new(doc, "decode_batch_exp", json_real(e->conf.decode_batch_exp));
     json_object_set_new(doc, "jitter", json_real(e->conf.jitter));
+    json_object_set_new(doc, "gauge_lag_ms", json_real(e->conf.gauge_lag_ms));
     json_object_set_new(doc, "generation_tokens", json_integer((json_int_t)st->generation_tokens));
     json_object_set_new(doc, "closed_by_fault",
                         json_integer((json_int_t)sim->counters.closed_by_fault));

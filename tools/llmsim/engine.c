@@ -137,6 +137,18 @@ engine_ring_leave(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 
 /* ---- steps ----------------------------------------------------------------- */
 
+uint32_t
+lg_sim_engine_gauge_running(const struct lg_sim_engine *e, uint64_t now_ns)
+{
+    uint64_t lag = (uint64_t)(e->conf.gauge_lag_ms * 1e6);
+    uint32_t n = e->nrunning;
+
+    for (size_t i = 0; lag > 0 && i < LG_SIM_ENGINE_GONE; i++) {
+        n += e->gone_ns[i] != 0 && e->gone_ns[i] + lag > now_ns;
+    }
+    return n;
+}
+
 static void
 engine_kick(struct lg_sim_engine *e)
 {
@@ -155,6 +167,9 @@ engine_release(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 {
     TAILQ_REMOVE(&e->running, seq, link);
     e->nrunning--;
+    if (e->conf.gauge_lag_ms > 0) {
+        e->gone_ns[e->gone_next++ % LG_SIM_ENGINE_GONE] = lg_now_ns();
+    }
     e->free_slots[e->nfree++] = seq->slot;
     if (engine_ring_on(e)) {
         e->shm->slot[seq->slot] = (struct llmsim_shm_slot){ 0, 0 };

@@ -114,6 +114,7 @@ struct lg_sim_engine_conf {
     double decode_ms_per_seq;
     double decode_batch_exp; /* 1: the decode cost grows linearly with the batch */
     double jitter;           /* sigma of the step's lognormal factor; 0 = none */
+    double gauge_lag_ms;     /* an ended sequence stays in the running gauge this long */
     uint64_t seed;           /* of the jitter */
     double speed; /* effective, faults included */
     uint32_t prefix_block_tokens;
@@ -133,6 +134,8 @@ struct lg_sim_token {
     uint32_t index;
     bool last;
 };
+
+#define LG_SIM_ENGINE_GONE 256 /* ends kept for the running gauge's lag */
 
 struct lg_sim_engine {
     struct lg_sim_engine_conf conf;
@@ -162,12 +165,18 @@ struct lg_sim_engine {
     struct lg_sim_token *emit;           /* a step's tokens, sent after its state is published */
     uint64_t emit_step_end_ns;           /* the end of the step whose tokens are being sent */
     struct lg_sim_engine_stats stats;
+    uint64_t gone_ns[LG_SIM_ENGINE_GONE]; /* gauge_lag_ms: the latest ends, a ring */
+    uint32_t gone_next;
 };
 
 int lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
                        const struct lg_sim_engine_conf *conf, const struct lg_sim_engine_ops *ops,
                        struct lg_sim_shm *shm);
 void lg_sim_engine_free(struct lg_sim_engine *e);
+
+/* /metrics' running count: the running sequences, and those that ended
+ * within gauge_lag_ms (at most LG_SIM_ENGINE_GONE of them). */
+uint32_t lg_sim_engine_gauge_running(const struct lg_sim_engine *e, uint64_t now_ns);
 
 /*
  * Queues seq (prompt_tokens, max_tokens, keys, owner and park_until_ns set by

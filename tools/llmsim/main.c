@@ -74,6 +74,9 @@ static const char llmsim_usage[] =
     "  --jitter SIGMA              every step lasts its time times a lognormal\n"
     "                              factor of mean 1 and this sigma, drawn from\n"
     "                              --seed (default 0: none)\n"
+    "  --gauge-lag-ms MS           a sequence that ended stays in /metrics' running\n"
+    "                              count this long, as in an engine that sets its\n"
+    "                              gauges once a step (default 0: gone at once)\n"
     "  --max-tokens-default N      tokens generated when a request has no\n"
     "                              max_tokens (default 16)\n"
     "  --seed S                    seeds token texts (position mode), ids, jitter\n"
@@ -160,6 +163,7 @@ enum {
     OPT_PREFILL_FIXED,
     OPT_DECODE_EXP,
     OPT_JITTER,
+    OPT_GAUGE_LAG,
     OPT_MAX_TOKENS,
     OPT_TEXT,
     OPT_ROLE_CHUNK,
@@ -193,6 +197,7 @@ static const struct option llmsim_options[] = {
     { "prefill-fixed-ms", required_argument, NULL, OPT_PREFILL_FIXED },
     { "decode-batch-exp", required_argument, NULL, OPT_DECODE_EXP },
     { "jitter", required_argument, NULL, OPT_JITTER },
+    { "gauge-lag-ms", required_argument, NULL, OPT_GAUGE_LAG },
     { "max-tokens-default", required_argument, NULL, OPT_MAX_TOKENS },
     { "text", required_argument, NULL, OPT_TEXT },
     { "role-chunk", no_argument, NULL, OPT_ROLE_CHUNK },
@@ -410,6 +415,9 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
             break;
         case OPT_JITTER:
             ok = main_double("jitter", optarg, 0, 2, false, &conf->jitter);
+            break;
+        case OPT_GAUGE_LAG:
+            ok = main_double("gauge-lag-ms", optarg, 0, 60000, false, &conf->gauge_lag_ms);
             break;
         case OPT_MAX_TOKENS:
             ok = main_uint("max-tokens-default", optarg, 1, LG_SIM_API_MAX_TOKENS, &u);

@@ -236,6 +236,13 @@ metrics_hit_rate(const struct lg_sim_engine_stats *st)
     return st->prefix_queries ? (double)st->prefix_hits / (double)st->prefix_queries : 0;
 }
 
+/* The running gauge: with --gauge-lag-ms, ended sequences linger in it. */
+static double
+metrics_running(const struct lg_sim_engine *e)
+{
+    return lg_sim_engine_gauge_running(e, lg_now_ns());
+}
+
 static void
 metrics_vllm(struct evbuffer *out, const struct lg_sim *sim)
 {
@@ -252,7 +259,7 @@ metrics_vllm(struct evbuffer *out, const struct lg_sim *sim)
     snprintf(labels, sizeof(labels), "engine=\"0\",model_name=\"%s\"", sim->conf->models[0].label);
     snprintf(after, sizeof(after), "model_name=\"%s\"", sim->conf->models[0].label);
     metrics_gauge(&m, "vllm:num_requests_running", "Number of requests in model execution batches.",
-                  e->nrunning);
+                  metrics_running(e));
     metrics_gauge(&m, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
                   e->nwaiting);
     metrics_gauge(&m, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
@@ -300,7 +307,8 @@ metrics_sglang(struct evbuffer *out, const struct lg_sim *sim)
              "engine_type=\"unified\",model_name=\"%s\",pp_rank=\"0\",tp_rank=\"0\"",
              sim->conf->models[0].label);
     snprintf(tok, sizeof(tok), "model_name=\"%s\"", sim->conf->models[0].label);
-    metrics_gauge(&m, "sglang:num_running_reqs", "The number of running requests.", e->nrunning);
+    metrics_gauge(&m, "sglang:num_running_reqs", "The number of running requests.",
+                  metrics_running(e));
     metrics_gauge(&m, "sglang:num_used_tokens", "The number of used tokens.", (double)used);
     metrics_gauge(&m, "sglang:token_usage", "The token usage.", lg_sim_engine_kv_usage(e));
     metrics_gauge(&m, "sglang:num_queue_reqs", "The number of requests in the waiting queue.",
@@ -357,7 +365,7 @@ metrics_tgi(struct evbuffer *out, const struct lg_sim *sim)
     metrics_counter(&m, "tgi_request_count", "Total number of requests", cn->requests);
     metrics_counter(&m, "tgi_request_success", "Number of successful requests", cn->requests_ok);
     metrics_gauge(&m, "tgi_queue_size", "Current queue size", e->nwaiting);
-    metrics_gauge(&m, "tgi_batch_current_size", "Current batch size", e->nrunning);
+    metrics_gauge(&m, "tgi_batch_current_size", "Current batch size", metrics_running(e));
     metrics_gauge(&m, "tgi_batch_current_max_tokens", "Maximum tokens for the current batch",
                   (double)lg_sim_engine_kv_tokens(e));
     metrics_tgi_generated(&m, st);
@@ -391,7 +399,7 @@ metrics_llamacpp(struct evbuffer *out, const struct lg_sim *sim)
     metrics_gauge(&m, "llamacpp:kv_cache_tokens", "KV-cache tokens.",
                   (double)lg_sim_engine_kv_tokens(e));
     metrics_gauge(&m, "llamacpp:requests_processing", "Number of requests processing.",
-                  e->nrunning);
+                  metrics_running(e));
     metrics_gauge(&m, "llamacpp:requests_deferred", "Number of requests deferred.", e->nwaiting);
 }
 
@@ -418,7 +426,7 @@ metrics_llmsim(struct evbuffer *out, const struct lg_sim *sim)
                     "Sequences whose first token a stall-first fault held.", st->parked);
     metrics_counter(&m, "llmsim_abandoned_total",
                     "Requests held by a stall whose client left before it ended.", cn->abandoned);
-    metrics_gauge(&m, "llmsim_running", "Sequences holding a slot.", e->nrunning);
+    metrics_gauge(&m, "llmsim_running", "Sequences holding a slot.", metrics_running(e));
     metrics_gauge(&m, "llmsim_waiting", "Sequences queued for a slot.", e->nwaiting);
     metrics_gauge(&m, "llmsim_slots", "Sequences that can run at once.", e->conf.slots);
     metrics_gauge(&m, "llmsim_speed", "Effective speed, faults included (1 = baseline).",

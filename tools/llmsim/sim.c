@@ -278,6 +278,7 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
         .decode_ms_per_seq = conf->decode_ms_per_seq,
         .decode_batch_exp = conf->decode_batch_exp,
         .jitter = conf->jitter,
+        .gauge_lag_ms = conf->gauge_lag_ms,
         .seed = conf->seed,
         .speed = conf->speed,
         .prefix_block_tokens = conf->prefix_block_tokens,

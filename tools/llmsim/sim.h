@@ -47,6 +47,7 @@ struct lg_sim_conf {
     double decode_ms_per_seq;
     double decode_batch_exp;
     double jitter;
+    double gauge_lag_ms;  /* an ended sequence stays in /metrics' running count this long */
     uint32_t schedule;    /* LLMSIM_SHM_SCHED_* */
     uint32_t step_tokens; /* chunked: budget of a step */
     uint32_t max_tokens_default;
