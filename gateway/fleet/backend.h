@@ -121,6 +121,7 @@ struct lg_backend_peers {
 #define LG_BACKEND_DUE_SLOTS    64  /* requests awaiting a first token counted one by one */
 #define LG_BACKEND_END_SLOTS    128 /* requests whose end is predicted, counted one by one */
 #define LG_BACKEND_PACE_BATCHES 16  /* batch sizes the pace is kept for */
+#define LG_BACKEND_GONE_SLOTS   64  /* latest ends of requests of ours kept (scrapes) */
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -191,6 +192,11 @@ struct lg_backend {
     uint64_t pace_batch[LG_BACKEND_PACE_BATCHES];
     uint64_t pace_batch_t_ns[LG_BACKEND_PACE_BATCHES];
     uint64_t token_t_ns;               /* atomic: when a stream of ours there last got a token */
+    /* atomic: when the latest requests of ours there ended, a ring written
+     * at gone_next (lg_backend_inflight_end): an engine's count can hold
+     * them a while after (lg_backend_gone_since) */
+    uint64_t gone[LG_BACKEND_GONE_SLOTS];
+    uint32_t gone_next;
     uint32_t peers_seq;                /* atomic: odd while peers_pub is being written */
     struct lg_backend_peers peers_pub; /* peer gateways' requests there (health.c) */
 };

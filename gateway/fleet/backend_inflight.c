@@ -296,6 +296,28 @@ lg_backend_inflight_add(struct lg_backend *b, int delta)
     backend_changed();
 }
 
+void
+lg_backend_inflight_end(struct lg_backend *b, uint64_t now_ns)
+{
+    uint32_t at = __atomic_fetch_add(&b->gone_next, 1, __ATOMIC_RELAXED);
+
+    __atomic_store_n(&b->gone[at % LG_BACKEND_GONE_SLOTS], now_ns, __ATOMIC_RELAXED);
+    lg_backend_inflight_add(b, -1);
+}
+
+unsigned
+lg_backend_gone_since(const struct lg_backend *b, uint64_t since_ns)
+{
+    unsigned n = 0;
+
+    for (size_t i = 0; i < LG_BACKEND_GONE_SLOTS; i++) {
+        uint64_t t = __atomic_load_n(&b->gone[i], __ATOMIC_RELAXED);
+
+        n += t != 0 && t >= since_ns;
+    }
+    return n;
+}
+
 int
 lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, uint32_t max_tokens,
                    uint32_t hint)

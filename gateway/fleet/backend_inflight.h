@@ -89,6 +89,13 @@ void lg_backend_seq_del(struct lg_backend *b, int slot);
 
 /* A request of ours dispatched to b (+1) or done there (-1). */
 void lg_backend_inflight_add(struct lg_backend *b, int delta);
+/* A request of ours done there at now_ns: lg_backend_inflight_add(b, -1),
+ * and its end kept for lg_backend_gone_since(). */
+void lg_backend_inflight_end(struct lg_backend *b, uint64_t now_ns);
+/* Requests of ours that ended there at or after since_ns (at most
+ * LG_BACKEND_GONE_SLOTS): an engine's count of its requests, taken a round
+ * trip ago and updated a step or so after each ends, may still hold them. */
+unsigned lg_backend_gone_since(const struct lg_backend *b, uint64_t since_ns);
 /* Moves with every request of ours dispatched, started (first token) or
  * done, on any backend: peers waiting for news (GET /admin/peers?since=)
  * compare it. Any thread; below 2^63 (a JSON integer). */

@@ -386,7 +386,7 @@ lg_attempt_end(struct lg_client *c, bool keep)
             req->flags &= ~LG_REQ_F_PROBE;
             lg_backend_release_probe(req->backend);
         }
-        lg_backend_inflight_add(req->backend, -1);
+        lg_backend_inflight_end(req->backend, lg_now_ns());
         lg_backend_unref(req->backend);
         req->backend = NULL;
         lg_admission_released(c->w->gw->admission, c->w->id, req->info.model);

@@ -1,6 +1,7 @@
 """Routing against real llmsim replicas: model-aware candidates, passive
 ejection and its return with slow start, Retry-After, retries and the retry
-budget, active health checks, engine scraping in each vocabulary, the ttft
+budget, active health checks, engine scraping in each vocabulary (and ended
+requests an engine's gauge still holds, not taken for others' load), the ttft
 policy against a slow replica, a stream's predicted end following its pace,
 the learnt service without the work ahead, prefix and session affinity, and
 a policy plugin loaded from a shared object.
@@ -19,8 +20,8 @@ import threading
 import time
 
 import harness
-from harness import (Harness, StreamReader, chat_body, http_request, post_json, sse_events,
-                     wait_until)
+from harness import (Harness, StreamReader, chat_body, http_request, metric, post_json, scrape,
+                     sse_events, wait_until)
 
 
 def plugin_abi():
@@ -322,6 +323,34 @@ class RoutingTest(Harness):
             self.assertEqual(c["foreign"], 5, c)  # none of them is ours
             if f in ("vllm", "sglang", "llamacpp"):
                 self.assertIn("kv", c)
+
+    def test_ended_requests_the_engine_still_counts_are_not_foreign(self):
+        # the engine keeps a request in its running gauge 12 ms after its
+        # last byte (vLLM sets its gauges once a step; llama.cpp-style
+        # servers free the slot after the response): a scrape in that window
+        # counts one of ours that the gateway has closed. With one gateway
+        # in front, that is no one else's load, and the engine model stays on
+        lag = ["--decode-ms", "10", "--decode-ms-per-seq", "0", "--gauge-lag-ms", "12",
+               "--flavor", "vllm"]
+        ports = self.fleet([("r1", lag, ["m"])])
+        gp, gw = self.gateway(ports, health={"scrape_interval": "10ms"})
+        results = run_concurrently(3, lambda i: chat(gw, max_tokens=3, stream=True), duration=3.0)
+        self.assertTrue(results and all(r[0] == 200 for r in results))
+        views = [c for r in self.log() for c in r["candidates"]]
+        phantom = [c for c in views if c.get("foreign", 0) > 0]
+        print("\n  %d requests, %d views: %d with foreign load, %d without the engine model"
+              % (len(results), len(views), len(phantom),
+                 sum(1 for c in views if "model_ms" not in c)))
+        self.assertGreater(len(views), 50)
+        self.assertEqual(phantom, [], "requests of ours the engine still counted")
+        self.assertEqual(gp.stop(), 0)
+
+        def lingers():
+            # a request straight to the engine: its gauge holds it after the answer
+            status, _, _ = chat(ports["r1"], max_tokens=2)
+            return status == 200 and metric(scrape(ports["r1"]),
+                                            "vllm:num_requests_running") == 1.0
+        wait_until(lingers, timeout=10, interval=0.05, what="the ended request in the gauge")
 
     # ---- latency-aware routing ----------------------------------------------------
 

@@ -76,6 +76,35 @@ test_work_ahead_per_request(void)
     return 0;
 }
 
+/* The ends of our requests are kept for the scrapes: those since a time. */
+static int
+test_gone_since(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    uint32_t before = lg_backend_inflight(b);
+
+    LG_CHECK(lg_backend_gone_since(b, t) == 0);
+    lg_backend_inflight_add(b, 3);
+    lg_backend_inflight_end(b, t + 10 * ms);
+    lg_backend_inflight_end(b, t + 20 * ms);
+    lg_backend_inflight_end(b, t + 30 * ms);
+    LG_CHECK(lg_backend_inflight(b) == before);
+    LG_CHECK(lg_backend_gone_since(b, t) == 3);
+    LG_CHECK(lg_backend_gone_since(b, t + 20 * ms) == 2);
+    LG_CHECK(lg_backend_gone_since(b, t + 31 * ms) == 0);
+    /* the ring keeps the latest LG_BACKEND_GONE_SLOTS */
+    for (int i = 0; i < 2 * LG_BACKEND_GONE_SLOTS; i++) {
+        lg_backend_inflight_add(b, 1);
+        lg_backend_inflight_end(b, t + (uint64_t)(100 + i) * ms);
+    }
+    LG_CHECK(lg_backend_gone_since(b, t) == LG_BACKEND_GONE_SLOTS);
+    LG_CHECK(lg_backend_gone_since(b, t + (uint64_t)(100 + 2 * LG_BACKEND_GONE_SLOTS - 5) * ms)
+             == 5);
+    LG_CHECK(lg_backend_inflight(b) == before);
+    return 0;
+}
+
 /* The k-th soonest predicted end is when the k-th request in line gets a slot. */
 static int
 test_slot_ends(void)
@@ -460,7 +489,7 @@ test_step_per_seq(void)
     return 0;
 }
 
-LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_slot_ends, test_engine_model,
-             test_engine_model_scale, test_work_ahead_per_request,
+LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
+             test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, teardown)
