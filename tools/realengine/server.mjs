@@ -129,7 +129,8 @@ const llama = await nlc.getLlama({
 const file = modelPath();
 const model = await llama.loadModel({ modelPath: file });
 const context = await model.createContext({
-    contextSize: opt.ctx, sequences: opt.sequences, batchSize: opt.batch, threads: opt.threads,
+    // a spare sequence per slot (see "slots and the queue")
+    contextSize: opt.ctx, sequences: 2 * opt.sequences, batchSize: opt.batch, threads: opt.threads,
     failedCreationRemedy: false,
 });
 const alias = opt.alias || path.basename(file);
@@ -214,7 +215,7 @@ function cppDouble(v) {
 
 function kvCells() {
     let used = 0;
-    for (const s of slots) used += s.seq.nextTokenIndex;
+    for (const seq of sequences) used += seq.nextTokenIndex;
     return used;
 }
 
@@ -255,8 +256,33 @@ function metricsText() {
 
 // ---- slots and the queue ----------------------------------------------------
 
+// A slot is free the moment its answer ends, as llama.cpp's server frees it
+// (and counts it no longer in requests_processing). The sequence it ran on
+// is cleared before it serves again, and clearing waits for the context's
+// lock, which the other sequences' steps keep taking: 280 ms with three
+// streams running. So the context holds a spare sequence per slot, a slot
+// takes a clean one for each request, and the one it leaves is cleared
+// meanwhile; before, the slot idled and /metrics counted the finished
+// request all that time (bench/routing/NOTES.md 54).
+const sequences = [];
+for (let i = 0; i < 2 * opt.sequences; i++) sequences.push(context.getSequence());
+const clean = sequences.slice();  // cleared sequences, ready for a request
+const cleanWaiters = [];          // requests waiting for one (all spares still clearing)
+
+function takeSequence() {
+    if (clean.length) return Promise.resolve(clean.shift());
+    return new Promise((resolve) => cleanWaiters.push(resolve));
+}
+
+function giveBack(seq) {
+    seq.clearHistory().catch((e) => log(`clearing a sequence failed: ${e.message}`)).finally(() => {
+        if (cleanWaiters.length) cleanWaiters.shift()(seq);
+        else clean.push(seq);
+    });
+}
+
 const slots = [];
-for (let i = 0; i < opt.sequences; i++) slots.push({ id: i, seq: context.getSequence(), job: null });
+for (let i = 0; i < opt.sequences; i++) slots.push({ id: i, seq: null, job: null });
 const queue = [];  // jobs waiting for a slot, oldest first
 
 function busySlots() {
@@ -269,13 +295,11 @@ function schedule() {
         if (!slot) return;
         const job = queue.shift();
         slot.job = job;
-        run(slot, job).catch((e) => job.fail(e)).finally(async () => {
-            try {
-                await slot.seq.clearHistory();
-            } finally {
-                slot.job = null;
-                schedule();
-            }
+        run(slot, job).catch((e) => job.fail(e)).finally(() => {
+            if (slot.seq) giveBack(slot.seq);
+            slot.seq = null;
+            slot.job = null;
+            schedule();
         });
     }
 }
@@ -283,6 +307,7 @@ function schedule() {
 // Runs one request on a slot: prefill, then one token per decode step until
 // max_tokens, the context's end, or the client leaving.
 async function run(slot, job) {
+    slot.seq = await takeSequence();
     const t0 = performance.now();
     let tFirst = null;
     let n = 0;
