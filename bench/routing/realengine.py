@@ -20,6 +20,16 @@ runs of a routing benchmark scenario and prints, per contender and round:
   replica with nothing in flight and its engine's last scrape empty).
 
   bench/routing/realengine.py OUT/real [OUT/1a ...]
+  bench/routing/realengine.py --paired nginx OUT/real [OUT2/real ...]
+
+--paired BASE: instead, one line per round of each run (every contender
+replays the round's trace, one after another): each contender's p99 TTFT
+and its ratio to BASE's in that round, and the pace the engines kept while
+it ran (each replica's median one-token step with one sequence decoding,
+and with three: the machine's speed at the time, which moves a round's tail
+more than any policy on a shared machine); then per contender over every
+round: the rounds it beat BASE in, the median and geometric mean of the
+per-round ratios, and the p99 over every request of the rounds pooled.
 
 Works on any scenario's folder (an llmsim run gives the same prediction
 figures, for comparison); the step-log part needs realengine's logs.
@@ -27,6 +37,7 @@ Standard library only.
 """
 
 import glob
+import math
 import os
 import statistics
 import sys
@@ -210,10 +221,70 @@ def report_run(rundir):
     return out
 
 
+def round_pace(rundir):
+    """Each replica's median one-token step (ms) with 1 and 3 sequences
+    decoding while this round ran: 'r1 1.0/3.5'."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(rundir, "r*.steps.jsonl"))):
+        d = steps(path)["decode_median"]
+        out.append("%s %s/%s" % (os.path.basename(path).split(".")[0],
+                                 "%.1f" % d[1] if 1 in d else "-",
+                                 "%.1f" % d[3] if 3 in d else "-"))
+    return " ".join(out)
+
+
+def paired(base, runs):
+    """--paired BASE (module doc): rounds of the same trace side by side."""
+    rows = {}    # contender -> its per-round p99 over BASE's (None: BASE not in that round)
+    pooled = {}  # contender -> every TTFT of its rounds
+    print("%-28s %-7s %-24s %9s %7s  %s" % ("run", "round", "contender", "p99 ms", "/ " + base,
+                                            "pace: one-token step ms, 1/3 sequences"))
+    for scen in runs:
+        rounds = sorted({os.path.basename(d) for d in glob.glob(os.path.join(scen, "*", "round*"))},
+                        key=lambda r: int(r[5:]) if r[5:].isdigit() else 0)
+        for rnd in rounds:
+            p99 = {}
+            for rundir in sorted(glob.glob(os.path.join(scen, "*", rnd))):
+                who = os.path.basename(os.path.dirname(rundir))
+                ttft = [r["ttft_ms"] for r in load_jsonl(os.path.join(rundir, "requests.jsonl"))
+                        if r.get("status") == 200 and r.get("ttft_ms") is not None]
+                if ttft:
+                    p99[who] = (pct(ttft, 99), round_pace(rundir))
+                    pooled.setdefault(who, []).extend(ttft)
+            for who, (v, pace) in sorted(p99.items(), key=lambda kv: kv[0] != base):
+                ratio = v / p99[base][0] if base in p99 and who != base else None
+                if who != base:
+                    rows.setdefault(who, []).append(ratio)
+                print("%-28s %-7s %-24s %9.0f %7s  %s" % (
+                    os.path.relpath(scen, os.path.dirname(os.path.dirname(scen.rstrip("/"))))[-28:],
+                    rnd, who[:24], v, "%.2f" % ratio if ratio else "-", pace))
+    if base not in pooled:
+        print("no rounds of %s" % base)
+        return 1
+    print()
+    print("%-24s %7s %12s %12s %12s %14s" % ("contender", "rounds", "beat " + base, "median ratio",
+                                             "geomean", "pooled p99 ms"))
+    print("%-24s %7s %12s %12s %12s %14.0f" % (base[:24], "", "", "", "", pct(pooled[base], 99)))
+    for who, ratios in sorted(rows.items()):
+        r = [x for x in ratios if x]
+        if not r:
+            continue
+        geo = math.exp(sum(math.log(x) for x in r) / len(r))
+        print("%-24s %7d %12s %12.2f %12.2f %14.0f" % (
+            who[:24], len(r), "%d of %d" % (sum(1 for x in r if x < 1), len(r)),
+            statistics.median(r), geo, pct(pooled[who], 99)))
+    return 0
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    if argv[0] == "--paired":
+        if len(argv) < 3:
+            print("usage: realengine.py --paired BASE OUT/real [OUT2/real ...]", file=sys.stderr)
+            return 2
+        return paired(argv[1], argv[2:])
     for scen in argv:
         for rundir in sorted(glob.glob(os.path.join(scen, "*", "round*"))):
             lines = report_run(rundir)

@@ -104,6 +104,18 @@ class BenchRoutingSmoke(unittest.TestCase):
             self.assertTrue(res["fresh_traces"])
             c = res["scenarios"]["1a"]["contenders"]["round_robin"]
             self.assertEqual(c["requests"], count_lines(t1) + count_lines(t2))
+            # realengine.py --paired: each round's p99 TTFT, as its requests give it
+            r = subprocess.run([sys.executable, os.path.join(os.path.dirname(RUN), "realengine.py"),
+                                "--paired", "round_robin", os.path.join(out, "1a")],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            for rnd in (1, 2):
+                log = os.path.join(out, "1a", "round_robin", "round%d" % rnd, "requests.jsonl")
+                with open(log) as f:
+                    ttft = sorted(e["ttft_ms"] for e in map(json.loads, f)
+                                  if e["status"] == 200 and e["ttft_ms"] is not None)
+                p99 = ttft[max(1, -(-99 * len(ttft) // 100)) - 1]  # nearest rank
+                self.assertRegex(r.stdout, r"round%d\s+round_robin\s+%.0f\s" % (rnd, p99))
 
 
 class MismatchSmoke(unittest.TestCase):
