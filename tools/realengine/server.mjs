@@ -8,7 +8,7 @@
 // tests and benchmarks (tools/realengine/README.md).
 //
 //   node tools/realengine/server.mjs [--listen 127.0.0.1:0] [--name r1]
-//        [--threads 1] [--sequences 4] [--ctx 2048] [--batch 512]
+//        [--threads 1] [--sequences 4] [--spares 3] [--ctx 2048] [--batch 512]
 //        [--model FILE.gguf | --weights q8_0|f16|f32 --layers 4 --embd 512 ...]
 //
 // Prints "realengine ready name=NAME listen=ADDR:PORT ..." once it serves.
@@ -30,6 +30,7 @@ const OPTIONS = {
     name: { def: "realengine", help: "replica name, in the ready line and the logs" },
     threads: { def: 1, int: true, help: "CPU threads llama.cpp computes with" },
     sequences: { def: 4, int: true, help: "requests run at once in the context (llama.cpp's --parallel)" },
+    spares: { def: 3, int: true, help: "cleared sequences kept per slot, so that a slot is free when its answer ends" },
     ctx: { def: 2048, int: true, help: "context tokens per sequence (prompt + answer)" },
     batch: { def: 512, int: true, help: "tokens per decode step at most (prefill chunk)" },
     alias: { def: "", help: "model id in /v1/models and answers (default: the file's name)" },
@@ -129,8 +130,8 @@ const llama = await nlc.getLlama({
 const file = modelPath();
 const model = await llama.loadModel({ modelPath: file });
 const context = await model.createContext({
-    // a spare sequence per slot (see "slots and the queue")
-    contextSize: opt.ctx, sequences: 2 * opt.sequences, batchSize: opt.batch, threads: opt.threads,
+    // --spares cleared sequences per slot besides its own (see "slots and the queue")
+    contextSize: opt.ctx, sequences: (1 + opt.spares) * opt.sequences, batchSize: opt.batch, threads: opt.threads,
     failedCreationRemedy: false,
 });
 const alias = opt.alias || path.basename(file);
@@ -260,12 +261,15 @@ function metricsText() {
 // (and counts it no longer in requests_processing). The sequence it ran on
 // is cleared before it serves again, and clearing waits for the context's
 // lock, which the other sequences' steps keep taking: 280 ms with three
-// streams running. So the context holds a spare sequence per slot, a slot
-// takes a clean one for each request, and the one it leaves is cleared
-// meanwhile; before, the slot idled and /metrics counted the finished
-// request all that time (bench/routing/NOTES.md 54).
+// streams running. So the context holds --spares cleared sequences per
+// slot, a slot takes a clean one for each request, and the one it leaves is
+// cleared meanwhile; before, the slot idled and /metrics counted the
+// finished request all that time. Under a queue the clearing can still fall
+// behind and a request wait for a clean sequence (sequence_wait_ms in its
+// log line): with one spare per slot 6-9% of the fast replica's requests
+// waited over 10 ms at 10 req/s, with three 0.4-1.9% (NOTES.md 54).
 const sequences = [];
-for (let i = 0; i < 2 * opt.sequences; i++) sequences.push(context.getSequence());
+for (let i = 0; i < (1 + opt.spares) * opt.sequences; i++) sequences.push(context.getSequence());
 const clean = sequences.slice();  // cleared sequences, ready for a request
 const cleanWaiters = [];          // requests waiting for one (all spares still clearing)
 
@@ -307,6 +311,7 @@ function schedule() {
 // Runs one request on a slot: prefill, then one token per decode step until
 // max_tokens, the context's end, or the client leaving.
 async function run(slot, job) {
+    const tSlot = performance.now();
     slot.seq = await takeSequence();
     const t0 = performance.now();
     let tFirst = null;
@@ -345,7 +350,8 @@ async function run(slot, job) {
     metrics.t_tokens_generation_total += genMs;
     metrics.t_tokens_generation += genMs;
     log(`${job.id} prompt=${job.tokens.length} tokens=${n} prefill_ms=${promptMs.toFixed(1)} ` +
-        `decode_ms=${genMs.toFixed(1)}${job.aborted ? " aborted" : ""}`);
+        `decode_ms=${genMs.toFixed(1)} sequence_wait_ms=${(t0 - tSlot).toFixed(1)}` +
+        `${job.aborted ? " aborted" : ""}`);
     job.done(finish, n, {
         // llama.cpp's result timings (server_task_result_cmpl_final)
         cache_n: 0, prompt_n: job.tokens.length, prompt_ms: promptMs,
