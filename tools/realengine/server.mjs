@@ -214,9 +214,12 @@ function cppDouble(v) {
     return s;
 }
 
+// The requests' tokens: the slots' sequences (a spare awaiting its clearing
+// holds the last answer's, which no request uses; counted, they took the
+// usage ratio over its slots' context past 1).
 function kvCells() {
     let used = 0;
-    for (const seq of sequences) used += seq.nextTokenIndex;
+    for (const s of slots) if (s.seq) used += s.seq.nextTokenIndex;
     return used;
 }
 
