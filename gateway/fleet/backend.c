@@ -130,7 +130,7 @@ lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
     lg_est_mean_init(&b->est.err);
     b->est_pub = b->est;
     b->eng_pub = (struct lg_backend_engine){
-        .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor
+        .waiting = -1, .running = -1, .kv_usage = -1, .flavor = (int32_t)bc->flavor, .others = -1
     };
     b->npools = nworkers;
     b->pools = lg_xcalloc(nworkers ? nworkers : 1, sizeof(*b->pools));

@@ -92,6 +92,10 @@ struct lg_backend_engine {
     double slots_declared;       /* the slots the engine says it has (llama.cpp's GET
                                      /props total_slots, SGLang's max_running_requests);
                                      0 = not said */
+    int32_t others;              /* others' requests finished there lately: 1; none
+                                     (its finished counter against ours): 0; -1 unknown */
+    double gauge_lag_ms;         /* how long its gauges hold a request of ours after its
+                                     end, measured while alone there; 0 = not seen */
 };
 /* The most seen running is forgotten after this long without running that many. */
 #define LG_ENGINE_RUN_MAX_TTL_S 60

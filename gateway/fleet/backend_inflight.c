@@ -13,6 +13,7 @@
 #include "fleet/backend_inflight.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include <event2/event.h>
 
@@ -316,6 +317,35 @@ lg_backend_gone_since(const struct lg_backend *b, uint64_t since_ns)
         n += t != 0 && t >= since_ns;
     }
     return n;
+}
+
+static int
+backend_gone_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? 1 : x > y ? -1 : 0; /* latest first */
+}
+
+uint64_t
+lg_backend_gone_nth(const struct lg_backend *b, unsigned k)
+{
+    uint64_t t[LG_BACKEND_GONE_SLOTS];
+
+    if (k == 0 || k > LG_BACKEND_GONE_SLOTS) {
+        return 0;
+    }
+    for (size_t i = 0; i < LG_BACKEND_GONE_SLOTS; i++) {
+        t[i] = __atomic_load_n(&b->gone[i], __ATOMIC_RELAXED);
+    }
+    qsort(t, LG_BACKEND_GONE_SLOTS, sizeof(t[0]), backend_gone_cmp);
+    return t[k - 1]; /* 0 (never written) sorts last */
+}
+
+uint32_t
+lg_backend_ended(const struct lg_backend *b)
+{
+    return __atomic_load_n(&b->gone_next, __ATOMIC_RELAXED);
 }
 
 int

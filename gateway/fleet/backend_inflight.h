@@ -96,6 +96,11 @@ void lg_backend_inflight_end(struct lg_backend *b, uint64_t now_ns);
  * LG_BACKEND_GONE_SLOTS): an engine's count of its requests, taken a round
  * trip ago and updated a step or so after each ends, may still hold them. */
 unsigned lg_backend_gone_since(const struct lg_backend *b, uint64_t since_ns);
+/* When the k-th latest request of ours there ended (k >= 1): 0 when fewer
+ * ended, or k > LG_BACKEND_GONE_SLOTS. */
+uint64_t lg_backend_gone_nth(const struct lg_backend *b, unsigned k);
+/* Requests of ours ended there so far (wraps: callers take differences). */
+uint32_t lg_backend_ended(const struct lg_backend *b);
 /* Moves with every request of ours dispatched, started (first token) or
  * done, on any backend: peers waiting for news (GET /admin/peers?since=)
  * compare it. Any thread; below 2^63 (a JSON integer). */

@@ -22,7 +22,7 @@
  */
 #define EM_ALT 2
 
-enum { EM_WAITING = 0, EM_RUNNING, EM_KV, EM_NQUANT };
+enum { EM_WAITING = 0, EM_RUNNING, EM_KV, EM_FINISHED, EM_NQUANT };
 
 struct em_vocab {
     const char *prefix;                   /* detection: any series starting with it */
@@ -34,21 +34,25 @@ static const struct em_vocab em_vocabs[] = {
     [LG_ENGINE_VLLM] = { "vllm:",
                          { { "vllm:num_requests_waiting", NULL },
                            { "vllm:num_requests_running", NULL },
-                           { "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc" } } },
+                           { "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc" },
+                           { "vllm:request_success_total", NULL } } },
     /* SGLang: the 2024 metrics_collector.py names came first */
     [LG_ENGINE_SGLANG] = { "sglang:",
                            { { "sglang:num_queue_reqs", "sglang:num_requests_waiting" },
                              { "sglang:num_running_reqs", "sglang:num_requests_running" },
-                             { "sglang:token_usage", NULL } } },
+                             { "sglang:token_usage", NULL },
+                             { "sglang:num_requests_total", NULL } } },
     [LG_ENGINE_TGI] = { "tgi_",
                         { { "tgi_queue_size", NULL },
                           { "tgi_batch_current_size", NULL },
-                          { NULL, NULL } } },
+                          { NULL, NULL },
+                          { "tgi_request_success", NULL } } },
     /* llama.cpp: the KV gauge went with the old KV-cache API (2025) */
     [LG_ENGINE_LLAMACPP] = { "llamacpp:",
                              { { "llamacpp:requests_deferred", NULL },
                                { "llamacpp:requests_processing", NULL },
-                               { "llamacpp:kv_cache_usage_ratio", NULL } } },
+                               { "llamacpp:kv_cache_usage_ratio", NULL },
+                               { NULL, NULL } } },
 };
 
 const char *
@@ -295,7 +299,7 @@ em_on_sample(void *arg, const char *name, size_t name_len, const char *labels, s
                     x->v[q][k] = x->has[q][k] ? LG_MAX(x->v[q][k], value) : value;
                     x->has[q][k] = true;
                 }
-            } else if (value >= 0 && value < 1e7) { /* counts add up */
+            } else if (value >= 0 && value < (q == EM_FINISHED ? 1e15 : 1e7)) { /* counts add up */
                 x->v[q][k] += value;
                 x->has[q][k] = true;
             }
@@ -321,7 +325,7 @@ lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flav
                         struct lg_engine_sample *out)
 {
     struct em_ctx x = { .flavor = flavor, .detect = flavor == LG_ENGINE_AUTO };
-    double waiting, running, kv;
+    double waiting, running, kv, finished;
 
     /*
      * Detection looks at every line, so a flavor whose first series comes
@@ -334,9 +338,11 @@ lg_engine_metrics_parse(const char *text, size_t len, enum lg_engine_flavor flav
     waiting = em_pick(&x, EM_WAITING);
     running = em_pick(&x, EM_RUNNING);
     kv = em_pick(&x, EM_KV);
+    finished = em_pick(&x, EM_FINISHED);
     out->waiting = waiting >= 0 ? (int32_t)LG_MIN(waiting, 1e7) : -1;
     out->running = running >= 0 ? (int32_t)LG_MIN(running, 1e7) : -1;
     out->kv_usage = kv >= 0 ? LG_MIN(kv, 1.0) : -1;
+    out->finished = finished;
     return waiting >= 0 || running >= 0 ? LG_OK : LG_EDECLINED;
 }
 

@@ -11,6 +11,12 @@
  *   tgi       tgi_queue_size              tgi_batch_current_size       -
  *   llamacpp  llamacpp:requests_deferred  llamacpp:requests_processing llamacpp:kv_cache_usage_ratio
  *
+ * and the requests it has finished (a counter, read when the exposition has
+ * it; the health checker sets it against ours to tell whether anyone else is
+ * served there): vllm:request_success_total (every finished_reason, aborts
+ * too), sglang:num_requests_total, tgi_request_success; llama.cpp's server
+ * counts tokens, not requests.
+ *
  * Names in parentheses are older versions' (vLLM before 0.9 and its V0
  * engine; SGLang before its collector.py, 2024), read when the current name
  * is absent. Recent llama.cpp servers export no KV gauge. Each engine's
@@ -34,6 +40,7 @@ struct lg_engine_sample {
     int32_t waiting;              /* -1: not in the exposition */
     int32_t running;              /* -1: not in the exposition */
     double kv_usage;              /* 0..1; -1: not in the exposition */
+    double finished;              /* requests finished (counter); -1: not in the exposition */
     uint32_t samples;             /* sample lines read */
     uint32_t bad_lines;           /* lines that are not valid exposition (skipped) */
 };

@@ -48,6 +48,15 @@ struct health_target {
     uint64_t warn_ns;               /* rate limit for scrape warnings */
     char why[192];                  /* why the last check or scrape got no answer */
     bool why_tls;                   /* ... and it was TLS */
+    /* whether others are served there (health_fold_finished()) */
+    uint64_t fin_t_ns;              /* the engine's finished count last read; 0 = never */
+    double fin_prev;                /* ... that count */
+    uint32_t ended_prev;            /* ... and ours ended there then */
+    double fin_excess;              /* its finishes over ours since the first read */
+    double fin_floor;               /* ... the least since its last rise */
+    uint64_t fin_since_ns;          /* counted from (first read, engine restart) */
+    uint64_t others_ns;             /* its finishes last outran ours; 0 = not since */
+    uint64_t lag_t_ns;              /* eng.gauge_lag_ms last decayed */
 };
 
 /* Another gateway in front of the fleet (config "peers"). */
@@ -354,6 +363,28 @@ health_ask_props(struct health_target *t, uint64_t now)
 }
 
 /*
+ * Whether anyone else is served there. Some engines hold a request in their
+ * gauges much longer than two steps after its end: SGLang sets them at a
+ * prefill or once every 40 decode steps (its decode_log_interval), 0.4-2 s.
+ * Where the engine also counts the requests it has finished
+ * (enginemetrics.h: vLLM, SGLang, TGI), that count set against ours says
+ * whether it serves others at all: each scrape adds its finishes less ours
+ * since the last, and a rise of HEALTH_OTHERS_MIN over the least since
+ * (a request in flight on the boundary is one) is others'. While none has
+ * been seen for HEALTH_ALONE_S, the gauges' excess over ours is their lag:
+ * measured as the age, when the scrape was sent, of the latest end of ours
+ * that explains it (a decaying maximum, up to HEALTH_LAG_MAX_MS), and our
+ * ends within it count as ours (health_gone_counted()). Another client that
+ * has just come still shows beyond what our latest ends explain, and is
+ * seen for good once a few of its requests finish.
+ */
+#define HEALTH_OTHERS_MIN      3
+#define HEALTH_ALONE_S         5
+#define HEALTH_LAG_MAX_MS      3000
+#define HEALTH_LAG_HALF_LIFE_S 60
+#define HEALTH_LAG_SPARE       1.25
+
+/*
  * Requests of ours the engine may still count though they have ended: those
  * that ended while the scrape was out (the engine counted at some moment
  * before it answered) or up to two of its steps before it was sent (an
@@ -361,14 +392,74 @@ health_ask_props(struct health_target *t, uint64_t now)
  * vLLM sets them once a step). Taken for another client's load, each such
  * count turned the engine model off there with one gateway in front: 132 of
  * 225 picks in integration.routing's case, a gauge 12 ms behind 10 ms steps
- * (bench/routing/NOTES.md 54). A longer lag is others' load to this count.
+ * (bench/routing/NOTES.md 54). A longer lag counts only where the engine is
+ * known to serve no one else (below).
  */
 static unsigned
-health_gone_counted(const struct health_target *t, double step_ms)
+health_gone_counted(const struct health_target *t, double step_ms, bool alone)
 {
-    uint64_t lag = (uint64_t)(2 * step_ms * (double)LG_NS_PER_MS);
+    double ms = LG_MAX(2 * step_ms, alone ? HEALTH_LAG_SPARE * t->eng.gauge_lag_ms : 0);
+    uint64_t lag = (uint64_t)(ms * (double)LG_NS_PER_MS);
 
     return lg_backend_gone_since(t->b, t->scrape_sent_ns > lag ? t->scrape_sent_ns - lag : 1);
+}
+
+/* The engine's finished count (-1: none) set against ours (above). */
+static void
+health_fold_finished(struct health_target *t, double finished, uint64_t now)
+{
+    uint32_t ended = lg_backend_ended(t->b);
+
+    if (finished < 0) {
+        t->fin_t_ns = 0;
+        t->eng.others = -1;
+        return;
+    }
+    if (t->fin_t_ns == 0 || finished < t->fin_prev) {
+        t->fin_excess = t->fin_floor = 0; /* the first read, or the engine restarted */
+        t->fin_since_ns = now;
+        t->others_ns = 0;
+    } else {
+        t->fin_excess += finished - t->fin_prev - (double)(uint32_t)(ended - t->ended_prev);
+        t->fin_floor = LG_MIN(t->fin_floor, t->fin_excess);
+        if (t->fin_excess - t->fin_floor >= HEALTH_OTHERS_MIN) {
+            t->others_ns = now;
+            t->fin_floor = t->fin_excess - 1;
+        }
+    }
+    t->fin_prev = finished;
+    t->ended_prev = ended;
+    t->fin_t_ns = now;
+    if (now - LG_MAX(t->fin_since_ns, t->others_ns) >= HEALTH_ALONE_S * LG_NS_PER_S) {
+        t->eng.others = 0;
+    } else {
+        t->eng.others = t->others_ns != 0 ? 1 : -1; /* seen lately; or not long enough read */
+    }
+}
+
+/* The gauges' lag behind our ends, learnt while alone there (above). */
+static void
+health_learn_lag(struct health_target *t, const struct lg_engine_sample *s, double ours,
+                 uint64_t now)
+{
+    double excess = LG_MAX(s->running, 0) + LG_MAX(s->waiting, 0) - ours;
+    uint64_t end;
+
+    if (t->lag_t_ns != 0) {
+        t->eng.gauge_lag_ms *= lg_est_decay(now - t->lag_t_ns, HEALTH_LAG_HALF_LIFE_S);
+    }
+    t->lag_t_ns = now;
+    if (t->eng.others != 0 || excess < 1) {
+        return;
+    }
+    end = lg_backend_gone_nth(t->b, (unsigned)LG_MIN(excess, LG_BACKEND_GONE_SLOTS + 1.0));
+    if (end != 0) {
+        double ms = end < t->scrape_sent_ns ? (double)(t->scrape_sent_ns - end) / 1e6 : 0;
+
+        if (ms <= HEALTH_LAG_MAX_MS) {
+            t->eng.gauge_lag_ms = LG_MAX(t->eng.gauge_lag_ms, ms);
+        }
+    }
 }
 
 static void
@@ -383,6 +474,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
     double work_ms, longest_ms, late_ms, step_ms;
+    uint32_t ours;
     bool queued, detected;
     struct lg_backend_est est;
     int rc;
@@ -423,10 +515,12 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     step_ms = lg_est_mean_read(&est.itl, now, LG_EST_DEFAULT_ITL_MS, LG_EST_MEAN_HALF_LIFE_S);
     queued = lg_health_ours_queued(late_ms, step_ms, work_ms, longest_ms, interval);
     /* what the engine holds of ours and our peers' is no foreign load */
+    ours = lg_backend_inflight(b) + lg_backend_peer_inflight(b, now);
+    health_fold_finished(t, s.finished, now);
+    health_learn_lag(t, &s, ours, now);
     lg_health_fold_sample(&t->eng, &s, now,
-                          lg_backend_inflight(b) + lg_backend_peer_inflight(b, now)
-                              + health_gone_counted(t, step_ms),
-                          interval, queued);
+                          ours + health_gone_counted(t, step_ms, t->eng.others == 0), interval,
+                          queued);
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
         /* after publishing: whoever reads this line can count on the sample */

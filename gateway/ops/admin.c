@@ -168,6 +168,12 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                   admin_num(v->capacity, v->capacity > 0), "capacity_guessed",
                   (v->flags & LG_VIEW_F_CAP_GUESS) != 0, "stale", (v->flags & LG_VIEW_F_STALE) != 0,
                   "flavor", lg_live_flavor_name(lv->engine_flavor)));
+    /* whether others are served there (its finished count against ours), and
+     * how long its gauges hold a request of ours after its end */
+    json_object_set_new(json_object_get(o, "engine"), "others",
+                        lv->engine_others < 0 ? json_null() : json_boolean(lv->engine_others));
+    json_object_set_new(json_object_get(o, "engine"), "gauge_lag_ms",
+                        admin_num(lv->gauge_lag_ms, lv->engine_others == 0));
     /* where the slot count comes from: the engine's word, a queue of ours, a guess */
     json_object_set_new(json_object_get(o, "engine"), "capacity_from",
                         json_string(lv->slots_declared > 0    ? "engine"

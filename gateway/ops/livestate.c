@@ -47,6 +47,8 @@ lg_live_read(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now_
     out->engine_flavor = eng.flavor;
     out->slots_declared = eng.slots_declared;
     out->slots_confirmed = eng.capacity_confirmed;
+    out->engine_others = eng.others;
+    out->gauge_lag_ms = eng.gauge_lag_ms;
     out->ttft_1kib_ms = out->view.ttft_fixed_ms + out->view.ttft_ms_per_kib;
     if (health == LG_BACKEND_DRAINING) {
         out->state = LG_LIVE_DRAINING;

@@ -32,6 +32,8 @@ struct lg_live {
     double ttft_1kib_ms;         /* predicted service TTFT of a 1 KiB prompt, no queue */
     double slots_declared;       /* the slots the engine says it has; 0 = not said */
     double slots_confirmed;      /* 1: its slots were seen full with ours queued */
+    int engine_others;           /* others served there: 1, none: 0, unknown: -1 */
+    double gauge_lag_ms;         /* its gauges' lag behind our ends (alone there); 0 = none */
 };
 
 /* Reads b's live state now; f is a fleet listing b (for its model's prior and

@@ -352,6 +352,73 @@ class RoutingTest(Harness):
                                             "vllm:num_requests_running") == 1.0
         wait_until(lingers, timeout=10, interval=0.05, what="the ended request in the gauge")
 
+    def test_a_long_gauge_lag_is_learnt_where_no_one_else_is_served(self):
+        # SGLang sets its gauges at a prefill or once every 40 decode steps:
+        # here a request stays in them 300 ms (30 steps) after its last byte.
+        # Until the engine's finished count has matched ours for a while,
+        # such a request reads as someone else's; once it has, the lag is
+        # measured and our ends within it are ours. A client straight to the
+        # engine is others' again (its requests finish where ours do not).
+        lag = ["--decode-ms", "10", "--decode-ms-per-seq", "0", "--gauge-lag-ms", "300",
+               "--flavor", "sglang"]
+        ports = self.fleet([("r1", lag, ["m"])])
+        gp, gw = self.gateway(ports, health={"scrape_interval": "20ms"},
+                              extra={"admin": "127.0.0.1:0"})
+        admin = int(gp.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+        def engine():
+            status, _, data = http_request(admin, "GET", "/admin/backends?scores=0")
+            self.assertEqual(status, 200)
+            return json.loads(data)["backends"][0]["engine"]
+
+        seen_lines = [0]
+
+        def phantom_share(clients, seconds):
+            n0 = seen_lines[0]
+            results = run_concurrently(clients, lambda i: chat(gw, max_tokens=3, stream=True),
+                                       duration=seconds)
+            self.assertTrue(results and all(r[0] == 200 for r in results))
+            records = self.log(n0 + len(results))
+            seen_lines[0] = len(records)
+            views = [c for r in records[n0:] for c in r["candidates"]]
+            self.assertGreater(len(views), 30)
+            return sum(1 for c in views if c.get("foreign", 0) > 0) / len(views), len(views)
+
+        self.assertIsNone(engine()["others"])  # not read long enough
+        before, n_before = phantom_share(3, 2.0)
+        e = wait_until(lambda: engine()["others"] is False and engine(),
+                       timeout=15, interval=0.1, what="the engine known to serve us alone")
+        # the lag is learnt from the traffic that follows
+        phantom_share(3, 1.0)
+        alone, n_alone = phantom_share(3, 3.0)
+        e = engine()
+        print("\n  views with others' load: %.2f of %d before the counts matched, %.2f of %d "
+              "after; gauge lag learnt %.0f ms" % (before, n_before, alone, n_alone,
+                                                  e["gauge_lag_ms"]))
+        self.assertGreater(before, 0.3, "the lag must read as others' load at first")
+        self.assertLess(alone, 0.05)
+        self.assertFalse(e["others"])
+        self.assertGreater(e["gauge_lag_ms"], 200)
+        self.assertLess(e["gauge_lag_ms"], 3000)
+
+        # another client of the engine: its finishes outrun ours
+        stop = threading.Event()
+
+        def direct():
+            while not stop.is_set():
+                chat(ports["r1"], max_tokens=3)
+        th = threading.Thread(target=direct)
+        th.start()
+        try:
+            wait_until(lambda: engine()["others"] is True, timeout=10, interval=0.05,
+                       what="others' requests seen finishing")
+            seen, _ = phantom_share(2, 1.0)
+        finally:
+            stop.set()
+            th.join()
+        self.assertGreater(seen, 0.3, "another client's load must count")
+        self.assertEqual(gp.stop(), 0)
+
     # ---- latency-aware routing ----------------------------------------------------
 
     def test_ttft_steers_away_from_a_slow_replica(self):

@@ -39,27 +39,28 @@ struct metrics_case {
     const char *file;
     enum lg_engine_flavor flavor;
     int32_t waiting, running;
-    double kv; /* -1: none */
+    double kv;       /* -1: none */
+    double finished; /* requests finished (counter), every label set; -1: none */
 };
 
 static const struct metrics_case metrics_cases[] = {
     /* V0 engine: gpu_cache_usage_perc, model_name only, no _created series */
-    { "vllm/metrics_v0.prom", LG_ENGINE_VLLM, 2, 4, 0.3125 },
+    { "vllm/metrics_v0.prom", LG_ENGINE_VLLM, 2, 4, 0.3125, 214 },
     /* V1 0.8: gpu_cache_usage_perc, engine label, _created gauges, 2.097152e+06 */
-    { "vllm/metrics_v1_0.8.prom", LG_ENGINE_VLLM, 0, 6, 0.21484375 },
+    { "vllm/metrics_v1_0.8.prom", LG_ENGINE_VLLM, 0, 6, 0.21484375, 322 },
     /* V1 0.10: both KV gauges, two data-parallel engines: counts add, KV is the fuller */
-    { "vllm/metrics_v1_0.10_dp2.prom", LG_ENGINE_VLLM, 1, 8, 0.6875 },
-    { "vllm/metrics_v1.prom", LG_ENGINE_VLLM, 3, 7, 0.4134 },
+    { "vllm/metrics_v1_0.10_dp2.prom", LG_ENGINE_VLLM, 1, 8, 0.6875, 896 },
+    { "vllm/metrics_v1.prom", LG_ENGINE_VLLM, 3, 7, 0.4134, 1117 },
     /* two data-parallel schedulers, a pid-labelled gauge, histogram _sum first */
-    { "sglang/metrics.prom", LG_ENGINE_SGLANG, 3, 10, 0.57 },
+    { "sglang/metrics.prom", LG_ENGINE_SGLANG, 3, 10, 0.57, 1622 },
     /* SGLang 0.3: num_requests_running / num_requests_waiting */
-    { "sglang/metrics_v0.3.prom", LG_ENGINE_SGLANG, 4, 9, 0.62 },
+    { "sglang/metrics_v0.3.prom", LG_ENGINE_SGLANG, 4, 9, 0.62, -1 },
     /* blank line after each family, a family without HELP, 1e-4 * 1.5^k buckets */
-    { "tgi/metrics.prom", LG_ENGINE_TGI, 3, 8, -1 },
+    { "tgi/metrics.prom", LG_ENGINE_TGI, 3, 8, -1, 1179 },
     /* values printed with 6 significant digits: 1.84392e+06 */
-    { "llamacpp/metrics_with_kv.prom", LG_ENGINE_LLAMACPP, 1, 2, 0.190002 },
+    { "llamacpp/metrics_with_kv.prom", LG_ENGINE_LLAMACPP, 1, 2, 0.190002, -1 },
     /* the KV gauges are gone */
-    { "llamacpp/metrics.prom", LG_ENGINE_LLAMACPP, 2, 3, -1 },
+    { "llamacpp/metrics.prom", LG_ENGINE_LLAMACPP, 2, 3, -1, -1 },
 };
 
 /* llama.cpp's GET /props: its slots (total_slots), which /metrics does not say. */
@@ -69,9 +70,17 @@ test_props_fixture(void)
     long n = fixture_read("llamacpp/props.json");
     double slots = 0;
     static const char *const bad[] = {
-        "", "[]", "{}", "{\"total_slots\":0}", "{\"total_slots\":-4}", "{\"total_slots\":\"4\"}",
-        "{\"total_slots\":4.5}", "{\"total_slots\":1000000}", "{\"total_slots\":4,\"total_slots\":5}",
-        "{\"total_slots\":4", "<html>not found</html>",
+        "",
+        "[]",
+        "{}",
+        "{\"total_slots\":0}",
+        "{\"total_slots\":-4}",
+        "{\"total_slots\":\"4\"}",
+        "{\"total_slots\":4.5}",
+        "{\"total_slots\":1000000}",
+        "{\"total_slots\":4,\"total_slots\":5}",
+        "{\"total_slots\":4",
+        "<html>not found</html>",
     };
 
     LG_CHECK(n > 0);
@@ -114,11 +123,12 @@ test_metrics_fixtures(void)
         LG_CHECK(n > 0);
         LG_CHECK(lg_engine_metrics_parse(fixture_buf, (size_t)n, LG_ENGINE_AUTO, &s) == LG_OK);
         if (s.flavor != mc->flavor || s.waiting != mc->waiting || s.running != mc->running
-            || fabs(s.kv_usage - mc->kv) > 1e-9 || s.bad_lines != 0
+            || fabs(s.kv_usage - mc->kv) > 1e-9 || s.finished != mc->finished || s.bad_lines != 0
             || s.samples != count_samples(fixture_buf, (size_t)n)) {
-            fprintf(stderr, "%s: flavor %s waiting %d running %d kv %g bad %u samples %u/%u\n",
+            fprintf(stderr,
+                    "%s: flavor %s waiting %d running %d kv %g finished %g bad %u samples %u/%u\n",
                     mc->file, lg_engine_flavor_name(s.flavor), s.waiting, s.running, s.kv_usage,
-                    s.bad_lines, s.samples, count_samples(fixture_buf, (size_t)n));
+                    s.finished, s.bad_lines, s.samples, count_samples(fixture_buf, (size_t)n));
             return 1;
         }
         /* told the flavor: the same; told another: nothing found (callers fail open) */
