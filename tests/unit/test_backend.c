@@ -85,6 +85,7 @@ test_gone_since(void)
     uint32_t before = lg_backend_inflight(b);
 
     LG_CHECK(lg_backend_gone_since(b, t) == 0);
+    LG_CHECK(lg_backend_gone_nth(b, 1) == 0 && lg_backend_ended(b) == 0);
     lg_backend_inflight_add(b, 3);
     lg_backend_inflight_end(b, t + 10 * ms);
     lg_backend_inflight_end(b, t + 20 * ms);
@@ -93,12 +94,20 @@ test_gone_since(void)
     LG_CHECK(lg_backend_gone_since(b, t) == 3);
     LG_CHECK(lg_backend_gone_since(b, t + 20 * ms) == 2);
     LG_CHECK(lg_backend_gone_since(b, t + 31 * ms) == 0);
+    /* the k-th latest, and how many ended (the engine's finished count is set against it) */
+    LG_CHECK(lg_backend_gone_nth(b, 1) == t + 30 * ms && lg_backend_gone_nth(b, 3) == t + 10 * ms);
+    LG_CHECK(lg_backend_gone_nth(b, 4) == 0 && lg_backend_gone_nth(b, 0) == 0);
+    LG_CHECK(lg_backend_ended(b) == 3);
     /* the ring keeps the latest LG_BACKEND_GONE_SLOTS */
     for (int i = 0; i < 2 * LG_BACKEND_GONE_SLOTS; i++) {
         lg_backend_inflight_add(b, 1);
         lg_backend_inflight_end(b, t + (uint64_t)(100 + i) * ms);
     }
     LG_CHECK(lg_backend_gone_since(b, t) == LG_BACKEND_GONE_SLOTS);
+    LG_CHECK(lg_backend_gone_nth(b, LG_BACKEND_GONE_SLOTS)
+             == t + (uint64_t)(100 + LG_BACKEND_GONE_SLOTS) * ms);
+    LG_CHECK(lg_backend_gone_nth(b, LG_BACKEND_GONE_SLOTS + 1) == 0);
+    LG_CHECK(lg_backend_ended(b) == 3 + 2 * LG_BACKEND_GONE_SLOTS);
     LG_CHECK(lg_backend_gone_since(b, t + (uint64_t)(100 + 2 * LG_BACKEND_GONE_SLOTS - 5) * ms)
              == 5);
     LG_CHECK(lg_backend_inflight(b) == before);
