@@ -181,11 +181,31 @@ def describe(fleet):
             % (sched, b["flavor"], "/".join(str(s["slots"]) for s in sims),
                "/".join("%g" % sp for sp in fleet["speeds"]), b["prefill_us_per_token"],
                b["prefill_fixed_ms"], b["decode_ms"], b["decode_ms_per_seq"],
-               b["decode_batch_exp"], b["jitter"]))
+               b["decode_batch_exp"], b["jitter"])
+            + ("; gauge lag %s ms" % "/".join("%g" % s["gauge_lag_ms"] for s in sims)
+               if "gauge_lag_ms" in b else ""))
 
 
 def scenario_id(k, load):
     return "m%d-%d" % (k, round(load * 100))
+
+
+# run.py --gauge-lags: how long, in one-sequence steps of its replica, each
+# engine software keeps a finished request in its running gauge. vLLM sets its
+# gauges once a step; SGLang at a prefill or once every 40 decode steps
+# (decode_log_interval; 20: a prefill comes about halfway at these loads);
+# TGI's batch gauge and llama.cpp's, read when scraped, do not lag. Off by
+# default: the family's results before it had none.
+GAUGE_LAG_STEPS = {"vllm": 1, "sglang": 20, "tgi": 0, "llamacpp": 0}
+GAUGE_LAGS = False
+
+
+def with_gauge_lags(fleet):
+    """The fleet with each replica's gauge lag (GAUGE_LAG_STEPS) in its sims."""
+    steps = GAUGE_LAG_STEPS[fleet["flavor"]]
+    sims = [dict(sim, gauge_lag_ms=round(steps * sim["decode_ms"] / sp, 1))
+            for sim, sp in zip(fleet["sims"], fleet["speeds"])]
+    return dict(fleet, sims=sims)
 
 
 def make_scenarios(draws, draw_seed=1, loads=LOADS, only=None):
@@ -195,6 +215,8 @@ def make_scenarios(draws, draw_seed=1, loads=LOADS, only=None):
     out = []
     for k in range(0, draws + 1):
         fleet = draw_fleet(draw_seed, k)
+        if GAUGE_LAGS:
+            fleet = with_gauge_lags(fleet)
         for load in loads:
             sid = scenario_id(k, load)
             if only and only not in (sid, "m%d" % k):

@@ -149,6 +149,7 @@ ENGINE_SHAPE = {
     "prefill_fixed_ms": ("--prefill-fixed-ms", 0.0),
     "decode_batch_exp": ("--decode-batch-exp", 1.0),
     "jitter": ("--jitter", 0.0),
+    "gauge_lag_ms": ("--gauge-lag-ms", 0.0),
 }
 
 class Fleet:

@@ -53,6 +53,9 @@ def parse_args(argv=None):
     ap.add_argument("--block-s", type=float, default=M.BLOCK_S,
                     help="mismatch: seconds of arrivals per block of the noise intervals' "
                          "bootstrap (default %g)" % M.BLOCK_S)
+    ap.add_argument("--gauge-lags", action="store_true",
+                    help="mismatch: each engine software's lag of its running gauge behind a "
+                         "request's end (mismatch.GAUGE_LAG_STEPS: vLLM a step, SGLang 20)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--fresh-traces", action="store_true",
                     help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
@@ -581,6 +584,7 @@ def main(argv=None):
     for b in ("llmgate", "llmsim", "llmload"):
         if not os.access(os.path.join(args.build, b), os.X_OK):
             raise SystemExit("%s/%s not found: build first (cmake --build build)" % (args.build, b))
+    M.GAUGE_LAGS = args.gauge_lags
     try:
         scens = select(args)
     except ValueError as e:
