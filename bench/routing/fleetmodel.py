@@ -33,8 +33,10 @@ Policies:
               there + `batch` (1) x what one more sequence adds to their
               steps x their tokens left (up to max_tokens); then the
               tolerant pick among those within --tolerance-ms of that cost
-              (`tolerance` 0: none). What an end-to-end objective could do
-              with exact state (bench/routing/NOTES.md 53)
+              (`tolerance` 0: none); answers of fewer than `long` (0)
+              max_tokens are placed by the tolerant pick instead. What an
+              end-to-end objective could do with exact state
+              (bench/routing/NOTES.md 53, 55)
   replay:DIR  where a real run sent each request (DIR/requests.jsonl, the
               benchmark's per-request log): the model's TTFT against the one
               measured, request by request
@@ -406,7 +408,8 @@ def policy_options(spec, defaults):
     return out
 
 
-E2E = {"window": 100.0, "decode": 1.0, "interference": 1.0, "batch": 1.0, "tolerance": 1.0}
+E2E = {"window": 100.0, "decode": 1.0, "interference": 1.0, "batch": 1.0, "tolerance": 1.0,
+       "long": 0.0}
 
 
 PLACEMENTS = ("greedy", "least_conn", "tolerant", "e2e")  # what run() places by itself
@@ -422,6 +425,10 @@ def set_policy(args, policy):
 
 def pick_e2e(fleet, r, args, opts):
     """The e2e policy (module doc): exact state, no noise."""
+    if r.max_tokens < opts["long"]:
+        pred = [x.predict(r.t, r.tokens) for x in fleet]
+        best = min(range(len(fleet)), key=lambda i: pred[i])
+        return tolerant_pick(fleet, pred, best, args.tolerance_ms, r, args)
     cands = []
     for x in fleet:
         first = x.predict(r.t, r.tokens)
