@@ -224,6 +224,11 @@ class FleetModelSchedule(unittest.TestCase):
             # end sooner than under the first-token pick
             self.assertEqual(out["e2e"]["n"], len(rows))
             self.assertLess(out["e2e"]["e2e_p99"], out["tolerant"]["e2e_p99"])
+            # long: answers shorter than it are placed by the tolerant pick
+            out = {r["policy"]: r for r in model_json(
+                [trace, "--scenario", "1a", "--policy", "tolerant,e2e:long=100000"])}
+            self.assertEqual(out["e2e:long=100000"]["share"], out["tolerant"]["share"])
+            self.assertEqual(out["e2e:long=100000"]["p99"], out["tolerant"]["p99"])
             with self.assertRaises(SystemExit), redirect_stdout(io.StringIO()), \
                     unittest.mock.patch("sys.stderr", io.StringIO()):
                 fleetmodel.main([trace, "--policy", "e2e:wndow=5"])

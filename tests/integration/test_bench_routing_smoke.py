@@ -20,6 +20,7 @@ from harness import BUILD, SRC  # noqa: E402
 RUN = os.path.join(SRC, "bench", "routing", "run.py")
 sys.path.insert(0, os.path.join(SRC, "bench", "routing"))
 import mismatch  # noqa: E402
+import procs  # noqa: E402
 import scenarios as S  # noqa: E402
 
 
@@ -213,6 +214,15 @@ class MismatchDraws(unittest.TestCase):
         self.assertGreaterEqual(mismatch.capacity(issue, S.PROMPT, S.MAX_TOKENS),
                                 mismatch.MIN_CAPACITY)
         self.assertEqual(mismatch.make_scenarios(2, 1, only="m2-90")[0]["load"], 0.9)
+        # --gauge-lags: each engine software's lag, in its replica's one-sequence steps
+        lagged = mismatch.with_gauge_lags(fleets[0])
+        steps = mismatch.GAUGE_LAG_STEPS[fleets[0]["flavor"]]
+        self.assertEqual([s["gauge_lag_ms"] for s in lagged["sims"]],
+                         [round(steps * s["decode_ms"] / sp, 1)
+                          for s, sp in zip(fleets[0]["sims"], fleets[0]["speeds"])])
+        self.assertNotIn("gauge_lag_ms", fleets[0]["sims"][0])
+        self.assertIn("gauge lag", mismatch.describe(lagged))
+        self.assertEqual(procs.ENGINE_SHAPE["gauge_lag_ms"][0], "--gauge-lag-ms")
 
     def test_noise_interval(self):
         """The same requests for two contenders: the ratio's interval is 1;
