@@ -53,7 +53,8 @@ struct health_target {
     double fin_prev;                /* ... that count */
     uint32_t ended_prev;            /* ... and ours ended there then */
     double fin_excess;              /* its finishes over ours since the first read */
-    double fin_floor;               /* ... the least since its last rise */
+    double fin_min_cur, fin_min_prev; /* ... the least in this HEALTH_ALONE_S and the last */
+    uint64_t fin_bucket_ns;         /* when this one began */
     uint64_t fin_since_ns;          /* counted from (first read, engine restart) */
     uint64_t others_ns;             /* its finishes last outran ours; 0 = not since */
     uint64_t lag_t_ns;              /* eng.gauge_lag_ms last decayed */
@@ -369,8 +370,10 @@ health_ask_props(struct health_target *t, uint64_t now)
  * Where the engine also counts the requests it has finished
  * (enginemetrics.h: vLLM, SGLang, TGI), that count set against ours says
  * whether it serves others at all: each scrape adds its finishes less ours
- * since the last, and a rise of HEALTH_OTHERS_MIN over the least since
- * (a request in flight on the boundary is one) is others'. While none has
+ * since the last, and a rise over the least of the last 5-10 s by more than
+ * our requests in flight (one the engine has finished and the gateway not
+ * yet is among them: a slow gateway's lag) plus HEALTH_OTHERS_MIN is
+ * others'. While none has
  * been seen for HEALTH_ALONE_S, the gauges' excess over ours is their lag:
  * measured as the age, when the scrape was sent, of the latest end of ours
  * that explains it (a decaying maximum, up to HEALTH_LAG_MAX_MS), and our
@@ -406,7 +409,7 @@ health_gone_counted(const struct health_target *t, double step_ms, bool alone)
 
 /* The engine's finished count (-1: none) set against ours (above). */
 static void
-health_fold_finished(struct health_target *t, double finished, uint64_t now)
+health_fold_finished(struct health_target *t, double finished, uint32_t inflight, uint64_t now)
 {
     uint32_t ended = lg_backend_ended(t->b);
 
@@ -416,15 +419,21 @@ health_fold_finished(struct health_target *t, double finished, uint64_t now)
         return;
     }
     if (t->fin_t_ns == 0 || finished < t->fin_prev) {
-        t->fin_excess = t->fin_floor = 0; /* the first read, or the engine restarted */
-        t->fin_since_ns = now;
+        /* the first read, or the engine restarted */
+        t->fin_excess = t->fin_min_cur = t->fin_min_prev = 0;
+        t->fin_since_ns = t->fin_bucket_ns = now;
         t->others_ns = 0;
     } else {
         t->fin_excess += finished - t->fin_prev - (double)(uint32_t)(ended - t->ended_prev);
-        t->fin_floor = LG_MIN(t->fin_floor, t->fin_excess);
-        if (t->fin_excess - t->fin_floor >= HEALTH_OTHERS_MIN) {
+        if (now - t->fin_bucket_ns >= HEALTH_ALONE_S * LG_NS_PER_S) {
+            t->fin_min_prev = t->fin_min_cur;
+            t->fin_min_cur = t->fin_excess;
+            t->fin_bucket_ns = now;
+        }
+        t->fin_min_cur = LG_MIN(t->fin_min_cur, t->fin_excess);
+        if (t->fin_excess - LG_MIN(t->fin_min_cur, t->fin_min_prev)
+            >= HEALTH_OTHERS_MIN + (double)inflight) {
             t->others_ns = now;
-            t->fin_floor = t->fin_excess - 1;
         }
     }
     t->fin_prev = finished;
@@ -523,7 +532,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     queued = lg_health_ours_queued(late_ms, step_ms, work_ms, longest_ms, interval);
     /* what the engine holds of ours and our peers' is no foreign load */
     ours = lg_backend_inflight(b) + lg_backend_peer_inflight(b, now);
-    health_fold_finished(t, s.finished, now);
+    health_fold_finished(t, s.finished, lg_backend_inflight(b), now);
     health_learn_lag(t, &s, ours, now);
     /* ... and requests of ours that ended, still in its running count, are
      * neither running nor anyone else's: left in, a lag of SGLang's kind
