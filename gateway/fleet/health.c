@@ -373,8 +373,8 @@ health_ask_props(struct health_target *t, uint64_t now)
  * since the last, and a rise over the least of the last 5-10 s by more than
  * our requests in flight (one the engine has finished and the gateway not
  * yet is among them: a slow gateway's lag) plus HEALTH_OTHERS_MIN is
- * others'. While none has
- * been seen for HEALTH_ALONE_S, the gauges' excess over ours is their lag:
+ * others'. While none has been seen for HEALTH_ALONE_S, the gauges' excess
+ * over ours is their lag:
  * measured as the age, when the scrape was sent, of the latest end of ours
  * that explains it (a decaying maximum, up to HEALTH_LAG_MAX_MS), and our
  * ends within it count as ours (health_gone_counted()). Another client that
@@ -453,12 +453,11 @@ health_fold_finished(struct health_target *t, double finished, uint32_t inflight
     }
 }
 
-/* The gauges' lag behind our ends, learnt while alone there (above). */
+/* The gauges' lag behind our ends, learnt while alone there (above) from
+ * their excess over what is ours in flight. */
 static void
-health_learn_lag(struct health_target *t, const struct lg_engine_sample *s, double ours,
-                 uint64_t now)
+health_learn_lag(struct health_target *t, double excess, uint64_t now)
 {
-    double excess = LG_MAX(s->running, 0) + LG_MAX(s->waiting, 0) - ours;
     uint64_t end;
 
     if (t->lag_t_ns != 0) {
@@ -489,8 +488,8 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     size_t len;
     int code = req ? evhttp_request_get_response_code(req) : 0;
     uint64_t now, interval;
-    double work_ms, longest_ms, late_ms, step_ms, lagged;
-    uint32_t ours;
+    double work_ms, longest_ms, late_ms, step_ms, excess, lagged;
+    uint32_t mine, ours;
     bool queued, detected;
     struct lg_backend_est est;
     int rc;
@@ -531,14 +530,15 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     step_ms = lg_est_mean_read(&est.itl, now, LG_EST_DEFAULT_ITL_MS, LG_EST_MEAN_HALF_LIFE_S);
     queued = lg_health_ours_queued(late_ms, step_ms, work_ms, longest_ms, interval);
     /* what the engine holds of ours and our peers' is no foreign load */
-    ours = lg_backend_inflight(b) + lg_backend_peer_inflight(b, now);
-    health_fold_finished(t, s.finished, lg_backend_inflight(b), now);
-    health_learn_lag(t, &s, ours, now);
+    mine = lg_backend_inflight(b);
+    ours = mine + lg_backend_peer_inflight(b, now);
+    excess = LG_MAX(s.running, 0) + LG_MAX(s.waiting, 0) - (double)ours;
+    health_fold_finished(t, s.finished, mine, now);
+    health_learn_lag(t, excess, now);
     /* ... and requests of ours that ended, still in its running count, are
      * neither running nor anyone else's: left in, a lag of SGLang's kind
      * read 20 slots on a replica of 5 (bench/routing/NOTES.md 55) */
-    lagged = LG_MIN((double)health_gone_counted(t, step_ms, t->eng.others == 0),
-                    LG_MAX(s.running, 0) + LG_MAX(s.waiting, 0) - (double)ours);
+    lagged = LG_MIN((double)health_gone_counted(t, step_ms, t->eng.others == 0), excess);
     if (lagged >= 1 && s.running > 0) {
         s.running -= (int32_t)LG_MIN(lagged, s.running);
     }
