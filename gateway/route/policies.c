@@ -308,10 +308,19 @@ static const struct lg_plugin_desc p2c_desc = {
  * (those the model admits into the same step: a long prompt goes where it
  * holds up the fewest first tokens; the formula's prefill_share charges
  * every request there awaiting one, most of which are in earlier steps):
- * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. A replica that
- * seldom streams (a slow one at 70% load) would have its step from
- * finished responses and its prefill from a prior, both too low (NOTES.md
- * 38): the formula reads it better.
+ * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. With
+ * model_ahead_weight above 0 (off by default), also
+ *
+ *   model_ahead_weight * work_ahead_ms
+ *
+ * (the first-token work still ahead there, as the formula's ahead term):
+ * the model predicts a first token behind a queue of prompts right, but a
+ * request it sends there lengthens that queue for those after it; on
+ * prefill-first and chunked engines the formula, which weighs that work
+ * twice, read a lower median (NOTES.md 56). A replica that seldom
+ * streams (a slow one at 70% load) would have its step from finished
+ * responses and its prefill from a prior, both too low (NOTES.md 38): the
+ * formula reads it better.
  *
  * Where the host judges the model off on a replica (LG_VIEW_F_MODEL_MISSES:
  * its errors there, calibrated, spread wider than those of the replica's
@@ -419,6 +428,7 @@ struct ttft_state {
     double model_needs_pace;
     double model_calibrate;
     double model_prefill_share;
+    double model_ahead_weight;
     double measured;
     double tolerance_ms;
     double tolerance_load;
@@ -447,6 +457,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
                             .model_prefill_share = 1,
+                            .model_ahead_weight = 0,
                             .measured = 1,
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
@@ -470,6 +481,7 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
         { "model_needs_pace", &s.model_needs_pace, 0, 1 },
         { "model_calibrate", &s.model_calibrate, 0, 1 },
         { "model_prefill_share", &s.model_prefill_share, 0, 100 },
+        { "model_ahead_weight", &s.model_ahead_weight, 0, 100 },
         { "measured", &s.measured, 0, 1 },
         { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
         { "tolerance_load", &s.tolerance_load, 0, 1 },
@@ -586,6 +598,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
         /* the model knows which of them would share its step (0 where it
          * could not run: the measured terms on a replica it cannot follow) */
         pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
+        /* and, with model_ahead_weight, for the queue of first tokens it
+         * joins there (the comment above) */
+        pred += s->model_ahead_weight * v->work_ahead_ms;
     }
     if (s->interference > 0) {
         pred += s->interference * ttft_interference_ms(s, v, kib, model);

@@ -283,6 +283,17 @@ test_ttft_engine_model(void)
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
     a->engine_model_joined = 0;
+    /* first-token work ahead there counts only with model_ahead_weight */
+    a->work_ahead_ms = 20;
+    pick(&pol, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 35) < 1e-9);
+    LG_CHECK(open_policy(&off, "ttft",
+                         "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_ahead_weight\": 1.5}")
+             == 0);
+    pick(&off, &shrt, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 65) < 1e-9);
+    off.p->ops->destroy(off.state);
+    a->work_ahead_ms = 0;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_decode_weight\": 0.01}")
              == 0);
