@@ -362,12 +362,15 @@ def pick_least_conn(fleet, state):
             return x
 
 
-def pick_by_prediction(fleet, r, args, rng, hide=None):
+def pick_by_prediction(fleet, r, args, rng, hide=None, tolerant=None):
+    """The least predicted first token (greedy), or the tolerant pick
+    (`tolerant`, by default where the policy is); with --noise where rng is
+    given."""
     pred = [x.predict(r.t, r.tokens, hide) for x in fleet]
-    if args.noise:
+    if args.noise and rng is not None:
         pred = [p + rng.gauss(0, sd) for p, sd in zip(pred, args.noise)]
     best = min(range(len(fleet)), key=lambda i: pred[i])
-    if args.policy != "tolerant":
+    if not (args.policy == "tolerant" if tolerant is None else tolerant):
         return fleet[best]
     return tolerant_pick(fleet, pred, best,
                          max(args.tolerance_ms, args.tolerance_frac * pred[best]), r, args, hide)
@@ -426,9 +429,7 @@ def set_policy(args, policy):
 def pick_e2e(fleet, r, args, opts):
     """The e2e policy (module doc): exact state, no noise."""
     if r.max_tokens < opts["long"]:
-        pred = [x.predict(r.t, r.tokens) for x in fleet]
-        best = min(range(len(fleet)), key=lambda i: pred[i])
-        return tolerant_pick(fleet, pred, best, args.tolerance_ms, r, args)
+        return pick_by_prediction(fleet, r, args, None, tolerant=True)
     cands = []
     for x in fleet:
         first = x.predict(r.t, r.tokens)

@@ -195,9 +195,8 @@ def scenario_id(k, load):
 # gauges once a step; SGLang at a prefill or once every 40 decode steps
 # (decode_log_interval; 20: a prefill comes about halfway at these loads);
 # TGI's batch gauge and llama.cpp's, read when scraped, do not lag. Off by
-# default: the family's results before it had none.
+# default (make_scenarios): the family's results before it had none.
 GAUGE_LAG_STEPS = {"vllm": 1, "sglang": 20, "tgi": 0, "llamacpp": 0}
-GAUGE_LAGS = False
 
 
 def with_gauge_lags(fleet):
@@ -208,14 +207,14 @@ def with_gauge_lags(fleet):
     return dict(fleet, sims=sims)
 
 
-def make_scenarios(draws, draw_seed=1, loads=LOADS, only=None):
+def make_scenarios(draws, draw_seed=1, loads=LOADS, only=None, gauge_lags=False):
     """The family's scenarios: the issue's fleet (m0) and draws 1..draws,
     each at every load; `only` ("m3" or "m3-90") keeps one draw or one
-    scenario."""
+    scenario; `gauge_lags`: with each engine's gauge lag (with_gauge_lags)."""
     out = []
     for k in range(0, draws + 1):
         fleet = draw_fleet(draw_seed, k)
-        if GAUGE_LAGS:
+        if gauge_lags:
             fleet = with_gauge_lags(fleet)
         for load in loads:
             sid = scenario_id(k, load)

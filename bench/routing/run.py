@@ -556,7 +556,8 @@ def select(args):
             only = None if part == "mismatch" else part
             if only and int(re.match(r"m(\d+)", only).group(1)) > args.draws:
                 raise ValueError("%s: only %d draws (--draws)" % (part, args.draws))
-            found = M.make_scenarios(args.draws, args.draw_seed, only=only)
+            found = M.make_scenarios(args.draws, args.draw_seed, only=only,
+                                     gauge_lags=args.gauge_lags)
             if not found:
                 raise ValueError("unknown mismatch scenario %r (m0-70 .. m%d-90)"
                                  % (part, args.draws))
@@ -584,7 +585,6 @@ def main(argv=None):
     for b in ("llmgate", "llmsim", "llmload"):
         if not os.access(os.path.join(args.build, b), os.X_OK):
             raise SystemExit("%s/%s not found: build first (cmake --build build)" % (args.build, b))
-    M.GAUGE_LAGS = args.gauge_lags
     try:
         scens = select(args)
     except ValueError as e:
