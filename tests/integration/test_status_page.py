@@ -130,6 +130,7 @@ class StatusPageTest(Harness):
         seen = json.loads(out.strip().splitlines()[-1])
         self.assertEqual(seen["rows"], [""] + names)  # the fleet's row first
         self.assertEqual(seen["plots"], 5 * (len(names) + 1))
+        self.assertEqual(seen["elsewhere"], [])  # nothing loaded from elsewhere: works offline
         self.assertGreaterEqual(seen["points"]["before"], 3, seen)
         self.assertGreaterEqual(seen["points"]["after"], 5, seen)
         self.assertGreater(seen["fleet_rps"], 5, seen)

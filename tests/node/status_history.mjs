@@ -73,6 +73,11 @@ try {
   const consoleErrors = [];
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  // everything the page loads comes from the admin listener (no external script or font)
+  const elsewhere = [];
+  page.on('request', (q) => {
+    if (!q.url().startsWith(adminUrl + '/') && !q.url().startsWith('data:')) elsewhere.push(q.url());
+  });
   await page.goto(adminUrl + '/', { waitUntil: 'domcontentloaded' });
 
   // the history section shows, with the fleet's row and one row per backend
@@ -143,6 +148,7 @@ try {
   result.plots = await page.$$eval('#htable svg.spark', (s) => s.length);
   result.legend = await page.locator('#legend').innerText();
   result.console_errors = consoleErrors;
+  result.elsewhere = elsewhere;
   if (consoleErrors.length) fail('console errors: ' + consoleErrors.join(' | '));
 } finally {
   if (traffic) await traffic.stop();
