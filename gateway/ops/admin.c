@@ -2,7 +2,8 @@
  * admin.c: the admin listener (see admin.h): an evhttp server on its own
  * thread and event base.
  *
- * Owns: struct lg_admin, its thread, event base, evhttp server and socket.
+ * Owns: struct lg_admin, its thread, event base, evhttp server and socket;
+ * the status page's history (history.h) and the timer that samples it.
  * Borrows: the gateway; fleets and backends through references taken for
  * the length of one request (lg_gateway_fleet()).
  * Invariants: this thread only reads live state (atomics, published copies);
