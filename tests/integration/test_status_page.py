@@ -131,6 +131,9 @@ class StatusPageTest(Harness):
         self.assertEqual(seen["rows"], [""] + names)  # the fleet's row first
         self.assertEqual(seen["plots"], 5 * (len(names) + 1))
         self.assertEqual(seen["elsewhere"], [])  # nothing loaded from elsewhere: works offline
+        # the page's copy, merged from replies with ?since=, is the gateway's history
+        self.assertGreaterEqual(seen["merged"]["common"], 8, seen["merged"])
+        self.assertEqual(seen["merged"]["mismatch"], 0, seen["merged"])
         self.assertGreaterEqual(seen["points"]["before"], 3, seen)
         self.assertGreaterEqual(seen["points"]["after"], 5, seen)
         self.assertGreater(seen["fleet_rps"], 5, seen)

@@ -125,6 +125,25 @@ try {
     };
   }
   result.fleet_rps = mean(after.map((i) => h.fleet.requests_per_s[i]));
+  // the page's copy, merged from replies with ?since=, against the whole history fetched now
+  const whole = await fetch(adminUrl + '/admin/history').then((x) => x.json());
+  let common = 0, mismatch = 0;
+  h.t_ms.forEach((t, i) => {
+    const j = whole.t_ms.indexOf(t);
+    if (j < 0) return;
+    common++;
+    for (const b of h.backends) {
+      const w = whole.backends.find((x) => x.name === b.name);
+      for (const k of ['requests_per_s', 'share', 'ttft_p50_ms', 'in_flight', 'queue']) {
+        if (!w || w[k][j] !== b[k][i]) mismatch++;
+      }
+    }
+    for (const r of h.reasons) {
+      const w = whole.reasons.find((x) => x.policy === r.policy && x.reason === r.reason);
+      if (!w || w.counts[j] !== r.counts[i]) mismatch++;
+    }
+  });
+  result.merged = { common, mismatch, page_points: h.t_ms.length };
   result.reasons = h.reasons.map((x) => x.policy + ':' + x.reason);
 
   // the slowed replica's TTFT p50 as drawn: the y of each point of its path (smaller is
