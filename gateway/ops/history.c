@@ -172,16 +172,26 @@ history_quantile(const uint64_t *d, uint64_t n, double q)
     return 1000 * lg_hist_latency_bounds[LG_HIST_NBUCKETS - 1];
 }
 
-/* TTFT quantiles and mean of an interval's histogram (d per bucket, n, sum). */
+/*
+ * TTFT quantiles and mean of an interval's histogram: d per bucket, n first
+ * tokens and their sum. The quantiles rank within the buckets' own total: a
+ * sample can read a bucket before an observation and the count after it.
+ */
 static void
 history_ttft(struct history_point *p, const uint64_t *d, uint64_t n, uint64_t sum_us)
 {
-    if (n == 0) {
-        return;
+    uint64_t in_buckets = 0;
+
+    for (size_t k = 0; k <= LG_HIST_NBUCKETS; k++) {
+        in_buckets += d[k];
     }
-    p->p50_ms = (float)history_quantile(d, n, 0.5);
-    p->p99_ms = (float)history_quantile(d, n, 0.99);
-    p->mean_ms = (float)((double)sum_us / 1000.0 / (double)n);
+    if (in_buckets > 0) {
+        p->p50_ms = (float)history_quantile(d, in_buckets, 0.5);
+        p->p99_ms = (float)history_quantile(d, in_buckets, 0.99);
+    }
+    if (n > 0) {
+        p->mean_ms = (float)((double)sum_us / 1000.0 / (double)n);
+    }
 }
 
 static struct history_series *

@@ -163,6 +163,27 @@ test_quantile_edges(void)
     return 0;
 }
 
+/* A sample that read the buckets before an observation and the count after it: the
+ * quantiles rank within the buckets (not past them, up to the highest bound). */
+static int
+test_count_ahead_of_buckets(void)
+{
+    struct lg_history *h = lg_history_new(&conf_10);
+    struct lg_history_backend_snap b = snap_backend(1, "r", 0, 0, 0, 0, 0);
+    json_t *j;
+
+    add(h, 1, &b, 1, 0);
+    b = snap_backend(1, "r", 10, 10, 1, 10, 10 * 20000); /* 10 in 10..25 ms */
+    b.ttft_count = 11;
+    add(h, 2, &b, 1, 10);
+    j = lg_history_json(h, 0);
+    LG_CHECK(near(num(j, "backends.0.ttft_p99_ms", 1), 10 + 15 * 0.99));
+    LG_CHECK(near(num(j, "fleet.ttft_p99_ms", 1), 10 + 15 * 0.99));
+    json_decref(j);
+    lg_history_free(h);
+    return 0;
+}
+
 static int
 test_ring_and_since(void)
 {
@@ -291,5 +312,6 @@ test_reasons(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_off, test_rates_shares_quantiles, test_quantile_edges, test_ring_and_since,
-             test_backends_come_and_go, test_reasons)
+LG_TEST_MAIN(test_off, test_rates_shares_quantiles, test_quantile_edges,
+             test_count_ahead_of_buckets, test_ring_and_since, test_backends_come_and_go,
+             test_reasons)
