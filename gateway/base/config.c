@@ -468,11 +468,49 @@ static const struct lg_conf_field conf_health_fields[] = {
 static const struct lg_conf_table conf_health_table = { sizeof(struct lg_health_conf),
                                                         conf_health_fields, conf_check_health };
 
+/* A history holds two points at least and LG_HISTORY_MAX_POINTS at most. */
+static void
+conf_check_history(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_history_conf *h = base;
+    char a[32];
+    char b[32];
+
+    if (!clean || h->window_ms == 0 || h->resolution_ms == 0) {
+        return;
+    }
+    if (h->window_ms < 2 * h->resolution_ms) {
+        conf_error_at(ctx, "/window",
+                      "must hold two points at least (2 x resolution %s; 0 turns the history "
+                      "off)",
+                      lg_conf_fmt_duration(a, sizeof(a), h->resolution_ms));
+    } else if (h->window_ms / h->resolution_ms > LG_HISTORY_MAX_POINTS) {
+        conf_error_at(ctx, "/window",
+                      "%s at a resolution of %s is %llu points; at most %d (a longer "
+                      "resolution or a shorter window)",
+                      lg_conf_fmt_duration(a, sizeof(a), h->window_ms),
+                      lg_conf_fmt_duration(b, sizeof(b), h->resolution_ms),
+                      (unsigned long long)(h->window_ms / h->resolution_ms), LG_HISTORY_MAX_POINTS);
+    }
+}
+
+#define HI(f) offsetof(struct lg_history_conf, f)
+static const struct lg_conf_field conf_history_fields[] = {
+    { "resolution", LG_CONF_DURATION, HI(resolution_ms), .def = CONF_S(5), .min = CONF_S(1),
+      .max = CONF_M(1) },
+    { "window", LG_CONF_DURATION, HI(window_ms), .def = CONF_M(15), .min = 0, .max = CONF_H(24) },
+    { .name = NULL },
+};
+#undef HI
+static const struct lg_conf_table conf_history_table = { sizeof(struct lg_history_conf),
+                                                         conf_history_fields, conf_check_history };
+
 #define AD(f) offsetof(struct lg_admin_conf, f)
 static const struct lg_conf_field conf_admin_fields[] = {
     { "listen", LG_CONF_ADDRESS, AD(listen), .required = true, .aux_offset = AD(addr),
       .aux2_offset = AD(addrlen) },
     { "token", LG_CONF_STR, AD(token), .required = false },
+    { "history", LG_CONF_OBJECT, AD(history), .sub = &conf_history_table },
     { .name = NULL },
 };
 #undef AD

@@ -164,12 +164,22 @@ struct lg_health_conf {
     uint64_t peer_interval_ms;   /* least time between two answers of a peer */
 };
 
+/* The status page's history (ops/history.c): one point per resolution. */
+struct lg_history_conf {
+    uint64_t resolution_ms; /* time a point covers */
+    uint64_t window_ms;     /* time kept: window / resolution points; 0 = no history */
+};
+
 struct lg_admin_conf {
     char *listen;                 /* NULL: no admin listener */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char *token;                  /* bearer token; NULL: open (loopback default) */
+    struct lg_history_conf history;
 };
+
+/* Most points a history keeps per series (window / resolution). */
+#define LG_HISTORY_MAX_POINTS 2880
 
 /* Another gateway in front of the same fleet (peers.h): its admin listener. */
 struct lg_peer_conf {

@@ -267,6 +267,14 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
                             "reload (%s in force); restart llmgate to change it\n",
                             path, cur->admin.listen ? cur->admin.listen : "none");
     }
+    if (cur->admin.history.resolution_ms != next->admin.history.resolution_ms
+        || cur->admin.history.window_ms != next->admin.history.window_ms) {
+        evbuffer_add_printf(errors,
+                            "%s: error: /admin/history: the status page's history cannot change "
+                            "on reload (its rings are set up at start); restart llmgate to "
+                            "change it\n",
+                            path);
+    }
     if ((cur->auth.keys_file == NULL) != (next->auth.keys_file == NULL)) {
         evbuffer_add_printf(errors,
                             "%s: error: /auth: API keys cannot be turned %s on reload (the keys "

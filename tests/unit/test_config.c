@@ -1146,6 +1146,42 @@ test_health_cross_check(void)
     return 0;
 }
 
+/* admin.history: defaults, bounds, and a window that holds too few or too many points */
+static int
+test_admin_history(void)
+{
+    struct lg_config_errors errs;
+    char *text = with_top("\"admin\": \":0\",");
+    struct lg_config *c = load(text, &errs);
+
+    free(text);
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->admin.history.resolution_ms == 5000 && c->admin.history.window_ms == 900000);
+    lg_config_unref(c);
+    text = with_top("\"admin\": {\"listen\": \":0\", \"history\": {\"window\": 0}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->admin.history.window_ms == 0);
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"resolution\": "
+                              "\"1s\", \"window\": \"1s\"}},",
+                              "t.json:2:69: error: /admin/history/window: must hold two points "
+                              "at least (2 x resolution 1s; 0 turns the history off)")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"window\": "
+                              "\"5h\"}},",
+                              "t.json:2:49: error: /admin/history/window: 5h at a resolution of "
+                              "5s is 3600 points; at most 2880 (a longer resolution or a shorter "
+                              "window)")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"resolution\": "
+                              "\"500ms\"}},",
+                              "t.json:2:53: error: /admin/history/resolution: must be between 1s "
+                              "and 1m (got \"500ms\")")
+             == 0);
+    return 0;
+}
+
 static int
 test_example_files(void)
 {
@@ -1281,4 +1317,4 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
              test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
-             test_routing_resume)
+             test_routing_resume, test_admin_history)
