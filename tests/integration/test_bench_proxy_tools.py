@@ -5,7 +5,9 @@ here against two targets whose latencies differ by a known floor: llmsim
 generating 64 tokens at 0.3 ms a step (19.2 ms at least) and pbench's own
 backend (answers at once). It proves the tool counts and signs what it
 reports; what the benchmark measures is run by hand (bench/proxy/README.md).
-The backend answers GETs (health checks, /metrics scrapes) as an engine would."""
+The backend answers GETs (health checks, /metrics scrapes) as an engine would.
+ttftbench (the router's decisions against the candidates' count) runs its
+fleets and reports a row for each."""
 
 import json
 import os
@@ -91,6 +93,28 @@ class PbenchBackendGets(Harness):
         self.assertEqual(body.count(b"data: "), 3 + 2, body)  # 3 tokens, the usage, [DONE]
         be.signal(2)
         be.wait_for(r"pbench backend: 1 requests, 3 events, 2 health checks and scrapes")
+
+
+class TtftBench(Harness):
+    """ttftbench builds fleets of 1 to 256 backends with live state and picks
+    on them (it exits non-zero if the router refuses a pick): one row per
+    size, at most 64 candidates a pick, every figure measured."""
+
+    def test_rows(self):
+        out = self.path("ttft.json")
+        r = subprocess.run([binary("ttftbench"), "--backends", "1,4,256", "--count", "50",
+                            "--json", out], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("target: pick at 4 backends under 500 ns per candidate", r.stdout)
+        with open(out) as f:
+            rows = json.load(f)["rows"]
+        self.assertEqual([(x["backends"], x["candidates"]) for x in rows],
+                         [(1, 1), (4, 4), (256, 64)])
+        for x in rows:
+            for k in ("pick_ns", "views_ns", "score_ns"):
+                self.assertGreater(x[k], 0, x)
+        # the views of 256 backends cost more than those of 4
+        self.assertGreater(rows[2]["views_ns"], rows[1]["views_ns"])
 
 
 if __name__ == "__main__":
