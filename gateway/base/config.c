@@ -26,7 +26,7 @@
 #include "base/config_table.h"
 #include "base/config_value.h"
 
-#define CONF_MAX_WORKERS 256
+#define CONF_MAX_WORKERS LG_CONFIG_MAX_WORKERS
 
 /* ---- cross-field checks ------------------------------------------------- */
 
@@ -137,11 +137,6 @@ conf_check_root(struct lg_conf_ctx *ctx, void *base, bool clean)
     char q[CONF_QBUF];
     size_t enabled = 0;
 
-    if (c->workers == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-        c->workers = n < 1 ? 1 : (uint32_t)LG_MIN(n, CONF_MAX_WORKERS);
-    }
     for (size_t i = 0; i < c->nlisten; i++) {
         for (size_t j = 0; j < i; j++) {
             if (conf_same_addr(&c->listen[i].addr, c->listen[i].addrlen, &c->listen[j].addr,
@@ -645,7 +640,8 @@ static const struct lg_conf_table conf_auth_table = { sizeof(struct lg_auth_conf
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
       .sub = &conf_listen_table, .shorthand = "address", .aux_offset = CF(nlisten) },
-    { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS },
+    { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS,
+      .zero_word = "auto" },
     { "log_level", LG_CONF_ENUM, CF(log_level), .def = LG_LOG_INFO, .names = conf_log_levels },
     { "access_log", LG_CONF_OBJECT, CF(access_log), .sub = &conf_access_log_table,
       .shorthand = "path", .off_false = true },

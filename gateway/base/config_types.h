@@ -199,12 +199,16 @@ struct lg_auth_conf {
     char *keys_file;              /* API keys (keys.c); NULL: no authentication */
 };
 
+#define LG_CONFIG_MAX_WORKERS 256
+
 struct lg_config {
     char *path;                   /* file it came from ("<string>" for tests) */
     json_t *root;                 /* the parsed document, kept for plugin sections */
     struct lg_listen_conf *listen;
     size_t nlisten;
-    uint32_t workers;             /* event-loop threads; 0 in the file = one per core */
+    uint32_t workers;             /* event-loop threads; 0 = auto ("auto" or 0 in the file):
+                                     the CPUs the process may use when it starts
+                                     (base/cpus.h), at most LG_CONFIG_MAX_WORKERS */
     enum lg_log_level log_level;
     struct lg_timeouts_conf timeouts;
     struct lg_limits_conf limits;

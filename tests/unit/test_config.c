@@ -153,10 +153,9 @@ test_defaults(void)
     struct lg_config_errors errs;
     struct lg_config *c = load(minimal, &errs);
     const struct lg_backend_conf *b;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers == (uint32_t)LG_MIN(LG_MAX(cpus, 1), 256));
+    LG_CHECK(c->workers == 0); /* auto: the CPUs the process may use, chosen at start */
     LG_CHECK(c->log_level == LG_LOG_INFO);
     LG_CHECK_STR(c->access_log.path, "-"); /* one line per request on stdout */
     LG_CHECK(c->access_log.flush_ms == 1000 && c->access_log.buffer_bytes == 65536);
@@ -337,11 +336,16 @@ test_unknown_key(void)
 static int
 test_wrong_type(void)
 {
-    LG_CHECK(expect_top_error("\"workers\": \"4\",",
-                              "t.json:2:12: error: /workers: expected an integer, got a string")
+    LG_CHECK(expect_top_error("\"workers\": \"4\",", "t.json:2:12: error: /workers: expected an "
+                                                 "integer or \"auto\", got a string")
+             == 0);
+    /* only workers takes a word for 0 */
+    LG_CHECK(expect_top_error("\"limits\": {\"max_connections\": \"auto\"},",
+                              "t.json:2:31: error: /limits/max_connections: expected an integer, "
+                              "got a string")
              == 0);
     LG_CHECK(expect_top_error("\"workers\": 1.5,", "t.json:2:12: error: /workers: expected an "
-                                                   "integer, got a real number")
+                                                   "integer or \"auto\", got a real number")
              == 0);
     LG_CHECK(expect_top_error("\"routing\": [],",
                               "t.json:2:12: error: /routing: expected an object, got an array")
@@ -727,7 +731,8 @@ test_several_error_classes(void)
                       "  \"backends\": [{\"name\": \"r1\", \"url\": \"tcp://x:1\", \"models\": "
                       "[\"m\"], \"weight\": 2000}]\n"
                       "}",
-                      "t.json:3:14: error: /workers: expected an integer, got a string",
+                      "t.json:3:14: error: /workers: expected an integer or \"auto\", got a "
+                      "string",
                       "t.json:4:30: error: /timeouts/first_byte: durations need a unit, e.g. "
                       "\"30s\" (got 300)",
                       "t.json:4:35: error: /timeouts/stram_idle: unknown key \"stram_idle\"; "
@@ -1020,6 +1025,31 @@ test_access_log(void)
     return 0;
 }
 
+/* "workers": "auto" (any case) is the default, 0; a number is kept as given. */
+static int
+test_workers_auto(void)
+{
+    static const struct {
+        const char *value;
+        uint32_t workers;
+    } cases[] = { { "\"auto\"", 0 }, { "\"Auto\"", 0 }, { "0", 0 }, { "3", 3 }, { "256", 256 } };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        char extra[64];
+        char *text;
+        struct lg_config_errors errs;
+        struct lg_config *c;
+
+        snprintf(extra, sizeof(extra), "\"workers\": %s,", cases[i].value);
+        text = with_top(extra);
+        c = load(text, &errs);
+        free(text);
+        LG_CHECK(c != NULL && c->workers == cases[i].workers);
+        lg_config_unref(c);
+    }
+    return 0;
+}
+
 static int
 test_null_means_default(void)
 {
@@ -1033,7 +1063,7 @@ test_null_means_default(void)
     free(text);
     lg_config_errors_print(&errs, stderr);
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers >= 1 && c->admin.listen == NULL);
+    LG_CHECK(c->workers == 0 && c->admin.listen == NULL);
     LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK(c->routing.policy == NULL); /* the router's default: ttft */
     lg_config_unref(c);
@@ -1314,7 +1344,7 @@ LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_erro
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
+             test_access_log, test_warnings, test_workers_auto, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
              test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
              test_routing_resume, test_admin_history)
