@@ -102,7 +102,6 @@ struct lg_budgetstore {
     struct store_batch *batch; /* waited for; NULL: none */
     uint64_t batch_sent_ms;
     bool announced_down;      /* the failure was logged (once until it is back) */
-    bool ever_up;
 
     /* a reload's settings, under lock, taken by the thread at its next tick */
     struct lg_budgetstore *pending;
@@ -362,11 +361,10 @@ store_on_ready(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     store_set_state(s, STORE_ST_UP);
-    s->announced_down = false;
     LG_INFO("budgets: %s redis %s (db %u): shares synced every %" PRIu64 " ms; if it fails: %s",
-            s->ever_up ? "back on" : "shared through", s->address, s->db, s->sync_interval_ms,
-            store_failure_name(s));
-    s->ever_up = true;
+            s->announced_down ? "back on" : "shared through", s->address, s->db,
+            s->sync_interval_ms, store_failure_name(s));
+    s->announced_down = false;
 }
 
 /* AUTH and SELECT: an error fails the connection; their success says nothing yet. */
