@@ -319,6 +319,64 @@ class BudgetTest(Harness):
         status, _, _, _ = self.post(port, max_tokens=700 - used - PROMPT_TOKENS)
         self.assertEqual(status, 200)
 
+    # ---- the openai npm client --------------------------------------------------------
+
+    @unittest.skipUnless(shutil.which("node"), "node is not installed")
+    def test_openai_npm_client_reads_the_429_and_the_headers(self):
+        node_dir = os.path.join(harness.SRC, "tests", "node")
+        if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
+            self.fail("the openai npm package is missing: run `npm install` in tests/node")
+        key_retry, key_small = "sk-node-retry-0001", "sk-node-small-0002"
+        self.write_keys({"keys": [
+            {"name": "retry", "sha256": sha(key_retry), "models": "*",
+             "rate": {"requests_per_second": 100, "burst": 20},
+             "budget": {"tokens_per_day": 2500}},
+            {"name": "small", "sha256": sha(key_small), "models": "*",
+             "budget": {"tokens_per_day": 300}}]})
+        _, port, admin = self.gateway(args=["--decode-ms", "5", "--decode-ms-per-seq", "0",
+                                            "--prefill-us-per-token", "1"])
+        env = dict(os.environ, KEY_RETRY=key_retry, KEY_SMALL=key_small)
+        run = subprocess.run(["node", os.path.join(node_dir, "openai_budgets.mjs"),
+                              "http://127.0.0.1:%d/v1" % port, "m"],
+                             capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        if os.environ.get("LG_TEST_VERBOSE"):
+            print(json.dumps(out, indent=1))
+        # an answer: the headers the client reads, from the reservation (100 + 10)
+        self.assertEqual(out["first"]["status"], 200)
+        self.assertEqual(out["first"]["headers"]["limit-tokens"], "2500")
+        self.assertEqual(out["first"]["headers"]["remaining-tokens"], "2390")
+        self.assertEqual(out["first"]["headers"]["limit-requests"], "20")
+        self.assertEqual(out["first"]["headers"]["remaining-requests"], "19")
+        # refused while the stream held the room, told to wait a second; the client did, and
+        # got in once the cancelled stream gave back what it had not used
+        self.assertEqual(out["retry"]["status"], 200, out["retry"])
+        self.assertGreaterEqual(out["retry"]["elapsed_ms"], 1000)
+        self.assertLess(out["retry"]["elapsed_ms"], 5000)
+        self.assertEqual(budget_of(admin, "retry")["refused_total"], 1)
+        # larger than the whole budget: a RateLimitError at once, not retried
+        large = out["large"]
+        self.assertEqual((large["status"], large["code"], large["name"]),
+                         (429, "rate_limit_exceeded", "RateLimitError"), large)
+        self.assertEqual(large["headers"]["x-should-retry"], "false")
+        self.assertLess(large["elapsed_ms"], 1000)
+        self.assertIn("Request too large", large["message"])
+        # what is left (50) is too little until the day ends: the client sees when
+        self.assertEqual(out["fits"]["status"], 200)
+        self.assertEqual(out["fits"]["headers"]["remaining-tokens"], "50")
+        over = out["over"]
+        self.assertEqual((over["status"], over["code"], over["type"]),
+                         (429, "rate_limit_exceeded", "rate_limit_error"), over)
+        self.assertEqual(over["headers"]["remaining-tokens"], "50")
+        self.assertEqual(over["headers"]["limit-tokens"], "300")
+        self.assertAlmostEqual(int(over["headers"]["retry-after"]), seconds_left_in_window(86400),
+                               delta=5)
+        self.assertRegex(over["headers"]["reset-tokens"], r"^(\d+h)?(\d+m)?\d+(\.\d+)?s$")
+        self.assertNotIn("x-should-retry", over["headers"])
+        small = budget_of(admin, "small")
+        self.assertEqual((small["refused_total"], small["day"]["used"]), (2, 250))
+
     # ---- through Redis -----------------------------------------------------------------
 
     def test_two_gateways_share_one_budget_through_redis(self):
