@@ -664,9 +664,10 @@ admin_budget_key(const char *name, const struct lg_budget_limits *lim, struct lg
         json_object_set_new(w, "limit", limit ? json_integer((json_int_t)limit) : json_null());
         json_object_set_new(w, "used", json_integer((json_int_t)st.used[p]));
         json_object_set_new(w, "others", json_integer((json_int_t)st.others[p]));
-        json_object_set_new(w, "remaining", limit ? json_integer((json_int_t)(
-                                                        counted >= limit ? 0 : limit - counted))
-                                                  : json_null());
+        json_object_set_new(w, "remaining",
+                            limit
+                                ? json_integer((json_int_t)(counted >= limit ? 0 : limit - counted))
+                                : json_null());
         json_object_set_new(w, "reset_ms", json_integer((json_int_t)st.reset_ms[p]));
         json_object_set_new(o, periods[p], w);
     }
@@ -687,9 +688,9 @@ admin_budgets(struct lg_admin *a, struct evhttp_request *req)
         lg_keys_foreach_budget(a->gw->keys, admin_budget_key, keys);
     }
     json_object_set_new(root, "keys", keys);
-    json_object_set_new(root, "store", a->gw->budgetstore != NULL
-                                           ? lg_budgetstore_describe(a->gw->budgetstore)
-                                           : json_null());
+    json_object_set_new(root, "store",
+                        a->gw->budgetstore != NULL ? lg_budgetstore_describe(a->gw->budgetstore)
+                                                   : json_null());
     admin_reply_json(req, 200, "OK", root);
 }
 

@@ -56,12 +56,12 @@ struct lg_budget_view {
 
 /* An account's state, for /admin/budgets. */
 struct lg_budget_state {
-    uint64_t reserved;                      /* by requests running here */
-    uint64_t used[LG_BUDGET_NPERIODS];      /* charged here in the current window */
-    uint64_t others[LG_BUDGET_NPERIODS];    /* other gateways' share, as last learned */
-    uint64_t reset_ms[LG_BUDGET_NPERIODS];  /* until the window ends */
-    uint64_t charged_total;                 /* tokens charged since the account began */
-    uint64_t refused_total;                 /* reservations refused */
+    uint64_t reserved;                     /* by requests running here */
+    uint64_t used[LG_BUDGET_NPERIODS];     /* charged here in the current window */
+    uint64_t others[LG_BUDGET_NPERIODS];   /* other gateways' share, as last learned */
+    uint64_t reset_ms[LG_BUDGET_NPERIODS]; /* until the window ends */
+    uint64_t charged_total;                /* tokens charged since the account began */
+    uint64_t refused_total;                /* reservations refused */
 };
 
 /*

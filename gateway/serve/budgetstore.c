@@ -17,6 +17,9 @@
 #include "serve/budgetstore.h"
 
 #include <arpa/inet.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -25,16 +28,13 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include "base/config_types.h"
 #include "serve/budget.h"
 
-#define STORE_RECONNECT_MS 1000 /* after a failure, the next try at the earliest */
+#define STORE_RECONNECT_MS 1000  /* after a failure, the next try at the earliest */
 #define STORE_EXPIRE_MS    60000 /* a window's hash outlives the window by this */
 
 /*
@@ -69,7 +69,7 @@ struct store_batch {
     int refcnt;
     struct lg_budget_share *shares; /* [n], one account reference each */
     size_t n;
-    size_t next;                    /* the share the next reply is for */
+    size_t next; /* the share the next reply is for */
     struct lg_budgetstore *s;
 };
 
@@ -83,11 +83,11 @@ struct lg_budgetstore {
     char *key_prefix;
     uint64_t sync_interval_ms;
     uint64_t timeout_ms;
-    int on_failure;          /* enum lg_budget_failure */
+    int on_failure; /* enum lg_budget_failure */
 
-    bool *refuses;           /* borrowed: the gateway's flag */
-    char id[33];             /* this gateway's field in the hashes */
-    char sha[41];            /* the script's SHA-1 (EVALSHA) */
+    bool *refuses; /* borrowed: the gateway's flag */
+    char id[33];   /* this gateway's field in the hashes */
+    char sha[41];  /* the script's SHA-1 (EVALSHA) */
     pthread_t thread;
     bool started;
     struct event_base *base;
@@ -97,11 +97,11 @@ struct lg_budgetstore {
     /* the thread's */
     redisAsyncContext *ac;
     enum store_state state;
-    uint64_t since_ms;        /* CONNECTING: since when */
-    uint64_t retry_at_ms;     /* DOWN: the next connection at the earliest */
+    uint64_t since_ms;         /* CONNECTING: since when */
+    uint64_t retry_at_ms;      /* DOWN: the next connection at the earliest */
     struct store_batch *batch; /* waited for; NULL: none */
     uint64_t batch_sent_ms;
-    bool announced_down;      /* the failure was logged (once until it is back) */
+    bool announced_down; /* the failure was logged (once until it is back) */
 
     /* a reload's settings, under lock, taken by the thread at its next tick */
     struct lg_budgetstore *pending;
@@ -112,7 +112,7 @@ struct lg_budgetstore {
     uint64_t syncs;           /* batches answered */
     uint64_t accounts_synced; /* shares answered */
     uint64_t failures;
-    uint64_t last_ok_ms;      /* wall clock of the last answered batch */
+    uint64_t last_ok_ms; /* wall clock of the last answered batch */
     char last_error[160];
 };
 
@@ -166,6 +166,27 @@ batch_unref(struct store_batch *b)
     free(b);
 }
 
+/*
+ * An error reply's text for the log: at most 120 bytes, anything but
+ * printable ASCII as '?' (it is the server's, and goes into log lines).
+ */
+static void
+store_error_text(const redisReply *r, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; r->str != NULL && i < r->len && i < 120 && n + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)r->str[i];
+
+        out[n++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    if (n == 0) {
+        snprintf(out, cap, "an error without a message");
+        return;
+    }
+    out[n] = '\0';
+}
+
 int
 lg_budgetstore_read_sums(const void *reply, uint64_t sums[2], char *why, size_t whylen)
 {
@@ -176,7 +197,7 @@ lg_budgetstore_read_sums(const void *reply, uint64_t sums[2], char *why, size_t 
         return LG_EPROTO;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, whylen, "%.*s", (int)LG_MIN(r->len, (size_t)120), r->str ? r->str : "");
+        store_error_text(r, why, whylen);
         return LG_EPROTO;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
@@ -353,7 +374,10 @@ store_on_ready(redisAsyncContext *ac, void *reply, void *privdata)
         return; /* the connection went (store_fail, or the server closed it) */
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        store_fail(s, "%.*s", (int)LG_MIN(r->len, (size_t)120), r->str ? r->str : "");
+        char why[128];
+
+        store_error_text(r, why, sizeof(why));
+        store_fail(s, "%s", why);
         return;
     }
     if (r->type != REDIS_REPLY_STRING || r->len != 40 || memcmp(r->str, s->sha, 40) != 0) {
@@ -375,7 +399,10 @@ store_on_setup(redisAsyncContext *ac, void *reply, void *privdata)
     const redisReply *r = reply;
 
     if (r != NULL && ac == s->ac && r->type == REDIS_REPLY_ERROR) {
-        store_fail(s, "%.*s", (int)LG_MIN(r->len, (size_t)120), r->str ? r->str : "");
+        char why[128];
+
+        store_error_text(r, why, sizeof(why));
+        store_fail(s, "%s", why);
     }
 }
 
@@ -669,8 +696,9 @@ store_same_str(const char *a, const char *b)
 static bool
 store_differs(const struct lg_budgetstore *s, const struct lg_budget_redis_conf *conf)
 {
-    return !store_same_str(s->address, conf->address) || !store_same_str(s->password, conf->password)
-           || s->db != conf->db || !store_same_str(s->key_prefix, conf->key_prefix)
+    return !store_same_str(s->address, conf->address)
+           || !store_same_str(s->password, conf->password) || s->db != conf->db
+           || !store_same_str(s->key_prefix, conf->key_prefix)
            || s->sync_interval_ms != conf->sync_interval_ms || s->timeout_ms != conf->timeout_ms
            || s->on_failure != conf->on_failure;
 }
@@ -721,11 +749,12 @@ lg_budgetstore_describe(struct lg_budgetstore *s)
     json_object_set_new(o, "syncs", json_integer((json_int_t)s->syncs));
     json_object_set_new(o, "accounts_synced", json_integer((json_int_t)s->accounts_synced));
     json_object_set_new(o, "failures", json_integer((json_int_t)s->failures));
-    json_object_set_new(o, "last_ok_ms_ago", s->last_ok_ms != 0 && now >= s->last_ok_ms
-                                                 ? json_integer((json_int_t)(now - s->last_ok_ms))
-                                                 : json_null());
-    json_object_set_new(o, "last_error", s->last_error[0] ? json_string(s->last_error)
-                                                          : json_null());
+    json_object_set_new(o, "last_ok_ms_ago",
+                        s->last_ok_ms != 0 && now >= s->last_ok_ms
+                            ? json_integer((json_int_t)(now - s->last_ok_ms))
+                            : json_null());
+    json_object_set_new(o, "last_error",
+                        s->last_error[0] ? json_string(s->last_error) : json_null());
     pthread_mutex_unlock(&s->lock);
     return o;
 }

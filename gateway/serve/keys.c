@@ -46,10 +46,10 @@ struct lg_key {
     uint8_t sha[SHA256_DIGEST_LENGTH];
     char **models; /* NULL: every model ("*") */
     size_t nmodels;
-    uint32_t max_concurrency;  /* 0: unlimited */
-    uint64_t interval_ns;      /* 1 / rate; 0: no rate limit */
-    uint32_t burst;            /* requests allowed back to back */
-    struct keys_counters *ctr; /* one reference */
+    uint32_t max_concurrency;       /* 0: unlimited */
+    uint64_t interval_ns;           /* 1 / rate; 0: no rate limit */
+    uint32_t burst;                 /* requests allowed back to back */
+    struct keys_counters *ctr;      /* one reference */
     struct lg_budget_limits budget; /* tokens per minute and per day; 0: none */
     struct lg_budget *account;      /* one reference when budget is limited; else NULL */
 };
@@ -338,8 +338,7 @@ static void
 keys_budget(struct keys_ctx *ctx, const char *ptr, json_t *budget, struct lg_key *key)
 {
     static const char *const known[] = { "tokens_per_minute", "tokens_per_day", NULL };
-    static const char *const field[LG_BUDGET_NPERIODS] = { "tokens_per_minute",
-                                                           "tokens_per_day" };
+    static const char *const field[LG_BUDGET_NPERIODS] = { "tokens_per_minute", "tokens_per_day" };
     char p[256];
     size_t before;
 
@@ -370,9 +369,8 @@ keys_budget(struct keys_ctx *ctx, const char *ptr, json_t *budget, struct lg_key
 static struct lg_key *
 keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
 {
-    static const char *const known[] = {
-        "name", "sha256", "models", "max_concurrency", "rate", "budget", NULL
-    };
+    static const char *const known[] = { "name", "sha256", "models", "max_concurrency",
+                                         "rate", "budget", NULL };
     struct lg_key *key;
     char ptr[64], p[128];
     const char *name, *sha;

@@ -142,7 +142,9 @@ lg_quota_duration(uint64_t ms, char *buf, size_t cap)
         int digits = frac % 100 == 0 ? 1 : frac % 10 == 0 ? 2 : 3;
 
         snprintf(sec, sizeof(sec), "%" PRIu64 ".%0*" PRIu64 "s", s, digits,
-                 digits == 1 ? frac / 100 : digits == 2 ? frac / 10 : frac);
+                 digits == 1   ? frac / 100
+                 : digits == 2 ? frac / 10
+                               : frac);
     }
     if (h > 0) {
         n = snprintf(buf, cap, "%" PRIu64 "h%" PRIu64 "m%s", h, m, sec);
@@ -176,7 +178,7 @@ lg_quota_headers(const struct lg_request *req, char *buf, size_t cap)
     }
     if (q->flags & LG_QUOTA_F_TOKENS) {
         /* refused: what is left for a request of any size (none was reserved) */
-        uint64_t left = q->account != NULL         ? q->tokens.remaining
+        uint64_t left = q->account != NULL                  ? q->tokens.remaining
                         : q->tokens.used >= q->tokens.limit ? 0
                                                             : q->tokens.limit - q->tokens.used;
 

@@ -36,8 +36,8 @@ uint64_t lg_quota_estimate(const struct lg_request *req, const struct lg_budgets
  * req->pick.retry_after_ms; LG_QUOTA_F_NEVER when the request is larger
  * than a whole window's limit) or 503 budget_store_unavailable.
  */
-int lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
-                   bool store_refuses, struct lg_auth_refusal *no);
+int lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf, bool store_refuses,
+                   struct lg_auth_refusal *no);
 
 /*
  * Notes the held key's request rate for the headers of a refusal that came

@@ -16,11 +16,11 @@
 
 /* A request's part in its key's limits (in struct lg_request; zeroed: none). */
 struct lg_quota {
-    struct lg_budget *account;  /* borrowed from the key hold while tokens are reserved;
+    struct lg_budget *account; /* borrowed from the key hold while tokens are reserved;
                                    NULL: nothing reserved (or settled already) */
-    uint64_t reserved;          /* tokens reserved in it */
-    uint64_t prompt_estimate;   /* tokens the prompt was estimated at */
-    uint32_t flags;             /* LG_QUOTA_F_* */
+    uint64_t reserved;         /* tokens reserved in it */
+    uint64_t prompt_estimate;  /* tokens the prompt was estimated at */
+    uint32_t flags;            /* LG_QUOTA_F_* */
     struct lg_budget_view tokens;
     struct lg_keys_rate_view requests;
 };

@@ -1375,10 +1375,11 @@ test_budgets(void)
     LG_CHECK(c->budgets.redis.sync_interval_ms == 100 && c->budgets.redis.timeout_ms == 1000);
     LG_CHECK(c->budgets.redis.on_failure == LG_BUDGET_FAIL_CLOSED);
     lg_config_unref(c);
-    LG_CHECK(expect_top_error("\"budgets\": {\"prompt_bytes_per_token\": 0},",
-                              "t.json:2:39: error: /budgets/prompt_bytes_per_token: must be between "
-                              "1 and 64 (got 0)")
-             == 0);
+    LG_CHECK(
+        expect_top_error("\"budgets\": {\"prompt_bytes_per_token\": 0},",
+                         "t.json:2:39: error: /budgets/prompt_bytes_per_token: must be between "
+                         "1 and 64 (got 0)")
+        == 0);
     LG_CHECK(expect_top_error("\"budgets\": {\"redis\": {\"address\": \"0.0.0.0:6379\"}},",
                               "t.json:2:34: error: /budgets/redis/address: the Redis server needs "
                               "a host to connect to")
@@ -1399,8 +1400,8 @@ test_budgets(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error, test_nul_byte,
-             test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
+LG_TEST_MAIN(test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
+             test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
