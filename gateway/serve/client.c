@@ -180,7 +180,9 @@ client_end_request(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     c->ops->release(c);
-    lg_quota_settle(req); /* before the key, whose account it borrows */
+    if (req->quota != NULL) {
+        lg_quota_end(req); /* before the key, whose account it borrows */
+    }
     lg_keys_release(&req->auth);
     lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
@@ -227,10 +229,11 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
                  strncmp(url, "/v1/models", 10) == 0 || strncmp(url, "/healthz", 8) == 0 ? "GET"
                                                                                           : "POST");
     }
-    if (status == 429 && req->auth.key != NULL && !(req->quota.flags & LG_QUOTA_F_REQUESTS)) {
+    if (status == 429 && req->auth.key != NULL
+        && (req->quota == NULL || !(req->quota->flags & LG_QUOTA_F_REQUESTS))) {
         lg_quota_note_rate(req); /* refused before the body: the key's rate, as it stands */
     }
-    if (req->quota.flags != 0) {
+    if (req->quota != NULL) {
         /* the key's limits, as OpenAI's clients read them */
         n = strlen(extra);
         lg_quota_headers(req, extra + n, sizeof(extra) - n);

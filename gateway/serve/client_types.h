@@ -82,8 +82,9 @@ struct lg_request {
     struct lg_route_result pick;  /* last routing decision */
     struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
-    struct lg_quota quota;        /* its tokens reserved in the key's budget, the key's
-                                     limits for the x-ratelimit headers (quota.c) */
+    struct lg_quota *quota;       /* owned by quota.c: its tokens reserved in the key's
+                                     budget, the key's limits for the x-ratelimit headers;
+                                     NULL: a key with neither (or no key) */
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
     /* the exchange with the backend (proxy.c, attempt.c, relay.c) */

@@ -56,7 +56,6 @@
 #include "serve/admission.h"
 #include "serve/attempt.h"
 #include "serve/auth.h"
-#include "serve/budgetstore.h"
 #include "serve/client.h"
 #include "serve/endpoints.h"
 #include "serve/hedge.h"
@@ -167,9 +166,9 @@ proxy_dispatch(struct lg_client *c)
         return;
     }
     if (lg_auth_admit(&c->req, &no) != LG_OK
-        || lg_quota_admit(&c->req, &lg_client_conf(c)->budgets,
-                          lg_budgetstore_refuses(&c->w->gw->budget_refuses), &no)
-               != LG_OK) {
+        || (req->auth.key != NULL
+            && lg_quota_admit(req, &lg_client_conf(c)->budgets, &c->w->gw->budget_refuses, &no)
+                   != LG_OK)) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }

@@ -3,14 +3,16 @@
  * the reservation at admission, the x-ratelimit-* headers, the settlement
  * at the end (see quota.h).
  *
- * Owns nothing: the account is the key's (borrowed through the request's
- * key hold, which outlives the reservation: client.c settles before it
- * releases the key).
+ * Owns: each request's struct lg_quota (req->quota), from admission (or
+ * a refusal of its key's rate) to the request's end. The account is the
+ * key's (borrowed through the request's key hold, which outlives the
+ * reservation: client.c ends the quota before it releases the key).
  * Invariant: a request reserves at most once and settles at most once.
  */
 #include "serve/quota.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/config_types.h"
@@ -55,21 +57,36 @@ lg_quota_estimate(const struct lg_request *req, const struct lg_budgets_conf *co
     return p + cap < p ? UINT64_MAX : p + cap;
 }
 
+/* The request's quota, made on first need. */
+static struct lg_quota *
+quota_of(struct lg_request *req)
+{
+    if (req->quota == NULL) {
+        req->quota = lg_xcalloc(1, sizeof(*req->quota));
+    }
+    return req->quota;
+}
+
 void
 lg_quota_note_rate(struct lg_request *req)
 {
-    if (lg_keys_rate_view(&req->auth, lg_now_ns(), &req->quota.requests)) {
-        req->quota.flags |= LG_QUOTA_F_REQUESTS;
+    struct lg_keys_rate_view rv;
+
+    if (lg_keys_rate_view(&req->auth, lg_now_ns(), &rv)) {
+        struct lg_quota *q = quota_of(req);
+
+        q->requests = rv;
+        q->flags |= LG_QUOTA_F_REQUESTS;
     }
 }
 
 int
-lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf, bool store_refuses,
-               struct lg_auth_refusal *no)
+lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
+               const bool *store_refuses, struct lg_auth_refusal *no)
 {
-    struct lg_quota *q = &req->quota;
     const struct lg_budget_limits *lim;
     struct lg_budget *account;
+    struct lg_quota *q;
     uint64_t tokens, prompt;
     char wait[32];
     int rc;
@@ -79,10 +96,11 @@ lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf, bool 
     }
     lg_quota_note_rate(req);
     account = lg_keys_budget(&req->auth, &lim);
-    if (account == NULL || q->account != NULL) {
+    if (account == NULL || (req->quota != NULL && req->quota->account != NULL)) {
         return LG_OK;
     }
-    if (store_refuses) {
+    q = quota_of(req);
+    if (__atomic_load_n(store_refuses, __ATOMIC_RELAXED)) {
         req->pick.retry_after_ms = 1000;
         no->status = 503;
         no->code = "budget_store_unavailable";
@@ -159,11 +177,14 @@ lg_quota_duration(uint64_t ms, char *buf, size_t cap)
 size_t
 lg_quota_headers(const struct lg_request *req, char *buf, size_t cap)
 {
-    const struct lg_quota *q = &req->quota;
+    const struct lg_quota *q = req->quota;
     char reset[32];
     size_t n = 0;
     int k;
 
+    if (q == NULL) {
+        return 0;
+    }
     if (q->flags & LG_QUOTA_F_REQUESTS) {
         lg_quota_duration(q->requests.reset_ms, reset, sizeof(reset));
         k = snprintf(buf, cap,
@@ -212,10 +233,13 @@ lg_quota_used(const struct lg_request *req)
     if (!(req->flags & LG_REQ_F_STARTED) || req->status < 200 || req->status >= 300) {
         return 0; /* no answer: the engine produced nothing for it */
     }
-    if (!(req->flags & LG_REQ_F_SSE) && p->completion_tokens < 0) {
-        return req->quota.reserved; /* an answer that says nothing of its size */
+    if (req->quota == NULL) {
+        return 0;
     }
-    prompt = p->prompt_tokens >= 0 ? (uint64_t)p->prompt_tokens : req->quota.prompt_estimate;
+    if (!(req->flags & LG_REQ_F_SSE) && p->completion_tokens < 0) {
+        return req->quota->reserved; /* an answer that says nothing of its size */
+    }
+    prompt = p->prompt_tokens >= 0 ? (uint64_t)p->prompt_tokens : req->quota->prompt_estimate;
     completion = req->content_events; /* a stream's events, when it reported no usage */
     if (p->completion_tokens >= 0) {
         /* after a continuation (resume.c) the usage is the continuation's own */
@@ -225,14 +249,15 @@ lg_quota_used(const struct lg_request *req)
     return prompt + completion;
 }
 
-void
-lg_quota_settle(struct lg_request *req)
+/* Out of line: a request without a quota pays only the caller's test. */
+__attribute__((noinline)) void
+lg_quota_end(struct lg_request *req)
 {
-    struct lg_quota *q = &req->quota;
+    struct lg_quota *q = req->quota;
 
-    if (q->account == NULL) {
-        return;
+    if (q->account != NULL) {
+        lg_budget_settle(q->account, q->reserved, lg_quota_used(req), lg_wall_ns() / LG_NS_PER_MS);
     }
-    lg_budget_settle(q->account, q->reserved, lg_quota_used(req), lg_wall_ns() / LG_NS_PER_MS);
-    q->account = NULL;
+    free(q);
+    req->quota = NULL;
 }

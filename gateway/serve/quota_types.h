@@ -1,6 +1,7 @@
 /*
  * quota_types.h: a request's part in its key's limits (types only: quota.h
- * has the functions), kept in the request's state (client_types.h).
+ * has the functions); the request holds one (client_types.h) only when its
+ * key has a rate or a token budget.
  */
 #ifndef LG_QUOTA_TYPES_H
 #define LG_QUOTA_TYPES_H
@@ -14,7 +15,7 @@
 #define LG_QUOTA_F_REQUESTS (1u << 1) /* x-ratelimit-*-requests from `requests` */
 #define LG_QUOTA_F_NEVER    (1u << 2) /* refused for good (larger than a limit): no retry */
 
-/* A request's part in its key's limits (in struct lg_request; zeroed: none). */
+/* A request's part in its key's limits (struct lg_request.quota, owned by quota.c). */
 struct lg_quota {
     struct lg_budget *account; /* borrowed from the key hold while tokens are reserved;
                                    NULL: nothing reserved (or settled already) */

@@ -366,7 +366,7 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     if ((req->flags & LG_REQ_F_SSE) && !has_accel) {
         head_add(&hb, "X-Accel-Buffering: no\r\n", 23);
     }
-    if (req->quota.flags != 0) {
+    if (req->quota != NULL) {
         relay_quota_headers(&hb, req); /* a key with limits: how much is left */
     }
     if (c->w->draining) {
