@@ -520,7 +520,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
         return LG_STATS_RESUME_COMPLETE;
     }
     if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)) {
+                                 &req->tried)) {
         return LG_STATS_RESUME_NO_BACKEND;
     }
     if (!resume_continuable(c, r)) {
