@@ -17,7 +17,6 @@ starts its own gateway over them (its own weights, drains and faults).
 
 import json
 import threading
-import time
 import urllib.parse
 
 import harness
