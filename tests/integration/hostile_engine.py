@@ -16,6 +16,7 @@ Modes (POST unless said):
   endless_head    the status line, then header lines as fast as the socket
                   takes them, for ever
   slow_head:MS    the status line, then one header line every MS ms, for ever
+  info_flood:MS   an interim "100 Continue" head every MS ms, for ever
   cl_chunked      a head with both Content-Length and Transfer-Encoding:
                   chunked, then a chunked SSE stream that ends cleanly
   long_line:MIB   a 200 SSE head, then "data: " and MIB MiB of 'x' without a
@@ -134,8 +135,8 @@ def metrics_lines(mib):
 
 
 # modes whose answer to a POST leaves the connection unusable
-BAD_POST = ("garbage", "garbage_head", "endless_head", "slow_head", "cl_chunked", "long_line",
-            "flood")
+BAD_POST = ("garbage", "garbage_head", "endless_head", "slow_head", "info_flood", "cl_chunked",
+            "long_line", "flood")
 
 
 def post(mode, arg, c, tls):
@@ -164,6 +165,16 @@ def post(mode, arg, c, tls):
         except OSError:
             pass
         say(mode, "closed after %d lines" % n)
+    elif mode == "info_flood":
+        n = 0
+        try:
+            while True:
+                c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+                n += 1
+                time.sleep(int(arg) / 1000.0)
+        except OSError:
+            pass
+        say(mode, "closed after %d interim heads" % n)
     elif mode == "cl_chunked":
         body = chunk(EVENT) + chunk(LAST) + b"0\r\n\r\n"
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 5\r\n"

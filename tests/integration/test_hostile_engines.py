@@ -312,9 +312,10 @@ class HostileEngines(Harness):
 
     def test_a_head_that_never_ends(self):
         """Header lines as fast as the socket takes them: refused at the head's
-        size limit. One line every 100 ms: refused when timeouts.first_byte
-        (1 s here) has passed since the head began, not after 100 lines."""
-        port = self.fleet(["endless_head", "slow_head:100"])
+        size limit. One line every 100 ms, or a 100 Continue every 100 ms:
+        refused when timeouts.first_byte (1 s here) has passed since the head
+        began, not after 100 lines, or never."""
+        port = self.fleet(["endless_head", "slow_head:100", "info_flood:100"])
         with self.attack(port):
             t0 = time.monotonic()
             status, _, _, raw = post_json(port, CHAT, chat_body(model="endless_head"))
@@ -331,6 +332,12 @@ class HostileEngines(Harness):
             self.assertGreater(took, 0.9)
             self.assertLess(took, 3 * harness.SLOW, "a trickled head held the request")
             self.engine.wait_for(r"hostile slow_head closed after \d+ lines")
+            t0 = time.monotonic()
+            status, _, _, raw = post_json(port, CHAT, chat_body(model="info_flood"))
+            took = time.monotonic() - t0
+            self.assertEqual(status, 504, raw)
+            self.assertLess(took, 3 * harness.SLOW, "interim heads held the request")
+            self.engine.wait_for(r"hostile info_flood closed after \d+ interim heads")
 
     def test_content_length_and_chunked_together_is_a_502(self):
         """RFC 9112 6.3: such a response may be a smuggling attempt; the
