@@ -58,6 +58,8 @@ test_set(void)
     return 0;
 }
 
+/* 200 backends where nothing listens: no checks (under a sanitizer the test
+ * outlasts three of them, which would mark them down), no scrapes */
 static int
 big_fleet(const char *routing, struct lg_config **c, struct lg_fleet **f)
 {
@@ -66,7 +68,7 @@ big_fleet(const char *routing, struct lg_config **c, struct lg_fleet **f)
 
     n += (size_t)snprintf(text + n, sizeof(text) - n,
                           "{\"listen\": \":0\", \"routing\": %s, \"health\": {\"slow_start\": 0, "
-                          "\"scrape_interval\": 0},"
+                          "\"scrape_interval\": 0, \"interval\": \"1h\"},"
                           " \"backends\": [",
                           routing);
     for (int i = 0; i < BIG; i++) {
@@ -162,7 +164,7 @@ test_p2c_samples_two_of_200(void)
     struct lg_route_req req = {
         .model = "m", .path = "/v1/chat/completions", .max_tokens = 16, .prompt_bytes = 1024
     };
-    struct lg_route_result out = { .explain_max = (size_t)BIG * 512 };
+    struct lg_route_result out = { 0 };
     struct lg_config *conf;
     struct lg_fleet *fleet;
     const struct lg_model_route *route;
@@ -171,9 +173,10 @@ test_p2c_samples_two_of_200(void)
     LG_CHECK(big_fleet("{\"policy\": \"p2c\"}", &conf, &fleet) == 0);
     route = lg_fleet_find_model(fleet, "m");
     for (int k = 0; k < 4000; k++) {
+        out.explain_max = k < 50 ? (size_t)BIG * 512 : 0; /* all explained, the first 50 */
         LG_CHECK(lg_router_pick(fleet->router, route, &req, NULL, &out) == LG_OK);
-        LG_CHECK(count(out.explain, "\"filtered\":\"p2c\"") == BIG - 2);
-        LG_CHECK(count(out.explain, "\"score\":") == 2);
+        LG_CHECK(k >= 50 || count(out.explain, "\"filtered\":\"p2c\"") == BIG - 2);
+        LG_CHECK(k >= 50 || count(out.explain, "\"score\":") == 2);
         for (size_t i = 0; i < BIG; i++) {
             hits[i] += route->backends[i] == out.backend;
         }
