@@ -20,6 +20,7 @@
 #include "http/openai.h"
 #include "http/sse.h"
 #include "route/router.h"
+#include "route/tried.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
 
@@ -88,7 +89,7 @@ struct lg_request {
     struct lg_backend *backend;   /* one reference while an attempt runs */
     struct lg_upconn *up;         /* borrowed from the pool while attached */
     uint32_t attempts;
-    uint64_t tried_mask;
+    struct lg_tried tried;        /* backends tried (route/tried.h); freed at release */
     bool up_reused;               /* attempt runs on a pooled connection */
     uint64_t up_body_left;        /* upstream Content-Length bytes still to relay */
     struct event *timer;          /* owned: total deadline */
