@@ -206,7 +206,8 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     if (req->error == NULL || status != req->fail_status) {
         req->error = code;
     }
-    if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431) {
+    if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431
+        || status == 501 || status == 505) {
         /* the request stream may be out of sync: never read another one */
         req->flags |= LG_REQ_F_CLOSE;
     }
@@ -476,25 +477,40 @@ client_on_head(struct lg_client *c)
     llhttp_t *p = &c->parser;
     const struct lg_config *conf = lg_client_conf(c);
     struct lg_auth_refusal no;
-    const struct lg_hdr *expect;
+    const struct lg_hdr *expect, *te;
+    const char *bad;
+    int status;
 
     req->method = (uint8_t)p->method;
     req->http_minor = p->http_minor;
     lg_hdrs_mark_hop_by_hop(&req->hdrs);
     client_set_request_id(c);
+    if (p->http_major == 0) {
+        /* llhttp's HTTP/0.9: a request line without a version */
+        lg_client_fail(c, 400, "bad_request", "the request line has no HTTP version");
+        return LG_EINVAL;
+    }
     if (p->http_major != 1) {
-        lg_client_fail(c, 400, "bad_request", "only HTTP/1.0 and HTTP/1.1 are supported");
+        lg_client_fail(c, 505, "http_version_not_supported",
+                       "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1", p->http_major,
+                       p->http_minor);
         return LG_EINVAL;
     }
-    if (lg_headcheck_fields(&req->hdrs, req->http_minor) != NULL) {
-        req->flags |= LG_REQ_F_CLOSE;
-        lg_client_fail(c, 400, "bad_request", "%s",
-                       lg_headcheck_fields(&req->hdrs, req->http_minor));
+    bad = lg_headcheck_fields(&req->hdrs, req->http_minor);
+    if (bad == NULL) {
+        bad = lg_headcheck_target(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
+    }
+    if (bad != NULL) {
+        lg_client_fail(c, 400, "bad_request", "%s", bad);
         return LG_EINVAL;
     }
-    if (req->hdrs.url_len == 0 || req->hdrs.buf[req->hdrs.url_off] != '/') {
-        req->flags |= LG_REQ_F_CLOSE;
-        lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
+    te = (p->flags & F_CHUNKED) ? lg_hdrs_find(&req->hdrs, "transfer-encoding") : NULL;
+    status = te != NULL
+                 ? lg_headcheck_transfer_coding(lg_hdrs_value(&req->hdrs, te), te->value_len, &bad)
+                 : 0;
+    if (status != 0) {
+        lg_client_fail(c, status, status == 501 ? "unsupported_transfer_coding" : "bad_request",
+                       "%s", bad);
         return LG_EINVAL;
     }
     if (lg_auth_head(c->w->gw->keys, req, &no) != LG_OK) {
@@ -534,15 +550,17 @@ client_parse_error(struct lg_client *c, int err)
         client_set_request_id(c);
     }
     if (err == HPE_USER && req->reject_status == 400) {
-        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s",
-                       llhttp_get_error_reason(&c->parser));
+        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s", req->reject_why);
+        return;
+    }
+    if (err == HPE_USER && req->reject_status == 505) {
+        lg_client_fail(c, 505, req->reject_code,
+                       "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1",
+                       c->parser.http_major, c->parser.http_minor);
         return;
     }
     if (err == HPE_USER && req->reject_status != 0) {
-        lg_client_fail(c, req->reject_status, req->reject_code,
-                       req->reject_status == 413   ? "the request body exceeds the limit"
-                       : req->reject_status == 414 ? "the request line is too long"
-                                                   : "the request head is too large");
+        lg_client_fail(c, req->reject_status, req->reject_code, "%s", req->reject_why);
         return;
     }
     lg_client_fail(c, 400, "bad_request", "malformed HTTP request: %s",

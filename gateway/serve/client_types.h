@@ -76,6 +76,7 @@ struct lg_request {
     uint64_t head_bytes;
     int reject_status;            /* set by a parser callback that refuses the request */
     const char *reject_code;
+    const char *reject_why;       /* static: the error body's message */
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_route_result pick;  /* last routing decision */

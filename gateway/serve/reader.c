@@ -31,10 +31,11 @@ reader_conf(const struct lg_client *c)
 }
 
 static int
-reader_reject(struct lg_client *c, int status, const char *code)
+reader_reject(struct lg_client *c, int status, const char *code, const char *why)
 {
     c->req.reject_status = status;
     c->req.reject_code = code;
+    c->req.reject_why = why;
     return HPE_USER;
 }
 
@@ -56,7 +57,7 @@ reader_on_url(llhttp_t *p, const char *at, size_t n)
     struct lg_client *c = p->data;
 
     if (lg_hdrs_on_url(&c->req.hdrs, at, n) != LG_OK) {
-        return reader_reject(c, 414, "uri_too_long");
+        return reader_reject(c, 414, "uri_too_long", "the request line is too long");
     }
     return 0;
 }
@@ -70,7 +71,7 @@ reader_on_header_field(llhttp_t *p, const char *at, size_t n)
         return 0; /* a chunked body's trailer: never forwarded, not kept */
     }
     if (lg_hdrs_on_field(&c->req.hdrs, at, n) != LG_OK) {
-        return reader_reject(c, 431, "headers_too_large");
+        return reader_reject(c, 431, "headers_too_large", "the request head is too large");
     }
     return 0;
 }
@@ -84,7 +85,7 @@ reader_on_header_value(llhttp_t *p, const char *at, size_t n)
         return 0;
     }
     if (lg_hdrs_on_value(&c->req.hdrs, at, n) != LG_OK) {
-        return reader_reject(c, 431, "headers_too_large");
+        return reader_reject(c, 431, "headers_too_large", "the request head is too large");
     }
     return 0;
 }
@@ -103,7 +104,8 @@ reader_on_body(llhttp_t *p, const char *at, size_t n)
     struct lg_request *req = &c->req;
 
     if (req->body_bytes + n > reader_conf(c)->limits.max_body_bytes) {
-        return reader_reject(c, 413, "body_too_large");
+        return reader_reject(c, 413, "body_too_large",
+                             "the request body exceeds the limit (limits.max_body_bytes)");
     }
     req->body_bytes += n;
     if (req->flags & LG_REQ_F_CHUNKED) {
@@ -165,8 +167,10 @@ lg_reader_run(struct lg_client *c, int *err_out)
             const char *bad = lg_headcheck_feed(&req->headcheck, in, consumed);
 
             if (bad != NULL && (err == HPE_OK || err == HPE_PAUSED)) {
-                err = reader_reject(c, 400, "bad_request");
-                llhttp_set_error_reason(&c->parser, bad);
+                err = reader_reject(c, 400, "bad_request", bad);
+            } else if (err == HPE_INVALID_VERSION && lg_headcheck_version_unsupported(&c->parser)) {
+                err = reader_reject(c, 505, "http_version_not_supported",
+                                    "only HTTP/1.0 and HTTP/1.1 are supported");
             }
             evbuffer_drain(in, consumed);
             req->head_bytes += consumed;
@@ -175,7 +179,7 @@ lg_reader_run(struct lg_client *c, int *err_out)
                 return LG_READER_HEAD;
             }
             if (err == HPE_OK && req->head_bytes > conf->limits.max_header_bytes) {
-                err = reader_reject(c, 431, "headers_too_large");
+                err = reader_reject(c, 431, "headers_too_large", "the request head is too large");
             } else if (err == HPE_OK && req->t_start != 0) {
                 /* client_header bounds the whole head, not the gap between
                  * reads: a byte every second must not keep a slot forever */

@@ -22,8 +22,9 @@ void lg_reader_init(struct lg_client *c);
 /*
  * Parses what c's input holds while c reads a request (LG_CLIENT_ST_READ_HEAD
  * or _READ_BODY): head bytes are consumed into req.hdrs, body bytes moved
- * into req.body. On an error its llhttp errno is in *err. While the head is
- * not all in, sets c->read_tmo_want to what is left of its time.
+ * into req.body. On an error its llhttp errno is in *err (HPE_USER: a limit
+ * or a check refused it, req.reject_status, _code and _why say how). While
+ * the head is not all in, sets c->read_tmo_want to what is left of its time.
  */
 int lg_reader_run(struct lg_client *c, int *err);
 
