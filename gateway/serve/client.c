@@ -532,7 +532,13 @@ client_on_head(struct lg_client *c)
         evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
     }
     lg_client_set_state(c, LG_CLIENT_ST_READ_BODY);
-    c->read_tmo_want = conf->timeouts.client_body_ms; /* set by client_parse() */
+    /* the body's deadline counts from here (reader.c); until a body byte
+     * comes, the read timeout is the lesser of its idle time and its grace */
+    req->t_body = lg_now_ns();
+    c->read_tmo_want = conf->timeouts.client_body_min_rate == 0
+                           ? conf->timeouts.client_body_ms
+                           : LG_MIN(conf->timeouts.client_body_ms,
+                                    conf->timeouts.client_body_grace_ms); /* client_parse() */
     return LG_OK;
 }
 
@@ -696,7 +702,13 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
             if (req->id[0] == '\0') {
                 client_set_request_id(c);
             }
-            lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+            if (lg_reader_is_late(c, lg_now_ns())) {
+                lg_client_fail(c, 408, "request_timeout",
+                               "the request body arrives slower than the gateway accepts "
+                               "(timeouts.client_body_min_rate)");
+            } else {
+                lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+            }
         } else if (c->state != LG_CLIENT_ST_FLUSH) {
             /* a response is on its way: the read side only watches for the
              * client leaving, and its timeout starts again */

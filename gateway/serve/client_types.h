@@ -73,7 +73,10 @@ struct lg_request {
     struct lg_hdrs hdrs;          /* request head */
     struct evbuffer *body;        /* owned; request body as received */
     uint64_t body_bytes;
-    uint64_t head_bytes;
+    uint64_t head_bytes;          /* the head and the body's framing, as received */
+    uint64_t frame_bytes;         /* a chunked body's framing: size lines, extensions, trailers */
+    uint64_t meta_bytes;          /* of which chunk extensions and trailer fields */
+    uint64_t t_body;              /* the head was accepted: the body's deadline counts from here */
     int reject_status;            /* set by a parser callback that refuses the request */
     const char *reject_code;
     const char *reject_why;       /* static: the error body's message */

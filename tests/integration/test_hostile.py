@@ -204,6 +204,18 @@ SMUGGLING = [
     ("oversized chunked body",
      post_head(b"Transfer-Encoding: chunked\r\n\r\n") + (b"4000\r\n" + b" " * 0x4000 + b"\r\n")
      * 8, 413),
+    # framing is counted: extensions and trailers against max_header_bytes (besides the
+    # head's), every framing byte with the data against max_body_bytes
+    ("chunk extension flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"1;" + b"a" * 200000, 413),
+    ("chunk extensions over many chunks",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"1;e=" + b"v" * 900 + b"\r\n \r\n"
+     + (b"1;e=" + b"v" * 900 + b"\r\n \r\n") * 12, 413),
+    ("trailer flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"%x\r\n" % len(BODY) + BODY
+     + b"\r\n0\r\nX-Pad: " + b"a" * 200000, 431),
+    ("chunk size line flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"0" * 100000 + b"1\r\n \r\n0\r\n\r\n", 413),
 ]
 
 

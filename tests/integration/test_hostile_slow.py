@@ -1,0 +1,187 @@
+"""Hostile clients that hold a connection instead of breaking it: a body
+that trickles in under the minimum rate, chunk framing (a trailer, a chunk
+extension) that never ends.
+
+Each slow trigger runs against a gateway with one connection slot
+(limits.max_connections 1) and short deadlines: while the trigger holds the
+slot a second client is refused (503), and the slot must come back with the
+right status within the deadline; a client above the minimum rate is served
+however long its body takes.
+"""
+
+import json
+import socket
+import threading
+import time
+
+import harness
+from harness import Harness, RecordingProxy, chat_body, post_json, wait_until
+
+FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
+BODY = json.dumps(chat_body(max_tokens=2)).encode()
+GRACE = 1.0       # timeouts.client_body_grace below, seconds
+TRICKLE = 0.4     # seconds between two bytes of a trigger
+
+
+def status_of(raw):
+    if not raw.startswith(b"HTTP/1."):
+        return None
+    return int(raw.split(b" ", 2)[1])
+
+
+def post_head(extra):
+    return b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + extra
+
+
+def final_response(raw):
+    """The response after any 100 Continue."""
+    while raw.startswith(b"HTTP/1.1 100 "):
+        raw = raw.split(b"\r\n\r\n", 1)[1]
+    return raw
+
+
+class Trickle:
+    """A client that sends `head` (with Expect: 100-continue, so that the
+    gateway's 100 says the body phase began), then `prefix`, then one byte of
+    `pad` every TRICKLE seconds, until the gateway answers and closes."""
+
+    def __init__(self, port, head, prefix=b"", pad=b"a"):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.s.sendall(head + b"Expect: 100-continue\r\n\r\n")
+        self.got = b""
+        while b"\r\n\r\n" not in self.got:
+            chunk = self.s.recv(4096)
+            if not chunk:
+                break
+            self.got += chunk
+        self.t_body = time.monotonic()  # the head was accepted
+        self.stop = threading.Event()
+        self.prefix, self.pad = prefix, pad
+        self.sender = threading.Thread(target=self._send, daemon=True)
+        self.sender.start()
+
+    def _send(self):
+        try:
+            self.s.sendall(self.prefix)
+            while not self.stop.wait(TRICKLE):
+                self.s.sendall(self.pad)
+        except OSError:
+            pass
+
+    def wait_end(self, limit):
+        """Reads until the gateway closes, `limit` seconds at most; returns
+        (the final response, seconds the body phase held the connection, closed)."""
+        closed = False
+        deadline = self.t_body + limit
+        try:
+            while time.monotonic() < deadline:
+                self.s.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    chunk = self.s.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    closed = True
+                    break
+                self.got += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            closed = True
+        held = time.monotonic() - self.t_body
+        self.stop.set()
+        self.s.close()
+        self.sender.join(5)
+        return final_response(self.got), held, closed
+
+
+class BodyPhaseTest(Harness):
+    quiet_backends = True  # RecordingProxy in front of the backend
+
+    def setUp(self):
+        super().setUp()
+        _, port = self.start_llmsim("r1", args=FAST)
+        self.rec = RecordingProxy(port)
+        self.addCleanup(self.rec.close)
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % self.rec.port, "models": ["m"]}],
+            access_log=self.path("access.log"),
+            timeouts={"client_body": "30s", "client_body_grace": "%dms" % (GRACE * 1000),
+                      "client_body_min_rate": "1KiB"},
+            limits={"max_connections": 1, "max_body_bytes": "16MiB", "max_header_bytes": 8192})
+        self.gwp, self.gw = self.start_gateway(conf)
+
+    def held_then_freed(self, trickle, want_status):
+        """While `trickle` holds the only slot, another client gets 503; the
+        trickle gets want_status within the deadline, and the slot comes back."""
+        self.assertTrue(trickle.got.startswith(b"HTTP/1.1 100 Continue\r\n"), trickle.got)
+        s = socket.create_connection(("127.0.0.1", self.gw), timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        refused = s.recv(4096)
+        s.close()
+        self.assertEqual(status_of(refused), 503, refused)
+        self.assertIn(b"too_many_connections", refused)
+        out, held, closed = trickle.wait_end(6 * GRACE * harness.SLOW)
+        self.assertTrue(closed, "still open after %.1f s: %r" % (held, out[:200]))
+        self.assertEqual(status_of(out), want_status, out[:300])
+        self.assertIn(b"Connection: close\r\n", out)
+        self.assertIn(b'"error"', out)
+        self.assertLess(held, (GRACE + 1.5) * harness.SLOW, "held %.2f s" % held)
+        print("  %s: held %.2f s, then %d" % (self.id().rsplit(".", 1)[1], held, want_status))
+        self.assertEqual(self.rec.connections, 0, "a refused body reached the backend")
+
+        def served():
+            try:
+                status, _, _, _ = post_json(self.gw, "/v1/chat/completions",
+                                            chat_body(max_tokens=2), timeout=2)
+            except OSError:
+                return False
+            return status == 200
+        wait_until(served, timeout=5, what="the slot to come back")
+        return out, held
+
+    def test_declared_body_trickled_under_the_minimum_rate_is_cut(self):
+        # Content-Length 16 MiB, then one byte every TRICKLE seconds: each read
+        # is recent (client_body, the idle time, is 30 s), but the body as a
+        # whole falls behind 1 KiB/s once the grace is over
+        t = Trickle(self.gw, post_head(b"Content-Length: 16777216\r\n"), pad=b" ")
+        out, held = self.held_then_freed(t, 408)
+        self.assertIn(b"request_timeout", out)
+        self.assertIn(b"slower than", out)
+        self.assertGreater(held, GRACE * 0.9)
+        log = harness.read_access_log(self.path("access.log"), 2)  # (workers log apart)
+        self.assertIn((408, "request_timeout"), [(r["status"], r["error"]) for r in log])
+
+    def test_trailer_that_never_ends_is_cut(self):
+        # the last chunk, then a trailer field trickled for ever
+        t = Trickle(self.gw, post_head(b"Transfer-Encoding: chunked\r\n"),
+                    prefix=b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\nX-Pad: ")
+        self.held_then_freed(t, 408)
+
+    def test_chunk_extension_that_never_ends_is_cut(self):
+        t = Trickle(self.gw, post_head(b"Transfer-Encoding: chunked\r\n"), prefix=b"1;")
+        self.held_then_freed(t, 408)
+
+    def test_body_above_the_minimum_rate_is_served_however_long_it_takes(self):
+        # 3.6 KiB at about 2.4 KiB/s: 1.5 s, longer than the grace, never
+        # behind the deadline (grace + one second per KiB received)
+        pad = json.dumps(chat_body(max_tokens=2, pad="x" * 3600)).encode()
+        s = socket.create_connection(("127.0.0.1", self.gw), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(post_head(b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(pad)))
+        t0 = time.monotonic()
+        for i in range(0, len(pad), 240):
+            s.sendall(pad[i:i + 240])
+            time.sleep(0.1)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        self.assertGreater(time.monotonic() - t0, GRACE * 1.2)
+        self.assertEqual(status_of(got), 200, got[:300])
+
+
+if __name__ == "__main__":
+    harness.main()
