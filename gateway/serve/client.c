@@ -479,6 +479,7 @@ client_on_head(struct lg_client *c)
     struct lg_auth_refusal no;
     const struct lg_hdr *expect, *te;
     const char *bad;
+    bool has_body;
     int status;
 
     req->method = (uint8_t)p->method;
@@ -513,7 +514,8 @@ client_on_head(struct lg_client *c)
                        "%s", bad);
         return LG_EINVAL;
     }
-    if (lg_auth_head(c->w->gw->keys, req, &no) != LG_OK) {
+    has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if (lg_auth_head(c->w->gw->keys, req, has_body, &no) != LG_OK) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return LG_EINVAL;
     }

@@ -1,6 +1,6 @@
 """Hostile clients that hold a connection instead of breaking it: a body
 that trickles in under the minimum rate, chunk framing (a trailer, a chunk
-extension) that never ends.
+extension) that never ends, a key holder reading many bodies at once.
 
 Each slow trigger runs against a gateway with one connection slot
 (limits.max_connections 1) and short deadlines: while the trigger holds the
@@ -181,6 +181,64 @@ class BodyPhaseTest(Harness):
         s.close()
         self.assertGreater(time.monotonic() - t0, GRACE * 1.2)
         self.assertEqual(status_of(got), 200, got[:300])
+
+
+class KeySlotAtHeadTest(Harness):
+    """A key's max_concurrency is taken when its head is authenticated: a
+    holder of the key cannot hold more body phases than its limit."""
+
+    quiet_backends = True
+
+    def test_a_second_body_phase_of_a_key_at_its_limit_is_refused_at_the_head(self):
+        import hashlib
+        key = "sk-slow-0123456789"
+        keys = self.path("keys.json")
+        with open(keys, "w") as f:
+            json.dump({"keys": [{"name": "slow", "sha256": hashlib.sha256(key.encode())
+                                 .hexdigest(), "models": "*", "max_concurrency": 1}]}, f)
+        _, port = self.start_llmsim("r1", args=FAST)
+        rec = RecordingProxy(port)
+        self.addCleanup(rec.close)
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % rec.port, "models": ["m"]}],
+            access_log=self.path("access.log"), auth={"keys_file": keys})
+        _, gw = self.start_gateway(conf)
+        auth = b"Authorization: Bearer " + key.encode() + b"\r\n"
+        head = post_head(auth + b"Content-Length: %d\r\n" % len(BODY))
+        first = Trickle(gw, head, pad=b"")  # its body waits
+        self.assertTrue(first.got.startswith(b"HTTP/1.1 100 Continue"), first.got)
+        # the second head gets 429 at once, before any body byte is sent
+        s = socket.create_connection(("127.0.0.1", gw), timeout=5)
+        s.sendall(head + b"Expect: 100-continue\r\n\r\n")
+        got = b""
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except socket.timeout:
+            pass  # (a gateway that let the head through waits for the body)
+        s.close()
+        self.assertEqual(status_of(got), 429, got)
+        self.assertIn(b"key_limit_reached", got)
+        self.assertIn(b"Retry-After: ", got)
+        self.assertIn(b"Connection: close\r\n", got)
+        # the first one completes, then the key is free again
+        first.stop.set()
+        first.s.sendall(BODY)
+        rest = b""
+        first.s.settimeout(10)
+        while b'"usage"' not in rest:
+            chunk = first.s.recv(65536)
+            self.assertTrue(chunk, "closed before the answer")
+            rest += chunk
+        first.s.close()
+        self.assertEqual(status_of(rest), 200, rest[:300])
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                    headers={"Authorization": "Bearer " + key})
+        self.assertEqual(status, 200)
+        self.assertEqual(sum(bytes(d).count(b"POST ") for d in rec.downstream), 2)
 
 
 if __name__ == "__main__":
