@@ -738,7 +738,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
     struct lg_client *c;
     const struct lg_config *conf = w->fleet->conf;
     const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
-    int one = 1;
+    int one = 1, lowat = (int)LG_MIN(conf->limits.stream_buffer_bytes, (size_t)INT32_MAX);
 
     c = lg_xcalloc(1, sizeof(*c));
     if (ssl != NULL) {
@@ -774,6 +774,15 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         snprintf(c->addr_str, sizeof(c->addr_str), "unix");
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /*
+     * The kernel keeps at most stream_buffer_bytes unsent for the client (a
+     * write past it is short, and the socket is writable again under it):
+     * a client that reads nothing (a zero window) then fills our output,
+     * whose write timeout (client_stall) cuts it and stops the engine, instead
+     * of its stream flowing into a send buffer that autotuning grew to
+     * megabytes, unseen, for as long as the engine generates.
+     */
+    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
     lg_reader_init(c);
     lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
     c->state = LG_CLIENT_ST_READ_HEAD;

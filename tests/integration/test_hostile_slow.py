@@ -1,6 +1,7 @@
 """Hostile clients that hold a connection instead of breaking it: a body
 that trickles in under the minimum rate, chunk framing (a trailer, a chunk
-extension) that never ends, a key holder reading many bodies at once.
+extension) that never ends, a key holder reading many bodies at once, a
+reader with a zero window.
 
 Each slow trigger runs against a gateway with one connection slot
 (limits.max_connections 1) and short deadlines: while the trigger holds the
@@ -13,6 +14,7 @@ import json
 import socket
 import threading
 import time
+import urllib.request
 
 import harness
 from harness import Harness, RecordingProxy, chat_body, post_json, wait_until
@@ -239,6 +241,45 @@ class KeySlotAtHeadTest(Harness):
                                     headers={"Authorization": "Bearer " + key})
         self.assertEqual(status, 200)
         self.assertEqual(sum(bytes(d).count(b"POST ") for d in rec.downstream), 2)
+
+
+class StreamClientTest(Harness):
+    """Clients of a stream: one that reads nothing."""
+
+    def sim_running(self, port):
+        with urllib.request.urlopen("http://127.0.0.1:%d/sim/state" % port, timeout=5) as r:
+            return json.loads(r.read())["running"]
+
+    def test_zero_window_reader_is_cut_at_the_stall_deadline_and_the_engine_stopped(self):
+        # an engine that streams steadily (about 50 KB/s), a client that reads
+        # nothing: the kernel's send buffer (megabytes on loopback) must not
+        # hide the stall from client_stall
+        _, port = self.start_llmsim("r1", args=FAST)
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            timeouts={"client_stall": "1s"}, limits={"stream_buffer_bytes": "16KiB"},
+            access_log=self.path("access.log"))
+        gwp, gw = self.start_gateway(conf)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", gw))
+        payload = json.dumps(chat_body(stream=True, max_tokens=100000)).encode()
+        s.sendall(post_head(b"Content-Length: %d\r\n\r\n" % len(payload)) + payload)
+        s.settimeout(10)
+        self.assertTrue(s.recv(256).startswith(b"HTTP/1.1 200"))
+        t0 = time.monotonic()
+        self.assertEqual(self.sim_running(port), 1)
+        log = harness.read_access_log(self.path("access.log"), 1, timeout=10 * harness.SLOW)
+        cut = time.monotonic() - t0
+        self.assertEqual((log[0]["status"], log[0]["error"]), (200, "client_stalled"))
+        gwp.wait_for(r"response from r1 cut: client_stalled")
+        # the engine stopped generating for nobody
+        wait_until(lambda: self.sim_running(port) == 0, timeout=5, what="the engine to stop")
+        print("  zero-window reader cut %.2f s after its first byte" % cut)
+        self.assertLess(cut, 8.0 * harness.SLOW)
+        s.close()
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=3))
+        self.assertEqual(status, 200)
 
 
 if __name__ == "__main__":
