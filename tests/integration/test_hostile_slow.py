@@ -1,7 +1,7 @@
 """Hostile clients that hold a connection instead of breaking it: a body
 that trickles in under the minimum rate, chunk framing (a trailer, a chunk
 extension) that never ends, a key holder reading many bodies at once, a
-reader with a zero window.
+reader with a zero window, a client that leaves in the middle of a stream.
 
 Each slow trigger runs against a gateway with one connection slot
 (limits.max_connections 1) and short deadlines: while the trigger holds the
@@ -244,7 +244,7 @@ class KeySlotAtHeadTest(Harness):
 
 
 class StreamClientTest(Harness):
-    """Clients of a stream: one that reads nothing."""
+    """Clients of a stream: one that reads nothing, one that leaves."""
 
     def sim_running(self, port):
         with urllib.request.urlopen("http://127.0.0.1:%d/sim/state" % port, timeout=5) as r:
@@ -280,6 +280,26 @@ class StreamClientTest(Harness):
         s.close()
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=3))
         self.assertEqual(status, 200)
+
+    def test_client_that_leaves_mid_stream_is_logged_499_with_the_tokens_relayed(self):
+        _, port = self.start_llmsim("r1", args=["--decode-ms", "20", "--decode-ms-per-seq", "0"])
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            access_log=self.path("access.log"))
+        _, gw = self.start_gateway(conf)
+        s = self.stream(gw, "POST", "/v1/chat/completions",
+                        chat_body(stream=True, max_tokens=500))
+        self.assertEqual(s.read_head(), 200)
+        for _ in range(5):
+            s.next_event()
+        s.close()
+        log = harness.read_access_log(self.path("access.log"), 1)
+        r = log[0]
+        self.assertEqual((r["status"], r["error"]), (499, "client_closed"))
+        self.assertGreaterEqual(r["tokens"], 4)  # the role chunk may be one of the five
+        self.assertLess(r["tokens"], 500)
+        self.assertIsNotNone(r["ttft"])
+        wait_until(lambda: self.sim_running(port) == 0, timeout=5, what="the engine to stop")
 
 
 if __name__ == "__main__":
