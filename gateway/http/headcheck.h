@@ -35,7 +35,8 @@ struct lg_headcheck {
 const char *lg_headcheck_feed(struct lg_headcheck *h, struct evbuffer *in, size_t len);
 
 /*
- * Checks the parsed fields: every name a non-empty token; exactly one Host
+ * Checks the parsed fields: no empty name (llhttp's strict mode refuses one
+ * with a byte that is not a tchar, but takes an empty one); exactly one Host
  * (HTTP/1.1) or at most one (HTTP/1.0), with a valid value. Returns NULL
  * when fine, else a static reason.
  */

@@ -534,9 +534,8 @@ client_on_head(struct lg_client *c)
         evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
     }
     lg_client_set_state(c, LG_CLIENT_ST_READ_BODY);
-    /* the body's deadline counts from here (reader.c); until a body byte
-     * comes, the read timeout is the lesser of its idle time and its grace */
-    req->t_body = lg_now_ns();
+    /* until a body byte comes, the read timeout is the lesser of its idle
+     * time and its grace (reader.c: the deadline counts from the head's end) */
     c->read_tmo_want = conf->timeouts.client_body_min_rate == 0
                            ? conf->timeouts.client_body_ms
                            : LG_MIN(conf->timeouts.client_body_ms,

@@ -76,7 +76,7 @@ struct lg_request {
     uint64_t head_bytes;          /* the head and the body's framing, as received */
     uint64_t frame_bytes;         /* a chunked body's framing: size lines, extensions, trailers */
     uint64_t meta_bytes;          /* of which chunk extensions and trailer fields */
-    uint64_t t_body;              /* the head was accepted: the body's deadline counts from here */
+    uint64_t t_body;              /* the head's end: the body's deadline counts from here (reader.c) */
     int reject_status;            /* set by a parser callback that refuses the request */
     const char *reject_code;
     const char *reject_why;       /* static: the error body's message */

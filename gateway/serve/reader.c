@@ -52,7 +52,7 @@ reader_body_deadline(const struct lg_config *conf, const struct lg_request *req)
     const struct lg_timeouts_conf *t = &conf->timeouts;
 
     if (t->client_body_min_rate == 0 || req->t_body == 0) {
-        return 0;
+        return 0; /* no deadline, or the body not found incomplete yet */
     }
     /* body_bytes <= 1 GiB: the product stays far below 2^64 */
     return req->t_body + t->client_body_grace_ms * LG_NS_PER_MS
@@ -72,13 +72,20 @@ lg_reader_is_late(const struct lg_client *c, uint64_t now)
 static int
 reader_body_timeout(struct lg_client *c, const struct lg_config *conf)
 {
-    uint64_t deadline = reader_body_deadline(conf, &c->req), now;
+    struct lg_request *req = &c->req;
+    uint64_t deadline, now;
 
     c->read_tmo_want = conf->timeouts.client_body_ms;
-    if (deadline == 0) {
+    if (conf->timeouts.client_body_min_rate == 0) {
         return HPE_OK;
     }
     now = lg_now_ns();
+    if (req->t_body == 0) {
+        /* the first pass that leaves the body incomplete: the one that read
+         * the head's end (a body that comes with its head never gets here) */
+        req->t_body = now;
+    }
+    deadline = reader_body_deadline(conf, req);
     if (now >= deadline) {
         return reader_reject(c, 408, "request_timeout",
                              "the request body arrives slower than the gateway accepts "
