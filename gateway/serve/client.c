@@ -40,6 +40,8 @@
 
 static void client_parse(struct lg_client *c);
 static void client_next_request(struct lg_client *c);
+static void client_free(struct lg_reap *r);
+static void client_idle_end(struct lg_client *c);
 
 static const char *const client_state_names[] = {
     [LG_CLIENT_ST_READ_HEAD] = "reading the request head",
@@ -298,7 +300,7 @@ lg_client_close(struct lg_client *c, const char *why)
         return;
     }
     LG_DEBUG("conn=%" PRIu64 " closing: %s", c->id, why);
-    if (c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
+    if (!c->parked && c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
         if (c->req.status == 0) {
             c->req.status = 499;
         }
@@ -308,7 +310,9 @@ lg_client_close(struct lg_client *c, const char *why)
         c->ops->abort(c, why);
         client_log(c);
     }
-    client_end_request(c);
+    if (!c->parked) {
+        client_end_request(c);
+    }
     lg_client_set_state(c, LG_CLIENT_ST_CLOSING);
     TAILQ_REMOVE(&c->w->clients, c, link);
     c->w->nclients--;
@@ -316,7 +320,13 @@ lg_client_close(struct lg_client *c, const char *why)
     lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-    lg_worker_reap(c->w, &c->reap);
+    client_idle_end(c);
+    c->reap.free = client_free;
+    if (c->park_queued) {
+        c->park_queued = false; /* already on the reap list: freed instead */
+    } else {
+        lg_worker_reap(c->w, &c->reap);
+    }
 }
 
 /* The worker's reaper: the client is closed and nothing refers to it. */
@@ -327,6 +337,136 @@ client_free(struct lg_reap *r)
 
     bufferevent_free(c->bev);
     free(c);
+}
+
+/* ---- idle keep-alive connections: parked ----------------------------------- */
+
+/*
+ * A keep-alive connection between requests holds no request, so it gives
+ * back the request's part of struct lg_client (which ends with it, three
+ * quarters of it): it is shrunk to CLIENT_PARKED_SIZE, and its next
+ * request's first bytes grow it back. When: after its first request, at
+ * once (many clients send one request and then wait; the freed part is
+ * what the next connection takes); after later ones, once it has been idle
+ * for CLIENT_PARK_AFTER_MS (a busy connection does not pay a shrink and a
+ * growth per request: the worker's idle list costs it a link and an
+ * unlink). Both happen at the top of the loop (the reaper, the park
+ * timer), where nothing below holds a pointer to the client. glibc shrinks
+ * in place, and grows in place while the freed tail is still free; where
+ * realloc() moves the client, client_resize() points at the new place what
+ * points at a client between requests: the worker's list, the bufferevent's
+ * callbacks, the parser. Nothing reads `req` of a parked client.
+ */
+#define CLIENT_PARKED_SIZE   offsetof(struct lg_client, req)
+#define CLIENT_PARK_AFTER_MS 1000
+
+static struct lg_client *
+client_resize(struct lg_client *c, size_t size)
+{
+    struct lg_worker *w = c->w;
+    struct lg_client *p;
+    bufferevent_data_cb rcb, wcb;
+    bufferevent_event_cb ecb;
+
+    TAILQ_REMOVE(&w->clients, c, link);
+    p = lg_xrealloc(c, size);
+    TAILQ_INSERT_TAIL(&w->clients, p, link);
+    if (p != c) {
+        bufferevent_getcb(p->bev, &rcb, &wcb, &ecb, NULL);
+        bufferevent_setcb(p->bev, rcb, wcb, ecb, p);
+        p->parser.data = p;
+    }
+    return p;
+}
+
+/* Parks c if it is still between requests. */
+static void
+client_park(struct lg_client *c)
+{
+    if (c->parked || c->state != LG_CLIENT_ST_READ_HEAD || c->req.t_start != 0
+        || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+        return; /* its next request began meanwhile */
+    }
+    lg_hdrs_release(&c->req.hdrs);
+    c = client_resize(c, CLIENT_PARKED_SIZE);
+    c->parked = true;
+}
+
+/* The reaper's call: parks a client after its first request. */
+static void
+client_on_reap_park(struct lg_reap *r)
+{
+    struct lg_client *c = LG_CONTAINER_OF(r, struct lg_client, reap);
+
+    c->park_queued = false;
+    c->reap.free = client_free;
+    client_park(c);
+}
+
+static void
+client_idle_end(struct lg_client *c)
+{
+    if (c->idle) {
+        c->idle = false;
+        TAILQ_REMOVE(&c->w->idle, c, idle_link);
+    }
+}
+
+/* Between requests (nothing pipelined): parked now, or in a while. */
+static void
+client_idle_begin(struct lg_client *c, uint64_t now)
+{
+    struct lg_worker *w = c->w;
+    struct timeval tv;
+
+    if (c->park_queued || c->parked || c->idle) {
+        return;
+    }
+    if (c->requests == 1) {
+        c->park_queued = true;
+        c->reap.free = client_on_reap_park;
+        lg_worker_reap(w, &c->reap);
+        return;
+    }
+    c->idle = true;
+    c->idle_since = now;
+    TAILQ_INSERT_TAIL(&w->idle, c, idle_link);
+    if (!evtimer_pending(w->park_ev, NULL)) {
+        evtimer_add(w->park_ev, lg_timeval_ms(CLIENT_PARK_AFTER_MS, &tv));
+    }
+}
+
+void
+lg_client_on_park(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_worker *w = arg;
+    uint64_t now = lg_now_ns(), after = CLIENT_PARK_AFTER_MS * LG_NS_PER_MS;
+    struct lg_client *c;
+    struct timeval tv;
+
+    (void)fd;
+    (void)what;
+    while ((c = TAILQ_FIRST(&w->idle)) != NULL && now - c->idle_since >= after) {
+        client_idle_end(c);
+        client_park(c);
+    }
+    if (c != NULL) {
+        evtimer_add(w->park_ev,
+                    lg_timeval_ms((c->idle_since + after - now) / LG_NS_PER_MS + 1, &tv));
+    }
+}
+
+/* A parked client's next request begins: a whole struct lg_client again. */
+static struct lg_client *
+client_unpark(struct lg_client *c)
+{
+    const struct lg_config *conf = c->w->fleet->conf;
+
+    c = client_resize(c, sizeof(*c));
+    c->parked = false;
+    memset(&c->req, 0, sizeof(c->req));
+    lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
+    return c;
 }
 
 #define CLIENT_LINGER_MS 2000
@@ -382,9 +522,10 @@ client_next_request(struct lg_client *c)
     struct lg_request *req = &c->req;
     bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
                        || c->w->draining;
-    uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns;
+    uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns, end_ns;
 
     client_log(c);
+    end_ns = req->t_end;
     took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
     client_end_request(c);
     c->requests++;
@@ -414,13 +555,15 @@ client_next_request(struct lg_client *c)
     lg_bevio_enable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         client_parse(c); /* a pipelined request is waiting */
+    } else {
+        client_idle_begin(c, end_ns);
     }
 }
 
 void
 lg_client_drain(struct lg_client *c)
 {
-    if (c->state == LG_CLIENT_ST_READ_HEAD && c->req.t_start == 0) {
+    if (c->parked || (c->state == LG_CLIENT_ST_READ_HEAD && c->req.t_start == 0)) {
         lg_client_close(c, "draining");
     }
     /* others get Connection: close on their response and close after it */
@@ -622,6 +765,10 @@ client_on_read(struct bufferevent *bev, void *arg)
     struct lg_client *c = arg;
 
     (void)bev;
+    client_idle_end(c);
+    if (c->parked) {
+        c = client_unpark(c);
+    }
     if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
         size_t budget = LG_BEVIO_READ_BUDGET, want, got;
 
@@ -659,6 +806,9 @@ client_on_write(struct bufferevent *bev, void *arg)
 {
     struct lg_client *c = arg;
 
+    if (c->parked) {
+        return; /* idle: nothing to write */
+    }
     if (c->state == LG_CLIENT_ST_RELAY) {
         c->ops->drained(c);
     } else if (c->state == LG_CLIENT_ST_FLUSH
@@ -676,6 +826,16 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
         return; /* TLS handshake done: the request comes next */
+    }
+    if (c->parked) {
+        /* idle between requests: its time is up, or it left */
+        if ((what & BEV_EVENT_TIMEOUT)
+            && lg_now_ns() - c->read_armed_ns < c->read_tmo_ms * (LG_NS_PER_MS / 2)) {
+            lg_bevio_enable(c->bev, EV_READ); /* stale (see below) */
+            return;
+        }
+        lg_client_close(c, (what & BEV_EVENT_TIMEOUT) ? "keepalive_timeout" : "client_closed");
+        return;
     }
     if (c->state == LG_CLIENT_ST_LINGER) {
         lg_client_close(c, "done"); /* the client finished, or its time is up */

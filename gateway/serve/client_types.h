@@ -182,9 +182,15 @@ struct lg_client {
     uint64_t read_tmo_ms;           /* the read timeout set on bev (ms, 0 = none) */
     uint64_t write_tmo_ms;          /* the write timeout set on bev */
     uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
-    struct lg_request req;
     TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
-    struct lg_reap reap;            /* the worker frees it (lg_client_close) */
+    TAILQ_ENTRY(lg_client) idle_link; /* worker's idle list, while `idle` */
+    uint64_t idle_since;            /* between requests since (ns), while `idle` */
+    struct lg_reap reap;            /* the worker frees it (lg_client_close), or parks it */
+    bool idle;                      /* on the worker's idle list: parked in a while */
+    bool park_queued;               /* reap is queued to park it now */
+    bool parked;                    /* between requests: the allocation ends here, no `req` */
+    /* last: an idle keep-alive connection gives it back (client.c, client_park) */
+    struct lg_request req;
 };
 
 #define LG_CONN_LOG(level, c, fmt, ...)                                             \

@@ -1,7 +1,8 @@
 """Hostile clients that hold a connection instead of breaking it: a body
 that trickles in under the minimum rate, chunk framing (a trailer, a chunk
 extension) that never ends, a key holder reading many bodies at once, a
-reader with a zero window, a client that leaves in the middle of a stream.
+reader with a zero window, a client that leaves in the middle of a stream,
+thousands of idle keep-alive connections (what each costs).
 
 Each slow trigger runs against a gateway with one connection slot
 (limits.max_connections 1) and short deadlines: while the trigger holds the
@@ -11,6 +12,7 @@ however long its body takes.
 """
 
 import json
+import resource
 import socket
 import threading
 import time
@@ -300,6 +302,91 @@ class StreamClientTest(Harness):
         self.assertLess(r["tokens"], 500)
         self.assertIsNotNone(r["ttft"])
         wait_until(lambda: self.sim_running(port) == 0, timeout=5, what="the engine to stop")
+
+
+
+class IdleConnectionMemoryTest(Harness):
+    """An idle keep-alive connection holds no request: it costs the gateway at
+    most 2 KiB (its connection state and its bufferevent; the request's state
+    is given back until the next request)."""
+
+    N = 3000
+
+    def test_an_idle_keepalive_connection_costs_at_most_2_kib(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard < self.N + 256:
+            self.skipTest("needs %d descriptors" % (self.N + 256))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, self.N + 256), hard))
+        _, port = self.start_llmsim("r1", args=FAST + ["--slots", "64"])
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}],
+            workers=1, access_log=self.path("access.log"), timeouts={"client_idle": "300s"},
+            admin="127.0.0.1:0")
+        gwp, gw = self.start_gateway(conf)
+        admin = int(gwp.wait_for(r"admin=[^ ]*:(\d+)").group(1))
+        body = json.dumps(chat_body(max_tokens=1)).encode()
+        request = post_head(b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+        def answered(s):
+            s.sendall(request)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, "closed before the answer")
+                got += chunk
+            head, _, rest = got.partition(b"\r\n\r\n")
+            n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(rest) < n:
+                rest += s.recv(65536)
+            return status_of(head)
+
+        def open_idle(count, out):
+            for _ in range(count):
+                s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+                out.append(s)
+                self.assertEqual(answered(s), 200)
+
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        open_idle(200, socks)  # the pools and buffers a first request brings
+        for s in socks:
+            s.close()
+        socks.clear()
+        wait_until(lambda: harness.metric(harness.scrape(admin), "llmgate_connections") == 0,
+                   what="the warm-up connections closed")
+        rss0 = gwp.rss_kib()
+        lists = [[] for _ in range(10)]
+        threads = [threading.Thread(target=open_idle, args=(self.N // 10, lst)) for lst in lists]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for lst in lists:
+            socks.extend(lst)
+        self.assertEqual(len(socks), self.N)
+
+        def per_conn():
+            return (gwp.rss_kib() - rss0) * 1024 / self.N
+        try:  # they are parked once idle for a second
+            wait_until(lambda: per_conn() < 2048, timeout=5 * harness.SLOW, interval=0.2,
+                       what="2 KiB or less per idle connection")
+        except AssertionError:
+            pass
+        per = per_conn()
+        print("  %d idle keep-alive connections: %.0f bytes each" % (self.N, per))
+        self.assertLess(per, 2048)
+        # idle ones still serve their next request (parked after their first
+        # one), then, idle for more than a second after it (parked by the
+        # worker's timer), the one after; and they leave cleanly
+        for s in socks[-50:]:
+            self.assertEqual(answered(s), 200)
+        time.sleep(1.5)  # the idleness under test, not a wait for an event
+        for s in socks[-50:]:
+            self.assertEqual(answered(s), 200)
+        for s in socks[:100]:
+            s.close()
+        wait_until(lambda: post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1))[0]
+                   == 200, what="a fresh request")
 
 
 if __name__ == "__main__":
