@@ -10,7 +10,8 @@
  * Invariants: one request at a time; every request that started ends in
  * exactly one of lg_client_fail(), lg_client_finish() or lg_client_cut()
  * (or the connection closing), each of which writes one access-log line; a
- * client is freed only by the worker's reaper.
+ * client is freed only by the worker's reaper; a parked client (between
+ * requests) has no `req`, and only the parking code moves a client.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
