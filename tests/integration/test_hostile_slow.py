@@ -367,14 +367,18 @@ class IdleConnectionMemoryTest(Harness):
 
         def per_conn():
             return (gwp.rss_kib() - rss0) * 1024 / self.N
-        try:  # they are parked once idle for a second
-            wait_until(lambda: per_conn() < 2048, timeout=5 * harness.SLOW, interval=0.2,
+        # (a sanitizer's or valgrind's memory is theirs: there the parking is
+        # checked for what it must not break, below, not for its bytes)
+        measured = not (harness.SANITIZED or harness.VALGRIND)
+        try:
+            wait_until(lambda: not measured or per_conn() < 2048, timeout=5, interval=0.2,
                        what="2 KiB or less per idle connection")
         except AssertionError:
             pass
         per = per_conn()
         print("  %d idle keep-alive connections: %.0f bytes each" % (self.N, per))
-        self.assertLess(per, 2048)
+        if measured:
+            self.assertLess(per, 2048)
         # idle ones still serve their next request (parked after their first
         # one), then, idle for more than a second after it (parked by the
         # worker's timer), the one after; and they leave cleanly
