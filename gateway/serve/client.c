@@ -880,10 +880,12 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     /* EOF or error: the client is gone. Stop the engine at once. */
-    if ((req->flags & LG_REQ_F_STARTED) && !(req->flags & LG_REQ_F_LOGGED)) {
-        /* gone before the end of its answer: 499, with what it was sent
-         * (the head said 200; the log says the client did not take it all) */
-        req->status = 499;
+    if (req->flags & LG_REQ_F_STARTED) {
+        if (!(req->flags & LG_REQ_F_LOGGED)) {
+            /* gone before the end of its answer: 499, with what it was sent
+             * (the head said 200; the log says the client did not take it all) */
+            req->status = 499;
+        }
         req->error = "client_closed";
         c->ops->abort(c, "client_closed");
     } else if (req->flags & LG_REQ_F_PROXIED) {
