@@ -347,22 +347,28 @@ client_free(struct lg_reap *r)
  * back the request's part of struct lg_client (which ends with it, three
  * quarters of it): it is shrunk to CLIENT_PARKED_SIZE, and its next
  * request's first bytes grow it back. When: after its first request, at
- * once (many clients send one request and then wait; the freed part is
- * what the next connection takes); after later ones, once it has been idle
- * for CLIENT_PARK_AFTER_MS (a busy connection does not pay a shrink and a
- * growth per request: the worker's idle list costs it a link and an
- * unlink). Both happen at the top of the loop (the reaper, the park
- * timer), where nothing below holds a pointer to the client. glibc shrinks
- * in place, and grows in place while the freed tail is still free; where
- * realloc() moves the client, client_resize() points at the new place what
- * points at a client between requests: the worker's list, the bufferevent's
- * callbacks, the parser. Nothing reads `req` of a parked client.
+ * once, into a new block (many clients send one request and then wait: the
+ * whole block is what the next connection takes); after later ones, in
+ * place, once it has been idle for CLIENT_PARK_AFTER_MS (a busy connection
+ * does not pay a shrink and a growth per request: the worker's idle list
+ * costs it a link and an unlink). Both happen at the top of the loop (the
+ * reaper, the park timer), where nothing below holds a pointer to the
+ * client. glibc shrinks in place, and grows in place while the freed tail
+ * is still free; where the client moves, client_resize() points at the new
+ * place what points at a client between requests: the worker's list, the
+ * bufferevent's callbacks, the parser. Nothing reads `req` of a parked
+ * client.
  */
 #define CLIENT_PARKED_SIZE   offsetof(struct lg_client, req)
 #define CLIENT_PARK_AFTER_MS 1000
 
+/*
+ * To `size` bytes, by realloc(), or (`fresh`, for a shrink) by a copy into a
+ * new block, so that the whole old one goes back whole, for the next
+ * connection's client, instead of leaving a hole behind the parked one.
+ */
 static struct lg_client *
-client_resize(struct lg_client *c, size_t size)
+client_resize(struct lg_client *c, size_t size, bool fresh)
 {
     struct lg_worker *w = c->w;
     struct lg_client *p;
@@ -370,7 +376,13 @@ client_resize(struct lg_client *c, size_t size)
     bufferevent_event_cb ecb;
 
     TAILQ_REMOVE(&w->clients, c, link);
-    p = lg_xrealloc(c, size);
+    if (fresh) {
+        p = lg_xmalloc(size);
+        memcpy(p, c, size);
+        free(c);
+    } else {
+        p = lg_xrealloc(c, size);
+    }
     TAILQ_INSERT_TAIL(&w->clients, p, link);
     if (p != c) {
         bufferevent_getcb(p->bev, &rcb, &wcb, &ecb, NULL);
@@ -382,14 +394,14 @@ client_resize(struct lg_client *c, size_t size)
 
 /* Parks c if it is still between requests. */
 static void
-client_park(struct lg_client *c)
+client_park(struct lg_client *c, bool fresh)
 {
     if (c->parked || c->state != LG_CLIENT_ST_READ_HEAD || c->req.t_start != 0
         || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         return; /* its next request began meanwhile */
     }
     lg_hdrs_release(&c->req.hdrs);
-    c = client_resize(c, CLIENT_PARKED_SIZE);
+    c = client_resize(c, CLIENT_PARKED_SIZE, fresh);
     c->parked = true;
 }
 
@@ -401,7 +413,7 @@ client_on_reap_park(struct lg_reap *r)
 
     c->park_queued = false;
     c->reap.free = client_free;
-    client_park(c);
+    client_park(c, true);
 }
 
 static void
@@ -449,7 +461,7 @@ lg_client_on_park(evutil_socket_t fd, short what, void *arg)
     (void)what;
     while ((c = TAILQ_FIRST(&w->idle)) != NULL && now - c->idle_since >= after) {
         client_idle_end(c);
-        client_park(c);
+        client_park(c, false);
     }
     if (c != NULL) {
         evtimer_add(w->park_ev,
@@ -463,7 +475,7 @@ client_unpark(struct lg_client *c)
 {
     const struct lg_config *conf = c->w->fleet->conf;
 
-    c = client_resize(c, sizeof(*c));
+    c = client_resize(c, sizeof(*c), false);
     c->parked = false;
     memset(&c->req, 0, sizeof(c->req));
     lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
