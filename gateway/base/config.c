@@ -114,6 +114,32 @@ conf_warn_root(struct lg_conf_ctx *ctx, const struct lg_config *c)
                      "/admin/ and /metrics need it) or listen on 127.0.0.1",
                      lg_conf_quote(q, sizeof(q), c->admin.listen));
     }
+    for (size_t i = 0; i < c->nlisten; i++) {
+        /* an explicit 0 says unlimited is meant (clients behind a proxy or NAT) */
+        if (!conf_is_loopback(&c->listen[i].addr, c->listen[i].addrlen)
+            && json_object_get(json_object_get(c->root, "limits"), "max_connections_per_ip")
+                   == NULL) {
+            json_t *l = json_object_get(c->root, "listen");
+
+            snprintf(sfx, sizeof(sfx),
+                     json_is_object(json_array_get(l, i)) ? "/listen/%zu/address" : "/listen/%zu",
+                     i);
+            lg_conf_warn_at(ctx, json_is_string(l) ? "/listen" : sfx,
+                            "clients reach %s beyond loopback and limits.max_connections_per_ip "
+                            "is not set: one address may hold all %u connections "
+                            "(limits.max_connections); set it (e.g. 256), or to 0 if clients "
+                            "come through a proxy or NAT that shares their address",
+                            lg_conf_quote(q, sizeof(q), c->listen[i].address),
+                            c->limits.max_connections);
+            break;
+        }
+    }
+    if (c->timeouts.client_body_min_rate == 0) {
+        lg_conf_warn_at(ctx, "/timeouts/client_body_min_rate",
+                        "0 turns the whole-body deadline off: a client may hold a connection "
+                        "for as long as it sends a byte of its body every timeouts.client_body; "
+                        "the default is 1KiB");
+    }
     for (size_t i = 0; i < c->nbackends; i++) {
         for (size_t j = 0; c->backends[i].enabled && j < i; j++) {
             if (c->backends[j].enabled && conf_same_url(&c->backends[i], &c->backends[j])) {
@@ -218,6 +244,11 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
     { "client_body", LG_CONF_DURATION, TO(client_body_ms), .def = CONF_S(30), .min = 1,
       .max = CONF_H(1), .warn_above = CONF_M(5),
       .warn = "a client may hold a connection that long between two pieces of its body" },
+    { "client_body_grace", LG_CONF_DURATION, TO(client_body_grace_ms), .def = CONF_S(10),
+      .min = 1, .max = CONF_H(1), .warn_above = CONF_M(5),
+      .warn = "a client may hold a connection that long before the first byte of its body" },
+    { "client_body_min_rate", LG_CONF_SIZE, TO(client_body_min_rate), .def = CONF_KIB(1),
+      .min = 0, .max = CONF_GIB(1) },
     { "client_idle", LG_CONF_DURATION, TO(client_idle_ms), .def = CONF_S(75), .min = 1,
       .max = CONF_H(1), .warn_above = CONF_M(10),
       .warn = "idle keep-alive connections stay open that long, each counted against "

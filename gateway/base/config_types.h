@@ -73,6 +73,8 @@ struct lg_backend_conf {
 struct lg_timeouts_conf {
     uint64_t client_header_ms;    /* whole request head must arrive within */
     uint64_t client_body_ms;      /* idle time allowed between body reads */
+    uint64_t client_body_grace_ms; /* whole body: within this plus a second per min_rate bytes */
+    size_t client_body_min_rate;  /* bytes per second a body must average; 0 = no deadline */
     uint64_t client_idle_ms;      /* keep-alive idle between requests */
     uint64_t upstream_connect_ms; /* TCP (and TLS) connect to a backend */
     uint64_t first_byte_ms;       /* request sent -> first response byte */

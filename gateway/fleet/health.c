@@ -46,8 +46,10 @@ struct health_target {
     uint32_t ok_run, fail_run;      /* consecutive check results */
     struct lg_backend_engine eng;   /* last published engine state */
     uint64_t warn_ns;               /* rate limit for scrape warnings */
+    uint64_t slots_warn_ns;         /* rate limit for warnings about its slot count */
     char why[192];                  /* why the last check or scrape got no answer */
     bool why_tls;                   /* ... and it was TLS */
+    bool why_too_large;             /* ... or an answer past the connection's body limit */
     /* whether others are served there (health_fold_finished()) */
     uint64_t fin_t_ns;              /* the engine's finished count last read; 0 = never */
     double fin_prev;                /* ... that count */
@@ -123,7 +125,9 @@ health_on_error(enum evhttp_request_error err, void *arg)
         snprintf(t->why, sizeof(t->why), "malformed HTTP answer");
         break;
     case EVREQ_HTTP_DATA_TOO_LONG:
-        snprintf(t->why, sizeof(t->why), "answer too large");
+        snprintf(t->why, sizeof(t->why), "answer larger than %u MiB, not read further",
+                 LG_ENGINE_METRICS_MAX_BYTES >> 20);
+        t->why_too_large = true;
         break;
     default:
         snprintf(t->why, sizeof(t->why), "%s",
@@ -139,6 +143,8 @@ health_outcome(struct health_target *t, int code, const char *path_key, char *bu
     if (code != 0) {
         snprintf(buf, len, "status %d; check the engine there, or the backend's %s", code,
                  path_key);
+    } else if (t->why_too_large) {
+        snprintf(buf, len, "%s; check the engine there, or the backend's %s", t->why, path_key);
     } else if (t->why_tls) {
         snprintf(buf, len, "%s; check the backend's tls settings (ca_file, server_name, cert)",
                  t->why);
@@ -148,6 +154,7 @@ health_outcome(struct health_target *t, int code, const char *path_key, char *bu
     }
     t->why[0] = '\0';
     t->why_tls = false;
+    t->why_too_large = false;
     return buf;
 }
 
@@ -179,6 +186,7 @@ health_check_result(struct health_target *t, bool ok, int code)
     }
     t->why[0] = '\0';
     t->why_tls = false;
+    t->why_too_large = false;
 }
 
 static void
@@ -323,6 +331,27 @@ lg_health_fold_sample(struct lg_backend_engine *e, const struct lg_engine_sample
  * --parallel); a server without /props (an older one) is asked as rarely. */
 #define HEALTH_PROPS_S 30
 
+/*
+ * A slot count the engine states that its own gauges contradict (more
+ * requests running at once than it has slots) is not its word: it is not
+ * taken, and its capacity is learnt from its load as for an engine that
+ * states none. Taken, a count that is too low made every request there look
+ * queued behind the others.
+ */
+static bool
+health_slots_believable(struct health_target *t, double slots)
+{
+    if (slots >= t->eng.run_max) {
+        return true;
+    }
+    if (lg_log_ratelimit(&t->slots_warn_ns, 60 * LG_NS_PER_S)) {
+        LG_WARN("backend %s: %s says total_slots %.0f but %d requests run there at once; "
+                "its slot count is learnt from its load instead",
+                t->b->name, LG_ENGINE_PROPS_PATH, slots, t->eng.run_max);
+    }
+    return false;
+}
+
 static void
 health_on_props_done(struct evhttp_request *req, void *arg)
 {
@@ -341,7 +370,10 @@ health_on_props_done(struct evhttp_request *req, void *arg)
         != LG_OK) {
         return;
     }
-    if (slots != t->eng.slots_declared) {
+    if (!health_slots_believable(t, slots)) {
+        slots = 0;
+    }
+    if (slots > 0 && slots != t->eng.slots_declared) {
         LG_INFO("backend %s: the engine runs %.0f requests at once (%s)", t->b->name, slots,
                 LG_ENGINE_PROPS_PATH);
     }
@@ -499,8 +531,10 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         char why[256];
 
         /* an answer, but not metrics: nothing to scrape there (no answer at
-         * all is the health checks' business, and retried at full rate) */
-        t->scrape_failures += code != 0;
+         * all is the health checks' business, and retried at full rate); an
+         * answer too large to read is one, read up to the limit each time:
+         * asked less and less often too */
+        t->scrape_failures += code != 0 || t->why_too_large;
         health_outcome(t, code, "metrics_path (or \"flavor\": \"none\" not to scrape it)", why,
                        sizeof(why));
         if (lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
@@ -515,8 +549,10 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     rc = lg_engine_metrics_parse(text, len, t->flavor, &s);
     t->scrape_failures = rc == LG_OK ? 0 : t->scrape_failures + 1;
     if (rc != LG_OK && lg_log_ratelimit(&t->warn_ns, 30 * LG_NS_PER_S)) {
+        /* the vocabulary it was read in: detected by this very scrape, maybe */
         LG_WARN("backend %s: %s has no %s queue metrics; its engine load is not counted", b->name,
-                b->conf.metrics_path, lg_engine_flavor_name(t->flavor));
+                b->conf.metrics_path,
+                s.flavor != LG_ENGINE_AUTO ? lg_engine_flavor_name(s.flavor) : "known engine's");
     }
     detected = t->flavor == LG_ENGINE_AUTO && s.flavor != LG_ENGINE_AUTO;
     if (detected) {
@@ -543,6 +579,9 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
         s.running -= (int32_t)LG_MIN(lagged, s.running);
     }
     lg_health_fold_sample(&t->eng, &s, now, ours, interval, queued);
+    if (t->eng.slots_declared > 0 && !health_slots_believable(t, t->eng.slots_declared)) {
+        t->eng.slots_declared = 0;
+    }
     lg_backend_publish_engine(b, &t->eng);
     if (detected) {
         /* after publishing: whoever reads this line can count on the sample */

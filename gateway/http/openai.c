@@ -476,6 +476,9 @@ lg_openai_error_type(int status)
         return "permission_error";
     case 429:
         return "rate_limit_error";
+    case 501: /* a transfer coding, */
+    case 505: /* or an HTTP version, the client should not have sent */
+        return "invalid_request_error";
     default:
         return status >= 500 ? "api_error" : "invalid_request_error";
     }

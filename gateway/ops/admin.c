@@ -301,8 +301,8 @@ admin_routing(const struct lg_fleet *f)
         int rc;
 
         /* every candidate, however many (the status page's Score column) */
-        res->explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * ADMIN_EXPLAIN_BYTES;
-        rc = lg_router_pick(f->router, m, &rq, 0, res);
+        res->explain_max = LG_MAX(m->n, (size_t)1) * ADMIN_EXPLAIN_BYTES;
+        rc = lg_router_pick(f->router, m, &rq, NULL, res);
         json_t *cands;
 
         cands = json_loads(res->explain ? res->explain : "[]", 0, NULL);

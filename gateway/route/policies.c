@@ -234,12 +234,23 @@ p2c_filter(void *state, const struct lg_route_info *req, const struct lg_backend
 
     (void)req;
     (void)c;
-    if (n <= want || n > 64) {
+    if (n <= want) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keep[i] = 0;
+    }
+    if (n > LG_ARRAY_SIZE(order)) {
+        /* a large fleet: Floyd's sampling, keep[] the only room it needs */
+        for (size_t j = n - want; j < n; j++) {
+            size_t t = (size_t)(s->host->random() % (j + 1));
+
+            keep[keep[t] ? j : t] = 1;
+        }
         return;
     }
     for (size_t i = 0; i < n; i++) {
         order[i] = i;
-        keep[i] = 0;
     }
     for (size_t k = 0; k < want; k++) {
         size_t j = k + (size_t)(s->host->random() % (n - k));

@@ -6,12 +6,15 @@
  * Borrows: backends of the fleet for the duration of lg_router_pick(); the
  * registered policies (plugin.c keeps them loaded).
  * Hot path: no allocation and no lock: views, costs and candidate lists live
- * on the stack, bounded by LG_ROUTER_MAX_CANDIDATES; backend state is read
- * through lock-free snapshots (backend.c).
+ * in arrays of the calling thread, allocated once and grown only when a
+ * route longer than any before comes (every candidate of any route is
+ * considered: a pick is never capped); backend state is read through
+ * lock-free snapshots (backend.c).
  */
 #include "route/router.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include "fleet/backend_view.h"
 #include "fleet/fleet.h"
 #include "route/plugin.h"
+#include "route/tried.h"
 
 struct router_stage {
     const struct lg_plugin *plugin; /* borrowed from the registry */
@@ -192,9 +196,10 @@ lg_router_policy(const struct lg_router *r)
 /* ---- candidates --------------------------------------------------------- */
 
 static bool
-router_is_candidate(const struct lg_backend *b, size_t i, uint64_t tried_mask, uint64_t now)
+router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried *tried,
+                    uint64_t now)
 {
-    if (i < 64 && (tried_mask & (1ull << i))) {
+    if (lg_tried_has(tried, i)) {
         return false;
     }
     if (!lg_backend_is_available(b, now)) {
@@ -204,7 +209,7 @@ router_is_candidate(const struct lg_backend *b, size_t i, uint64_t tried_mask, u
 }
 
 bool
-lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
+lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried)
 {
     uint64_t now = lg_now_ns();
 
@@ -212,7 +217,7 @@ lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
         return false;
     }
     for (size_t i = 0; i < route->n; i++) {
-        if (router_is_candidate(route->backends[i], i, tried_mask, now)) {
+        if (router_is_candidate(route->backends[i], i, tried, now)) {
             return true;
         }
     }
@@ -220,7 +225,7 @@ lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
 }
 
 static void
-router_info(const struct lg_router *r, const struct lg_route_req *req, uint64_t tried_mask,
+router_info(const struct lg_router *r, const struct lg_route_req *req, const struct lg_tried *tried,
             struct lg_route_info *info)
 {
     memset(info, 0, sizeof(*info));
@@ -232,7 +237,7 @@ router_info(const struct lg_router *r, const struct lg_route_req *req, uint64_t 
     info->max_tokens = req->max_tokens;
     info->prefix_hash = req->prefix_hash;
     info->session_hash = req->session_hash;
-    info->attempt = (uint32_t)__builtin_popcountll(tried_mask) + 1;
+    info->attempt = lg_tried_count(tried) + 1;
     info->prefix_len = req->prefix_hash ? LG_MIN(req->prompt_bytes, r->prefix_bytes) : 0;
 }
 
@@ -425,16 +430,96 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
 
 /* ---- picking ------------------------------------------------------------ */
 
+/*
+ * A pick's candidates and what the stages made of them, in arrays of `cap`
+ * entries: one set per thread (router_pick_arrays()), as long as the
+ * longest route picked from there.
+ */
 struct router_pick {
-    size_t n; /* candidates */
-    struct lg_backend *b[LG_ROUTER_MAX_CANDIDATES];
-    struct lg_backend_view v[LG_ROUTER_MAX_CANDIDATES];
-    const struct lg_backend_view *vp[LG_ROUTER_MAX_CANDIDATES];
-    const char *dropped[LG_ROUTER_MAX_CANDIDATES];               /* by which stage; NULL: scored */
-    double cost[LG_ROUTER_MAX_STAGES][LG_ROUTER_MAX_CANDIDATES]; /* weighted; a shadow's as is */
-    double total[LG_ROUTER_MAX_CANDIDATES];
+    size_t n, cap; /* candidates; room */
+    struct lg_backend **b;
+    struct lg_backend_view *v;
+    const struct lg_backend_view **vp;
+    const char **dropped; /* by which stage; NULL: scored */
+    double *cost;         /* stage s's of candidate i at [s * cap + i]: weighted; a shadow's
+                             as is */
+    double *total;
     const char *why[LG_ROUTER_MAX_STAGES];
+    /* the stages' working room */
+    size_t *idx;
+    const struct lg_backend_view **vs;
+    unsigned char *keep;
+    double *c;
 };
+
+static pthread_key_t router_arrays_key;
+static pthread_once_t router_arrays_once = PTHREAD_ONCE_INIT;
+static __thread struct router_pick *router_arrays_mine; /* owned through the key */
+
+static void
+router_arrays_free(void *p)
+{
+    free(p);
+}
+
+static void
+router_arrays_key_new(void)
+{
+    /* a thread that ends frees its arrays */
+    LG_BUG_ON(pthread_key_create(&router_arrays_key, router_arrays_free) != 0);
+}
+
+/*
+ * Lays out the arrays for cap candidates after the struct at base (NULL:
+ * only measures); returns the bytes the whole takes.
+ */
+static size_t
+router_arrays_layout(struct router_pick *pk, char *base, size_t cap)
+{
+    size_t off = sizeof(*pk);
+
+#define ROUTER_CARVE(field, count)                              \
+    do {                                                        \
+        pk->field = base != NULL ? (void *)(base + off) : NULL; \
+        off += ((count) * sizeof(*pk->field) + 15) / 16 * 16;   \
+    } while (0)
+    pk->cap = cap;
+    ROUTER_CARVE(v, cap);
+    ROUTER_CARVE(cost, cap * LG_ROUTER_MAX_STAGES);
+    ROUTER_CARVE(total, cap);
+    ROUTER_CARVE(c, cap);
+    ROUTER_CARVE(b, cap);
+    ROUTER_CARVE(vp, cap);
+    ROUTER_CARVE(dropped, cap);
+    ROUTER_CARVE(idx, cap);
+    ROUTER_CARVE(vs, cap);
+    ROUTER_CARVE(keep, cap);
+#undef ROUTER_CARVE
+    return off;
+}
+
+/*
+ * This thread's arrays, with room for a route of n backends: allocated the
+ * first time (for at least 64), reallocated only for a route longer than
+ * any before. Never re-entered: a pick calls no pick.
+ */
+static struct router_pick *
+router_pick_arrays(size_t n)
+{
+    struct router_pick *pk = router_arrays_mine, measure;
+
+    if (__builtin_expect(pk != NULL && pk->cap >= n, 1)) {
+        return pk;
+    }
+    pthread_once(&router_arrays_once, router_arrays_key_new);
+    free(pk);
+    n = LG_MAX(n, (size_t)64);
+    pk = lg_xmalloc(router_arrays_layout(&measure, NULL, n));
+    router_arrays_layout(pk, (char *)pk, n);
+    router_arrays_mine = pk;
+    pthread_setspecific(router_arrays_key, pk);
+    return pk;
+}
 
 static double
 router_sane_cost(double c)
@@ -465,9 +550,9 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
 {
     for (size_t s = 0; s < r->nstages; s++) {
         struct router_stage *st = &r->stages[s];
-        size_t idx[LG_ROUTER_MAX_CANDIDATES], m = router_live(pk, idx), kept = 0;
-        const struct lg_backend_view *vs[LG_ROUTER_MAX_CANDIDATES];
-        unsigned char keep[LG_ROUTER_MAX_CANDIDATES];
+        size_t *idx = pk->idx, m = router_live(pk, idx), kept = 0;
+        const struct lg_backend_view **vs = pk->vs;
+        unsigned char *keep = pk->keep;
 
         if (!st->has_filter || st->shadow || m <= 1) {
             continue;
@@ -494,9 +579,9 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
 static void
 router_score(struct lg_router *r, const struct lg_route_info *info, struct router_pick *pk)
 {
-    size_t idx[LG_ROUTER_MAX_CANDIDATES], m = router_live(pk, idx);
-    const struct lg_backend_view *vs[LG_ROUTER_MAX_CANDIDATES];
-    double c[LG_ROUTER_MAX_CANDIDATES];
+    size_t *idx = pk->idx, m = router_live(pk, idx);
+    const struct lg_backend_view **vs = pk->vs;
+    double *c = pk->c;
 
     for (size_t k = 0; k < m; k++) {
         vs[k] = pk->vp[idx[k]];
@@ -504,7 +589,7 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
     for (size_t i = 0; i < pk->n; i++) {
         pk->total[i] = 0;
         for (size_t s = 0; s < r->nstages; s++) {
-            pk->cost[s][i] = NAN;
+            pk->cost[s * pk->cap + i] = NAN;
         }
     }
     for (size_t s = 0; s < r->nstages; s++) {
@@ -517,11 +602,11 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
         st->plugin->ops->score(st->state, info, vs, m, c, &pk->why[s]);
         for (size_t k = 0; k < m; k++) {
             if (st->shadow) {
-                pk->cost[s][idx[k]] = router_sane_cost(c[k]); /* shown, not counted */
+                pk->cost[s * pk->cap + idx[k]] = router_sane_cost(c[k]); /* shown, not counted */
                 continue;
             }
-            pk->cost[s][idx[k]] = st->weight * router_sane_cost(c[k]);
-            pk->total[idx[k]] += pk->cost[s][idx[k]];
+            pk->cost[s * pk->cap + idx[k]] = st->weight * router_sane_cost(c[k]);
+            pk->total[idx[k]] += pk->cost[s * pk->cap + idx[k]];
         }
     }
 }
@@ -543,7 +628,7 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
 static void
 router_thin(struct router_pick *pk)
 {
-    bool out[LG_ROUTER_MAX_CANDIDATES];
+    unsigned char *out = pk->keep; /* the filters are done with it */
     size_t left = 0;
     double inflight = 0, weight = 0;
 
@@ -615,7 +700,7 @@ router_reason(const struct lg_router *r, const struct router_pick *pk, size_t be
         return "only_candidate";
     }
     for (size_t s = 0; s < r->nstages; s++) {
-        double d = pk->cost[s][(size_t)second] - pk->cost[s][best];
+        double d = pk->cost[s * pk->cap + (size_t)second] - pk->cost[s * pk->cap + best];
 
         if (r->stages[s].shadow) {
             continue;
@@ -646,8 +731,8 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
     for (size_t i = 0; i < pk->n; i++) {
         size_t before = o.len;
 
-        router_explain_one(&o, &pk->v[i], kib, pk->dropped[i], &pk->cost[0][i], r->nstages,
-                           LG_ROUTER_MAX_CANDIDATES, pk->total[i]);
+        router_explain_one(&o, &pk->v[i], kib, pk->dropped[i], &pk->cost[i], r->nstages, pk->cap,
+                           pk->total[i]);
         if (o.full) {
             o.len = before;
             break;
@@ -683,12 +768,13 @@ lg_route_result_clear(struct lg_route_result *res)
 
 int
 lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
-               const struct lg_route_req *req, uint64_t tried_mask, struct lg_route_result *out)
+               const struct lg_route_req *req, const struct lg_tried *tried,
+               struct lg_route_result *out)
 {
     uint64_t now = lg_now_ns(), soonest = UINT64_MAX;
     struct lg_est_prior prior;
     struct lg_route_info info;
-    struct router_pick pk;
+    struct router_pick *pk = router_pick_arrays(route->n);
     size_t nramp = 0, nfull = 0;
     ssize_t best;
 
@@ -708,13 +794,13 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->retry_after_ms = 0;
     out->probe = false;
     lg_route_read_prior(route, &prior);
-    router_info(r, req, tried_mask, &info);
+    router_info(r, req, tried, &info);
 
-    pk.n = 0;
-    for (size_t i = 0; i < route->n && pk.n < LG_ROUTER_MAX_CANDIDATES; i++) {
+    pk->n = 0;
+    for (size_t i = 0; i < route->n; i++) {
         struct lg_backend *b = route->backends[i];
 
-        if (i < 64 && (tried_mask & (1ull << i))) {
+        if (lg_tried_has(tried, i)) {
             continue;
         }
         if (!lg_backend_is_available(b, now)) {
@@ -725,18 +811,19 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             nfull++;
             continue;
         }
-        pk.b[pk.n] = b;
-        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk.v[pk.n]);
-        pk.vp[pk.n] = &pk.v[pk.n];
-        pk.dropped[pk.n] = NULL;
-        nramp += pk.v[pk.n].ramp < 1.0;
-        pk.n++;
+        pk->b[pk->n] = b;
+        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
+                             &pk->v[pk->n]);
+        pk->vp[pk->n] = &pk->v[pk->n];
+        pk->dropped[pk->n] = NULL;
+        nramp += pk->v[pk->n].ramp < 1.0;
+        pk->n++;
     }
-    if (pk.n == 0) {
+    if (pk->n == 0) {
         if (nfull > 0) {
             out->reason = "all_backends_at_max_inflight";
             out->retry_after_ms = 1000;
-        } else if (tried_mask != 0 && soonest == UINT64_MAX) {
+        } else if (lg_tried_count(tried) > 0 && soonest == UINT64_MAX) {
             out->reason = "all_backends_tried";
         } else {
             out->reason = "no_available_backend";
@@ -748,32 +835,32 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         return LG_EBUSY;
     }
 
-    router_filter(r, &info, &pk);
-    router_score(r, &info, &pk);
-    if (nramp > 0 && nramp < pk.n) {
-        router_thin(&pk);
+    router_filter(r, &info, pk);
+    router_score(r, &info, pk);
+    if (nramp > 0 && nramp < pk->n) {
+        router_thin(pk);
     }
     for (;;) {
-        best = router_best(r, &pk);
+        best = router_best(r, pk);
         if (best < 0) {
             out->reason = "half_open_probe_busy";
             out->retry_after_ms = 1000;
-            router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
+            router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
             return LG_EBUSY;
         }
-        if (!(pk.v[best].flags & LG_VIEW_F_HALF_OPEN) || lg_backend_claim_probe(pk.b[best])) {
+        if (!(pk->v[best].flags & LG_VIEW_F_HALF_OPEN) || lg_backend_claim_probe(pk->b[best])) {
             break;
         }
-        pk.dropped[best] = "probe_busy"; /* another request probes it: next best */
+        pk->dropped[best] = "probe_busy"; /* another request probes it: next best */
     }
-    out->backend = pk.b[best];
-    out->probe = (pk.v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
-    out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
-    out->service_ms =
-        pk.v[best].ttft_fixed_ms + pk.v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    out->itl_ms = pk.v[best].itl_ms;
-    if (pk.v[best].capacity > 0 && !(pk.v[best].flags & LG_VIEW_F_CAP_GUESS)) {
-        const struct lg_backend_view *w = &pk.v[best];
+    out->backend = pk->b[best];
+    out->probe = (pk->v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
+    out->reason = out->probe ? "half_open_probe" : router_reason(r, pk, (size_t)best);
+    out->service_ms = pk->v[best].ttft_fixed_ms
+                      + pk->v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    out->itl_ms = pk->v[best].itl_ms;
+    if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
+        const struct lg_backend_view *w = &pk->v[best];
 
         /* only a capacity seen with a queue says a request will wait for a
          * slot: with a guess (the most it was seen running, which a replica
@@ -783,22 +870,22 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
                                            w->inflight > 0 ? w->inflight_age_ms : -1);
         out->queued = w->load + 1 > w->capacity;
     }
-    out->ahead_ms = pk.v[best].work_ahead_ms;
-    out->load = pk.v[best].load;
-    out->model_scale = pk.v[best].engine_model_scale;
-    out->prefill_ms = pk.v[best].measured_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    if (pk.v[best].measured_ms >= 0) {
-        out->meas_pred_ms = pk.v[best].measured_ms + out->prefill_ms;
+    out->ahead_ms = pk->v[best].work_ahead_ms;
+    out->load = pk->v[best].load;
+    out->model_scale = pk->v[best].engine_model_scale;
+    out->prefill_ms = pk->v[best].measured_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    if (pk->v[best].measured_ms >= 0) {
+        out->meas_pred_ms = pk->v[best].measured_ms + out->prefill_ms;
     }
-    if (pk.v[best].engine_model_ms >= 0) {
-        out->model_pred_ms = router_model_ms(&pk.v[best], (double)req->prompt_bytes / 1024.0);
-        if (pk.v[best].load + 1 <= pk.v[best].capacity) {
+    if (pk->v[best].engine_model_ms >= 0) {
+        out->model_pred_ms = router_model_ms(&pk->v[best], (double)req->prompt_bytes / 1024.0);
+        if (pk->v[best].load + 1 <= pk->v[best].capacity) {
             /* its wait, the fixed part of its step's prefill left out: what
              * the first token takes beyond it is the prefill to learn */
-            out->model_ms = LG_MAX(pk.v[best].engine_model_ms - pk.v[best].prefill_fixed_ms, 0.0);
+            out->model_ms = LG_MAX(pk->v[best].engine_model_ms - pk->v[best].prefill_fixed_ms, 0.0);
         }
     }
-    router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
+    router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;
 }
 
@@ -819,7 +906,7 @@ lg_router_note_result(struct lg_router *r, const struct lg_model_route *route,
         return;
     }
     lg_route_read_prior(route, &prior);
-    router_info(r, req, 0, &info);
+    router_info(r, req, NULL, &info);
     lg_backend_view_fill(b, lg_now_ns(), &prior, r->scrape_interval_ns, r->slow_start_ns, &v);
     for (size_t s = 0; s < r->nstages; s++) {
         const struct router_stage *st = &r->stages[s];

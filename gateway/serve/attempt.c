@@ -22,6 +22,7 @@
 #include "fleet/backend_inflight.h"
 #include "fleet/fleet.h"
 #include "route/router.h"
+#include "route/tried.h"
 #include "serve/admission.h"
 #include "serve/client.h"
 #include "serve/upstream.h"
@@ -32,18 +33,21 @@ lg_attempt_route(const struct lg_client *c)
     return lg_fleet_find_model(c->req.fleet, c->req.info.model);
 }
 
-uint64_t
-lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b)
+void
+lg_attempt_set_tried(struct lg_client *c, const struct lg_backend *b, bool tried)
 {
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t bits = 0;
 
-    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            bits |= 1ull << i;
+    for (size_t i = 0; route != NULL && i < route->n; i++) {
+        if (route->backends[i] != b) {
+            continue;
+        }
+        if (tried) {
+            lg_tried_add(&c->req.tried, i, route->n);
+        } else {
+            lg_tried_del(&c->req.tried, i);
         }
     }
-    return bits;
 }
 
 /* The attempt no longer awaits a first token (it came, or the attempt ended). */

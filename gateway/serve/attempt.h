@@ -15,8 +15,12 @@ struct lg_model_route;
 /* The backends serving the request's model in the fleet it holds (NULL if none). */
 const struct lg_model_route *lg_attempt_route(const struct lg_client *c);
 
-/* The bit of backend b in req->tried_mask (its index in the model's route; 0 if none). */
-uint64_t lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b);
+/*
+ * Marks backend b tried (or, tried false, not tried: an attempt that did not
+ * count) in req->tried, by its index in the model's route; nothing if the
+ * route does not hold it.
+ */
+void lg_attempt_set_tried(struct lg_client *c, const struct lg_backend *b, bool tried);
 
 /*
  * The attempt starts on b, the router's pick (req->attempts counts it

@@ -422,15 +422,16 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     struct lg_request *req = &c->req;
     const struct lg_config *conf = req->fleet->conf;
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t mask = req->tried_mask | lg_attempt_backend_bit(c, req->backend);
     uint32_t attempts = req->attempts;
     struct lg_backend *b;
     struct lg_upconn *u;
     bool reused;
 
     memset(&h->dup, 0, sizeof(h->dup));
+    lg_attempt_set_tried(c, req->backend, true); /* it is already: the running attempt's */
     if (route == NULL
-        || lg_router_pick(req->fleet->router, route, &req->route, mask, &h->dup.pick) != LG_OK) {
+        || lg_router_pick(req->fleet->router, route, &req->route, &req->tried, &h->dup.pick)
+               != LG_OK) {
         lg_route_result_clear(&h->dup.pick);
         return false;
     }
@@ -449,7 +450,7 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     req->attempts = 1;
     lg_attempt_begin(c, b);
     req->attempts = attempts + 1;
-    req->tried_mask = mask | lg_attempt_backend_bit(c, b);
+    lg_attempt_set_tried(c, b, true);
     req->up = u;
     req->up_reused = reused;
     req->t_connect = reused ? req->t_dispatch : 0;
@@ -594,8 +595,8 @@ lg_hedge_arm(struct lg_client *c, const struct lg_hedge_ops *ops)
             lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1,
                                    false);
         }
-        if (!lg_router_has_candidate(route,
-                                     req->tried_mask | lg_attempt_backend_bit(c, req->backend))) {
+        lg_attempt_set_tried(c, req->backend, true); /* it is already: the running attempt's */
+        if (!lg_router_has_candidate(route, &req->tried)) {
             return; /* no other backend could take a duplicate: nothing to hold for */
         }
         h = lg_xcalloc(1, sizeof(*h));

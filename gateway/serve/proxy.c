@@ -227,10 +227,8 @@ proxy_can_retry(struct lg_client *c)
     if (req->attempts >= proxy_conf(c)->routing.retry.attempts) {
         return false;
     }
-    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)
-        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model),
-                                  req->tried_mask)) {
+    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model), &req->tried)
+        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model), &req->tried)) {
         return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
@@ -303,7 +301,7 @@ proxy_attempt(struct lg_client *c)
     struct lg_upconn *u;
     int rc;
 
-    rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
+    rc = lg_router_pick(req->fleet->router, route, &req->route, &req->tried, &req->pick);
     /* a continuation (resume.c) does not queue: its client is mid-stream */
     if (!(req->flags & LG_REQ_F_STARTED)
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
@@ -328,7 +326,7 @@ proxy_attempt(struct lg_client *c)
         return;
     }
     b = req->pick.backend;
-    req->tried_mask |= lg_attempt_backend_bit(c, b);
+    lg_attempt_set_tried(c, b, true);
     req->attempts++;
     lg_attempt_begin(c, b);
     /* 5. upstream: a pooled connection, or a new one, carries the request */
@@ -431,7 +429,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             /* a keep-alive race, not the backend's fault: retry, count nothing */
             lg_attempt_end(c, false);
             req->attempts--;
-            req->tried_mask &= ~lg_attempt_backend_bit(c, u->b);
+            lg_attempt_set_tried(c, u->b, false);
             proxy_attempt(c);
             return;
         }
@@ -725,6 +723,7 @@ proxy_release(struct lg_client *c)
         event_free(req->timer);
         req->timer = NULL;
     }
+    lg_tried_clear(&req->tried);
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

@@ -161,6 +161,8 @@ test_defaults(void)
     LG_CHECK(c->access_log.flush_ms == 1000 && c->access_log.buffer_bytes == 65536);
     LG_CHECK(c->timeouts.client_header_ms == 10000);
     LG_CHECK(c->timeouts.client_body_ms == 30000);
+    LG_CHECK(c->timeouts.client_body_grace_ms == 10000);
+    LG_CHECK(c->timeouts.client_body_min_rate == 1024);
     LG_CHECK(c->timeouts.client_idle_ms == 75000);
     LG_CHECK(c->timeouts.upstream_connect_ms == 3000);
     LG_CHECK(c->timeouts.first_byte_ms == 300000);
@@ -414,6 +416,14 @@ test_out_of_range(void)
     LG_CHECK(expect_top_error("\"timeouts\": {\"client_idle\": 0},",
                               "t.json:2:29: error: /timeouts/client_idle: must be between 1ms and "
                               "1h (got 0)")
+             == 0);
+    LG_CHECK(expect_top_error("\"timeouts\": {\"client_body_grace\": 0},",
+                              "t.json:2:35: error: /timeouts/client_body_grace: must be between "
+                              "1ms and 1h (got 0)")
+             == 0);
+    LG_CHECK(expect_top_error("\"timeouts\": {\"client_body_min_rate\": \"2GiB\"},",
+                              "t.json:2:38: error: /timeouts/client_body_min_rate: must be between "
+                              "0 and 1GiB (got \"2GiB\")")
              == 0);
     return 0;
 }
@@ -904,6 +914,10 @@ test_warnings(void)
                  "without a token: whoever reaches it can drain backends, reload and read the "
                  "fleet; set admin.token (then /admin/ and /metrics need it) or listen on "
                  "127.0.0.1",
+                 "t.json:1:12: warning: /listen: clients reach \":0\" beyond loopback and "
+                 "limits.max_connections_per_ip is not set: one address may hold all 20000 "
+                 "connections (limits.max_connections); set it (e.g. 256), or to 0 if clients "
+                 "come through a proxy or NAT that shares their address",
                  "t.json:3:25: warning: /backends/1/url: the same URL as /backends/0 (\"r1\"): one "
                  "engine counted as two backends gets twice its share, and neither sees its "
                  "whole load; list it once (\"weight\" gives it a larger share)",
@@ -912,7 +926,7 @@ test_warnings(void)
     /* the object form points at its listen key; a token or a loopback address: no warning */
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": {\"listen\": \"[::]:0\"},\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              "t.json:1:38: warning: /admin/listen: the admin listener is on "
                              "\"[::]:0\", not loopback, without a token: whoever reaches it can "
                              "drain backends, reload and read the fleet; set admin.token (then "
@@ -922,17 +936,17 @@ test_warnings(void)
     LG_CHECK(expect_warnings(
                  "{\"listen\": \":0\", \"admin\": {\"listen\": \":9090\", \"token\": \"t\"},\n"
                  "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-                 "[\"m\"]}]}",
+                 "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                  NULL)
              == 0);
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"127.0.0.2:0\", \"peers\": [],\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              NULL)
              == 0);
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"[::1]:0\",\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              NULL)
              == 0);
     /* another port, prefix or scheme is another URL; a disabled twin is no twin */
@@ -943,7 +957,31 @@ test_warnings(void)
                  " {\"name\": \"c\", \"url\": \"http://127.0.0.1:1/v2\", \"models\": [\"m\"]},\n"
                  " {\"name\": \"d\", \"url\": \"https://127.0.0.1:1\", \"models\": [\"m\"]},\n"
                  " {\"name\": \"e\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"], "
-                 "\"enabled\": false}]}",
+                 "\"enabled\": false}], \"limits\": {\"max_connections_per_ip\": 0}}",
+                 NULL)
+             == 0);
+    /* beyond loopback, an explicit max_connections_per_ip (0 included) says it is meant;
+     * no whole-body deadline warns at its key */
+    LG_CHECK(expect_warnings("{\"listen\": [\"127.0.0.1:0\", {\"address\": \"[::]:0\"}],\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             "t.json:1:40: warning: /listen/1/address: clients reach \"[::]:0\" "
+                             "beyond "
+                             "loopback and limits.max_connections_per_ip is not set: one address "
+                             "may hold all 20000 connections (limits.max_connections); set it "
+                             "(e.g. 256), or to 0 if clients come through a proxy or NAT that "
+                             "shares their address",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \"0.0.0.0:0\", \"limits\": {\"max_connections_per_ip\": 64},\n"
+                 "\"timeouts\": {\"client_body_min_rate\": 0},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                 "\"models\": [\"m\"]}]}",
+                 "t.json:2:38: warning: /timeouts/client_body_min_rate: 0 turns the "
+                 "whole-body deadline off: a client may hold a connection for as long "
+                 "as it sends a byte of its body every timeouts.client_body; the "
+                 "default is 1KiB",
                  NULL)
              == 0);
     /* timeouts: at their thresholds nothing, above them practically none */
@@ -952,7 +990,7 @@ test_warnings(void)
                  "\"5m\", \"client_idle\": \"10m\", \"upstream_connect\": \"1m\", \"stream_idle\": "
                  "\"10m\", \"client_stall\": \"10m\", \"first_byte\": \"1h\", \"total\": 0},\n"
                  "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-                 "[\"m\"]}]}",
+                 "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                  NULL)
              == 0);
     LG_CHECK(
@@ -961,7 +999,7 @@ test_warnings(void)
             "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
             "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-            "[\"m\"]}]}",
+            "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
             "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
             "client may hold a connection that long before its request is complete "
             "(slowloris); the default is 10s",
