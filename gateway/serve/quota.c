@@ -230,8 +230,11 @@ lg_quota_used(const struct lg_request *req)
     const struct lg_json_probe *p = (req->flags & LG_REQ_F_SSE) ? &req->sse.probe : &req->probe;
     uint64_t prompt, completion;
 
-    if (!(req->flags & LG_REQ_F_STARTED) || req->status < 200 || req->status >= 300) {
-        return 0; /* no answer: the engine produced nothing for it */
+    /* an answer that began: it ended (2xx), or its client left in the middle (499 after
+     * the first byte); anything else had no answer, the engine produced nothing for it */
+    if (!(req->flags & LG_REQ_F_STARTED)
+        || ((req->status < 200 || req->status >= 300) && req->status != 499)) {
+        return 0;
     }
     if (req->quota == NULL) {
         return 0;
