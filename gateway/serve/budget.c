@@ -323,6 +323,22 @@ lg_budget_unsent(const struct lg_budget_share *s)
 }
 
 void
+lg_budget_unsent_all(void)
+{
+    struct lg_budget *b;
+
+    pthread_mutex_lock(&budget_list_lock);
+    TAILQ_FOREACH (b, &budget_list, link) {
+        pthread_mutex_lock(&b->lock);
+        for (int p = 0; p < LG_BUDGET_NPERIODS; p++) {
+            b->win[p].sent = BUDGET_UNSENT;
+        }
+        pthread_mutex_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&budget_list_lock);
+}
+
+void
 lg_budget_shares_free(struct lg_budget_share *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -139,6 +139,12 @@ void lg_budget_unsent(const struct lg_budget_share *s);
 
 void lg_budget_shares_free(struct lg_budget_share *s, size_t n);
 
+/*
+ * A new connection to the store (perhaps another server, or one that lost
+ * its data): every account's share is written again at the next sync.
+ */
+void lg_budget_unsent_all(void);
+
 /* Accounts listed now (tests). */
 size_t lg_budget_count(void);
 

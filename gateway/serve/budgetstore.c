@@ -385,6 +385,7 @@ store_on_ready(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     store_set_state(s, STORE_ST_UP);
+    lg_budget_unsent_all(); /* this server may have none of them (another one, or restarted) */
     LG_INFO("budgets: %s redis %s (db %u): shares synced every %" PRIu64 " ms; if it fails: %s",
             s->announced_down ? "back on" : "shared through", s->address, s->db,
             s->sync_interval_ms, store_failure_name(s));

@@ -418,6 +418,40 @@ class BudgetTest(Harness):
                              ("up", "open", False))
             self.assertGreater(store["syncs"], 0)
 
+    def test_a_reload_moves_the_store(self):
+        """A reload that names another Redis server: the store connects to it and
+        writes every share there; turning Redis off by a reload is refused."""
+        r1, r2 = RedisServer(self), RedisServer(self)
+        gwp, gw, admin = self.gateway(redis=r1.port)
+        gwp.wait_for(r"budgets: shared through redis 127\.0\.0\.1:%d" % r1.port)
+        status, _, obj, _ = self.post(gw, max_tokens=20)
+        self.assertEqual(status, 200, obj)
+        used = obj["usage"]["total_tokens"]
+
+        def share(r):
+            day = r.cli("--scan", "--pattern", "llmgate:budget:key:team-a:d:*")
+            return r.cli("HVALS", day) if day else ""
+        wait_until(lambda: share(r1) == str(used), what="the share in the first server")
+        path = self.path("llmgate.json")
+        with open(path) as f:
+            conf = json.load(f)
+        conf["budgets"]["redis"]["address"] = "127.0.0.1:%d" % r2.port
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"configuration reloaded", start=n)
+        gwp.wait_for(r"budgets: shared through redis 127\.0\.0\.1:%d" % r2.port, start=n)
+        # nothing changed since: the share is written to the new server all the same
+        wait_until(lambda: share(r2) == str(used), what="the share in the second server")
+        self.assertEqual(budget_of(admin)["store"]["redis"], "127.0.0.1:%d" % r2.port)
+        del conf["budgets"]["redis"]
+        self.write_config(conf)
+        n = len(gwp.lines)
+        gwp.signal(signal.SIGHUP)
+        gwp.wait_for(r"/budgets/redis: sharing token budgets through Redis cannot be turned off "
+                     r"on reload", start=n)
+        self.assertEqual(budget_of(admin)["store"]["state"], "up")
+
     def test_redis_down_fails_open_then_comes_back(self):
         port = free_port()
         gwp, gw, admin = self.gateway(redis=port)

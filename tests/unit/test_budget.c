@@ -266,6 +266,15 @@ test_shares_and_the_others_part(void)
     n = lg_budget_collect(T0 + 6000, 0, &s);
     sa = find_share(s, n, a);
     LG_CHECK(sa != NULL && sa->mine[LG_BUDGET_MINUTE] == 250);
+    /* a new connection: everything is written again */
+    lg_budget_shares_free(s, n);
+    n = lg_budget_collect(T0 + 6000, 0, &s);
+    LG_CHECK(find_share(s, n, a) == NULL);
+    lg_budget_shares_free(s, n);
+    lg_budget_unsent_all();
+    n = lg_budget_collect(T0 + 6000, 0, &s);
+    LG_CHECK(find_share(s, n, a) != NULL && find_share(s, n, idle) != NULL);
+    sa = find_share(s, n, a);
     /* an answer for a minute that has passed teaches nothing about the next */
     lg_budget_read(a, T0 + MIN_MS, &st); /* rolls the minute */
     total[LG_BUDGET_MINUTE] = 5000;
