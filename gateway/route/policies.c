@@ -1,8 +1,8 @@
 /*
  * policies.c: the built-in routing policies, written against the public
  * plugin ABI exactly as a shared-object plugin would be (they only see
- * lg_route_info and lg_backend_view), and registered through
- * lg_builtin_policies[].
+ * lg_route_info and lg_backend_view, and ttft the engine model it asks
+ * for), and registered through lg_builtin_policies[].
  *
  *   round_robin       rotation, weighted by backend weight
  *   least_request     fewest requests in flight from this gateway
@@ -14,7 +14,8 @@
  *
  * Every score is in expected milliseconds of TTFT, so the stages compose
  * (plugin.h). Owns: each policy's state (created and destroyed through its
- * ops). Options arrive as JSON text; errors name their JSON pointer.
+ * ops). Options are read through the host API's typed getters, which
+ * refuse what is out of bounds or unknown.
  */
 #include <math.h>
 #include <pthread.h>
@@ -24,66 +25,34 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include <jansson.h>
-
 #include "fleet/estimate.h"
 #include "route/plugin.h"
 
 /* ---- options ------------------------------------------------------------ */
 
-struct policy_opt {
+/* A numeric option: its name, where it goes in the policy's state, its bounds. */
+struct policy_num {
     const char *name;
-    double *dst;
+    size_t offset; /* of a double */
     double min, max;
 };
 
-/* Reads numeric options; unknown keys and out-of-range values are errors. */
+/*
+ * Reads each number of t[n] into base through the host's getter (the value
+ * already there is the default). Returns 0, or -1 once a getter refused one
+ * (its message is in create()'s err).
+ */
 static int
-policy_options(const char *text, const struct policy_opt *opts, size_t n, char *err, size_t errlen)
+policy_numbers(const struct lg_host_api *host, struct lg_options *opts, void *base,
+               const struct policy_num *t, size_t n)
 {
-    json_error_t jerr;
-    json_t *root = json_loads(text ? text : "{}", JSON_REJECT_DUPLICATES, &jerr);
-    const char *key;
-    json_t *v;
     int rc = 0;
 
-    if (!json_is_object(root)) {
-        snprintf(err, errlen, ": options must be a JSON object");
-        json_decref(root);
-        return -1;
-    }
-    json_object_foreach (root, key, v) {
-        const struct policy_opt *o = NULL;
+    for (size_t i = 0; i < n; i++) {
+        double *dst = (double *)(void *)((char *)base + t[i].offset);
 
-        if (key[0] == '#') {
-            continue; /* a comment, as everywhere in the config */
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (strcmp(opts[i].name, key) == 0) {
-                o = &opts[i];
-            }
-        }
-        if (o == NULL) {
-            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (%s", key,
-                                          n ? "known:" : "this policy takes none");
-
-            for (size_t i = 0; i < n && off < errlen; i++) {
-                off += (size_t)snprintf(err + off, errlen - off, " %s", opts[i].name);
-            }
-            if (off < errlen) {
-                snprintf(err + off, errlen - off, ")");
-            }
-            rc = -1;
-            break;
-        }
-        if (!json_is_number(v) || json_number_value(v) < o->min || json_number_value(v) > o->max) {
-            snprintf(err, errlen, "/%s: must be a number from %g to %g", key, o->min, o->max);
-            rc = -1;
-            break;
-        }
-        *o->dst = json_number_value(v);
+        rc |= host->opt_number(opts, t[i].name, *dst, t[i].min, t[i].max, dst);
     }
-    json_decref(root);
     return rc;
 }
 
@@ -121,13 +90,13 @@ struct rr_state {
 };
 
 static int
-rr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+rr_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
           size_t errlen)
 {
     (void)host;
-    if (policy_options(options, NULL, 0, err, errlen) != 0) {
-        return -1;
-    }
+    (void)opts; /* none: the host refuses any given */
+    (void)err;
+    (void)errlen;
     *state = lg_xcalloc(1, sizeof(struct rr_state));
     return 0;
 }
@@ -179,17 +148,17 @@ struct lr_state {
     double choices;        /* p2c: candidates sampled */
 };
 
+static const struct policy_num lr_options[] = {
+    { "ms_per_request", offsetof(struct lr_state, ms_per_request), 0, 1e6 },
+    { "choices", offsetof(struct lr_state, choices), 1, 64 }, /* p2c's */
+};
+
 static int
-lr_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
-                 size_t errlen, bool p2c)
+lr_create_common(const struct lg_host_api *host, struct lg_options *opts, void **state, bool p2c)
 {
     struct lr_state s = { .host = host, .ms_per_request = 100, .choices = 2 };
-    const struct policy_opt opts[] = {
-        { "ms_per_request", &s.ms_per_request, 0, 1e6 },
-        { "choices", &s.choices, 1, 64 },
-    };
 
-    if (policy_options(options, opts, p2c ? 2 : 1, err, errlen) != 0) {
+    if (policy_numbers(host, opts, &s, lr_options, p2c ? 2 : 1) != 0) {
         return -1;
     }
     *state = lg_xmalloc(sizeof(s));
@@ -198,17 +167,21 @@ lr_create_common(const struct lg_host_api *host, const char *options, void **sta
 }
 
 static int
-lr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+lr_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
           size_t errlen)
 {
-    return lr_create_common(host, options, state, err, errlen, false);
+    (void)err;
+    (void)errlen;
+    return lr_create_common(host, opts, state, false);
 }
 
 static int
-p2c_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+p2c_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
            size_t errlen)
 {
-    return lr_create_common(host, options, state, err, errlen, true);
+    (void)err;
+    (void)errlen;
+    return lr_create_common(host, opts, state, true);
 }
 
 static void
@@ -287,14 +260,14 @@ static const struct lg_plugin_desc p2c_desc = {
 /*
  * Predicted TTFT of this request on each candidate (shortest expected delay).
  *
- * Where the host's engine model can tell (engine_model_ms >= 0: every
+ * Where the host's engine model can tell (model->wait_ms >= 0: every
  * request on the replica is one of our streams with max_tokens, and its
  * capacity is not a guess under `slots`) and a stream there has timed its
- * step lately (not LG_VIEW_F_STEP_GUESS; model_needs_pace 0 drops that
+ * step lately (not LG_MODEL_F_STEP_GUESS; model_needs_pace 0 drops that
  * condition), that is the prediction:
  *
- *   pred = (engine_model_ms + prefill_ms_per_kib * prompt_kib)
- *          * engine_model_scale
+ *   pred = (model->wait_ms + prefill_ms_per_kib * prompt_kib)
+ *          * model->scale
  *
  * (the replica's continuous batching run forward over our requests there:
  * fleet/backend_inflight.c, lg_est_engine_run(); the scale, its first tokens lately over
@@ -303,7 +276,7 @@ static const struct lg_plugin_desc p2c_desc = {
  * prefill's delay to others
  *
  *   model_prefill_share * prefill_ms_per_kib * prompt_kib
- *   * engine_model_joined
+ *   * model->joined
  *
  * (those the model admits into the same step: a long prompt goes where it
  * holds up the fewest first tokens; the formula's prefill_share charges
@@ -322,7 +295,7 @@ static const struct lg_plugin_desc p2c_desc = {
  * responses and its prefill from a prior, both too low (NOTES.md 38): the
  * formula reads it better.
  *
- * Where the host judges the model off on a replica (LG_VIEW_F_MODEL_MISSES:
+ * Where the host judges the model off on a replica (LG_MODEL_F_MISSES:
  * its errors there, calibrated, spread wider than those of the replica's
  * own first tokens by load; an engine unlike the one the model mirrors:
  * fewer slots than assumed, a step that grows with the batch, prefill in
@@ -413,8 +386,8 @@ static const struct lg_plugin_desc p2c_desc = {
  * for a slot there (bench/routing/NOTES.md 41).
  */
 struct ttft_state {
-    double slots; /* capacity assumed when the engine does not say */
-    double slots_given; /* 1: `slots` set in the options */
+    double slots;     /* capacity assumed when the engine does not say */
+    bool slots_given; /* `slots` set in the options */
     double batch_weight;
     double decode_weight;
     double error_penalty;
@@ -423,13 +396,9 @@ struct ttft_state {
     double wait_weight;
     double ahead_weight;
     double decode_slack;
-    double engine_model;
     double model_decode_weight;
-    double model_needs_pace;
-    double model_calibrate;
     double model_prefill_share;
     double model_ahead_weight;
-    double measured;
     double tolerance_ms;
     double tolerance_load;
     double tolerance_decode_ms;
@@ -437,10 +406,36 @@ struct ttft_state {
     double e2e_slack_ms;
     double e2e_slack_load;
     double interference;
+    int engine_model;     /* predict by the engine model where it runs */
+    int model_needs_pace; /* ... only where a stream timed its step lately */
+    int model_calibrate;  /* ... scaled by what it missed there lately */
+    int measured;         /* the measured terms where the model misses */
+};
+
+static const struct policy_num ttft_options[] = {
+    { "slots", offsetof(struct ttft_state, slots), 1, 1e6 },
+    { "batch_weight", offsetof(struct ttft_state, batch_weight), 0, 100 },
+    { "decode_weight", offsetof(struct ttft_state, decode_weight), 0, 10 },
+    { "error_penalty", offsetof(struct ttft_state, error_penalty), 0, 1000 },
+    { "foreign_margin", offsetof(struct ttft_state, foreign_margin), 0, 100 },
+    { "prefill_share", offsetof(struct ttft_state, prefill_share), 0, 100 },
+    { "wait_weight", offsetof(struct ttft_state, wait_weight), 0, 100 },
+    { "ahead_weight", offsetof(struct ttft_state, ahead_weight), 0, 100 },
+    { "decode_slack", offsetof(struct ttft_state, decode_slack), 0, 100 },
+    { "model_decode_weight", offsetof(struct ttft_state, model_decode_weight), 0, 10 },
+    { "model_prefill_share", offsetof(struct ttft_state, model_prefill_share), 0, 100 },
+    { "model_ahead_weight", offsetof(struct ttft_state, model_ahead_weight), 0, 100 },
+    { "tolerance_ms", offsetof(struct ttft_state, tolerance_ms), 0, 1e6 },
+    { "tolerance_load", offsetof(struct ttft_state, tolerance_load), 0, 1 },
+    { "tolerance_decode_ms", offsetof(struct ttft_state, tolerance_decode_ms), 0, 1e7 },
+    { "e2e_slack", offsetof(struct ttft_state, e2e_slack), 0, 1000 },
+    { "e2e_slack_ms", offsetof(struct ttft_state, e2e_slack_ms), 0, 1e7 },
+    { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
+    { "interference", offsetof(struct ttft_state, interference), 0, 100 },
 };
 
 static int
-ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
             size_t errlen)
 {
     struct ttft_state s = { .slots = LG_EST_ASSUMED_SLOTS,
@@ -452,48 +447,29 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 1,
                             .model_decode_weight = 0,
-                            .model_needs_pace = 1,
-                            .model_calibrate = 1,
                             .model_prefill_share = 1,
                             .model_ahead_weight = 0,
-                            .measured = 1,
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500,
                             .e2e_slack = 0,
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
-                            .interference = 0 };
-    const struct policy_opt opts[] = {
-        { "slots", &s.slots, 1, 1e6 },
-        { "batch_weight", &s.batch_weight, 0, 100 },
-        { "decode_weight", &s.decode_weight, 0, 10 },
-        { "error_penalty", &s.error_penalty, 0, 1000 },
-        { "foreign_margin", &s.foreign_margin, 0, 100 },
-        { "prefill_share", &s.prefill_share, 0, 100 },
-        { "wait_weight", &s.wait_weight, 0, 100 },
-        { "ahead_weight", &s.ahead_weight, 0, 100 },
-        { "decode_slack", &s.decode_slack, 0, 100 },
-        { "engine_model", &s.engine_model, 0, 1 },
-        { "model_decode_weight", &s.model_decode_weight, 0, 10 },
-        { "model_needs_pace", &s.model_needs_pace, 0, 1 },
-        { "model_calibrate", &s.model_calibrate, 0, 1 },
-        { "model_prefill_share", &s.model_prefill_share, 0, 100 },
-        { "model_ahead_weight", &s.model_ahead_weight, 0, 100 },
-        { "measured", &s.measured, 0, 1 },
-        { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
-        { "tolerance_load", &s.tolerance_load, 0, 1 },
-        { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
-        { "e2e_slack", &s.e2e_slack, 0, 1000 },
-        { "e2e_slack_ms", &s.e2e_slack_ms, 0, 1e7 },
-        { "e2e_slack_load", &s.e2e_slack_load, 0, 1 },
-        { "interference", &s.interference, 0, 100 },
-    };
+                            .interference = 0,
+                            .engine_model = 1,
+                            .model_needs_pace = 1,
+                            .model_calibrate = 1,
+                            .measured = 1 };
+    int rc = policy_numbers(host, opts, &s, ttft_options, LG_ARRAY_SIZE(ttft_options));
 
-    (void)host;
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+    (void)err;
+    (void)errlen;
+    rc |= host->opt_bool(opts, "engine_model", s.engine_model, &s.engine_model);
+    rc |= host->opt_bool(opts, "model_needs_pace", s.model_needs_pace, &s.model_needs_pace);
+    rc |= host->opt_bool(opts, "model_calibrate", s.model_calibrate, &s.model_calibrate);
+    rc |= host->opt_bool(opts, "measured", s.measured, &s.measured);
+    if (rc != 0) {
         return -1;
     }
     s.slots_given = s.slots != LG_EST_ASSUMED_SLOTS;
@@ -518,9 +494,10 @@ static double
 ttft_interference_ms(const struct ttft_state *s, const struct lg_backend_view *v, double kib,
                      bool model)
 {
+    const struct lg_engine_model_view *m = v->model;
     double decoders = LG_MAX(0.0, LG_MIN(v->load, policy_slots(v, s->slots)) - v->pending);
     double prefill =
-        model ? v->prefill_fixed_ms + v->prefill_ms_per_kib * kib : v->ttft_ms_per_kib * kib;
+        model ? m->prefill_fixed_ms + m->prefill_ms_per_kib * kib : v->ttft_ms_per_kib * kib;
 
     return LG_MAX(0.0, prefill) * decoders;
 }
@@ -529,6 +506,7 @@ static double
 ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
              const struct lg_backend_view *v, double min_itl, enum ttft_est *used)
 {
+    const struct lg_engine_model_view *m = v->model;
     double kib = (double)req->prompt_bytes / 1024.0;
     double slots = policy_slots(v, s->slots);
     double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
@@ -545,13 +523,13 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     double known = guessed_low ? 0 : v->slot_wait_ms;
     /* the model ran with the slots assumed here, or `slots` is not set
      * (the host's guess stands: its siblings' slots, at least 16 without) */
-    bool model = s->engine_model > 0 && v->engine_model_ms >= 0
-                 && (s->slots_given == 0 || (unsigned)v->engine_model_slots == (unsigned)slots)
-                 && !(s->model_needs_pace > 0 && (v->flags & LG_VIEW_F_STEP_GUESS));
+    bool model = s->engine_model > 0 && m != NULL && m->wait_ms >= 0
+                 && (s->slots_given == 0 || (unsigned)m->slots == (unsigned)slots)
+                 && !(s->model_needs_pace > 0 && (m->flags & LG_MODEL_F_STEP_GUESS));
     /* the model has missed there lately, the replica's own first tokens at
      * this load have not: lean on those (the host's judgement, plugin.h) */
-    bool measured = s->measured > 0 && (v->flags & LG_VIEW_F_MODEL_MISSES) && v->measured_ms >= 0
-                    && (model || s->engine_model > 0);
+    bool measured = s->measured > 0 && m != NULL && (m->flags & LG_MODEL_F_MISSES)
+                    && m->measured_ms >= 0 && (model || s->engine_model > 0);
     double pred;
 
     *used = measured ? TTFT_EST_MEASURED : model ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
@@ -561,20 +539,20 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
          * not grow), which makes it too soon, while a queue it sees (ours,
          * request by request) is there whatever the curve has seen at that
          * load; the curve above the loads seen is a guess */
-        pred = v->measured_ms + v->measured_ms_per_kib * kib;
+        pred = m->measured_ms + m->measured_ms_per_kib * kib;
         if (model) {
-            pred = LG_MAX(pred, (v->engine_model_ms + v->prefill_ms_per_kib * kib)
-                                    * (s->model_calibrate > 0 && v->engine_model_scale > 0
-                                           ? v->engine_model_scale
+            pred = LG_MAX(pred, (m->wait_ms + m->prefill_ms_per_kib * kib)
+                                    * (s->model_calibrate > 0 && m->scale > 0
+                                           ? m->scale
                                            : 1.0));
         }
         model = true; /* the model's own terms below (its step's company, decode) */
     } else if (model) {
         /* the host ran the engine forward over everything there, with as
          * many slots as assumed here: no margin */
-        pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
-        if (s->model_calibrate > 0 && v->engine_model_scale > 0) {
-            pred *= v->engine_model_scale; /* what it has missed there lately */
+        pred = m->wait_ms + m->prefill_ms_per_kib * kib;
+        if (s->model_calibrate > 0 && m->scale > 0) {
+            pred *= m->scale; /* what it has missed there lately */
         }
     } else {
         double wait = s->wait_weight
@@ -597,7 +575,7 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     } else {
         /* the model knows which of them would share its step (0 where it
          * could not run: the measured terms on a replica it cannot follow) */
-        pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
+        pred += s->model_prefill_share * m->prefill_ms_per_kib * kib * m->joined;
         /* and, with model_ahead_weight, for the queue of first tokens it
          * joins there (the comment above) */
         pred += s->model_ahead_weight * v->work_ahead_ms;
@@ -777,6 +755,8 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
 
 static const struct lg_policy_ops ttft_ops = {
     .size = sizeof(struct lg_policy_ops),
+    .wants = LG_POLICY_WANTS_MODEL,
+    .model_version = LG_ENGINE_MODEL_VERSION,
     .create = ttft_create,
     .destroy = policy_free,
     .score = ttft_score,
@@ -877,7 +857,7 @@ struct aff_state {
     double min_ms;         /* least affinity cost (session) */
     double miss_factor;    /* a miss costs this many times the prefill it redoes */
     double slack;          /* requests over the bound always allowed (small loads) */
-    double balance_keys;   /* 1 = balanced key table (prefix), 0 = hash only */
+    int balance_keys;      /* 1 = balanced key table (prefix), 0 = hash only */
     double key_bound;      /* keys per candidate, as a multiple of the fair share */
     double keys;           /* table entries */
     double key_ttl_s;      /* a key unseen this long stops counting */
@@ -898,9 +878,24 @@ aff_destroy(void *state)
     free(s);
 }
 
+/* The key table's options (the last four) are prefix_affinity's alone. */
+static const struct policy_num aff_options[] = {
+    { "bound", offsetof(struct aff_state, bound), 1, 100 },
+    { "ms_per_kib", offsetof(struct aff_state, ms_per_kib), 0, 1e6 },
+    { "min_ms_per_kib", offsetof(struct aff_state, min_ms_per_kib), 0, 1e6 },
+    { "shared", offsetof(struct aff_state, shared), 0, 1 },
+    { "min_ms", offsetof(struct aff_state, min_ms), 0, 1e7 },
+    { "miss_factor", offsetof(struct aff_state, miss_factor), 0, 1000 },
+    { "slack", offsetof(struct aff_state, slack), 0, 1e6 },
+    { "slots", offsetof(struct aff_state, slots), 1, 1e6 },
+    { "key_bound", offsetof(struct aff_state, key_bound), 1, 100 },
+    { "keys", offsetof(struct aff_state, keys), 64, 1 << 20 },
+    { "key_ttl_s", offsetof(struct aff_state, key_ttl_s), 1, 86400 },
+};
+
 static int
-aff_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
-                  size_t errlen, bool session)
+aff_create_common(const struct lg_host_api *host, struct lg_options *opts, void **state,
+                  bool session)
 {
     struct aff_state s = { .host = host,
                            .session = session,
@@ -916,29 +911,19 @@ aff_create_common(const struct lg_host_api *host, const char *options, void **st
                            .keys = 4096,
                            .key_ttl_s = 120,
                            .slots = 16 };
-    const struct policy_opt opts[] = {
-        { "bound", &s.bound, 1, 100 },
-        { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
-        { "min_ms_per_kib", &s.min_ms_per_kib, 0, 1e6 },
-        { "shared", &s.shared, 0, 1 },
-        { "min_ms", &s.min_ms, 0, 1e7 },
-        { "miss_factor", &s.miss_factor, 0, 1000 },
-        { "slack", &s.slack, 0, 1e6 },
-        { "slots", &s.slots, 1, 1e6 },
-        { "balance_keys", &s.balance_keys, 0, 1 },
-        { "key_bound", &s.key_bound, 1, 100 },
-        { "keys", &s.keys, 64, 1 << 20 },
-        { "key_ttl_s", &s.key_ttl_s, 1, 86400 },
-    };
     struct aff_state *out;
+    int rc =
+        policy_numbers(host, opts, &s, aff_options, LG_ARRAY_SIZE(aff_options) - (session ? 3 : 0));
 
-    /* the key table is prefix_affinity's: sessions take no key options */
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen) != 0) {
+    if (!session) {
+        rc |= host->opt_bool(opts, "balance_keys", s.balance_keys, &s.balance_keys);
+    }
+    if (rc != 0) {
         return -1;
     }
     out = lg_xmalloc(sizeof(*out));
     *out = s;
-    if (s.balance_keys > 0) {
+    if (s.balance_keys) {
         struct aff_table *t = lg_xcalloc(1, sizeof(*t));
 
         t->nsets = 16;
@@ -955,17 +940,21 @@ aff_create_common(const struct lg_host_api *host, const char *options, void **st
 }
 
 static int
-prefix_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+prefix_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
               size_t errlen)
 {
-    return aff_create_common(host, options, state, err, errlen, false);
+    (void)err;
+    (void)errlen;
+    return aff_create_common(host, opts, state, false);
 }
 
 static int
-session_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+session_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
                size_t errlen)
 {
-    return aff_create_common(host, options, state, err, errlen, true);
+    (void)err;
+    (void)errlen;
+    return aff_create_common(host, opts, state, true);
 }
 
 static double
