@@ -39,6 +39,7 @@
 #include "fleet/backend_view.h"
 #include "fleet/enginemetrics.h"
 #include "fleet/fleet.h"
+#include "route/options.h"
 #include "route/plugin.h"
 #include "route/router.h"
 
@@ -209,6 +210,7 @@ struct bench_ctx {
     const struct lg_plugin *policy;
     void *policy_state;
     struct lg_backend_view *views;
+    struct lg_engine_model_view *models; /* lent through views[i].model where the policy asks */
     const struct lg_backend_view **vp;
     double *cost;
     size_t n;
@@ -233,7 +235,8 @@ bench_call(struct bench_ctx *c, enum bench_what what)
         now = lg_now_ns();
         for (size_t i = 0; i < c->n; i++) {
             lg_backend_view_fill(c->route->backends[i], now, &c->prior, 250 * LG_NS_PER_MS, 0,
-                                 &c->views[i]);
+                                 &c->views[i], &c->models[i]);
+            c->views[i].model = c->policy->lends_model ? &c->models[i] : NULL;
         }
         c->sink += c->views[c->n - 1].inflight;
         break;
@@ -325,6 +328,7 @@ bench_size(const struct bench_opts *o, size_t n, struct bench_row *row)
 {
     struct lg_config *conf = NULL;
     struct bench_ctx c;
+    int rc = -1;
     struct lg_est_prior prior = { .fixed_ms = 60,
                                   .ms_per_kib = 25,
                                   .itl_ms = 20,
@@ -368,11 +372,18 @@ bench_size(const struct bench_opts *o, size_t n, struct bench_row *row)
                                      .attempt = 1,
                                      .prefix_len = LG_MIN(o->prompt_bytes, 1024) };
     c.views = lg_xcalloc(n, sizeof(*c.views));
+    c.models = lg_xcalloc(n, sizeof(*c.models));
     c.vp = lg_xcalloc(n, sizeof(*c.vp));
     c.cost = lg_xcalloc(n, sizeof(*c.cost));
     c.policy = lg_plugin_find(o->policy);
-    if (c.policy == NULL
-        || c.policy->ops->create(lg_plugin_host(), "{}", &c.policy_state, err, sizeof(err)) != 0) {
+    if (c.policy != NULL) {
+        struct lg_options opts;
+
+        lg_options_init(&opts, NULL, err, sizeof(err));
+        rc = lg_options_finish(&opts, c.policy->ops->create(lg_plugin_host(), &opts,
+                                                             &c.policy_state, err, sizeof(err)));
+    }
+    if (c.policy == NULL || rc != 0) {
         fprintf(stderr, "ttftbench: policy %s: %s\n", o->policy, err);
         exit(2);
     }
@@ -391,6 +402,7 @@ bench_size(const struct bench_opts *o, size_t n, struct bench_row *row)
     c.policy->ops->destroy(c.policy_state);
     lg_route_result_clear(&c.res);
     free(c.views);
+    free(c.models);
     free(c.vp);
     free(c.cost);
     if (c.sink == 42) {

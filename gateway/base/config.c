@@ -765,6 +765,7 @@ conf_free(struct lg_config *c)
     }
     free(c->warnings);
     free(c->path);
+    free(c->text);
     free(c);
 }
 
@@ -839,6 +840,10 @@ lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsi
     }
     c = lg_xcalloc(1, sizeof(*c));
     c->path = lg_xstrdup(name);
+    c->text = lg_xmalloc(len + 1);
+    memcpy(c->text, text, len);
+    c->text[len] = '\0';
+    c->text_len = len;
     c->root = root;
     c->refcnt = 1;
     lg_conf_defaults(&conf_root_table, c);
@@ -954,4 +959,21 @@ lg_config_parse_address(const char *s, struct sockaddr_storage *addr, socklen_t 
     char why[1024]; /* the reason is not shown: LG_EINVAL says it all */
 
     return lg_conf_address_parse(s, 0, addr, len, why, sizeof(why)) == 0 ? LG_OK : LG_EINVAL;
+}
+
+void
+lg_config_position(const struct lg_config *conf, const char *pointer, bool at_key, char *buf,
+                   size_t len)
+{
+    int line = 1;
+    int col = 1;
+
+    if (conf->text == NULL) {
+        /* not loaded from a document (a test's hand-made config) */
+    } else if (at_key) {
+        lg_config_loc_find_key(conf->text, conf->text_len, pointer, &line, &col);
+    } else {
+        lg_config_loc_find(conf->text, conf->text_len, pointer, &line, &col);
+    }
+    snprintf(buf, len, "%s:%d:%d", conf->path ? conf->path : "<config>", line, col);
 }

@@ -231,6 +231,10 @@ struct lg_budgets_conf {
 
 struct lg_config {
     char *path;                   /* file it came from ("<string>" for tests) */
+    char *text;                   /* owned: the document as read (NUL-terminated), where
+                                     errors found after the load are located
+                                     (lg_config_position(): a policy's options) */
+    size_t text_len;
     json_t *root;                 /* the parsed document, kept for plugin sections */
     struct lg_listen_conf *listen;
     size_t nlisten;

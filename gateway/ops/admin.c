@@ -162,6 +162,7 @@ static void
 admin_live_json(json_t *o, const struct lg_live *lv)
 {
     const struct lg_backend_view *v = &lv->view;
+    const struct lg_engine_model_view *m = &lv->model;
     bool scraped = v->engine_age_ns != UINT64_MAX;
 
     json_object_set_new(
@@ -200,15 +201,15 @@ admin_live_json(json_t *o, const struct lg_live *lv)
     json_object_set_new(
         o, "estimator",
         json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "use",
-                  (v->flags & LG_VIEW_F_MODEL_MISSES) ? "measured" : "model", "model_err",
-                  admin_num(v->engine_model_err, v->engine_model_err > 0), "measured_err",
-                  admin_num(v->measured_err, v->measured_err > 0), "model_scale",
-                  admin_num(v->engine_model_scale, true), "measured_ms",
-                  admin_num(v->measured_ms, v->measured_ms >= 0), "step_ms",
-                  admin_num(v->step_ms, v->step_ms > 0), "step_ms_per_seq",
-                  admin_num(v->step_ms_per_seq, true), "prefill_ms_per_kib",
-                  admin_num(v->prefill_ms_per_kib, true), "prefill_fixed_ms",
-                  admin_num(v->prefill_fixed_ms, true)));
+                  (m->flags & LG_MODEL_F_MISSES) ? "measured" : "model", "model_err",
+                  admin_num(m->err, m->err > 0), "measured_err",
+                  admin_num(m->measured_err, m->measured_err > 0), "model_scale",
+                  admin_num(m->scale, true), "measured_ms",
+                  admin_num(m->measured_ms, m->measured_ms >= 0), "step_ms",
+                  admin_num(m->step_ms, m->step_ms > 0), "step_ms_per_seq",
+                  admin_num(m->step_ms_per_seq, true), "prefill_ms_per_kib",
+                  admin_num(m->prefill_ms_per_kib, true), "prefill_fixed_ms",
+                  admin_num(m->prefill_fixed_ms, true)));
     json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
 }
 
