@@ -35,6 +35,7 @@
 #include "ops/probe.h"
 #include "ops/reload.h"
 #include "serve/admission.h"
+#include "serve/budgetstore.h"
 #include "serve/connlimit.h"
 #include "serve/gateway.h"
 #include "serve/keys.h"
@@ -381,6 +382,11 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         rc = 2;
         goto out_fleet;
     }
+    if (gw.conf->budgets.redis.address != NULL
+        && lg_budgetstore_start(&gw.conf->budgets.redis, &gw.budget_refuses, &gw.budgetstore)
+               != LG_OK) {
+        goto out_fleet;
+    }
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
         goto out_fleet;
@@ -468,6 +474,7 @@ out_listen:
     lg_accesslog_close(gw.alog);
 out_fleet:
     lg_reload_free(&gw);
+    lg_budgetstore_stop(gw.budgetstore);
     lg_keys_free(gw.keys);
     lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);

@@ -7,7 +7,8 @@
 set -eu
 
 pkgs="build-essential cmake pkg-config libevent-dev libssl-dev libjansson-dev node-llhttp
-      python3 curl ca-certificates openssl dnsmasq-base chromium nginx-light"
+      libhiredis-dev python3 curl ca-certificates openssl dnsmasq-base chromium nginx-light
+      redis-server"
 # Node.js may come from elsewhere than Debian (NodeSource's nodejs ships its own
 # npm and conflicts with Debian's npm package): ask for Debian's only when the
 # commands are missing.

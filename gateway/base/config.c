@@ -667,6 +667,61 @@ static const struct lg_conf_field conf_auth_fields[] = {
 static const struct lg_conf_table conf_auth_table = { sizeof(struct lg_auth_conf), conf_auth_fields,
                                                       NULL };
 
+static const char *const conf_budget_failures[] = { "open", "closed", NULL };
+
+_Static_assert(LG_BUDGET_FAIL_CLOSED == 1, "conf_budget_failures follows enum lg_budget_failure");
+
+/* The Redis server is reached at its address: a host to connect to. */
+static void
+conf_check_redis(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_budget_redis_conf *r = base;
+    const struct sockaddr_in *a4 = (const struct sockaddr_in *)&r->addr;
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&r->addr;
+
+    if (!clean || r->addrlen == 0) {
+        return;
+    }
+    if ((r->addr.ss_family == AF_INET && a4->sin_addr.s_addr == htonl(INADDR_ANY))
+        || (r->addr.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr))) {
+        /* "redis": "host:port" has no /address in the text: its string is found instead */
+        conf_error_at(ctx, "/address", "the Redis server needs a host to connect to");
+    }
+}
+
+#define RD(f) offsetof(struct lg_budget_redis_conf, f)
+static const struct lg_conf_field conf_redis_fields[] = {
+    { "address", LG_CONF_ADDRESS, RD(address), .required = true, .aux_offset = RD(addr),
+      .aux2_offset = RD(addrlen) },
+    { "password", LG_CONF_STR, RD(password), .required = false },
+    { "db", LG_CONF_UINT, RD(db), .def = 0, .min = 0, .max = 1000000 },
+    { "key_prefix", LG_CONF_STR, RD(key_prefix), .def_str = "llmgate:budget",
+      .check = lg_conf_check_name },
+    { "sync_interval", LG_CONF_DURATION, RD(sync_interval_ms), .def = CONF_MS(200),
+      .min = CONF_MS(10), .max = CONF_S(10) },
+    { "timeout", LG_CONF_DURATION, RD(timeout_ms), .def = CONF_MS(500), .min = CONF_MS(10),
+      .max = CONF_M(1) },
+    { "on_failure", LG_CONF_ENUM, RD(on_failure), .def = LG_BUDGET_FAIL_OPEN,
+      .names = conf_budget_failures },
+    { .name = NULL },
+};
+#undef RD
+static const struct lg_conf_table conf_redis_table = { sizeof(struct lg_budget_redis_conf),
+                                                       conf_redis_fields, conf_check_redis };
+
+#define BU(f) offsetof(struct lg_budgets_conf, f)
+static const struct lg_conf_field conf_budgets_fields[] = {
+    { "prompt_bytes_per_token", LG_CONF_UINT, BU(prompt_bytes_per_token), .def = 4, .min = 1,
+      .max = 64 },
+    { "default_max_tokens", LG_CONF_UINT, BU(default_max_tokens), .def = 1024, .min = 0,
+      .max = 10000000 },
+    { "redis", LG_CONF_OBJECT, BU(redis), .sub = &conf_redis_table, .shorthand = "address" },
+    { .name = NULL },
+};
+#undef BU
+static const struct lg_conf_table conf_budgets_table = { sizeof(struct lg_budgets_conf),
+                                                         conf_budgets_fields, NULL };
+
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
@@ -685,6 +740,7 @@ static const struct lg_conf_field conf_root_fields[] = {
       .shorthand = "admin", .aux_offset = CF(npeers) },
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
+    { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },

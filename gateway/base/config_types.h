@@ -201,6 +201,32 @@ struct lg_auth_conf {
     char *keys_file;              /* API keys (keys.c); NULL: no authentication */
 };
 
+/* What a gateway does when its budget store stops answering (serve/budgetstore.c). */
+enum lg_budget_failure {
+    LG_BUDGET_FAIL_OPEN = 0, /* decide from this gateway's counts alone */
+    LG_BUDGET_FAIL_CLOSED,   /* refuse requests of keys with budgets (503) */
+};
+
+/* The Redis server that gateways share token budgets through. */
+struct lg_budget_redis_conf {
+    char *address;                /* "host:port"; NULL: budgets are this gateway's alone */
+    struct sockaddr_storage addr; /* resolved at load time */
+    socklen_t addrlen;
+    char *password;               /* AUTH; NULL: none */
+    uint32_t db;                  /* SELECT */
+    char *key_prefix;             /* the store's keys: PREFIX:ACCOUNT:m|d:WINDOW */
+    uint64_t sync_interval_ms;    /* how often shares are written and sums read */
+    uint64_t timeout_ms;          /* an answer later than this: the store is down */
+    int on_failure;               /* enum lg_budget_failure */
+};
+
+/* Token budgets (the limits are per key, in the keys file: serve/keys.c). */
+struct lg_budgets_conf {
+    uint32_t prompt_bytes_per_token; /* a prompt's tokens are estimated as bytes / this */
+    uint32_t default_max_tokens;     /* a request without max_tokens reserves this many */
+    struct lg_budget_redis_conf redis;
+};
+
 #define LG_CONFIG_MAX_WORKERS 256
 
 struct lg_config {
@@ -226,6 +252,7 @@ struct lg_config {
     size_t npeers;
     struct lg_discovery_conf discovery;
     struct lg_auth_conf auth;
+    struct lg_budgets_conf budgets;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

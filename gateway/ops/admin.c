@@ -39,6 +39,9 @@
 #include "ops/reload.h"
 #include "ops/statuspage.h"
 #include "route/router.h"
+#include "serve/budget.h"
+#include "serve/budgetstore.h"
+#include "serve/keys.h"
 #include "serve/worker.h"
 
 #define ADMIN_MAX_BODY    (64 * 1024)
@@ -639,6 +642,59 @@ admin_history(struct lg_admin *a, struct evhttp_request *req)
     admin_reply_json(req, 200, "OK", lg_history_json(a->history, since));
 }
 
+/* ---- /admin/budgets: the keys' token budgets ------------------------------------------ */
+
+static void
+admin_budget_key(const char *name, const struct lg_budget_limits *lim, struct lg_budget *account,
+                 void *arg)
+{
+    static const char *const periods[LG_BUDGET_NPERIODS] = { "minute", "day" };
+    json_t *keys = arg;
+    json_t *o = json_object();
+    struct lg_budget_state st;
+
+    lg_budget_read(account, lg_wall_ns() / LG_NS_PER_MS, &st);
+    json_object_set_new(o, "key", json_string(name));
+    json_object_set_new(o, "account", json_string(lg_budget_name(account)));
+    json_object_set_new(o, "reserved", json_integer((json_int_t)st.reserved));
+    for (int p = 0; p < LG_BUDGET_NPERIODS; p++) {
+        json_t *w = json_object();
+        uint64_t limit = lim->tokens[p];
+        uint64_t counted = st.used[p] + st.others[p] + st.reserved;
+
+        json_object_set_new(w, "limit", limit ? json_integer((json_int_t)limit) : json_null());
+        json_object_set_new(w, "used", json_integer((json_int_t)st.used[p]));
+        json_object_set_new(w, "others", json_integer((json_int_t)st.others[p]));
+        json_object_set_new(w, "remaining",
+                            limit
+                                ? json_integer((json_int_t)(counted >= limit ? 0 : limit - counted))
+                                : json_null());
+        json_object_set_new(w, "reset_ms", json_integer((json_int_t)st.reset_ms[p]));
+        json_object_set_new(o, periods[p], w);
+    }
+    json_object_set_new(o, "charged_total", json_integer((json_int_t)st.charged_total));
+    json_object_set_new(o, "refused_total", json_integer((json_int_t)st.refused_total));
+    json_array_append_new(keys, o);
+}
+
+/* GET /admin/budgets: each key's budget (this gateway's counts, the others' as last learned)
+ * and the shared store's state. */
+static void
+admin_budgets(struct lg_admin *a, struct evhttp_request *req)
+{
+    json_t *root = json_object();
+    json_t *keys = json_array();
+
+    if (a->gw->keys != NULL) {
+        lg_keys_foreach_budget(a->gw->keys, admin_budget_key, keys);
+    }
+    json_object_set_new(root, "keys", keys);
+    json_object_set_new(root, "store",
+                        a->gw->budgetstore != NULL ? lg_budgetstore_describe(a->gw->budgetstore)
+                                                   : json_null());
+    admin_reply_json(req, 200, "OK", root);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 static void
@@ -675,6 +731,12 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_history(a, req);
+    } else if (strcmp(path, "/admin/budgets") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_budgets(a, req);
     } else if (strcmp(path, "/") == 0 || strcmp(path, "/status") == 0) {
         struct evbuffer *body = evbuffer_new();
 

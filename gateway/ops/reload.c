@@ -27,6 +27,7 @@
 #include "fleet/fleet.h"
 #include "http/tls.h"
 #include "route/router.h"
+#include "serve/budgetstore.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
 
@@ -285,6 +286,14 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next, un
                             path, cur->auth.keys_file ? "off" : "on",
                             cur->auth.keys_file ? "off" : "on");
     }
+    if ((cur->budgets.redis.address == NULL) != (next->budgets.redis.address == NULL)) {
+        evbuffer_add_printf(errors,
+                            "%s: error: /budgets/redis: sharing token budgets through Redis "
+                            "cannot be turned %s on reload (its settings can change); restart "
+                            "llmgate to turn it %s\n",
+                            path, cur->budgets.redis.address ? "off" : "on",
+                            cur->budgets.redis.address ? "off" : "on");
+    }
     if ((cur->access_log.path == NULL) != (next->access_log.path == NULL)) {
         evbuffer_add_printf(errors,
                             "%s: error: /access_log: the access log cannot be turned %s on "
@@ -370,6 +379,9 @@ reload_commit(struct lg_reload *r, struct lg_config *conf, uint64_t ticket)
     }
     if (gw->keys != NULL) {
         lg_keys_commit(gw->keys); /* nothing refuses the file from here on */
+    }
+    if (gw->budgetstore != NULL) {
+        lg_budgetstore_reconfigure(gw->budgetstore, &conf->budgets.redis);
     }
     gen = __atomic_add_fetch(&r->stats.generation, 1, __ATOMIC_RELAXED);
     gw->conf = conf;

@@ -35,6 +35,7 @@
 #include "serve/auth.h"
 #include "serve/client.h"
 #include "serve/connlimit.h"
+#include "serve/quota.h"
 #include "serve/reader.h"
 #include "serve/record.h"
 #include "serve/worker.h"
@@ -182,6 +183,9 @@ client_end_request(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     c->ops->release(c);
+    if (req->quota != NULL) {
+        lg_quota_end(req); /* before the key, whose account it borrows */
+    }
     lg_keys_release(&req->auth);
     lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
@@ -198,7 +202,8 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     struct lg_request *req = &c->req;
     struct evbuffer *body;
     char msg[512];
-    char extra[64] = "";
+    char extra[640] = "";
+    size_t n;
 
     if (c->state == LG_CLIENT_ST_CLOSING) {
         return;
@@ -227,6 +232,15 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
         snprintf(extra, sizeof(extra), "Allow: %s\r\n",
                  strncmp(url, "/v1/models", 10) == 0 || strncmp(url, "/healthz", 8) == 0 ? "GET"
                                                                                           : "POST");
+    }
+    if (status == 429 && req->auth.key != NULL
+        && (req->quota == NULL || !(req->quota->flags & LG_QUOTA_F_REQUESTS))) {
+        lg_quota_note_rate(req); /* refused before the body: the key's rate, as it stands */
+    }
+    if (req->quota != NULL) {
+        /* the key's limits, as OpenAI's clients read them */
+        n = strlen(extra);
+        lg_quota_headers(req, extra + n, sizeof(extra) - n);
     }
     body = evbuffer_new();
     lg_openai_error_body(body, msg, lg_openai_error_type(status), param, code);

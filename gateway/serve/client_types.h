@@ -22,6 +22,7 @@
 #include "route/router.h"
 #include "route/tried.h"
 #include "serve/keys.h"
+#include "serve/quota_types.h"
 #include "serve/worker.h"
 
 struct bufferevent;
@@ -86,6 +87,9 @@ struct lg_request {
     struct lg_route_result pick;  /* last routing decision */
     struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
+    struct lg_quota *quota;       /* owned by quota.c: its tokens reserved in the key's
+                                     budget, the key's limits for the x-ratelimit headers;
+                                     NULL: a key with neither (or no key) */
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
     /* the exchange with the backend (proxy.c, attempt.c, relay.c) */

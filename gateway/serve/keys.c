@@ -4,8 +4,8 @@
  * Owns: struct lg_keys (the path and the table in force, swapped whole on
  * reload under `lock`; a reload's staged table and path until it commits),
  * each table, and the keys (refcounted: the table and every request holding
- * one), and each key's counters (refcounted: shared by the keys of the same
- * name in successive tables).
+ * one), and each key's counters and token budget account (refcounted:
+ * shared by the keys of the same name in successive tables).
  * Invariant: a key's configuration never changes once built; only its
  * counters move, with atomics, from any worker.
  */
@@ -27,10 +27,12 @@
 #include "base/config.h"
 #include "base/config_loc.h"
 #include "http/openai.h"
+#include "serve/budget.h"
 
 #define KEYS_MAX        100000
 #define KEYS_MAX_BYTES  (64u << 20)
 #define KEYS_MAX_MODELS 1024
+#define KEYS_MAX_TOKENS 1e12 /* per window: far above any fleet's output */
 
 struct keys_counters {
     int refcnt;        /* atomic: the keys of this name */
@@ -44,10 +46,12 @@ struct lg_key {
     uint8_t sha[SHA256_DIGEST_LENGTH];
     char **models; /* NULL: every model ("*") */
     size_t nmodels;
-    uint32_t max_concurrency;  /* 0: unlimited */
-    uint64_t interval_ns;      /* 1 / rate; 0: no rate limit */
-    uint32_t burst;            /* requests allowed back to back */
-    struct keys_counters *ctr; /* one reference */
+    uint32_t max_concurrency;       /* 0: unlimited */
+    uint64_t interval_ns;           /* 1 / rate; 0: no rate limit */
+    uint32_t burst;                 /* requests allowed back to back */
+    struct keys_counters *ctr;      /* one reference */
+    struct lg_budget_limits budget; /* tokens per minute and per day; 0: none */
+    struct lg_budget *account;      /* one reference when budget is limited; else NULL */
 };
 
 struct keys_table {
@@ -83,6 +87,7 @@ keys_unref(struct lg_key *key)
     if (key->ctr != NULL && __atomic_sub_fetch(&key->ctr->refcnt, 1, __ATOMIC_ACQ_REL) == 0) {
         free(key->ctr);
     }
+    lg_budget_unref(key->account);
     for (size_t i = 0; i < key->nmodels; i++) {
         free(key->models[i]);
     }
@@ -328,12 +333,44 @@ keys_rate(struct keys_ctx *ctx, const char *ptr, json_t *rate, struct lg_key *ke
     key->burst = (uint32_t)burst;
 }
 
+/* "budget": {"tokens_per_minute": N, "tokens_per_day": N}, one of them at least. */
+static void
+keys_budget(struct keys_ctx *ctx, const char *ptr, json_t *budget, struct lg_key *key)
+{
+    static const char *const known[] = { "tokens_per_minute", "tokens_per_day", NULL };
+    static const char *const field[LG_BUDGET_NPERIODS] = { "tokens_per_minute", "tokens_per_day" };
+    char p[256];
+    size_t before;
+
+    snprintf(p, sizeof(p), "%s/budget", ptr);
+    if (!json_is_object(budget)) {
+        keys_error(ctx, p, "expected an object {tokens_per_minute, tokens_per_day}");
+        return;
+    }
+    keys_unknown_members(ctx, p, budget, known);
+    before = ctx->nerrors;
+    for (int i = 0; i < LG_BUDGET_NPERIODS; i++) {
+        double n = keys_number(ctx, p, budget, field[i], 1, KEYS_MAX_TOKENS, 0);
+
+        if (n != floor(n)) {
+            char pf[300];
+
+            snprintf(pf, sizeof(pf), "%s/%s", p, field[i]);
+            keys_error(ctx, pf, "must be a whole number of tokens");
+            continue;
+        }
+        key->budget.tokens[i] = (uint64_t)n;
+    }
+    if (ctx->nerrors == before && !lg_budget_limited(&key->budget)) {
+        keys_error(ctx, p, "give tokens_per_minute, tokens_per_day or both");
+    }
+}
+
 static struct lg_key *
 keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
 {
-    static const char *const known[] = {
-        "name", "sha256", "models", "max_concurrency", "rate", NULL
-    };
+    static const char *const known[] = { "name", "sha256", "models", "max_concurrency",
+                                         "rate", "budget", NULL };
     struct lg_key *key;
     char ptr[64], p[128];
     const char *name, *sha;
@@ -343,7 +380,8 @@ keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
 
     snprintf(ptr, sizeof(ptr), "/keys/%zu", idx);
     if (!json_is_object(e)) {
-        keys_error(ctx, ptr, "expected an object {name, sha256, models, max_concurrency, rate}");
+        keys_error(ctx, ptr,
+                   "expected an object {name, sha256, models, max_concurrency, rate, budget}");
         return NULL;
     }
     key = lg_xcalloc(1, sizeof(*key));
@@ -402,11 +440,37 @@ keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
     if (json_object_get(e, "rate") != NULL && !json_is_null(json_object_get(e, "rate"))) {
         keys_rate(ctx, ptr, json_object_get(e, "rate"), key);
     }
+    if (json_object_get(e, "budget") != NULL && !json_is_null(json_object_get(e, "budget"))) {
+        keys_budget(ctx, ptr, json_object_get(e, "budget"), key);
+    }
     if (ctx->nerrors != before) {
         keys_unref(key);
         return NULL;
     }
     return key;
+}
+
+/*
+ * A key with a budget counts in the account of the key of its name in
+ * `prev` (the table in force, on a reload), else in a new one: the tokens
+ * counted so far hold through a reload, whatever its limits become.
+ */
+static void
+keys_link_budget(struct lg_key *key, const struct keys_table *prev)
+{
+    char name[LG_BUDGET_NAME_MAX + 1];
+
+    if (!lg_budget_limited(&key->budget)) {
+        return;
+    }
+    for (size_t k = 0; prev != NULL && k < prev->n; k++) {
+        if (prev->keys[k]->account != NULL && strcmp(prev->keys[k]->name, key->name) == 0) {
+            key->account = lg_budget_ref(prev->keys[k]->account);
+            return;
+        }
+    }
+    snprintf(name, sizeof(name), "key:%s", key->name);
+    key->account = lg_budget_new(name);
 }
 
 /* Builds a table; counters come from `prev` for the names it has. */
@@ -438,7 +502,8 @@ keys_parse(struct keys_ctx *ctx, const struct keys_table *prev, struct keys_tabl
     arr = json_object_get(root, "keys");
     if (!json_is_object(root) || !json_is_array(arr)) {
         keys_error(ctx, json_is_object(root) && arr != NULL ? "/keys" : "",
-                   "expected {\"keys\": [{name, sha256, models, max_concurrency, rate}, ...]}");
+                   "expected {\"keys\": [{name, sha256, models, max_concurrency, rate, "
+                   "budget}, ...]}");
         json_decref(root);
         return LG_EINVAL;
     }
@@ -475,6 +540,7 @@ keys_parse(struct keys_ctx *ctx, const struct keys_table *prev, struct keys_tabl
             key->ctr = lg_xcalloc(1, sizeof(*key->ctr));
             key->ctr->refcnt = 1;
         }
+        keys_link_budget(key, prev);
         t->keys[t->n++] = key;
     }
     json_decref(root);
@@ -779,6 +845,51 @@ lg_keys_release(struct lg_key_hold *hold)
     keys_unref(hold->key);
     hold->key = NULL;
     hold->counted = false;
+}
+
+struct lg_budget *
+lg_keys_budget(const struct lg_key_hold *hold, const struct lg_budget_limits **lim)
+{
+    const struct lg_key *key = hold->key;
+
+    if (key == NULL || key->account == NULL) {
+        return NULL;
+    }
+    *lim = &key->budget;
+    return key->account;
+}
+
+bool
+lg_keys_rate_view(const struct lg_key_hold *hold, uint64_t now_ns, struct lg_keys_rate_view *out)
+{
+    const struct lg_key *key = hold->key;
+    uint64_t tat, limit, room;
+
+    if (key == NULL || key->interval_ns == 0) {
+        return false;
+    }
+    tat = __atomic_load_n(&key->ctr->tat_ns, __ATOMIC_RELAXED);
+    limit = key->interval_ns * key->burst;
+    /* GCRA: the bucket is full again at tat; until then it holds (tat - now) / interval */
+    room = tat <= now_ns ? limit : tat - now_ns >= limit ? 0 : limit - (tat - now_ns);
+    out->limit = key->burst;
+    out->remaining = (uint32_t)LG_MIN(room / key->interval_ns, (uint64_t)key->burst);
+    out->reset_ms = tat > now_ns ? (tat - now_ns + LG_NS_PER_MS - 1) / LG_NS_PER_MS : 0;
+    return true;
+}
+
+void
+lg_keys_foreach_budget(struct lg_keys *k, lg_keys_budget_fn fn, void *arg)
+{
+    pthread_rwlock_rdlock(&k->lock);
+    for (size_t i = 0; i < k->t->n; i++) {
+        const struct lg_key *key = k->t->keys[i];
+
+        if (key->account != NULL) {
+            fn(key->name, &key->budget, key->account, arg);
+        }
+    }
+    pthread_rwlock_unlock(&k->lock);
 }
 
 const char *

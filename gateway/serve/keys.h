@@ -3,10 +3,11 @@
  *
  * Clients send `Authorization: Bearer KEY`. The keys file stores only the
  * SHA-256 of each key, with a name, the models it may use, a maximum of
- * requests at once and a request rate (token bucket, GCRA form). The key set
+ * requests at once, a request rate (token bucket, GCRA form) and a token
+ * budget (tokens per minute and per day, counted in budget.c). The key set
  * is loaded at start and re-read on SIGHUP (from a new path, if the
  * configuration names one); a key that keeps its name keeps its counters
- * across a reload, so limits hold through it.
+ * and its budget's account across a reload, so limits hold through it.
  *
  * A request holds its key (struct lg_key_hold) from the head to its end:
  * the key's name goes to the access log (never the key), and the hold gives
@@ -17,6 +18,8 @@
 
 #include "base/lg_core.h"
 
+struct lg_budget;
+struct lg_budget_limits;
 struct lg_config_errors;
 struct lg_key;
 struct lg_keys;
@@ -83,6 +86,33 @@ int lg_keys_admit(struct lg_key_hold *hold, uint64_t now_ns, uint32_t *retry_aft
 
 /* Gives back the concurrency slot and the reference; idempotent. */
 void lg_keys_release(struct lg_key_hold *hold);
+
+/*
+ * The held key's token budget: its account (borrowed for as long as the
+ * hold), with the key's limits in *lim; NULL when the key has no budget.
+ */
+struct lg_budget *lg_keys_budget(const struct lg_key_hold *hold,
+                                 const struct lg_budget_limits **lim);
+
+/* A key's request rate as OpenAI's x-ratelimit-*-requests headers give it. */
+struct lg_keys_rate_view {
+    uint32_t limit;     /* requests allowed back to back (the burst) */
+    uint32_t remaining; /* of those, allowed now */
+    uint64_t reset_ms;  /* until the bucket is full again */
+};
+
+/* Fills *out and returns true when the held key has a request rate. */
+bool lg_keys_rate_view(const struct lg_key_hold *hold, uint64_t now_ns,
+                       struct lg_keys_rate_view *out);
+
+typedef void (*lg_keys_budget_fn)(const char *name, const struct lg_budget_limits *lim,
+                                  struct lg_budget *account, void *arg);
+
+/*
+ * Calls fn for each key in force that has a budget (under the table's read
+ * lock: fn must not reload the keys; the account is borrowed for the call).
+ */
+void lg_keys_foreach_budget(struct lg_keys *k, lg_keys_budget_fn fn, void *arg);
 
 /* The held key's name (for the log), or NULL. */
 const char *lg_keys_name(const struct lg_key_hold *hold);

@@ -7,8 +7,9 @@
  *                 checks and its API key, before any body byte is read.
  *   3. openai     proxy_dispatch(): the gateway's own endpoints
  *                 (endpoints.c), else the body is inspected (http/openai.c)
- *                 for the model and what routing reads, and the key may
- *                 use that model (auth.c).
+ *                 for the model and what routing reads, the key may use
+ *                 that model (auth.c), and its token budget has room for
+ *                 the request's estimate (quota.c).
  *   4. router     proxy_start(), proxy_attempt(): the policy picks a
  *                 backend (route/router.c), or the request waits for one
  *                 in the admission queue (admission.c); the attempt takes
@@ -58,6 +59,7 @@
 #include "serve/client.h"
 #include "serve/endpoints.h"
 #include "serve/hedge.h"
+#include "serve/quota.h"
 #include "serve/relay.h"
 #include "serve/resume.h"
 #include "serve/upstream.h"
@@ -163,7 +165,10 @@ proxy_dispatch(struct lg_client *c)
                              "the request body has no \"model\" field");
         return;
     }
-    if (lg_auth_admit(&c->req, &no) != LG_OK) {
+    if (lg_auth_admit(&c->req, &no) != LG_OK
+        || (req->auth.key != NULL
+            && lg_quota_admit(req, &lg_client_conf(c)->budgets, &c->w->gw->budget_refuses, &no)
+                   != LG_OK)) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }

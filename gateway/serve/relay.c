@@ -29,6 +29,7 @@
 #include "http/httphdr.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
+#include "serve/quota.h"
 #include "serve/resume.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
@@ -82,6 +83,14 @@ head_u64(struct relay_head *h, uint64_t v)
     char *p = lg_u64_digits(b, v);
 
     head_add(h, p, (size_t)(b + LG_U64_DIGITS - p));
+}
+
+static __attribute__((noinline)) void
+relay_quota_headers(struct relay_head *h, const struct lg_request *req)
+{
+    char buf[512];
+
+    head_add(h, buf, lg_quota_headers(req, buf, sizeof(buf)));
 }
 
 static void
@@ -357,6 +366,9 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     }
     if ((req->flags & LG_REQ_F_SSE) && !has_accel) {
         head_add(&hb, "X-Accel-Buffering: no\r\n", 23);
+    }
+    if (req->quota != NULL) {
+        relay_quota_headers(&hb, req); /* a key with limits: how much is left */
     }
     if (c->w->draining) {
         req->flags |= LG_REQ_F_CLOSE;

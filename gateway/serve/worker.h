@@ -29,6 +29,7 @@ struct lg_client;
 struct lg_connlimit;
 struct lg_tls;
 struct lg_keys;
+struct lg_budgetstore;
 struct lg_admission;
 struct lg_fleet;
 struct lg_config;
@@ -127,6 +128,10 @@ struct lg_gateway {
     struct lg_connlimit *connlimit; /* owned: connections per source address */
     struct lg_tls *tls;             /* owned: server TLS contexts per listen entry */
     struct lg_keys *keys;           /* owned: API keys; NULL: no authentication */
+    struct lg_budgetstore *budgetstore; /* owned: token budgets shared through Redis; NULL:
+                                           this gateway's alone (main thread's) */
+    bool budget_refuses;            /* atomic: the store is down and fails closed
+                                       (budgetstore.c sets it, requests read it) */
     struct lg_admission *admission; /* owned: the admission queue */
     struct lg_accesslog *alog;      /* owned; NULL when off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */

@@ -2,7 +2,9 @@
  * fuzz_keys.c: the keys-file loader (gateway/serve/keys.c) on arbitrary bytes. It
  * must never crash or leak; a failure always says why, each message with the
  * FILE:LINE:COL: error: shape; a loaded set answers lookups (the key "k1" and
- * the first 16 bytes of the input as a bearer token) and counts requests.
+ * the first 16 bytes of the input as a bearer token), counts requests and
+ * reserves and settles tokens against a key's budget, and no account
+ * outlives the set.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "serve/budget.h"
 #include "serve/keys.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -20,6 +23,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct lg_config_errors errs = { 0 };
     struct lg_keys *k = NULL;
     struct lg_key_hold h;
+    struct lg_keys_rate_view rv;
+    const struct lg_budget_limits *lim;
+    struct lg_budget *acct;
+    struct lg_budget_view v;
+    size_t accounts = lg_budget_count();
     char token[64];
     uint32_t ra;
     int rc;
@@ -39,6 +47,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (int n = 0; n < 3; n++) {
                     (void)lg_keys_admit(&h, (uint64_t)n * 1000, &ra);
                 }
+                if (lg_keys_rate_view(&h, 1000, &rv) && rv.remaining > rv.limit) {
+                    abort();
+                }
+                acct = lg_keys_budget(&h, &lim);
+                if (acct != NULL) {
+                    if (!lg_budget_limited(lim)) {
+                        abort();
+                    }
+                    rc = lg_budget_reserve(acct, lim, size, 1704067200000ull, &v);
+                    if (rc == LG_OK) {
+                        lg_budget_settle(acct, size, size / 2, 1704067200000ull);
+                    } else if (v.retry_ms == 0 && rc == LG_EBUSY) {
+                        abort();
+                    }
+                }
                 lg_keys_release(&h);
             } else if (h.key != NULL) {
                 abort();
@@ -47,6 +70,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lg_keys_free(k);
     } else if (k != NULL || errs.n + errs.dropped == 0) {
         abort();
+    }
+    if (lg_budget_count() != accounts) {
+        abort(); /* every key's account went with its set */
     }
     for (size_t i = 0; i < errs.n; i++) {
         if (strncmp(errs.msgs[i], "k.json:", 7) != 0

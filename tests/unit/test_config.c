@@ -1376,8 +1376,70 @@ test_routing_resume(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_minimal, test_defaults, test_every_field_set, test_syntax_error, test_nul_byte,
-             test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
+/* Token budgets: estimates and the shared store; every error at its place. */
+static int
+test_budgets(void)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c;
+    char *text;
+
+    c = load(minimal, &errs);
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->budgets.prompt_bytes_per_token == 4 && c->budgets.default_max_tokens == 1024);
+    LG_CHECK(c->budgets.redis.address == NULL);
+    lg_config_unref(c);
+    text = with_top("\"budgets\": {\"default_max_tokens\": 256, \"redis\": \"127.0.0.1:6379\"},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && errs.n == 0);
+    LG_CHECK(c->budgets.default_max_tokens == 256);
+    LG_CHECK_STR(c->budgets.redis.address, "127.0.0.1:6379");
+    LG_CHECK(port_of(&c->budgets.redis.addr) == 6379);
+    LG_CHECK_STR(c->budgets.redis.key_prefix, "llmgate:budget");
+    LG_CHECK(c->budgets.redis.sync_interval_ms == 200 && c->budgets.redis.timeout_ms == 500);
+    LG_CHECK(c->budgets.redis.on_failure == LG_BUDGET_FAIL_OPEN && c->budgets.redis.db == 0);
+    LG_CHECK(c->budgets.redis.password == NULL);
+    lg_config_unref(c);
+    text = with_top("\"budgets\": {\"redis\": {\"address\": \"[::1]:7000\", \"password\": \"pw\", "
+                    "\"db\": 3, \"key_prefix\": \"gw:tok\", \"sync_interval\": \"100ms\", "
+                    "\"timeout\": \"1s\", \"on_failure\": \"closed\"}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && errs.n == 0);
+    LG_CHECK(port_of(&c->budgets.redis.addr) == 7000 && c->budgets.redis.db == 3);
+    LG_CHECK_STR(c->budgets.redis.password, "pw");
+    LG_CHECK_STR(c->budgets.redis.key_prefix, "gw:tok");
+    LG_CHECK(c->budgets.redis.sync_interval_ms == 100 && c->budgets.redis.timeout_ms == 1000);
+    LG_CHECK(c->budgets.redis.on_failure == LG_BUDGET_FAIL_CLOSED);
+    lg_config_unref(c);
+    LG_CHECK(
+        expect_top_error("\"budgets\": {\"prompt_bytes_per_token\": 0},",
+                         "t.json:2:39: error: /budgets/prompt_bytes_per_token: must be between "
+                         "1 and 64 (got 0)")
+        == 0);
+    LG_CHECK(expect_top_error("\"budgets\": {\"redis\": {\"address\": \"0.0.0.0:6379\"}},",
+                              "t.json:2:34: error: /budgets/redis/address: the Redis server needs "
+                              "a host to connect to")
+             == 0);
+    LG_CHECK(expect_top_error("\"budgets\": {\"redis\": {\"address\": \"127.0.0.1:1\", "
+                              "\"on_failure\": \"ajar\"}},",
+                              "t.json:2:63: error: /budgets/redis/on_failure: must be one of "
+                              "\"open\", \"closed\" (got \"ajar\")")
+             == 0);
+    text = with_top("\"budgets\": {\"redis\": {\"sync_interval\": \"1ms\"}},");
+    LG_CHECK(expect_errors(text,
+                           "t.json:2:40: error: /budgets/redis/sync_interval: must be between 10ms "
+                           "and 10s (got \"1ms\")",
+                           "t.json:2:22: error: /budgets/redis: missing required key \"address\"",
+                           NULL)
+             == 0);
+    free(text);
+    return 0;
+}
+
+LG_TEST_MAIN(test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
+             test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,

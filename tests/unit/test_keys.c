@@ -9,6 +9,7 @@
 
 #include "base/config.h"
 #include "lg_test.h"
+#include "serve/budget.h"
 #include "serve/keys.h"
 
 static char sha_k1[65], sha_k2[65];
@@ -140,6 +141,7 @@ test_rate(void)
                          ", \"rate\": {\"requests_per_minute\": 30}");
     struct lg_keys *k = load(doc, &errs);
     struct lg_key_hold h;
+    struct lg_keys_rate_view rv;
     uint64_t t = 1000 * LG_NS_PER_S;
     uint32_t ra;
     int ok = 0;
@@ -147,12 +149,21 @@ test_rate(void)
     free(doc);
     LG_CHECK(k != NULL);
     LG_CHECK(lg_keys_authenticate(k, "Bearer k1", 9, &h));
+    LG_CHECK(lg_keys_rate_view(&h, t, &rv));
+    LG_CHECK(rv.limit == 3 && rv.remaining == 3 && rv.reset_ms == 0);
+    LG_CHECK(lg_keys_admit(&h, t, &ra) == LG_OK);
+    LG_CHECK(lg_keys_rate_view(&h, t, &rv));
+    LG_CHECK(rv.limit == 3 && rv.remaining == 2 && rv.reset_ms == 500);
+    ok = 1;
+    h.counted = false;
     /* a burst of 3 at once, then one every 500 ms */
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 4; i++) {
         ok += lg_keys_admit(&h, t, &ra) == LG_OK;
         h.counted = false;
     }
     LG_CHECK(ok == 3);
+    LG_CHECK(lg_keys_rate_view(&h, t + 100 * LG_NS_PER_MS, &rv));
+    LG_CHECK(rv.remaining == 0 && rv.reset_ms == 1400);
     LG_CHECK(lg_keys_admit(&h, t, &ra) == LG_EBUSY && ra > 0 && ra <= 501);
     LG_CHECK(lg_keys_admit(&h, t + 499 * LG_NS_PER_MS, &ra) == LG_EBUSY);
     LG_CHECK(lg_keys_admit(&h, t + 500 * LG_NS_PER_MS, &ra) == LG_OK);
@@ -166,6 +177,7 @@ test_rate(void)
     lg_keys_release(&h);
     /* per minute, default burst 1: one request, then 2 s */
     LG_CHECK(lg_keys_authenticate(k, "Bearer k2", 9, &h));
+    LG_CHECK(lg_keys_rate_view(&h, t, &rv) && rv.limit == 1 && rv.remaining == 1);
     LG_CHECK(lg_keys_admit(&h, t, &ra) == LG_OK);
     LG_CHECK(lg_keys_admit(&h, t, &ra) == LG_EBUSY && ra > 1900 && ra <= 2001);
     LG_CHECK(lg_keys_admit(&h, t + 2 * LG_NS_PER_S, &ra) == LG_OK);
@@ -184,7 +196,7 @@ test_errors(void)
         == 0);
     LG_CHECK(expect_errors("[]",
                            "k.json:1:1: error: /: expected {\"keys\": [{name, sha256, "
-                           "models, max_concurrency, rate}, ...]}",
+                           "models, max_concurrency, rate, budget}, ...]}",
                            NULL)
              == 0);
     LG_CHECK(expect_errors("{\"keys\": [], \"extra\": 1}",
@@ -218,6 +230,100 @@ test_errors(void)
                            "or \"*\" for every model",
                            NULL)
              == 0);
+    return 0;
+}
+
+static int
+test_budget_errors(void)
+{
+    char doc[1024];
+
+    snprintf(doc, sizeof(doc),
+             "{\"keys\": [{\"name\": \"a\", \"sha256\": \"%s\", \"models\": \"*\",\n"
+             "  \"budget\": {\"tokens_per_minute\": 0, \"tokens_per_day\": 1.5}},\n"
+             " {\"name\": \"b\", \"sha256\": \"%s\", \"models\": \"*\",\n"
+             "  \"budget\": {\"tokens_per_hour\": 10}},\n"
+             " {\"name\": \"c\", \"sha256\": \"%064d\", \"models\": \"*\", \"budget\": 5},\n"
+             " {\"name\": \"d\", \"sha256\": \"%064d\", \"models\": \"*\",\n"
+             "  \"budget\": {\"tokens_per_day\": \"lots\", \"tokens_per_minute\": 2e12}}]}",
+             sha_k1, sha_k2, 1, 2);
+    LG_CHECK(expect_errors(
+                 doc,
+                 "k.json:2:35: error: /keys/0/budget/tokens_per_minute: must be between 1 and "
+                 "1e+12 (got 0)",
+                 "k.json:2:56: error: /keys/0/budget/tokens_per_day: must be a whole number of "
+                 "tokens",
+                 "k.json:4:14: error: /keys/1/budget/tokens_per_hour: unknown key "
+                 "\"tokens_per_hour\"",
+                 "k.json:4:13: error: /keys/1/budget: give tokens_per_minute, tokens_per_day or "
+                 "both",
+                 "k.json:5:119: error: /keys/2/budget: expected an object {tokens_per_minute, "
+                 "tokens_per_day}",
+                 "k.json:7:61: error: /keys/3/budget/tokens_per_minute: must be between 1 and "
+                 "1e+12 (got 2e+12)",
+                 "k.json:7:32: error: /keys/3/budget/tokens_per_day: expected a number", NULL)
+             == 0);
+    return 0;
+}
+
+/*
+ * A key with a budget counts in its account; a reload that keeps the key's
+ * name keeps the account (and what it counted), whatever the new limits.
+ */
+static int
+test_budget_kept_across_reload(void)
+{
+    char path[] = "/tmp/lg-keys-XXXXXX";
+    int fd = mkstemp(path);
+    char *doc = keys_doc(", \"budget\": {\"tokens_per_minute\": 1000}", "");
+    char *doc2 = keys_doc(", \"budget\": {\"tokens_per_minute\": 500, \"tokens_per_day\": 9000}",
+                          ", \"budget\": {\"tokens_per_day\": 10}");
+    struct lg_config_errors errs = { 0 };
+    const struct lg_budget_limits *lim = NULL;
+    struct lg_budget *acct, *acct2;
+    struct lg_budget_view v;
+    struct lg_keys *k = NULL;
+    struct lg_key_hold h1, h2;
+    size_t accounts = lg_budget_count();
+    uint64_t now = 1704067200000ull;
+    FILE *f;
+
+    LG_CHECK(fd >= 0);
+    f = fdopen(fd, "w");
+    fputs(doc, f);
+    fclose(f);
+    LG_CHECK(lg_keys_load(path, &k, &errs) == LG_OK);
+    LG_CHECK(lg_budget_count() == accounts + 1); /* "b" has no budget: no account */
+    LG_CHECK(lg_keys_authenticate(k, "Bearer k2", 9, &h1));
+    LG_CHECK(lg_keys_budget(&h1, &lim) == NULL);
+    lg_keys_release(&h1);
+    LG_CHECK(lg_keys_authenticate(k, "Bearer k1", 9, &h1));
+    acct = lg_keys_budget(&h1, &lim);
+    LG_CHECK(acct != NULL && strcmp(lg_budget_name(acct), "key:a") == 0);
+    LG_CHECK(lim->tokens[LG_BUDGET_MINUTE] == 1000 && lim->tokens[LG_BUDGET_DAY] == 0);
+    LG_CHECK(lg_budget_reserve(acct, lim, 700, now, &v) == LG_OK);
+    /* the reload halves the limit: the 700 reserved count against the new one */
+    f = fopen(path, "w");
+    fputs(doc2, f);
+    fclose(f);
+    LG_CHECK(lg_keys_reload(k) == LG_OK);
+    LG_CHECK(lg_budget_count() == accounts + 2);
+    LG_CHECK(lg_keys_authenticate(k, "Bearer k1", 9, &h2));
+    acct2 = lg_keys_budget(&h2, &lim);
+    LG_CHECK(acct2 == acct);
+    LG_CHECK(lim->tokens[LG_BUDGET_MINUTE] == 500 && lim->tokens[LG_BUDGET_DAY] == 9000);
+    LG_CHECK(lg_budget_reserve(acct2, lim, 1, now, &v) == LG_EBUSY);
+    /* the request that began before the reload settles in the same account */
+    lg_budget_settle(acct, 700, 100, now);
+    LG_CHECK(lg_budget_reserve(acct2, lim, 400, now, &v) == LG_OK);
+    LG_CHECK(v.remaining == 0 && v.used == 100);
+    lg_keys_release(&h1);
+    lg_keys_release(&h2);
+    lg_keys_free(k);
+    LG_CHECK(lg_budget_count() == accounts);
+    unlink(path);
+    free(doc);
+    free(doc2);
     return 0;
 }
 
@@ -352,4 +458,5 @@ setup(void)
 }
 
 LG_TEST_MAIN(setup, test_hash_hex, test_lookup_and_models, test_concurrency, test_rate, test_errors,
-             test_reload_keeps_counters, test_stage_another_file)
+             test_budget_errors, test_budget_kept_across_reload, test_reload_keeps_counters,
+             test_stage_another_file)
