@@ -539,6 +539,20 @@ class LlmsimFaults(harness.Harness):
         self.assertNotIn("[DONE]", [d for _, d in s.events])
         self.assertEqual(proc.wait(5), 1)
 
+    def test_crash_reset_mid_stream(self):
+        # crash@T:reset: the streams in flight read a reset, never a clean end, and the port
+        # refuses until the replica is started again
+        proc, port = self.start_llmsim("r1", args=["--decode-ms", "10"])
+        s = self.stream(port, "POST", CHAT, chat("c", 100000))
+        s.next_event(5)
+        s.next_event(5)
+        control(port, fault="crash@0.2:reset")
+        s.read_all(10)
+        self.assertEqual(s.ended, "reset")
+        self.assertEqual(proc.wait(5), 1)
+        with self.assertRaises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
     def test_close_after_tokens(self):
         _, port = self.start_llmsim("r1", args=["--decode-ms", "2",
                                                 "--fault", "close-after-tokens:3"])
