@@ -639,7 +639,9 @@ class LlmsimProcess(harness.Harness):
                      "--fault", "--state-shm", "--ready-file", "--quiet", "slow@T:F[:D]",
                      "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N",
                      "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
-                     "--jitter", "--gauge-lag-ms", "prefill-first", "chunked"):
+                     "--jitter", "--gauge-lag-ms", "prefill-first", "chunked",
+                     "--endpoint-load-metrics", "--enable-server-load-tracking", "--v1-loads",
+                     "crash@T[:reset]"):
             self.assertIn(flag, out)
         for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
                     ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked

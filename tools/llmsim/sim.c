@@ -315,6 +315,7 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
     memset(sim, 0, sizeof(*sim));
     sim->conf = conf;
     sim->start_ns = lg_now_ns();
+    sim->loads_prev_ns = sim->start_ns;
     sim->base_speed = sim->speed = conf->speed;
     sim->exit_code = 1;
     TAILQ_INIT(&sim->conns);
