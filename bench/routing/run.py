@@ -67,6 +67,11 @@ def parse_args(argv=None):
                     help="moving: each contender's p99 TTFT rests on at least this many "
                          "requests over the rounds (the runs are made that long; default %d)"
                          % SH.TAIL_MIN)
+    ap.add_argument("--load-reports", choices=sorted(P.LOAD_REPORTS), default=None,
+                    help="llmsim replicas answer the engines' load reports: 'engine' as their "
+                         "engine software does (vLLM's endpoint-load-metrics header on answers "
+                         "not streamed and GET /load, SGLang's GET /v1/loads), 'all' every "
+                         "report, the header in streams' heads too (default: none)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--fresh-traces", action="store_true",
                     help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
@@ -548,6 +553,8 @@ def scenario_ctx(scen, args, outdir, results):
         path = os.path.join(d, "trace-r%d.jsonl" % rnd)
         make_trace(args.build, scen, trace_rate, duration, path, seed)
         ctx["rounds"][rnd - 1] = (path, seed)
+    if args.load_reports:
+        scen = dict(scen, load_reports=args.load_reports)
     ctx["scen"] = scen
     return ctx
 

@@ -113,10 +113,15 @@ def fleet_slow_factor(draw_seed, k):
     return round(rng.uniform(*FLEET_SLOW), 3)
 
 
-def shape_plan(fleet, shape, draw_seed=1):
+def _floor3(x):
+    return math.floor(x * 1000.0) / 1000.0
+
+
+def shape_plan(fleet, shape, draw_seed=1, sh=None):
     """What shape does to a fleet: the load (mean fraction of capacity), the
-    trace's own load and burst or ramp, the replica it strikes and how."""
-    sh = shares(fleet)
+    trace's own load and burst or ramp, the replica it strikes and how.
+    sh: the fleet's shares() when known (they take the fleet model a while)."""
+    sh = sh or shares(fleet)
     big = max(range(len(sh)), key=lambda i: sh[i])
     plan = {"shape": shape, "load": None, "trace_load": None, "burst": None, "ramp": None,
             "replica": None, "factor": None}
@@ -133,12 +138,12 @@ def shape_plan(fleet, shape, draw_seed=1):
         plan["peak"] = peak
     elif shape in ("crash", "crash-back"):
         plan["replica"] = big
-        plan["load"] = round(min(LOAD, MAX_LEFT_LOAD * (1.0 - sh[big])), 3)
+        plan["load"] = _floor3(min(LOAD, MAX_LEFT_LOAD * (1.0 - sh[big])))
     elif shape == "speed":
         plan["replica"] = big
         plan["factor"] = SPEED_FACTOR
         left = 1.0 - sh[big] + sh[big] / SPEED_FACTOR
-        plan["load"] = round(min(LOAD, MAX_LEFT_LOAD * left), 3)
+        plan["load"] = _floor3(min(LOAD, MAX_LEFT_LOAD * left))
     elif shape == "fleet-slow":
         plan["factor"] = fleet_slow_factor(draw_seed, fleet["k"])
         plan["load"] = LOAD
@@ -188,14 +193,17 @@ def make_scenarios(draws, draw_seed=1, shapes=None, only=None, gauge_lags=False)
             raise ValueError("unknown shape %r (known: %s)" % (s, ", ".join(SHAPES)))
     out = []
     for k in range(0, draws + 1):
+        if only and only.partition("-")[0] != "m%d" % k:
+            continue
         fleet = M.draw_fleet(draw_seed, k)
         if gauge_lags:
             fleet = M.with_gauge_lags(fleet)
+        sh = shares(fleet)
         for shape in shapes:
             sid = scenario_id(k, shape)
             if only and only not in (sid, "m%d" % k):
                 continue
-            plan = shape_plan(fleet, shape, draw_seed)
+            plan = shape_plan(fleet, shape, draw_seed, sh)
             suffix, min_s, what = SHAPES[shape]
             out.append(dict(
                 S.scenario(id=sid, scenario="moving",
