@@ -33,7 +33,7 @@ shape's own minimum; a shape's events sit at fractions of the duration.
 What is judged (per draw and shape, and pooled): see summary() below; the
 tables again from a finished run's folder:
 
-    bench/routing/shapes.py OUT [--markdown] [--json] [--block-s S]
+    bench/routing/shapes.py OUT [OUT2 ...] [--markdown] [--json] [--block-s S]
 
 Python 3 standard library only. See bench/routing/README.md, "Load that moves".
 """
@@ -443,7 +443,7 @@ def summary(results, pools_by_id):
             gm = [r["vs_best"] for r in per if r.get("vs_best")]
             out.update(
                 best_peer=best, vs_best=vs_best,
-                vs_best_interval=M.noise_interval(strata, M.p99_ratio(S.SUBJECT, [best])),
+                vs_best_interval=M.noise_interval(strata, M.p99_ratio(S.SUBJECT, peers)),
                 oracle_vs_best=orc, bar=bar, bar_text=bar_text,
                 vs_oracle=ratio(S.SUBJECT, "oracle"),
                 least_request_vs_best=ratio("least_request", best),
@@ -545,17 +545,27 @@ def _tables(data, markdown):
 
 # ---- the tables again, from a run's folder -------------------------------------------
 
-def reanalyze(outdir):
-    """(text, markdown, data) of summary() over the run in outdir, from its per-request logs."""
+def reanalyze(outdirs):
+    """(text, markdown, data) of summary() over the runs in outdirs (one
+    folder, or a list: a family run in parts, each scenario in one of them),
+    from their per-request logs."""
     import report as R
 
-    with open(os.path.join(outdir, "results.json")) as f:
-        res = json.load(f)
     results, pools_by_id = {}, {}
+    for outdir in [outdirs] if isinstance(outdirs, str) else outdirs:
+        with open(os.path.join(outdir, "results.json")) as f:
+            res = json.load(f)
+        _reanalyze_run(R, outdir, res, results, pools_by_id)
+    return summary(results, pools_by_id)
+
+
+def _reanalyze_run(R, outdir, res, results, pools_by_id):
     for sid, sc in res["scenarios"].items():
         d = sc.get("definition") or {}
         if d.get("criteria") != "moving":
             continue
+        if sid in results:
+            raise SystemExit("%s: scenario %s is in two of the folders" % (outdir, sid))
         replicas = ["r%d" % (i + 1) for i in range(len(d["speeds"]))]
         pools = {}
         for name in d["contenders"]:
@@ -569,12 +579,13 @@ def reanalyze(outdir):
         analyze(d, pools, ctx)
         results[sid] = {"moving": ctx["moving"]}
         pools_by_id[sid] = pools
-    return summary(results, pools_by_id)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", help="a run's folder (bench/routing/run.py --out)")
+    ap.add_argument("out", nargs="+",
+                    help="a run's folder (bench/routing/run.py --out), or several: a family "
+                         "run in parts (each scenario in one)")
     ap.add_argument("--markdown", action="store_true", help="print the Markdown tables")
     ap.add_argument("--json", action="store_true", help="print the data as JSON")
     ap.add_argument("--block-s", type=float, default=M.BLOCK_S,
