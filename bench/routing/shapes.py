@@ -510,13 +510,16 @@ def _tables(data, markdown):
                       "-" if p.get("pass") is None else ("PASS" if p["pass"] else "FAIL")])
         if "vs_best" in p:
             mark = "n/a " if p["pass"] is None else ("PASS" if p["pass"] else "FAIL")
+            def met(v):
+                return "n/a" if v is None else "met" if v else "MISSED"
             verdicts.append(
                 "%s %s, %d draws: ttft p99 TTFT %s x the better peer's (%s; 90%% interval %s; "
-                "bar: %s), e2e p99 %s x nginx's against the oracle's %s; draws passed %s of %s "
-                "(p99 floor held on %s of %s)"
+                "bar: %s: %s), e2e p99 %s x nginx's against the oracle's %s (%s); draws passed "
+                "%s of %s (p99 floor held on %s of %s)"
                 % (mark, "every shape" if shape == "all" else shape, p["draws"],
                    M_fmt(p["vs_best"]), p["best_peer"], _iv(p["vs_best_interval"]),
-                   p["bar_text"], M_fmt(p["e2e_vs_nginx"]), M_fmt(p["oracle_e2e_vs_nginx"]),
+                   p["bar_text"], met(p["meets_ttft"]), M_fmt(p["e2e_vs_nginx"]),
+                   M_fmt(p["oracle_e2e_vs_nginx"]), met(p["meets_e2e"]),
                    p["draws_passed"], p["draws_judged"], p["floor_held"], p["floor_judged"]))
     note = ("Per draw: ttft's p99 TTFT over the better of nginx least_conn and HAProxy leastconn "
             "(by p99) with the 90%% interval of a paired block bootstrap (blocks of %g s of "
