@@ -8,7 +8,7 @@ below, each a scenario of its own (`mK-SHAPE`), with the same contenders
 (ttft, nginx least_conn, HAProxy leastconn, least_request, the oracle),
 interleaved, each round its own trace:
 
-    steady-70, steady-90   Poisson at 70% / 90% of capacity            mK-70, mK-90
+    steady-70, steady-90   Poisson at 70% / 90% of capacity            mK-s70, mK-s90
     burst-100, burst-120   on/off: 5 s at 100% / 120%, then 5 s idle    mK-b100, mK-b120
     crash                  the replica with the most capacity crashes   mK-crash
                            at 1/3 of the run, every connection reset
@@ -65,8 +65,9 @@ MAX_LEFT_LOAD = 0.9            # what the replicas left may run at, at most
 
 # shape -> (scenario id suffix, minimum duration in s, what)
 SHAPES = {
-    "steady-70": ("70", 20, "Poisson arrivals at 70% of capacity"),
-    "steady-90": ("90", 20, "Poisson arrivals at 90% of capacity"),
+    # s70, s90: not the mismatch family's mK-70, mK-90 (20 s, whatever the tail)
+    "steady-70": ("s70", 20, "Poisson arrivals at 70% of capacity"),
+    "steady-90": ("s90", 20, "Poisson arrivals at 90% of capacity"),
     "burst-100": ("b100", 40, "on/off bursts: 5 s at 100% of capacity, then 5 s without "
                               "arrivals (mean 50%)"),
     "burst-120": ("b120", 40, "on/off bursts: 5 s at 120% of capacity, then 5 s without "

@@ -232,9 +232,10 @@ class MovingShapes(unittest.TestCase):
         scens = shapes.make_scenarios(4, 1)  # every schedule and vocabulary
         self.assertEqual(len(scens), 5 * len(shapes.SHAPES))
         self.assertEqual([s["id"] for s in scens[:9]],
-                         ["m0-70", "m0-90", "m0-b100", "m0-b120", "m0-crash", "m0-back",
+                         ["m0-s70", "m0-s90", "m0-b100", "m0-b120", "m0-crash", "m0-back",
                           "m0-speed", "m0-slow", "m0-ramp"])
         self.assertEqual(shapes.parse_id("m3-crash"), (3, "crash"))
+        self.assertIsNone(shapes.parse_id("m3-90"))  # the mismatch family's
         self.assertIsNone(shapes.parse_id("m3-90x"))
         caps = {}
         for s in scens:
