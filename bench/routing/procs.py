@@ -152,6 +152,26 @@ ENGINE_SHAPE = {
     "gauge_lag_ms": ("--gauge-lag-ms", 0.0),
 }
 
+# run.py --load-reports: the load reports each replica answers (llmsim's flags;
+# tools/llmsim/README.md). "engine": what its engine software answers (vLLM the
+# endpoint-load-metrics header on answers not streamed and GET /load, SGLang
+# GET /v1/loads, TGI and llama.cpp none); "all": every report, the header in
+# streams' heads too.
+LOAD_REPORTS = {
+    "engine": {"vllm": ["--endpoint-load-metrics", "vllm", "--enable-server-load-tracking"],
+               "sglang": ["--v1-loads"], "tgi": [], "llamacpp": []},
+    "all": ["--endpoint-load-metrics", "all", "--enable-server-load-tracking", "--v1-loads"],
+}
+
+
+def load_report_args(mode, flavor):
+    """llmsim's flags for run.py --load-reports MODE on a replica of flavor."""
+    if not mode:
+        return []
+    reports = LOAD_REPORTS[mode]
+    return list(reports[flavor] if isinstance(reports, dict) else reports)
+
+
 class Fleet:
     """llmsim replicas r1..rN with the scenario's speeds and timing model."""
 
@@ -185,6 +205,7 @@ class Fleet:
             argv += ["--text", sim["text"]]
         if sim.get("role_chunk"):
             argv.append("--role-chunk")
+        argv += load_report_args(self.scen.get("load_reports"), sim["flavor"])
         return argv
 
     def _start(self, i, port=0):

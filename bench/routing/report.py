@@ -16,6 +16,7 @@ import subprocess
 
 import mismatch as M
 import scenarios as S
+import shapes as SH
 
 
 # ---- basic statistics ---------------------------------------------------------
@@ -791,6 +792,7 @@ ANALYZERS = {
     "hedge": analyze_hedge,
 }
 ANALYZERS["real"] = analyze_real
+ANALYZERS["moving"] = SH.analyze
 
 
 # ---- one scenario's result -------------------------------------------------------------
@@ -849,6 +851,8 @@ def analyze(scen, runs_by_contender, ctx):
                     % (name, run["round"], lag, run.get("loadavg")))
     if "mismatch" in ctx:
         out["mismatch"] = ctx["mismatch"]
+    if "moving" in ctx:
+        out["moving"] = ctx["moving"]
     out["_pools"] = pools
     return out
 

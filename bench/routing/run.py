@@ -6,6 +6,7 @@ on simulated fleets (llmsim) under the same seeded traffic (llmload).
     bench/routing/run.py --quick --scenario 1    # a short smoke run
     bench/routing/run.py --scenario 2,6 --contenders round_robin,ttft,oracle
     bench/routing/run.py --scenario mismatch --draws 8 --fresh-traces --nice -10
+    bench/routing/run.py --scenario moving --draws 8 --fresh-traces --nice -10
 
 For each scenario: one arrival trace (llmload --dry-run --trace-out), replayed
 against every contender; a fresh fleet (new llmsim processes, same seeds) for
@@ -37,6 +38,7 @@ import mismatch as M  # noqa: E402
 import procs as P  # noqa: E402
 import report as R  # noqa: E402
 import scenarios as S  # noqa: E402
+import shapes as SH  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -45,7 +47,9 @@ def parse_args(argv=None):
     ap.add_argument("--scenario", default="all",
                     help="'all', a scenario number (1..8), a variant (1a, 1b, 6r, 8b), 'mismatch' "
                          "(the family of drawn fleets), one of its draws (m3) or scenarios "
-                         "(m3-90), or a comma list")
+                         "(m3-90), 'moving' (the drawn fleets under load that moves: "
+                         "shapes.py), one of its draws (moving:m3) or scenarios (m3-crash), "
+                         "or a comma list")
     ap.add_argument("--draws", type=int, default=8,
                     help="mismatch: how many fleets to draw (default 8)")
     ap.add_argument("--draw-seed", type=int, default=1,
@@ -56,6 +60,18 @@ def parse_args(argv=None):
     ap.add_argument("--gauge-lags", action="store_true",
                     help="mismatch: each engine software's lag of its running gauge behind a "
                          "request's end (mismatch.GAUGE_LAG_STEPS: vLLM a step, SGLang 20)")
+    ap.add_argument("--shapes", default=None,
+                    help="moving: the shapes to run, a comma list (default all: %s)"
+                         % ",".join(SH.SHAPES))
+    ap.add_argument("--tail-min", type=int, default=SH.TAIL_MIN,
+                    help="moving: each contender's p99 TTFT rests on at least this many "
+                         "requests over the rounds (the runs are made that long; default %d)"
+                         % SH.TAIL_MIN)
+    ap.add_argument("--load-reports", choices=sorted(P.LOAD_REPORTS), default=None,
+                    help="llmsim replicas answer the engines' load reports: 'engine' as their "
+                         "engine software does (vLLM's endpoint-load-metrics header on answers "
+                         "not streamed and GET /load, SGLang's GET /v1/loads), 'all' every "
+                         "report, the header in streams' heads too (default: none)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per contender (default 2)")
     ap.add_argument("--fresh-traces", action="store_true",
                     help="round N replays its own trace, drawn with the scenario's seed + N - 1 "
@@ -100,6 +116,14 @@ def parse_args(argv=None):
         ap.error("--draws must be at least 1")
     if not args.block_s > 0:
         ap.error("--block-s must be positive")
+    if args.tail_min < 1:
+        ap.error("--tail-min must be at least 1")
+    if args.shapes:
+        args.shapes = [x.strip() for x in args.shapes.split(",") if x.strip()]
+        bad = [x for x in args.shapes if x not in SH.SHAPES]
+        if bad or not args.shapes:
+            ap.error("--shapes: unknown %s (known: %s)" % (",".join(bad) or "(none)",
+                                                            ",".join(SH.SHAPES)))
     if args.realtime is None:
         args.realtime = os.geteuid() == 0
     return args
@@ -202,6 +226,8 @@ def load_flags(scen):
 
 
 def make_trace(build, scen, rate, duration, path, seed=None):
+    """Draws the trace at `rate` (a ramp's peak: shapes.ramp_trace() thins it
+    into the ramp); returns its number of requests."""
     seed = scen["seed"] if seed is None else seed
     argv = [os.path.join(build, "llmload"), "--dry-run", "--quiet",
             "--rate", "%.4f" % rate, "--duration", "%g" % duration, "--seed", str(seed),
@@ -212,6 +238,8 @@ def make_trace(build, scen, rate, duration, path, seed=None):
     r = subprocess.run(argv, capture_output=True)
     if r.returncode != 0:
         raise SystemExit("llmload --dry-run failed: %s" % r.stderr.decode())
+    if scen.get("ramp"):
+        return SH.ramp_trace(path, scen["ramp"], duration, seed)
     with open(path) as f:
         return sum(1 for _ in f)
 
@@ -373,10 +401,11 @@ def schedule_faults(fleet, ctx, t0_wall, stop, events):
                 return
             i = cr["replica"]
             proc = fleet.procs[i]
-            fleet.control(i, {"fault": "crash@0"})
+            fleet.control(i, {"fault": "crash@0:reset" if cr.get("reset") else "crash@0"})
             proc.exited.wait(5.0)
             events.append((proc.exit_wall_ns or time.time_ns(), "crash"))
-            if at(cr["at"] + cr["restart_after"]):
+            # no restart_after: the replica stays down for the rest of the run
+            if cr.get("restart_after") is not None and at(cr["at"] + cr["restart_after"]):
                 fleet.restart(i)
                 events.append((time.time_ns(), "restart"))
         threads.append(threading.Thread(target=crash, daemon=True))
@@ -504,17 +533,28 @@ def scenario_ctx(scen, args, outdir, results):
            "slowdown": scen.get("quick_slowdown" if args.quick else "slowdown"),
            "crash": scen.get("quick_crash" if args.quick else "crash"),
            "faults": scen.get("faults") or []}
+    if scen.get("shape"):
+        # load that moves (shapes.py): long enough for the p99 to rest on --tail-min requests,
+        # the shape's events at fractions of that
+        if not (args.duration or args.quick):
+            duration = ctx["duration"] = SH.duration_s(scen, ctx["rate"], args.rounds,
+                                                       args.tail_min)
+        ctx.update(SH.place_events(scen, duration))
+    # a ramp's trace is drawn at its peak and thinned (shapes.ramp_trace())
+    trace_rate = cap * scen.get("trace_load", scen["load"])
     d = os.path.join(outdir, scen["id"])
     os.makedirs(d, exist_ok=True)
     ctx["trace"] = os.path.join(d, "trace.jsonl")
-    ctx["requests"] = make_trace(args.build, scen, ctx["rate"], duration, ctx["trace"])
+    ctx["requests"] = make_trace(args.build, scen, trace_rate, duration, ctx["trace"])
     # (trace, seed) of each round: with --fresh-traces round N has its own, seed + N - 1
     ctx["rounds"] = [(ctx["trace"], scen["seed"])] * args.rounds
     for rnd in range(2, args.rounds + 1) if args.fresh_traces else ():
         seed = scen["seed"] + rnd - 1
         path = os.path.join(d, "trace-r%d.jsonl" % rnd)
-        make_trace(args.build, scen, ctx["rate"], duration, path, seed)
+        make_trace(args.build, scen, trace_rate, duration, path, seed)
         ctx["rounds"][rnd - 1] = (path, seed)
+    if args.load_reports:
+        scen = dict(scen, load_reports=args.load_reports)
     ctx["scen"] = scen
     return ctx
 
@@ -552,7 +592,18 @@ def select(args):
     out = []
     for part in str(args.scenario).split(","):
         part = part.strip()
-        if part == "mismatch" or re.fullmatch(r"m\d+(-\d+)?", part):
+        moving = part == "moving" or part.startswith("moving:") or SH.parse_id(part)
+        if moving:
+            only = None if part == "moving" else part.split(":", 1)[-1]
+            if only and not re.fullmatch(r"m\d+(-[a-z0-9]+)?", only):
+                raise ValueError("moving:%s: expected a draw, moving:m3" % only)
+            if only and int(re.match(r"m(\d+)", only).group(1)) > args.draws:
+                raise ValueError("%s: only %d draws (--draws)" % (only, args.draws))
+            found = SH.make_scenarios(args.draws, args.draw_seed, shapes=args.shapes, only=only,
+                                      gauge_lags=args.gauge_lags)
+            if not found:
+                raise ValueError("unknown moving-load scenario %r" % part)
+        elif part == "mismatch" or re.fullmatch(r"m\d+(-\d+)?", part):
             only = None if part == "mismatch" else part
             if only and int(re.match(r"m(\d+)", only).group(1)) > args.draws:
                 raise ValueError("%s: only %d draws (--draws)" % (part, args.draws))
@@ -616,6 +667,7 @@ def main(argv=None):
     total = sum(len(n) * args.rounds for _, n in plan)
     done = 0
     family_pools = {}
+    moving_pools = {}
     print("routing benchmark: %d scenario(s), %d runs, output in %s" % (len(plan), total, outdir))
     try:
         for scen, names in plan:
@@ -654,7 +706,7 @@ def main(argv=None):
                            if r.get("foreign_rt_s") else ""), flush=True)
             res = R.analyze(scen, runs, ctx)
             res["definition"] = dict(scen, duration=ctx["duration"], slowdown=ctx["slowdown"],
-                                     crash=ctx["crash"], contenders=names)
+                                     crash=ctx["crash"], faults=ctx["faults"], contenders=names)
             replicas = ["r%d" % (i + 1) for i in range(len(scen["speeds"]))]
             res["plots"] = plots(args, outdir, res, ctx, replicas)
             print(R.render(res, replicas), flush=True)
@@ -665,6 +717,8 @@ def main(argv=None):
             pools = res.pop("_pools", None)
             if res.get("mismatch"):
                 family_pools[scen["id"]] = pools  # for the pooled verdict over the draws
+            if res.get("moving"):
+                moving_pools[scen["id"]] = pools
             results[scen["id"]] = res
     finally:
         shutil.rmtree(shm_dir, ignore_errors=True)
@@ -674,19 +728,27 @@ def main(argv=None):
         if family:
             summary += ["mismatch family: " + line.strip() for line in family[0].splitlines()
                         if line.startswith(("PASS", "FAIL", "n/a"))]
+        moving = SH.summary(results, moving_pools) if moving_pools else None
+        if moving:
+            summary += ["moving load: " + line.strip() for line in moving[0].splitlines()
+                        if line.startswith(("PASS", "FAIL", "n/a"))]
         with open(os.path.join(outdir, "results.json"), "w") as f:
             json.dump({"machine": info, "quick": args.quick, "rounds": args.rounds,
                        "fresh_traces": args.fresh_traces,
-                       "scenarios": results, "mismatch": family[2] if family else None},
+                       "scenarios": results, "mismatch": family[2] if family else None,
+                       "moving": moving[2] if moving else None},
                       f, indent=1, default=str)
         with open(os.path.join(outdir, "results.md"), "w") as f:
             f.write("\n".join(md[:head_len] + ["Load average at the end: %s." % info["loadavg_end"],
                                                "", "### Verdicts for the default policy (%s)"
                                                % S.SUBJECT, ""]
                               + ["- " + line for line in summary] + [""]
-                              + ([family[1]] if family else []) + md[head_len:]) + "\n")
+                              + ([family[1]] if family else [])
+                              + ([moving[1]] if moving else []) + md[head_len:]) + "\n")
     if family:
         print(family[0])
+    if moving:
+        print(moving[0])
     print("\nVerdicts for llmgate's default policy (%s):" % S.SUBJECT)
     for line in summary:
         print("  " + line)

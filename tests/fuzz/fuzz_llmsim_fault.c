@@ -35,7 +35,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lg_sim_fault_format(&fs.list[0], 1000, again, sizeof(again));
     LG_BUG_ON(lg_sim_fault_parse(again, &g, err, sizeof(err)) != LG_OK);
     LG_BUG_ON(g.kind != f.kind || g.status != f.status || g.tokens != f.tokens);
-    LG_BUG_ON(g.retry_after_s != f.retry_after_s);
+    LG_BUG_ON(g.retry_after_s != f.retry_after_s || g.reset != f.reset);
     LG_BUG_ON((g.end_ns == LG_SIM_FAULT_FOREVER) != (f.end_ns == LG_SIM_FAULT_FOREVER));
     /* within the printed precision: 9 decimals */
     LG_BUG_ON(g.hold_ns + 1 < f.hold_ns || g.hold_ns > f.hold_ns + 1);

@@ -2,7 +2,8 @@
  * fuzz_llmsim_httpreq.c: llmsim's incremental HTTP request reader. The first
  * byte picks the limits and a split point; the input is read whole and in
  * two pieces, and both readings must see the same requests (method, path,
- * body length, keep-alive) and end the same way (complete or in error).
+ * query, body length, keep-alive, vLLM's load-report header) and end the same
+ * way (complete or in error).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,11 +46,18 @@ read_all(const uint8_t *in, size_t len, const size_t *cuts, size_t ncuts, size_t
             break;
         }
         if (rc == LG_SIM_HTTPREQ_DONE) {
-            size_t plen;
+            size_t plen, qlen;
             const char *path = lg_sim_httpreq_path(&r, &plen);
+            const char *query = lg_sim_httpreq_query(&r, &qlen);
 
             LG_BUG_ON(plen > r.url_len || evbuffer_get_length(r.body) > max_body);
+            LG_BUG_ON(qlen > 0 && (query != r.url + plen + 1 || plen + 1 + qlen != r.url_len));
             h = lg_hash64(path, plen, h);
+            /* vLLM's load header: the first one's value, the same however the bytes came */
+            if (r.load_seen) {
+                h = lg_hash64(r.load_value, LG_MIN(r.load_value_len, sizeof(r.load_value)), h);
+                h = lg_mix64(h ^ r.load_value_len);
+            }
             h = lg_mix64(h ^ r.method ^ (evbuffer_get_length(r.body) << 8) ^ r.keep_alive);
             (*requests)++;
             lg_sim_httpreq_next(&r);

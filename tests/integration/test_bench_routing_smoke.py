@@ -3,8 +3,10 @@ scenario 1a with llmgate's round robin (also as the --ref-build contender,
 round_robin@ref) and nginx, checking that the run completes and leaves its
 table, results and per-request logs behind; a few seconds of one mismatch
 draw (bench/routing/mismatch.py: a drawn fleet the gateway is not told
-about) with its per-draw and pooled verdicts; and the mismatch family's
-draws and noise intervals offline. It proves the tool works, not what it
+about) with its per-draw and pooled verdicts; a few seconds of one draw
+whose biggest replica crashes (connections reset) and comes back
+(bench/routing/shapes.py, load that moves); and the families' draws,
+shapes and noise intervals offline. It proves the tool works, not what it
 measures: the benchmark itself is run by hand (bench/routing/README.md)."""
 
 import json
@@ -22,6 +24,7 @@ sys.path.insert(0, os.path.join(SRC, "bench", "routing"))
 import mismatch  # noqa: E402
 import procs  # noqa: E402
 import scenarios as S  # noqa: E402
+import shapes  # noqa: E402
 
 
 def count_lines(path):
@@ -180,6 +183,118 @@ class MismatchSmoke(unittest.TestCase):
             self.assertEqual(again["draws"][0]["vs_best"], draw["vs_best"])
             self.assertEqual(list(again["draws"][0]["vs_best_interval"]), [lo, hi])
             self.assertEqual(again["pooled"]["0.7"]["vs_nginx"], pooled["vs_nginx"])
+
+
+class MovingSmoke(unittest.TestCase):
+    def test_crash_back(self):
+        """m1 under crash-back: its biggest replica (r3) crashes with its
+        connections reset at a third of the run and is restarted on its port
+        at two thirds; the moving-load tables come out, with how many
+        requests each p99 rests on."""
+        if not which("nginx"):
+            self.skipTest("nginx is not installed (tools/install-deps.sh --bench)")
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
+            out = os.path.join(tmp, "run")
+            argv = [sys.executable, RUN, "--quick", "--scenario", "m1-back", "--rounds", "1",
+                    "--duration", "4", "--block-s", "1", "--contenders", "ttft,nginx",
+                    "--load-reports", "engine", "--no-realtime", "--no-plots",
+                    "--build", BUILD, "--out", out]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertIn("== Moving load: per draw and shape", r.stdout)
+            self.assertRegex(r.stdout, r"moving load: (PASS|FAIL|n/a ) crash-back, 1 draws")
+            with open(os.path.join(out, "results.json")) as f:
+                res = json.load(f)
+            d = res["scenarios"]["m1-back"]["definition"]
+            self.assertEqual(d["crash"], {"replica": 2, "at": 1.333, "reset": True,
+                                          "restart_after": 1.333})
+            trace_lines = count_lines(os.path.join(out, "m1-back", "trace.jsonl"))
+            for name in ("ttft", "nginx"):
+                rundir = os.path.join(out, "m1-back", name, "round1")
+                with open(os.path.join(rundir, "r3.log")) as f:
+                    self.assertIn("connections reset", f.read())
+                self.assertEqual(count_lines(os.path.join(rundir, "requests.jsonl")), trace_lines)
+            row = res["moving"]["draws"][0]
+            self.assertEqual((row["draw"], row["shape"]), (1, "crash-back"))
+            self.assertEqual(row["best_peer"], "nginx")
+            self.assertEqual(set(row["tails"]), {"ttft", "nginx"})
+            self.assertTrue(all(t >= 1 for t in row["tails"].values()), row["tails"])
+            self.assertIn("crash-back", res["moving"]["pooled"])
+            again = shapes.reanalyze(out)[2]
+            self.assertEqual(again["draws"][0]["vs_best"], row["vs_best"])
+
+
+class MovingShapes(unittest.TestCase):
+    def test_plans(self):
+        """Each shape on every draw: loads that leave the replicas left at 90%
+        at most, durations that put the p99 on --tail-min requests, events at
+        their fractions of the run."""
+        scens = shapes.make_scenarios(4, 1)  # every schedule and vocabulary
+        self.assertEqual(len(scens), 5 * len(shapes.SHAPES))
+        self.assertEqual([s["id"] for s in scens[:9]],
+                         ["m0-s70", "m0-s90", "m0-b100", "m0-b120", "m0-crash", "m0-back",
+                          "m0-speed", "m0-slow", "m0-ramp"])
+        self.assertEqual(shapes.parse_id("m3-crash"), (3, "crash"))
+        self.assertIsNone(shapes.parse_id("m3-90"))  # the mismatch family's
+        self.assertIsNone(shapes.parse_id("m3-90x"))
+        caps = {}
+        for s in scens:
+            k = s["fleet"]["k"]
+            if k not in caps:  # the fleet model, once a draw
+                caps[k] = (shapes.shares(s["fleet"]),
+                           mismatch.capacity(s["fleet"], s["prompt_bytes"], s["max_tokens"]))
+            plan, (sh, cap) = s["plan"], caps[k]
+            if plan["shape"] in ("crash", "crash-back", "speed"):
+                big = plan["replica"]
+                self.assertEqual(sh[big], max(sh))
+                left = 1 - sh[big] + (sh[big] / plan["factor"] if plan["factor"] else 0)
+                self.assertLessEqual(s["load"], 0.7)
+                self.assertLessEqual(s["load"] / left, 0.9, s["id"])
+            for rounds in (1, 2):
+                d = shapes.duration_s(s, cap * s["load"], rounds)
+                self.assertGreaterEqual(d, s["duration"])
+                self.assertTrue(d == shapes.MAX_DURATION_S
+                                or d * cap * s["load"] * rounds >= 100 * shapes.TAIL_MIN - 1e-6,
+                                (s["id"], d))
+                if s["burst"]:
+                    self.assertEqual(d % 10, 0)
+            ev = shapes.place_events(s, 60.0)
+            if plan["shape"] == "crash":
+                self.assertEqual(ev["crash"], {"replica": plan["replica"], "at": 20.0,
+                                               "reset": True, "restart_after": None})
+            if plan["shape"] == "speed":
+                self.assertEqual((ev["slowdown"]["at"], ev["slowdown"]["for"]), (20.0, 20.0))
+            if plan["shape"] == "fleet-slow":
+                self.assertTrue(1.2 <= plan["factor"] <= 1.3)
+                self.assertEqual(len(ev["faults"]), 4)
+                self.assertEqual(shapes.place_events(s, 100.0)["window"], (20.0, 80.0))
+        self.assertEqual(scens[2]["burst"], "2:5:5")  # 5 s at twice the mean, 5 s idle
+        self.assertEqual(procs.load_report_args("engine", "sglang"), ["--v1-loads"])
+        self.assertEqual(procs.load_report_args("engine", "tgi"), [])
+        self.assertIn("all", procs.load_report_args("all", "tgi"))
+
+    def test_ramp_trace(self):
+        """A trace drawn at the peak, thinned: the rate rises from 20% to 95%."""
+        import random
+        rng = random.Random(5)
+        with tempfile.TemporaryDirectory(prefix="lgbench-smoke-") as tmp:
+            path = os.path.join(tmp, "t.jsonl")
+            t, n = 0.0, 0
+            with open(path, "w") as f:
+                while t < 300:
+                    t += rng.expovariate(100.0)
+                    f.write(json.dumps({"t_us": int(t * 1e6), "prompt_bytes": 1,
+                                        "max_tokens": 1, "group": -1}) + "\n")
+                    n += 1
+            kept = shapes.ramp_trace(path, (0.2, 0.95), 300.0, 1)
+            with open(path) as f:
+                ts = [json.loads(ln)["t_us"] / 1e6 for ln in f]
+            self.assertEqual(len(ts), kept)
+            self.assertAlmostEqual(kept / n, (0.2 + 0.95) / 2 / 0.95, delta=0.02)
+            first = sum(1 for x in ts if x < 30) / 30.0       # rate ~ 100 * 0.25 / 0.95
+            last = sum(1 for x in ts if x >= 270) / 30.0      # ~ 100 * 0.91 / 0.95
+            self.assertAlmostEqual(first, 100 * (0.2 + 0.75 * 0.05) / 0.95, delta=5)
+            self.assertAlmostEqual(last, 100 * (0.2 + 0.75 * 0.95) / 0.95, delta=8)
 
 
 class MismatchDraws(unittest.TestCase):

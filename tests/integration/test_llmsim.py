@@ -539,6 +539,20 @@ class LlmsimFaults(harness.Harness):
         self.assertNotIn("[DONE]", [d for _, d in s.events])
         self.assertEqual(proc.wait(5), 1)
 
+    def test_crash_reset_mid_stream(self):
+        # crash@T:reset: the streams in flight read a reset, never a clean end, and the port
+        # refuses until the replica is started again
+        proc, port = self.start_llmsim("r1", args=["--decode-ms", "10"])
+        s = self.stream(port, "POST", CHAT, chat("c", 100000))
+        s.next_event(5)
+        s.next_event(5)
+        control(port, fault="crash@0.2:reset")
+        s.read_all(10)
+        self.assertEqual(s.ended, "reset")
+        self.assertEqual(proc.wait(5), 1)
+        with self.assertRaises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
     def test_close_after_tokens(self):
         _, port = self.start_llmsim("r1", args=["--decode-ms", "2",
                                                 "--fault", "close-after-tokens:3"])
@@ -625,7 +639,9 @@ class LlmsimProcess(harness.Harness):
                      "--fault", "--state-shm", "--ready-file", "--quiet", "slow@T:F[:D]",
                      "stall@T[:D]", "status@T:CODE:D", "crash@T", "close-after-tokens:N",
                      "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
-                     "--jitter", "--gauge-lag-ms", "prefill-first", "chunked"):
+                     "--jitter", "--gauge-lag-ms", "prefill-first", "chunked",
+                     "--endpoint-load-metrics", "--enable-server-load-tracking", "--v1-loads",
+                     "crash@T[:reset]"):
             self.assertIn(flag, out)
         for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
                     ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked

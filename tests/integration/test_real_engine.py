@@ -171,6 +171,45 @@ class RealEngineTest(Harness):
         self.assertEqual(list(mine[-1]["timings"]), list(ref[-1]["timings"]))
         self.assertRegex(mine[0]["id"], r"^chatcmpl-[A-Za-z0-9]{32}$")
 
+    def test_vllm_load_reports(self):
+        """--endpoint-load-metrics and --enable-server-load-tracking: vLLM's load
+        header and GET /load as the fixtures from vLLM's source write them."""
+        port = self.engine("r1", ["--sequences", "1", "--endpoint-load-metrics", "all",
+                                  "--enable-server-load-tracking"])
+        vllm = os.path.join(os.path.dirname(FIXTURES), "vllm")
+        with open(os.path.join(vllm, "load_metrics_text.hdr")) as f:
+            text_fx = f.read().rstrip("\r\n").partition(": ")[2]
+        with open(os.path.join(vllm, "load_metrics_json.hdr")) as f:
+            json_fx = f.read().rstrip("\r\n").partition(": ")[2]
+        pyfloat = r"-?(?:\d+\.\d+(?:e[+-]\d{2,})?|\de[+-]\d{2,})"
+        tmpl = lambda t: re.sub(pyfloat, "#", t)  # noqa: E731
+        running = self.stream(port, "POST", "/v1/chat/completions",
+                              chat_body(content="Hello", max_tokens=100000, stream=True))
+        running.next_event(30)
+        waiting = self.stream(port, "POST", "/v1/chat/completions",
+                              chat_body(content="Hello", max_tokens=4, stream=True))
+        waiting.read_head(30)
+        s = self.stream(port, "POST", "/v1/chat/completions",
+                        chat_body(content="Hello", max_tokens=4, stream=True),
+                        headers={"endpoint-load-metrics-format": "text"})
+        s.read_head(30)
+        got = s.headers["endpoint-load-metrics"]
+        self.assertEqual(tmpl(got), tmpl(text_fx), got)
+        self.assertIn("num_requests_waiting=1.0,", got)  # the second one, behind the first
+        status, _, data = http_request(port, "GET", "/load")
+        self.assertEqual((status, data), (200, b'{"server_load":3}'))
+        for x in (s, waiting, running):
+            x.close()
+        wait_until(lambda: http_request(port, "GET", "/load")[2] == b'{"server_load":0}', 30,
+                   what="server_load back to 0")
+        status, h, data = http_request(port, "POST", "/v1/chat/completions",
+                                       chat_body(content="Hello", max_tokens=2),
+                                       headers={"endpoint-load-metrics-format": "JSON"})
+        self.assertEqual(status, 200, data)
+        self.assertEqual(tmpl(h["endpoint-load-metrics"]), tmpl(json_fx))
+        self.assertEqual(json.loads(h["endpoint-load-metrics"][5:])["named_metrics"]
+                         ["num_requests_waiting"], 0.0)
+
     # ---- the same bytes as the engine's own ---------------------------------------
 
     def test_answers_identical_to_direct(self):

@@ -29,7 +29,9 @@ test_parse_valid(void)
     LG_CHECK(lg_sim_fault_parse("status@1:429:2:30", &f, err, sizeof(err)) == LG_OK);
     LG_CHECK(f.status == 429 && f.retry_after_s == 30 && f.start_ns == S(1));
     LG_CHECK(lg_sim_fault_parse("crash@7.5", &f, err, sizeof(err)) == LG_OK);
-    LG_CHECK(f.kind == LG_SIM_FAULT_CRASH && f.start_ns == S(7.5));
+    LG_CHECK(f.kind == LG_SIM_FAULT_CRASH && f.start_ns == S(7.5) && !f.reset);
+    LG_CHECK(lg_sim_fault_parse("crash@3:reset", &f, err, sizeof(err)) == LG_OK);
+    LG_CHECK(f.kind == LG_SIM_FAULT_CRASH && f.start_ns == S(3) && f.reset);
     LG_CHECK(lg_sim_fault_parse("close-after-tokens:3", &f, err, sizeof(err)) == LG_OK);
     LG_CHECK(f.kind == LG_SIM_FAULT_CLOSE_AFTER_TOKENS && f.tokens == 3 && f.start_ns == 0);
     LG_CHECK(lg_sim_fault_parse("stall-random:0.25:1.5", &f, err, sizeof(err)) == LG_OK);
@@ -73,6 +75,10 @@ test_parse_invalid(void)
         "status@1:503:3:100000",
         "crash@",
         "crash@1:2",
+        "crash@1:",
+        "crash@1:resets",
+        "crash@1:reset:",
+        "crash@:reset",
         "close-after-tokens:0",
         "close-after-tokens:",
         "close-after-tokens:-1",
@@ -112,7 +118,7 @@ test_format_round_trip(void)
 {
     static const char *const specs[] = {
         "slow@2:4",          "slow@0.5:1.5:2.25",    "stall@1:3", "status@0:503:10", "crash@7.5",
-        "status@1:429:2:30", "close-after-tokens:3", "stall@0",
+        "status@1:429:2:30", "close-after-tokens:3", "stall@0", "crash@2:reset",
         "stall-random:0.25:1.5", "stall-first:0.02:2",
     };
     char buf[128];
@@ -148,6 +154,7 @@ test_schedule(void)
     uint64_t o = S(1000);
     uint32_t retry;
     int status;
+    bool reset;
 
     LG_CHECK(add(&fs, "slow@1:2:2", o) == 0);
     LG_CHECK(add(&fs, "slow@2:3", o) == 0);
@@ -169,15 +176,19 @@ test_schedule(void)
     LG_CHECK(status == 429 && retry == 9); /* the latest added wins */
     LG_CHECK(lg_sim_faults_status(&fs, o + S(7.999999), &status, &retry));
     LG_CHECK(status == 429);
-    LG_CHECK(!lg_sim_faults_crash_due(&fs, o + S(19.9)));
-    LG_CHECK(lg_sim_faults_crash_due(&fs, o + S(20)));
+    LG_CHECK(!lg_sim_faults_crash_due(&fs, o + S(19.9), &reset));
+    LG_CHECK(lg_sim_faults_crash_due(&fs, o + S(20), &reset) && !reset);
+    LG_CHECK(add(&fs, "crash@25:reset", o) == 0);
+    LG_CHECK(lg_sim_faults_crash_due(&fs, o + S(20), &reset) && !reset);
+    LG_CHECK(lg_sim_faults_crash_due(&fs, o + S(25), &reset) && reset);
     LG_CHECK(lg_sim_faults_next_edge(&fs, o) == o + S(1));
     LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(1)) == o + S(2));
     LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(3)) == o + S(5));
     LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(11)) == o + S(20));
-    LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(20)) == LG_SIM_FAULT_FOREVER);
+    LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(20)) == o + S(25));
+    LG_CHECK(lg_sim_faults_next_edge(&fs, o + S(25)) == LG_SIM_FAULT_FOREVER);
     lg_sim_faults_prune(&fs, o + S(8.5));
-    LG_CHECK(fs.n == 3); /* slow@2 (forever), status 429 (until 11), crash */
+    LG_CHECK(fs.n == 4); /* slow@2 (forever), status 429 (until 11), both crashes */
     LG_CHECK(lg_sim_faults_close_after(&fs, o) == 0);
     LG_CHECK(add(&fs, "close-after-tokens:5", o) == 0);
     LG_CHECK(add(&fs, "close-after-tokens:3", o) == 0);

@@ -349,6 +349,31 @@ test_number_styles(void)
     LG_CHECK_STR(buf, "1e-05");
     metrics_pyfloat(buf, sizeof(buf), 0);
     LG_CHECK_STR(buf, "0.0");
+    metrics_pyfloat(buf, sizeof(buf), 100); /* not %g's shortest, "1e+02" */
+    LG_CHECK_STR(buf, "100.0");
+    metrics_pyfloat(buf, sizeof(buf), 30);
+    LG_CHECK_STR(buf, "30.0");
+    /* repr() itself (the engines' load reports write it without Go's exponent) */
+    lg_sim_py_repr(buf, sizeof(buf), 2097152);
+    LG_CHECK_STR(buf, "2097152.0");
+    lg_sim_py_repr(buf, sizeof(buf), 12.5);
+    LG_CHECK_STR(buf, "12.5");
+    lg_sim_py_repr(buf, sizeof(buf), 0.0001);
+    LG_CHECK_STR(buf, "0.0001");
+    lg_sim_py_repr(buf, sizeof(buf), 0.00123);
+    LG_CHECK_STR(buf, "0.00123");
+    lg_sim_py_repr(buf, sizeof(buf), 1.5e-05);
+    LG_CHECK_STR(buf, "1.5e-05");
+    lg_sim_py_repr(buf, sizeof(buf), 1e16);
+    LG_CHECK_STR(buf, "1e+16");
+    lg_sim_py_repr(buf, sizeof(buf), 1234567890123456.0);
+    LG_CHECK_STR(buf, "1234567890123456.0");
+    lg_sim_py_repr(buf, sizeof(buf), -2.5);
+    LG_CHECK_STR(buf, "-2.5");
+    lg_sim_py_repr(buf, sizeof(buf), 0.1 + 0.2);
+    LG_CHECK_STR(buf, "0.30000000000000004");
+    lg_sim_py_repr(buf, sizeof(buf), 1e22);
+    LG_CHECK_STR(buf, "1e+22");
 
     for (int f = LG_SIM_FLAVOR_VLLM; f <= LG_SIM_FLAVOR_LLAMACPP; f++) {
         out = evbuffer_new();

@@ -30,6 +30,7 @@
 #include "base/lg_core.h"
 #include "http/httphdr.h"
 #include "control.h"
+#include "load.h"
 #include "metrics.h"
 #include "sim.h"
 
@@ -101,10 +102,22 @@ conn_flush_close(struct lg_sim_conn *c)
     bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+/* An inference request leaves the replica's server_load (its response ended or its
+ * connection closed). */
+static void
+conn_unload(struct lg_sim_conn *c)
+{
+    if (c->in_load) {
+        c->in_load = false;
+        c->sim->server_load--;
+    }
+}
+
 /* The response is complete: read the next request or close. */
 static void
 conn_end_response(struct lg_sim_conn *c)
 {
+    conn_unload(c);
     conn_flush(c);
     lg_sim_request_free(&c->api);
     c->model = NULL;
@@ -237,6 +250,9 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     uint32_t max_tokens, tokens;
 
     sim->counters.requests++;
+    c->in_load = true;
+    sim->server_load++;
+    c->load_format = (uint8_t)lg_sim_load_format_of(&c->req);
     if (conn_status_fault(c) || !conn_parse_api(c, kind)) {
         return;
     }
@@ -275,8 +291,16 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     c->seq.park_until_ns = hold > 0 ? now + hold : 0;
     c->state = LG_SIM_CONN_ST_GENERATE;
     if (c->stream) {
-        /* as engines do: the head goes out at once, tokens follow as produced */
-        conn_head(c, 200, "text/event-stream", -1, "Cache-Control: no-cache\r\n");
+        char extra[256];
+
+        /* as engines do: the head goes out at once, tokens follow as produced; the load
+         * header (--endpoint-load-metrics all) says the engine's state before this one joins */
+        snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\n");
+        if (sim->conf->load_header == LG_SIM_LOAD_HEADER_ALL) {
+            lg_sim_load_header(sim, (enum lg_sim_load_format)c->load_format, extra + strlen(extra),
+                               sizeof(extra) - strlen(extra));
+        }
+        conn_head(c, 200, "text/event-stream", -1, extra);
         conn_flush(c);
     }
     lg_sim_engine_submit(&sim->engine, &c->seq);
@@ -309,8 +333,15 @@ conn_on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
                 lg_sim_conn_close(c);
                 return true;
             }
+            char extra[256] = "";
+
+            /* vLLM adds the load header to an answer that is not streamed, when it is done */
+            if (sim->conf->load_header != LG_SIM_LOAD_HEADER_OFF) {
+                lg_sim_load_header(sim, (enum lg_sim_load_format)c->load_format, extra,
+                                   sizeof(extra));
+            }
             lg_sim_api_body_completion(body, &c->resp);
-            conn_respond(c, 200, "application/json", body, NULL);
+            conn_respond(c, 200, "application/json", body, extra[0] ? extra : NULL);
             evbuffer_free(body);
         }
         return true;
@@ -378,6 +409,8 @@ conn_embed(struct lg_sim_conn *c)
     struct timeval tv;
 
     sim->counters.requests++;
+    c->in_load = true;
+    sim->server_load++;
     if (conn_status_fault(c) || !conn_parse_api(c, LG_SIM_API_EMBEDDING)) {
         return;
     }
@@ -428,6 +461,54 @@ conn_props(struct lg_sim_conn *c)
     conn_respond_json(c, json_pack("{s:{s:i},s:I,s:s,s:s}", "default_generation_settings", "n_ctx",
                                    0, "total_slots", (json_int_t)conf->slots, "model_path",
                                    conf->models[0].name, "build_info", "llmsim"));
+}
+
+/* vLLM's GET /load (--enable-server-load-tracking), SGLang's GET /v1/loads. */
+static void
+conn_load(struct lg_sim_conn *c)
+{
+    struct evbuffer *body;
+
+    if (!c->sim->conf->server_load_tracking) {
+        c->sim->counters.client_errors++;
+        conn_respond_error(c, 404, "NotFoundError", NULL, "no such endpoint", NULL);
+        return;
+    }
+    body = evbuffer_new();
+    if (body == NULL) {
+        lg_sim_conn_close(c);
+        return;
+    }
+    lg_sim_load_vllm(c->sim, body);
+    conn_respond(c, 200, "application/json", body, NULL);
+    evbuffer_free(body);
+}
+
+static void
+conn_loads(struct lg_sim_conn *c)
+{
+    struct evbuffer *body;
+    const char *query;
+    size_t qlen;
+    int status;
+
+    if (!c->sim->conf->v1_loads) {
+        c->sim->counters.client_errors++;
+        conn_respond_error(c, 404, "NotFoundError", NULL, "no such endpoint", NULL);
+        return;
+    }
+    body = evbuffer_new();
+    if (body == NULL) {
+        lg_sim_conn_close(c);
+        return;
+    }
+    query = lg_sim_httpreq_query(&c->req, &qlen);
+    status = lg_sim_load_sglang(c->sim, query, qlen, body);
+    if (status != 200) {
+        c->sim->counters.client_errors++;
+    }
+    conn_respond(c, status, "application/json", body, NULL);
+    evbuffer_free(body);
 }
 
 static void
@@ -557,6 +638,8 @@ conn_route(struct lg_sim_conn *c)
         { "/health", -1, conn_health },
         { "/metrics", -1, conn_metrics },
         { "/props", -1, conn_props },
+        { "/load", -1, conn_load },
+        { "/v1/loads", -1, conn_loads },
     };
     size_t len;
     const char *path = lg_sim_httpreq_path(&c->req, &len);
@@ -790,6 +873,7 @@ lg_sim_conn_close(struct lg_sim_conn *c)
     if (c->state == LG_SIM_CONN_ST_CLOSED) {
         return;
     }
+    conn_unload(c);
     if (c->seq.state != LG_SIM_SEQ_ST_IDLE) {
         lg_sim_engine_abort(&sim->engine, &c->seq);
     }

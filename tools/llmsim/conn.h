@@ -48,6 +48,8 @@ struct lg_sim_conn {
     bool keep_alive;
     bool embed_ready; /* embeddings computed, held by a stall */
     bool writing;     /* EV_WRITE on: the socket pushed back */
+    bool in_load;     /* counted in the replica's server_load until the response ends */
+    uint8_t load_format; /* enum lg_sim_load_format the request asked for */
 };
 
 /* Takes ownership of an accepted socket. */

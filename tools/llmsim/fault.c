@@ -255,9 +255,14 @@ lg_sim_fault_parse(const char *spec, struct lg_sim_fault *out, char *err, size_t
     } else if (strncmp(s, "crash@", 6) == 0) {
         f.kind = LG_SIM_FAULT_CRASH;
         s += 6;
-        rc = fault_time(&s, &f.start_ns) && *s == '\0'
-                 ? LG_OK
-                 : fault_fail(err, errlen, "expected crash@T");
+        if (!fault_time(&s, &f.start_ns)) {
+            rc = fault_fail(err, errlen, "expected crash@T[:reset]");
+        } else if (strcmp(s, ":reset") == 0) {
+            f.reset = true;
+            rc = LG_OK;
+        } else {
+            rc = *s == '\0' ? LG_OK : fault_fail(err, errlen, "expected crash@T[:reset]");
+        }
     } else if (strncmp(s, close_kw, sizeof(close_kw) - 1) == 0) {
         f.kind = LG_SIM_FAULT_CLOSE_AFTER_TOKENS;
         s += sizeof(close_kw) - 1;
@@ -336,7 +341,7 @@ lg_sim_fault_format(const struct lg_sim_fault *f, uint64_t origin_ns, char *buf,
         }
         break;
     case LG_SIM_FAULT_CRASH:
-        snprintf(buf, len, "crash@%s", t);
+        snprintf(buf, len, "crash@%s%s", t, f->reset ? ":reset" : "");
         break;
     case LG_SIM_FAULT_CLOSE_AFTER_TOKENS:
         snprintf(buf, len, "close-after-tokens:%u", f->tokens);
@@ -491,14 +496,18 @@ lg_sim_faults_status(const struct lg_sim_faults *fs, uint64_t now, int *status,
 }
 
 bool
-lg_sim_faults_crash_due(const struct lg_sim_faults *fs, uint64_t now)
+lg_sim_faults_crash_due(const struct lg_sim_faults *fs, uint64_t now, bool *reset)
 {
+    bool due = false;
+
+    *reset = false;
     for (size_t i = 0; i < fs->n; i++) {
         if (fs->list[i].kind == LG_SIM_FAULT_CRASH && now >= fs->list[i].start_ns) {
-            return true;
+            due = true;
+            *reset = *reset || fs->list[i].reset;
         }
     }
-    return false;
+    return due;
 }
 
 uint32_t

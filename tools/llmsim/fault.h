@@ -7,7 +7,8 @@
  *   slow@T:F[:D]                  F times slower from T, for D seconds (no D: for good)
  *   stall@T[:D]                   accept and read requests, answer nothing, emit no token
  *   status@T:CODE:D[:RETRY_AFTER] answer CODE (400..599) with Retry-After for D seconds
- *   crash@T                       exit(1) abruptly at T
+ *   crash@T[:reset]               exit(1) abruptly at T; with reset, every open connection
+ *                                 is reset (RST) instead of closed (FIN)
  *   close-after-tokens:N          close every generation's connection after N tokens
  *   stall-random:RATE:D           stalls (as stall@) that begin at random, RATE a second on
  *                                 average (Poisson), each D seconds long
@@ -50,6 +51,7 @@ struct lg_sim_fault {
     double rate;       /* stall-random: stalls a second */
     double prob;       /* stall-first: P */
     uint64_t hold_ns;  /* stall-random, stall-first: D */
+    bool reset;        /* crash: reset the open connections (RST) rather than close them */
     uint64_t seed;     /* random ones: set by the caller before lg_sim_faults_add() */
     uint64_t rng;      /* stall-random: the draws' state */
     uint64_t win_start_ns; /* stall-random: the current or next stall (CLOCK_MONOTONIC) */
@@ -83,7 +85,8 @@ bool lg_sim_faults_stalled(const struct lg_sim_faults *fs, uint64_t now);
 /* The status fault in effect (the latest added wins): its code and Retry-After seconds. */
 bool lg_sim_faults_status(const struct lg_sim_faults *fs, uint64_t now, int *status,
                           uint32_t *retry_after_s);
-bool lg_sim_faults_crash_due(const struct lg_sim_faults *fs, uint64_t now);
+/* A crash is due at now; *reset: one of those due asks for the connections reset. */
+bool lg_sim_faults_crash_due(const struct lg_sim_faults *fs, uint64_t now, bool *reset);
 /* Token count after which generations are cut; 0 = none. The smallest in effect wins. */
 uint32_t lg_sim_faults_close_after(const struct lg_sim_faults *fs, uint64_t now);
 /*

@@ -52,6 +52,9 @@ httpreq_on_message_begin(llhttp_t *p)
     r->url_len = 0;
     r->field_len = 0;
     r->field_expect = false;
+    r->field_load = false;
+    r->load_seen = false;
+    r->load_value_len = 0;
     r->expect_continue = false;
     r->continue_sent = false;
     r->in_body = false;
@@ -103,6 +106,11 @@ httpreq_on_header_field_complete(llhttp_t *p)
     struct lg_sim_httpreq *r = httpreq_of(p);
 
     r->field_expect = r->field_len == 6 && memcmp(r->field, "expect", 6) == 0;
+    r->field_load = !r->load_seen && r->field_len == 28
+                    && memcmp(r->field, "endpoint-load-metrics-format", 28) == 0;
+    if (r->field_load) {
+        r->load_value_len = 0;
+    }
     r->field_len = 0;
     return HPE_OK;
 }
@@ -115,6 +123,14 @@ httpreq_on_header_value(llhttp_t *p, const char *at, size_t len)
 
     if (rc != HPE_OK) {
         return rc;
+    }
+    if (r->field_load) {
+        for (size_t i = 0; i < len; i++) {
+            if (r->load_value_len < sizeof(r->load_value)) {
+                r->load_value[r->load_value_len] = at[i];
+            }
+            r->load_value_len++;
+        }
     }
     if (r->field_expect) {
         /* keep the value in `field` (free now): "100-continue" fits */
@@ -138,7 +154,11 @@ httpreq_on_header_value_complete(llhttp_t *p)
         && r->field_len == 12) {
         r->expect_continue = true;
     }
+    if (r->field_load) {
+        r->load_seen = true;
+    }
     r->field_expect = false;
+    r->field_load = false;
     r->field_len = 0;
     return httpreq_count_head(r, HTTPREQ_LINE_OVERHEAD);
 }
@@ -269,4 +289,17 @@ lg_sim_httpreq_path(const struct lg_sim_httpreq *r, size_t *len)
 
     *len = q ? (size_t)(q - r->url) : r->url_len;
     return r->url;
+}
+
+const char *
+lg_sim_httpreq_query(const struct lg_sim_httpreq *r, size_t *len)
+{
+    const char *q = memchr(r->url, '?', r->url_len);
+
+    if (q == NULL) {
+        *len = 0;
+        return "";
+    }
+    *len = r->url_len - (size_t)(q - r->url) - 1;
+    return q + 1;
 }

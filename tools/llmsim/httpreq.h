@@ -2,7 +2,8 @@
  * httpreq.h: llmsim's incremental HTTP/1.1 request reader (llhttp glue).
  *
  * Feed it bytes as they arrive; it stops at the end of each request (llhttp
- * paused) and holds the method, path, the few headers llmsim acts on and
+ * paused) and holds the method, path, the few headers llmsim acts on (Expect,
+ * vLLM's endpoint-load-metrics-format) and
  * the body, within the limits it was given. Bad input ends in an HTTP status
  * to answer (400, 413, 414, 431) and a reason.
  */
@@ -37,6 +38,10 @@ struct lg_sim_httpreq {
     char field[32];        /* current header name, lowercased, truncated */
     size_t field_len;
     bool field_expect;    /* current field is Expect */
+    bool field_load;      /* current field is endpoint-load-metrics-format (vLLM's ORCA) */
+    char load_value[12];  /* the first such field's value, truncated; valid once DONE */
+    size_t load_value_len; /* its whole length (0: none) */
+    bool load_seen;        /* the first such field was read: later ones are ignored */
     bool expect_continue; /* the client waits for 100 Continue */
     bool continue_sent;   /* set by the caller once it answered 100 Continue */
     bool keep_alive;      /* valid once DONE */
@@ -63,5 +68,8 @@ void lg_sim_httpreq_next(struct lg_sim_httpreq *r);
 
 /* The path without its query string, as a counted string. */
 const char *lg_sim_httpreq_path(const struct lg_sim_httpreq *r, size_t *len);
+
+/* The query string after '?' (without it), as a counted string; "" if none. */
+const char *lg_sim_httpreq_query(const struct lg_sim_httpreq *r, size_t *len);
 
 #endif /* LG_SIM_HTTPREQ_H */

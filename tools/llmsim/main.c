@@ -27,7 +27,8 @@ static const char llmsim_usage[] =
     "\n"
     "Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings,\n"
     "GET /v1/models, GET /health, GET /metrics, GET /props (llamacpp flavor: its\n"
-    "slots as total_slots); test control: GET /sim/state,\n"
+    "slots as total_slots), GET /load and GET /v1/loads (when asked, below); test\n"
+    "control: GET /sim/state,\n"
     "POST /sim/control {\"speed\": F, \"fault\": SPEC or [SPEC...], \"clear_faults\": true}.\n"
     "\n"
     "Server:\n"
@@ -48,6 +49,20 @@ static const char llmsim_usage[] =
     "  --max-header-bytes N        request head limit, 431 beyond (default 64 KiB)\n"
     "  --quiet                     log warnings and errors only\n"
     "  --log-level L               error, warn, info or debug (default info)\n"
+    "\n"
+    "Load reports (each in its engine's own format; off unless given):\n"
+    "  --endpoint-load-metrics M   answer vLLM's request header\n"
+    "                              endpoint-load-metrics-format: TEXT|JSON with an\n"
+    "                              endpoint-load-metrics response header (waiting\n"
+    "                              requests, KV use): off (default), vllm (answers\n"
+    "                              that are not streamed, as vLLM's server), all\n"
+    "                              (streamed answers too, in their head)\n"
+    "  --enable-server-load-tracking\n"
+    "                              answer vLLM's GET /load: {\"server_load\":N}, the\n"
+    "                              inference requests being served\n"
+    "  --v1-loads                  answer SGLang's GET /v1/loads (?include=,\n"
+    "                              ?dp_rank=): running, waiting, KV tokens and use,\n"
+    "                              throughput, per rank and aggregated\n"
     "\n"
     "Engine model (deterministic for a given --seed and arrival times):\n"
     "  --slots N                   sequences running at once; more wait in a FIFO\n"
@@ -131,7 +146,9 @@ static const char llmsim_usage[] =
     "                              an OpenAI-style error body and Retry-After: RETRY\n"
     "                              seconds (default: the rest of the window), for\n"
     "                              D seconds\n"
-    "  crash@T                     exit(1) abruptly at T, streams in flight included\n"
+    "  crash@T[:reset]             exit(1) abruptly at T, streams in flight included;\n"
+    "                              with :reset every open connection gets RST\n"
+    "                              (ECONNRESET), not a FIN\n"
     "  close-after-tokens:N        close the connection of every generation after\n"
     "                              N tokens, mid-stream, without the final chunk\n"
     "                              (generations of N tokens or fewer complete)\n"
@@ -177,6 +194,9 @@ enum {
     OPT_READY_FILE,
     OPT_QUIET,
     OPT_LOG_LEVEL,
+    OPT_LOAD_HEADER,
+    OPT_SERVER_LOAD,
+    OPT_V1_LOADS,
     OPT_HELP,
     OPT_VERSION,
 };
@@ -210,6 +230,9 @@ static const struct option llmsim_options[] = {
     { "state-shm", required_argument, NULL, OPT_STATE_SHM },
     { "ready-file", required_argument, NULL, OPT_READY_FILE },
     { "quiet", no_argument, NULL, OPT_QUIET },
+    { "endpoint-load-metrics", required_argument, NULL, OPT_LOAD_HEADER },
+    { "enable-server-load-tracking", no_argument, NULL, OPT_SERVER_LOAD },
+    { "v1-loads", no_argument, NULL, OPT_V1_LOADS },
     { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
     { "help", no_argument, NULL, OPT_HELP },
     { "version", no_argument, NULL, OPT_VERSION },
@@ -430,6 +453,19 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
                 fprintf(stderr, "llmsim: --text %s: expected position or context\n", optarg);
                 ok = false;
             }
+            break;
+        case OPT_LOAD_HEADER:
+            if (lg_sim_load_header_mode_parse(optarg, &conf->load_header) != LG_OK) {
+                fprintf(stderr, "llmsim: --endpoint-load-metrics %s: expected off, vllm or all\n",
+                        optarg);
+                ok = false;
+            }
+            break;
+        case OPT_SERVER_LOAD:
+            conf->server_load_tracking = true;
+            break;
+        case OPT_V1_LOADS:
+            conf->v1_loads = true;
             break;
         case OPT_ROLE_CHUNK:
             conf->role_chunk = true;

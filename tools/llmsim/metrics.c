@@ -87,16 +87,56 @@ metrics_shortest(char *buf, size_t len, double v)
     }
 }
 
+void
+lg_sim_py_repr(char *buf, size_t len, double v)
+{
+    char sci[40], digits[24];
+    const char *e;
+    size_t nd = 0;
+    int exp, p;
+
+    if (!isfinite(v)) {
+        snprintf(buf, len, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return;
+    }
+    /* the fewest significant digits that read back as v, in d.ddde+XX form */
+    for (p = 1; p <= 17; p++) {
+        snprintf(sci, sizeof(sci), "%.*e", p - 1, v);
+        if (strtod(sci, NULL) == v) {
+            break;
+        }
+    }
+    e = strchr(sci, 'e');
+    exp = atoi(e + 1);
+    for (const char *c = sci; c < e; c++) {
+        if (*c >= '0' && *c <= '9' && nd + 1 < sizeof(digits)) {
+            digits[nd++] = *c;
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0') {
+        nd--;
+    }
+    digits[nd] = '\0';
+    if (exp < -4 || exp >= 16) { /* repr(1e-05) "1e-05", repr(1e16) "1e+16" */
+        snprintf(buf, len, "%s%c%s%se%c%02d", v < 0 ? "-" : "", digits[0], nd > 1 ? "." : "",
+                 digits + 1, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    } else if (exp < 0) { /* 0.00123 */
+        snprintf(buf, len, "%s0.%.*s%s", v < 0 ? "-" : "", -exp - 1, "0000", digits);
+    } else if ((size_t)exp + 1 >= nd) { /* 120.0: the digits, zeros, ".0" */
+        snprintf(buf, len, "%s%s%.*s.0", v < 0 ? "-" : "", digits, (int)((size_t)exp + 1 - nd),
+                 "0000000000000000");
+    } else { /* 12.5 */
+        snprintf(buf, len, "%s%.*s.%s", v < 0 ? "-" : "", exp + 1, digits, digits + exp + 1);
+    }
+}
+
 /* prometheus_client's floatToGoString(): repr(), with Go's earlier switch to an exponent. */
 static void
 metrics_pyfloat(char *buf, size_t len, double v)
 {
     char *dot;
 
-    metrics_shortest(buf, len, v);
-    if (strpbrk(buf, ".e") == NULL) {
-        snprintf(buf + strlen(buf), len - strlen(buf), ".0"); /* repr(7.0) is "7.0" */
-    }
+    lg_sim_py_repr(buf, len, v);
     dot = strchr(buf, '.');
     if (v > 0 && dot != NULL && strchr(buf, 'e') == NULL && dot - buf > 6) {
         char digits[40];

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -112,6 +113,24 @@ lg_sim_fault_add_now(struct lg_sim *sim, const struct lg_sim_fault *spec)
     return rc;
 }
 
+/* Makes the kernel answer every open connection with RST when the process exits
+ * (SO_LINGER on with a zero timeout), as a crash that takes the host's sockets
+ * down with it does: the peer reads ECONNRESET, never a clean end. */
+static void
+sim_reset_conns(struct lg_sim *sim)
+{
+    const struct linger lin = { .l_onoff = 1, .l_linger = 0 };
+    struct lg_sim_conn *c;
+
+    TAILQ_FOREACH (c, &sim->conns, link) {
+        evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+        if (fd >= 0) {
+            (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
+        }
+    }
+}
+
 void
 lg_sim_faults_apply(struct lg_sim *sim)
 {
@@ -121,10 +140,15 @@ lg_sim_faults_apply(struct lg_sim *sim)
     bool stalled, failing;
     int status;
     uint32_t retry;
+    bool reset;
 
-    if (lg_sim_faults_crash_due(&sim->faults, now)) {
-        /* abrupt on purpose: no flush, no cleanup; the kernel resets the sockets */
-        LG_ERROR("crash fault: exiting with status 1");
+    if (lg_sim_faults_crash_due(&sim->faults, now, &reset)) {
+        /* abrupt on purpose: no flush, no cleanup; the kernel closes the sockets (FIN,
+         * or RST where a client's bytes lie unread), or with reset sends RST on each */
+        if (reset) {
+            sim_reset_conns(sim);
+        }
+        LG_ERROR("crash fault: exiting with status 1%s", reset ? ", connections reset" : "");
         _exit(1);
     }
     lg_sim_faults_prune(&sim->faults, now);
@@ -291,6 +315,7 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
     memset(sim, 0, sizeof(*sim));
     sim->conf = conf;
     sim->start_ns = lg_now_ns();
+    sim->loads_prev_ns = sim->start_ns;
     sim->base_speed = sim->speed = conf->speed;
     sim->exit_code = 1;
     TAILQ_INIT(&sim->conns);

@@ -46,6 +46,8 @@ const OPTIONS = {
     "ready-file": { def: "", help: "file: the ready line is also written there once serving" },
     "replica-header": { def: "", help: "response header naming this replica (--name) in every answer" },
     quiet: { def: false, flag: true, help: "no per-request log lines" },
+    "endpoint-load-metrics": { def: "off", help: "vLLM's load header on request (endpoint-load-metrics-format: TEXT|JSON): off, vllm (answers not streamed) or all (stream heads too)" },
+    "enable-server-load-tracking": { def: false, flag: true, help: "vLLM's GET /load: {\"server_load\":N}, the requests being served" },
 };
 
 function usage(msg) {
@@ -75,6 +77,9 @@ function parseArgs(argv) {
         }
     }
     if (!["q8_0", "f16", "f32"].includes(opt.weights)) usage(`--weights: ${opt.weights}?`);
+    if (!["off", "vllm", "all"].includes(opt["endpoint-load-metrics"])) {
+        usage(`--endpoint-load-metrics: ${opt["endpoint-load-metrics"]}? (off, vllm or all)`);
+    }
     const m = /^(.*):(\d+)$/.exec(opt.listen);
     if (!m) usage(`--listen: ${JSON.stringify(opt.listen)} is not HOST:PORT`);
     opt.host = m[1].replace(/^\[|\]$/g, "");
@@ -257,6 +262,39 @@ function metricsText() {
     m.t_tokens_generation = 0;
     return out;
 }
+
+// ---- load reports in vLLM's formats (tests/fixtures/engines/vllm/SOURCES.md) ----
+
+// Python's repr() of a float: 3.0, 0.25, 1.5e-05, 1e+16
+function pyRepr(v) {
+    if (Number.isInteger(v) && Math.abs(v) < 1e16) return v.toFixed(1);
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 1e-4 || a >= 1e16)) {
+        const [mant, e] = v.toExponential().split("e");
+        const n = +e;
+        return `${mant}e${n < 0 ? "-" : "+"}${String(Math.abs(n)).padStart(2, "0")}`;
+    }
+    return String(v);
+}
+
+// vLLM's create_orca_header(): the waiting requests and the KV use (as
+// /metrics' requests_deferred and kv_cache_usage_ratio hold them now), for
+// a request's endpoint-load-metrics-format: TEXT or JSON in any case; null
+// for anything else, as vLLM writes no header then.
+function loadHeader(req) {
+    const fmt = String(req.headers["endpoint-load-metrics-format"] || "").trim().toLowerCase();
+    const waiting = pyRepr(queue.length);
+    const kv = pyRepr(kvCells() / (opt.ctx * opt.sequences));
+    if (fmt === "text") {
+        return `TEXT named_metrics.num_requests_waiting=${waiting}, named_metrics.kv_cache_usage_perc=${kv}`;
+    }
+    if (fmt === "json") {
+        return `JSON {"named_metrics": {"num_requests_waiting": ${waiting}, "kv_cache_usage_perc": ${kv}}}`;
+    }
+    return null;
+}
+
+let serverLoad = 0;  // vLLM's server_load_metrics: inference requests being served
 
 // ---- slots and the queue ----------------------------------------------------
 
@@ -480,8 +518,12 @@ function handleCompletion(req, res, body, chat) {
     const sse = (data) => res.write(`data: ${data}\n\n`);
     let text = "";
     replicaHeader(res);
+    const loadMode = opt["endpoint-load-metrics"];
     if (stream) {
-        res.writeHead(200, { "Content-Type": "text/event-stream" });
+        const head = { "Content-Type": "text/event-stream" };
+        const load = loadMode === "all" ? loadHeader(req) : null;
+        if (load) head["endpoint-load-metrics"] = load;
+        res.writeHead(200, head);
         if (chat) sse(chunk([{ finish_reason: null, index: 0, delta: { role: "assistant", content: null } }]));
         job.token = (piece) => {
             if (!piece) return;
@@ -502,6 +544,9 @@ function handleCompletion(req, res, body, chat) {
             const choice = chat
                 ? { finish_reason: finish, index: 0, message: { role: "assistant", content: text } }
                 : { text, index: 0, logprobs: null, finish_reason: finish };
+            // vLLM's: made once the answer is done, on answers that are not streamed
+            const load = loadMode !== "off" ? loadHeader(req) : null;
+            if (load) res.setHeader("endpoint-load-metrics", load);
             sendJson(res, 200, { choices: [choice], created, model: modelName,
                                  system_fingerprint: fingerprint,
                                  object: chat ? "chat.completion" : "text_completion",
@@ -560,6 +605,13 @@ const server = http.createServer(async (req, res) => {
                                  "Content-Length": Buffer.byteLength(body) });
             return res.end(body);
         }
+        if (req.method === "GET" && url === "/load" && opt["enable-server-load-tracking"]) {
+            // vLLM's GET /load (Starlette's JSONResponse: compact)
+            const body = `{"server_load":${serverLoad}}`;
+            res.writeHead(200, { "Content-Type": "application/json",
+                                 "Content-Length": Buffer.byteLength(body) });
+            return res.end(body);
+        }
         if (req.method === "GET" && url === "/props") {
             // llama.cpp's server properties: the slots it runs at once among them
             return sendJson(res, 200, {
@@ -576,6 +628,9 @@ const server = http.createServer(async (req, res) => {
         const cmpl = url === "/v1/completions" || url === "/completions";
         if (chat || cmpl) {
             if (req.method !== "POST") return sendError(res, 405, "use POST");
+            // vLLM's load_aware_call: counted until the answer is sent, or its client leaves
+            serverLoad++;
+            res.on("close", () => { serverLoad--; });
             const raw = await readBody(req);
             let body;
             try {
