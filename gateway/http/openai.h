@@ -21,7 +21,10 @@ struct lg_openai_req {
     bool greedy;                  /* "temperature": 0 (greedy decoding) */
     bool seeded;                  /* "seed": an integer (sampling that repeats) */
     int64_t n;                    /* "n", choices asked for; 1 when absent */
-    const char *code;             /* static, on LG_EINVAL: "invalid_json" or "duplicate_key" */
+    int status;                   /* on failure, the HTTP status to answer: 400 (LG_EINVAL),
+                                     413 or 503 (LG_ENOMEM) */
+    const char *code;             /* static, on failure: "invalid_json", "duplicate_key",
+                                     "too_many_values" or "out_of_memory" */
     const char *param;            /* static, on LG_EINVAL: the field at fault (OpenAI's "param");
                                      NULL: the body as a whole */
     uint32_t choices;             /* the larger of `n` and `best_of`: 1 when both are absent
@@ -39,6 +42,10 @@ struct lg_openai_req {
  * type of a known field, or a field the gateway reads given twice
  * (duplicate_key: model, messages, max_tokens, max_completion_tokens,
  * stream, stream_options, prompt, input, user).
+ * Or LG_ENOMEM, the whole body checked or not: more values the gateway
+ * reads than LG_JSONSCAN_MAX_TOKS (413, too_many_values), or no memory for
+ * the scan (503, out_of_memory); out->status says which. Nothing the body
+ * holds makes the scan allocate more than that bound.
  * A missing model is not an error here: out->model is "".
  */
 int lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_req *out,

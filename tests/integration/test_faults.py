@@ -316,6 +316,44 @@ class FaultsTest(Harness):
         self.assertLess(min(faults), 0.25 * 8 * 20, "page faults in bursts of 160 requests: %s"
                         % faults)
 
+    @unittest.skipIf(harness.VALGRIND or harness.SANITIZED,
+                     "valgrind and the sanitizers bring their own allocator")
+    def test_a_body_of_values_nobody_reads_costs_only_itself(self):
+        # {"model":"m","x":[0,0,...]} at the 16 MiB limit: a tape of every
+        # value (16 bytes each) took 128 MiB for it, and a failed allocation
+        # aborted the gateway. The scan keeps what the gateway reads: the
+        # peak grows by about the body held, and the body still reaches the
+        # backend whole.
+        gwp, gw = self.hash_gateway()
+
+        def hwm_kib():
+            with open("/proc/%d/status" % gwp.pid) as f:
+                return int(next(ln for ln in f if ln.startswith("VmHWM:")).split()[1])
+
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        self.assertEqual(status, 200)
+        before = hwm_kib()
+        head = b'{"model":"m","x":['
+        data = head + b"0," * ((16 * 1024 * 1024 - len(head) - 3) // 2) + b"0]}"
+        status, _, raw = http_request(gw, "POST", "/v1/chat/completions", data)
+        self.assertEqual(status, 200, raw[:300])
+        self.assertIn(hashlib.sha256(data).hexdigest().encode(), raw)
+        grown = hwm_kib() - before
+        print("peak RSS grew by %.1f MiB for a %.1f MiB body" % (grown / 1024, len(data) / 2**20))
+        self.assertLess(grown, 64 * 1024)
+        # past what the scan may keep (2^20 values read: prompts here): 413,
+        # that request alone
+        data = b'{"model":"m","prompt":[' + b'"",' * (1 << 20) + b'""]}'
+        status, _, raw = http_request(gw, "POST", "/v1/completions", data)
+        self.assertEqual(status, 413, raw[:300])
+        obj = json.loads(raw)
+        self.assertEqual(obj["error"]["code"], "too_many_values")
+        self.assertEqual(obj["error"]["type"], "invalid_request_error")
+        self.assertIn("more than 1048576 values the gateway reads", obj["error"]["message"])
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        self.assertEqual(status, 200)
+        self.assertIsNone(gwp.p.poll())
+
     def test_malformed_response_is_retried_elsewhere(self):
         _, bad = self.tiny("garbage")
         ports = self.replicas([("good", ["m"], FAST)])
