@@ -71,7 +71,8 @@ enum {
     OPENAI_F_INPUT,
     OPENAI_F_USER,
     OPENAI_F_ONCE,
-    OPENAI_F_TEMPERATURE = OPENAI_F_ONCE,
+    OPENAI_F_MIN_TOKENS = OPENAI_F_ONCE, /* serve/resume.c lowers it on a continuation */
+    OPENAI_F_TEMPERATURE,
     OPENAI_F_SEED,
     OPENAI_F_N,
     OPENAI_F_BEST_OF,
@@ -88,6 +89,7 @@ static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
     [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
     [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
     [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
+    [OPENAI_F_MIN_TOKENS] = LG_JSONSCAN_KEY("min_tokens"),
     [OPENAI_F_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
     [OPENAI_F_SEED] = LG_JSONSCAN_KEY("seed"),
     [OPENAI_F_N] = LG_JSONSCAN_KEY("n"),
@@ -264,6 +266,32 @@ openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t er
 }
 
 /*
+ * A token count (max_tokens, max_completion_tokens, min_tokens): absent or
+ * null leaves *n alone; else an integer within 0..LG_OPENAI_TOKENS_MAX, or
+ * the body is refused naming field k. Unchecked, a count near INT64_MIN
+ * would overflow where a continuation subtracts what was delivered.
+ */
+static int
+openai_read_tokens(const struct lg_jsonscan *s, const uint32_t *f, size_t k, int64_t *n,
+                   struct lg_openai_req *out, char *err, size_t errlen)
+{
+    uint32_t v = f[k];
+    int64_t x;
+
+    if (lg_jsonscan_is_null(s, v)) {
+        return LG_OK;
+    }
+    if (LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_INT || (x = openai_int_tok(s, v)) < 0
+        || x > LG_OPENAI_TOKENS_MAX) {
+        return openai_refuse(out, openai_fields[k].name, err, errlen,
+                             "\"%s\" must be an integer from 0 to %d", openai_fields[k].name,
+                             LG_OPENAI_TOKENS_MAX);
+    }
+    *n = x;
+    return LG_OK;
+}
+
+/*
  * What a duplicate would cost (serve/hedge.c): the choices asked for and
  * whether the completion is stored. A body naming one twice is not refused
  * (the gateway does not route on them): it is taken at its costliest
@@ -289,6 +317,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
 {
     struct openai_prefix pre = { .left = prefix_bytes };
     uint32_t f[OPENAI_F_COUNT], second[OPENAI_F_COUNT], v, dup = 0;
+    int64_t max_tokens = -1, max_completion_tokens = -1, min_tokens = 0;
     size_t k;
 
     lg_hstream_init(&pre.hash);
@@ -338,22 +367,16 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
 
         out->include_usage = iu != 0 && LG_JSONSCAN_T(s, iu)->type == LG_JSONSCAN_TRUE;
     }
-    v = f[OPENAI_F_MAX_COMPLETION_TOKENS];
-    k = OPENAI_F_MAX_COMPLETION_TOKENS;
-    if (lg_jsonscan_is_null(s, v)) {
-        v = f[OPENAI_F_MAX_TOKENS];
-        k = OPENAI_F_MAX_TOKENS;
+    /* each checked, though max_completion_tokens (when not null) is the one read: a
+     * continuation lowers them all (serve/resume.c) */
+    if (openai_read_tokens(s, f, OPENAI_F_MAX_TOKENS, &max_tokens, out, err, errlen) != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MAX_COMPLETION_TOKENS, &max_completion_tokens, out,
+                              err, errlen)
+               != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MIN_TOKENS, &min_tokens, out, err, errlen) != LG_OK) {
+        return LG_EINVAL;
     }
-    if (!lg_jsonscan_is_null(s, v)) {
-        if (LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT) {
-            out->max_tokens = openai_int_tok(s, v);
-        }
-        if (LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_INT || out->max_tokens < 0) {
-            out->max_tokens = -1;
-            return openai_refuse(out, openai_fields[k].name, err, errlen,
-                                 "\"%s\" must be a non-negative integer", openai_fields[k].name);
-        }
-    }
+    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens : max_tokens;
     openai_read_sampling(s, f, out);
 
     v = f[OPENAI_F_MESSAGES];

@@ -10,12 +10,15 @@
 struct evbuffer;
 
 #define LG_MODEL_MAX 256
+/* The largest token count a body may ask for (max_tokens, max_completion_tokens, min_tokens). */
+#define LG_OPENAI_TOKENS_MAX 2147483647
 
 struct lg_openai_req {
     char model[LG_MODEL_MAX + 1]; /* "" when absent */
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
-    int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
+    int64_t max_tokens;           /* max_completion_tokens, else max_tokens (both checked
+                                     within 0..LG_OPENAI_TOKENS_MAX); -1 = absent */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
     uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
     bool greedy;                  /* "temperature": 0 (greedy decoding) */
@@ -39,9 +42,9 @@ struct lg_openai_req {
  * reads the evbuffer's extents). The body is left untouched.
  * Returns LG_OK, or LG_EINVAL with a human message in err, out->code and
  * out->param set: malformed JSON (with its position), not an object, wrong
- * type of a known field, or a field the gateway reads given twice
- * (duplicate_key: model, messages, max_tokens, max_completion_tokens,
- * stream, stream_options, prompt, input, user).
+ * type of a known field, a token count out of range, or a field the gateway
+ * reads given twice (duplicate_key: model, messages, max_tokens,
+ * max_completion_tokens, stream, stream_options, prompt, input, user).
  * Or LG_ENOMEM, the whole body checked or not: more values the gateway
  * reads than LG_JSONSCAN_MAX_TOKS (413, too_many_values), or no memory for
  * the scan (503, out_of_memory); out->status says which. Nothing the body

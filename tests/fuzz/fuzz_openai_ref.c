@@ -188,6 +188,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     struct ref_prefix pre = { .left = prefix_bytes };
     json_error_t jerr;
     json_t *root, *v;
+    static const char *const counts[] = { "max_tokens", "max_completion_tokens", "min_tokens" };
     const char *mt = "max_completion_tokens";
     int rc = LG_EINVAL;
 
@@ -227,16 +228,22 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     if (json_is_object(v)) {
         out->include_usage = json_is_true(json_object_get(v, "include_usage"));
     }
-    v = json_object_get(root, mt);
-    if (v == NULL || json_is_null(v)) {
-        mt = "max_tokens";
-        v = json_object_get(root, mt);
-    }
-    if (v != NULL && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            out->param = mt;
+    /* every token count in 0..LG_OPENAI_TOKENS_MAX, in this order; the one
+     * read: max_completion_tokens unless it is null */
+    for (size_t k = 0; k < LG_ARRAY_SIZE(counts); k++) {
+        v = json_object_get(root, counts[k]);
+        if (v != NULL && !json_is_null(v)
+            && (!json_is_integer(v) || json_integer_value(v) < 0
+                || json_integer_value(v) > LG_OPENAI_TOKENS_MAX)) {
+            out->param = counts[k];
             goto out;
         }
+    }
+    v = json_object_get(root, mt);
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_tokens");
+    }
+    if (v != NULL && !json_is_null(v)) {
         out->max_tokens = json_integer_value(v);
     }
     v = json_object_get(root, "temperature");

@@ -243,6 +243,29 @@ test_duplicate_keys(void)
     return 0;
 }
 
+/* Token counts: 0 to 2^31 - 1 pass; max_completion_tokens, when not null, is the one read. */
+static int
+test_token_counts(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"max_tokens\":2147483647,\"min_tokens\":2147483647}", 0, &r, err)
+             == LG_OK);
+    LG_CHECK(r.max_tokens == 2147483647);
+    LG_CHECK(inspect("{\"max_tokens\":0,\"min_tokens\":0}", 0, &r, err) == LG_OK);
+    LG_CHECK(r.max_tokens == 0);
+    LG_CHECK(inspect("{\"max_tokens\":7,\"max_completion_tokens\":64}", 0, &r, err) == LG_OK);
+    LG_CHECK(r.max_tokens == 64);
+    LG_CHECK(inspect("{\"max_tokens\":7,\"max_completion_tokens\":null,\"min_tokens\":null}", 0,
+                     &r, err)
+             == LG_OK);
+    LG_CHECK(r.max_tokens == 7);
+    /* min_tokens may repeat (the last read, as jansson and the continuation read it) */
+    LG_CHECK(inspect("{\"min_tokens\":-1,\"min_tokens\":2}", 0, &r, err) == LG_OK);
+    return 0;
+}
+
 static int
 test_refused(void)
 {
@@ -268,10 +291,23 @@ test_refused(void)
         { "{\"a\":1e400}", "real number out of range", NULL },
         { "{\"model\":7}", "\"model\" must be a string", "model" },
         { "{\"stream\":\"yes\"}", "\"stream\" must be a boolean", "stream" },
-        { "{\"max_tokens\":-1}", "\"max_tokens\" must be a non-negative integer", "max_tokens" },
-        { "{\"max_tokens\":1.0}", "non-negative integer", "max_tokens" },
+        { "{\"max_tokens\":-1}", "\"max_tokens\" must be an integer from 0 to 2147483647",
+          "max_tokens" },
+        { "{\"max_tokens\":1.0}", "must be an integer from 0", "max_tokens" },
         { "{\"max_tokens\":1,\"max_completion_tokens\":\"2\"}",
-          "\"max_completion_tokens\" must be a non-negative integer", "max_completion_tokens" },
+          "\"max_completion_tokens\" must be an integer from 0 to 2147483647",
+          "max_completion_tokens" },
+        /* each token count is checked, the one read or not: a continuation
+         * subtracts what was delivered from each */
+        { "{\"max_completion_tokens\":64,\"max_tokens\":-9223372036854775808}",
+          "\"max_tokens\" must be an integer from 0", "max_tokens" },
+        { "{\"max_tokens\":64,\"max_completion_tokens\":2147483648}",
+          "\"max_completion_tokens\" must be an integer from 0", "max_completion_tokens" },
+        { "{\"max_tokens\":9223372036854775807}", "must be an integer from 0", "max_tokens" },
+        { "{\"max_tokens\":64,\"min_tokens\":-9223372036854775808}",
+          "\"min_tokens\" must be an integer from 0 to 2147483647", "min_tokens" },
+        { "{\"min_tokens\":\"1\"}", "\"min_tokens\" must be an integer", "min_tokens" },
+        { "{\"min_tokens\":3,\"min_tokens\":2147483648}", "\"min_tokens\" must be", "min_tokens" },
     };
     struct lg_openai_req r;
     char err[256];
@@ -477,4 +513,5 @@ test_long_strings(void)
 }
 
 LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_duplicate_keys,
-             test_refused, test_limits, test_long_strings, test_sampling_fields, test_tape_bound)
+             test_refused, test_limits, test_long_strings, test_sampling_fields, test_tape_bound,
+             test_token_counts)
