@@ -31,6 +31,10 @@ SLOWER = ["--decode-ms", "20", "--decode-ms-per-seq", "0", "--prefill-us-per-tok
 #   hash     answers with the SHA-256 of the request body as the content.
 #   cut      as hash for the first request of each connection; of the next
 #            one it reads 64 KiB and closes (unread bytes: a reset).
+#   conncl   names its framing in Connection, on a keep-alive connection:
+#            Content-Length (its only framing) on odd answers, Transfer-Encoding
+#            and Content-Length on a chunked one on even answers; the content
+#            says which answer of its connection it was.
 TINY_BACKEND = r"""
 import hashlib, socket, sys, threading
 mode = sys.argv[1]
@@ -79,6 +83,22 @@ def serve(c):
     while True:
         if mode == "cut" and served == 1:
             return cut(c, buf)
+        if mode == "conncl":
+            head, buf = read_request(c, buf)
+            if head is None:
+                break
+            served += 1
+            body = BODY.replace(b'"content":"ok"', b'"content":"answer %d"' % served)
+            if served % 2:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Connection: Content-Length\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body)
+            else:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Connection: transfer-encoding, CONTENT-LENGTH\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                          % (len(body), body))
+            continue
         if mode in ("hash", "cut"):
             head, buf = read_request(c, buf)
             if head is None:
@@ -352,6 +372,56 @@ class FaultsTest(Harness):
         self.assertIn("more than 1048576 values the gateway reads", obj["error"]["message"])
         status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
         self.assertEqual(status, 200)
+        self.assertIsNone(gwp.p.poll())
+
+    def test_framing_named_in_connection_still_frames_the_response(self):
+        # A backend's Connection header named Content-Length, its answer's
+        # only framing: dropped as hop-by-hop, the client got a keep-alive 200
+        # with no length and hung (or read its next answer as this body).
+        # Framing is never a connection option: the answer keeps its
+        # Content-Length (a chunked one is chunked again), and the client's
+        # connection serves the next request.
+        _, port = self.tiny("conncl")
+        conf = self.base_config([{"name": "t", "url": "http://127.0.0.1:%d" % port,
+                                  "models": ["m"]}], workers=1,
+                                health={"interval": "1h", "scrape_interval": 0,
+                                        "eject_consecutive": 0})
+        gwp, gw = self.start_gateway(conf)
+        data = json.dumps(chat_body()).encode()
+        req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data)
+               + data)
+        s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+        f = s.makefile("rb")
+        for i in range(1, 5):
+            s.sendall(req)
+            status = f.readline()
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            hdrs = {}
+            while True:
+                line = f.readline()
+                self.assertTrue(line, "connection closed in the head of answer %d" % i)
+                if line == b"\r\n":
+                    break
+                k, _, v = line.decode().partition(":")
+                hdrs[k.strip().lower()] = v.strip()
+            self.assertNotIn("connection", hdrs)  # keep-alive: the client's to reuse
+            if i % 2:
+                self.assertNotIn("transfer-encoding", hdrs)
+                body = f.read(int(hdrs["content-length"]))
+            else:
+                self.assertEqual(hdrs.get("transfer-encoding"), "chunked")
+                self.assertNotIn("content-length", hdrs)
+                body = b""
+                while True:
+                    n = int(f.readline().split(b";")[0], 16)
+                    chunk = f.read(n + 2)
+                    if n == 0:
+                        break
+                    body += chunk[:-2]
+            obj = json.loads(body)
+            self.assertEqual(obj["choices"][0]["message"]["content"], "answer %d" % i)
+        s.close()
         self.assertIsNone(gwp.p.poll())
 
     def test_malformed_response_is_retried_elsewhere(self):
