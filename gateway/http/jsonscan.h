@@ -72,7 +72,7 @@ struct lg_jsonscan_key {
 struct lg_jsonscan_want {
     const struct lg_jsonscan_key *keys;        /* object: the members recorded */
     const struct lg_jsonscan_want *const *sub; /* object: per key, what of its value; or NULL */
-    uint32_t nkeys;                            /* at most LG_JSONSCAN_NO_KEY */
+    uint32_t nkeys;                            /* fewer than LG_JSONSCAN_NO_KEY */
     uint32_t elem_types;                       /* array: LG_JSONSCAN_M() of the types recorded */
     const struct lg_jsonscan_want *elem;       /* array: what of each element recorded */
 };

@@ -336,13 +336,12 @@ class FaultsTest(Harness):
         self.assertLess(min(faults), 0.25 * 8 * 20, "page faults in bursts of 160 requests: %s"
                         % faults)
 
-    @unittest.skipIf(harness.VALGRIND or harness.SANITIZED,
-                     "valgrind and the sanitizers bring their own allocator")
     def test_a_body_of_values_nobody_reads_costs_only_itself(self):
         # {"model":"m","x":[0,0,...]} at the 16 MiB limit: a tape of every
         # value (16 bytes each) took 128 MiB for it, and a failed allocation
         # aborted the gateway. The scan keeps what the gateway reads: the
-        # peak grows by about the body held, and the body still reaches the
+        # peak grows by about the body held (not measured under valgrind or
+        # a sanitizer: their allocators), and the body still reaches the
         # backend whole.
         gwp, gw = self.hash_gateway()
 
@@ -360,7 +359,8 @@ class FaultsTest(Harness):
         self.assertIn(hashlib.sha256(data).hexdigest().encode(), raw)
         grown = hwm_kib() - before
         print("peak RSS grew by %.1f MiB for a %.1f MiB body" % (grown / 1024, len(data) / 2**20))
-        self.assertLess(grown, 64 * 1024)
+        if not (harness.VALGRIND or harness.SANITIZED):
+            self.assertLess(grown, 64 * 1024)
         # past what the scan may keep (2^20 values read: prompts here): 413,
         # that request alone
         data = b'{"model":"m","prompt":[' + b'"",' * (1 << 20) + b'""]}'
