@@ -8,7 +8,8 @@
  * input byte, and with three prefix lengths.
  * One deliberate difference: jansson's stream reader drops a NUL byte that
  * follows a token it had to push back ("1\0," reads as "1,"); the scanner
- * refuses every raw NUL, as RFC 8259 does. Bodies with one must be refused.
+ * refuses every raw NUL, as RFC 8259 does. Bodies with one must be refused
+ * (the reference is not asked about them).
  * Duplicate top-level keys the gateway reads are refused by both, naming the
  * same key: the reference finds them by reading the object's members one at
  * a time with jansson (ref_duplicate), not from the scanner's tape.
@@ -360,7 +361,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t off = 0, step = 1 + seed % 13;
         int rca, rcb;
 
-        rcb = ref_inspect(body, len, prefixes[k], &want);
+        /* with a NUL, jansson may accept what its member-by-member reading
+         * (ref_duplicate) then cannot: the scanner must refuse it, no more */
+        rcb = has_nul ? LG_EINVAL : ref_inspect(body, len, prefixes[k], &want);
         rca = lg_openai_inspect_mem(body, len, prefixes[k], &got, err, sizeof(err));
         check_same(&got, rca, &want, rcb, "contiguous", prefixes[k], err, has_nul);
         /* chains of step, 2*step, 3*step... bytes (evbuffer_add_reference keeps them apart) */
