@@ -138,7 +138,8 @@ resume_send(struct lg_resume *r, size_t n)
     struct lg_request *req = &r->c->req;
     struct evbuffer *out = bufferevent_get_output(r->c->bev);
     size_t staged = LG_MIN(evbuffer_get_length(r->stage), n);
-    const char *p = r->at + (r->front + staged - r->span); /* the rest, in the read */
+    /* the rest, in the read (none: NULL + 0 is undefined) */
+    const char *p = r->at != NULL ? r->at + (r->front + staged - r->span) : NULL;
     char small[RESUME_SMALL + LG_HTTP_CHUNK_HEAD_MAX + 2];
     size_t k = 0;
 
