@@ -35,6 +35,9 @@ SLOWER = ["--decode-ms", "20", "--decode-ms-per-seq", "0", "--prefill-us-per-tok
 #            Content-Length (its only framing) on odd answers, Transfer-Encoding
 #            and Content-Length on a chunked one on even answers; the content
 #            says which answer of its connection it was.
+#   bodiless answers its odd requests (counted over all its connections) with
+#            a 204 that says Transfer-Encoding: chunked, and in a chunk a whole
+#            response of its own ("smuggled"); its even ones as hash does.
 TINY_BACKEND = r"""
 import hashlib, socket, sys, threading
 mode = sys.argv[1]
@@ -64,6 +67,7 @@ def read_request(c, buf):
     LAST[0] = rest[:n]
     return head, rest[n:]
 LAST = [b""]
+ANSWERED = [0]
 
 def cut(c, buf):
     while b"\r\n\r\n" not in buf or len(buf.partition(b"\r\n\r\n")[2]) < 65536:
@@ -83,6 +87,20 @@ def serve(c):
     while True:
         if mode == "cut" and served == 1:
             return cut(c, buf)
+        if mode == "bodiless":
+            head, buf = read_request(c, buf)
+            if head is None:
+                break
+            ANSWERED[0] += 1
+            if ANSWERED[0] % 2:
+                fake = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(BODY)
+                        + BODY.replace(b'"content":"ok"', b'"content":"smuggled"'))
+                c.sendall(b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"%x\r\n%s\r\n0\r\n\r\n" % (len(fake), fake))
+            else:
+                answer(c, hashlib.sha256(LAST[0]).hexdigest().encode())
+            continue
         if mode == "conncl":
             head, buf = read_request(c, buf)
             if head is None:
@@ -422,6 +440,49 @@ class FaultsTest(Harness):
             obj = json.loads(body)
             self.assertEqual(obj["choices"][0]["message"]["content"], "answer %d" % i)
         s.close()
+        self.assertIsNone(gwp.p.poll())
+
+    def test_no_body_after_a_204_whatever_its_head_says(self):
+        # A 204 (like a 304 or a 1xx) ends at its empty line (RFC 9112 6.3);
+        # llhttp read a body after it when its head said chunked, and the
+        # gateway relayed that body after a head that has none: an HTTP/1.0
+        # client got a whole response of the backend's making as the answer
+        # to its next request. The 204 goes out without framing, the bytes
+        # after it are not relayed (that backend connection is closed), and
+        # the next request gets its own answer; for HTTP/1.1 clients too.
+        _, port = self.tiny("bodiless")
+        conf = self.base_config([{"name": "t", "url": "http://127.0.0.1:%d" % port,
+                                  "models": ["m"]}], workers=1,
+                                health={"interval": "1h", "scrape_interval": 0,
+                                        "eject_consecutive": 0})
+        gwp, gw = self.start_gateway(conf)
+        data = json.dumps(chat_body()).encode()
+        for version in (b"1.0", b"1.1"):
+            req = (b"POST /v1/chat/completions HTTP/%s\r\nHost: x\r\nConnection: keep-alive\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (version, len(data)) + data)
+            s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+            f = s.makefile("rb")
+            for want in (204, 200):
+                s.sendall(req)
+                status = f.readline()
+                hdrs = {}
+                while True:
+                    line = f.readline()
+                    self.assertTrue(line, "connection closed in a head")
+                    if line == b"\r\n":
+                        break
+                    k, _, v = line.decode().partition(":")
+                    hdrs[k.strip().lower()] = v.strip()
+                self.assertTrue(status.startswith(b"HTTP/1.1 %d" % want), (version, status))
+                if want == 204:
+                    self.assertNotIn("transfer-encoding", hdrs)
+                    self.assertNotIn("content-length", hdrs)
+                    continue
+                obj = json.loads(f.read(int(hdrs["content-length"])))
+                self.assertEqual(obj["choices"][0]["message"]["content"],
+                                 hashlib.sha256(data).hexdigest(), version)
+            s.close()
         self.assertIsNone(gwp.p.poll())
 
     def test_malformed_response_is_retried_elsewhere(self):
