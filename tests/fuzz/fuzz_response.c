@@ -16,8 +16,9 @@
  *
  * Checks: no crash, no leak, no client left behind; whatever the client gets
  * starts as an HTTP response of its version, and parses as responses
- * (llhttp, strict) each of which is framed (Content-Length, chunked) or says
- * Connection: close: a keep-alive response without framing leaves the client
+ * (llhttp, strict; it may be cut anywhere, but nothing may follow a point
+ * where it stops parsing) each of which is framed (Content-Length, chunked)
+ * or says Connection: close: a keep-alive response without framing leaves the client
  * waiting for an end that never comes, or reading its next answer as this
  * body (as when a backend's Connection header named Content-Length).
  * fuzz/response.dict holds what such hostile heads are made of.
@@ -47,20 +48,32 @@ fs_on_headers_complete(llhttp_t *p)
     return 0;
 }
 
-/* Parses what the client got; it may end anywhere (a cut), but not break framing. */
+/*
+ * Parses what the client got. It may end anywhere, a cut, even inside a
+ * chunk-size line the backend broke (relayed as far as it was read, then
+ * the connection closed: never complete); but no byte may follow a point
+ * where it stops parsing (bytes after a message's end, a body after a head
+ * that has none: the client would read them as its next answer).
+ */
 static void
 fs_check_client_stream(const char *out, size_t len, bool truncated)
 {
     llhttp_settings_t settings;
     llhttp_t p;
     llhttp_errno_t err;
+    const char *pos;
 
     llhttp_settings_init(&settings);
     settings.on_headers_complete = fs_on_headers_complete;
     llhttp_init(&p, HTTP_RESPONSE, &settings);
     err = llhttp_execute(&p, out, len);
-    if (err != HPE_OK && err != HPE_PAUSED_UPGRADE && !truncated) {
-        fprintf(stderr, "the client's stream does not parse: %s (%s)\n", llhttp_errno_name(err),
+    if (err == HPE_OK || err == HPE_PAUSED_UPGRADE || truncated) {
+        return;
+    }
+    pos = llhttp_get_error_pos(&p);
+    if (pos == NULL || pos < out || pos + 1 < out + len) {
+        fprintf(stderr, "the client's stream does not parse at byte %zd of %zu: %s (%s)\n",
+                pos != NULL ? pos - out : (ssize_t)-1, len, llhttp_errno_name(err),
                 llhttp_get_error_reason(&p));
         abort();
     }
