@@ -3,7 +3,7 @@
 
 Usage:
   python3 bench/proxy/run.py [--quick] [--rounds N] [--workers 1,2]
-                             [--only rps,stream,memory,large,log] [--out DIR]
+                             [--only rps,stream,memory,large,log,bodymem] [--out DIR]
                              [--build DIR] [--contenders direct,nginx,haproxy,llmgate]
                            [--ref-build DIR] [--sched fifo|other]
 
@@ -30,6 +30,9 @@ Measures:
           (llmgate "access_log": false): requests/s, CPU per request (utime +
           stime), p99 (wrk) at 64 and 512 connections, and the streaming
           relay's per-event delay
+  bodymem peak RSS while 1, then 64 clients send a 16 MiB body each at once, a
+          body of numbers nobody reads ({"model":"m","x":[0,0,...]}); nginx
+          holds bodies in memory (client_body_buffer_size 16m)
 
 Needs: a build (cmake --build build), nginx, haproxy and wrk
 (tools/install-deps.sh --bench); root, or a hard RLIMIT_NOFILE of 40,000+,
@@ -48,6 +51,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -55,7 +59,7 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROXIES = ["nginx", "haproxy", "llmgate"]
 # relay: pbench's TCP pass-through (read, write, no HTTP): the floor of a proxy
 ALL_CONTENDERS = ["direct", "relay"] + PROXIES
-ALL_MEASURES = ["rps", "stream", "memory", "large", "log", "defaults"]
+ALL_MEASURES = ["rps", "stream", "memory", "large", "log", "defaults", "bodymem"]
 # File descriptors a process may open: raised to 2^17 where allowed (root with
 # CAP_SYS_RESOURCE), else the hard limit we were given.
 NOFILE = 1 << 17
@@ -251,13 +255,14 @@ def ticks_ns(pids):
     return total
 
 
-def rss_kib(pids):
+def rss_kib(pids, field="VmRSS"):
+    """The sum of a /proc/PID/status field over pids (VmHWM: each one's peak)."""
     total = 0
     for pid in pids:
         try:
             with open("/proc/%d/status" % pid) as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         total += int(line.split()[1])
         except OSError:
             pass
@@ -355,6 +360,9 @@ class Contender:
     def rss(self):
         return rss_kib(self.pids)
 
+    def peak_rss(self):
+        return rss_kib(self.pids, "VmHWM")
+
 
 def log_writer_priority(pid):
     """Under SCHED_FIFO a thread runs until it blocks, so llmgate's access-log
@@ -372,7 +380,8 @@ def log_writer_priority(pid):
             pass
 
 
-def start_contender(kind, workers, backend_port, log_on=True, tag=""):
+def start_contender(kind, workers, backend_port, log_on=True, tag="", nginx_body_buffer="2m",
+                    upstream_connect=None):
     name = "%s-w%d%s" % (kind, workers, tag)
     d = os.path.join(OUT, "run", name)
     os.makedirs(d, exist_ok=True)
@@ -408,7 +417,7 @@ http {
     uwsgi_temp_path %(d)s/tmp/uwsgi;
     scgi_temp_path %(d)s/tmp/scgi;
     client_max_body_size 16m;
-    client_body_buffer_size 2m;
+    client_body_buffer_size %(bodybuf)s;
     keepalive_timeout 75s;
     keepalive_requests 1000000;
     upstream be {
@@ -429,7 +438,8 @@ http {
     }
 }
 """ % {"w": workers, "nofile": NOFILE, "d": d, "fmt": NGINX_LOG, "bport": backend_port,
-       "port": port, "log": ("%s lg buffer=64k flush=1s" % access) if log_on else "off"})
+       "port": port, "log": ("%s lg buffer=64k flush=1s" % access) if log_on else "off",
+       "bodybuf": nginx_body_buffer})
         p = Proc(["nginx", "-e", os.path.join(d, "error.log"), "-p", d, "-c", conf], name,
                  cpus=ARGS.proxy_cpus)
         wait_port(port, p)
@@ -510,6 +520,8 @@ backend be
             "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
                           "models": ["m"], "flavor": "none"}],
         }
+        if upstream_connect:
+            gw["timeouts"]["upstream_connect"] = upstream_connect
         with open(conf, "w") as f:
             json.dump(gw, f, indent=1)
         if not log_on and subprocess.run([binary, "--check-config", conf],
@@ -643,7 +655,7 @@ def progress(msg):
 
 def contenders_for(measure):
     cs = ARGS.contenders
-    if measure in ("memory", "log"):
+    if measure in ("memory", "log", "bodymem"):
         cs = [c for c in cs if c not in ("direct", "relay")]
     return cs
 
@@ -904,6 +916,115 @@ def measure_memory(workers):
     table("Memory, workers=%d: proxy RSS growth (all its processes) per idle keep-alive "
           "connection and per llmsim stream; descriptor limit %d per process" % (
               workers, NOFILE), header, rows)
+    return res
+
+
+# ---- measure 6: memory while bodies arrive ------------------------------------------------
+
+BODYMEM_CLIENTS = (1, 64)  # one body alone, then 64 at once
+BODYMEM_BYTES = 16 * 1024 * 1024  # the default max_body_bytes, nginx's client_max_body_size
+
+
+def numbers_body(nbytes):
+    """{"model":"m","x":[0,0,...]} of nbytes: a member of values no proxy reads."""
+    head = b'{"model":"m","x":['
+    return head + b"0," * ((nbytes - len(head) - 3) // 2) + b"0]}"
+
+
+def send_bodies(port, body, n):
+    """n clients, each on its own connection, start sending body at once (a
+    barrier) and read the answer to its end; returns (seconds, statuses)."""
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+            "Content-Type: application/json\r\nContent-Length: %d\r\n"
+            "Connection: close\r\n\r\n" % len(body)).encode()
+    statuses = [None] * n
+    barrier = threading.Barrier(n + 1)
+
+    def client(i):
+        s = None
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=120)
+            barrier.wait()
+            s.sendall(head)
+            s.sendall(body)
+            data = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+            if data.startswith(b"HTTP/1."):
+                statuses[i] = int(data.split(b" ", 2)[1])
+        except (OSError, threading.BrokenBarrierError, ValueError):
+            barrier.abort()
+        finally:
+            if s is not None:
+                s.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    t0 = time.monotonic()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0, statuses
+
+
+def measure_bodymem(workers):
+    """Per contender, client count and round, fresh: RSS at start, then n
+    clients send a 16 MiB body each at once; the peak is each process's
+    VmHWM (summed over nginx's master and workers). nginx keeps bodies in
+    memory here (client_body_buffer_size as large as the body); HAProxy
+    streams them. llmgate's upstream_connect is nginx's proxy_connect_timeout
+    (60 s): its worker checks each body whole (8 million values, about 0.2 s)
+    before it routes, and a burst of them holds connection events back past
+    the default 3 s."""
+    body = numbers_body(BODYMEM_BYTES)
+    kinds = contenders_for("bodymem")
+    res = {"%s/%d" % (k, n): [] for k in kinds for n in BODYMEM_CLIENTS}
+    for rnd in range(ARGS.rounds):
+        for kind in kinds:
+            for n in BODYMEM_CLIENTS:
+                be = start_pbench_backend("backend-bodymem")
+                c = start_contender(kind, workers, be.port, nginx_body_buffer="16m",
+                                    upstream_connect="60s")
+                try:
+                    time.sleep(0.3)
+                    base = c.rss()
+                    secs, statuses = send_bodies(c.port, body, n)
+                    peak = c.peak_rss()
+                    r = {"base_kib": base, "peak_kib": peak, "seconds": secs,
+                         "ok": statuses.count(200), "errors": n - statuses.count(200),
+                         "statuses": sorted(set(str(x) for x in statuses))}
+                    res["%s/%d" % (kind, n)].append(r)
+                    progress("bodymem w%d round %d %s, %d bodies: RSS %d KiB, peak %d KiB "
+                             "(+%.0f MiB), %.1f s, %d errors %s" % (
+                                 workers, rnd + 1, kind, n, base, peak, (peak - base) / 1024,
+                                 secs, r["errors"], r["statuses"]))
+                finally:
+                    c.stop()
+                    be.stop()
+    header = ["contender", "bodies", "RSS start MiB", "peak RSS MiB", "peak - start MiB",
+              "per body MiB", "peak / nginx's", "seconds", "errors"]
+    rows = []
+    for n in BODYMEM_CLIENTS:
+        nginx_peak = med([r["peak_kib"] for r in res.get("nginx/%d" % n, [])])
+        for k in kinds:
+            rs = res["%s/%d" % (k, n)]
+            peak = med([r["peak_kib"] for r in rs])
+            grown = med([(r["peak_kib"] - r["base_kib"]) / 1024 for r in rs])
+            rows.append([k, n, fmt(med([r["base_kib"] / 1024 for r in rs])), fmt(peak / 1024),
+                         fmt(grown), fmt(grown / n if grown is not None else None),
+                         fmt(ratio(peak, nginx_peak), "x"),
+                         fmt(med([r["seconds"] for r in rs])), sum(r["errors"] for r in rs)])
+    table("Bodies in memory, workers=%d: 1, then 64 clients send a %d MiB body each at once, "
+          "{\"model\":\"m\",\"x\":[0,0,...]}; peak RSS = VmHWM (all the contender's "
+          "processes), medians of %d rounds" % (workers, BODYMEM_BYTES >> 20, ARGS.rounds),
+          header, rows)
     return res
 
 
@@ -1189,6 +1310,8 @@ def main():
             r["log"] = measure_log(w)
         if "defaults" in measures:
             r["defaults"] = measure_defaults(w)
+        if "bodymem" in measures:
+            r["bodymem"] = measure_bodymem(w)
     results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     results["elapsed_s"] = time.time() - t_start
     with open(os.path.join(OUT, "results.json"), "w") as f:

@@ -227,7 +227,11 @@ lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)
                 break;
             }
         }
-        if (!h->hop && conn != NULL && hdrs_has_token_n(hs, conn, name, h->name_len)) {
+        /* RFC 9110 7.6.1: a connection option is never a field meant for every
+         * recipient; Content-Length frames the message (Transfer-Encoding, in
+         * the list above, is framed anew by whoever forwards it) */
+        if (!h->hop && conn != NULL && !lg_str_ieq(name, h->name_len, "content-length")
+            && hdrs_has_token_n(hs, conn, name, h->name_len)) {
             h->hop = true;
         }
     }

@@ -65,7 +65,9 @@ const struct lg_hdr *lg_hdrs_find(const struct lg_hdrs *hs, const char *name);
 /*
  * Marks the hop-by-hop fields: the fixed list (Connection, Keep-Alive,
  * Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade) and every field
- * the Connection header names.
+ * the Connection header names, but Content-Length: framing is never a
+ * connection option, the message's own framing decides it (a response whose
+ * only framing was named there would reach the client with none).
  */
 void lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs);
 

@@ -3,13 +3,18 @@
  * evbuffer's, never linearised) that accepts exactly what jansson's
  * json_loadb(..., 0) accepts (RFC 8259, UTF-8 checked, no \u0000, integers
  * within int64, finite reals, nesting up to 2048, an object or an array at
- * the top) and records each value as one token of a flat tape; then random
- * access back into the body for the tape's strings, and the walk of an
- * object's members with jansson's semantics (the last of duplicate keys
- * wins; keys compare after unescaping), all the names read from it in one
- * walk. About 40 times fewer instructions than building a jansson document,
- * and no allocation for an ordinary body (tests/fuzz/fuzz_openai_ref.c
- * compares the two on every input, through openai.c).
+ * the top) and records, as tokens of a flat tape, only the values its caller
+ * reads (a struct lg_jsonscan_want: named members, chosen elements); every
+ * other value is checked as strictly and leaves nothing, so the tape grows
+ * with what is read, not with the body, and never past LG_JSONSCAN_MAX_TOKS.
+ * Member names are matched (unescaped, as jansson compares them) while
+ * scanning; then random access back into the body for the tape's strings,
+ * and the walk of an object's members with jansson's semantics (the last of
+ * duplicate keys wins). About 40 times fewer instructions than building a
+ * jansson document, and no allocation for an ordinary body
+ * (tests/fuzz/fuzz_openai_ref.c compares the two on every input, through
+ * openai.c). An allocation that fails fails the scan (LG_ENOMEM), not the
+ * process.
  *
  * Owns: a tape grown past the caller's stack array, and a segment table
  * past its own, until lg_jsonscan_done(). Borrows: the body's extents.
@@ -108,28 +113,60 @@ js_ws(struct lg_jsonscan *s)
     return c;
 }
 
+/* Doubles the tape, up to LG_JSONSCAN_MAX_TOKS; LG_ENOMEM past it or without memory. */
+static int
+js_grow(struct lg_jsonscan *s)
+{
+    struct lg_jsonscan_tok *n;
+    uint32_t cap;
+
+    if (s->cap >= LG_JSONSCAN_MAX_TOKS) {
+        s->capped = true;
+        return LG_ENOMEM;
+    }
+    cap = LG_MIN(LG_MAX(2 * s->cap, 16u), LG_JSONSCAN_MAX_TOKS);
+    if (!s->tok_heap) {
+        n = malloc(cap * sizeof(*n));
+        if (n != NULL) {
+            memcpy(n, s->tok, s->ntok * sizeof(*n));
+        }
+    } else {
+        n = realloc(s->tok, cap * sizeof(*n));
+    }
+    if (n == NULL) {
+        return LG_ENOMEM;
+    }
+    s->tok = n;
+    s->tok_heap = true;
+    s->cap = cap;
+    return LG_OK;
+}
+
+/* A token at the tape's end, or NULL (LG_ENOMEM: js_grow). */
 static struct lg_jsonscan_tok *
-js_push(struct lg_jsonscan *s, uint8_t type, uint32_t off)
+js_push(struct lg_jsonscan *s, uint8_t type, uint32_t off, uint8_t key)
 {
     struct lg_jsonscan_tok *t;
 
-    if (s->ntok == s->cap) {
-        bool on_stack = s->cap == LG_JSONSCAN_STACK_TOKS;
-        struct lg_jsonscan_tok *n = on_stack ? lg_xmalloc(2 * s->cap * sizeof(*n))
-                                             : lg_xrealloc(s->tok, 2 * s->cap * sizeof(*n));
-
-        if (on_stack) {
-            memcpy(n, s->tok, s->cap * sizeof(*n));
-        }
-        s->tok = n;
-        s->cap *= 2;
+    if (s->ntok == s->cap && js_grow(s) != LG_OK) {
+        return NULL;
     }
     t = &s->tok[s->ntok++];
-    memset(t, 0, sizeof(*t));
     t->type = type;
+    t->esc = false;
+    t->key = key;
     t->off = off;
+    t->len = 0;
+    t->aux = 0;
     return t;
 }
+
+/* A value just scanned: its type, whether its token is on the tape, an array's elements. */
+struct js_val {
+    uint8_t type;
+    bool recorded;
+    uint32_t n;
+};
 
 static int
 js_hex4(struct lg_jsonscan *s, uint32_t *out)
@@ -315,12 +352,19 @@ js_plain_run(const unsigned char *p, const unsigned char *end)
     return p;
 }
 
+/* A string just scanned: where its bytes lie and what they unescape to. */
+struct js_str {
+    uint32_t off;  /* first byte after the quote */
+    uint32_t len;  /* raw bytes */
+    uint32_t dlen; /* unescaped bytes */
+    bool esc;      /* has backslash escapes */
+};
+
 static int
-js_string(struct lg_jsonscan *s)
+js_string(struct lg_jsonscan *s, struct js_str *out)
 {
     uint32_t off, dlen = 0;
     bool esc = false;
-    struct lg_jsonscan_tok *t;
 
     s->p++; /* the opening quote */
     off = js_off(s);
@@ -340,10 +384,10 @@ js_string(struct lg_jsonscan *s)
         c = *s->p++;
         switch (js_class[c]) {
         case JS_C_QUOTE:
-            t = js_push(s, LG_JSONSCAN_STR, off);
-            t->len = js_off(s) - 1 - off;
-            t->aux = dlen;
-            t->esc = esc;
+            out->off = off;
+            out->len = js_off(s) - 1 - off;
+            out->dlen = dlen;
+            out->esc = esc;
             return LG_OK;
         case JS_C_ESC:
             esc = true;
@@ -378,17 +422,65 @@ js_digit(int c)
     return c >= '0' && c <= '9';
 }
 
+/* A string value: its token when types has strings. */
+static int
+js_string_value(struct lg_jsonscan *s, uint32_t types, uint8_t key, struct js_val *v)
+{
+    struct js_str str;
+    struct lg_jsonscan_tok *t;
+    int rc = js_string(s, &str);
+
+    v->type = LG_JSONSCAN_STR;
+    if (rc != LG_OK || !(types & LG_JSONSCAN_M(LG_JSONSCAN_STR))) {
+        return rc;
+    }
+    if ((t = js_push(s, LG_JSONSCAN_STR, str.off, key)) == NULL) {
+        return LG_ENOMEM;
+    }
+    t->len = str.len;
+    t->aux = str.dlen;
+    t->esc = str.esc;
+    v->recorded = true;
+    return LG_OK;
+}
+
+/* Reals must be finite, as jansson's strtod check demands: this one may not be. */
+static int
+js_real_check(struct lg_jsonscan *s, uint32_t off, uint32_t len)
+{
+    char buf[64], *num = buf, *end;
+    double d;
+
+    if (len >= sizeof(buf) && (num = malloc((size_t)len + 1)) == NULL) {
+        return LG_ENOMEM;
+    }
+    num[lg_jsonscan_raw_copy(s, off, len, num, len)] = '\0';
+    errno = 0;
+    d = strtod(num, &end);
+    if (num != buf) {
+        free(num);
+    }
+    if ((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE) {
+        if (s->err == NULL) {
+            s->err = "real number out of range";
+            s->err_off = off;
+        }
+        return LG_EINVAL;
+    }
+    return LG_OK;
+}
+
 /*
  * A number, with jansson's limits: integers within int64, reals finite.
  * A real is below 10^(integer digits + exponent): only one where that
- * exceeds 10^308 is marked big, for js_check_reals to run strtod on.
+ * exceeds 10^308 goes through strtod (js_real_check).
  */
 static int
-js_number(struct lg_jsonscan *s)
+js_number(struct lg_jsonscan *s, uint32_t types, uint8_t key, struct js_val *v)
 {
-    uint32_t off = js_off(s);
+    uint32_t off = js_off(s), len;
     bool neg = false, real = false;
-    uint64_t v = 0, limit;
+    uint64_t n = 0, limit;
     bool overflow = false;
     int64_t int_digits = 1, exponent = 0; /* "0" counts one digit */
     struct lg_jsonscan_tok *t;
@@ -409,10 +501,10 @@ js_number(struct lg_jsonscan *s)
         while (js_digit(c = js_peek(s))) {
             uint64_t d = (uint64_t)(c - '0');
 
-            if (v > (limit - d) / 10) {
+            if (n > (limit - d) / 10) {
                 overflow = true;
             } else {
-                v = v * 10 + d;
+                n = n * 10 + d;
             }
             s->p++;
         }
@@ -458,19 +550,29 @@ js_number(struct lg_jsonscan *s)
     if (!real && overflow) {
         return js_fail(s, "integer out of range");
     }
-    t = js_push(s, real ? LG_JSONSCAN_REAL : LG_JSONSCAN_INT, off);
-    t->len = js_off(s) - off;
+    len = js_off(s) - off;
     if (real && int_digits + exponent > 308) {
-        t->big = true;
-        if (s->first_big == 0) {
-            s->first_big = s->ntok;
+        int rc = js_real_check(s, off, len);
+
+        if (rc != LG_OK) {
+            return rc;
         }
     }
+    v->type = real ? LG_JSONSCAN_REAL : LG_JSONSCAN_INT;
+    if (!(types & LG_JSONSCAN_M(v->type))) {
+        return LG_OK;
+    }
+    if ((t = js_push(s, v->type, off, key)) == NULL) {
+        return LG_ENOMEM;
+    }
+    t->len = len;
+    v->recorded = true;
     return LG_OK;
 }
 
 static int
-js_literal(struct lg_jsonscan *s, const char *word, uint8_t type)
+js_literal(struct lg_jsonscan *s, const char *word, uint8_t type, uint32_t types, uint8_t key,
+           struct js_val *v)
 {
     uint32_t off = js_off(s);
 
@@ -479,42 +581,134 @@ js_literal(struct lg_jsonscan *s, const char *word, uint8_t type)
             return js_fail(s, "invalid token");
         }
     }
-    js_push(s, type, off);
+    v->type = type;
+    if (!(types & LG_JSONSCAN_M(type))) {
+        return LG_OK;
+    }
+    if (js_push(s, type, off, key) == NULL) {
+        return LG_ENOMEM;
+    }
+    v->recorded = true;
     return LG_OK;
 }
 
-static int js_value(struct lg_jsonscan *s, unsigned depth);
-
-static int
-js_container(struct lg_jsonscan *s, unsigned depth, bool object)
+/*
+ * The unescaped bytes of a member's name that unescapes to at most
+ * LG_JSONSCAN_KEY_MAX bytes and was just scanned: in place when it has no
+ * escapes and lies in the segment being read (the usual case), else copied
+ * into buf.
+ */
+static const char *
+js_name_bytes(const struct lg_jsonscan *s, const struct js_str *name, char *buf)
 {
-    uint32_t idx = s->ntok, n = 0;
-    int close = object ? '}' : ']';
-    int c;
+    if (!name->esc && name->off >= s->seg_off) {
+        return (const char *)s->p - 1 - name->len; /* the closing quote is p[-1] */
+    }
+    if (!name->esc) {
+        lg_jsonscan_raw_copy(s, name->off, name->len, buf, LG_JSONSCAN_KEY_MAX);
+    } else {
+        const struct lg_jsonscan_tok t = {
+            .type = LG_JSONSCAN_STR,
+            .esc = true,
+            .off = name->off,
+            .len = name->len,
+            .aux = name->dlen,
+        };
+        struct lg_jsonscan_copy c = { buf, 0, LG_JSONSCAN_KEY_MAX };
 
-    js_push(s, object ? LG_JSONSCAN_OBJ : LG_JSONSCAN_ARR, js_off(s));
+        lg_jsonscan_unescape(s, &t, LG_JSONSCAN_KEY_MAX, lg_jsonscan_copy_cb, &c);
+    }
+    return buf;
+}
+
+/* The index of want's key that name is, or LG_JSONSCAN_NO_KEY. */
+static uint8_t
+js_key_find(const struct lg_jsonscan *s, const struct js_str *name,
+            const struct lg_jsonscan_want *want)
+{
+    char buf[LG_JSONSCAN_KEY_MAX];
+    const char *bytes = NULL;
+
+    for (uint32_t k = 0; k < want->nkeys; k++) {
+        if (want->keys[k].len != name->dlen) {
+            continue;
+        }
+        if (bytes == NULL) {
+            bytes = js_name_bytes(s, name, buf);
+        }
+        if (memcmp(bytes, want->keys[k].name, name->dlen) == 0) {
+            return (uint8_t)k;
+        }
+    }
+    return LG_JSONSCAN_NO_KEY;
+}
+
+static int js_value(struct lg_jsonscan *s, unsigned depth, const struct lg_jsonscan_want *want,
+                    uint32_t types, uint8_t key, bool elem, struct js_val *v);
+
+/*
+ * An object or an array; its token when rec, and of its contents what want
+ * says (lg_jsonscan_want). elem: it is an array's element.
+ */
+static int
+js_container(struct lg_jsonscan *s, unsigned depth, bool object,
+             const struct lg_jsonscan_want *want, bool rec, uint8_t key, bool elem,
+             struct js_val *v)
+{
+    uint32_t idx = s->ntok, n = 0, kept = 0, ids = 0;
+    int close = object ? '}' : ']';
+    int c, rc;
+
+    v->type = object ? LG_JSONSCAN_OBJ : LG_JSONSCAN_ARR;
+    if (rec && js_push(s, v->type, js_off(s), key) == NULL) {
+        return LG_ENOMEM;
+    }
+    if (!rec || want == NULL) {
+        want = NULL; /* nothing inside is recorded */
+    }
     s->p++;
     c = js_ws(s);
     if (c == close) {
         s->p++;
     } else {
         for (;;) {
+            const struct lg_jsonscan_want *sub = NULL;
+            uint32_t types = 0;
+            uint8_t k = LG_JSONSCAN_NO_KEY;
+            struct js_val e; /* type set by js_value, n for arrays */
+
             if (object) {
+                struct js_str name;
+
                 if (c != '"') {
                     return js_fail(s, "string or '}' expected");
                 }
-                if (js_string(s) != LG_OK) {
+                if (js_string(s, &name) != LG_OK) {
                     return LG_EINVAL;
+                }
+                if (want != NULL && want->nkeys > 0
+                    && (k = js_key_find(s, &name, want)) != LG_JSONSCAN_NO_KEY) {
+                    types = LG_JSONSCAN_M_ALL;
+                    sub = want->sub != NULL ? want->sub[k] : NULL;
                 }
                 if (js_ws(s) != ':') {
                     return js_fail(s, "':' expected");
                 }
                 s->p++;
+            } else if (want != NULL) {
+                types = want->elem_types;
+                sub = want->elem;
             }
-            if (js_value(s, depth + 1) != LG_OK) {
-                return LG_EINVAL;
+            e.recorded = false;
+            if ((rc = js_value(s, depth + 1, sub, types, k, !object, &e)) != LG_OK) {
+                return rc;
             }
             n++;
+            if (e.recorded) {
+                kept++;
+            } else if (!object && rec) {
+                ids += e.type == LG_JSONSCAN_INT ? 1 : e.type == LG_JSONSCAN_ARR ? e.n : 0;
+            }
             c = js_ws(s);
             if (c == ',') {
                 s->p++;
@@ -528,13 +722,27 @@ js_container(struct lg_jsonscan *s, unsigned depth, bool object)
             break;
         }
     }
+    v->n = n;
+    if (!rec) {
+        return LG_OK;
+    }
+    if (object && elem && want != NULL && want->nkeys > 0 && kept == 0) {
+        s->ntok = idx; /* an element without a member looked for: nothing to read */
+        return LG_OK;
+    }
     s->tok[idx].len = n;
     s->tok[idx].aux = s->ntok;
+    if (!object) {
+        s->tok[idx].ids = ids;
+    }
+    v->recorded = true;
     return LG_OK;
 }
 
+/* A value: its token when its type is in types, and of its contents what want says. */
 static int
-js_value(struct lg_jsonscan *s, unsigned depth)
+js_value(struct lg_jsonscan *s, unsigned depth, const struct lg_jsonscan_want *want, uint32_t types,
+         uint8_t key, bool elem, struct js_val *v)
 {
     int c = js_ws(s);
 
@@ -543,45 +751,46 @@ js_value(struct lg_jsonscan *s, unsigned depth)
     }
     switch (c) {
     case '{':
-        return js_container(s, depth, true);
+        return js_container(s, depth, true, want, types & LG_JSONSCAN_M(LG_JSONSCAN_OBJ), key, elem,
+                            v);
     case '[':
-        return js_container(s, depth, false);
+        return js_container(s, depth, false, want, types & LG_JSONSCAN_M(LG_JSONSCAN_ARR), key,
+                            elem, v);
     case '"':
-        return js_string(s);
+        return js_string_value(s, types, key, v);
     case 't':
-        return js_literal(s, "true", LG_JSONSCAN_TRUE);
+        return js_literal(s, "true", LG_JSONSCAN_TRUE, types, key, v);
     case 'f':
-        return js_literal(s, "false", LG_JSONSCAN_FALSE);
+        return js_literal(s, "false", LG_JSONSCAN_FALSE, types, key, v);
     case 'n':
-        return js_literal(s, "null", LG_JSONSCAN_NULL);
+        return js_literal(s, "null", LG_JSONSCAN_NULL, types, key, v);
     case -1:
         return js_fail(s, "unexpected end of input");
     default:
         if (c == '-' || js_digit(c)) {
-            return js_number(s);
+            return js_number(s, types, key, v);
         }
         return js_fail(s, "invalid token");
     }
 }
 
-/* Reals must be finite, as jansson's strtod check demands. */
-static int js_check_reals(struct lg_jsonscan *s);
-
 static int
-js_parse(struct lg_jsonscan *s)
+js_parse(struct lg_jsonscan *s, const struct lg_jsonscan_want *want)
 {
+    struct js_val v = { 0 };
     int c = js_ws(s);
+    int rc;
 
     if (c != '{' && c != '[') {
         return js_fail(s, "'{' or '[' expected");
     }
-    if (js_value(s, 1) != LG_OK) {
-        return LG_EINVAL;
+    if ((rc = js_value(s, 1, want, LG_JSONSCAN_M_ALL, LG_JSONSCAN_NO_KEY, false, &v)) != LG_OK) {
+        return rc;
     }
     if (js_ws(s) != -1) {
         return js_fail(s, "end of input expected after the JSON value");
     }
-    return js_check_reals(s);
+    return LG_OK;
 }
 
 /* ---- random access to the body for the tape's strings -------------------- */
@@ -768,32 +977,6 @@ lg_jsonscan_unescape(const struct lg_jsonscan *s, const struct lg_jsonscan_tok *
 }
 
 
-/*
- * The unescaped bytes of key token t, which unescapes to at most LG_JSONSCAN_KEY_MAX
- * bytes: in place when it has no escapes and lies in one segment (the usual
- * case), else copied into buf.
- */
-static const char *
-js_key_bytes(const struct lg_jsonscan *s, const struct lg_jsonscan_tok *t, char *buf)
-{
-    struct lg_jsonscan_copy c = { buf, 0, LG_JSONSCAN_KEY_MAX };
-
-    if (!t->esc) {
-        int i = 0;
-
-        while (i + 1 < s->nvec && s->starts[i + 1] <= t->off) {
-            i++;
-        }
-        if (t->off - s->starts[i] + t->len <= s->vec[i].iov_len) {
-            return (const char *)s->vec[i].iov_base + (t->off - s->starts[i]);
-        }
-        js_raw(s, t->off, t->len, lg_jsonscan_copy_cb, &c);
-        return buf;
-    }
-    lg_jsonscan_unescape(s, t, LG_JSONSCAN_KEY_MAX, lg_jsonscan_copy_cb, &c);
-    return buf;
-}
-
 /* Index of the token after value i. */
 uint32_t
 lg_jsonscan_skip(const struct lg_jsonscan *s, uint32_t i)
@@ -803,86 +986,50 @@ lg_jsonscan_skip(const struct lg_jsonscan *s, uint32_t i)
 }
 
 /*
- * One walk over the members of object o (nothing found when o is 0 or no
- * object): found[k] is set to the value of the last member named keys[k]
- * (jansson: the last duplicate wins), or to 0. Names compare unescaped; a
- * member's name is read only when its length is one looked for. With dup,
- * *dup is set to k + 1 for the first of keys that comes a second time (in
- * the order of those second times; 0: none).
+ * One walk over the members recorded of object o (nothing found when o is
+ * 0 or no object): found[k] is set to the value of the last member whose
+ * name is key index k (jansson: the last duplicate wins), or to 0; with
+ * second, second[k] to the value of the second such member, or to 0.
  */
 void
-lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o, const struct lg_jsonscan_key *keys,
-                    size_t nkeys, uint32_t *found, uint32_t *dup)
+lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o, uint32_t nkeys, uint32_t *found,
+                    uint32_t *second)
 {
-    char buf[LG_JSONSCAN_KEY_MAX];
-
     memset(found, 0, nkeys * sizeof(*found));
-    if (dup != NULL) {
-        *dup = 0;
+    if (second != NULL) {
+        memset(second, 0, nkeys * sizeof(*second));
     }
     if (o == 0 || s->tok[o - 1].type != LG_JSONSCAN_OBJ) {
         return;
     }
-    for (uint32_t i = o; i < s->tok[o - 1].aux; i = lg_jsonscan_skip(s, i + 1)) {
-        const struct lg_jsonscan_tok *t = &s->tok[i];
-        const char *name = NULL;
+    for (uint32_t i = o; i < s->tok[o - 1].aux; i = lg_jsonscan_skip(s, i)) {
+        uint32_t k = s->tok[i].key;
 
-        for (size_t k = 0; k < nkeys; k++) {
-            if (keys[k].len != t->aux) {
-                continue;
-            }
-            if (name == NULL) {
-                name = js_key_bytes(s, t, buf);
-            }
-            if (memcmp(name, keys[k].name, keys[k].len) == 0) {
-                if (found[k] != 0 && dup != NULL && *dup == 0) {
-                    *dup = (uint32_t)k + 1;
-                }
-                found[k] = i + 2;
-                break;
-            }
-        }
-    }
-}
-
-/* The value of the last member named key of object o, or 0. */
-uint32_t
-lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o, const struct lg_jsonscan_key *key)
-{
-    uint32_t found;
-
-    lg_jsonscan_members(s, o, key, 1, &found, NULL);
-    return found;
-}
-
-static int
-js_check_reals(struct lg_jsonscan *s)
-{
-    /* only the reals marked big can be out of range (js_number) */
-    for (uint32_t i = s->first_big == 0 ? s->ntok : s->first_big - 1; i < s->ntok; i++) {
-        char buf[64], *num = buf, *end;
-        const struct lg_jsonscan_tok *t = &s->tok[i];
-        double d;
-
-        if (t->type != LG_JSONSCAN_REAL || !t->big) {
+        if (k >= nkeys) {
             continue;
         }
-        if (t->len >= sizeof(buf)) {
-            num = lg_xmalloc((size_t)t->len + 1);
+        if (second != NULL && found[k] != 0 && second[k] == 0) {
+            second[k] = i + 1;
         }
-        num[lg_jsonscan_raw_copy(s, t->off, t->len, num, t->len)] = '\0';
-        errno = 0;
-        d = strtod(num, &end);
-        if (num != buf) {
-            free(num);
-        }
-        if ((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE) {
-            s->err_off = t->off;
-            s->err = "real number out of range";
-            return LG_EINVAL;
+        found[k] = i + 1;
+    }
+}
+
+/* The value of the last member of object o named by key index k, or 0. */
+uint32_t
+lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o, uint32_t k)
+{
+    uint32_t found = 0;
+
+    if (o == 0 || s->tok[o - 1].type != LG_JSONSCAN_OBJ) {
+        return 0;
+    }
+    for (uint32_t i = o; i < s->tok[o - 1].aux; i = lg_jsonscan_skip(s, i)) {
+        if (s->tok[i].key == k) {
+            found = i + 1;
         }
     }
-    return LG_OK;
+    return found;
 }
 
 /* ---- the scan ------------------------------------------------------------ */
@@ -911,16 +1058,24 @@ js_position(const struct lg_jsonscan *s, uint32_t off, unsigned *line, unsigned 
 
 int
 lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nvec,
-                struct lg_jsonscan_stack *stack, char *err, size_t errlen)
+                const struct lg_jsonscan_want *want, struct lg_jsonscan_stack *stack, char *err,
+                size_t errlen)
 {
     static const struct evbuffer_iovec none = { NULL, 0 };
     uint32_t *starts = stack->starts;
+    int rc;
 
     memset(s, 0, sizeof(*s));
-    s->stack_tok = stack->tok;
-    s->stack_starts = stack->starts;
+    s->tok = stack->tok;
+    s->cap = LG_JSONSCAN_STACK_TOKS;
     if (nvec > LG_JSONSCAN_STACK_SEGS) {
-        starts = lg_xmalloc((size_t)nvec * sizeof(*starts));
+        starts = malloc((size_t)nvec * sizeof(*starts));
+        if (starts == NULL) {
+            s->starts = stack->starts;
+            snprintf(err, errlen, "no memory to read the request body");
+            return LG_ENOMEM;
+        }
+        s->starts_heap = true;
     }
     for (int i = 0; i < nvec; i++) {
         starts[i] = i == 0 ? 0 : starts[i - 1] + (uint32_t)vec[i - 1].iov_len;
@@ -928,8 +1083,6 @@ lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nve
     s->vec = vec;
     s->nvec = nvec;
     s->starts = starts;
-    s->tok = stack->tok;
-    s->cap = LG_JSONSCAN_STACK_TOKS;
     if (nvec > 0) {
         s->p = vec[0].iov_base;
         s->end = s->p + vec[0].iov_len;
@@ -938,7 +1091,19 @@ lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nve
         s->vec = &none;
         s->nvec = 1;
     }
-    if (js_parse(s) != LG_OK) {
+    rc = js_parse(s, want);
+    if (rc == LG_ENOMEM) {
+        if (s->capped) {
+            snprintf(err, errlen,
+                     "the request body has more than %u values the gateway reads (messages, "
+                     "content parts, prompts)",
+                     LG_JSONSCAN_MAX_TOKS);
+        } else {
+            snprintf(err, errlen, "no memory to read the request body");
+        }
+        return LG_ENOMEM;
+    }
+    if (rc != LG_OK) {
         unsigned line, col;
 
         js_position(s, s->err_off, &line, &col);
@@ -951,10 +1116,10 @@ lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nve
 void
 lg_jsonscan_done(struct lg_jsonscan *s)
 {
-    if (s->tok != s->stack_tok) {
+    if (s->tok_heap) {
         free(s->tok);
     }
-    if (s->starts != s->stack_starts) {
+    if (s->starts_heap) {
         free(s->starts);
     }
 }

@@ -1,7 +1,7 @@
 /*
- * jsonscan.h: a validating JSON scanner that records a body as a tape of
- * tokens, and reads the tape back with jansson's semantics (jsonscan.c).
- * openai.c reads a request's fields with it.
+ * jsonscan.h: a validating JSON scanner that records, of a body, the values
+ * a caller says it reads as a tape of tokens, and reads the tape back with
+ * jansson's semantics (jsonscan.c). openai.c reads a request's fields with it.
  */
 #ifndef LG_JSONSCAN_H
 #define LG_JSONSCAN_H
@@ -11,6 +11,12 @@
 #include "base/lg_core.h"
 
 #define LG_JSONSCAN_STACK_TOKS 128 /* tape entries a caller keeps on its stack */
+/*
+ * The most tokens a tape may hold (16 MiB of them): a body whose recorded
+ * values would need more is refused (LG_ENOMEM with capped set), never read
+ * into a tape of any size the body asks for.
+ */
+#define LG_JSONSCAN_MAX_TOKS (1u << 20)
 
 /* Token types. */
 enum {
@@ -23,14 +29,52 @@ enum {
     LG_JSONSCAN_FALSE,
     LG_JSONSCAN_NULL
 };
+#define LG_JSONSCAN_M(type) (1u << (type)) /* a set of token types */
+#define LG_JSONSCAN_M_ALL   0x1feu         /* every type */
+#define LG_JSONSCAN_NO_KEY  0xff           /* tok.key of a value that is no member */
 
 struct lg_jsonscan_tok {
     uint8_t type;
-    bool esc;     /* string: has backslash escapes */
-    bool big;     /* real: may be out of a double's range (strtod decides) */
-    uint32_t off; /* string: first byte after the quote; number: first byte */
-    uint32_t len; /* string, number: raw length; array: element count */
+    bool esc;    /* string: has backslash escapes */
+    uint8_t key; /* a member's value: its name's index in its object's want; else NO_KEY */
+    union {
+        uint32_t off; /* string: first byte after the quote; number: first byte */
+        uint32_t ids; /* array: of its elements not recorded, the integers, plus the elements
+                         of the arrays (what a prompt of token ids counts) */
+    };
+    uint32_t len; /* string, number: raw length; object, array: its members or elements, all */
     uint32_t aux; /* string: unescaped length; object, array: index after its last token */
+};
+
+/* A member name looked for, with its length (no NUL in it: \u0000 is refused). */
+struct lg_jsonscan_key {
+    const char *name;
+    uint32_t len;
+};
+
+#define LG_JSONSCAN_KEY(lit)                \
+    {                                       \
+        .name = lit, .len = sizeof(lit) - 1 \
+    }
+#define LG_JSONSCAN_KEY_MAX 32 /* no name looked for is longer */
+
+/*
+ * What the scan records of a value whose token it records (a caller's static
+ * table; NULL: the token alone). Of an object: its members named in keys,
+ * each as its value's token tagged with the name's index (tok.key), then
+ * what sub[k] (NULL: nothing) records inside it; a member named twice is
+ * recorded twice. Of an array: its elements whose types are in elem_types,
+ * each as elem records it; an object element that has none of elem's keys
+ * leaves nothing (a reader looks for nothing else in it). Every other value
+ * is checked as strictly and leaves nothing on the tape, so that the tape
+ * grows with what the caller reads, not with the body.
+ */
+struct lg_jsonscan_want {
+    const struct lg_jsonscan_key *keys;        /* object: the members recorded */
+    const struct lg_jsonscan_want *const *sub; /* object: per key, what of its value; or NULL */
+    uint32_t nkeys;                            /* fewer than LG_JSONSCAN_NO_KEY */
+    uint32_t elem_types;                       /* array: LG_JSONSCAN_M() of the types recorded */
+    const struct lg_jsonscan_want *elem;       /* array: what of each element recorded */
 };
 
 struct lg_jsonscan {
@@ -45,25 +89,12 @@ struct lg_jsonscan {
     struct lg_jsonscan_tok *tok;
     uint32_t ntok;
     uint32_t cap;
-    const char *err; /* static: why the body was refused */
+    const char *err; /* static: why the body was refused (LG_EINVAL) */
     uint32_t err_off;
-    uint32_t first_big;                /* index + 1 of the first real marked big; 0 = none */
-    struct lg_jsonscan_tok *stack_tok; /* the caller's: tok, until it grows */
-    uint32_t *stack_starts;            /* the caller's: starts, unless too short */
+    bool capped;                       /* LG_ENOMEM: the tape's bound, not an allocation */
+    bool tok_heap;                     /* tok is ours (malloc), no longer the caller's */
+    bool starts_heap;                  /* starts is ours (malloc) */
 };
-
-
-/* A member name looked for, with its length (no NUL in it: \u0000 is refused). */
-struct lg_jsonscan_key {
-    const char *name;
-    uint32_t len;
-};
-
-#define LG_JSONSCAN_KEY(lit)                \
-    {                                       \
-        .name = lit, .len = sizeof(lit) - 1 \
-    }
-#define LG_JSONSCAN_KEY_MAX 32 /* no name looked for is longer */
 
 struct lg_jsonscan_copy {
     char *dst;
@@ -80,14 +111,18 @@ struct lg_jsonscan_stack {
 };
 
 /*
- * Scans the body in vec[nvec] (one object or array). stack is the caller's
- * (on its stack, for as long as s is used): the tape moves to the heap when
- * it needs more tokens, the segment table when nvec > LG_JSONSCAN_STACK_SEGS.
- * Returns LG_OK, or LG_EINVAL with "malformed JSON body at line L column
- * C: why" in err. Either way lg_jsonscan_done() frees what it allocated.
+ * Scans the body in vec[nvec] (one object or array), recording of the top
+ * value what want says (and its token, tok[0]). stack is the caller's (on
+ * its stack, for as long as s is used): the tape moves to the heap when it
+ * needs more tokens, the segment table when nvec > LG_JSONSCAN_STACK_SEGS.
+ * Returns LG_OK; LG_EINVAL with "malformed JSON body at line L column C:
+ * why" in err; or LG_ENOMEM with a message in err: the tape would pass
+ * LG_JSONSCAN_MAX_TOKS (s->capped) or an allocation failed. Either way
+ * lg_jsonscan_done() frees what it allocated.
  */
 int lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nvec,
-                    struct lg_jsonscan_stack *stack, char *err, size_t errlen);
+                    const struct lg_jsonscan_want *want, struct lg_jsonscan_stack *stack,
+                    char *err, size_t errlen);
 void lg_jsonscan_done(struct lg_jsonscan *s);
 
 /*
@@ -106,18 +141,16 @@ lg_jsonscan_is_null(const struct lg_jsonscan *s, uint32_t r)
 uint32_t lg_jsonscan_skip(const struct lg_jsonscan *s, uint32_t i);
 
 /*
- * One walk over the members of object o (nothing found when o is 0 or no
- * object): found[k] is set to the value of the last member named keys[k]
- * (jansson: the last duplicate wins), or to 0. Names compare unescaped.
- * With dup, *dup is set to k + 1 for the first of keys that comes a second
- * time (in the order of those second times; 0: none).
+ * One walk over the members recorded of object o (nothing found when o is
+ * 0 or no object), tagged with the indexes of nkeys keys (its want's):
+ * found[k] is set to the value of the last member named keys[k] (jansson:
+ * the last duplicate wins), or to 0. With second, second[k] is set to the
+ * value of the second member so named, or to 0 (tape order is body order).
  */
-void lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o,
-                         const struct lg_jsonscan_key *keys, size_t nkeys, uint32_t *found,
-                         uint32_t *dup);
-/* The value of the last member named key of object o, or 0. */
-uint32_t lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o,
-                            const struct lg_jsonscan_key *key);
+void lg_jsonscan_members(const struct lg_jsonscan *s, uint32_t o, uint32_t nkeys, uint32_t *found,
+                         uint32_t *second);
+/* The value of the last member of object o named by key index k, or 0. */
+uint32_t lg_jsonscan_member(const struct lg_jsonscan *s, uint32_t o, uint32_t k);
 
 /*
  * Calls fn on the first `limit` unescaped bytes of string token t (a cut

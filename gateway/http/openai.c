@@ -1,14 +1,15 @@
 /*
  * openai.c: request-body inspection and OpenAI-style error bodies. The body
- * is scanned once into a tape of tokens (jsonscan.c); the fields are then
- * read from the tape with jansson's semantics, in one walk of each object
- * for all the names read from it. No string is copied except the model
- * name; the hashed prompt prefix is unescaped on the fly.
+ * is scanned once into a tape of tokens (jsonscan.c) that holds only the
+ * values read here (openai_want_body: a body's size does not grow it); the
+ * fields are then read from the tape with jansson's semantics, in one walk
+ * of each object for all the names read from it. No string is copied except
+ * the model name; the hashed prompt prefix is unescaped on the fly.
  *
  * Owns nothing past a call: the token tape lives only inside
- * lg_openai_inspect() (on the stack for ordinary bodies). Bodies are bounded
- * by the caller (max_body_bytes, at most 1 GiB: offsets fit in 32 bits)
- * before they reach here.
+ * lg_openai_inspect() (on the stack for ordinary bodies, at most
+ * LG_JSONSCAN_MAX_TOKS). Bodies are bounded by the caller (max_body_bytes,
+ * at most 1 GiB: offsets fit in 32 bits) before they reach here.
  */
 #include "http/openai.h"
 
@@ -51,22 +52,13 @@ openai_prefix_add(const struct lg_jsonscan *s, struct openai_prefix *pre, uint32
     }
 }
 
-static const struct lg_jsonscan_key openai_key_text = LG_JSONSCAN_KEY("text");
-static const struct lg_jsonscan_key openai_key_include_usage = LG_JSONSCAN_KEY("include_usage");
-
-/* The members of a message, in the order they are hashed. */
-enum { OPENAI_MSG_ROLE = 0, OPENAI_MSG_CONTENT, OPENAI_MSG_N };
-static const struct lg_jsonscan_key openai_msg_keys[OPENAI_MSG_N] = {
-    [OPENAI_MSG_ROLE] = LG_JSONSCAN_KEY("role"),
-    [OPENAI_MSG_CONTENT] = LG_JSONSCAN_KEY("content"),
-};
-
 /*
- * The top-level members read, found in one walk of the body's object. None
- * may come twice: the gateway reads the last of duplicates (as jansson does)
- * and an engine may read the first, so a key authorised for one model could
- * be served another (and a stream taken for a plain answer). `user` is not
- * read but attributes the request at the engine: it is refused twice too.
+ * The top-level members read, found in one walk of the body's object. Those
+ * before OPENAI_F_ONCE may not come twice: the gateway reads the last of
+ * duplicates (as jansson does) and an engine may read the first, so a key
+ * authorised for one model could be served another (and a stream taken for
+ * a plain answer). `user` is not read but attributes the request at the
+ * engine: it is refused twice too. The others may repeat (the last read).
  */
 enum {
     OPENAI_F_MODEL = 0,
@@ -78,9 +70,16 @@ enum {
     OPENAI_F_PROMPT,
     OPENAI_F_INPUT,
     OPENAI_F_USER,
-    OPENAI_F_N
+    OPENAI_F_ONCE,
+    OPENAI_F_MIN_TOKENS = OPENAI_F_ONCE, /* serve/resume.c lowers it on a continuation */
+    OPENAI_F_TEMPERATURE,
+    OPENAI_F_SEED,
+    OPENAI_F_N,
+    OPENAI_F_BEST_OF,
+    OPENAI_F_STORE,
+    OPENAI_F_COUNT
 };
-static const struct lg_jsonscan_key openai_fields[OPENAI_F_N] = {
+static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
     [OPENAI_F_MODEL] = LG_JSONSCAN_KEY("model"),
     [OPENAI_F_MESSAGES] = LG_JSONSCAN_KEY("messages"),
     [OPENAI_F_MAX_TOKENS] = LG_JSONSCAN_KEY("max_tokens"),
@@ -90,9 +89,68 @@ static const struct lg_jsonscan_key openai_fields[OPENAI_F_N] = {
     [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
     [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
     [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
+    [OPENAI_F_MIN_TOKENS] = LG_JSONSCAN_KEY("min_tokens"),
+    [OPENAI_F_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
+    [OPENAI_F_SEED] = LG_JSONSCAN_KEY("seed"),
+    [OPENAI_F_N] = LG_JSONSCAN_KEY("n"),
+    [OPENAI_F_BEST_OF] = LG_JSONSCAN_KEY("best_of"),
+    [OPENAI_F_STORE] = LG_JSONSCAN_KEY("store"),
 };
 
-/* Adds a content value (string or array of parts) to the size and prefix. */
+/* The members of a message, in the order they are hashed. */
+enum { OPENAI_MSG_ROLE = 0, OPENAI_MSG_CONTENT, OPENAI_MSG_N };
+static const struct lg_jsonscan_key openai_msg_keys[OPENAI_MSG_N] = {
+    [OPENAI_MSG_ROLE] = LG_JSONSCAN_KEY("role"),
+    [OPENAI_MSG_CONTENT] = LG_JSONSCAN_KEY("content"),
+};
+static const struct lg_jsonscan_key openai_text_key[1] = { LG_JSONSCAN_KEY("text") };
+static const struct lg_jsonscan_key openai_usage_key[1] = { LG_JSONSCAN_KEY("include_usage") };
+
+/*
+ * What the scan records (jsonscan.h), all that openai_read_fields() reads:
+ * the members above; of `messages`, its objects' role and content; of
+ * stream_options, include_usage; of a text (content, prompt, input: a
+ * string or an array of parts), its strings and its objects' `text`, a text
+ * again, while its token ids (integers, arrays of them) are only counted.
+ * Nothing else of a body is kept, whatever its size.
+ */
+static const struct lg_jsonscan_want openai_want_text;
+static const struct lg_jsonscan_want *const openai_part_sub[1] = { &openai_want_text };
+static const struct lg_jsonscan_want openai_want_part = {
+    .keys = openai_text_key,
+    .sub = openai_part_sub,
+    .nkeys = 1,
+};
+static const struct lg_jsonscan_want openai_want_text = {
+    .elem_types = LG_JSONSCAN_M(LG_JSONSCAN_STR) | LG_JSONSCAN_M(LG_JSONSCAN_OBJ),
+    .elem = &openai_want_part,
+};
+static const struct lg_jsonscan_want *const openai_msg_sub[OPENAI_MSG_N] = {
+    [OPENAI_MSG_CONTENT] = &openai_want_text,
+};
+static const struct lg_jsonscan_want openai_want_msg = {
+    .keys = openai_msg_keys,
+    .sub = openai_msg_sub,
+    .nkeys = OPENAI_MSG_N,
+};
+static const struct lg_jsonscan_want openai_want_msgs = {
+    .elem_types = LG_JSONSCAN_M(LG_JSONSCAN_OBJ),
+    .elem = &openai_want_msg,
+};
+static const struct lg_jsonscan_want openai_want_usage = { .keys = openai_usage_key, .nkeys = 1 };
+static const struct lg_jsonscan_want *const openai_body_sub[OPENAI_F_COUNT] = {
+    [OPENAI_F_MESSAGES] = &openai_want_msgs,
+    [OPENAI_F_STREAM_OPTIONS] = &openai_want_usage,
+    [OPENAI_F_PROMPT] = &openai_want_text,
+    [OPENAI_F_INPUT] = &openai_want_text,
+};
+static const struct lg_jsonscan_want openai_want_body = {
+    .keys = openai_fields,
+    .sub = openai_body_sub,
+    .nkeys = OPENAI_F_COUNT,
+};
+
+/* Adds a text value (string or array of parts) to the size and prefix. */
 static void
 openai_add_text(const struct lg_jsonscan *s, uint32_t r, struct lg_openai_req *out,
                 struct openai_prefix *pre)
@@ -111,17 +169,15 @@ openai_add_text(const struct lg_jsonscan *s, uint32_t r, struct lg_openai_req *o
     if (t->type != LG_JSONSCAN_ARR) {
         return;
     }
+    /* token ids: about four bytes of text each (integers, and arrays' elements) */
+    out->prompt_bytes += 4 * (uint64_t)t->ids;
     for (uint32_t i = r; i < t->aux; i = lg_jsonscan_skip(s, i)) {
         const struct lg_jsonscan_tok *part = &s->tok[i];
 
         if (part->type == LG_JSONSCAN_STR) {
             openai_add_text(s, i + 1, out, pre);
         } else if (part->type == LG_JSONSCAN_OBJ) {
-            openai_add_text(s, lg_jsonscan_member(s, i + 1, &openai_key_text), out, pre);
-        } else if (part->type == LG_JSONSCAN_INT) {
-            out->prompt_bytes += 4; /* a token id: about four bytes of text */
-        } else if (part->type == LG_JSONSCAN_ARR) {
-            out->prompt_bytes += 4 * (uint64_t)part->len;
+            openai_add_text(s, lg_jsonscan_member(s, i + 1, 0), out, pre);
         }
     }
 }
@@ -139,62 +195,59 @@ openai_int(const char *num, size_t n)
     return neg && v > 0 ? -(int64_t)(v - 1) - 1 : (int64_t)v;
 }
 
+/* The value of integer token r (the scanner checked it fits int64). */
+static int64_t
+openai_int_tok(const struct lg_jsonscan *s, uint32_t r)
+{
+    const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, r);
+    char num[32];
+
+    /* an integer within int64 has at most 20 bytes, the sign included */
+    return openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
+}
+
 /* Choices `n` or `best_of` asks for: 1 when absent or null, 2 for anything
  * but a positive integer (never an error: the engine judges it). */
 static uint32_t
 openai_choices(const struct lg_jsonscan *s, uint32_t v)
 {
-    const struct lg_jsonscan_tok *t;
-    char num[32];
     int64_t n;
 
     if (lg_jsonscan_is_null(s, v)) {
         return 1;
     }
-    t = LG_JSONSCAN_T(s, v);
-    if (t->type != LG_JSONSCAN_INT || t->len >= sizeof(num)) {
+    if (LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_INT) {
         return 2;
     }
-    n = openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
+    n = openai_int_tok(s, v);
     return n < 1 ? 2 : (uint32_t)LG_MIN(n, (int64_t)UINT32_MAX);
 }
 
 /*
  * What says whether the answer repeats (serve/resume.c): temperature 0, a
- * seed, one choice. Read in a walk of their own, never refused (duplicates
- * included, the last read as jansson does): the engine judges the values,
- * and a wrong guess here only makes a continuation less faithful.
+ * seed, one choice. Never refused (duplicates included, the last read as
+ * jansson does): the engine judges the values, and a wrong guess here only
+ * makes a continuation less faithful.
  */
-enum { OPENAI_S_TEMPERATURE = 0, OPENAI_S_SEED, OPENAI_S_CHOICES, OPENAI_S_N };
-static const struct lg_jsonscan_key openai_sampling_keys[OPENAI_S_N] = {
-    [OPENAI_S_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
-    [OPENAI_S_SEED] = LG_JSONSCAN_KEY("seed"),
-    [OPENAI_S_CHOICES] = LG_JSONSCAN_KEY("n"),
-};
-
 static void
-openai_read_sampling(const struct lg_jsonscan *s, struct lg_openai_req *out)
+openai_read_sampling(const struct lg_jsonscan *s, const uint32_t *f, struct lg_openai_req *out)
 {
-    uint32_t f[OPENAI_S_N], v;
+    uint32_t v = f[OPENAI_F_TEMPERATURE];
     char num[32];
 
-    lg_jsonscan_members(s, 1, openai_sampling_keys, OPENAI_S_N, f, NULL);
-    v = f[OPENAI_S_TEMPERATURE];
-    if (v != 0 && (LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT
-                   || LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_REAL)) {
+    if (v != 0
+        && (LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT
+            || LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_REAL)) {
         const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
 
         num[lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num) - 1)] = '\0';
         out->greedy = t->len < sizeof(num) && strtod(num, NULL) == 0.0;
     }
-    v = f[OPENAI_S_SEED];
+    v = f[OPENAI_F_SEED];
     out->seeded = v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT;
-    v = f[OPENAI_S_CHOICES];
-    if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT
-        && LG_JSONSCAN_T(s, v)->len < sizeof(num)) {
-        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
-
-        out->n = openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
+    v = f[OPENAI_F_N];
+    if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT) {
+        out->n = openai_int_tok(s, v);
     }
 }
 
@@ -213,32 +266,49 @@ openai_refuse(struct lg_openai_req *out, const char *param, char *err, size_t er
 }
 
 /*
- * What a duplicate would cost (serve/hedge.c): the choices asked for and
- * whether the completion is stored. Read in a walk of their own, so that a
- * body naming one twice is not refused (the gateway does not route on
- * them): it is taken at its costliest instead, as an engine may read either.
+ * A token count (max_tokens, max_completion_tokens, min_tokens): absent or
+ * null leaves *n alone; else an integer within 0..LG_OPENAI_TOKENS_MAX, or
+ * the body is refused naming field k. Unchecked, a count near INT64_MIN
+ * would overflow where a continuation subtracts what was delivered.
  */
-enum { OPENAI_C_N = 0, OPENAI_C_BEST_OF, OPENAI_C_STORE, OPENAI_C_COUNT };
-static const struct lg_jsonscan_key openai_cost_keys[OPENAI_C_COUNT] = {
-    [OPENAI_C_N] = LG_JSONSCAN_KEY("n"),
-    [OPENAI_C_BEST_OF] = LG_JSONSCAN_KEY("best_of"),
-    [OPENAI_C_STORE] = LG_JSONSCAN_KEY("store"),
-};
-
-static void
-openai_read_cost(const struct lg_jsonscan *s, struct lg_openai_req *out)
+static int
+openai_read_tokens(const struct lg_jsonscan *s, const uint32_t *f, size_t k, int64_t *n,
+                   struct lg_openai_req *out, char *err, size_t errlen)
 {
-    uint32_t f[OPENAI_C_COUNT], dup;
+    uint32_t v = f[k];
+    int64_t x;
 
-    lg_jsonscan_members(s, 1, openai_cost_keys, OPENAI_C_COUNT, f, &dup);
-    if (dup != 0) {
+    if (lg_jsonscan_is_null(s, v)) {
+        return LG_OK;
+    }
+    if (LG_JSONSCAN_T(s, v)->type != LG_JSONSCAN_INT || (x = openai_int_tok(s, v)) < 0
+        || x > LG_OPENAI_TOKENS_MAX) {
+        return openai_refuse(out, openai_fields[k].name, err, errlen,
+                             "\"%s\" must be an integer from 0 to %d", openai_fields[k].name,
+                             LG_OPENAI_TOKENS_MAX);
+    }
+    *n = x;
+    return LG_OK;
+}
+
+/*
+ * What a duplicate would cost (serve/hedge.c): the choices asked for and
+ * whether the completion is stored. A body naming one twice is not refused
+ * (the gateway does not route on them): it is taken at its costliest
+ * instead, as an engine may read either.
+ */
+static void
+openai_read_cost(const struct lg_jsonscan *s, const uint32_t *f, const uint32_t *second,
+                 struct lg_openai_req *out)
+{
+    if (second[OPENAI_F_N] != 0 || second[OPENAI_F_BEST_OF] != 0 || second[OPENAI_F_STORE] != 0) {
         out->choices = 2;
         out->store = true;
         return;
     }
-    out->choices = LG_MAX(openai_choices(s, f[OPENAI_C_N]), openai_choices(s, f[OPENAI_C_BEST_OF]));
+    out->choices = LG_MAX(openai_choices(s, f[OPENAI_F_N]), openai_choices(s, f[OPENAI_F_BEST_OF]));
     out->store =
-        f[OPENAI_C_STORE] != 0 && LG_JSONSCAN_T(s, f[OPENAI_C_STORE])->type == LG_JSONSCAN_TRUE;
+        f[OPENAI_F_STORE] != 0 && LG_JSONSCAN_T(s, f[OPENAI_F_STORE])->type == LG_JSONSCAN_TRUE;
 }
 
 static int
@@ -246,14 +316,21 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
                    char *err, size_t errlen)
 {
     struct openai_prefix pre = { .left = prefix_bytes };
-    uint32_t f[OPENAI_F_N], v, dup;
+    uint32_t f[OPENAI_F_COUNT], second[OPENAI_F_COUNT], v, dup = 0;
+    int64_t max_tokens = -1, max_completion_tokens = -1, min_tokens = 0;
     size_t k;
 
     lg_hstream_init(&pre.hash);
     if (s->tok[0].type != LG_JSONSCAN_OBJ) {
         return openai_refuse(out, NULL, err, errlen, "the request body must be a JSON object");
     }
-    lg_jsonscan_members(s, 1, openai_fields, OPENAI_F_N, f, &dup);
+    lg_jsonscan_members(s, 1, OPENAI_F_COUNT, f, second);
+    /* the first of them to come a second time */
+    for (k = 0; k < OPENAI_F_ONCE; k++) {
+        if (second[k] != 0 && (dup == 0 || second[k] < second[dup - 1])) {
+            dup = (uint32_t)k + 1;
+        }
+    }
     if (dup != 0) {
         out->code = "duplicate_key";
         return openai_refuse(out, openai_fields[dup - 1].name, err, errlen,
@@ -286,38 +363,28 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
     }
     v = f[OPENAI_F_STREAM_OPTIONS];
     if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_OBJ) {
-        uint32_t iu = lg_jsonscan_member(s, v, &openai_key_include_usage);
+        uint32_t iu = lg_jsonscan_member(s, v, 0);
 
         out->include_usage = iu != 0 && LG_JSONSCAN_T(s, iu)->type == LG_JSONSCAN_TRUE;
     }
-    v = f[OPENAI_F_MAX_COMPLETION_TOKENS];
-    k = OPENAI_F_MAX_COMPLETION_TOKENS;
-    if (lg_jsonscan_is_null(s, v)) {
-        v = f[OPENAI_F_MAX_TOKENS];
-        k = OPENAI_F_MAX_TOKENS;
+    /* each checked, though max_completion_tokens (when not null) is the one read: a
+     * continuation lowers them all (serve/resume.c) */
+    if (openai_read_tokens(s, f, OPENAI_F_MAX_TOKENS, &max_tokens, out, err, errlen) != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MAX_COMPLETION_TOKENS, &max_completion_tokens, out,
+                              err, errlen)
+               != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MIN_TOKENS, &min_tokens, out, err, errlen) != LG_OK) {
+        return LG_EINVAL;
     }
-    if (!lg_jsonscan_is_null(s, v)) {
-        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
-        char num[32];
-
-        if (t->type == LG_JSONSCAN_INT && t->len < sizeof(num)) {
-            out->max_tokens =
-                openai_int(num, lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num)));
-        }
-        if (t->type != LG_JSONSCAN_INT || t->len >= sizeof(num) || out->max_tokens < 0) {
-            out->max_tokens = -1;
-            return openai_refuse(out, openai_fields[k].name, err, errlen,
-                                 "\"%s\" must be a non-negative integer", openai_fields[k].name);
-        }
-    }
-    openai_read_sampling(s, out);
+    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens : max_tokens;
+    openai_read_sampling(s, f, out);
 
     v = f[OPENAI_F_MESSAGES];
     if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_ARR) {
         for (uint32_t i = v; i < LG_JSONSCAN_T(s, v)->aux; i = lg_jsonscan_skip(s, i)) {
             uint32_t m[OPENAI_MSG_N];
 
-            lg_jsonscan_members(s, i + 1, openai_msg_keys, OPENAI_MSG_N, m, NULL);
+            lg_jsonscan_members(s, i + 1, OPENAI_MSG_N, m, NULL);
             if (m[OPENAI_MSG_ROLE] != 0
                 && LG_JSONSCAN_T(s, m[OPENAI_MSG_ROLE])->type == LG_JSONSCAN_STR) {
                 openai_prefix_add(s, &pre, m[OPENAI_MSG_ROLE]);
@@ -330,7 +397,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         openai_add_text(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
-    openai_read_cost(s, out);
+    openai_read_cost(s, f, second, out);
     return LG_OK;
 }
 
@@ -340,6 +407,7 @@ openai_init(struct lg_openai_req *out)
     memset(out, 0, sizeof(*out));
     out->max_tokens = -1;
     out->n = 1;
+    out->status = 400;
 }
 
 
@@ -352,11 +420,14 @@ openai_inspect_vec(const struct evbuffer_iovec *vec, int nvec, size_t prefix_byt
     int rc;
 
     openai_init(out);
-    rc = lg_jsonscan_run(&s, vec, nvec, &stack, err, errlen);
+    rc = lg_jsonscan_run(&s, vec, nvec, &openai_want_body, &stack, err, errlen);
     if (rc == LG_OK) {
         rc = openai_read_fields(&s, prefix_bytes, out, err, errlen);
     }
-    if (rc != LG_OK && out->code == NULL) {
+    if (rc == LG_ENOMEM) {
+        out->status = s.capped ? 413 : 503;
+        out->code = s.capped ? "too_many_values" : "out_of_memory";
+    } else if (rc != LG_OK && out->code == NULL) {
         out->code = "invalid_json";
     }
     lg_jsonscan_done(&s);
@@ -371,8 +442,12 @@ lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_r
     int n, rc;
 
     n = evbuffer_peek(body, -1, NULL, NULL, 0);
-    if (n > (int)LG_ARRAY_SIZE(stackvec)) {
-        vec = lg_xcalloc((size_t)n, sizeof(*vec));
+    if (n > (int)LG_ARRAY_SIZE(stackvec) && (vec = calloc((size_t)n, sizeof(*vec))) == NULL) {
+        openai_init(out);
+        out->status = 503;
+        out->code = "out_of_memory";
+        snprintf(err, errlen, "no memory to read the request body");
+        return LG_ENOMEM;
     }
     n = evbuffer_peek(body, -1, NULL, vec, n);
     rc = openai_inspect_vec(vec, n, prefix_bytes, out, err, errlen);

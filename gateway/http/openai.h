@@ -10,18 +10,24 @@
 struct evbuffer;
 
 #define LG_MODEL_MAX 256
+/* The largest token count a body may ask for (max_tokens, max_completion_tokens, min_tokens). */
+#define LG_OPENAI_TOKENS_MAX 2147483647
 
 struct lg_openai_req {
     char model[LG_MODEL_MAX + 1]; /* "" when absent */
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
-    int64_t max_tokens;           /* max_tokens or max_completion_tokens; -1 = absent */
+    int64_t max_tokens;           /* max_completion_tokens, else max_tokens (both checked
+                                     within 0..LG_OPENAI_TOKENS_MAX); -1 = absent */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
     uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
     bool greedy;                  /* "temperature": 0 (greedy decoding) */
     bool seeded;                  /* "seed": an integer (sampling that repeats) */
     int64_t n;                    /* "n", choices asked for; 1 when absent */
-    const char *code;             /* static, on LG_EINVAL: "invalid_json" or "duplicate_key" */
+    int status;                   /* on failure, the HTTP status to answer: 400 (LG_EINVAL),
+                                     413 or 503 (LG_ENOMEM) */
+    const char *code;             /* static, on failure: "invalid_json", "duplicate_key",
+                                     "too_many_values" or "out_of_memory" */
     const char *param;            /* static, on LG_EINVAL: the field at fault (OpenAI's "param");
                                      NULL: the body as a whole */
     uint32_t choices;             /* the larger of `n` and `best_of`: 1 when both are absent
@@ -36,9 +42,13 @@ struct lg_openai_req {
  * reads the evbuffer's extents). The body is left untouched.
  * Returns LG_OK, or LG_EINVAL with a human message in err, out->code and
  * out->param set: malformed JSON (with its position), not an object, wrong
- * type of a known field, or a field the gateway reads given twice
- * (duplicate_key: model, messages, max_tokens, max_completion_tokens,
- * stream, stream_options, prompt, input, user).
+ * type of a known field, a token count out of range, or a field the gateway
+ * reads given twice (duplicate_key: model, messages, max_tokens,
+ * max_completion_tokens, stream, stream_options, prompt, input, user).
+ * Or LG_ENOMEM, the whole body checked or not: more values the gateway
+ * reads than LG_JSONSCAN_MAX_TOKS (413, too_many_values), or no memory for
+ * the scan (503, out_of_memory); out->status says which. Nothing the body
+ * holds makes the scan allocate more than that bound.
  * A missing model is not an error here: out->model is "".
  */
 int lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_req *out,

@@ -157,7 +157,7 @@ proxy_dispatch(struct lg_client *c)
     if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
                           sizeof(err))
         != LG_OK) {
-        lg_client_fail_param(c, 400, req->info.code, req->info.param, "%s", err);
+        lg_client_fail_param(c, req->info.status, req->info.code, req->info.param, "%s", err);
         return;
     }
     if (req->info.model[0] == '\0') {

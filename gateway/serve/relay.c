@@ -135,7 +135,17 @@ relay_on_headers_complete(llhttp_t *p)
             return -1;
         }
         u->resp_1xx = true; /* interim response: skip it, the real one follows */
-        return 0;
+        return 1;           /* no body, whatever its head says (below) */
+    }
+    if (p->status_code == 204 || p->status_code == 304) {
+        /*
+         * RFC 9112 6.3: a 1xx, 204 or 304 response ends at its empty line,
+         * whatever Content-Length or Transfer-Encoding say; llhttp reads a
+         * body unless told (returning 1, which pausing replaces: its flag).
+         * Read as a body, bytes a backend put there reached the client after
+         * a head that has none: the answer to its next request.
+         */
+        p->flags |= F_SKIPBODY;
     }
     return HPE_PAUSED; /* the read loop decides: relay, or retry elsewhere */
 }
@@ -311,6 +321,7 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     struct relay_head hb = { .out = out };
     size_t before = evbuffer_get_length(out);
     int status = u->parser.status_code;
+    bool bodiless = status == 204 || status == 304; /* no body whatever the head says */
     bool has_id = false, has_accel = false;
     const char *reason = hs->url_len ? hs->buf + hs->url_off : lg_http_reason(status);
 
@@ -325,8 +336,8 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
         const char *name = lg_hdrs_name(hs, h);
         const char *value = lg_hdrs_value(hs, h);
 
-        if (h->hop) {
-            continue;
+        if (h->hop || (status == 204 && lg_str_ieq(name, h->name_len, "content-length"))) {
+            continue; /* RFC 9110 8.6: never in a 204 */
         }
         /* a shorter value ends in its NUL, where the compare stops */
         if (lg_str_ieq(name, h->name_len, "content-type")
@@ -342,7 +353,9 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
         head_add(&hb, value, h->value_len);
         head_add(&hb, "\r\n", 2);
     }
-    if (u->parser.flags & F_CHUNKED) {
+    if (bodiless) {
+        /* the head's end is the message's: no framing to add or undo */
+    } else if (u->parser.flags & F_CHUNKED) {
         req->flags |= LG_REQ_F_UP_CHUNKED;
         if (req->http_minor == 0) {
             req->flags |= LG_REQ_F_DECHUNK | LG_REQ_F_CLOSE; /* HTTP/1.0 knows no chunks */

@@ -138,7 +138,8 @@ resume_send(struct lg_resume *r, size_t n)
     struct lg_request *req = &r->c->req;
     struct evbuffer *out = bufferevent_get_output(r->c->bev);
     size_t staged = LG_MIN(evbuffer_get_length(r->stage), n);
-    const char *p = r->at + (r->front + staged - r->span); /* the rest, in the read */
+    /* the rest, in the read (none: NULL + 0 is undefined) */
+    const char *p = r->at != NULL ? r->at + (r->front + staged - r->span) : NULL;
     char small[RESUME_SMALL + LG_HTTP_CHUNK_HEAD_MAX + 2];
     size_t k = 0;
 
@@ -377,18 +378,24 @@ resume_request_ok(const json_t *root)
     return agp == NULL || json_is_null(agp) || json_is_true(agp);
 }
 
-/* A token count of the body less what was delivered (at least `floor`). */
+/*
+ * A token count of the body less what was delivered (at least `floor`),
+ * without overflow whatever the count (openai.c bounds them already).
+ */
 static void
 resume_less(json_t *root, const char *key, uint64_t delivered, json_int_t floor)
 {
     json_t *v = json_object_get(root, key);
-    json_int_t left;
+    json_int_t have;
 
     if (!json_is_integer(v)) {
         return;
     }
-    left = json_integer_value(v) - (json_int_t)LG_MIN(delivered, (uint64_t)INT64_MAX);
-    json_object_set_new(root, key, json_integer(left > floor ? left : floor));
+    have = json_integer_value(v);
+    json_object_set_new(root, key,
+                        json_integer(have > floor && (uint64_t)(have - floor) > delivered
+                                         ? have - (json_int_t)delivered
+                                         : floor));
 }
 
 /* The client's body, parsed (NULL when it is no JSON). */

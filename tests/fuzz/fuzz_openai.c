@@ -3,7 +3,8 @@
  * bytes. The first byte picks a prefix length and a split point; the rest is
  * the body. lg_openai_inspect_mem() and lg_openai_inspect() (over an evbuffer
  * made of two chains, as a body read in pieces is) must agree on everything;
- * a failure must say why, a success must give a bounded, terminated model.
+ * a failure must say why, with a 400 (inputs this small never reach the
+ * tape's bound, 413), a success must give a bounded, terminated model.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +60,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (a.code == NULL || b.code == NULL || strcmp(a.code, b.code) != 0 || a.param != b.param) {
             abort(); /* with the same code and field (both static strings) */
+        }
+        if (a.status != 400 || b.status != 400) {
+            abort();
         }
         if (strcmp(a.code, "duplicate_key") == 0 && a.param == NULL) {
             abort(); /* a duplicate is always named */

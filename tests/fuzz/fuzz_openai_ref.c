@@ -8,7 +8,8 @@
  * input byte, and with three prefix lengths.
  * One deliberate difference: jansson's stream reader drops a NUL byte that
  * follows a token it had to push back ("1\0," reads as "1,"); the scanner
- * refuses every raw NUL, as RFC 8259 does. Bodies with one must be refused.
+ * refuses every raw NUL, as RFC 8259 does. Bodies with one must be refused
+ * (the reference is not asked about them).
  * Duplicate top-level keys the gateway reads are refused by both, naming the
  * same key: the reference finds them by reading the object's members one at
  * a time with jansson (ref_duplicate), not from the scanner's tape.
@@ -188,6 +189,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     struct ref_prefix pre = { .left = prefix_bytes };
     json_error_t jerr;
     json_t *root, *v;
+    static const char *const counts[] = { "max_tokens", "max_completion_tokens", "min_tokens" };
     const char *mt = "max_completion_tokens";
     int rc = LG_EINVAL;
 
@@ -227,16 +229,22 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     if (json_is_object(v)) {
         out->include_usage = json_is_true(json_object_get(v, "include_usage"));
     }
-    v = json_object_get(root, mt);
-    if (v == NULL || json_is_null(v)) {
-        mt = "max_tokens";
-        v = json_object_get(root, mt);
-    }
-    if (v != NULL && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            out->param = mt;
+    /* every token count in 0..LG_OPENAI_TOKENS_MAX, in this order; the one
+     * read: max_completion_tokens unless it is null */
+    for (size_t k = 0; k < LG_ARRAY_SIZE(counts); k++) {
+        v = json_object_get(root, counts[k]);
+        if (v != NULL && !json_is_null(v)
+            && (!json_is_integer(v) || json_integer_value(v) < 0
+                || json_integer_value(v) > LG_OPENAI_TOKENS_MAX)) {
+            out->param = counts[k];
             goto out;
         }
+    }
+    v = json_object_get(root, mt);
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_tokens");
+    }
+    if (v != NULL && !json_is_null(v)) {
         out->max_tokens = json_integer_value(v);
     }
     v = json_object_get(root, "temperature");
@@ -353,7 +361,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t off = 0, step = 1 + seed % 13;
         int rca, rcb;
 
-        rcb = ref_inspect(body, len, prefixes[k], &want);
+        /* with a NUL, jansson may accept what its member-by-member reading
+         * (ref_duplicate) then cannot: the scanner must refuse it, no more */
+        rcb = has_nul ? LG_EINVAL : ref_inspect(body, len, prefixes[k], &want);
         rca = lg_openai_inspect_mem(body, len, prefixes[k], &got, err, sizeof(err));
         check_same(&got, rca, &want, rcb, "contiguous", prefixes[k], err, has_nul);
         /* chains of step, 2*step, 3*step... bytes (evbuffer_add_reference keeps them apart) */

@@ -15,9 +15,17 @@
  * closed.
  *
  * Checks: no crash, no leak, no client left behind; whatever the client gets
- * starts as an HTTP response of its version.
+ * starts as an HTTP response of its version, and parses as responses
+ * (llhttp, strict; it may be cut anywhere, but nothing may follow a point
+ * where it stops parsing) each of which is framed (Content-Length, chunked)
+ * or says Connection: close: a keep-alive response without framing leaves the client
+ * waiting for an end that never comes, or reading its next answer as this
+ * body (as when a backend's Connection header named Content-Length).
+ * fuzz/response.dict holds what such hostile heads are made of.
  */
 #include <stdint.h>
+
+#include <llhttp.h>
 
 #define FG_ROUTING ", \"resume\": {\"models\": {\"m\": \"greedy\"}}"
 #define FG_TWO_BACKENDS
@@ -27,6 +35,49 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char fs_clean[] =
     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+
+/* A response the client got that is framed by nothing but its connection's close. */
+static int
+fs_on_headers_complete(llhttp_t *p)
+{
+    if (llhttp_message_needs_eof(p) && !(p->flags & F_CONNECTION_CLOSE)) {
+        fprintf(stderr, "the client got a keep-alive %d response without framing\n",
+                p->status_code);
+        abort();
+    }
+    return 0;
+}
+
+/*
+ * Parses what the client got. It may end anywhere, a cut, even inside a
+ * chunk-size line the backend broke (relayed as far as it was read, then
+ * the connection closed: never complete); but no byte may follow a point
+ * where it stops parsing (bytes after a message's end, a body after a head
+ * that has none: the client would read them as its next answer).
+ */
+static void
+fs_check_client_stream(const char *out, size_t len, bool truncated)
+{
+    llhttp_settings_t settings;
+    llhttp_t p;
+    llhttp_errno_t err;
+    const char *pos;
+
+    llhttp_settings_init(&settings);
+    settings.on_headers_complete = fs_on_headers_complete;
+    llhttp_init(&p, HTTP_RESPONSE, &settings);
+    err = llhttp_execute(&p, out, len);
+    if (err == HPE_OK || err == HPE_PAUSED_UPGRADE || truncated) {
+        return;
+    }
+    pos = llhttp_get_error_pos(&p);
+    if (pos == NULL || pos < out || pos + 1 < out + len) {
+        fprintf(stderr, "the client's stream does not parse at byte %zd of %zu: %s (%s)\n",
+                pos != NULL ? pos - out : (ssize_t)-1, len, llhttp_errno_name(err),
+                llhttp_get_error_reason(&p));
+        abort();
+    }
+}
 
 /* Waits (spinning the loop) until the backend connection got n requests. */
 static bool
@@ -131,5 +182,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (f->out_len > 0 && (f->out_len < 9 || memcmp(f->out, "HTTP/1.1 ", 9) != 0)) {
         abort(); /* the client got something that is not a response */
     }
+    fs_check_client_stream(f->out, f->out_len, f->out_len == sizeof(f->out));
     return 0;
 }

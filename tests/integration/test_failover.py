@@ -273,6 +273,38 @@ class FailoverTest(Harness):
         m = scrape(self.admin)
         self.assertEqual(metric(m, "llmgate_resume_failed_total", reason="attempts"), 1)
 
+    def test_token_counts_range_checked_and_each_lowered_when_resumed(self):
+        # max_tokens was read only where max_completion_tokens is null, and
+        # neither was range-checked, while a continuation lowers each (and
+        # min_tokens) by what was delivered: INT64_MIN next to a valid
+        # max_completion_tokens overflowed there (UBSan aborted the gateway,
+        # release builds wrapped). Every token count is checked before
+        # anything is sent: 400, with the field in `param`.
+        ports = self.fleet(decode_ms=5)
+        want = self.reference(ports["r1"], completion(20), COMP)
+        for p in ports.values():
+            control(p, {"fault": "close-after-tokens:8"})
+        _, gw = self.gateway(ports)
+        for field, value in (("max_tokens", -2**63), ("max_tokens", 2**31),
+                             ("min_tokens", -2**63), ("max_completion_tokens", 2**63 - 1)):
+            body = dict(completion(20), max_completion_tokens=20)
+            body[field] = value
+            status, _, data = http_request(gw, "POST", COMP, body)
+            self.assertEqual(status, 400, (field, value, data))
+            err = json.loads(data)["error"]
+            self.assertEqual((err["param"], err["type"]), (field, "invalid_request_error"))
+            self.assertIn('"%s" must be an integer from 0 to 2147483647' % field, err["message"])
+        # in range, all three: 20 tokens in three attempts (8 + 8 + 4), each
+        # continuation sent the counts less what was delivered
+        s = self.stream(gw, "POST", COMP, dict(completion(20), max_completion_tokens=20,
+                                               min_tokens=20))
+        s.read_all(20)
+        self.assertEqual(s.ended, "complete")
+        self.assertEqual(text_of(s), want)
+        log = read_log(self.path("access.log"), 5)
+        self.assertEqual([r["status"] for r in log], [400] * 4 + [200])
+        self.assertEqual((log[-1]["resumed"], log[-1]["attempts"], log[-1]["tokens"]), (2, 3, 20))
+
     def test_stall_mid_stream_resumed_after_stream_idle(self):
         ports = self.fleet(decode_ms=10)
         _, gw = self.gateway(ports, timeouts={"stream_idle": "400ms"})

@@ -31,6 +31,13 @@ SLOWER = ["--decode-ms", "20", "--decode-ms-per-seq", "0", "--prefill-us-per-tok
 #   hash     answers with the SHA-256 of the request body as the content.
 #   cut      as hash for the first request of each connection; of the next
 #            one it reads 64 KiB and closes (unread bytes: a reset).
+#   conncl   names its framing in Connection, on a keep-alive connection:
+#            Content-Length (its only framing) on odd answers, Transfer-Encoding
+#            and Content-Length on a chunked one on even answers; the content
+#            says which answer of its connection it was.
+#   bodiless answers its odd requests (counted over all its connections) with
+#            a 204 that says Transfer-Encoding: chunked, and in a chunk a whole
+#            response of its own ("smuggled"); its even ones as hash does.
 TINY_BACKEND = r"""
 import hashlib, socket, sys, threading
 mode = sys.argv[1]
@@ -60,6 +67,7 @@ def read_request(c, buf):
     LAST[0] = rest[:n]
     return head, rest[n:]
 LAST = [b""]
+ANSWERED = [0]
 
 def cut(c, buf):
     while b"\r\n\r\n" not in buf or len(buf.partition(b"\r\n\r\n")[2]) < 65536:
@@ -79,6 +87,36 @@ def serve(c):
     while True:
         if mode == "cut" and served == 1:
             return cut(c, buf)
+        if mode == "bodiless":
+            head, buf = read_request(c, buf)
+            if head is None:
+                break
+            ANSWERED[0] += 1
+            if ANSWERED[0] % 2:
+                fake = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(BODY)
+                        + BODY.replace(b'"content":"ok"', b'"content":"smuggled"'))
+                c.sendall(b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"%x\r\n%s\r\n0\r\n\r\n" % (len(fake), fake))
+            else:
+                answer(c, hashlib.sha256(LAST[0]).hexdigest().encode())
+            continue
+        if mode == "conncl":
+            head, buf = read_request(c, buf)
+            if head is None:
+                break
+            served += 1
+            body = BODY.replace(b'"content":"ok"', b'"content":"answer %d"' % served)
+            if served % 2:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Connection: Content-Length\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body)
+            else:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Connection: transfer-encoding, CONTENT-LENGTH\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                          % (len(body), body))
+            continue
         if mode in ("hash", "cut"):
             head, buf = read_request(c, buf)
             if head is None:
@@ -315,6 +353,137 @@ class FaultsTest(Harness):
         faults = [burst(20) for _ in range(3)]
         self.assertLess(min(faults), 0.25 * 8 * 20, "page faults in bursts of 160 requests: %s"
                         % faults)
+
+    def test_a_body_of_values_nobody_reads_costs_only_itself(self):
+        # {"model":"m","x":[0,0,...]} at the 16 MiB limit: a tape of every
+        # value (16 bytes each) took 128 MiB for it, and a failed allocation
+        # aborted the gateway. The scan keeps what the gateway reads: the
+        # peak grows by about the body held (not measured under valgrind or
+        # a sanitizer: their allocators), and the body still reaches the
+        # backend whole.
+        gwp, gw = self.hash_gateway()
+
+        def hwm_kib():
+            with open("/proc/%d/status" % gwp.pid) as f:
+                return int(next(ln for ln in f if ln.startswith("VmHWM:")).split()[1])
+
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        self.assertEqual(status, 200)
+        before = hwm_kib()
+        head = b'{"model":"m","x":['
+        data = head + b"0," * ((16 * 1024 * 1024 - len(head) - 3) // 2) + b"0]}"
+        status, _, raw = http_request(gw, "POST", "/v1/chat/completions", data)
+        self.assertEqual(status, 200, raw[:300])
+        self.assertIn(hashlib.sha256(data).hexdigest().encode(), raw)
+        grown = hwm_kib() - before
+        print("peak RSS grew by %.1f MiB for a %.1f MiB body" % (grown / 1024, len(data) / 2**20))
+        if not (harness.VALGRIND or harness.SANITIZED):
+            self.assertLess(grown, 64 * 1024)
+        # past what the scan may keep (2^20 values read: prompts here): 413,
+        # that request alone
+        data = b'{"model":"m","prompt":[' + b'"",' * (1 << 20) + b'""]}'
+        status, _, raw = http_request(gw, "POST", "/v1/completions", data)
+        self.assertEqual(status, 413, raw[:300])
+        obj = json.loads(raw)
+        self.assertEqual(obj["error"]["code"], "too_many_values")
+        self.assertEqual(obj["error"]["type"], "invalid_request_error")
+        self.assertIn("more than 1048576 values the gateway reads", obj["error"]["message"])
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
+        self.assertEqual(status, 200)
+        self.assertIsNone(gwp.p.poll())
+
+    def test_framing_named_in_connection_still_frames_the_response(self):
+        # A backend's Connection header named Content-Length, its answer's
+        # only framing: dropped as hop-by-hop, the client got a keep-alive 200
+        # with no length and hung (or read its next answer as this body).
+        # Framing is never a connection option: the answer keeps its
+        # Content-Length (a chunked one is chunked again), and the client's
+        # connection serves the next request.
+        _, port = self.tiny("conncl")
+        conf = self.base_config([{"name": "t", "url": "http://127.0.0.1:%d" % port,
+                                  "models": ["m"]}], workers=1,
+                                health={"interval": "1h", "scrape_interval": 0,
+                                        "eject_consecutive": 0})
+        gwp, gw = self.start_gateway(conf)
+        data = json.dumps(chat_body()).encode()
+        req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data)
+               + data)
+        s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+        f = s.makefile("rb")
+        for i in range(1, 5):
+            s.sendall(req)
+            status = f.readline()
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            hdrs = {}
+            while True:
+                line = f.readline()
+                self.assertTrue(line, "connection closed in the head of answer %d" % i)
+                if line == b"\r\n":
+                    break
+                k, _, v = line.decode().partition(":")
+                hdrs[k.strip().lower()] = v.strip()
+            self.assertNotIn("connection", hdrs)  # keep-alive: the client's to reuse
+            if i % 2:
+                self.assertNotIn("transfer-encoding", hdrs)
+                body = f.read(int(hdrs["content-length"]))
+            else:
+                self.assertEqual(hdrs.get("transfer-encoding"), "chunked")
+                self.assertNotIn("content-length", hdrs)
+                body = b""
+                while True:
+                    n = int(f.readline().split(b";")[0], 16)
+                    chunk = f.read(n + 2)
+                    if n == 0:
+                        break
+                    body += chunk[:-2]
+            obj = json.loads(body)
+            self.assertEqual(obj["choices"][0]["message"]["content"], "answer %d" % i)
+        s.close()
+        self.assertIsNone(gwp.p.poll())
+
+    def test_no_body_after_a_204_whatever_its_head_says(self):
+        # A 204 (like a 304 or a 1xx) ends at its empty line (RFC 9112 6.3);
+        # llhttp read a body after it when its head said chunked, and the
+        # gateway relayed that body after a head that has none: an HTTP/1.0
+        # client got a whole response of the backend's making as the answer
+        # to its next request. The 204 goes out without framing, the bytes
+        # after it are not relayed (that backend connection is closed), and
+        # the next request gets its own answer; for HTTP/1.1 clients too.
+        _, port = self.tiny("bodiless")
+        conf = self.base_config([{"name": "t", "url": "http://127.0.0.1:%d" % port,
+                                  "models": ["m"]}], workers=1,
+                                health={"interval": "1h", "scrape_interval": 0,
+                                        "eject_consecutive": 0})
+        gwp, gw = self.start_gateway(conf)
+        data = json.dumps(chat_body()).encode()
+        for version in (b"1.0", b"1.1"):
+            req = (b"POST /v1/chat/completions HTTP/%s\r\nHost: x\r\nConnection: keep-alive\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (version, len(data)) + data)
+            s = socket.create_connection(("127.0.0.1", gw), timeout=10)
+            f = s.makefile("rb")
+            for want in (204, 200):
+                s.sendall(req)
+                status = f.readline()
+                hdrs = {}
+                while True:
+                    line = f.readline()
+                    self.assertTrue(line, "connection closed in a head")
+                    if line == b"\r\n":
+                        break
+                    k, _, v = line.decode().partition(":")
+                    hdrs[k.strip().lower()] = v.strip()
+                self.assertTrue(status.startswith(b"HTTP/1.1 %d" % want), (version, status))
+                if want == 204:
+                    self.assertNotIn("transfer-encoding", hdrs)
+                    self.assertNotIn("content-length", hdrs)
+                    continue
+                obj = json.loads(f.read(int(hdrs["content-length"])))
+                self.assertEqual(obj["choices"][0]["message"]["content"],
+                                 hashlib.sha256(data).hexdigest(), version)
+            s.close()
+        self.assertIsNone(gwp.p.poll())
 
     def test_malformed_response_is_retried_elsewhere(self):
         _, bad = self.tiny("garbage")

@@ -7,6 +7,7 @@
  */
 #include <event2/buffer.h>
 
+#include "http/jsonscan.h" /* LG_JSONSCAN_MAX_TOKS */
 #include "http/openai.h"
 #include "lg_test.h"
 
@@ -242,6 +243,29 @@ test_duplicate_keys(void)
     return 0;
 }
 
+/* Token counts: 0 to 2^31 - 1 pass; max_completion_tokens, when not null, is the one read. */
+static int
+test_token_counts(void)
+{
+    struct lg_openai_req r;
+    char err[256];
+
+    LG_CHECK(inspect("{\"max_tokens\":2147483647,\"min_tokens\":2147483647}", 0, &r, err)
+             == LG_OK);
+    LG_CHECK(r.max_tokens == 2147483647);
+    LG_CHECK(inspect("{\"max_tokens\":0,\"min_tokens\":0}", 0, &r, err) == LG_OK);
+    LG_CHECK(r.max_tokens == 0);
+    LG_CHECK(inspect("{\"max_tokens\":7,\"max_completion_tokens\":64}", 0, &r, err) == LG_OK);
+    LG_CHECK(r.max_tokens == 64);
+    LG_CHECK(inspect("{\"max_tokens\":7,\"max_completion_tokens\":null,\"min_tokens\":null}", 0,
+                     &r, err)
+             == LG_OK);
+    LG_CHECK(r.max_tokens == 7);
+    /* min_tokens may repeat (the last read, as jansson and the continuation read it) */
+    LG_CHECK(inspect("{\"min_tokens\":-1,\"min_tokens\":2}", 0, &r, err) == LG_OK);
+    return 0;
+}
+
 static int
 test_refused(void)
 {
@@ -267,17 +291,30 @@ test_refused(void)
         { "{\"a\":1e400}", "real number out of range", NULL },
         { "{\"model\":7}", "\"model\" must be a string", "model" },
         { "{\"stream\":\"yes\"}", "\"stream\" must be a boolean", "stream" },
-        { "{\"max_tokens\":-1}", "\"max_tokens\" must be a non-negative integer", "max_tokens" },
-        { "{\"max_tokens\":1.0}", "non-negative integer", "max_tokens" },
+        { "{\"max_tokens\":-1}", "\"max_tokens\" must be an integer from 0 to 2147483647",
+          "max_tokens" },
+        { "{\"max_tokens\":1.0}", "must be an integer from 0", "max_tokens" },
         { "{\"max_tokens\":1,\"max_completion_tokens\":\"2\"}",
-          "\"max_completion_tokens\" must be a non-negative integer", "max_completion_tokens" },
+          "\"max_completion_tokens\" must be an integer from 0 to 2147483647",
+          "max_completion_tokens" },
+        /* each token count is checked, the one read or not: a continuation
+         * subtracts what was delivered from each */
+        { "{\"max_completion_tokens\":64,\"max_tokens\":-9223372036854775808}",
+          "\"max_tokens\" must be an integer from 0", "max_tokens" },
+        { "{\"max_tokens\":64,\"max_completion_tokens\":2147483648}",
+          "\"max_completion_tokens\" must be an integer from 0", "max_completion_tokens" },
+        { "{\"max_tokens\":9223372036854775807}", "must be an integer from 0", "max_tokens" },
+        { "{\"max_tokens\":64,\"min_tokens\":-9223372036854775808}",
+          "\"min_tokens\" must be an integer from 0 to 2147483647", "min_tokens" },
+        { "{\"min_tokens\":\"1\"}", "\"min_tokens\" must be an integer", "min_tokens" },
+        { "{\"min_tokens\":3,\"min_tokens\":2147483648}", "\"min_tokens\" must be", "min_tokens" },
     };
     struct lg_openai_req r;
     char err[256];
 
     for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
-        if (inspect(cases[i].body, 2048, &r, err) == LG_OK || strstr(err, cases[i].msg) == NULL
-            || r.code == NULL || strcmp(r.code, "invalid_json") != 0
+        if (inspect(cases[i].body, 2048, &r, err) != LG_EINVAL || strstr(err, cases[i].msg) == NULL
+            || r.status != 400 || r.code == NULL || strcmp(r.code, "invalid_json") != 0
             || (r.param == NULL) != (cases[i].param == NULL)
             || (r.param != NULL && strcmp(r.param, cases[i].param) != 0)) {
             fprintf(stderr, "body %s: got \"%s\" (param %s), want \"%s\" (param %s)\n",
@@ -335,6 +372,63 @@ test_limits(void)
     LG_CHECK(inspect_split(body, 16, &r, err) == LG_OK);
     LG_CHECK_STR(r.model, "m");
     LG_CHECK(r.prompt_bytes == 12);
+    return 0;
+}
+
+/*
+ * The tape holds what is read, not the body: a 16 MiB member nobody reads
+ * (numbers, as a client's flood would send) is checked and costs nothing;
+ * prompts of token ids are counted, not recorded. Past LG_JSONSCAN_MAX_TOKS
+ * values read (here a batch of empty prompts) the body is refused with 413.
+ */
+static int
+test_tape_bound(void)
+{
+    size_t cap = (16u << 20) + 64, n;
+    char *body = malloc(cap), err[256];
+    struct lg_openai_req r;
+
+    LG_CHECK(body != NULL);
+    n = (size_t)snprintf(body, cap, "{\"model\":\"m\",\"x\":[");
+    while (n + 8 < cap) {
+        memcpy(body + n, "0,", 2);
+        n += 2;
+    }
+    memcpy(body + n, "0]}", 3);
+    n += 3;
+    LG_CHECK(lg_openai_inspect_mem(body, n, 16, &r, err, sizeof(err)) == LG_OK);
+    LG_CHECK_STR(r.model, "m");
+    body[n - 3] = 'x'; /* still checked: the last number broken */
+    LG_CHECK(lg_openai_inspect_mem(body, n, 16, &r, err, sizeof(err)) == LG_EINVAL);
+    LG_CHECK(r.status == 400 && strstr(err, "invalid token") != NULL);
+    /* token ids: four bytes each, whole or in arrays */
+    n = (size_t)snprintf(body, cap, "{\"model\":\"m\",\"prompt\":[");
+    for (int i = 0; i < 2000000; i++) {
+        memcpy(body + n, "7,", 2);
+        n += 2;
+    }
+    n += (size_t)snprintf(body + n, cap - n, "[1,2,3]]}");
+    LG_CHECK(lg_openai_inspect_mem(body, n, 16, &r, err, sizeof(err)) == LG_OK);
+    LG_CHECK(r.prompt_bytes == 4 * (2000000 + 3));
+    /* one value read too many: the body (root, prompt, its strings) */
+    n = (size_t)snprintf(body, cap, "{\"prompt\":[\"\"");
+    for (uint32_t i = 1; i + 2 < LG_JSONSCAN_MAX_TOKS + 1; i++) {
+        memcpy(body + n, ",\"\"", 3);
+        n += 3;
+    }
+    memcpy(body + n, "]}", 2);
+    n += 2;
+    LG_CHECK(lg_openai_inspect_mem(body, n, 16, &r, err, sizeof(err)) == LG_ENOMEM);
+    LG_CHECK(r.status == 413);
+    LG_CHECK_STR(r.code, "too_many_values");
+    LG_CHECK(r.param == NULL);
+    LG_CHECK(strstr(err, "more than 1048576 values the gateway reads") != NULL);
+    /* one fewer fits */
+    memmove(body + n - 5, body + n - 2, 2);
+    n -= 3;
+    LG_CHECK(lg_openai_inspect_mem(body, n, 16, &r, err, sizeof(err)) == LG_OK);
+    LG_CHECK(r.prompt_bytes == 0);
+    free(body);
     return 0;
 }
 
@@ -419,4 +513,5 @@ test_long_strings(void)
 }
 
 LG_TEST_MAIN(test_chat_fields, test_jansson_rules, test_members_in_one_walk, test_duplicate_keys,
-             test_refused, test_limits, test_long_strings, test_sampling_fields)
+             test_refused, test_limits, test_long_strings, test_sampling_fields, test_tape_bound,
+             test_token_counts)
