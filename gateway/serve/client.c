@@ -201,9 +201,9 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
         return;
     }
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
-    c->ops->abort(c, code);
+    c->ops->abort(c, LG_FAIL_ABORTED);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (req->error == NULL || status != req->fail_status) {
+    if (req->error == NULL || status != lg_fail_status(req->fail)) {
         req->error = code;
     }
     if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431) {
@@ -260,7 +260,7 @@ lg_client_finish(struct lg_client *c)
 }
 
 void
-lg_client_cut(struct lg_client *c, const char *why)
+lg_client_cut(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
@@ -270,15 +270,16 @@ lg_client_cut(struct lg_client *c, const char *why)
     if (req->backend != NULL) {
         LG_STAT_ADD(req->backend, cut_streams, 1);
         if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", req->backend->name, why);
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", req->backend->name,
+                        lg_fail_name(why));
         }
     }
-    req->error = why;
+    req->error = lg_fail_name(why);
     c->ops->abort(c, why);
     client_log(c);
     client_end_request(c);
-    if (strcmp(why, "client_stalled") == 0) {
-        lg_client_close(c, why); /* it reads nothing: do not wait for it */
+    if (why == LG_FAIL_CLIENT_STALLED) {
+        lg_client_close(c, req->error); /* it reads nothing: do not wait for it */
         return;
     }
     /* Every byte the backend sent still goes out, then the connection
@@ -286,7 +287,7 @@ lg_client_cut(struct lg_client *c, const char *why)
     lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-        lg_client_close(c, why);
+        lg_client_close(c, req->error);
     }
 }
 
@@ -304,7 +305,7 @@ lg_client_close(struct lg_client *c, const char *why)
         if (c->req.error == NULL) {
             c->req.error = why;
         }
-        c->ops->abort(c, why);
+        c->ops->abort(c, LG_FAIL_ABORTED); /* a client gone was told before */
         client_log(c);
     }
     client_end_request(c);
@@ -661,7 +662,7 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
             if (req->t_start == 0) {
                 lg_client_close(c, "client_stalled"); /* between requests: nothing to log */
             } else {
-                lg_client_cut(c, "client_stalled");
+                lg_client_cut(c, LG_FAIL_CLIENT_STALLED);
             }
             return;
         }
@@ -690,11 +691,11 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     /* EOF or error: the client is gone. Stop the engine at once. */
     if (req->flags & LG_REQ_F_STARTED) {
         req->error = "client_closed";
-        c->ops->abort(c, "client_closed");
+        c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     } else if (req->flags & LG_REQ_F_PROXIED) {
         req->status = 499;
         req->error = "client_closed";
-        c->ops->abort(c, "client_closed");
+        c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     }
     lg_client_close(c, "client_closed");
 }

@@ -14,6 +14,7 @@
 
 #include <llhttp.h>
 
+#include "base/fail.h"
 #include "base/lg_core.h"
 #include "http/headcheck.h"
 #include "http/httphdr.h"
@@ -106,7 +107,7 @@ struct lg_request {
     /* outcome */
     int status;                   /* status sent to the client (0: none) */
     const char *error;            /* static: why it failed, for the log */
-    int fail_status;              /* what to answer if no retry is left (502/504) */
+    enum lg_fail fail;            /* the last attempt's failure: answered if no retry is left */
     uint64_t bytes_out;           /* response bytes queued to the client */
     uint64_t up_bytes;            /* response bytes received from the backend */
 
@@ -139,9 +140,10 @@ struct lg_request {
 struct lg_client_ops {
     /* The request is read whole (head and body, within the limits): answer it. */
     void (*dispatch)(struct lg_client *c);
-    /* End what the request runs now: its upstream connection closes (the
-     * engine stops), its backend is released. Safe when nothing runs. */
-    void (*abort)(struct lg_client *c, const char *why);
+    /* End what the request runs now, for `why`: its upstream connection
+     * closes (the engine stops), its backend is released. Safe when
+     * nothing runs. */
+    void (*abort)(struct lg_client *c, enum lg_fail why);
     /* The request is over (its log line written): free what it holds above. */
     void (*release)(struct lg_client *c);
     /* The output fell below the low watermark while a response is relayed. */

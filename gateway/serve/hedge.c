@@ -394,21 +394,22 @@ hedge_dup_loses(struct lg_client *c, struct lg_hedge *h, enum lg_req_hedge outco
 /* The duplicate failed or answered an error: its backend is told, as a
  * failed attempt's would be (status 0: no answer; flags: lg_backend_note_result). */
 static void
-hedge_dup_failed(struct lg_client *c, struct lg_hedge *h, const char *why, int status,
-                 unsigned flags)
+hedge_dup_failed(struct lg_client *c, struct lg_hedge *h, enum lg_fail why, int status)
 {
     struct lg_request *req = &c->req;
     struct lg_backend *b = h->dup.backend;
     struct lg_upconn *u = h->dup.up;
 
     lg_backend_note_result(b, &req->fleet->conf->health, status,
-                           status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0, flags);
+                           status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0,
+                           lg_fail_table[why].refused ? LG_BACKEND_R_REFUSED : 0);
     if (status == 0 || status == 429 || status >= 500) {
         lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, b, status, 0,
                               0);
     }
     if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
-        LG_CONN_LOG(LG_LOG_WARN, c, "hedge on backend %s failed: %s", b->name, why);
+        LG_CONN_LOG(LG_LOG_WARN, c, "hedge on backend %s failed: %s", b->name,
+                    lg_fail_name(why));
     }
     hedge_dup_loses(c, h, LG_REQ_HEDGE_FIRST);
 }
@@ -495,7 +496,12 @@ hedge_on_dup_read(struct bufferevent *bev, void *arg)
         hedge_dup_goes_on(c, h, true);
         return;
     case HEDGE_OUT:
-        hedge_dup_failed(c, h, "error answer", h->scan[1].status, 0);
+        hedge_dup_failed(c, h,
+                         h->scan[1].status == 0 ? LG_FAIL_PROTOCOL
+                         : h->scan[1].status < 200 || h->scan[1].status >= 300
+                             ? LG_FAIL_HTTP_STATUS
+                             : LG_FAIL_ENGINE_ERROR,
+                         h->scan[1].status);
         return;
     }
 }
@@ -529,11 +535,13 @@ hedge_on_dup_event(struct bufferevent *bev, short what, void *arg)
     } else if (what & BEV_EVENT_TIMEOUT) {
         LG_STAT_ADD(u->b, timeouts, 1);
     }
-    hedge_dup_failed(
-        c, h,
-        (what & BEV_EVENT_TIMEOUT) ? (connecting ? "connect_timeout" : "first_byte_timeout")
-                                   : (connecting ? "connect_failed" : "upstream_closed"),
-        0, connecting && !(what & BEV_EVENT_TIMEOUT) && !u->b->conf.tls ? LG_BACKEND_R_REFUSED : 0);
+    hedge_dup_failed(c, h,
+                     (what & BEV_EVENT_TIMEOUT)
+                         ? (connecting ? LG_FAIL_CONNECT_TIMEOUT : LG_FAIL_FIRST_BYTE_TIMEOUT)
+                     : !connecting      ? LG_FAIL_CLOSED
+                     : u->b->conf.tls ? LG_FAIL_CONNECT
+                                      : LG_FAIL_CONNECT_REFUSED,
+                     0);
 }
 
 /* The deadline passed with no first token: a duplicate, if the budget and

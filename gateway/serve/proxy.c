@@ -64,17 +64,17 @@
 #include "serve/worker.h"
 
 static void proxy_start(struct lg_client *c);
-static void proxy_abort(struct lg_client *c, const char *why);
+static void proxy_abort(struct lg_client *c, enum lg_fail why);
 static void proxy_attempt(struct lg_client *c);
 static void proxy_admitted(struct lg_client *c);
-static void proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned flags);
+static void proxy_attempt_failed(struct lg_client *c, enum lg_fail why);
 static void proxy_on_up_read(struct bufferevent *bev, void *arg);
 static void proxy_on_up_event(struct bufferevent *bev, short what, void *arg);
 static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in);
 static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable);
 static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
-static void proxy_failed_midway(struct lg_client *c, const char *why);
+static void proxy_failed_midway(struct lg_client *c, enum lg_fail why);
 
 /* A duplicate that wins, or a held attempt released, reads through these (hedge.c). */
 static const struct lg_hedge_ops proxy_hedge_ops = {
@@ -211,12 +211,14 @@ proxy_take_retry_token(struct lg_client *c)
     return true;
 }
 
+/* May the request try another backend after `why` (routing.retry.on)? */
 static bool
-proxy_can_retry(struct lg_client *c)
+proxy_can_retry(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
-    if (req->flags & LG_REQ_F_STARTED) {
+    if ((req->flags & LG_REQ_F_STARTED)
+        || !(proxy_conf(c)->routing.retry.on & LG_FAIL_BIT(why))) {
         return false;
     }
     if (req->attempts >= proxy_conf(c)->routing.retry.attempts) {
@@ -306,12 +308,12 @@ proxy_attempt(struct lg_client *c)
     }
     if (rc != LG_OK && (req->flags & LG_REQ_F_STARTED)) {
         req->resume_fail = LG_STATS_RESUME_NO_BACKEND;
-        lg_client_cut(c, req->error ? req->error : "no_backend_to_resume");
+        lg_client_cut(c, req->fail != LG_FAIL_NONE ? req->fail : LG_FAIL_NO_BACKEND);
         return;
     }
     if (rc != LG_OK) {
         if (req->attempts > 0) {
-            lg_client_fail(c, req->fail_status ? req->fail_status : 502,
+            lg_client_fail(c, req->fail != LG_FAIL_NONE ? lg_fail_status(req->fail) : 502,
                            req->error ? req->error : "bad_gateway",
                            "no other backend left to try after: %s",
                            req->error ? req->error : "failure");
@@ -333,7 +335,7 @@ proxy_attempt(struct lg_client *c)
     }
     if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_failed", 503, 0);
+        proxy_attempt_failed(c, LG_FAIL_CONNECT);
         return;
     }
     req->up = u;
@@ -389,13 +391,13 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_TIMEOUT) {
         if (c->state == LG_CLIENT_ST_CONNECT) {
             LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, "connect_timeout", 504, 0);
+            proxy_attempt_failed(c, LG_FAIL_CONNECT_TIMEOUT);
         } else if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
             LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_attempt_failed(c, "first_byte_timeout", 504, 0);
+            proxy_attempt_failed(c, LG_FAIL_FIRST_BYTE_TIMEOUT);
         } else {
             LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_failed_midway(c, "stream_idle_timeout");
+            proxy_failed_midway(c, LG_FAIL_STREAM_IDLE);
         }
         return;
     }
@@ -410,14 +412,14 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
                 LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
             }
             LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, "upstream_tls_error", 502, 0);
+            proxy_attempt_failed(c, LG_FAIL_TLS);
             return;
         }
     }
     if (c->state == LG_CLIENT_ST_CONNECT) {
         LG_STAT_ADD(u->b, connect_failures, 1);
         /* nothing listens there: down, not misbehaving (backend.c holds it off) */
-        proxy_attempt_failed(c, "connect_refused", 503, LG_BACKEND_R_REFUSED);
+        proxy_attempt_failed(c, LG_FAIL_CONNECT_REFUSED);
         return;
     }
     if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
@@ -430,7 +432,7 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             proxy_attempt(c);
             return;
         }
-        proxy_attempt_failed(c, "upstream_closed", 502, 0);
+        proxy_attempt_failed(c, LG_FAIL_CLOSED);
         return;
     }
     if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
@@ -442,17 +444,10 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             return;
         }
     }
-    proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response"
-                                                   : "upstream_reset");
+    proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? LG_FAIL_CLOSED_MIDWAY : LG_FAIL_RESET);
 }
 
 /* ---- 6. relay: the response ---------------------------------------------- */
-
-static bool
-proxy_is_retryable_status(int status)
-{
-    return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
 
 /* Returns LG_OK when the response is being relayed, else LG_EAGAIN (retried or failed). */
 static int
@@ -462,18 +457,19 @@ proxy_on_head(struct lg_client *c, struct lg_upconn *u)
     const struct lg_config *conf = proxy_conf(c);
     int status = u->parser.status_code;
     uint64_t retry_after = lg_relay_retry_after_ns(&u->hdrs);
+    enum lg_fail fail = lg_fail_of_status(status);
 
     lg_backend_note_result(req->backend, &conf->health, status, retry_after, 0);
-    if (proxy_is_retryable_status(status)) {
+    if (fail != LG_FAIL_NONE) {
         lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend,
                               status, 0, 0);
     }
-    if (proxy_is_retryable_status(status) && proxy_can_retry(c)) {
+    if (fail != LG_FAIL_NONE && proxy_can_retry(c, fail)) {
         LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere",
                     req->backend->name, status);
         lg_attempt_end(c, false);
-        req->error = "retried_on_status";
-        req->fail_status = 502;
+        req->error = lg_fail_name(fail);
+        req->fail = fail;
         proxy_attempt(c);
         return LG_EAGAIN;
     }
@@ -482,7 +478,7 @@ proxy_on_head(struct lg_client *c, struct lg_upconn *u)
         lg_resume_watch(c, u); /* a stream that may go on elsewhere: relayed event by event */
     } else if (lg_resume_head(c, u) != LG_OK) {
         /* a continuation (resume.c), and no stream to go on with */
-        proxy_attempt_failed(c, "resume_refused", 502, 0);
+        proxy_attempt_failed(c, LG_FAIL_RESUME_REFUSED);
         return LG_EAGAIN;
     }
     lg_client_set_state(c, LG_CLIENT_ST_RELAY);
@@ -551,7 +547,7 @@ proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
         case LG_RELAY_DONE:
             if (lg_resume_failing(c)) {
                 /* the engine ended its stream with an error resume.c held back */
-                proxy_failed_midway(c, "engine_error_event");
+                proxy_failed_midway(c, LG_FAIL_ENGINE_ERROR);
                 return;
             }
             proxy_complete(c, u, evbuffer_get_length(in) == 0);
@@ -609,22 +605,23 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
 
 /* An attempt failed before any response byte reached the client. */
 static void
-proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned flags)
+proxy_attempt_failed(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
     if (req->backend != NULL) {
-        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, flags);
+        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0,
+                               lg_fail_table[why].refused ? LG_BACKEND_R_REFUSED : 0);
         lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend, 0,
                               0, 0);
         if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
             LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (attempt %u)",
-                        req->backend->name, why, req->attempts);
+                        req->backend->name, lg_fail_name(why), req->attempts);
         }
     }
     lg_attempt_end(c, false);
-    req->error = why;
-    req->fail_status = status;
+    req->error = lg_fail_name(why);
+    req->fail = why;
     if (req->flags & LG_REQ_F_STARTED) {
         proxy_failed_midway(c, why); /* a continuation's attempt (resume.c) */
         return;
@@ -632,11 +629,12 @@ proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned 
     if (lg_hedge_takeover(c)) {
         return; /* a duplicate was racing it: it goes on alone (hedge.c) */
     }
-    if (proxy_can_retry(c)) {
+    if (proxy_can_retry(c, why)) {
         proxy_attempt(c);
         return;
     }
-    lg_client_fail(c, status, why, "the backend failed before responding (%s)", why);
+    lg_client_fail(c, lg_fail_status(why), req->error, "the backend failed before responding (%s)",
+                   req->error);
 }
 
 static void
@@ -648,9 +646,9 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
                 req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
                 llhttp_get_error_reason(&u->parser));
     if (req->flags & LG_REQ_F_STARTED) {
-        proxy_failed_midway(c, "upstream_protocol_error");
+        proxy_failed_midway(c, LG_FAIL_PROTOCOL);
     } else {
-        proxy_attempt_failed(c, "upstream_protocol_error", 502, 0);
+        proxy_attempt_failed(c, LG_FAIL_PROTOCOL);
     }
 }
 
@@ -659,7 +657,7 @@ proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
  * another backend where resume.c can continue it, else it is cut.
  */
 static void
-proxy_failed_midway(struct lg_client *c, const char *why)
+proxy_failed_midway(struct lg_client *c, enum lg_fail why)
 {
     lg_attempt_failed_midway(c);
     if (!lg_resume_begin(c, why, proxy_take_retry_token)) {
@@ -682,15 +680,15 @@ proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg)
         LG_STAT_ADD(c->req.backend, timeouts, 1);
     }
     if (c->req.flags & LG_REQ_F_STARTED) {
-        lg_client_cut(c, "total_timeout");
+        lg_client_cut(c, LG_FAIL_TOTAL_TIMEOUT);
     } else {
-        proxy_abort(c, "total_timeout");
+        proxy_abort(c, LG_FAIL_TOTAL_TIMEOUT);
         lg_client_fail(c, 504, "total_timeout", "the request took longer than the total timeout");
     }
 }
 
 static void
-proxy_abort(struct lg_client *c, const char *why)
+proxy_abort(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
@@ -698,7 +696,7 @@ proxy_abort(struct lg_client *c, const char *why)
     if (req->up == NULL && req->backend == NULL) {
         return;
     }
-    if (req->backend != NULL && (strcmp(why, "client_closed") == 0)) {
+    if (req->backend != NULL && why == LG_FAIL_CLIENT_CLOSED) {
         LG_STAT_ADD(req->backend, client_aborts, 1);
     }
     if (req->backend != NULL && (req->flags & LG_REQ_F_STARTED)) {
@@ -713,7 +711,7 @@ proxy_release(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     lg_admission_cancel(c);
-    proxy_abort(c, "released");
+    proxy_abort(c, LG_FAIL_ABORTED);
     lg_resume_release(c);
     lg_hedge_free(c);
     if (req->timer != NULL) {

@@ -78,20 +78,16 @@ static int resume_check(struct lg_client *c, struct lg_resume *r);
 
 /* ---- which streams ---------------------------------------------------------- */
 
-/* What routing.resume says of a model: "off", "greedy" or "seeded". */
-static const char *
+/* What routing.resume allows for a model's streams (its rules, read at load). */
+static enum lg_resume_mode
 resume_mode(const struct lg_resume_conf *rc, const char *model)
 {
-    json_t *v;
-
-    if (rc->models == NULL) {
-        return "off";
+    for (size_t i = 0; i < rc->nrules; i++) {
+        if (strcmp(rc->rules[i].model, model) == 0) {
+            return rc->rules[i].mode;
+        }
     }
-    v = json_object_get(rc->models, model);
-    if (v == NULL) {
-        v = json_object_get(rc->models, "*");
-    }
-    return json_is_string(v) ? json_string_value(v) : "off";
+    return rc->others;
 }
 
 /* The route of the request (chat or completions are the ones to continue). */
@@ -111,18 +107,20 @@ resume_allowed(const struct lg_client *c)
 {
     const struct lg_request *req = &c->req;
     enum lg_stats_route route = resume_route(req);
-    const char *mode;
 
     if (!(req->flags & LG_REQ_F_SSE) || !req->info.stream || req->status != 200
         || req->info.n != 1 || !(req->flags & (LG_REQ_F_UP_CHUNKED | LG_REQ_F_UP_EOF))
         || (route != LG_STATS_ROUTE_CHAT && route != LG_STATS_ROUTE_COMPLETIONS)) {
         return false;
     }
-    mode = resume_mode(&req->fleet->conf->routing.resume, req->info.model);
-    if (strcmp(mode, "greedy") == 0) {
+    switch (resume_mode(&req->fleet->conf->routing.resume, req->info.model)) {
+    case LG_RESUME_GREEDY:
         return req->info.greedy;
+    case LG_RESUME_SEEDED:
+        return req->info.greedy || req->info.seeded;
+    default:
+        return false;
     }
-    return strcmp(mode, "seeded") == 0 && (req->info.greedy || req->info.seeded);
 }
 
 /* ---- the events, one by one -------------------------------------------------- */
@@ -530,7 +528,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
 }
 
 bool
-lg_resume_begin(struct lg_client *c, const char *why, bool (*take_budget)(struct lg_client *c))
+lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struct lg_client *c))
 {
     struct lg_request *req = &c->req;
     struct lg_resume *r = req->resume;
@@ -569,7 +567,7 @@ lg_resume_begin(struct lg_client *c, const char *why, bool (*take_budget)(struct
         LG_STAT_ADD(req->backend, cut_streams, 1);
         if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
             LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s; going on elsewhere",
-                        req->backend->name, why);
+                        req->backend->name, lg_fail_name(why));
         }
     }
     req->resumed++;
