@@ -25,6 +25,7 @@
 #include <event2/event.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
@@ -218,11 +219,11 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     } else if (status == 401) {
         snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"llmgate\"\r\n");
     } else if (status == 405) {
-        const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
+        const struct lg_endpoint *e =
+            req->hdrs.buf ? lg_endpoint_find(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len)
+                          : NULL;
 
-        snprintf(extra, sizeof(extra), "Allow: %s\r\n",
-                 strncmp(url, "/v1/models", 10) == 0 || strncmp(url, "/healthz", 8) == 0 ? "GET"
-                                                                                          : "POST");
+        snprintf(extra, sizeof(extra), "Allow: %s\r\n", e != NULL ? e->method_name : "POST");
     }
     body = evbuffer_new();
     lg_openai_error_body(body, msg, lg_openai_error_type(status), param, code);

@@ -42,6 +42,7 @@
 #include <llhttp.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -126,26 +127,17 @@ hedge_count(struct lg_client *c, enum lg_stats_hedge what)
 
 /* ---- pure parts ------------------------------------------------------------- */
 
-static bool
-hedge_path_is(const char *path, size_t n, const char *lit)
-{
-    return n == strlen(lit) && memcmp(path, lit, n) == 0;
-}
-
 bool
 lg_hedge_eligible(const struct lg_hedge_conf *hc, const char *path, size_t path_len,
                   const struct lg_openai_req *info)
 {
-    size_t n = 0;
+    const struct lg_endpoint *e;
 
-    while (n < path_len && path[n] != '?') {
-        n++;
-    }
     if (!hc->enabled || !info->stream || info->choices > 1 || info->store) {
         return false;
     }
-    return hedge_path_is(path, n, "/v1/chat/completions")
-           || hedge_path_is(path, n, "/v1/completions");
+    e = lg_endpoint_find(path, path_len);
+    return e != NULL && (e->id == LG_ENDPOINT_CHAT || e->id == LG_ENDPOINT_COMPLETIONS);
 }
 
 double

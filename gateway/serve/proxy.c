@@ -45,6 +45,7 @@
 #include <event2/event.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -118,39 +119,38 @@ proxy_dispatch(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
     const char *url = req->hdrs.buf + req->hdrs.url_off;
-    size_t plen = strcspn(url, "?");
+    const struct lg_endpoint *e = lg_endpoint_find(url, req->hdrs.url_len);
+    int plen = (int)LG_MIN(strcspn(url, "?"), 255);
     struct lg_auth_refusal no;
-    char path[256];
     char err[256];
 
     req->t_read = lg_now_ns();
-    if (plen >= sizeof(path)) {
-        plen = sizeof(path) - 1;
-    }
-    memcpy(path, url, plen);
-    path[plen] = '\0';
-    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/v1/models") == 0) {
-        if (req->method != HTTP_GET) {
-            lg_client_fail(c, 405, "method_not_allowed", "%s supports GET only", path);
-        } else if (path[1] == 'h') {
-            lg_endpoints_healthz(c);
-        } else {
-            lg_endpoints_models(c);
-        }
+    if (e == NULL) {
+        lg_client_fail(c, 404, "not_found", "no route for %s %.*s",
+                       llhttp_method_name((llhttp_method_t)req->method), plen, url);
         return;
     }
-    if (strncmp(path, "/v1/models/", 11) == 0 && req->method == HTTP_GET) {
-        lg_endpoints_model(c, path + 11);
+    if (req->method != e->method) {
+        lg_client_fail(c, 405, "method_not_allowed", "%.*s supports %s only", plen, url,
+                       e->method_name);
         return;
     }
-    if (strncmp(path, "/v1/", 4) != 0) {
-        lg_client_fail(c, 404, "not_found", "no route for %s %s",
-                       llhttp_method_name((llhttp_method_t)req->method), path);
+    switch (e->id) {
+    case LG_ENDPOINT_HEALTHZ:
+        lg_endpoints_healthz(c);
+        return;
+    case LG_ENDPOINT_MODELS:
+        lg_endpoints_models(c);
+        return;
+    case LG_ENDPOINT_MODEL: {
+        char id[256];
+
+        snprintf(id, sizeof(id), "%.*s", plen - e->path_len, url + e->path_len);
+        lg_endpoints_model(c, id);
         return;
     }
-    if (req->method != HTTP_POST) {
-        lg_client_fail(c, 405, "method_not_allowed", "%s supports POST only", path);
-        return;
+    default:
+        break; /* proxied */
     }
     if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
                           sizeof(err))

@@ -19,6 +19,7 @@
 #include <llhttp.h>
 
 #include "base/accesslog.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "serve/client_types.h"
@@ -76,7 +77,7 @@ static void
 record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
 {
     const char *path = req->hdrs.buf != NULL ? req->hdrs.buf + req->hdrs.url_off : "";
-    enum lg_stats_route route = lg_stats_route_of(path, req->hdrs.buf ? req->hdrs.url_len : 0);
+    enum lg_stats_route route = lg_endpoint_route(path, req->hdrs.buf ? req->hdrs.url_len : 0);
     struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) ? req->pick.backend : NULL;
     int status = req->status;
     struct lg_backend_metrics *bm;

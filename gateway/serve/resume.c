@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -94,7 +95,7 @@ resume_mode(const struct lg_resume_conf *rc, const char *model)
 static enum lg_stats_route
 resume_route(const struct lg_request *req)
 {
-    return lg_stats_route_of(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
+    return lg_endpoint_route(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
 }
 
 /*
