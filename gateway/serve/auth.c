@@ -62,7 +62,7 @@ lg_auth_admit(struct lg_request *req, struct lg_auth_refusal *no)
         return auth_refuse(no, 403, "model_not_allowed");
     }
     if (lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
-        req->pick.retry_after_ms = retry_ms;
+        req->retry_after_ms = retry_ms;
         snprintf(no->message, sizeof(no->message),
                  "the key \"%s\" is over its concurrency or rate limit", lg_keys_name(&req->auth));
         return auth_refuse(no, 429, "key_limit_reached");

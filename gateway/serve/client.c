@@ -181,7 +181,6 @@ client_end_request(struct lg_client *c)
 
     c->ops->release(c);
     lg_keys_release(&req->auth);
-    lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
         evbuffer_free(req->body);
         req->body = NULL;
@@ -204,7 +203,7 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
     c->ops->abort(c, LG_FAIL_ABORTED);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (req->error == NULL || status != lg_fail_status(req->fail)) {
+    if (req->error == NULL || status != lg_fail_status(req->tries.fail)) {
         req->error = code;
     }
     if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431) {
@@ -213,7 +212,7 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     }
     if (status == 503 || status == 429) {
         /* when the router knows when a backend may be back, say so */
-        uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
+        uint32_t ra = (req->retry_after_ms + 999) / 1000;
 
         snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
     } else if (status == 401) {
@@ -268,11 +267,12 @@ lg_client_cut(struct lg_client *c, enum lg_fail why)
     if (c->state == LG_CLIENT_ST_CLOSING) {
         return;
     }
-    if (req->backend != NULL) {
-        LG_STAT_ADD(req->backend, cut_streams, 1);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", req->backend->name,
-                        lg_fail_name(why));
+    if (req->att != NULL && req->att->backend != NULL) {
+        struct lg_backend *b = req->att->backend;
+
+        LG_STAT_ADD(b, cut_streams, 1);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", b->name, lg_fail_name(why));
         }
     }
     req->error = lg_fail_name(why);

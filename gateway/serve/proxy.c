@@ -6,29 +6,37 @@
  *   2. client     client.c reads the request: llhttp, the limits, the head's
  *                 checks and its API key, before any body byte is read.
  *   3. openai     proxy_dispatch(): the gateway's own endpoints
- *                 (endpoints.c), else the body is inspected (http/openai.c)
- *                 for the model and what routing reads, and the key may
- *                 use that model (auth.c).
+ *                 (base/endpoint.c's table, endpoints.c), else the body is
+ *                 inspected (http/openai.c) for the model and what routing
+ *                 reads, and the key may use that model (auth.c).
  *   4. router     proxy_start(), proxy_attempt(): the policy picks a
- *                 backend (route/router.c), or the request waits for one
- *                 in the admission queue (admission.c); the attempt takes
- *                 its place there (attempt.c).
+ *                 backend (route/router.c) for the request's next attempt
+ *                 (attempt.c), or the request waits for one in the
+ *                 admission queue (admission.c); proxy_launch() starts
+ *                 every attempt, whatever its kind (first, retry, a hedge's
+ *                 duplicate, a continuation).
  *   5. upstream   a pooled or a new connection (upstream.c) carries the
  *                 request (relay.c); proxy_on_up_event() sees it connect.
  *   6. relay      proxy_on_up_read(): the response head (retry elsewhere on
- *                 a retryable status, before any byte reached the client),
- *                 then the body moved with backpressure and its SSE events
- *                 stamped (relay.c).
- *                 A failure after that is cut, unless resume.c can go on
- *                 with the stream on another backend (proxy_failed_midway()).
+ *                 a failure routing.retry.on lists, before any byte reached
+ *                 the client), then the body moved with backpressure and
+ *                 its SSE events stamped (relay.c). A failure after that
+ *                 is cut, unless resume.c can go on with the stream on
+ *                 another backend (proxy_failed_midway()).
  *   7. client     proxy_complete(), or a failure: the request ends in the
  *                 client's one exit (lg_client_finish, _fail, _cut in
  *                 client.c), which writes the access-log line, the metrics
  *                 and the backend's statistics (record.c).
  *
+ * Each attempt moves through its phases (attempt_types.h); the handlers
+ * below say which phases they leave. The upstream callbacks serve every
+ * attempt: the request's current one, and a hedge's duplicate (whose bytes
+ * hedge.c holds until one of the two wins).
+ *
  * Owns, per request: the fleet reference and the total-deadline timer.
- * Borrows: the client (which owns the request) and, while an attempt runs,
- * what attempt.c holds for it (the backend, the upstream connection).
+ * Borrows: the client (which owns the request and its attempts) and, while
+ * an attempt runs, what attempt.c holds for it (the backend, the upstream
+ * connection).
  * Invariants: nothing is retried once LG_REQ_F_STARTED is set (a response
  * byte is queued to the client): an attempt after that is a continuation
  * (resume.c), whose head never reaches the client; every attempt ends in
@@ -66,21 +74,21 @@
 
 static void proxy_start(struct lg_client *c);
 static void proxy_abort(struct lg_client *c, enum lg_fail why);
-static void proxy_attempt(struct lg_client *c);
+static void proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind);
+static int proxy_launch(struct lg_client *c, struct lg_attempt *a);
 static void proxy_admitted(struct lg_client *c);
-static void proxy_attempt_failed(struct lg_client *c, enum lg_fail why);
+static void proxy_attempt_failed(struct lg_client *c, struct lg_attempt *a, enum lg_fail why);
 static void proxy_on_up_read(struct bufferevent *bev, void *arg);
 static void proxy_on_up_event(struct bufferevent *bev, short what, void *arg);
-static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in);
-static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable);
-static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
+static void proxy_up_read(struct lg_client *c, struct lg_attempt *a, struct evbuffer *in);
+static void proxy_complete(struct lg_client *c, struct lg_attempt *a, bool reusable);
+static void proxy_protocol_error(struct lg_client *c, struct lg_attempt *a, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
 static void proxy_failed_midway(struct lg_client *c, enum lg_fail why);
 
-/* A duplicate that wins, or a held attempt released, reads through these (hedge.c). */
+/* A hedge's duplicate is launched as every attempt is (hedge.c). */
 static const struct lg_hedge_ops proxy_hedge_ops = {
-    .read = proxy_on_up_read,
-    .event = proxy_on_up_event,
+    .launch = proxy_launch,
 };
 
 static const struct lg_config *
@@ -92,11 +100,11 @@ proxy_conf(const struct lg_client *c)
 /* How long an attempt waits for its answer: a continuation's client is
  * mid-stream, so stream_idle bounds that silence too. */
 static uint64_t
-proxy_first_byte_ms(const struct lg_client *c)
+proxy_first_byte_ms(const struct lg_client *c, const struct lg_attempt *a)
 {
     const struct lg_config *conf = proxy_conf(c);
 
-    if (c->req.flags & LG_REQ_F_STARTED) {
+    if (a->kind == LG_ATTEMPT_CONTINUATION) {
         return LG_MIN(conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
     }
     return conf->timeouts.first_byte_ms;
@@ -216,18 +224,15 @@ static bool
 proxy_can_retry(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
+    const struct lg_model_route *route;
 
-    if ((req->flags & LG_REQ_F_STARTED)
-        || !(proxy_conf(c)->routing.retry.on & LG_FAIL_BIT(why))) {
+    if ((req->flags & LG_REQ_F_STARTED) || !(proxy_conf(c)->routing.retry.on & LG_FAIL_BIT(why))
+        || req->tries.n >= proxy_conf(c)->routing.retry.attempts) {
         return false;
     }
-    if (req->attempts >= proxy_conf(c)->routing.retry.attempts) {
-        return false;
-    }
-    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)
-        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model),
-                                  req->tried_mask)) {
+    route = lg_attempt_route(c);
+    if (!lg_router_has_candidate(route, req->tried_mask)
+        && !lg_admission_can_wait(route, req->tried_mask)) {
         return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
@@ -287,73 +292,46 @@ proxy_start(struct lg_client *c)
         }
         evtimer_add(req->timer, &tv);
     }
-    proxy_attempt(c);
+    proxy_attempt(c, LG_ATTEMPT_FIRST);
 }
 
+/*
+ * The request's next attempt, of `kind`: the router's pick, then the
+ * launch; or a wait in the admission queue; or, with no backend to pick,
+ * the request's end (a continuation's stream is cut).
+ */
 static void
-proxy_attempt(struct lg_client *c)
+proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
-    const struct lg_config *conf = proxy_conf(c);
-    const struct lg_model_route *route = lg_fleet_find_model(req->fleet, req->info.model);
-    struct lg_backend *b;
-    struct lg_upconn *u;
-    int rc;
+    struct lg_attempt *a = lg_attempt_next(c, kind);
+    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, req->tried_mask,
+                            &a->pick);
 
-    rc = lg_router_pick(req->fleet->router, route, &req->route, req->tried_mask, &req->pick);
-    /* a continuation (resume.c) does not queue: its client is mid-stream */
-    if (!(req->flags & LG_REQ_F_STARTED)
+    /* a continuation does not queue: its client is mid-stream */
+    if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
         return; /* waits for a backend slot (admission.c), or was refused */
     }
-    if (rc != LG_OK && (req->flags & LG_REQ_F_STARTED)) {
-        req->resume_fail = LG_STATS_RESUME_NO_BACKEND;
-        lg_client_cut(c, req->fail != LG_FAIL_NONE ? req->fail : LG_FAIL_NO_BACKEND);
-        return;
-    }
-    if (rc != LG_OK) {
-        if (req->attempts > 0) {
-            lg_client_fail(c, req->fail != LG_FAIL_NONE ? lg_fail_status(req->fail) : 502,
-                           req->error ? req->error : "bad_gateway",
-                           "no other backend left to try after: %s",
-                           req->error ? req->error : "failure");
-        } else {
-            lg_client_fail(c, 503, "no_backend_available",
-                           "no backend serving model \"%s\" is available (%s)", req->info.model,
-                           req->pick.reason);
+    if (rc == LG_OK) {
+        if (proxy_launch(c, a) != LG_OK) {
+            proxy_attempt_failed(c, a, LG_FAIL_CONNECT);
         }
         return;
     }
-    b = req->pick.backend;
-    req->tried_mask |= lg_attempt_backend_bit(c, b);
-    req->attempts++;
-    lg_attempt_begin(c, b);
-    /* 5. upstream: a pooled connection, or a new one, carries the request */
-    req->t_connect = 0;
-    if (!(req->flags & LG_REQ_F_STARTED)) {
-        req->t_first_byte = 0; /* a continuation's client had its first byte */
-    }
-    if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
-        LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, LG_FAIL_CONNECT);
-        return;
-    }
-    req->up = u;
-    lg_relay_start(u);
-    bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
-    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
-    lg_hedge_arm(c, &proxy_hedge_ops); /* a stream may be held for a duplicate (hedge.c) */
-    lg_relay_send_request(c, u);
-    if (u->state == LG_UPCONN_ST_CONNECTING) {
-        lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
+    req->retry_after_ms = a->pick.retry_after_ms;
+    if (kind == LG_ATTEMPT_CONTINUATION) {
+        req->tries.resume_fail = LG_STATS_RESUME_NO_BACKEND;
+        lg_client_cut(c, req->tries.fail != LG_FAIL_NONE ? req->tries.fail : LG_FAIL_NO_BACKEND);
+    } else if (req->tries.n > 0) {
+        lg_client_fail(c, req->tries.fail != LG_FAIL_NONE ? lg_fail_status(req->tries.fail) : 502,
+                       req->error ? req->error : "bad_gateway",
+                       "no other backend left to try after: %s",
+                       req->error ? req->error : "failure");
     } else {
-        req->t_connect = req->t_dispatch;
-        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
-        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
-    }
-    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
-    if (u->state != LG_UPCONN_ST_CONNECTING) {
-        lg_bevio_flush(u->bev); /* what was queued leaves in this iteration */
+        lg_client_fail(c, 503, "no_backend_available",
+                       "no backend serving model \"%s\" is available (%s)", req->info.model,
+                       a->pick.reason);
     }
 }
 
@@ -361,48 +339,75 @@ proxy_attempt(struct lg_client *c)
 static void
 proxy_admitted(struct lg_client *c)
 {
-    proxy_attempt(c);
+    proxy_attempt(c, c->req.att->kind);
+}
+
+/*
+ * Launches attempt a (its pick made) on its backend, whatever its kind: it
+ * takes its place there (attempt.c), a pooled or a new connection carries
+ * the request, and hedging may hold its bytes (hedge.c). Leaves IDLE for
+ * CONNECT or WAIT_HEAD. Returns LG_EIO when no connection could be made
+ * (the caller ends a).
+ */
+static int
+proxy_launch(struct lg_client *c, struct lg_attempt *a)
+{
+    struct lg_request *req = &c->req;
+    struct lg_backend *b = a->pick.backend;
+    struct lg_upconn *u;
+
+    req->tried_mask |= lg_attempt_backend_bit(c, b);
+    lg_attempt_begin(c, a);
+    /* 5. upstream: a pooled connection, or a new one, carries the request */
+    if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
+        LG_STAT_ADD(b, connect_failures, 1);
+        return LG_EIO;
+    }
+    a->up = u;
+    u->attempt = a;
+    lg_relay_start(u);
+    bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
+    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    lg_hedge_arm(c, a, &proxy_hedge_ops); /* its bytes may be held for a race (hedge.c) */
+    lg_relay_send_request(c, u);
+    if (u->state == LG_UPCONN_ST_CONNECTING) {
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_CONNECT);
+    } else {
+        a->t_connect = a->t_dispatch;
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
+                           proxy_conf(c)->timeouts.stream_idle_ms);
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
+    }
+    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
+    if (u->state != LG_UPCONN_ST_CONNECTING) {
+        lg_bevio_flush(u->bev); /* what was queued leaves in this iteration */
+    }
+    return LG_OK;
 }
 
 /* ---- 5. upstream: connected, or not -------------------------------------- */
 
+/* CONNECT: leaves for WAIT_HEAD (connected) or DONE (refused, timed out, TLS). */
 static void
-proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
+proxy_st_connect(struct lg_client *c, struct lg_attempt *a, short what)
 {
-    struct lg_upconn *u = arg;
-    struct lg_client *c = u->client;
-    struct lg_request *req;
-    const struct lg_config *conf;
+    struct lg_upconn *u = a->up;
 
-    (void)bev;
-    if (c == NULL) {
-        return;
-    }
-    req = &c->req;
-    conf = proxy_conf(c);
     if (what & BEV_EVENT_CONNECTED) {
         u->state = LG_UPCONN_ST_ACTIVE;
         lg_bevio_own_reads(u->bev); /* connected: reads without FIONREAD from now on */
-        req->t_connect = lg_now_ns();
-        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
-        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
+        a->t_connect = lg_now_ns();
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
+                           proxy_conf(c)->timeouts.stream_idle_ms);
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
         return;
     }
+    LG_STAT_ADD(u->b, connect_failures, 1);
     if (what & BEV_EVENT_TIMEOUT) {
-        if (c->state == LG_CLIENT_ST_CONNECT) {
-            LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, LG_FAIL_CONNECT_TIMEOUT);
-        } else if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-            LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_attempt_failed(c, LG_FAIL_FIRST_BYTE_TIMEOUT);
-        } else {
-            LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_failed_midway(c, LG_FAIL_STREAM_IDLE);
-        }
+        proxy_attempt_failed(c, a, LG_FAIL_CONNECT_TIMEOUT);
         return;
     }
-    /* EOF or error */
-    if (c->state == LG_CLIENT_ST_CONNECT && u->b->conf.tls) {
+    if (u->b->conf.tls) {
         char why[512];
 
         if (lg_tls_failed(u->bev, why, sizeof(why))) {
@@ -411,99 +416,154 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             if (lg_log_ratelimit(&last, LG_NS_PER_S)) {
                 LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
             }
-            LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, LG_FAIL_TLS);
+            proxy_attempt_failed(c, a, LG_FAIL_TLS);
             return;
         }
     }
-    if (c->state == LG_CLIENT_ST_CONNECT) {
-        LG_STAT_ADD(u->b, connect_failures, 1);
-        /* nothing listens there: down, not misbehaving (backend.c holds it off) */
-        proxy_attempt_failed(c, LG_FAIL_CONNECT_REFUSED);
+    /* nothing listens there: down, not misbehaving (backend.c holds it off) */
+    proxy_attempt_failed(c, a, LG_FAIL_CONNECT_REFUSED);
+}
+
+/* WAIT_HEAD, an event: leaves for DONE (silent, closed), or IDLE again
+ * through DONE when a pooled connection closed as the request went out. */
+static void
+proxy_st_wait_head(struct lg_client *c, struct lg_attempt *a, short what)
+{
+    struct lg_upconn *u = a->up;
+
+    if (what & BEV_EVENT_TIMEOUT) {
+        LG_STAT_ADD(u->b, timeouts, 1);
+        proxy_attempt_failed(c, a, LG_FAIL_FIRST_BYTE_TIMEOUT);
         return;
     }
-    if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        if (req->up_reused && req->up_bytes == 0
-            && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
-            /* a keep-alive race, not the backend's fault: retry, count nothing */
-            lg_attempt_end(c, false);
-            req->attempts--;
-            req->tried_mask &= ~lg_attempt_backend_bit(c, u->b);
-            proxy_attempt(c);
-            return;
-        }
-        proxy_attempt_failed(c, LG_FAIL_CLOSED);
+    if (a == c->req.att && a->up_reused && a->up_bytes == 0
+        && evbuffer_get_length(bufferevent_get_input(u->bev)) == 0) {
+        /* a keep-alive race, not the backend's fault: sent again, counted nowhere */
+        c->req.tried_mask &= ~lg_attempt_backend_bit(c, u->b);
+        c->req.tries.n--;
+        lg_attempt_end(c, a, LG_FAIL_POOL_RACE, false);
+        proxy_attempt(c, a->kind);
         return;
     }
-    if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
+    proxy_attempt_failed(c, a, LG_FAIL_CLOSED);
+}
+
+/* RELAY, an event: leaves for DONE (complete at the close, or failed midway). */
+static void
+proxy_st_relay(struct lg_client *c, struct lg_attempt *a, short what)
+{
+    struct lg_upconn *u = a->up;
+
+    if (what & BEV_EVENT_TIMEOUT) {
+        LG_STAT_ADD(u->b, timeouts, 1);
+        proxy_failed_midway(c, LG_FAIL_STREAM_IDLE);
+        return;
+    }
+    if ((what & BEV_EVENT_EOF) && (c->req.flags & LG_REQ_F_UP_EOF)) {
         /* close-delimited body: EOF is its end (llhttp_finish runs on_message_complete) */
         llhttp_errno_t err = llhttp_finish(&u->parser);
 
         if ((err == HPE_OK || err == HPE_PAUSED) && u->resp_done) {
-            proxy_complete(c, u, false);
+            proxy_complete(c, a, false);
             return;
         }
     }
     proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? LG_FAIL_CLOSED_MIDWAY : LG_FAIL_RESET);
 }
 
+/* Any attempt's connection: connected, timed out, closed or broken. */
+static void
+proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct lg_upconn *u = arg;
+    struct lg_client *c = u->client;
+    struct lg_attempt *a = u->attempt;
+
+    (void)bev;
+    if (c == NULL || a == NULL) {
+        return;
+    }
+    switch (a->phase) {
+    case LG_ATTEMPT_PH_CONNECT:
+        proxy_st_connect(c, a, what);
+        return;
+    case LG_ATTEMPT_PH_WAIT_HEAD:
+        proxy_st_wait_head(c, a, what);
+        return;
+    case LG_ATTEMPT_PH_RELAY:
+        proxy_st_relay(c, a, what);
+        return;
+    default:
+        return;
+    }
+}
+
 /* ---- 6. relay: the response ---------------------------------------------- */
 
-/* Returns LG_OK when the response is being relayed, else LG_EAGAIN (retried or failed). */
+/*
+ * WAIT_HEAD, the current attempt's head is in: leaves for RELAY (the head
+ * goes to the client, or a continuation's is dropped) or DONE (retried
+ * elsewhere, or a continuation refused). Returns LG_OK when the response
+ * is being relayed, else LG_EAGAIN (a is no longer the request's).
+ */
 static int
-proxy_on_head(struct lg_client *c, struct lg_upconn *u)
+proxy_on_head(struct lg_client *c, struct lg_attempt *a)
 {
     struct lg_request *req = &c->req;
-    const struct lg_config *conf = proxy_conf(c);
+    struct lg_upconn *u = a->up;
     int status = u->parser.status_code;
-    uint64_t retry_after = lg_relay_retry_after_ns(&u->hdrs);
     enum lg_fail fail = lg_fail_of_status(status);
 
-    lg_backend_note_result(req->backend, &conf->health, status, retry_after, 0);
-    if (fail != LG_FAIL_NONE) {
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend,
-                              status, 0, 0);
-    }
+    lg_attempt_note_head(c, a, status, lg_relay_retry_after_ns(&u->hdrs));
     if (fail != LG_FAIL_NONE && proxy_can_retry(c, fail)) {
-        LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere",
-                    req->backend->name, status);
-        lg_attempt_end(c, false);
+        LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere", a->backend->name,
+                    status);
+        lg_attempt_end(c, a, fail, false);
         req->error = lg_fail_name(fail);
-        req->fail = fail;
-        proxy_attempt(c);
+        req->tries.fail = fail;
+        proxy_attempt(c, LG_ATTEMPT_RETRY);
         return LG_EAGAIN;
     }
-    if (!(req->flags & LG_REQ_F_STARTED)) {
+    if (a->kind != LG_ATTEMPT_CONTINUATION) {
         lg_relay_write_head(c, u);
         lg_resume_watch(c, u); /* a stream that may go on elsewhere: relayed event by event */
     } else if (lg_resume_head(c, u) != LG_OK) {
-        /* a continuation (resume.c), and no stream to go on with */
-        proxy_attempt_failed(c, LG_FAIL_RESUME_REFUSED);
+        /* no stream to go on with */
+        proxy_attempt_failed(c, a, LG_FAIL_RESUME_REFUSED);
         return LG_EAGAIN;
     }
-    lg_client_set_state(c, LG_CLIENT_ST_RELAY);
+    lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_RELAY);
     /* the relay's timeouts, unless the response ends in this read (then
      * the pool's and the next request's apply): proxy_on_up_read() */
     req->flags |= LG_REQ_F_RELAY_TMO;
     return LG_OK;
 }
 
+/* Any attempt's connection has bytes: held (hedge.c), or relayed. */
 static void
 proxy_on_up_read(struct bufferevent *bev, void *arg)
 {
     struct lg_upconn *u = arg;
     struct lg_client *c = u->client;
+    struct lg_attempt *a = u->attempt;
 
-    if (c == NULL) {
+    if (c == NULL || a == NULL) {
         return;
     }
-    if (c->req.hedge != NULL && lg_hedge_holds(c, u)) {
+    c->req.t_now = lg_now_ns();
+    if (a->t_first_byte == 0) {
+        a->t_first_byte = c->req.t_now;
+    }
+    if (c->req.hedge != NULL && lg_hedge_holds(c, a)) {
         return; /* no winner yet: the bytes wait in the input (hedge.c) */
     }
-    proxy_up_read(c, u, bufferevent_get_input(bev));
+    if (a != c->req.att) {
+        return; /* (only the request's current attempt is ever relayed) */
+    }
+    proxy_up_read(c, a, bufferevent_get_input(bev));
     if (c->req.flags & LG_REQ_F_RELAY_TMO) {
         c->req.flags &= ~LG_REQ_F_RELAY_TMO;
-        if (c->req.up == u && c->state == LG_CLIENT_ST_RELAY) {
+        if (c->req.att != NULL && c->req.att->up == u && c->state == LG_CLIENT_ST_RELAY) {
             const struct lg_config *conf = proxy_conf(c); /* the request is still on */
             uint64_t ms = conf->timeouts.stream_idle_ms;
             struct timeval tmp, wr;
@@ -527,21 +587,16 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
 
 /* The upstream's bytes, head then body: relay.c reads, this decides. */
 static void
-proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
+proxy_up_read(struct lg_client *c, struct lg_attempt *a, struct evbuffer *in)
 {
-    struct lg_request *req = &c->req;
     struct lg_relay_read rd = { .budget = LG_BEVIO_READ_BUDGET };
     int err = HPE_OK;
 
-    req->t_now = lg_now_ns();
-    if (req->t_first_byte == 0) {
-        req->t_first_byte = req->t_now;
-    }
     for (;;) {
-        switch (lg_relay_read(c, u, in, &rd, &err)) {
+        switch (lg_relay_read(c, a->up, in, &rd, &err)) {
         case LG_RELAY_HEAD:
-            if (proxy_on_head(c, u) != LG_OK) {
-                return; /* retried or failed: u is no longer ours */
+            if (proxy_on_head(c, a) != LG_OK) {
+                return; /* retried or failed: a is no longer the request's */
             }
             continue;
         case LG_RELAY_DONE:
@@ -550,10 +605,10 @@ proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
                 proxy_failed_midway(c, LG_FAIL_ENGINE_ERROR);
                 return;
             }
-            proxy_complete(c, u, evbuffer_get_length(in) == 0);
+            proxy_complete(c, a, evbuffer_get_length(in) == 0);
             return;
         case LG_RELAY_ERROR:
-            proxy_protocol_error(c, u, err);
+            proxy_protocol_error(c, a, err);
             return;
         default:
             return;
@@ -566,22 +621,27 @@ static void
 proxy_on_client_drained(struct lg_client *c)
 {
     if (lg_relay_resume(c)) {
-        proxy_on_up_read(c->req.up->bev, c->req.up);
+        proxy_on_up_read(c->req.att->up->bev, c->req.att->up);
     }
 }
 
 /* ---- 7. client: the end -------------------------------------------------- */
 
+/* RELAY, the response is complete: leaves for DONE; the request ends well. */
 static void
-proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
+proxy_complete(struct lg_client *c, struct lg_attempt *a, bool reusable)
 {
     struct lg_request *req = &c->req;
-    struct lg_backend *b = req->backend;
-    bool keep = reusable && llhttp_should_keep_alive(&u->parser);
+    struct lg_backend *b = a->backend;
+    bool keep = reusable && llhttp_should_keep_alive(&a->up->parser);
+    enum lg_fail how = LG_FAIL_NONE;
 
     req->t_end = lg_now_ns();
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
+    }
+    if (a->t_first_token == 0) {
+        a->t_first_token = req->t_end;
     }
     if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
         /*
@@ -590,7 +650,7 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
          * [DONE] after it): a failure for health and routing, as a cut
          * stream is, and nothing to learn a duration from.
          */
-        lg_attempt_failed_in_stream(c);
+        how = LG_FAIL_ENGINE_ERROR;
         if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
             LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent an error event in a stream", b->name);
         }
@@ -598,39 +658,42 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
         lg_attempt_learn_done(c, !(req->flags & LG_REQ_F_SSE));
     }
     lg_relay_end(c);
-    LG_STAT_ADD(b, bytes_in, req->up_bytes);
-    lg_attempt_end(c, keep);
+    lg_attempt_end(c, a, how, keep);
     lg_client_finish(c);
 }
 
-/* An attempt failed before any response byte reached the client. */
+/*
+ * An attempt failed before any byte of its response reached the client
+ * (any phase but RELAY; a continuation's too): it ends (DONE), and the
+ * request goes on with a racing duplicate, another backend, a continuation
+ * (resume.c), or ends in the client's exit.
+ */
 static void
-proxy_attempt_failed(struct lg_client *c, enum lg_fail why)
+proxy_attempt_failed(struct lg_client *c, struct lg_attempt *a, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
-    if (req->backend != NULL) {
-        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0,
-                               lg_fail_table[why].refused ? LG_BACKEND_R_REFUSED : 0);
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend, 0,
-                              0, 0);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (attempt %u)",
-                        req->backend->name, lg_fail_name(why), req->attempts);
-        }
+    if (a->backend != NULL && lg_log_ratelimit(&a->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
+        LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (%s attempt, %u so far)",
+                    a->backend->name, lg_fail_name(why), lg_attempt_kind_name(a->kind),
+                    req->tries.n);
     }
-    lg_attempt_end(c, false);
+    lg_attempt_end(c, a, why, false);
+    if (a != req->att) {
+        lg_hedge_dup_failed(c); /* a duplicate leaves the race; the request's attempt goes on */
+        return;
+    }
     req->error = lg_fail_name(why);
-    req->fail = why;
-    if (req->flags & LG_REQ_F_STARTED) {
-        proxy_failed_midway(c, why); /* a continuation's attempt (resume.c) */
+    req->tries.fail = why;
+    if (a->kind == LG_ATTEMPT_CONTINUATION) {
+        proxy_failed_midway(c, why);
         return;
     }
     if (lg_hedge_takeover(c)) {
         return; /* a duplicate was racing it: it goes on alone (hedge.c) */
     }
     if (proxy_can_retry(c, why)) {
-        proxy_attempt(c);
+        proxy_attempt(c, LG_ATTEMPT_RETRY);
         return;
     }
     lg_client_fail(c, lg_fail_status(why), req->error, "the backend failed before responding (%s)",
@@ -638,46 +701,43 @@ proxy_attempt_failed(struct lg_client *c, enum lg_fail why)
 }
 
 static void
-proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
+proxy_protocol_error(struct lg_client *c, struct lg_attempt *a, int err)
 {
-    struct lg_request *req = &c->req;
-
     LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent a malformed response: %s (%s)",
-                req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
-                llhttp_get_error_reason(&u->parser));
-    if (req->flags & LG_REQ_F_STARTED) {
+                a->pick.backend->name, llhttp_errno_name((llhttp_errno_t)err),
+                llhttp_get_error_reason(&a->up->parser));
+    if (a->phase == LG_ATTEMPT_PH_RELAY) {
         proxy_failed_midway(c, LG_FAIL_PROTOCOL);
     } else {
-        proxy_attempt_failed(c, LG_FAIL_PROTOCOL);
+        proxy_attempt_failed(c, a, LG_FAIL_PROTOCOL);
     }
 }
 
 /*
- * The backend failed after the response started: the stream goes on on
- * another backend where resume.c can continue it, else it is cut.
+ * The current attempt failed after the response started: the stream goes
+ * on on another backend where resume.c can continue it, else it is cut.
  */
 static void
 proxy_failed_midway(struct lg_client *c, enum lg_fail why)
 {
-    lg_attempt_failed_midway(c);
     if (!lg_resume_begin(c, why, proxy_take_retry_token)) {
         lg_client_cut(c, why);
         return;
     }
     proxy_abort(c, why); /* the failed attempt ends: its engine stops */
-    c->req.up_bytes = 0; /* counted for that backend; the next counts its own */
-    proxy_attempt(c);
+    proxy_attempt(c, LG_ATTEMPT_CONTINUATION);
 }
 
 static void
 proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_client *c = arg;
+    struct lg_attempt *a = c->req.att;
 
     (void)fd;
     (void)what;
-    if (c->req.backend != NULL) {
-        LG_STAT_ADD(c->req.backend, timeouts, 1);
+    if (a != NULL && a->backend != NULL) {
+        LG_STAT_ADD(a->backend, timeouts, 1);
     }
     if (c->req.flags & LG_REQ_F_STARTED) {
         lg_client_cut(c, LG_FAIL_TOTAL_TIMEOUT);
@@ -687,22 +747,20 @@ proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The request's attempts end for `why` (a racing duplicate too). */
 static void
 proxy_abort(struct lg_client *c, enum lg_fail why)
 {
-    struct lg_request *req = &c->req;
+    struct lg_attempt *a = c->req.att;
 
-    lg_hedge_stop(c); /* a racing duplicate closes too */
-    if (req->up == NULL && req->backend == NULL) {
+    lg_hedge_stop(c, why); /* a racing duplicate closes too */
+    if (a == NULL || a->backend == NULL) {
         return;
     }
-    if (req->backend != NULL && why == LG_FAIL_CLIENT_CLOSED) {
-        LG_STAT_ADD(req->backend, client_aborts, 1);
+    if (why == LG_FAIL_CLIENT_CLOSED) {
+        LG_STAT_ADD(a->backend, client_aborts, 1);
     }
-    if (req->backend != NULL && (req->flags & LG_REQ_F_STARTED)) {
-        LG_STAT_ADD(req->backend, bytes_in, req->up_bytes);
-    }
-    lg_attempt_end(c, false); /* closing the socket makes the engine abort */
+    lg_attempt_end(c, a, why, false); /* closing the socket makes the engine abort */
 }
 
 static void
@@ -714,6 +772,10 @@ proxy_release(struct lg_client *c)
     proxy_abort(c, LG_FAIL_ABORTED);
     lg_resume_release(c);
     lg_hedge_free(c);
+    req->att = NULL;
+    lg_route_result_clear(&req->own.pick);
+    free(req->tries.log);
+    req->tries.log = NULL;
     if (req->timer != NULL) {
         event_free(req->timer);
         req->timer = NULL;

@@ -68,7 +68,7 @@ record_tokens(const struct lg_request *req)
     if (usage < 0) {
         return req->content_events;
     }
-    return (uint64_t)usage + (req->resumed > 0 ? req->resume_events : 0);
+    return (uint64_t)usage + (req->tries.resumed > 0 ? req->tries.resume_events : 0);
 }
 
 /* Counts the request by route and status, its routing decision, and on its
@@ -78,7 +78,8 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
 {
     const char *path = req->hdrs.buf != NULL ? req->hdrs.buf + req->hdrs.url_off : "";
     enum lg_stats_route route = lg_endpoint_route(path, req->hdrs.buf ? req->hdrs.url_len : 0);
-    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) ? req->pick.backend : NULL;
+    const struct lg_route_result *pick = req->att != NULL ? &req->att->pick : NULL;
+    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) && pick != NULL ? pick->backend : NULL;
     int status = req->status;
     struct lg_backend_metrics *bm;
     int64_t tokens;
@@ -86,17 +87,18 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
     if (status >= LG_STATS_MIN_CODE && status < LG_STATS_MIN_CODE + LG_STATS_NCODES) {
         STAT_ADD(&wm->requests[route][status - LG_STATS_MIN_CODE], 1);
     }
-    if (req->resumed > 0) {
-        STAT_ADD(&wm->resumed, req->resumed);
+    if (req->tries.resumed > 0) {
+        STAT_ADD(&wm->resumed, req->tries.resumed);
     }
-    if (req->resume_fail != LG_STATS_RESUME_NONE && req->resume_fail < LG_STATS_NRESUME) {
-        STAT_ADD(&wm->resume_failed[req->resume_fail], 1);
+    if (req->tries.resume_fail != LG_STATS_RESUME_NONE
+        && req->tries.resume_fail < LG_STATS_NRESUME) {
+        STAT_ADD(&wm->resume_failed[req->tries.resume_fail], 1);
     }
     if (b == NULL) {
         return;
     }
-    if (req->pick.policy != NULL && req->pick.reason != NULL) {
-        record_decision(wm, req->pick.policy, req->pick.reason);
+    if (pick->policy != NULL && pick->reason != NULL) {
+        record_decision(wm, pick->policy, pick->reason);
     }
     bm = &b->metrics;
     STAT_ADD(&bm->requests, 1);
@@ -359,11 +361,34 @@ line_time(struct alog_line *l, uint64_t wall_ns)
     line_raw(l, frac, 9);
 }
 
+/*
+ * When the first byte of the response the client got came: its attempt's
+ * (a continuation's client had it from an attempt before it, which the
+ * ended ones' list keeps while the log is on), or 0.
+ */
+static uint64_t
+record_first_byte(const struct lg_request *req)
+{
+    const struct lg_attempt_log *log = req->tries.log;
+
+    if (req->att == NULL || req->att->kind != LG_ATTEMPT_CONTINUATION) {
+        return req->att != NULL ? req->att->t_first_byte : 0;
+    }
+    for (uint32_t i = log != NULL ? log->n : 0; i-- > 0;) {
+        if (log->rec[i].kind != LG_ATTEMPT_CONTINUATION) {
+            return log->rec[i].t_first_byte;
+        }
+    }
+    return 0;
+}
+
 /* The request's access-log line, into the worker's buffer (the log is on). */
 static void
 record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *client_addr)
 {
     const struct lg_hdrs *hs = &req->hdrs;
+    static const struct lg_attempt none;
+    const struct lg_attempt *att = req->att != NULL ? req->att : &none; /* the last attempt */
     /* the fixed part and numbers (under 1 KiB), the explanation, the path
      * and ten other strings at their most: no line is ever cut */
     char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
@@ -396,27 +421,27 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"status\":");
     line_u64(&l, (uint64_t)req->status);
     line_lit(&l, ",\"backend\":");
-    line_cstr(&l, req->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
-                      ? req->pick.backend->name
+    line_cstr(&l, att->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
+                      ? att->pick.backend->name
                       : NULL);
     line_lit(&l, ",\"attempts\":");
-    line_u64(&l, req->attempts);
+    line_u64(&l, req->tries.n);
     line_lit(&l, ",\"hedge_after\":");
-    if (req->hedge_after_ms > 0) {
-        line_ms(&l, 1, 1 + (uint64_t)((double)req->hedge_after_ms * 1e6));
+    if (req->tries.hedge_after_ms > 0) {
+        line_ms(&l, 1, 1 + (uint64_t)((double)req->tries.hedge_after_ms * 1e6));
     } else {
         line_lit(&l, "null");
     }
     line_lit(&l, ",\"hedged\":");
-    line_lit(&l, req->hedge_out != LG_REQ_HEDGE_NONE ? "true" : "false");
+    line_lit(&l, req->tries.hedge != LG_REQ_HEDGE_NONE ? "true" : "false");
     line_lit(&l, ",\"hedge_winner\":");
-    line_cstr(&l, req->hedge_out == LG_REQ_HEDGE_FIRST ? "first"
-                  : req->hedge_out == LG_REQ_HEDGE_DUP ? "hedge"
-                                                       : NULL);
+    line_cstr(&l, req->tries.hedge == LG_REQ_HEDGE_FIRST ? "first"
+                  : req->tries.hedge == LG_REQ_HEDGE_DUP ? "hedge"
+                                                         : NULL);
     line_lit(&l, ",\"policy\":");
-    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
+    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? att->pick.policy : NULL);
     line_lit(&l, ",\"reason\":");
-    line_cstr(&l, req->pick.reason);
+    line_cstr(&l, att->pick.reason);
     line_lit(&l, ",\"bytes_in\":");
     line_u64(&l, req->head_bytes + req->body_bytes);
     line_lit(&l, ",\"bytes_out\":");
@@ -424,11 +449,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"read\":");
     line_ms(&l, req->t_start, req->t_read);
     line_lit(&l, ",\"queue\":");
-    line_ms(&l, req->t_read, req->t_dispatch);
+    line_ms(&l, req->t_read, att->t_dispatch);
     line_lit(&l, ",\"connect\":");
-    line_ms(&l, req->t_dispatch, req->t_connect);
+    line_ms(&l, att->t_dispatch, att->t_connect);
     line_lit(&l, ",\"ttfb\":");
-    line_ms(&l, req->t_start, req->t_first_byte);
+    line_ms(&l, req->t_start, record_first_byte(req));
     line_lit(&l, ",\"ttft\":");
     line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
     line_lit(&l, ",\"total\":");
@@ -442,12 +467,12 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
         line_lit(&l, "null");
     }
     line_lit(&l, ",\"resumed\":");
-    line_u64(&l, req->resumed);
+    line_u64(&l, req->tries.resumed);
     line_lit(&l, ",\"resume_pause\":");
-    line_ms(&l, req->resume_pause_ns ? 1 : 0, 1 + req->resume_pause_ns);
-    if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
+    line_ms(&l, req->tries.resume_pause_ns ? 1 : 0, 1 + req->tries.resume_pause_ns);
+    if (att->pick.explain != NULL && att->pick.explain[0] != '\0') {
         line_lit(&l, ",\"candidates\":");
-        line_lit(&l, req->pick.explain);
+        line_lit(&l, att->pick.explain);
     }
     line_lit(&l, ",\"error\":");
     if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {

@@ -228,7 +228,7 @@ resume_on_event(struct lg_sse_tap *t, size_t end, unsigned what)
         }
         r->dropping = false;
         if (req->t_now > r->t_cut) {
-            req->resume_pause_ns += req->t_now - r->t_cut;
+            req->tries.resume_pause_ns += req->t_now - r->t_cut;
         }
     }
     resume_send(r, n);
@@ -512,7 +512,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
     if (r->text.flags != 0) {
         return LG_STATS_RESUME_NOT_TEXT;
     }
-    if (req->resumed >= req->fleet->conf->routing.resume.attempts) {
+    if (req->tries.resumed >= req->fleet->conf->routing.resume.attempts) {
         return LG_STATS_RESUME_ATTEMPTS;
     }
     if (req->info.max_tokens > 0 && req->content_events >= (uint64_t)req->info.max_tokens) {
@@ -533,6 +533,7 @@ lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struc
 {
     struct lg_request *req = &c->req;
     struct lg_resume *r = req->resume;
+    struct lg_backend *b = req->att != NULL ? req->att->backend : NULL; /* the failed one's */
     int fail;
 
     if (r == NULL) {
@@ -545,8 +546,8 @@ lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struc
         req->sse.error_events = r->errors_before;
         req->sse.done = false;
         req->sse.finished = false;
-        if (req->backend != NULL) {
-            __atomic_fetch_add(&req->backend->metrics.stream_errors, 1, __ATOMIC_RELAXED);
+        if (b != NULL) {
+            __atomic_fetch_add(&b->metrics.stream_errors, 1, __ATOMIC_RELAXED);
         }
     }
     /* an event cut short never reaches the client: the next starts clean */
@@ -561,18 +562,18 @@ lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struc
         fail = LG_STATS_RESUME_BUDGET;
     }
     if (fail != LG_STATS_RESUME_NONE) {
-        req->resume_fail = (uint8_t)fail;
+        req->tries.resume_fail = (uint8_t)fail;
         return false;
     }
-    if (req->backend != NULL) {
-        LG_STAT_ADD(req->backend, cut_streams, 1);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s; going on elsewhere",
-                        req->backend->name, lg_fail_name(why));
+    if (b != NULL) {
+        LG_STAT_ADD(b, cut_streams, 1);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s; going on elsewhere", b->name,
+                        lg_fail_name(why));
         }
     }
-    req->resumed++;
-    req->resume_events = req->content_events;
+    req->tries.resumed++;
+    req->tries.resume_events = req->content_events;
     r->t_cut = req->t_last_token != 0 ? req->t_last_token : req->t_now;
     r->dropping = true;
     /* the continuation's prompt is longer, its answer shorter */
