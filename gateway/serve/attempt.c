@@ -78,19 +78,6 @@ static const enum lg_client_state attempt_client_state[LG_ATTEMPT_NPHASES] = {
     [LG_ATTEMPT_PH_RELAY] = LG_CLIENT_ST_RELAY,
 };
 
-static const char *const attempt_kind_names[LG_ATTEMPT_NKINDS] = {
-    [LG_ATTEMPT_FIRST] = "first",
-    [LG_ATTEMPT_RETRY] = "retry",
-    [LG_ATTEMPT_HEDGE] = "hedge",
-    [LG_ATTEMPT_CONTINUATION] = "continuation",
-};
-
-const char *
-lg_attempt_kind_name(enum lg_attempt_kind kind)
-{
-    return kind < LG_ATTEMPT_NKINDS ? attempt_kind_names[kind] : "?";
-}
-
 bool
 lg_attempt_can_move(enum lg_attempt_phase from, enum lg_attempt_phase to)
 {

@@ -93,9 +93,6 @@ void lg_attempt_learn_done(struct lg_client *c, bool whole);
  */
 void lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool keep);
 
-/* "first", "retry", "hedge" or "continuation" (the access log's). */
-const char *lg_attempt_kind_name(enum lg_attempt_kind kind);
-
 /* Whether the phase machine allows from -> to (lg_attempt_set_phase() asserts it). */
 bool lg_attempt_can_move(enum lg_attempt_phase from, enum lg_attempt_phase to);
 

@@ -24,6 +24,20 @@ enum lg_attempt_kind {
     LG_ATTEMPT_NKINDS,
 };
 
+/* "first", "retry", "hedge" or "continuation" (the access log's). */
+static inline const char *
+lg_attempt_kind_name(enum lg_attempt_kind kind)
+{
+    static const char *const names[LG_ATTEMPT_NKINDS] = {
+        [LG_ATTEMPT_FIRST] = "first",
+        [LG_ATTEMPT_RETRY] = "retry",
+        [LG_ATTEMPT_HEDGE] = "hedge",
+        [LG_ATTEMPT_CONTINUATION] = "continuation",
+    };
+
+    return kind < LG_ATTEMPT_NKINDS ? names[kind] : "?";
+}
+
 /*
  * Where an attempt is (lg_attempt_set_phase() moves it, and asserts the
  * move is one of these):

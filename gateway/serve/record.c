@@ -382,6 +382,86 @@ record_first_byte(const struct lg_request *req)
     return 0;
 }
 
+/* Bytes one entry of "attempts" takes at most: its backend's name, the rest. */
+#define ALOG_ATTEMPT_MAX (ALOG_STR_MAX + 256)
+
+/* One try: its backend, kind and status, its times from the request's
+ * first byte, how it ended. */
+static void
+record_attempt(struct alog_line *l, const struct lg_request *req, const struct lg_attempt_rec *r)
+{
+    line_lit(l, "{\"backend\":");
+    line_cstr(l, r->backend != NULL ? r->backend->name : NULL);
+    line_lit(l, ",\"kind\":\"");
+    line_lit(l, lg_attempt_kind_name(r->kind));
+    line_lit(l, "\",\"status\":");
+    if (r->status != 0) {
+        line_u64(l, r->status);
+    } else {
+        line_lit(l, "null");
+    }
+    line_lit(l, ",\"dispatch\":");
+    line_ms(l, req->t_start, r->t_dispatch);
+    line_lit(l, ",\"connect\":");
+    line_ms(l, req->t_start, r->t_connect);
+    line_lit(l, ",\"first_byte\":");
+    line_ms(l, req->t_start, r->t_first_byte);
+    line_lit(l, ",\"first_token\":");
+    line_ms(l, req->t_start, r->t_first_token);
+    line_lit(l, ",\"end\":");
+    line_ms(l, req->t_start, r->t_end);
+    line_lit(l, ",\"failure\":");
+    line_cstr(l, lg_fail_name(r->fail));
+    line_lit(l, "}");
+}
+
+/*
+ * "attempts": every try, in the order they were launched: the ended ones
+ * the request kept (attempt.c, while the log is on) and its last one.
+ */
+static void
+record_attempts(struct alog_line *l, const struct lg_request *req)
+{
+    struct lg_attempt_rec all[LG_ATTEMPT_LOG_MAX + 1];
+    const struct lg_attempt *a = req->att;
+    size_t n = 0;
+
+    if (req->tries.log != NULL) {
+        n = LG_MIN(req->tries.log->n, (uint32_t)LG_ATTEMPT_LOG_MAX);
+        memcpy(all, req->tries.log->rec, n * sizeof(all[0]));
+    }
+    if (a != NULL && a->t_dispatch != 0) {
+        all[n++] = (struct lg_attempt_rec){
+            .backend = a->pick.backend,
+            .kind = a->kind,
+            .fail = a->fail,
+            .status = a->status,
+            .t_dispatch = a->t_dispatch,
+            .t_connect = a->t_connect,
+            .t_first_byte = a->t_first_byte,
+            .t_first_token = a->t_first_token,
+            .t_end = a->t_end,
+        };
+    }
+    for (size_t i = 1; i < n; i++) { /* by launch: a hedge's loser ended before the winner */
+        struct lg_attempt_rec x = all[i];
+        size_t j = i;
+
+        for (; j > 0 && all[j - 1].t_dispatch > x.t_dispatch; j--) {
+            all[j] = all[j - 1];
+        }
+        all[j] = x;
+    }
+    line_lit(l, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) {
+            line_lit(l, ",");
+        }
+        record_attempt(l, req, &all[i]);
+    }
+    line_lit(l, "]");
+}
+
 /* The request's access-log line, into the worker's buffer (the log is on). */
 static void
 record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *client_addr)
@@ -389,9 +469,10 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     const struct lg_hdrs *hs = &req->hdrs;
     static const struct lg_attempt none;
     const struct lg_attempt *att = req->att != NULL ? req->att : &none; /* the last attempt */
-    /* the fixed part and numbers (under 1 KiB), the explanation, the path
-     * and ten other strings at their most: no line is ever cut */
-    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
+    /* the fixed part and numbers (under 1 KiB), the explanation, the path,
+     * ten other strings and the attempts at their most: no line is ever cut */
+    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX
+             + (LG_ATTEMPT_LOG_MAX + 1) * ALOG_ATTEMPT_MAX];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
 
     line_lit(&l, "{\"ts\":");
@@ -424,7 +505,7 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_cstr(&l, att->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
                       ? att->pick.backend->name
                       : NULL);
-    line_lit(&l, ",\"attempts\":");
+    line_lit(&l, ",\"attempt_count\":");
     line_u64(&l, req->tries.n);
     line_lit(&l, ",\"hedge_after\":");
     if (req->tries.hedge_after_ms > 0) {
@@ -470,6 +551,8 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_u64(&l, req->tries.resumed);
     line_lit(&l, ",\"resume_pause\":");
     line_ms(&l, req->tries.resume_pause_ns ? 1 : 0, 1 + req->tries.resume_pause_ns);
+    line_lit(&l, ",\"attempts\":");
+    record_attempts(&l, req);
     if (att->pick.explain != NULL && att->pick.explain[0] != '\0') {
         line_lit(&l, ",\"candidates\":");
         line_lit(&l, att->pick.explain);
