@@ -300,33 +300,75 @@ line_cstr(struct alog_line *l, const char *s)
     line_str(l, s, s ? strlen(s) : 0);
 }
 
+/*
+ * A string with no byte JSON must escape, quoted (no scan): what the
+ * gateway wrote itself (an address, a method's name, a failure's) or the
+ * configuration checked (a backend's name: lg_conf_check_name and
+ * lg_conf_check_expanded_name allow none, and 128 bytes at most).
+ */
+static void
+line_safe(struct alog_line *l, const char *s)
+{
+    size_t n = LG_MIN(strlen(s), (size_t)ALOG_STR_MAX - 2);
+
+    line_raw(l, "\"", 1);
+    line_raw(l, s, n);
+    line_raw(l, "\"", 1);
+}
+
+/* "00" to "99": numbers are written two digits a step (half the divisions). */
+static const char alog_digits2[200] = "00010203040506070809101112131415161718192021222324"
+                                      "25262728293031323334353637383940414243444546474849"
+                                      "50515253545556575859606162636465666768697071727374"
+                                      "75767778798081828384858687888990919293949596979899";
+
+/* The digits of v (at least `min` of them, zeros in front) end at `end`; returns their start. */
+static inline char *
+alog_digits(char *end, uint64_t v, int min)
+{
+    char *p = end;
+
+    while (v >= 100 || min > 2) {
+        p -= 2;
+        memcpy(p, alog_digits2 + 2 * (v % 100), 2);
+        v /= 100;
+        min -= 2;
+    }
+    if (v >= 10 || min == 2) {
+        p -= 2;
+        memcpy(p, alog_digits2 + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return p;
+}
+
 static void
 line_u64(struct alog_line *l, uint64_t v)
 {
     char b[LG_U64_DIGITS];
-    char *p = lg_u64_digits(b, v);
+    char *p = alog_digits(b + sizeof(b), v, 1);
 
-    line_raw(l, p, (size_t)(b + LG_U64_DIGITS - p));
+    line_raw(l, p, (size_t)(b + sizeof(b) - p));
 }
 
 /* Milliseconds with microsecond precision between two stamps, or null. */
 static void
 line_ms(struct alog_line *l, uint64_t from, uint64_t to)
 {
+    char b[LG_U64_DIGITS + 2];
+    char *p;
     uint64_t us;
-    char frac[4];
 
     if (from == 0 || to == 0 || to < from) {
         line_lit(l, "null");
         return;
     }
     us = (to - from) / 1000;
-    line_u64(l, us / 1000);
-    frac[0] = '.';
-    frac[1] = (char)('0' + (us / 100) % 10);
-    frac[2] = (char)('0' + (us / 10) % 10);
-    frac[3] = (char)('0' + us % 10);
-    line_raw(l, frac, 4);
+    p = alog_digits(b + sizeof(b), us % 1000, 3);
+    *--p = '.';
+    p = alog_digits(p, us / 1000, 1);
+    line_raw(l, p, (size_t)(b + sizeof(b) - p));
 }
 
 /* "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (quoted); the date part is made once a second per thread. */
@@ -390,11 +432,21 @@ record_first_byte(const struct lg_request *req)
 static void
 record_attempt(struct alog_line *l, const struct lg_request *req, const struct lg_attempt_rec *r)
 {
+    static const struct {
+        const char *s;
+        size_t n;
+    } kinds[LG_ATTEMPT_NKINDS] = {
+#define KIND(k) { ",\"kind\":\"" k "\",\"status\":", sizeof(",\"kind\":\"" k "\",\"status\":") - 1 }
+        [LG_ATTEMPT_FIRST] = KIND("first"),
+        [LG_ATTEMPT_RETRY] = KIND("retry"),
+        [LG_ATTEMPT_HEDGE] = KIND("hedge"),
+        [LG_ATTEMPT_CONTINUATION] = KIND("continuation"),
+#undef KIND
+    };
+
     line_lit(l, "{\"backend\":");
-    line_cstr(l, r->backend != NULL ? r->backend->name : NULL);
-    line_lit(l, ",\"kind\":\"");
-    line_lit(l, lg_attempt_kind_name(r->kind));
-    line_lit(l, "\",\"status\":");
+    line_safe(l, r->backend->name);
+    line_raw(l, kinds[r->kind].s, kinds[r->kind].n); /* as lg_attempt_kind_name() */
     if (r->status != 0) {
         line_u64(l, r->status);
     } else {
@@ -411,8 +463,12 @@ record_attempt(struct alog_line *l, const struct lg_request *req, const struct l
     line_lit(l, ",\"end\":");
     line_ms(l, req->t_start, r->t_end);
     line_lit(l, ",\"failure\":");
-    line_cstr(l, lg_fail_name(r->fail));
-    line_lit(l, "}");
+    if (r->fail != LG_FAIL_NONE) {
+        line_safe(l, lg_fail_name(r->fail));
+        line_lit(l, "}");
+    } else {
+        line_lit(l, "null}");
+    }
 }
 
 /*
@@ -430,7 +486,7 @@ record_attempts(struct alog_line *l, const struct lg_request *req)
         n = LG_MIN(req->tries.log->n, (uint32_t)LG_ATTEMPT_LOG_MAX);
         memcpy(all, req->tries.log->rec, n * sizeof(all[0]));
     }
-    if (a != NULL && a->t_dispatch != 0) {
+    if (a != NULL && a->t_dispatch != 0 && a->pick.backend != NULL) {
         all[n++] = (struct lg_attempt_rec){
             .backend = a->pick.backend,
             .kind = a->kind,
@@ -480,11 +536,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"id\":");
     line_cstr(&l, req->id);
     line_lit(&l, ",\"client\":");
-    line_cstr(&l, client_addr);
+    line_safe(&l, client_addr);
     line_lit(&l, ",\"key\":");
     line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
     line_lit(&l, ",\"method\":");
-    line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
+    line_safe(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");
     line_str_max(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len, ALOG_PATH_MAX);
     line_lit(&l, ",\"model\":");
@@ -502,9 +558,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"status\":");
     line_u64(&l, (uint64_t)req->status);
     line_lit(&l, ",\"backend\":");
-    line_cstr(&l, att->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
-                      ? att->pick.backend->name
-                      : NULL);
+    if (att->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)) {
+        line_safe(&l, att->pick.backend->name);
+    } else {
+        line_lit(&l, "null");
+    }
     line_lit(&l, ",\"attempt_count\":");
     line_u64(&l, req->tries.n);
     line_lit(&l, ",\"hedge_after\":");
