@@ -26,19 +26,17 @@ static const struct lg_endpoint endpoints[] = {
     { PREFIX("/v1/"), POST, LG_ENDPOINT_OTHER_V1, LG_STATS_ROUTE_OTHER },
 };
 
+/* No path of the table holds a '?': an exact one matches the target up to
+ * its end or its query, a prefix whatever follows it. */
 const struct lg_endpoint *
 lg_endpoint_find(const char *path, size_t len)
 {
-    const char *q = memchr(path, '?', len);
-
-    if (q != NULL) {
-        len = (size_t)(q - path);
-    }
     for (size_t i = 0; i < LG_ARRAY_SIZE(endpoints); i++) {
         const struct lg_endpoint *e = &endpoints[i];
+        size_t n = e->path_len;
 
-        if ((e->prefix ? len >= e->path_len : len == e->path_len)
-            && memcmp(path, e->path, e->path_len) == 0) {
+        if (len >= n && (e->prefix || len == n || path[n] == '?')
+            && memcmp(path, e->path, n) == 0) {
             return e;
         }
     }

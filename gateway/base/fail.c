@@ -48,25 +48,6 @@ const struct lg_fail_info lg_fail_table[LG_FAIL_COUNT] = {
 
 _Static_assert(LG_FAIL_COUNT <= 32, "routing.retry.on is a 32-bit mask");
 
-enum lg_fail
-lg_fail_of_status(int status)
-{
-    switch (status) {
-    case 429:
-        return LG_FAIL_HTTP_429;
-    case 500:
-        return LG_FAIL_HTTP_500;
-    case 502:
-        return LG_FAIL_HTTP_502;
-    case 503:
-        return LG_FAIL_HTTP_503;
-    case 504:
-        return LG_FAIL_HTTP_504;
-    default:
-        return LG_FAIL_NONE;
-    }
-}
-
 int
 lg_fail_retry_bit(const char *name, char *why, size_t whysz)
 {

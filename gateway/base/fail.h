@@ -82,7 +82,24 @@ lg_fail_status(enum lg_fail f)
 }
 
 /* The failure of a retryable status (429, 500, 502, 503, 504), else LG_FAIL_NONE. */
-enum lg_fail lg_fail_of_status(int status);
+static inline enum lg_fail
+lg_fail_of_status(int status)
+{
+    switch (status) {
+    case 429:
+        return LG_FAIL_HTTP_429;
+    case 500:
+        return LG_FAIL_HTTP_500;
+    case 502:
+        return LG_FAIL_HTTP_502;
+    case 503:
+        return LG_FAIL_HTTP_503;
+    case 504:
+        return LG_FAIL_HTTP_504;
+    default:
+        return LG_FAIL_NONE;
+    }
+}
 
 /*
  * routing.retry.on's names: the bit of a failure that may be retried, or -1

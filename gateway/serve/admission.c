@@ -455,7 +455,7 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
         if (known) {
             continue;
         }
-        route = lg_fleet_find_model(wt->c->req.fleet, wt->c->req.info.model);
+        route = wt->c->req.models;
         if (admission_is_head(wt) && route != NULL
             && lg_router_has_candidate(route, wt->c->req.tried_mask)) {
             return wt;

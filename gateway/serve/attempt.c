@@ -34,7 +34,7 @@
 const struct lg_model_route *
 lg_attempt_route(const struct lg_client *c)
 {
-    return lg_fleet_find_model(c->req.fleet, c->req.info.model);
+    return c->req.models;
 }
 
 uint64_t
@@ -52,6 +52,10 @@ lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b)
 }
 
 /* ---- storage and phases ----------------------------------------------------- */
+
+/* An attempt keeps its slots' indices in a byte. */
+_Static_assert(LG_BACKEND_DUE_SLOTS <= 128 && LG_BACKEND_END_SLOTS <= 128,
+               "struct lg_attempt's slots are int8_t");
 
 #define PH(p) (1u << (p))
 
@@ -88,7 +92,7 @@ lg_attempt_can_move(enum lg_attempt_phase from, enum lg_attempt_phase to)
 void
 lg_attempt_set_phase(struct lg_client *c, struct lg_attempt *a, enum lg_attempt_phase to)
 {
-    LG_BUG_ON(!lg_attempt_can_move(a->phase, to));
+    LG_BUG_ON(!(attempt_moves[a->phase] & PH(to)));
     LG_DEBUG("conn=%" PRIu64 " attempt %s: %s -> %s", c->id,
              a->pick.backend != NULL ? a->pick.backend->name : "-", attempt_phase_names[a->phase],
              attempt_phase_names[to]);
@@ -217,7 +221,7 @@ attempt_end_slot_set(const struct lg_request *req, struct lg_attempt *a, uint64_
         lg_backend_end_move(a->backend, a->end_slot, end_ns);
         return;
     }
-    a->end_slot = lg_backend_end_add(a->backend, end_ns, (uint32_t)(from_ns >> 10));
+    a->end_slot = (int8_t)lg_backend_end_add(a->backend, end_ns, (uint32_t)(from_ns >> 10));
     if (a->end_slot >= 0) {
         a->holds |= LG_ATTEMPT_H_END_SLOT;
     }
@@ -251,8 +255,8 @@ lg_attempt_begin(struct lg_client *c, struct lg_attempt *a)
     }
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, a->t_dispatch)) {
         a->holds |= LG_ATTEMPT_H_TOKEN_WAIT;
-        a->due_slot = lg_backend_due_add(b, a->t_dispatch, a->pick.service_ms,
-                                         (uint32_t)(a->t_dispatch >> 10));
+        a->due_slot = (int8_t)lg_backend_due_add(b, a->t_dispatch, a->pick.service_ms,
+                                                 (uint32_t)(a->t_dispatch >> 10));
     }
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, a->t_dispatch)) {
         a->holds |= LG_ATTEMPT_H_AGED;
@@ -262,9 +266,9 @@ lg_attempt_begin(struct lg_client *c, struct lg_attempt *a)
                              + (double)req->info.max_tokens * a->pick.itl_ms);
     if (req->info.stream && req->info.max_tokens > 0) {
         /* a stream's tokens tell the engine model how far it is */
-        a->seq_slot = lg_backend_seq_add(b, a->t_dispatch, req->info.prompt_bytes,
-                                         (uint32_t)LG_MIN(req->info.max_tokens, UINT32_MAX),
-                                         (uint32_t)(a->t_dispatch >> 10));
+        a->seq_slot = (int8_t)lg_backend_seq_add(b, a->t_dispatch, req->info.prompt_bytes,
+                                                 (uint32_t)LG_MIN(req->info.max_tokens, UINT32_MAX),
+                                                 (uint32_t)(a->t_dispatch >> 10));
         if (a->seq_slot >= 0) {
             a->holds |= LG_ATTEMPT_H_SEQ;
         }

@@ -15,7 +15,8 @@ struct lg_backend;
 struct lg_client;
 struct lg_model_route;
 
-/* The backends serving the request's model in the fleet it holds (NULL if none). */
+/* The backends serving the request's model in the fleet it holds (NULL if
+ * none), as proxy_start() found them once. */
 const struct lg_model_route *lg_attempt_route(const struct lg_client *c);
 
 /* The bit of backend b in req->tried_mask (its index in the model's route; 0 if none). */

@@ -72,12 +72,12 @@ struct lg_attempt {
     uint8_t holds;              /* LG_ATTEMPT_H_* */
     uint16_t status;            /* its response's status; 0 before (or without) a head */
     bool up_reused;             /* it runs on a pooled connection */
+    int8_t due_slot;            /* its slot in the backend's due[] (H_TOKEN_WAIT) */
+    int8_t end_slot;            /* its slot in the backend's ends[] (H_END_SLOT) */
+    int8_t seq_slot;            /* its slot in the backend's seqs[] (H_SEQ) */
+    uint32_t ngaps;             /* gaps taken (gaps[ngaps % 8] is the next) */
     struct lg_backend *backend; /* one reference from launch to end; NULL otherwise */
     struct lg_upconn *up;       /* lent by the pool from launch to end */
-    int due_slot;               /* its slot in the backend's due[] (H_TOKEN_WAIT) */
-    int end_slot;               /* its slot in the backend's ends[] (H_END_SLOT) */
-    int seq_slot;               /* its slot in the backend's seqs[] (H_SEQ) */
-    uint32_t ngaps;             /* gaps taken (gaps[ngaps % 8] is the next) */
     /* monotonic timestamps, ns; 0 = did not happen */
     uint64_t t_dispatch;        /* launched */
     uint64_t t_connect;         /* its connection ready (t_dispatch on a pooled one) */

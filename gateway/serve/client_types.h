@@ -33,6 +33,7 @@ struct lg_backend;
 struct lg_client;
 struct lg_fleet;
 struct lg_hedge;
+struct lg_model_route;
 struct lg_upconn;
 
 /* What hedging did for a request (hedge.c), for its record. */
@@ -96,6 +97,7 @@ struct lg_request {
 
     /* the exchange with the backend (proxy.c, attempt.c, hedge.c, relay.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */
+    const struct lg_model_route *models; /* the fleet's backends of its model (proxy_start) */
     struct lg_attempt *att;       /* the attempt the response comes from: running, or the
                                      last one (its pick: the last routing decision); NULL
                                      before the first pick */

@@ -251,6 +251,7 @@ proxy_start(struct lg_client *c)
     conf = req->fleet->conf;
     proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
+    req->models = route; /* the one look-up: lg_attempt_route() from now on */
     if (route == NULL) {
         lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
                        req->info.model);

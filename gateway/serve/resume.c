@@ -518,8 +518,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
     if (req->info.max_tokens > 0 && req->content_events >= (uint64_t)req->info.max_tokens) {
         return LG_STATS_RESUME_COMPLETE;
     }
-    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 req->tried_mask)) {
+    if (!lg_router_has_candidate(req->models, req->tried_mask)) {
         return LG_STATS_RESUME_NO_BACKEND;
     }
     if (!resume_continuable(c, r)) {
