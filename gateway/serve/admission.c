@@ -360,8 +360,7 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
                   lg_admission_resume_fn resume)
 {
     struct lg_admission_waiter *wt = c->req.waiter;
-    const char *why = c->req.att != NULL ? c->req.att->pick.reason : NULL; /* its pick's */
-    bool full = rc != LG_OK && why != NULL && strcmp(why, "all_backends_at_max_inflight") == 0;
+    bool full = rc != LG_OK && c->req.att != NULL && c->req.att->pick.full; /* its pick's */
 
     if (wt != NULL) {
         /* back from the queue */
