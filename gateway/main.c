@@ -26,6 +26,7 @@
 
 #include "base/accesslog.h"
 #include "base/config.h"
+#include "base/cpus.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/tls.h"
@@ -322,6 +323,26 @@ main_write_ready(const char *ready_file, const char *line)
     return LG_OK;
 }
 
+/*
+ * The worker count: the configuration's, or with "auto" (0) the CPUs the
+ * process may use now (its affinity mask, bounded by its cgroup's CPU
+ * quota); why says which, for the ready line.
+ */
+static void
+main_workers(const struct lg_config *conf, unsigned *n, char *why, size_t whysz)
+{
+    struct lg_cpus_choice ch;
+
+    if (conf->workers != 0) {
+        *n = conf->workers;
+        snprintf(why, whysz, "configured");
+        return;
+    }
+    lg_cpus_choose(LG_CONFIG_MAX_WORKERS, &ch);
+    *n = ch.workers;
+    snprintf(why, whysz, "%s", ch.why);
+}
+
 static int
 main_run(const char *path, const char *ready_file, unsigned closed_fds)
 {
@@ -332,7 +353,7 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
     struct sockaddr_storage admin_bound;
     struct event *sigs[4];
     static const int signums[4] = { SIGTERM, SIGINT, SIGUSR1, SIGHUP };
-    char line[1024];
+    char line[1024], workers_why[sizeof(((struct lg_cpus_choice *)0)->why)];
     size_t off;
     int rc = 1;
 
@@ -347,7 +368,7 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         LG_WARN("%s", gw.conf->warnings[i]);
     }
     gw.config_path = lg_xstrdup(path);
-    gw.nworkers = gw.conf->workers;
+    main_workers(gw.conf, &gw.nworkers, workers_why, sizeof(workers_why));
     gw.ops = &lg_gateway_worker_ops;
     pthread_mutex_init(&gw.fleet_lock, NULL);
     gw.connlimit = lg_connlimit_new();
@@ -400,8 +421,8 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         lg_sockaddr_format(&admin_bound, line + off, sizeof(line) - off);
         off = strlen(line);
     }
-    snprintf(line + off, sizeof(line) - off, " workers=%u backends=%zu pid=%d version=%s",
-             gw.nworkers, gw.fleet->nbackends, (int)getpid(), LG_VERSION);
+    snprintf(line + off, sizeof(line) - off, " workers=%u (%s) backends=%zu pid=%d version=%s",
+             gw.nworkers, workers_why, gw.fleet->nbackends, (int)getpid(), LG_VERSION);
     main_write_ready(ready_file, line);
     LG_INFO("%s", line);
 

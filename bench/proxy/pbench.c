@@ -4,7 +4,8 @@
  * so that they cost little CPU on the core they share:
  *   backend  answers every request with a ~500-byte JSON body over keep-alive,
  *            or (--sse) with a chunked SSE stream whose events carry their
- *            send time ("t": CLOCK_REALTIME ns, taken just before the write)
+ *            send time ("t": CLOCK_REALTIME ns, taken just before the write);
+ *            a GET (a health check, a /metrics scrape) as an engine (vLLM)
  *   load     open-loop load at a fixed rate over C keep-alive connections;
  *            latency runs from each request's scheduled time to its last byte;
  *            --pair also sends every Nth request straight to a second target
@@ -497,6 +498,8 @@ struct bconn {
     uint64_t body_left;
     bool close_after;
     bool streaming;
+    bool get;     /* the request is a GET: a health check or a scrape */
+    bool metrics; /* GET /metrics */
     unsigned sent;
     uint64_t due; /* next SSE event, monotonic ns */
     size_t heap_i;
@@ -520,6 +523,7 @@ static struct {
     size_t nheap;
     size_t cap_heap;
     uint64_t requests;
+    uint64_t gets; /* health checks and scrapes, not in requests */
     uint64_t events_sent;
 } be;
 
@@ -711,10 +715,46 @@ be_on_timer(void)
     be_rearm_timer();
 }
 
+/*
+ * A GET is a proxy's health check or engine scrape (llmgate's by default):
+ * /metrics answers as vLLM does, with what runs now (the streams open; a
+ * JSON answer leaves at once), anything else a small JSON 200.
+ */
+static int
+be_respond_get(struct bconn *c)
+{
+    char body[512], out[700];
+    int bn, on;
+
+    be.gets++;
+    if (c->metrics) {
+        bn = snprintf(body, sizeof(body),
+                      "# TYPE vllm:num_requests_running gauge\n"
+                      "vllm:num_requests_running{model_name=\"m\"} %zu\n"
+                      "# TYPE vllm:num_requests_waiting gauge\n"
+                      "vllm:num_requests_waiting{model_name=\"m\"} 0\n"
+                      "# TYPE vllm:gpu_cache_usage_perc gauge\n"
+                      "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.05\n",
+                      be.nheap);
+    } else {
+        bn = snprintf(body, sizeof(body), "{}");
+    }
+    on = snprintf(out, sizeof(out),
+                  "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s",
+                  c->metrics ? "text/plain; version=0.0.4" : "application/json", bn, body);
+    if (be_send(c, out, (size_t)on) != 0) {
+        return -1;
+    }
+    return c->close_after && c->out_len == 0 ? -1 : 0;
+}
+
 /* A whole request (head and body) was read. Returns -1 to close. */
 static int
 be_respond(struct bconn *c)
 {
+    if (c->get) {
+        return be_respond_get(c);
+    }
     be.requests++;
     if (!be.sse) {
         if (be_send(c, be.json_resp, be.json_resp_len) != 0) {
@@ -765,6 +805,9 @@ be_process(struct bconn *c)
             }
             hend = end + 4;
             c->body_left = 0;
+            c->get = c->len >= 4 && memcmp(c->buf, "GET ", 4) == 0;
+            c->metrics = c->get && c->len >= 13 && memcmp(c->buf + 4, "/metrics", 8) == 0
+                         && (c->buf[12] == ' ' || c->buf[12] == '?');
             for (p = c->buf; p < end;) {
                 char *eol = memchr(p, '\n', (size_t)(end + 2 - p));
                 size_t n = eol ? (size_t)(eol - p) : 0;
@@ -960,8 +1003,10 @@ cmd_backend(int argc, char **argv)
             free(c);
         }
     }
-    fprintf(stderr, "pbench backend: %" PRIu64 " requests, %" PRIu64 " events\n", be.requests,
-            be.events_sent);
+    fprintf(stderr,
+            "pbench backend: %" PRIu64 " requests, %" PRIu64 " events, %" PRIu64
+            " health checks and scrapes\n",
+            be.requests, be.events_sent, be.gets);
     return 0;
 }
 

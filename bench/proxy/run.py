@@ -24,6 +24,12 @@ Measures:
           stream (5,000, from llmsim), both held at once
   large   100 KiB and 1 MiB request bodies: requests/s and added latency
   log     the access log's cost: requests/s with it off and on
+  defaults  what a user gets: llmgate with its defaults (ttft, access log to a
+          file, workers auto) against nginx and HAProxy with their access logs
+          on (a JSON line of the same fields), beside the three without logs
+          (llmgate "access_log": false): requests/s, CPU per request (utime +
+          stime), p99 (wrk) at 64 and 512 connections, and the streaming
+          relay's per-event delay
 
 Needs: a build (cmake --build build), nginx, haproxy and wrk
 (tools/install-deps.sh --bench); root, or a hard RLIMIT_NOFILE of 40,000+,
@@ -49,7 +55,7 @@ SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROXIES = ["nginx", "haproxy", "llmgate"]
 # relay: pbench's TCP pass-through (read, write, no HTTP): the floor of a proxy
 ALL_CONTENDERS = ["direct", "relay"] + PROXIES
-ALL_MEASURES = ["rps", "stream", "memory", "large", "log"]
+ALL_MEASURES = ["rps", "stream", "memory", "large", "log", "defaults"]
 # File descriptors a process may open: raised to 2^17 where allowed (root with
 # CAP_SYS_RESOURCE), else the hard limit we were given.
 NOFILE = 1 << 17
@@ -228,6 +234,23 @@ def user_ns(pids):
                for text in thread_stats(pids, "stat"))
 
 
+def ticks_ns(pids):
+    """utime + stime of each process of pids (ns; /proc/PID/stat, every thread
+    of the process, those that ended included): clock ticks of 10 ms, so over
+    a run of 2 s and 50k+ requests 0.2 us per request or finer."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) * 1000000000 // tick
+    return total
+
+
 def rss_kib(pids):
     total = 0
     for pid in pids:
@@ -294,6 +317,10 @@ def llmsim_speed(port, speed):
 
 # ---- contenders --------------------------------------------------------------------
 
+# HAProxy's access log: a JSON line of the same fields as NGINX_LOG's (times in ms)
+HAPROXY_LOG = ("'{\"ts\":\"%[date,utime(%Y-%m-%dT%H:%M:%S%z)]\",\"id\":\"%ID\",\"client\":\"%ci\","
+               "\"method\":\"%HM\",\"path\":\"%{+E}HU\",\"status\":%ST,\"backend\":\"%si:%sp\","
+               "\"bytes_in\":%U,\"bytes_out\":%B,\"connect\":%Tc,\"ttfb\":%Tr,\"total\":%Ta}'")
 NGINX_LOG = ("'{\"ts\":\"$time_iso8601\",\"id\":\"$request_id\",\"client\":\"$remote_addr\","
              "\"method\":\"$request_method\",\"path\":\"$request_uri\",\"status\":$status,"
              "\"backend\":\"$upstream_addr\",\"bytes_in\":$request_length,"
@@ -302,12 +329,13 @@ NGINX_LOG = ("'{\"ts\":\"$time_iso8601\",\"id\":\"$request_id\",\"client\":\"$re
 
 
 class Contender:
-    def __init__(self, kind, port, procs, pids, log_path=None):
+    def __init__(self, kind, port, procs, pids, log_path=None, ready=None):
         self.kind = kind
         self.port = port
         self.procs = procs
         self.pids = pids
         self.log_path = log_path
+        self.ready = ready  # llmgate's ready line
 
     def stop(self):
         for p in self.procs:
@@ -320,6 +348,9 @@ class Contender:
 
     def user(self):
         return user_ns(self.pids)
+
+    def ticks(self):
+        return ticks_ns(self.pids)
 
     def rss(self):
         return rss_kib(self.pids)
@@ -432,12 +463,37 @@ backend be
     server b1 127.0.0.1:%(bport)d
 """ % {"w": workers, "port": port, "bport": backend_port, "maxconn": HAPROXY_MAXCONN,
        "glog": "log stdout format raw local0" if log_on else "",
-       "dlog": "log global\n    option httplog" if log_on else ""})
+       "dlog": ("log global\n    log-format %s\n    unique-id-format %%{+X}o%%pid%%Ts%%rt"
+                % HAPROXY_LOG) if log_on else ""})
         # "log stdout": the access log is HAProxy's standard output
         p = Proc(["haproxy", "-db", "-f", conf], name, cpus=ARGS.proxy_cpus,
                  stdout_path=access)
         wait_port(port, p)
         return Contender(kind, port, [p], [p.pid], access)
+    if kind in ("llmgate-defaults", "llmgate-bare", "llmgate-ref-defaults"):
+        # what a user gets: the defaults (ttft, health checks and /metrics
+        # scrapes, whose answers pbench gives as vLLM does), the access log
+        # to a file, the workers left to "auto"; -bare: the same without the
+        # access log and with the layout's workers (the ready line says what
+        # auto chose)
+        conf = os.path.join(d, "llmgate.json")
+        binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref-defaults" else BUILD,
+                              "llmgate")
+        gw = {"listen": "127.0.0.1:0",
+              "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
+                            "models": ["m"]}]}
+        if kind == "llmgate-bare":
+            gw["access_log"] = False
+            gw["workers"] = workers
+        else:
+            gw["access_log"] = access
+        with open(conf, "w") as f:
+            json.dump(gw, f, indent=1)
+        p = Proc([binary, "-c", conf], name, cpus=ARGS.proxy_cpus, pipe=True)
+        m = p.readline(pattern=r"llmgate ready .*listen=[^ ,]*:(\d+)")
+        if ARGS.sched == "fifo":
+            log_writer_priority(p.pid)
+        return Contender(kind, int(m.group(1)), [p], [p.pid], access, ready=m.string)
     if kind in ("llmgate", "llmgate-ref"):
         conf = os.path.join(d, "llmgate.json")
         binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref" else BUILD, "llmgate")
@@ -498,9 +554,15 @@ def wrk_script(nbytes):
     return path
 
 
+def wrk_ms(text):
+    """wrk's latency ("812.00us", "1.53ms", "2.01s") in ms."""
+    m = re.match(r"([\d.]+)(us|ms|s)$", text)
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
+
+
 def wrk(port, conns, seconds, nbytes):
     out = run_cmd(["wrk", "-t1", "-c%d" % conns, "-d%gs" % seconds, "--timeout", "10s",
-                   "-s", wrk_script(nbytes),
+                   "--latency", "-s", wrk_script(nbytes),
                    "http://127.0.0.1:%d/v1/chat/completions" % port],
                   cpus=ARGS.load_cpus, timeout=seconds + 60)
     m = re.search(r"Requests/sec:\s+([\d.]+)", out)
@@ -514,8 +576,10 @@ def wrk(port, conns, seconds, nbytes):
     if m3:
         errs += sum(int(x) for x in m3.groups())
     m4 = re.search(r"(\d+) requests in", out)
+    pcts = {q: wrk_ms(v) for q, v in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.M)}
     return {"rps": float(m.group(1)), "errors": errs,
-            "requests": int(m4.group(1)) if m4 else 0}
+            "requests": int(m4.group(1)) if m4 else 0,
+            "p50_ms": pcts.get("50"), "p99_ms": pcts.get("99")}
 
 
 # With a pair port, every PAIR_EVERY-th request also goes straight to that port
@@ -687,6 +751,27 @@ def report_rps(res, workers, wrk_conns, lat_conns, title):
 
 # ---- measure 2: streaming ---------------------------------------------------------
 
+def stream_run(c, streams, gap_us):
+    """pbench sse through contender c (its backend a --sse pbench): the
+    per-event delays and the contender's CPU over the measured window, as
+    seconds per 100k events (on-CPU time from schedstat, and utime + stime)."""
+    cl = Proc([os.path.join(BUILD, "pbench"), "sse", "--target", "127.0.0.1:%d" % c.port,
+               "--streams", str(streams), "--duration", str(ARGS.duration), "--warmup", "1",
+               "--spread-us", str(gap_us)], "sse-client", cpus=ARGS.load_cpus, pipe=True)
+    try:
+        cl.readline(timeout=30, pattern="window start")
+        cpu0, ticks0 = c.cpu(), c.ticks()
+        cl.readline(timeout=ARGS.duration + 30, pattern="window end")
+        cpu, ticks = c.cpu() - cpu0, c.ticks() - ticks0
+        r = json.loads(cl.readline(timeout=30, pattern=r"^\{").string)
+    finally:
+        cl.stop()
+    ok = c.pids and r["events"]
+    r["cpu_s_per_100k"] = cpu / 1e9 / r["events"] * 1e5 if ok else None
+    r["ticks_s_per_100k"] = ticks / 1e9 / r["events"] * 1e5 if ok else None
+    return r
+
+
 def measure_stream(workers):
     streams = ARGS.sse_streams
     gap_us = 10000
@@ -696,18 +781,7 @@ def measure_stream(workers):
             be = start_pbench_backend("backend-sse", sse=True, events=64, gap_us=gap_us)
             c = start_contender(kind, workers, be.port)
             try:
-                cl = Proc([os.path.join(BUILD, "pbench"), "sse", "--target",
-                           "127.0.0.1:%d" % c.port, "--streams", str(streams), "--duration",
-                           str(ARGS.duration), "--warmup", "1", "--spread-us", str(gap_us)],
-                          "sse-client",
-                          cpus=ARGS.load_cpus, pipe=True)
-                cl.readline(timeout=30, pattern="window start")
-                cpu0 = c.cpu()
-                cl.readline(timeout=ARGS.duration + 30, pattern="window end")
-                cpu = c.cpu() - cpu0
-                r = json.loads(cl.readline(timeout=30, pattern=r"^\{").string)
-                cl.stop()
-                r["cpu_s_per_100k"] = cpu / 1e9 / r["events"] * 1e5 if c.pids and r["events"] else None
+                r = stream_run(c, streams, gap_us)
                 res[kind].append(r)
                 progress("stream w%d round %d %s: %.0f ev/s, delay p50 %.1f p99 %.1f us, "
                          "%s CPU s/100k ev" % (workers, rnd + 1, kind, r["events_per_s"],
@@ -868,6 +942,138 @@ def measure_log(workers):
     return {"%s-%s" % (k, "on" if on else "off"): v for (k, on), v in res.items()}
 
 
+# ---- measure 6: what a user gets -------------------------------------------------------
+
+# (row, contender kind, access log on): the bare rows, then the logged ones
+DEFAULTS_ROWS = [
+    ("nginx", "nginx", False),
+    ("haproxy", "haproxy", False),
+    ("llmgate bare", "llmgate-bare", False),
+    ("nginx + log", "nginx", True),
+    ("haproxy + log", "haproxy", True),
+    ("llmgate defaults", "llmgate-defaults", True),
+]
+DEFAULTS_CONNS = [64, 512]
+
+
+def defaults_rows():
+    rows = [r for r in DEFAULTS_ROWS if r[1].split("-")[0] in ARGS.contenders]
+    if ARGS.ref_build:
+        rows.append(("llmgate-ref defaults", "llmgate-ref-defaults", True))
+    return rows
+
+
+def defaults_trial(workers, kind, log_on):
+    """One contender afresh: wrk at each connection count (requests/s, p99,
+    utime + stime per request), then afresh again behind an SSE backend."""
+    tag = "-log" if log_on else "-nolog"
+    r = {}
+    be = start_pbench_backend("backend-defaults")
+    c = start_contender(kind, workers, be.port, log_on=log_on, tag=tag)
+    try:
+        if c.ready:
+            r["ready"] = c.ready
+        wrk(c.port, DEFAULTS_CONNS[0], 1, 300)  # warm: pools, caches, the first scrapes
+        for conns in DEFAULTS_CONNS:
+            t0, cpu0 = c.ticks(), c.cpu()
+            w = wrk(c.port, conns, ARGS.duration, 300)
+            ticks, cpu = c.ticks() - t0, c.cpu() - cpu0
+            ok = c.pids and w["requests"]
+            w["cpu_us_per_req"] = ticks / 1000 / w["requests"] if ok else None
+            w["oncpu_us_per_req"] = cpu / 1000 / w["requests"] if ok else None
+            r[conns] = w
+    finally:
+        c.stop()
+        be.stop()
+    be = start_pbench_backend("backend-defaults-sse", sse=True, events=64, gap_us=10000)
+    c = start_contender(kind, workers, be.port, log_on=log_on, tag=tag)
+    try:
+        r["stream"] = stream_run(c, ARGS.sse_streams, 10000)
+    finally:
+        c.stop()
+        be.stop()
+    return r
+
+
+def measure_defaults(workers):
+    rows = defaults_rows()
+    res = {label: [] for label, _, _ in rows}
+    for rnd in range(ARGS.rounds):
+        for label, kind, log_on in rows:
+            r = defaults_trial(workers, kind, log_on)
+            res[label].append(r)
+            progress("defaults w%d round %d %s: %s; stream p50 %.1f p99 %.1f us%s" % (
+                workers, rnd + 1, label, ", ".join(
+                    "c%d %.0f rps %s us CPU p99 %s ms" % (
+                        k, r[k]["rps"], fmt(r[k]["cpu_us_per_req"]), fmt(r[k]["p99_ms"]))
+                    for k in DEFAULTS_CONNS),
+                r["stream"]["delay_us"]["p50"], r["stream"]["delay_us"]["p99"],
+                "; " + r["ready"].split(" workers=", 1)[1].split(" backends=")[0]
+                if r.get("ready") else ""))
+    m = {}
+    for label, _, _ in rows:
+        rs = res[label]
+        for k in DEFAULTS_CONNS:
+            for q in ("rps", "cpu_us_per_req", "oncpu_us_per_req", "p99_ms"):
+                m[(label, k, q)] = med([t[k][q] for t in rs])
+        for q in ("p50", "p99"):
+            m[(label, "stream", q)] = med([t["stream"]["delay_us"][q] for t in rs])
+        m[(label, "stream", "cpu")] = med([t["stream"]["ticks_s_per_100k"] for t in rs])
+
+    def peer(label, base):
+        """The peer with the same access-log setting."""
+        return base + (" + log" if label.endswith(("+ log", "defaults")) else "")
+
+    header = ["contender"]
+    for k in DEFAULTS_CONNS:
+        header += ["rps c=%d" % k, "/nginx", "/haproxy", "us CPU/req", "p99 ms"]
+    header += ["stream p50 us", "p99 us", "CPU s/100k ev", "errors"]
+    out = []
+    for label, _, _ in rows:
+        row = [label]
+        for k in DEFAULTS_CONNS:
+            v = m[(label, k, "rps")]
+            row += [fmt(v), fmt(ratio(v, m.get((peer(label, "nginx"), k, "rps"))), "x"),
+                    fmt(ratio(v, m.get((peer(label, "haproxy"), k, "rps"))), "x"),
+                    fmt(m[(label, k, "cpu_us_per_req")]), fmt(m[(label, k, "p99_ms")])]
+        row += [fmt(m[(label, "stream", "p50")]), fmt(m[(label, "stream", "p99")]),
+                fmt(m[(label, "stream", "cpu")]),
+                sum(t[k]["errors"] for t in res[label] for k in DEFAULTS_CONNS)
+                + sum(t["stream"]["errors"] for t in res[label])]
+        out.append(row)
+    chosen = sorted({t["ready"].split(" workers=", 1)[1].split(" backends=")[0]
+                     for t in res.get("llmgate defaults", []) if t.get("ready")})
+    table("What a user gets, workers=%d: llmgate's defaults (ttft, access log to a file, workers "
+          "auto: %s) against nginx and HAProxy with their JSON access logs; bare: no access "
+          "log (llmgate \"access_log\": false, workers %d); ratios against the peer with the "
+          "same log setting; CPU = utime + stime per request; p99 = wrk's (closed loop); "
+          "stream = per-event delay of %d streams (medians of %d rounds)" % (
+              workers, ", ".join(chosen) or "-", workers, ARGS.sse_streams, ARGS.rounds),
+          header, out)
+    d = "llmgate defaults"
+    if d in res:
+        lines = []
+        for k in DEFAULTS_CONNS:
+            for base in ("nginx", "haproxy"):
+                p = base + " + log"
+                if p not in res:
+                    continue
+                rr = ratio(m[(d, k, "rps")], m[(p, k, "rps")])
+                cc = ratio(m[(d, k, "cpu_us_per_req")], m[(p, k, "cpu_us_per_req")])
+                pp = ratio(m[(d, k, "p99_ms")], m[(p, k, "p99_ms")])
+                lines.append("  c=%d vs %s: requests/s %s (>= 1.0x: %s), CPU/request %s (<= 1.0x: "
+                             "%s), p99 %s (<= 1.1x: %s)" % (
+                                 k, p, fmt(rr, "x"), "met" if rr and rr >= 1.0 else "missed",
+                                 fmt(cc, "x"), "met" if cc and cc <= 1.0 else "missed",
+                                 fmt(pp, "x"), "met" if pp and pp <= 1.1 else "missed"))
+        text = "\nTargets (llmgate defaults against each peer with its access log):\n" + \
+            "\n".join(lines)
+        print(text, flush=True)
+        with open(os.path.join(OUT, "tables.txt"), "a") as f:
+            f.write(text + "\n")
+    return {"raw": res, "summary": {"%s@%s@%s" % key: v for key, v in m.items()}}
+
+
 # ---- main ----------------------------------------------------------------------------
 
 def machine():
@@ -981,6 +1187,8 @@ def main():
                 raw, w, [16], 16, "Large answers (1MiB to a 300-byte request)")}
         if "log" in measures:
             r["log"] = measure_log(w)
+        if "defaults" in measures:
+            r["defaults"] = measure_defaults(w)
     results["machine"]["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     results["elapsed_s"] = time.time() - t_start
     with open(os.path.join(OUT, "results.json"), "w") as f:

@@ -27,7 +27,7 @@
 #include "base/config_value.h"
 #include "base/fail.h"
 
-#define CONF_MAX_WORKERS 256
+#define CONF_MAX_WORKERS LG_CONFIG_MAX_WORKERS
 
 /* ---- cross-field checks ------------------------------------------------- */
 
@@ -115,6 +115,32 @@ conf_warn_root(struct lg_conf_ctx *ctx, const struct lg_config *c)
                      "/admin/ and /metrics need it) or listen on 127.0.0.1",
                      lg_conf_quote(q, sizeof(q), c->admin.listen));
     }
+    for (size_t i = 0; i < c->nlisten; i++) {
+        /* an explicit 0 says unlimited is meant (clients behind a proxy or NAT) */
+        if (!conf_is_loopback(&c->listen[i].addr, c->listen[i].addrlen)
+            && json_object_get(json_object_get(c->root, "limits"), "max_connections_per_ip")
+                   == NULL) {
+            json_t *l = json_object_get(c->root, "listen");
+
+            snprintf(sfx, sizeof(sfx),
+                     json_is_object(json_array_get(l, i)) ? "/listen/%zu/address" : "/listen/%zu",
+                     i);
+            lg_conf_warn_at(ctx, json_is_string(l) ? "/listen" : sfx,
+                            "clients reach %s beyond loopback and limits.max_connections_per_ip "
+                            "is not set: one address may hold all %u connections "
+                            "(limits.max_connections); set it (e.g. 256), or to 0 if clients "
+                            "come through a proxy or NAT that shares their address",
+                            lg_conf_quote(q, sizeof(q), c->listen[i].address),
+                            c->limits.max_connections);
+            break;
+        }
+    }
+    if (c->timeouts.client_body_min_rate == 0) {
+        lg_conf_warn_at(ctx, "/timeouts/client_body_min_rate",
+                        "0 turns the whole-body deadline off: a client may hold a connection "
+                        "for as long as it sends a byte of its body every timeouts.client_body; "
+                        "the default is 1KiB");
+    }
     for (size_t i = 0; i < c->nbackends; i++) {
         for (size_t j = 0; c->backends[i].enabled && j < i; j++) {
             if (c->backends[j].enabled && conf_same_url(&c->backends[i], &c->backends[j])) {
@@ -138,11 +164,6 @@ conf_check_root(struct lg_conf_ctx *ctx, void *base, bool clean)
     char q[CONF_QBUF];
     size_t enabled = 0;
 
-    if (c->workers == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-        c->workers = n < 1 ? 1 : (uint32_t)LG_MIN(n, CONF_MAX_WORKERS);
-    }
     for (size_t i = 0; i < c->nlisten; i++) {
         for (size_t j = 0; j < i; j++) {
             if (conf_same_addr(&c->listen[i].addr, c->listen[i].addrlen, &c->listen[j].addr,
@@ -224,6 +245,11 @@ static const struct lg_conf_field conf_timeouts_fields[] = {
     { "client_body", LG_CONF_DURATION, TO(client_body_ms), .def = CONF_S(30), .min = 1,
       .max = CONF_H(1), .warn_above = CONF_M(5),
       .warn = "a client may hold a connection that long between two pieces of its body" },
+    { "client_body_grace", LG_CONF_DURATION, TO(client_body_grace_ms), .def = CONF_S(10),
+      .min = 1, .max = CONF_H(1), .warn_above = CONF_M(5),
+      .warn = "a client may hold a connection that long before the first byte of its body" },
+    { "client_body_min_rate", LG_CONF_SIZE, TO(client_body_min_rate), .def = CONF_KIB(1),
+      .min = 0, .max = CONF_GIB(1) },
     { "client_idle", LG_CONF_DURATION, TO(client_idle_ms), .def = CONF_S(75), .min = 1,
       .max = CONF_H(1), .warn_above = CONF_M(10),
       .warn = "idle keep-alive connections stay open that long, each counted against "
@@ -478,11 +504,49 @@ static const struct lg_conf_field conf_health_fields[] = {
 static const struct lg_conf_table conf_health_table = { sizeof(struct lg_health_conf),
                                                         conf_health_fields, conf_check_health };
 
+/* A history holds two points at least and LG_HISTORY_MAX_POINTS at most. */
+static void
+conf_check_history(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_history_conf *h = base;
+    char a[32];
+    char b[32];
+
+    if (!clean || h->window_ms == 0 || h->resolution_ms == 0) {
+        return;
+    }
+    if (h->window_ms < 2 * h->resolution_ms) {
+        conf_error_at(ctx, "/window",
+                      "must hold two points at least (2 x resolution %s; 0 turns the history "
+                      "off)",
+                      lg_conf_fmt_duration(a, sizeof(a), h->resolution_ms));
+    } else if (h->window_ms / h->resolution_ms > LG_HISTORY_MAX_POINTS) {
+        conf_error_at(ctx, "/window",
+                      "%s at a resolution of %s is %llu points; at most %d (a longer "
+                      "resolution or a shorter window)",
+                      lg_conf_fmt_duration(a, sizeof(a), h->window_ms),
+                      lg_conf_fmt_duration(b, sizeof(b), h->resolution_ms),
+                      (unsigned long long)(h->window_ms / h->resolution_ms), LG_HISTORY_MAX_POINTS);
+    }
+}
+
+#define HI(f) offsetof(struct lg_history_conf, f)
+static const struct lg_conf_field conf_history_fields[] = {
+    { "resolution", LG_CONF_DURATION, HI(resolution_ms), .def = CONF_S(5), .min = CONF_S(1),
+      .max = CONF_M(1) },
+    { "window", LG_CONF_DURATION, HI(window_ms), .def = CONF_M(15), .min = 0, .max = CONF_H(24) },
+    { .name = NULL },
+};
+#undef HI
+static const struct lg_conf_table conf_history_table = { sizeof(struct lg_history_conf),
+                                                         conf_history_fields, conf_check_history };
+
 #define AD(f) offsetof(struct lg_admin_conf, f)
 static const struct lg_conf_field conf_admin_fields[] = {
     { "listen", LG_CONF_ADDRESS, AD(listen), .required = true, .aux_offset = AD(addr),
       .aux2_offset = AD(addrlen) },
     { "token", LG_CONF_STR, AD(token), .required = false },
+    { "history", LG_CONF_OBJECT, AD(history), .sub = &conf_history_table },
     { .name = NULL },
 };
 #undef AD
@@ -617,7 +681,8 @@ static const struct lg_conf_table conf_auth_table = { sizeof(struct lg_auth_conf
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
       .sub = &conf_listen_table, .shorthand = "address", .aux_offset = CF(nlisten) },
-    { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS },
+    { "workers", LG_CONF_UINT, CF(workers), .def = 0, .min = 0, .max = CONF_MAX_WORKERS,
+      .zero_word = "auto" },
     { "log_level", LG_CONF_ENUM, CF(log_level), .def = LG_LOG_INFO, .names = conf_log_levels },
     { "access_log", LG_CONF_OBJECT, CF(access_log), .sub = &conf_access_log_table,
       .shorthand = "path", .off_false = true },
@@ -655,6 +720,7 @@ conf_free(struct lg_config *c)
     }
     free(c->warnings);
     free(c->path);
+    free(c->text);
     free(c);
 }
 
@@ -729,6 +795,10 @@ lg_config_load_buffer_flags(const char *text, size_t len, const char *name, unsi
     }
     c = lg_xcalloc(1, sizeof(*c));
     c->path = lg_xstrdup(name);
+    c->text = lg_xmalloc(len + 1);
+    memcpy(c->text, text, len);
+    c->text[len] = '\0';
+    c->text_len = len;
     c->root = root;
     c->refcnt = 1;
     lg_conf_defaults(&conf_root_table, c);
@@ -844,4 +914,21 @@ lg_config_parse_address(const char *s, struct sockaddr_storage *addr, socklen_t 
     char why[1024]; /* the reason is not shown: LG_EINVAL says it all */
 
     return lg_conf_address_parse(s, 0, addr, len, why, sizeof(why)) == 0 ? LG_OK : LG_EINVAL;
+}
+
+void
+lg_config_position(const struct lg_config *conf, const char *pointer, bool at_key, char *buf,
+                   size_t len)
+{
+    int line = 1;
+    int col = 1;
+
+    if (conf->text == NULL) {
+        /* not loaded from a document (a test's hand-made config) */
+    } else if (at_key) {
+        lg_config_loc_find_key(conf->text, conf->text_len, pointer, &line, &col);
+    } else {
+        lg_config_loc_find(conf->text, conf->text_len, pointer, &line, &col);
+    }
+    snprintf(buf, len, "%s:%d:%d", conf->path ? conf->path : "<config>", line, col);
 }

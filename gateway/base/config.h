@@ -42,6 +42,15 @@ void lg_config_unref(struct lg_config *conf);
 void lg_config_errors_print(const struct lg_config_errors *errs, void *file);
 void lg_config_errors_free(struct lg_config_errors *errs);
 
+/*
+ * Writes "FILE:LINE:COL" of the value at the JSON pointer in conf's text (of
+ * its key, when at_key: where an unknown key belongs; the deepest value
+ * that resolves, when the pointer does not), for an error found after the
+ * load (a policy refusing its options) to read like the loader's own.
+ */
+void lg_config_position(const struct lg_config *conf, const char *pointer, bool at_key, char *buf,
+                        size_t len);
+
 /* Finds a backend's configuration by name; NULL if absent. */
 const struct lg_backend_conf *lg_config_backend(const struct lg_config *conf, const char *name);
 

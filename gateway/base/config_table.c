@@ -346,8 +346,18 @@ conf_set_bool(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v,
 static void
 conf_set_uint(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, void *base)
 {
+    char expected[48];
+
+    if (f->zero_word != NULL && json_is_string(v)
+        && strcasecmp(json_string_value(v), f->zero_word) == 0) {
+        *(uint32_t *)conf_at(base, f->offset) = 0;
+        return;
+    }
     if (!json_is_integer(v)) {
-        conf_type_error(ctx, "an integer", v);
+        if (f->zero_word != NULL) {
+            snprintf(expected, sizeof(expected), "an integer or \"%s\"", f->zero_word);
+        }
+        conf_type_error(ctx, f->zero_word != NULL ? expected : "an integer", v);
         return;
     }
     if (conf_in_range(ctx, f, v, (double)json_integer_value(v), NULL)) {

@@ -70,6 +70,7 @@ struct lg_conf_field {
                                         warning says what that exposes (.warn); 0: never */
     const char *warn;
     const char *unless;              /* required, unless this sibling key is present */
+    const char *zero_word;           /* UINT: this string (any case) stands for 0 */
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
     lg_conf_check_fn check; /* STR */

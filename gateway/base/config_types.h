@@ -73,6 +73,8 @@ struct lg_backend_conf {
 struct lg_timeouts_conf {
     uint64_t client_header_ms;    /* whole request head must arrive within */
     uint64_t client_body_ms;      /* idle time allowed between body reads */
+    uint64_t client_body_grace_ms; /* whole body: within this plus a second per min_rate bytes */
+    size_t client_body_min_rate;  /* bytes per second a body must average; 0 = no deadline */
     uint64_t client_idle_ms;      /* keep-alive idle between requests */
     uint64_t upstream_connect_ms; /* TCP (and TLS) connect to a backend */
     uint64_t first_byte_ms;       /* request sent -> first response byte */
@@ -181,12 +183,22 @@ struct lg_health_conf {
     uint64_t peer_interval_ms;   /* least time between two answers of a peer */
 };
 
+/* The status page's history (ops/history.c): one point per resolution. */
+struct lg_history_conf {
+    uint64_t resolution_ms; /* time a point covers */
+    uint64_t window_ms;     /* time kept: window / resolution points; 0 = no history */
+};
+
 struct lg_admin_conf {
     char *listen;                 /* NULL: no admin listener */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char *token;                  /* bearer token; NULL: open (loopback default) */
+    struct lg_history_conf history;
 };
+
+/* Most points a history keeps per series (window / resolution). */
+#define LG_HISTORY_MAX_POINTS 2880
 
 /* Another gateway in front of the same fleet (peers.h): its admin listener. */
 struct lg_peer_conf {
@@ -206,12 +218,20 @@ struct lg_auth_conf {
     char *keys_file;              /* API keys (keys.c); NULL: no authentication */
 };
 
+#define LG_CONFIG_MAX_WORKERS 256
+
 struct lg_config {
     char *path;                   /* file it came from ("<string>" for tests) */
+    char *text;                   /* owned: the document as read (NUL-terminated), where
+                                     errors found after the load are located
+                                     (lg_config_position(): a policy's options) */
+    size_t text_len;
     json_t *root;                 /* the parsed document, kept for plugin sections */
     struct lg_listen_conf *listen;
     size_t nlisten;
-    uint32_t workers;             /* event-loop threads; 0 in the file = one per core */
+    uint32_t workers;             /* event-loop threads; 0 = auto ("auto" or 0 in the file):
+                                     the CPUs the process may use when it starts
+                                     (base/cpus.h), at most LG_CONFIG_MAX_WORKERS */
     enum lg_log_level log_level;
     struct lg_timeouts_conf timeouts;
     struct lg_limits_conf limits;

@@ -1,7 +1,8 @@
 /*
  * config_value.h: the syntax of configuration values (config_value.c), for
- * the configuration's tables and setters (config.c, config_table.c) only.
- * Each check returns false with the reason in why.
+ * the configuration's tables and setters (config.c, config_table.c) and the
+ * getters of a policy's options (route/options.c), which take the same
+ * durations and sizes. Each check returns false with the reason in why.
  */
 #ifndef LG_CONFIG_VALUE_H
 #define LG_CONFIG_VALUE_H

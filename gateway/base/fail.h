@@ -18,7 +18,8 @@ enum lg_fail {
     LG_FAIL_CONNECT_REFUSED,    /* nothing listens there */
     LG_FAIL_CONNECT_TIMEOUT,    /* the connection was not made in time */
     LG_FAIL_TLS,                /* the TLS handshake failed */
-    LG_FAIL_FIRST_BYTE_TIMEOUT, /* no response head in time */
+    LG_FAIL_FIRST_BYTE_TIMEOUT, /* no response head in time: no first byte, or a head begun
+                                   that did not end (timeouts.first_byte, relay.c) */
     LG_FAIL_CLOSED,             /* closed or reset before its response head */
     LG_FAIL_PROTOCOL,           /* a response that is not HTTP (before or after its head) */
     LG_FAIL_HTTP_429,           /* answered 429 */

@@ -285,8 +285,8 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  *   prompt's prefill, the model's line (a fixed part, ms per KiB; its cap
  *   reads the TTFT fit before this response's sample);
  * - where it predicted `pred_ms` (> 0) with this prompt's prefill (no prior
- *   needed): the model's errors there, whose bias the view's
- *   engine_model_scale reads; where the measured terms predicted
+ *   needed): the model's errors there, whose bias the engine model
+ *   view's scale reads; where the measured terms predicted
  *   meas_pred_ms, theirs; then whether the model misses there
  *   (lg_backend_est.measured);
  * - where the load it was sent into is known: the measured terms' curve,

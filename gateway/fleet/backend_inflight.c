@@ -492,6 +492,8 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
     uint32_t left[MAX_SEQS];
     struct lg_est_queued queue[MAX_SEQS];
+    struct lg_est_batch batch;
+    struct lg_est_steps steps;
     struct lg_backend_peers peers;
     uint64_t now = pending_ms(now_ns) & SEQ_T_MASK;
     uint32_t inflight = lg_backend_inflight(b);
@@ -536,8 +538,15 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (nleft + nqueue == 0) {
         return step_ms + (prefill_fixed_ms > 0 ? prefill_fixed_ms : 0);
     }
-    return lg_est_engine_run(left, nleft, queue, nqueue, (unsigned)capacity, step_ms, step_per_seq,
-                             prefill_ms_per_token > 0 ? prefill_ms_per_token : 0,
-                             prefill_fixed_ms > 0 ? prefill_fixed_ms : 0, step_ms / 2,
-                             backend_step_begun_ms(b, now_ns), joined);
+    batch = (struct lg_est_batch){ .left = left, .nleft = nleft, .queue = queue, .nqueue = nqueue };
+    steps = (struct lg_est_steps){
+        .slots = (unsigned)capacity,
+        .step_ms = step_ms,
+        .step_per_seq = step_per_seq,
+        .prefill_ms = prefill_ms_per_token > 0 ? prefill_ms_per_token : 0,
+        .prefill_fixed_ms = prefill_fixed_ms > 0 ? prefill_fixed_ms : 0,
+        .resid_ms = step_ms / 2,
+        .begun_ms = backend_step_begun_ms(b, now_ns),
+    };
+    return lg_est_engine_run(&batch, &steps, joined);
 }

@@ -72,8 +72,8 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
 
 /*
  * Sequences: each streamed request of ours on b with a known output length
- * (max_tokens) holds a word for the engine model (lg_backend_view's
- * engine_model_ms): its prompt to prefill and its length while it awaits a
+ * (max_tokens) holds a word for the engine model (lg_engine_model_view's
+ * wait_ms): its prompt to prefill and its length while it awaits a
  * first token, then the tokens still to come (lg_backend_seq_left, by the
  * request's owner only, at each of its tokens; the last token's time there
  * marks the end of an engine step, which places the step in progress).
@@ -131,9 +131,9 @@ uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
 /* The engine model's wait for a request with an empty prompt (ms), steps
  * of step_ms at the batch now and step_per_seq more for each sequence
  * more, prefilling steps prefill_fixed_ms more (its own too), or -1 when it
- * cannot tell (lg_backend_view.engine_model_ms);
+ * cannot tell (lg_engine_model_view.wait_ms);
  * *joined (when not NULL): how many of ours there would be admitted with it
- * (lg_backend_view.engine_model_joined). */
+ * (lg_engine_model_view.joined). */
 double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
                                   double step_ms, double step_per_seq, double prefill_ms_per_token,
                                   double prefill_fixed_ms, unsigned *joined);

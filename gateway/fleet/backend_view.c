@@ -2,7 +2,8 @@
  * backend_view.c: what a routing policy sees of a backend (struct
  * lg_backend_view, <llmgate/plugin.h>): live counts, the engine's sample
  * blended with our requests since, estimates read against the route's
- * prior, the wait for a slot and the engine model's, flags.
+ * prior, the wait for a slot, flags; and the engine model's outputs (struct
+ * lg_engine_model_view), lent to the policies that ask for them.
  *
  * Owns nothing: reads the backend's published state (backend.c) and our
  * requests there (backend_inflight.c), lock-free, on any thread.
@@ -38,7 +39,8 @@ backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t infli
 
 void
 lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
-                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v)
+                     uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
+                     struct lg_engine_model_view *m)
 {
     struct lg_backend_est est;
     struct lg_backend_engine eng;
@@ -54,7 +56,10 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
 
     memset(v, 0, sizeof(*v));
+    memset(m, 0, sizeof(*m));
     v->size = sizeof(*v);
+    m->size = sizeof(*m);
+    m->version = LG_ENGINE_MODEL_VERSION;
     v->name = b->name;
     v->id = b->id;
     v->weight = b->conf.weight ? b->conf.weight : 1;
@@ -106,26 +111,26 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);
     }
-    if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &v->step_ms)) {
-        v->flags |= LG_VIEW_F_STEP_GUESS;
+    if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &m->step_ms)) {
+        m->flags |= LG_MODEL_F_STEP_GUESS;
     }
-    v->prefill_ms_per_kib =
-        lg_backend_prefill(&est, now_ns, &tv, prior, v->step_ms, &v->prefill_fixed_ms);
-    v->step_ms_per_seq = lg_backend_step_per_seq(b, now_ns);
-    v->engine_model_ms = -1;
-    v->engine_model_joined = 0;
+    m->prefill_ms_per_kib =
+        lg_backend_prefill(&est, now_ns, &tv, prior, m->step_ms, &m->prefill_fixed_ms);
+    m->step_ms_per_seq = lg_backend_step_per_seq(b, now_ns);
+    m->wait_ms = -1;
+    m->joined = 0;
     lg_est_err_read(&est.model_err, now_ns, LG_EST_ERR_HALF_LIFE_S, &me);
     lg_est_err_read(&est.model_used, now_ns, LG_EST_ERR_HALF_LIFE_S, &ue);
     lg_est_err_read(&est.meas_err, now_ns, LG_EST_ERR_HALF_LIFE_S, &xe);
     /* the model's bias at this load, shrunk toward its bias at every load */
-    v->engine_model_scale =
+    m->scale =
         exp(lg_est_bias_read(&est.model_bias, now_ns, v->load, me.bias, LG_EST_CURVE_HALF_LIFE_S));
-    v->engine_model_err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
-    v->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
-    v->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
-    v->measured_ms_per_kib = tv.ms_per_kib / LG_MAX(tv.peak, 1.0);
-    if (est.measured > 0 && v->measured_ms >= 0) {
-        v->flags |= LG_VIEW_F_MODEL_MISSES;
+    m->err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
+    m->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
+    m->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
+    m->measured_ms_per_kib = tv.ms_per_kib / LG_MAX(tv.peak, 1.0);
+    if (est.measured > 0 && m->measured_ms >= 0) {
+        m->flags |= LG_MODEL_F_MISSES;
     }
     /* a capacity never confirmed by a queue is at least what is assumed of
      * an engine (the most it ran says nothing against one more), unless its
@@ -133,20 +138,19 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
      * an 8-slot replica taken for 16 was sent a 9th and 10th request that
      * waited for slots (bench/routing/NOTES.md 47) */
     if (v->capacity > 0 && (!(v->flags & LG_VIEW_F_CAP_GUESS) || prior->slots > 0)) {
-        v->engine_model_slots = v->capacity;
+        m->slots = v->capacity;
     } else {
-        v->engine_model_slots = LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
+        m->slots = LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
     }
     if (residual < 0.5) {
         /* only our requests and our peers' there: the model sees the whole
          * batch and line */
         unsigned joined;
 
-        v->engine_model_ms = lg_backend_engine_model_ms(b, now_ns, v->engine_model_slots,
-                                                        v->step_ms, v->step_ms_per_seq,
-                                                        v->prefill_ms_per_kib / 256.0,
-                                                        v->prefill_fixed_ms, &joined);
-        v->engine_model_joined = joined;
+        m->wait_ms = lg_backend_engine_model_ms(b, now_ns, m->slots, m->step_ms,
+                                                m->step_ms_per_seq, m->prefill_ms_per_kib / 256.0,
+                                                m->prefill_fixed_ms, &joined);
+        m->joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {
         v->flags |= LG_VIEW_F_HALF_OPEN;

@@ -8,15 +8,19 @@
 
 struct lg_backend;
 struct lg_backend_view;
+struct lg_engine_model_view;
 struct lg_est_prior;
 
 /*
  * Fills a plugin view of b at now_ns: live counts, engine sample blended
  * with in-flight (scrape_interval_ns tells how old is stale), estimates read
- * against the route's prior. The view borrows b's name.
+ * against the route's prior; and m, the engine model's outputs there. The
+ * view borrows b's name; its model pointer is left NULL: the caller lends m
+ * to the policies that asked for it.
  */
 void lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns,
                           const struct lg_est_prior *prior, uint64_t scrape_interval_ns,
-                          uint64_t slow_start_ns, struct lg_backend_view *v);
+                          uint64_t slow_start_ns, struct lg_backend_view *v,
+                          struct lg_engine_model_view *m);
 
 #endif /* LG_BACKEND_VIEW_H */

@@ -204,6 +204,10 @@ lg_discovery_expand_with(struct lg_config *base, const struct lg_discovery_set *
     free(text);
     if (rc == LG_OK) {
         disc_copy_resolved(base, *out);
+        /* errors found later are the operator's file's, not this expansion's */
+        free((*out)->text);
+        (*out)->text = base->text != NULL ? lg_xstrdup(base->text) : NULL;
+        (*out)->text_len = base->text_len;
     }
     return rc;
 }

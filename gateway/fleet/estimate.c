@@ -529,10 +529,16 @@ est_step_at(double step_ms, double per_seq, size_t batch, size_t batch0)
 }
 
 double
-lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue, size_t nqueue,
-                  unsigned slots, double step_ms, double step_per_seq, double prefill_ms,
-                  double prefill_fixed_ms, double resid_ms, double begun_ms, unsigned *joined)
+lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *steps,
+                  unsigned *joined)
 {
+    const uint32_t *left = batch->left;
+    const struct lg_est_queued *queue = batch->queue;
+    size_t nleft = batch->nleft, nqueue = batch->nqueue;
+    unsigned slots = steps->slots;
+    double step_ms = steps->step_ms, step_per_seq = steps->step_per_seq;
+    double prefill_ms = steps->prefill_ms, prefill_fixed_ms = steps->prefill_fixed_ms;
+    double resid_ms = steps->resid_ms, begun_ms = steps->begun_ms;
     /* ends[]: the step after whose end each running sequence has left,
      * counting from the end of the step in progress (0) */
     uint64_t ends[LG_EST_ENGINE_MAX];

@@ -309,9 +309,24 @@ struct lg_est_queued {
     uint32_t max_tokens;    /* tokens it will generate (at least 1) */
     double age_ms;          /* since it was sent */
 };
-double lg_est_engine_run(const uint32_t *left, size_t nleft, const struct lg_est_queued *queue,
-                         size_t nqueue, unsigned slots, double step_ms, double step_per_seq,
-                         double prefill_ms, double prefill_fixed_ms, double resid_ms,
-                         double begun_ms, unsigned *joined);
+/* What the engine holds: the running sequences and the line (borrowed). */
+struct lg_est_batch {
+    const uint32_t *left; /* tokens still to come of each running sequence */
+    size_t nleft;
+    const struct lg_est_queued *queue; /* awaiting a first token, oldest first */
+    size_t nqueue;
+};
+/* How the engine runs it, and where its step in progress stands. */
+struct lg_est_steps {
+    unsigned slots;          /* sequences it runs at once */
+    double step_ms;          /* a step of the batch now (nleft running) */
+    double step_per_seq;     /* what a sequence more adds to a step (less: fewer) */
+    double prefill_ms;       /* per prompt token admitted into a step */
+    double prefill_fixed_ms; /* per step that prefills anything */
+    double resid_ms;         /* left of the step in progress */
+    double begun_ms;         /* since the step in progress began; < 0: unknown */
+};
+double lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *steps,
+                         unsigned *joined);
 
 #endif /* LG_ESTIMATE_H */

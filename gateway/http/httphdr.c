@@ -317,8 +317,12 @@ lg_http_reason(int status)
         return "Bad Gateway";
     case 503:
         return "Service Unavailable";
+    case 501:
+        return "Not Implemented";
     case 504:
         return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
     default:
         return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "Unknown";
     }

@@ -911,15 +911,15 @@ js_position(const struct lg_jsonscan *s, uint32_t off, unsigned *line, unsigned 
 
 int
 lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nvec,
-                struct lg_jsonscan_tok *tok, uint32_t ntok, uint32_t *starts, int nstarts,
-                char *err, size_t errlen)
+                struct lg_jsonscan_stack *stack, char *err, size_t errlen)
 {
     static const struct evbuffer_iovec none = { NULL, 0 };
+    uint32_t *starts = stack->starts;
 
     memset(s, 0, sizeof(*s));
-    s->stack_tok = tok;
-    s->stack_starts = starts;
-    if (nvec > nstarts) {
+    s->stack_tok = stack->tok;
+    s->stack_starts = stack->starts;
+    if (nvec > LG_JSONSCAN_STACK_SEGS) {
         starts = lg_xmalloc((size_t)nvec * sizeof(*starts));
     }
     for (int i = 0; i < nvec; i++) {
@@ -928,8 +928,8 @@ lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nve
     s->vec = vec;
     s->nvec = nvec;
     s->starts = starts;
-    s->tok = tok;
-    s->cap = ntok;
+    s->tok = stack->tok;
+    s->cap = LG_JSONSCAN_STACK_TOKS;
     if (nvec > 0) {
         s->p = vec[0].iov_base;
         s->end = s->p + vec[0].iov_len;

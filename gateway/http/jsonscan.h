@@ -71,16 +71,23 @@ struct lg_jsonscan_copy {
     size_t cap;
 };
 
+/* Room a caller keeps on its stack for one scan: the tape's first tokens,
+ * and the segment table of a body in up to LG_JSONSCAN_STACK_SEGS pieces. */
+#define LG_JSONSCAN_STACK_SEGS 16
+struct lg_jsonscan_stack {
+    struct lg_jsonscan_tok tok[LG_JSONSCAN_STACK_TOKS];
+    uint32_t starts[LG_JSONSCAN_STACK_SEGS];
+};
+
 /*
- * Scans the body in vec[nvec] (one object or array). tok[ntok] and
- * starts[nstarts] are the caller's (on its stack): the tape moves to the
- * heap when it needs more tokens, the segment table when nvec > nstarts.
+ * Scans the body in vec[nvec] (one object or array). stack is the caller's
+ * (on its stack, for as long as s is used): the tape moves to the heap when
+ * it needs more tokens, the segment table when nvec > LG_JSONSCAN_STACK_SEGS.
  * Returns LG_OK, or LG_EINVAL with "malformed JSON body at line L column
  * C: why" in err. Either way lg_jsonscan_done() frees what it allocated.
  */
 int lg_jsonscan_run(struct lg_jsonscan *s, const struct evbuffer_iovec *vec, int nvec,
-                    struct lg_jsonscan_tok *tok, uint32_t ntok, uint32_t *starts, int nstarts,
-                    char *err, size_t errlen);
+                    struct lg_jsonscan_stack *stack, char *err, size_t errlen);
 void lg_jsonscan_done(struct lg_jsonscan *s);
 
 /*

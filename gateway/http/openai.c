@@ -347,14 +347,12 @@ static int
 openai_inspect_vec(const struct evbuffer_iovec *vec, int nvec, size_t prefix_bytes,
                    struct lg_openai_req *out, char *err, size_t errlen)
 {
-    struct lg_jsonscan_tok stack_tok[LG_JSONSCAN_STACK_TOKS];
-    uint32_t stack_starts[16];
+    struct lg_jsonscan_stack stack;
     struct lg_jsonscan s;
     int rc;
 
     openai_init(out);
-    rc = lg_jsonscan_run(&s, vec, nvec, stack_tok, LG_JSONSCAN_STACK_TOKS, stack_starts,
-                         (int)LG_ARRAY_SIZE(stack_starts), err, errlen);
+    rc = lg_jsonscan_run(&s, vec, nvec, &stack, err, errlen);
     if (rc == LG_OK) {
         rc = openai_read_fields(&s, prefix_bytes, out, err, errlen);
     }
@@ -476,6 +474,9 @@ lg_openai_error_type(int status)
         return "permission_error";
     case 429:
         return "rate_limit_error";
+    case 501: /* a transfer coding, */
+    case 505: /* or an HTTP version, the client should not have sent */
+        return "invalid_request_error";
     default:
         return status >= 500 ? "api_error" : "invalid_request_error";
     }

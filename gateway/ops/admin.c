@@ -2,7 +2,8 @@
  * admin.c: the admin listener (see admin.h): an evhttp server on its own
  * thread and event base.
  *
- * Owns: struct lg_admin, its thread, event base, evhttp server and socket.
+ * Owns: struct lg_admin, its thread, event base, evhttp server and socket;
+ * the status page's history (history.h) and the timer that samples it.
  * Borrows: the gateway; fleets and backends through references taken for
  * the length of one request (lg_gateway_fleet()).
  * Invariants: this thread only reads live state (atomics, published copies);
@@ -32,6 +33,7 @@
 #include "fleet/fleet.h"
 #include "fleet/peers.h"
 #include "lg_version.h"
+#include "ops/history.h"
 #include "ops/livestate.h"
 #include "ops/metrics.h"
 #include "ops/reload.h"
@@ -63,6 +65,8 @@ struct lg_admin {
     struct admin_waiter *waiters; /* owned list */
     struct event *news_ev;        /* owned: a change (backend.c), while there are waiters */
     struct event *expiry_ev;      /* owned: answers the waiters whose wait is up */
+    struct lg_history *history;   /* owned: the status page's history; NULL when off */
+    struct event *history_ev;     /* owned: samples it every admin.history.resolution */
     pthread_t thread;
     uint64_t started_ns; /* monotonic, for uptime */
 };
@@ -155,6 +159,7 @@ static void
 admin_live_json(json_t *o, const struct lg_live *lv)
 {
     const struct lg_backend_view *v = &lv->view;
+    const struct lg_engine_model_view *m = &lv->model;
     bool scraped = v->engine_age_ns != UINT64_MAX;
 
     json_object_set_new(
@@ -193,15 +198,15 @@ admin_live_json(json_t *o, const struct lg_live *lv)
     json_object_set_new(
         o, "estimator",
         json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "use",
-                  (v->flags & LG_VIEW_F_MODEL_MISSES) ? "measured" : "model", "model_err",
-                  admin_num(v->engine_model_err, v->engine_model_err > 0), "measured_err",
-                  admin_num(v->measured_err, v->measured_err > 0), "model_scale",
-                  admin_num(v->engine_model_scale, true), "measured_ms",
-                  admin_num(v->measured_ms, v->measured_ms >= 0), "step_ms",
-                  admin_num(v->step_ms, v->step_ms > 0), "step_ms_per_seq",
-                  admin_num(v->step_ms_per_seq, true), "prefill_ms_per_kib",
-                  admin_num(v->prefill_ms_per_kib, true), "prefill_fixed_ms",
-                  admin_num(v->prefill_fixed_ms, true)));
+                  (m->flags & LG_MODEL_F_MISSES) ? "measured" : "model", "model_err",
+                  admin_num(m->err, m->err > 0), "measured_err",
+                  admin_num(m->measured_err, m->measured_err > 0), "model_scale",
+                  admin_num(m->scale, true), "measured_ms",
+                  admin_num(m->measured_ms, m->measured_ms >= 0), "step_ms",
+                  admin_num(m->step_ms, m->step_ms > 0), "step_ms_per_seq",
+                  admin_num(m->step_ms_per_seq, true), "prefill_ms_per_kib",
+                  admin_num(m->prefill_ms_per_kib, true), "prefill_fixed_ms",
+                  admin_num(m->prefill_fixed_ms, true)));
     json_object_set_new(o, "slow_start", admin_num(v->ramp, true));
 }
 
@@ -294,8 +299,8 @@ admin_routing(const struct lg_fleet *f)
         int rc;
 
         /* every candidate, however many (the status page's Score column) */
-        res->explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * ADMIN_EXPLAIN_BYTES;
-        rc = lg_router_pick(f->router, m, &rq, 0, res);
+        res->explain_max = LG_MAX(m->n, (size_t)1) * ADMIN_EXPLAIN_BYTES;
+        rc = lg_router_pick(f->router, m, &rq, NULL, res);
         json_t *cands;
 
         cands = json_loads(res->explain ? res->explain : "[]", 0, NULL);
@@ -593,6 +598,47 @@ admin_peers(struct lg_admin *a, struct evhttp_request *req)
     }
 }
 
+/* ---- /admin/history: the last minutes ---------------------------------------------- */
+
+/* The sampling timer: one point of the history (history.h). */
+static void
+admin_on_history_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_admin *a = arg;
+
+    (void)fd;
+    (void)what;
+    lg_history_sample(a->history, a->gw);
+}
+
+/* GET /admin/history[?since=N]: the points from N on (N: a reply's "next"). */
+static void
+admin_history(struct lg_admin *a, struct evhttp_request *req)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq params;
+    uint64_t since = 0;
+    int has_since;
+
+    if (a->history == NULL) {
+        admin_error(req, 404, "Not Found", "the history is off (admin.history.window is 0)");
+        return;
+    }
+    memset(&params, 0, sizeof(params));
+    if (query != NULL && evhttp_parse_query_str(query, &params) != 0) {
+        evhttp_clear_headers(&params);
+        admin_error(req, 400, "Bad Request", "malformed query");
+        return;
+    }
+    has_since = admin_query_count(&params, "since", &since);
+    evhttp_clear_headers(&params);
+    if (has_since < 0) {
+        admin_error(req, 400, "Bad Request", "since: not a count");
+        return;
+    }
+    admin_reply_json(req, 200, "OK", lg_history_json(a->history, since));
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 static void
@@ -623,6 +669,12 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_peers(a, req);
+    } else if (strcmp(path, "/admin/history") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_history(a, req);
     } else if (strcmp(path, "/") == 0 || strcmp(path, "/status") == 0) {
         struct evbuffer *body = evbuffer_new();
 
@@ -722,6 +774,19 @@ lg_admin_start(struct lg_gateway *gw, struct sockaddr_storage *bound, struct lg_
         lg_admin_stop(a);
         return LG_ERR;
     }
+    a->history = lg_history_new(&ac->history);
+    if (a->history != NULL) {
+        struct timeval tv = { (time_t)(ac->history.resolution_ms / 1000),
+                              (suseconds_t)(ac->history.resolution_ms % 1000 * 1000) };
+
+        a->history_ev = event_new(a->base, -1, EV_PERSIST, admin_on_history_tick, a);
+        if (a->history_ev == NULL || event_add(a->history_ev, &tv) != 0) {
+            LG_ERROR("admin: cannot set up the history's timer");
+            lg_admin_stop(a);
+            return LG_ERR;
+        }
+        lg_history_sample(a->history, gw); /* the baseline (the thread is not running yet) */
+    }
     if (pthread_create(&a->thread, NULL, admin_main, a) != 0) {
         LG_ERROR("admin: cannot start its thread");
         lg_admin_stop(a);
@@ -759,6 +824,10 @@ lg_admin_stop(struct lg_admin *a)
     if (a->expiry_ev != NULL) {
         event_free(a->expiry_ev);
     }
+    if (a->history_ev != NULL) {
+        event_free(a->history_ev);
+    }
+    lg_history_free(a->history);
     if (a->base != NULL) {
         event_base_free(a->base);
     }

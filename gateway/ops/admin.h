@@ -2,7 +2,8 @@
  * admin.h: the admin listener, on a thread and event base of its own.
  *
  * Off unless "admin" is configured. It serves the admin API (JSON, under
- * /admin/), Prometheus metrics (/metrics) and the status page (/), so
+ * /admin/), Prometheus metrics (/metrics) and the status page (/), and
+ * samples the status page's history on its timer (history.h), so
  * neither a slow scraper nor a reload waiting on the control thread ever
  * touches the workers' loops. With admin.token set, /admin/ and /metrics
  * require "Authorization: Bearer TOKEN".

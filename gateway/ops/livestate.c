@@ -42,7 +42,7 @@ lg_live_read(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now_
         lg_route_read_prior(route, &prior);
     }
     lg_backend_view_fill(b, now_ns, &prior, hc->scrape_interval_ms * LG_NS_PER_MS,
-                         hc->slow_start_ms * LG_NS_PER_MS, &out->view);
+                         hc->slow_start_ms * LG_NS_PER_MS, &out->view, &out->model);
     lg_backend_read_engine(b, &eng);
     out->engine_flavor = eng.flavor;
     out->slots_declared = eng.slots_declared;

@@ -28,7 +28,8 @@ extern const char *const lg_live_state_names[LG_LIVE_NSTATES];
 struct lg_live {
     enum lg_live_state state;
     int engine_flavor;           /* enum lg_engine_flavor seen (or configured) */
-    struct lg_backend_view view; /* name borrowed from the backend */
+    struct lg_backend_view view; /* name borrowed from the backend; view.model NULL */
+    struct lg_engine_model_view model; /* the engine model's outputs there */
     double ttft_1kib_ms;         /* predicted service TTFT of a 1 KiB prompt, no queue */
     double slots_declared;       /* the slots the engine says it has; 0 = not said */
     double slots_confirmed;      /* 1: its slots were seen full with ours queued */

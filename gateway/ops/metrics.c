@@ -239,18 +239,18 @@ mx_resume(struct evbuffer *out, const struct lg_gateway *gw)
 }
 
 /* Sums the workers' (policy, reason) tables; a small quadratic merge. */
-static void
-mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
+size_t
+lg_metrics_decisions(const struct lg_gateway *gw, struct lg_stats_decision *all, size_t max,
+                     uint64_t *dropped)
 {
-    struct lg_stats_decision all[LG_STATS_MAX_DECISIONS * 4];
     size_t n = 0;
-    uint64_t dropped = 0;
 
+    *dropped = 0;
     for (unsigned i = 0; i < gw->nworkers; i++) {
         const struct lg_worker_metrics *m = &gw->workers[i].metrics;
         uint32_t k = __atomic_load_n(&m->ndecisions, __ATOMIC_ACQUIRE);
 
-        dropped += LOAD(&m->decisions_dropped);
+        *dropped += LOAD(&m->decisions_dropped);
         for (uint32_t j = 0; j < k; j++) {
             const struct lg_stats_decision *d = &m->decisions[j];
             size_t a = 0;
@@ -260,8 +260,8 @@ mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
                 a++;
             }
             if (a == n) {
-                if (n == LG_ARRAY_SIZE(all)) {
-                    dropped += LOAD(&d->count);
+                if (n == max) {
+                    *dropped += LOAD(&d->count);
                     continue;
                 }
                 all[n] = *d;
@@ -270,6 +270,16 @@ mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
             all[a].count += LOAD(&d->count);
         }
     }
+    return n;
+}
+
+static void
+mx_decisions(struct evbuffer *out, const struct lg_gateway *gw)
+{
+    struct lg_stats_decision all[LG_STATS_MAX_DECISIONS * 4];
+    uint64_t dropped;
+    size_t n = lg_metrics_decisions(gw, all, LG_ARRAY_SIZE(all), &dropped);
+
     mx_family(out, "llmgate_routing_decisions_total", "counter",
               "Backends picked, by routing policy and the reason it gave.");
     for (size_t i = 0; i < n; i++) {

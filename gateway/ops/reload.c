@@ -239,7 +239,7 @@ reload_same_str(const char *a, const char *b)
  * listener are set up at start. Appends one message per refusal.
  */
 static void
-reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
+reload_check_fixed(const struct lg_config *cur, const struct lg_config *next, unsigned nworkers,
                    struct evbuffer *errors)
 {
     bool same = cur->nlisten == next->nlisten;
@@ -255,17 +255,27 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next,
                             "cannot change on reload; restart llmgate to change them\n",
                             path);
     }
-    if (cur->workers != next->workers) {
+    /* "auto" was resolved at start (the CPUs the process could use then)
+     * and keeps that count; a number must be the count in force */
+    if (next->workers != 0 && next->workers != nworkers) {
         evbuffer_add_printf(errors,
                             "%s: error: /workers: the worker count cannot change on reload "
                             "(%u in force, %u in the file); restart llmgate to change it\n",
-                            path, cur->workers, next->workers);
+                            path, nworkers, next->workers);
     }
     if (!reload_same_str(cur->admin.listen, next->admin.listen)) {
         evbuffer_add_printf(errors,
                             "%s: error: /admin/listen: the admin address cannot change on "
                             "reload (%s in force); restart llmgate to change it\n",
                             path, cur->admin.listen ? cur->admin.listen : "none");
+    }
+    if (cur->admin.history.resolution_ms != next->admin.history.resolution_ms
+        || cur->admin.history.window_ms != next->admin.history.window_ms) {
+        evbuffer_add_printf(errors,
+                            "%s: error: /admin/history: the status page's history cannot change "
+                            "on reload (its rings are set up at start); restart llmgate to "
+                            "change it\n",
+                            path);
     }
     if ((cur->auth.keys_file == NULL) != (next->auth.keys_file == NULL)) {
         evbuffer_add_printf(errors,
@@ -405,7 +415,7 @@ reload_file(struct lg_reload *r)
         for (size_t i = 0; i < conf->nwarnings; i++) {
             LG_WARN("%s", conf->warnings[i]);
         }
-        reload_check_fixed(gw->conf, conf, errors);
+        reload_check_fixed(gw->conf, conf, gw->nworkers, errors);
         if (evbuffer_get_length(errors) == 0) {
             reload_prepare_tls(r, conf, errors);
         }

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "route/options.h"
+
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lg_plugin registry[LG_PLUGIN_MAX];
 static size_t registry_n;
@@ -68,12 +70,59 @@ static const struct lg_host_api plugin_host = {
     .log = plugin_host_log,
     .now_ns = plugin_host_now,
     .random = lg_plugin_random,
+    .opt_number = lg_options_number,
+    .opt_bool = lg_options_bool,
+    .opt_duration_ms = lg_options_duration_ms,
+    .opt_size = lg_options_size,
+    .opt_enum = lg_options_enum,
+    .opt_string = lg_options_string,
 };
 
 const struct lg_host_api *
 lg_plugin_host(void)
 {
     return &plugin_host;
+}
+
+int
+lg_plugin_create(const struct lg_plugin *p, json_t *options, void **state, char *err,
+                 size_t errlen, bool *at_key)
+{
+    struct lg_options o;
+    int rc;
+
+    *state = NULL;
+    lg_options_init(&o, options, err, errlen);
+    rc = p->ops->create(&plugin_host, &o, state, err, errlen);
+    if (lg_options_finish(&o, rc) != LG_OK) {
+        if (rc == 0) {
+            p->ops->destroy(*state); /* it took what a getter refused, or an unknown key */
+        }
+        *state = NULL;
+        if (at_key != NULL) {
+            *at_key = o.err_at_key;
+        }
+        return LG_EINVAL;
+    }
+    return LG_OK;
+}
+
+int
+lg_plugin_create_text(const struct lg_plugin *p, const char *options, void **state, char *err,
+                      size_t errlen)
+{
+    json_error_t jerr;
+    json_t *obj = json_loads(options, JSON_REJECT_DUPLICATES, &jerr);
+    int rc;
+
+    if (!json_is_object(obj)) {
+        snprintf(err, errlen, ": options must be a JSON object");
+        json_decref(obj);
+        return LG_EINVAL;
+    }
+    rc = lg_plugin_create(p, obj, state, err, errlen, NULL);
+    json_decref(obj);
+    return rc;
 }
 
 /* ---- checks ------------------------------------------------------------- */
@@ -146,6 +195,13 @@ lg_plugin_check(const struct lg_plugin_desc *d, char *err, size_t errlen)
 
 /* ---- registry ----------------------------------------------------------- */
 
+/* Whether the policy asked for the engine model, at this gateway's version of it. */
+static bool
+plugin_lends_model(const struct lg_policy_ops *ops)
+{
+    return (ops->wants & LG_POLICY_WANTS_MODEL) && ops->model_version == LG_ENGINE_MODEL_VERSION;
+}
+
 static struct lg_plugin *
 registry_find(const char *name)
 {
@@ -172,6 +228,9 @@ registry_add_builtins(void)
 
         LG_BUG_ON(lg_plugin_check(d, err, sizeof(err)) != LG_OK);
         registry[registry_n++] = (struct lg_plugin){ .desc = d, .ops = d->ops };
+        registry[registry_n - 1].lends_model = plugin_lends_model(d->ops);
+        LG_BUG_ON(((const struct lg_policy_ops *)d->ops)->wants != 0
+                  && !registry[registry_n - 1].lends_model); /* built with this gateway */
     }
 }
 
@@ -216,10 +275,20 @@ lg_plugin_load(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: too many plugins (at most %d)", path, LG_PLUGIN_MAX);
         goto out_close;
     }
-    registry[registry_n++] =
-        (struct lg_plugin){ .desc = d, .ops = d->ops, .path = lg_xstrdup(path), .dl = dl };
+    registry[registry_n++] = (struct lg_plugin){ .desc = d,
+                                                 .ops = d->ops,
+                                                 .path = lg_xstrdup(path),
+                                                 .dl = dl,
+                                                 .lends_model = plugin_lends_model(d->ops) };
     LG_INFO("loaded policy plugin %s %s from %s (ABI %u.%u)", d->name, d->version ? d->version : "",
             path, d->abi_major, d->abi_minor);
+    if ((((const struct lg_policy_ops *)d->ops)->wants & LG_POLICY_WANTS_MODEL)
+        && !registry[registry_n - 1].lends_model) {
+        LG_WARN("policy plugin %s reads engine model view %u, this gateway has %u: it runs "
+                "without the model (view->model NULL) until rebuilt",
+                d->name, ((const struct lg_policy_ops *)d->ops)->model_version,
+                LG_ENGINE_MODEL_VERSION);
+    }
     pthread_mutex_unlock(&registry_lock);
     return LG_OK;
 

@@ -9,6 +9,8 @@
 #include <llmgate/plugin.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "base/lg_core.h"
 
 /* Most policies registered at once (built-ins included). */
@@ -20,6 +22,8 @@ struct lg_plugin {
     const struct lg_policy_ops *ops;   /* borrowed, = desc->ops */
     char *path;                        /* owned; NULL for built-ins */
     void *dl;                          /* dlopen() handle; NULL for built-ins */
+    bool lends_model;                  /* its views carry the engine model: it asked for it,
+                                          at this gateway's LG_ENGINE_MODEL_VERSION */
 };
 
 /* An op the host may call: inside the table the plugin built, and set. */
@@ -49,6 +53,19 @@ void lg_plugin_names(char *buf, size_t len);
 
 /* The services lent to every plugin. */
 const struct lg_host_api *lg_plugin_host(void);
+
+/*
+ * Creates p's state from its options (a JSON object, borrowed; NULL = none)
+ * through its create op and the host's option getters. Returns LG_OK, or
+ * LG_EINVAL with "/NAME: why" (a JSON pointer relative to the options) in
+ * err; *at_key (when not NULL) tells an unknown option (the key is at
+ * fault) from a refused value.
+ */
+int lg_plugin_create(const struct lg_plugin *p, json_t *options, void **state, char *err,
+                     size_t errlen, bool *at_key);
+/* The same from JSON text (tests, tools). */
+int lg_plugin_create_text(const struct lg_plugin *p, const char *options, void **state, char *err,
+                          size_t errlen);
 
 /* Fast per-thread pseudo-random numbers (the host API's random). */
 uint64_t lg_plugin_random(void);

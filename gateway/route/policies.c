@@ -1,8 +1,8 @@
 /*
  * policies.c: the built-in routing policies, written against the public
  * plugin ABI exactly as a shared-object plugin would be (they only see
- * lg_route_info and lg_backend_view), and registered through
- * lg_builtin_policies[].
+ * lg_route_info and lg_backend_view, and ttft the engine model it asks
+ * for), and registered through lg_builtin_policies[].
  *
  *   round_robin       rotation, weighted by backend weight
  *   least_request     fewest requests in flight from this gateway
@@ -14,7 +14,8 @@
  *
  * Every score is in expected milliseconds of TTFT, so the stages compose
  * (plugin.h). Owns: each policy's state (created and destroyed through its
- * ops). Options arrive as JSON text; errors name their JSON pointer.
+ * ops). Options are read through the host API's typed getters, which
+ * refuse what is out of bounds or unknown.
  */
 #include <math.h>
 #include <pthread.h>
@@ -24,66 +25,34 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include <jansson.h>
-
 #include "fleet/estimate.h"
 #include "route/plugin.h"
 
 /* ---- options ------------------------------------------------------------ */
 
-struct policy_opt {
+/* A numeric option: its name, where it goes in the policy's state, its bounds. */
+struct policy_num {
     const char *name;
-    double *dst;
+    size_t offset; /* of a double */
     double min, max;
 };
 
-/* Reads numeric options; unknown keys and out-of-range values are errors. */
+/*
+ * Reads each number of t[n] into base through the host's getter (the value
+ * already there is the default). Returns 0, or -1 once a getter refused one
+ * (its message is in create()'s err).
+ */
 static int
-policy_options(const char *text, const struct policy_opt *opts, size_t n, char *err, size_t errlen)
+policy_numbers(const struct lg_host_api *host, struct lg_options *opts, void *base,
+               const struct policy_num *t, size_t n)
 {
-    json_error_t jerr;
-    json_t *root = json_loads(text ? text : "{}", JSON_REJECT_DUPLICATES, &jerr);
-    const char *key;
-    json_t *v;
     int rc = 0;
 
-    if (!json_is_object(root)) {
-        snprintf(err, errlen, ": options must be a JSON object");
-        json_decref(root);
-        return -1;
-    }
-    json_object_foreach (root, key, v) {
-        const struct policy_opt *o = NULL;
+    for (size_t i = 0; i < n; i++) {
+        double *dst = (double *)(void *)((char *)base + t[i].offset);
 
-        if (key[0] == '#') {
-            continue; /* a comment, as everywhere in the config */
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (strcmp(opts[i].name, key) == 0) {
-                o = &opts[i];
-            }
-        }
-        if (o == NULL) {
-            size_t off = (size_t)snprintf(err, errlen, "/%s: unknown option (%s", key,
-                                          n ? "known:" : "this policy takes none");
-
-            for (size_t i = 0; i < n && off < errlen; i++) {
-                off += (size_t)snprintf(err + off, errlen - off, " %s", opts[i].name);
-            }
-            if (off < errlen) {
-                snprintf(err + off, errlen - off, ")");
-            }
-            rc = -1;
-            break;
-        }
-        if (!json_is_number(v) || json_number_value(v) < o->min || json_number_value(v) > o->max) {
-            snprintf(err, errlen, "/%s: must be a number from %g to %g", key, o->min, o->max);
-            rc = -1;
-            break;
-        }
-        *o->dst = json_number_value(v);
+        rc |= host->opt_number(opts, t[i].name, *dst, t[i].min, t[i].max, dst);
     }
-    json_decref(root);
     return rc;
 }
 
@@ -121,13 +90,13 @@ struct rr_state {
 };
 
 static int
-rr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+rr_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
           size_t errlen)
 {
     (void)host;
-    if (policy_options(options, NULL, 0, err, errlen) != 0) {
-        return -1;
-    }
+    (void)opts; /* none: the host refuses any given */
+    (void)err;
+    (void)errlen;
     *state = lg_xcalloc(1, sizeof(struct rr_state));
     return 0;
 }
@@ -179,17 +148,17 @@ struct lr_state {
     double choices;        /* p2c: candidates sampled */
 };
 
+static const struct policy_num lr_options[] = {
+    { "ms_per_request", offsetof(struct lr_state, ms_per_request), 0, 1e6 },
+    { "choices", offsetof(struct lr_state, choices), 1, 64 }, /* p2c's */
+};
+
 static int
-lr_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
-                 size_t errlen, bool p2c)
+lr_create_common(const struct lg_host_api *host, struct lg_options *opts, void **state, bool p2c)
 {
     struct lr_state s = { .host = host, .ms_per_request = 100, .choices = 2 };
-    const struct policy_opt opts[] = {
-        { "ms_per_request", &s.ms_per_request, 0, 1e6 },
-        { "choices", &s.choices, 1, 64 },
-    };
 
-    if (policy_options(options, opts, p2c ? 2 : 1, err, errlen) != 0) {
+    if (policy_numbers(host, opts, &s, lr_options, p2c ? 2 : 1) != 0) {
         return -1;
     }
     *state = lg_xmalloc(sizeof(s));
@@ -198,17 +167,21 @@ lr_create_common(const struct lg_host_api *host, const char *options, void **sta
 }
 
 static int
-lr_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+lr_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
           size_t errlen)
 {
-    return lr_create_common(host, options, state, err, errlen, false);
+    (void)err;
+    (void)errlen;
+    return lr_create_common(host, opts, state, false);
 }
 
 static int
-p2c_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+p2c_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
            size_t errlen)
 {
-    return lr_create_common(host, options, state, err, errlen, true);
+    (void)err;
+    (void)errlen;
+    return lr_create_common(host, opts, state, true);
 }
 
 static void
@@ -234,12 +207,23 @@ p2c_filter(void *state, const struct lg_route_info *req, const struct lg_backend
 
     (void)req;
     (void)c;
-    if (n <= want || n > 64) {
+    if (n <= want) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keep[i] = 0;
+    }
+    if (n > LG_ARRAY_SIZE(order)) {
+        /* a large fleet: Floyd's sampling, keep[] the only room it needs */
+        for (size_t j = n - want; j < n; j++) {
+            size_t t = (size_t)(s->host->random() % (j + 1));
+
+            keep[keep[t] ? j : t] = 1;
+        }
         return;
     }
     for (size_t i = 0; i < n; i++) {
         order[i] = i;
-        keep[i] = 0;
     }
     for (size_t k = 0; k < want; k++) {
         size_t j = k + (size_t)(s->host->random() % (n - k));
@@ -285,136 +269,16 @@ static const struct lg_plugin_desc p2c_desc = {
 /* ---- ttft --------------------------------------------------------------- */
 
 /*
- * Predicted TTFT of this request on each candidate (shortest expected delay).
- *
- * Where the host's engine model can tell (engine_model_ms >= 0: every
- * request on the replica is one of our streams with max_tokens, and its
- * capacity is not a guess under `slots`) and a stream there has timed its
- * step lately (not LG_VIEW_F_STEP_GUESS; model_needs_pace 0 drops that
- * condition), that is the prediction:
- *
- *   pred = (engine_model_ms + prefill_ms_per_kib * prompt_kib)
- *          * engine_model_scale
- *
- * (the replica's continuous batching run forward over our requests there:
- * fleet/backend_inflight.c, lg_est_engine_run(); the scale, its first tokens lately over
- * the model's predictions there, unless model_calibrate is 0), with no
- * margin, model_decode_weight (0) for the decode charge and for its
- * prefill's delay to others
- *
- *   model_prefill_share * prefill_ms_per_kib * prompt_kib
- *   * engine_model_joined
- *
- * (those the model admits into the same step: a long prompt goes where it
- * holds up the fewest first tokens; the formula's prefill_share charges
- * every request there awaiting one, most of which are in earlier steps):
- * bench/routing/NOTES.md 36-40. engine_model 0 turns it off. With
- * model_ahead_weight above 0 (off by default), also
- *
- *   model_ahead_weight * work_ahead_ms
- *
- * (the first-token work still ahead there, as the formula's ahead term):
- * the model predicts a first token behind a queue of prompts right, but a
- * request it sends there lengthens that queue for those after it; on
- * prefill-first and chunked engines the formula, which weighs that work
- * twice, read a lower median (NOTES.md 56). A replica that seldom
- * streams (a slow one at 70% load) would have its step from finished
- * responses and its prefill from a prior, both too low (NOTES.md 38): the
- * formula reads it better.
- *
- * Where the host judges the model off on a replica (LG_VIEW_F_MODEL_MISSES:
- * its errors there, calibrated, spread wider than those of the replica's
- * own first tokens by load; an engine unlike the one the model mirrors:
- * fewer slots than assumed, a step that grows with the batch, prefill in
- * chunks), the prediction there is the measured terms instead, unless
- * `measured` is 0:
- *
- *   pred = max(measured_ms + measured_ms_per_kib * prompt_kib, the model's)
- *
- * (what first tokens sent into this load took there lately, less their
- * prompts' share by the TTFT fit's slope, whose fixed part a per-step or
- * per-request prefill cost lands in: fleet/estimate.h; never sooner than
- * the model where it runs,
- * whose misses are first tokens sooner than the engine gives, and whose
- * queue of ours is there whatever loads the curve has seen), with the
- * model's own extra terms below; the pick's reason is then
- * lowest_measured_ttft (NOTES.md 47). Elsewhere:
- *
- *   service = fixed + ms_per_kib * prompt_kib            (learnt, estimate.h)
- *   wait    = queueing behind the engine's full batch: 0 while load + 1 <=
- *             slots, else the end of the k-th of our requests there to end
- *             (slot_wait_ms, from their max_tokens, when they are all that
- *             runs there and its slots are confirmed, or guessed at no
- *             fewer than assumed here), else the next departure plus
- *             hold/slots per request more (lg_est_queue_wait_ms(); load =
- *             our in-flight + others'
- *             from the engine's queue + foreign_margin * sqrt(2 * others' *
- *             sample age / hold), the spread of others' load since the
- *             scrape; slots from its running count)
- *             (times wait_weight, 1.6: a queue's length varies more than a
- *             service time; at 90% load weighing the wait more picks the
- *             full replica whose slot frees first over the decode and
- *             prefill charges, bench/routing/NOTES.md 22)
- *   ahead   = ahead_weight * first-token work of the requests there still
- *             awaiting theirs, minus what each has done, an overdue one
- *             counting a quarter of its age (lg_backend_work_ahead_ms(); a
- *             long prompt being prefilled stalls every request behind it;
- *             the weight is a margin for that work's spread, since a request
- *             queued behind a prefill that runs long is the tail)
- *   batch   = batch_weight * itl * min(load, slots) / slots
- *             (a new request first waits for the step in progress, and steps
- *             grow with the batch: spreads load before any queue forms)
- *   pred    = max(service + wait + ahead + batch, pending_age if overdue)
- *             * (1 + error_penalty * error_rate)
- *             (requests waiting for a first token longer than predicted mean
- *             a new one will wait at least as long: catches a stall before
- *             any sample arrives)
- *   cost    = pred + prefill_share * ms_per_kib * prompt_kib * pending
- *             + decode_weight * max_tokens
- *               * max(0, itl - decode_slack * the candidates' least itl)
- *             (the middle term: the delay its prefill causes the requests
- *             there still awaiting a first token; keeps long prompts off
- *             replicas where short ones are about to start)
- *             (decode_weight > 0 lets long generations avoid a replica that
- *             starts fast but generates slowly; decode_slack leaves
- *             replicas that decode within that factor of the fastest
- *             candidate uncharged, so only a much slower decoder is
- *             avoided, and harder: bench/routing/NOTES.md 14; 1.75 leaves a
- *             half-speed decoder nearly uncharged, so long answers there
- *             free the fast replicas' slots for first tokens, while a
- *             quarter-speed one keeps most of its charge: NOTES.md 32)
- *
- * With `interference` above 0 (off by default), each candidate is also
- * charged what its prefill costs the answers generating there
- * (ttft_interference_ms()):
- *
- *   + interference * prefill * decoders
- *
- * (prefill: the model's fixed part and cost per KiB, or the formula's per
- * KiB; decoders: the requests there past their first token, at most its
- * slots). Every step that prefills a prompt is one its decoders wait
- * through, chunked or not. Without it the replica that takes a prompt
- * soonest (free slots, fast prefill) takes nearly every prompt and its
- * answers slow to a fraction of their pace: on the mismatch family's
- * chunked-prefill fleets `ttft` ended answers later than nginx's
- * least_conn. Off by default: it moves a very long prompt, charged for
- * every answer generating where it would start soonest, onto a slower
- * replica (scenario 5's 32 KB prompts: p99 2.5 s at 0.1 against 0.86 s
- * off), costs 1a's first tokens at 0.3, and moves the mismatch family's
- * pooled e2e p99 little at 0.1 (0.76x and 0.85x nginx's against 0.80x and
- * 0.86x), bench/routing/NOTES.md 50-51.
- *
- * Then the pick (tolerance_ms, 20; ttft_tolerate()): of the candidates
- * within tolerance_ms of the least cost, the one with the smallest share of
- * its slots taken, where that share is under tolerance_load (0.75) and its
- * answer there would take at most tolerance_decode_ms (2500) longer.
- * Greedy placement keeps the fast replicas' slots full while a slower one,
- * nearly as quick for a short prompt, idles, and the next long prompt waits
- * for a slot there (bench/routing/NOTES.md 41).
+ * Predicted time to first token of this request on each candidate, by one
+ * of three estimators (ttft_choose()): the engine model, the measured terms
+ * where the model misses, else the formula; then what its prefill costs the
+ * requests there and its answer's pace; then a pick among those predicted
+ * about as soon (ttft_tolerate()). Why each term, and the runs behind the
+ * defaults: bench/routing/DESIGN.md.
  */
 struct ttft_state {
-    double slots; /* capacity assumed when the engine does not say */
-    double slots_given; /* 1: `slots` set in the options */
+    double slots;     /* capacity assumed when the engine does not say */
+    bool slots_given; /* `slots` set in the options */
     double batch_weight;
     double decode_weight;
     double error_penalty;
@@ -423,13 +287,9 @@ struct ttft_state {
     double wait_weight;
     double ahead_weight;
     double decode_slack;
-    double engine_model;
     double model_decode_weight;
-    double model_needs_pace;
-    double model_calibrate;
     double model_prefill_share;
     double model_ahead_weight;
-    double measured;
     double tolerance_ms;
     double tolerance_load;
     double tolerance_decode_ms;
@@ -437,10 +297,36 @@ struct ttft_state {
     double e2e_slack_ms;
     double e2e_slack_load;
     double interference;
+    int engine_model;     /* predict by the engine model where it runs */
+    int model_needs_pace; /* ... only where a stream timed its step lately */
+    int model_calibrate;  /* ... scaled by what it missed there lately */
+    int measured;         /* the measured terms where the model misses */
+};
+
+static const struct policy_num ttft_options[] = {
+    { "slots", offsetof(struct ttft_state, slots), 1, 1e6 },
+    { "batch_weight", offsetof(struct ttft_state, batch_weight), 0, 100 },
+    { "decode_weight", offsetof(struct ttft_state, decode_weight), 0, 10 },
+    { "error_penalty", offsetof(struct ttft_state, error_penalty), 0, 1000 },
+    { "foreign_margin", offsetof(struct ttft_state, foreign_margin), 0, 100 },
+    { "prefill_share", offsetof(struct ttft_state, prefill_share), 0, 100 },
+    { "wait_weight", offsetof(struct ttft_state, wait_weight), 0, 100 },
+    { "ahead_weight", offsetof(struct ttft_state, ahead_weight), 0, 100 },
+    { "decode_slack", offsetof(struct ttft_state, decode_slack), 0, 100 },
+    { "model_decode_weight", offsetof(struct ttft_state, model_decode_weight), 0, 10 },
+    { "model_prefill_share", offsetof(struct ttft_state, model_prefill_share), 0, 100 },
+    { "model_ahead_weight", offsetof(struct ttft_state, model_ahead_weight), 0, 100 },
+    { "tolerance_ms", offsetof(struct ttft_state, tolerance_ms), 0, 1e6 },
+    { "tolerance_load", offsetof(struct ttft_state, tolerance_load), 0, 1 },
+    { "tolerance_decode_ms", offsetof(struct ttft_state, tolerance_decode_ms), 0, 1e7 },
+    { "e2e_slack", offsetof(struct ttft_state, e2e_slack), 0, 1000 },
+    { "e2e_slack_ms", offsetof(struct ttft_state, e2e_slack_ms), 0, 1e7 },
+    { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
+    { "interference", offsetof(struct ttft_state, interference), 0, 100 },
 };
 
 static int
-ttft_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
             size_t errlen)
 {
     struct ttft_state s = { .slots = LG_EST_ASSUMED_SLOTS,
@@ -452,48 +338,29 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
                             .wait_weight = 1.6,
                             .ahead_weight = 2,
                             .decode_slack = 1.75,
-                            .engine_model = 1,
                             .model_decode_weight = 0,
-                            .model_needs_pace = 1,
-                            .model_calibrate = 1,
                             .model_prefill_share = 1,
                             .model_ahead_weight = 0,
-                            .measured = 1,
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500,
                             .e2e_slack = 0,
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
-                            .interference = 0 };
-    const struct policy_opt opts[] = {
-        { "slots", &s.slots, 1, 1e6 },
-        { "batch_weight", &s.batch_weight, 0, 100 },
-        { "decode_weight", &s.decode_weight, 0, 10 },
-        { "error_penalty", &s.error_penalty, 0, 1000 },
-        { "foreign_margin", &s.foreign_margin, 0, 100 },
-        { "prefill_share", &s.prefill_share, 0, 100 },
-        { "wait_weight", &s.wait_weight, 0, 100 },
-        { "ahead_weight", &s.ahead_weight, 0, 100 },
-        { "decode_slack", &s.decode_slack, 0, 100 },
-        { "engine_model", &s.engine_model, 0, 1 },
-        { "model_decode_weight", &s.model_decode_weight, 0, 10 },
-        { "model_needs_pace", &s.model_needs_pace, 0, 1 },
-        { "model_calibrate", &s.model_calibrate, 0, 1 },
-        { "model_prefill_share", &s.model_prefill_share, 0, 100 },
-        { "model_ahead_weight", &s.model_ahead_weight, 0, 100 },
-        { "measured", &s.measured, 0, 1 },
-        { "tolerance_ms", &s.tolerance_ms, 0, 1e6 },
-        { "tolerance_load", &s.tolerance_load, 0, 1 },
-        { "tolerance_decode_ms", &s.tolerance_decode_ms, 0, 1e7 },
-        { "e2e_slack", &s.e2e_slack, 0, 1000 },
-        { "e2e_slack_ms", &s.e2e_slack_ms, 0, 1e7 },
-        { "e2e_slack_load", &s.e2e_slack_load, 0, 1 },
-        { "interference", &s.interference, 0, 100 },
-    };
+                            .interference = 0,
+                            .engine_model = 1,
+                            .model_needs_pace = 1,
+                            .model_calibrate = 1,
+                            .measured = 1 };
+    int rc = policy_numbers(host, opts, &s, ttft_options, LG_ARRAY_SIZE(ttft_options));
 
-    (void)host;
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts), err, errlen) != 0) {
+    (void)err;
+    (void)errlen;
+    rc |= host->opt_bool(opts, "engine_model", s.engine_model, &s.engine_model);
+    rc |= host->opt_bool(opts, "model_needs_pace", s.model_needs_pace, &s.model_needs_pace);
+    rc |= host->opt_bool(opts, "model_calibrate", s.model_calibrate, &s.model_calibrate);
+    rc |= host->opt_bool(opts, "measured", s.measured, &s.measured);
+    if (rc != 0) {
         return -1;
     }
     s.slots_given = s.slots != LG_EST_ASSUMED_SLOTS;
@@ -502,27 +369,172 @@ ttft_create(const struct lg_host_api *host, const char *options, void **state, c
     return 0;
 }
 
-/* What a candidate's prediction rests on (ttft_predict). */
+/* What a candidate's prediction rests on (ttft_choose()). */
 enum ttft_est {
     TTFT_EST_FORMULA = 0,
     TTFT_EST_MODEL,
     TTFT_EST_MEASURED,
 };
 
-/* The time its prefill takes from the answers generating there (the
- * `interference` term above): each waits through the steps that prefill
- * it, so prefill x decoders. Decoders: the load there, at most its slots,
- * less our requests awaiting a first token (other clients' requests count
- * as decoding: the scrape does not say which of them await one). */
+/*
+ * Whether the engine model predicts there: it could run (it sees every
+ * request there), with the slots assumed here (or `slots` not set: the
+ * host's guess stands), at a step a stream timed lately.
+ */
+static bool
+ttft_model_runs(const struct ttft_state *s, const struct lg_backend_view *v)
+{
+    const struct lg_engine_model_view *m = v->model;
+
+    return s->engine_model && m != NULL && m->wait_ms >= 0
+           && (!s->slots_given || (unsigned)m->slots == (unsigned)policy_slots(v, s->slots))
+           && !(s->model_needs_pace && (m->flags & LG_MODEL_F_STEP_GUESS));
+}
+
+/*
+ * The chooser: the measured terms where the host judges the model off
+ * (LG_MODEL_F_MISSES) and they have seen first tokens lately, else the model
+ * where it runs, else the formula.
+ */
+static enum ttft_est
+ttft_choose(const struct ttft_state *s, const struct lg_backend_view *v, bool runs)
+{
+    const struct lg_engine_model_view *m = v->model;
+
+    if (s->measured && s->engine_model && m != NULL && (m->flags & LG_MODEL_F_MISSES)
+        && m->measured_ms >= 0) {
+        return TTFT_EST_MEASURED;
+    }
+    return runs ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
+}
+
+/*
+ * The engine model: (wait_ms + prefill_ms_per_kib * kib) * scale. No
+ * margin: it ran the replica forward over everything there; the scale is
+ * what it missed there lately (model_calibrate).
+ */
+static double
+ttft_model(const struct ttft_state *s, const struct lg_engine_model_view *m, double kib)
+{
+    double pred = m->wait_ms + m->prefill_ms_per_kib * kib;
+
+    if (s->model_calibrate && m->scale > 0) {
+        pred *= m->scale;
+    }
+    return pred;
+}
+
+/*
+ * The measured terms: measured_ms + measured_ms_per_kib * kib, never sooner
+ * than the model where it runs (its misses are first tokens too soon, and a
+ * queue of ours it sees is there whatever loads the curve has seen).
+ */
+static double
+ttft_measured(const struct ttft_state *s, const struct lg_engine_model_view *m, double kib,
+              bool runs)
+{
+    double pred = m->measured_ms + m->measured_ms_per_kib * kib;
+
+    return runs ? LG_MAX(pred, ttft_model(s, m, kib)) : pred;
+}
+
+/*
+ * The formula: service + wait + batch + ahead, with
+ *   service = ttft_fixed_ms + ttft_ms_per_kib * kib
+ *   wait    = wait_weight * the wait for a slot (lg_est_slot_wait_ms()),
+ *             at load plus foreign_margin deviations of others' load since
+ *             the scrape (a queue's length varies more than a service time)
+ *   batch   = batch_weight * itl * min(load, slots) / slots (steps grow
+ *             with the batch)
+ *   ahead   = ahead_weight * work_ahead_ms (a prefill ahead that runs long
+ *             is the tail)
+ */
+static double
+ttft_formula(const struct ttft_state *s, const struct lg_backend_view *v, double kib)
+{
+    double slots = policy_slots(v, s->slots);
+    double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
+    double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
+    /* others' load changes since the scrape: its spread grows as the square
+     * root of the sample's age */
+    double load =
+        v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
+    /* the ends count the line from the view's capacity, not from a guess
+     * under the slots assumed here */
+    bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
+    double known = guessed_low ? 0 : v->slot_wait_ms;
+    double wait = s->wait_weight
+                  * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
+                                        v->inflight > 0 ? v->inflight_age_ms : -1);
+    double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
+
+    return service + wait + batch + s->ahead_weight * v->work_ahead_ms;
+}
+
+/*
+ * What every estimator's prediction takes from the replica's own record:
+ * at least the age of its overdue first tokens (a stall shows before any
+ * sample does), times 1 + error_penalty * error_rate.
+ */
+static double
+ttft_observed(const struct ttft_state *s, const struct lg_backend_view *v, double pred)
+{
+    if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
+        pred = v->pending_age_ms;
+    }
+    return pred * (1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate)));
+}
+
+/*
+ * The time its prefill takes from the answers generating there (the
+ * `interference` option): interference * prefill * decoders, decoders the
+ * load there (at most its slots) less ours awaiting a first token.
+ */
 static double
 ttft_interference_ms(const struct ttft_state *s, const struct lg_backend_view *v, double kib,
                      bool model)
 {
     double decoders = LG_MAX(0.0, LG_MIN(v->load, policy_slots(v, s->slots)) - v->pending);
-    double prefill =
-        model ? v->prefill_fixed_ms + v->prefill_ms_per_kib * kib : v->ttft_ms_per_kib * kib;
+    double prefill = model ? v->model->prefill_fixed_ms + v->model->prefill_ms_per_kib * kib
+                           : v->ttft_ms_per_kib * kib;
 
     return LG_MAX(0.0, prefill) * decoders;
+}
+
+/*
+ * What its prefill costs the requests there still awaiting a first token:
+ * prefill_share * ttft_ms_per_kib * kib * pending by the formula; by the
+ * model (its estimators), model_prefill_share * prefill_ms_per_kib * kib *
+ * joined (those it admits into the same step) + model_ahead_weight *
+ * work_ahead_ms; with either, the answers generating there (interference).
+ */
+static double
+ttft_company(const struct ttft_state *s, const struct lg_backend_view *v, double kib, bool model,
+             double pred)
+{
+    if (!model) {
+        pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
+    } else {
+        pred += s->model_prefill_share * v->model->prefill_ms_per_kib * kib * v->model->joined;
+        pred += s->model_ahead_weight * v->work_ahead_ms;
+    }
+    if (s->interference > 0) {
+        pred += s->interference * ttft_interference_ms(s, v, kib, model);
+    }
+    return pred;
+}
+
+/*
+ * Its answer's pace: decode_weight (model_decode_weight by the model) *
+ * max_tokens * the gap between tokens beyond decode_slack times the
+ * candidates' least (only a much slower decoder is charged).
+ */
+static double
+ttft_decode(const struct ttft_state *s, const struct lg_route_info *req,
+            const struct lg_backend_view *v, double min_itl, bool model)
+{
+    return (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
+           * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
 }
 
 static double
@@ -530,100 +542,39 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
              const struct lg_backend_view *v, double min_itl, enum ttft_est *used)
 {
     double kib = (double)req->prompt_bytes / 1024.0;
-    double slots = policy_slots(v, s->slots);
-    double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
-    double age_ms = (v->flags & LG_VIEW_F_STALE) ? 0 : (double)v->engine_age_ns / 1e6;
-    /* others' load has changed since the scrape: about foreign/hold arrivals
-     * and as many departures a millisecond, so its spread grows as the
-     * square root of the sample's age; margin standard deviations of it
-     * count as load (gateways sharing a fleet stop racing for one last slot) */
-    double load =
-        v->load + s->foreign_margin * sqrt(2.0 * v->foreign * age_ms / LG_MAX(v->hold_ms, 1.0));
-    /* the ends count the requests in line from the view's capacity: not
-     * from a guess under the slots assumed here */
-    bool guessed_low = (v->flags & LG_VIEW_F_CAP_GUESS) && slots > v->capacity;
-    double known = guessed_low ? 0 : v->slot_wait_ms;
-    /* the model ran with the slots assumed here, or `slots` is not set
-     * (the host's guess stands: its siblings' slots, at least 16 without) */
-    bool model = s->engine_model > 0 && v->engine_model_ms >= 0
-                 && (s->slots_given == 0 || (unsigned)v->engine_model_slots == (unsigned)slots)
-                 && !(s->model_needs_pace > 0 && (v->flags & LG_VIEW_F_STEP_GUESS));
-    /* the model has missed there lately, the replica's own first tokens at
-     * this load have not: lean on those (the host's judgement, plugin.h) */
-    bool measured = s->measured > 0 && (v->flags & LG_VIEW_F_MODEL_MISSES) && v->measured_ms >= 0
-                    && (model || s->engine_model > 0);
+    bool runs = ttft_model_runs(s, v);
     double pred;
 
-    *used = measured ? TTFT_EST_MEASURED : model ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
-    if (measured) {
-        /* the measured terms, never sooner than the model where it runs: it
-         * misses by assuming what the engine lacks (slots, a step that does
-         * not grow), which makes it too soon, while a queue it sees (ours,
-         * request by request) is there whatever the curve has seen at that
-         * load; the curve above the loads seen is a guess */
-        pred = v->measured_ms + v->measured_ms_per_kib * kib;
-        if (model) {
-            pred = LG_MAX(pred, (v->engine_model_ms + v->prefill_ms_per_kib * kib)
-                                    * (s->model_calibrate > 0 && v->engine_model_scale > 0
-                                           ? v->engine_model_scale
-                                           : 1.0));
-        }
-        model = true; /* the model's own terms below (its step's company, decode) */
-    } else if (model) {
-        /* the host ran the engine forward over everything there, with as
-         * many slots as assumed here: no margin */
-        pred = v->engine_model_ms + v->prefill_ms_per_kib * kib;
-        if (s->model_calibrate > 0 && v->engine_model_scale > 0) {
-            pred *= v->engine_model_scale; /* what it has missed there lately */
-        }
-    } else {
-        double wait = s->wait_weight
-                      * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
-                                            v->inflight > 0 ? v->inflight_age_ms : -1);
-        double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
-
-        pred = service + wait + batch + s->ahead_weight * v->work_ahead_ms;
+    *used = ttft_choose(s, v, runs);
+    switch (*used) {
+    case TTFT_EST_MEASURED:
+        pred = ttft_measured(s, v->model, kib, runs);
+        break;
+    case TTFT_EST_MODEL:
+        pred = ttft_model(s, v->model, kib);
+        break;
+    default:
+        pred = ttft_formula(s, v, kib);
+        break;
     }
-
-    if (v->pending > 0 && v->work_ahead_ms <= 0 && v->pending_age_ms > pred) {
-        pred = v->pending_age_ms; /* overdue: waiting longer than predicted */
-    }
-    pred *= 1.0 + s->error_penalty * LG_MAX(0.0, LG_MIN(1.0, v->error_rate));
-    /* its own prefill holds up the requests there still awaiting a first
-     * token (an engine step that prefills it makes them all wait): a long
-     * prompt goes where it delays the fewest */
-    if (!model) {
-        pred += s->prefill_share * v->ttft_ms_per_kib * kib * v->pending;
-    } else {
-        /* the model knows which of them would share its step (0 where it
-         * could not run: the measured terms on a replica it cannot follow) */
-        pred += s->model_prefill_share * v->prefill_ms_per_kib * kib * v->engine_model_joined;
-        /* and, with model_ahead_weight, for the queue of first tokens it
-         * joins there (the comment above) */
-        pred += s->model_ahead_weight * v->work_ahead_ms;
-    }
-    if (s->interference > 0) {
-        pred += s->interference * ttft_interference_ms(s, v, kib, model);
-    }
-    return pred
-           + (model ? s->model_decode_weight : s->decode_weight) * (double)req->max_tokens
-                 * LG_MAX(0.0, v->itl_ms - s->decode_slack * min_itl);
+    pred = ttft_observed(s, v, pred);
+    pred = ttft_company(s, v, kib, *used != TTFT_EST_FORMULA, pred);
+    return pred + ttft_decode(s, req, v, min_itl, *used != TTFT_EST_FORMULA);
 }
 
-/* tolerance_ms: of the candidates predicted within tolerance_ms of the
+/*
+ * tolerance_ms: of the candidates predicted within tolerance_ms of the
  * soonest first token, the one with the smallest share of its slots taken
  * wins (the prediction breaks ties); besides the soonest, only those with
  * under tolerance_load of their slots taken qualify, and where the answer
- * would take at most tolerance_decode_ms longer than on the soonest
- * (max_tokens x the difference in gaps between tokens: long answers stay
- * off slow decoders, whose tail is end-to-end time). Greedy placement fills
- * the fast replicas' slots while a slower one, nearly as quick for a short
- * prompt, idles; the next long prompt then waits for a slot. Where every
- * replica is busy, moving work to the slower ones only makes them the tail.
- * Costs stay in ms: qualifying candidates map into [best, best + tolerance]
- * by load, the others keep their prediction (above best, and those not
- * qualifying are raised above best + tolerance). True when another than
- * the cheapest now costs least (the pick's reason says so). */
+ * would take at most tolerance_decode_ms longer (max_tokens x the
+ * difference in gaps between tokens). Greedy placement fills the fast
+ * replicas' slots while a slower one idles, and the next long prompt waits
+ * for a slot. Costs stay in ms: qualifying candidates map into [best, best +
+ * tolerance] by load, the others keep their prediction (raised above best +
+ * tolerance when they do not qualify). True when another than the cheapest
+ * now costs least (the pick's reason says so).
+ */
 static bool
 ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
               const struct lg_backend_view *const *c, size_t n, double *cost)
@@ -680,25 +631,17 @@ ttft_end(const struct lg_route_info *req, const struct lg_backend_view *v, doubl
     return cost + (double)req->max_tokens * ttft_pace(v);
 }
 
-/* e2e_slack: a request that gives max_tokens never goes where its answer
- * would end much later than on the candidate where it ends soonest, by the
- * estimate: its cost (the first token) + max_tokens x the replica's gap
- * between tokens (ttft_pace(): finished answers' gaps, the prefills and
- * batch they decoded among included). Candidates whose estimate exceeds the
- * soonest's x (1 + e2e_slack) + e2e_slack_ms are raised above every other
- * (by their excess, so the next choice is the next to end). A short answer
- * barely differs anywhere, so the first token still decides; a long one
- * stays off a replica that starts it soonest but generates at a fraction of
- * another's pace: end-to-end time's tail is long answers on slow decoders
- * (on the mismatch family's m0 at 90% load the e2e p99 went to a
- * quarter-speed replica, idle because it is slow). Off by default
- * (e2e_slack 0): at 90% load on a mixed-speed fleet the long answers it
- * keeps on the fast replicas hold their slots, and the first tokens there
- * queue (bench/routing/NOTES.md 48: e2e p99 down 40-60%, p99 TTFT up
- * 15-85%). e2e_slack_load (0: off): above 0, the soonest end counts only
- * among the candidates that would then have at most that share of their
- * slots taken (none: no guard), so a long answer is not held for a
- * replica's last free slots. True when the cheapest was raised. */
+/*
+ * e2e_slack (0: off): a request that gives max_tokens never goes where its
+ * answer would end later than the soonest end x (1 + e2e_slack) +
+ * e2e_slack_ms, an end being its cost (the first token) + max_tokens x the
+ * replica's own gap between tokens (ttft_pace()); such candidates are
+ * raised above every other, by their excess. A long answer stays off a
+ * replica that starts it first but generates it at a fraction of another's
+ * pace. e2e_slack_load (0: off): the soonest end counts only among the
+ * candidates that would then have at most that share of their slots taken
+ * (none: no guard). True when the cheapest was raised.
+ */
 static bool
 ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
                   const struct lg_backend_view *const *c, size_t n, double *cost)
@@ -777,6 +720,8 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
 
 static const struct lg_policy_ops ttft_ops = {
     .size = sizeof(struct lg_policy_ops),
+    .wants = LG_POLICY_WANTS_MODEL,
+    .model_version = LG_ENGINE_MODEL_VERSION,
     .create = ttft_create,
     .destroy = policy_free,
     .score = ttft_score,
@@ -877,7 +822,7 @@ struct aff_state {
     double min_ms;         /* least affinity cost (session) */
     double miss_factor;    /* a miss costs this many times the prefill it redoes */
     double slack;          /* requests over the bound always allowed (small loads) */
-    double balance_keys;   /* 1 = balanced key table (prefix), 0 = hash only */
+    int balance_keys;      /* 1 = balanced key table (prefix), 0 = hash only */
     double key_bound;      /* keys per candidate, as a multiple of the fair share */
     double keys;           /* table entries */
     double key_ttl_s;      /* a key unseen this long stops counting */
@@ -898,9 +843,24 @@ aff_destroy(void *state)
     free(s);
 }
 
+/* The key table's options (the last four) are prefix_affinity's alone. */
+static const struct policy_num aff_options[] = {
+    { "bound", offsetof(struct aff_state, bound), 1, 100 },
+    { "ms_per_kib", offsetof(struct aff_state, ms_per_kib), 0, 1e6 },
+    { "min_ms_per_kib", offsetof(struct aff_state, min_ms_per_kib), 0, 1e6 },
+    { "shared", offsetof(struct aff_state, shared), 0, 1 },
+    { "min_ms", offsetof(struct aff_state, min_ms), 0, 1e7 },
+    { "miss_factor", offsetof(struct aff_state, miss_factor), 0, 1000 },
+    { "slack", offsetof(struct aff_state, slack), 0, 1e6 },
+    { "slots", offsetof(struct aff_state, slots), 1, 1e6 },
+    { "key_bound", offsetof(struct aff_state, key_bound), 1, 100 },
+    { "keys", offsetof(struct aff_state, keys), 64, 1 << 20 },
+    { "key_ttl_s", offsetof(struct aff_state, key_ttl_s), 1, 86400 },
+};
+
 static int
-aff_create_common(const struct lg_host_api *host, const char *options, void **state, char *err,
-                  size_t errlen, bool session)
+aff_create_common(const struct lg_host_api *host, struct lg_options *opts, void **state,
+                  bool session)
 {
     struct aff_state s = { .host = host,
                            .session = session,
@@ -916,29 +876,19 @@ aff_create_common(const struct lg_host_api *host, const char *options, void **st
                            .keys = 4096,
                            .key_ttl_s = 120,
                            .slots = 16 };
-    const struct policy_opt opts[] = {
-        { "bound", &s.bound, 1, 100 },
-        { "ms_per_kib", &s.ms_per_kib, 0, 1e6 },
-        { "min_ms_per_kib", &s.min_ms_per_kib, 0, 1e6 },
-        { "shared", &s.shared, 0, 1 },
-        { "min_ms", &s.min_ms, 0, 1e7 },
-        { "miss_factor", &s.miss_factor, 0, 1000 },
-        { "slack", &s.slack, 0, 1e6 },
-        { "slots", &s.slots, 1, 1e6 },
-        { "balance_keys", &s.balance_keys, 0, 1 },
-        { "key_bound", &s.key_bound, 1, 100 },
-        { "keys", &s.keys, 64, 1 << 20 },
-        { "key_ttl_s", &s.key_ttl_s, 1, 86400 },
-    };
     struct aff_state *out;
+    int rc =
+        policy_numbers(host, opts, &s, aff_options, LG_ARRAY_SIZE(aff_options) - (session ? 3 : 0));
 
-    /* the key table is prefix_affinity's: sessions take no key options */
-    if (policy_options(options, opts, LG_ARRAY_SIZE(opts) - (session ? 4 : 0), err, errlen) != 0) {
+    if (!session) {
+        rc |= host->opt_bool(opts, "balance_keys", s.balance_keys, &s.balance_keys);
+    }
+    if (rc != 0) {
         return -1;
     }
     out = lg_xmalloc(sizeof(*out));
     *out = s;
-    if (s.balance_keys > 0) {
+    if (s.balance_keys) {
         struct aff_table *t = lg_xcalloc(1, sizeof(*t));
 
         t->nsets = 16;
@@ -955,17 +905,21 @@ aff_create_common(const struct lg_host_api *host, const char *options, void **st
 }
 
 static int
-prefix_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+prefix_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
               size_t errlen)
 {
-    return aff_create_common(host, options, state, err, errlen, false);
+    (void)err;
+    (void)errlen;
+    return aff_create_common(host, opts, state, false);
 }
 
 static int
-session_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+session_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
                size_t errlen)
 {
-    return aff_create_common(host, options, state, err, errlen, true);
+    (void)err;
+    (void)errlen;
+    return aff_create_common(host, opts, state, true);
 }
 
 static double

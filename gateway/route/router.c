@@ -6,12 +6,15 @@
  * Borrows: backends of the fleet for the duration of lg_router_pick(); the
  * registered policies (plugin.c keeps them loaded).
  * Hot path: no allocation and no lock: views, costs and candidate lists live
- * on the stack, bounded by LG_ROUTER_MAX_CANDIDATES; backend state is read
- * through lock-free snapshots (backend.c).
+ * in arrays of the calling thread, allocated once and grown only when a
+ * route longer than any before comes (every candidate of any route is
+ * considered: a pick is never capped); backend state is read through
+ * lock-free snapshots (backend.c).
  */
 #include "route/router.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include "fleet/backend_view.h"
 #include "fleet/fleet.h"
 #include "route/plugin.h"
+#include "route/tried.h"
 
 struct router_stage {
     const struct lg_plugin *plugin; /* borrowed from the registry */
@@ -47,32 +51,64 @@ struct lg_router {
 
 /* ---- construction ------------------------------------------------------- */
 
+/* Logs "FILE:LINE:COL: error: POINTER: what", as the config's loader would. */
+static void __attribute__((format(printf, 4, 5)))
+router_conf_error(const struct lg_config *conf, const char *pointer, bool at_key, const char *fmt,
+                  ...)
+{
+    char pos[320];
+    char what[640];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    lg_config_position(conf, pointer, at_key, pos, sizeof(pos));
+    LG_ERROR("%s: error: %s: %s", pos, pointer, what);
+}
+
+/*
+ * A policy refused its options (at options_ptr): err is "/NAME: why" (a
+ * pointer relative to its options) or a bare message.
+ */
+static void
+router_options_error(const struct lg_config *conf, const char *options_ptr, const char *err,
+                     bool at_key)
+{
+    char ptr[512];
+    const char *sep = err[0] == '/' ? strstr(err, ": ") : NULL;
+
+    if (sep == NULL) {
+        router_conf_error(conf, options_ptr, false, "%s", err[0] ? err : "refused");
+        return;
+    }
+    snprintf(ptr, sizeof(ptr), "%s%.*s", options_ptr, (int)(sep - err), err);
+    router_conf_error(conf, ptr, at_key, "%s", sep + 2);
+}
+
+/* A stage of `policy`; its options (NULL: none) sit at options_ptr, the stage at where. */
 static int
-router_add_stage(struct lg_router *r, const char *policy, double weight, json_t *options,
-                 const char *where)
+router_add_stage(struct lg_router *r, const struct lg_config *conf, const char *policy,
+                 double weight, json_t *options, const char *options_ptr, const char *where)
 {
     const struct lg_plugin *p = lg_plugin_find(policy);
     struct router_stage *s;
     char err[512] = "", names[512];
-    char *text;
-    int rc;
+    bool at_key = false;
 
     if (p == NULL) {
         lg_plugin_names(names, sizeof(names));
-        LG_ERROR("%s: policy \"%s\" is not known (known: %s)", where, policy, names);
+        router_conf_error(conf, where, false, "policy \"%s\" is not known (known: %s)", policy,
+                          names);
         return LG_EINVAL;
     }
     if (r->nstages >= LG_ROUTER_MAX_STAGES) {
-        LG_ERROR("%s: at most %d pipeline stages", where, LG_ROUTER_MAX_STAGES);
+        router_conf_error(conf, where, false, "at most %d pipeline stages", LG_ROUTER_MAX_STAGES);
         return LG_EINVAL;
     }
-    text = options ? json_dumps(options, JSON_COMPACT) : NULL;
     s = &r->stages[r->nstages];
-    rc = p->ops->create(lg_plugin_host(), text ? text : "{}", &s->state, err, sizeof(err));
-    free(text);
-    if (rc != 0) {
-        LG_ERROR("%s/options%s%s", where, err[0] == '/' ? "" : ": ",
-                 err[0] ? err : "the policy refused its options");
+    if (lg_plugin_create(p, options, &s->state, err, sizeof(err), &at_key) != LG_OK) {
+        router_options_error(conf, options_ptr, err, at_key);
         return LG_EINVAL;
     }
     s->plugin = p;
@@ -84,17 +120,50 @@ router_add_stage(struct lg_router *r, const char *policy, double weight, json_t 
     return LG_OK;
 }
 
-/* The options of a stage: its own, else routing.options[policy]. */
-static json_t *
-router_options(const struct lg_routing_conf *rc, const char *policy, json_t *own)
+/*
+ * The options of a stage: its own (at own_ptr), else routing.options[policy];
+ * their JSON pointer into ptr. LG_EINVAL (logged) when routing.options
+ * gives the policy something other than an object.
+ */
+static int
+router_options(const struct lg_config *conf, const char *policy, json_t *own, const char *own_ptr,
+               json_t **out, char *ptr, size_t len)
 {
+    const struct lg_routing_conf *rc = &conf->routing;
     json_t *o;
 
+    *out = own;
+    snprintf(ptr, len, "%s", own_ptr);
     if (own != NULL) {
-        return own;
+        return LG_OK;
     }
     o = rc->policy_options ? json_object_get(rc->policy_options, policy) : NULL;
-    return json_is_object(o) ? o : NULL;
+    if (o == NULL) {
+        return LG_OK;
+    }
+    snprintf(ptr, len, "/routing/options/%s", policy);
+    if (!json_is_object(o)) {
+        router_conf_error(conf, ptr, false, "a policy's options must be an object");
+        return LG_EINVAL;
+    }
+    *out = o;
+    return LG_OK;
+}
+
+/* A stage from the config (its own options at where/options, if any). */
+static int
+router_add_conf_stage(struct lg_router *r, const struct lg_config *conf, const char *policy,
+                      double weight, json_t *own, const char *where)
+{
+    char own_ptr[96];
+    char ptr[160];
+    json_t *options;
+
+    snprintf(own_ptr, sizeof(own_ptr), "%s/options", where);
+    if (router_options(conf, policy, own, own_ptr, &options, ptr, sizeof(ptr)) != LG_OK) {
+        return LG_EINVAL;
+    }
+    return router_add_stage(r, conf, policy, weight, options, ptr, where);
 }
 
 int
@@ -111,7 +180,8 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
         char err[512];
 
         if (lg_plugin_load(rc->plugins[i], err, sizeof(err)) != LG_OK) {
-            LG_ERROR("/routing/plugins/%zu: %s", i, err);
+            snprintf(where, sizeof(where), "/routing/plugins/%zu", i);
+            router_conf_error(conf, where, false, "%s", err);
             ret = LG_EINVAL;
         }
     }
@@ -123,21 +193,19 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
     }
     if (ret == LG_OK && want_session && !has_session) {
         /* the header is set: keep its sessions where their KV cache is */
-        ret = router_add_stage(r, "session_affinity", 1.0,
-                               router_options(rc, "session_affinity", NULL),
-                               "/routing/session_header");
+        ret = router_add_conf_stage(r, conf, "session_affinity", 1.0, NULL,
+                                    "/routing/session_header");
     }
     for (size_t i = 0; i < rc->npipeline && ret == LG_OK; i++) {
         const struct lg_route_stage_conf *sc = &rc->pipeline[i];
 
         snprintf(where, sizeof(where), "/routing/pipeline/%zu", i);
-        ret = router_add_stage(r, sc->policy, sc->weight,
-                               router_options(rc, sc->policy, sc->options), where);
+        ret = router_add_conf_stage(r, conf, sc->policy, sc->weight, sc->options, where);
     }
     if (ret == LG_OK && rc->npipeline == 0) {
         const char *policy = rc->policy ? rc->policy : "ttft";
 
-        ret = router_add_stage(r, policy, 1.0, router_options(rc, policy, NULL), "/routing/policy");
+        ret = router_add_conf_stage(r, conf, policy, 1.0, NULL, "/routing/policy");
     }
     if (ret != LG_OK) {
         lg_router_free(r);
@@ -192,9 +260,10 @@ lg_router_policy(const struct lg_router *r)
 /* ---- candidates --------------------------------------------------------- */
 
 static bool
-router_is_candidate(const struct lg_backend *b, size_t i, uint64_t tried_mask, uint64_t now)
+router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried *tried,
+                    uint64_t now)
 {
-    if (i < 64 && (tried_mask & (1ull << i))) {
+    if (lg_tried_has(tried, i)) {
         return false;
     }
     if (!lg_backend_is_available(b, now)) {
@@ -204,7 +273,7 @@ router_is_candidate(const struct lg_backend *b, size_t i, uint64_t tried_mask, u
 }
 
 bool
-lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
+lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried)
 {
     uint64_t now = lg_now_ns();
 
@@ -212,7 +281,7 @@ lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
         return false;
     }
     for (size_t i = 0; i < route->n; i++) {
-        if (router_is_candidate(route->backends[i], i, tried_mask, now)) {
+        if (router_is_candidate(route->backends[i], i, tried, now)) {
             return true;
         }
     }
@@ -220,7 +289,7 @@ lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask)
 }
 
 static void
-router_info(const struct lg_router *r, const struct lg_route_req *req, uint64_t tried_mask,
+router_info(const struct lg_router *r, const struct lg_route_req *req, const struct lg_tried *tried,
             struct lg_route_info *info)
 {
     memset(info, 0, sizeof(*info));
@@ -232,9 +301,33 @@ router_info(const struct lg_router *r, const struct lg_route_req *req, uint64_t 
     info->max_tokens = req->max_tokens;
     info->prefix_hash = req->prefix_hash;
     info->session_hash = req->session_hash;
-    info->attempt = (uint32_t)__builtin_popcountll(tried_mask) + 1;
+    info->attempt = lg_tried_count(tried) + 1;
     info->prefix_len = req->prefix_hash ? LG_MIN(req->prompt_bytes, r->prefix_bytes) : 0;
 }
+
+/* One decision's candidates, their views and costs (on the picker's stack). */
+/*
+ * A pick's candidates and what the stages made of them, in arrays of `cap`
+ * entries: one set per thread (router_pick_arrays()), as long as the
+ * longest route picked from there.
+ */
+struct router_pick {
+    size_t n, cap; /* candidates; room */
+    struct lg_backend **b;
+    struct lg_backend_view *v;
+    struct lg_engine_model_view *m; /* lent through v[i].model */
+    const struct lg_backend_view **vp;
+    const char **dropped; /* by which stage; NULL: scored */
+    double *cost;         /* stage s's of candidate i at [s * cap + i]: weighted; a shadow's
+                             as is */
+    double *total;
+    const char *why[LG_ROUTER_MAX_STAGES];
+    /* the stages' working room */
+    size_t *idx;
+    const struct lg_backend_view **vs;
+    unsigned char *keep;
+    double *c;
+};
 
 /* ---- the explanation ---------------------------------------------------- */
 
@@ -323,20 +416,55 @@ router_put_num(struct router_buf *o, const char *key, double v)
     router_dec(o, v);
 }
 
-/* A request's TTFT there by the engine model (engine_model_ms >= 0): the
- * wait for a step to admit it, and its own prefill. */
+/* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
+ * a step to admit it, and its own prefill. */
 static double
-router_model_ms(const struct lg_backend_view *v, double kib)
+router_model_ms(const struct lg_engine_model_view *m, double kib)
 {
-    return v->engine_model_ms + v->prefill_ms_per_kib * kib;
+    return m->wait_ms + m->prefill_ms_per_kib * kib;
+}
+
+/* The estimators' part of a candidate's explanation. */
+static void
+router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
+                     const struct lg_engine_model_view *m, double kib)
+{
+    if (m->wait_ms >= 0) {
+        router_put_num(o, "model_ms", round(router_model_ms(m, kib) * 10) / 10);
+        router_put_num(o, "step_ms", round(m->step_ms * 10) / 10);
+        if (m->slots != v->capacity) {
+            router_put_num(o, "model_slots", round(m->slots * 10) / 10);
+        }
+        router_put_num(o, "prefill_ms",
+                       round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
+        if (fabs(m->scale - 1) >= 0.005) {
+            router_put_num(o, "model_scale", round(m->scale * 100) / 100);
+        }
+        if (m->joined > 0) {
+            router_put_num(o, "model_joined", m->joined);
+        }
+    }
+    if (m->measured_ms >= 0) {
+        router_put_num(o, "measured_ms",
+                       round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
+    }
+    if (m->err > 0 || m->measured_err > 0) {
+        /* how far each has been off there lately (rms of the log ratio) */
+        router_put_num(o, "model_err", round(m->err * 100) / 100);
+        router_put_num(o, "measured_err", round(m->measured_err * 100) / 100);
+    }
+    if (m->flags & LG_MODEL_F_MISSES) {
+        router_str(o, ",\"est\":\"measured\"");
+    }
 }
 
 /* Names are config-validated ([A-Za-z0-9._-]), so they need no escaping. */
 static void
-router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double kib,
-                   const char *dropped_by, const double *costs, size_t nstages, size_t stride,
-                   double total)
+router_explain_one(struct router_buf *o, const struct lg_router *r, const struct router_pick *pk,
+                   size_t i, double kib)
 {
+    const struct lg_backend_view *v = &pk->v[i];
+
     router_str(o, o->len > 1 ? ",{\"backend\":\"" : "{\"backend\":\"");
     router_str(o, v->name);
     router_raw(o, "\",\"inflight\":", 13);
@@ -366,33 +494,7 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     if (v->slot_wait_ms > 0) {
         router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
     }
-    if (v->engine_model_ms >= 0) {
-        router_put_num(o, "model_ms", round(router_model_ms(v, kib) * 10) / 10);
-        router_put_num(o, "step_ms", round(v->step_ms * 10) / 10);
-        if (v->engine_model_slots != v->capacity) {
-            router_put_num(o, "model_slots", round(v->engine_model_slots * 10) / 10);
-        }
-        router_put_num(o, "prefill_ms",
-                       round((v->prefill_fixed_ms + v->prefill_ms_per_kib * kib) * 10) / 10);
-        if (fabs(v->engine_model_scale - 1) >= 0.005) {
-            router_put_num(o, "model_scale", round(v->engine_model_scale * 100) / 100);
-        }
-        if (v->engine_model_joined > 0) {
-            router_put_num(o, "model_joined", v->engine_model_joined);
-        }
-    }
-    if (v->measured_ms >= 0) {
-        router_put_num(o, "measured_ms",
-                       round((v->measured_ms + v->measured_ms_per_kib * kib) * 10) / 10);
-    }
-    if (v->engine_model_err > 0 || v->measured_err > 0) {
-        /* how far each has been off there lately (rms of the log ratio) */
-        router_put_num(o, "model_err", round(v->engine_model_err * 100) / 100);
-        router_put_num(o, "measured_err", round(v->measured_err * 100) / 100);
-    }
-    if (v->flags & LG_VIEW_F_MODEL_MISSES) {
-        router_str(o, ",\"est\":\"measured\"");
-    }
+    router_explain_model(o, v, &pk->m[i], kib);
     if (v->pending > 0) {
         router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
         if (v->work_ahead_ms >= 1) {
@@ -405,36 +507,129 @@ router_explain_one(struct router_buf *o, const struct lg_backend_view *v, double
     if (v->flags & LG_VIEW_F_RAMPING) {
         router_put_num(o, "ramp", round(v->ramp * 100) / 100);
     }
-    if (dropped_by != NULL) {
+    if (pk->dropped[i] != NULL) {
         router_str(o, ",\"filtered\":\"");
-        router_str(o, dropped_by);
+        router_str(o, pk->dropped[i]);
         router_raw(o, "\"}", 2);
         return;
     }
     router_str(o, ",\"score\":[");
-    for (size_t s = 0; s < nstages; s++) {
+    for (size_t s = 0; s < r->nstages; s++) {
         if (s > 0) {
             router_raw(o, ",", 1);
         }
-        router_dec(o, costs[s * stride]);
+        router_dec(o, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
-    router_put_num(o, "total", round(total * 100) / 100);
+    router_put_num(o, "total", round(pk->total[i] * 100) / 100);
     router_raw(o, "}", 1);
 }
 
 /* ---- picking ------------------------------------------------------------ */
 
-struct router_pick {
-    size_t n; /* candidates */
-    struct lg_backend *b[LG_ROUTER_MAX_CANDIDATES];
-    struct lg_backend_view v[LG_ROUTER_MAX_CANDIDATES];
-    const struct lg_backend_view *vp[LG_ROUTER_MAX_CANDIDATES];
-    const char *dropped[LG_ROUTER_MAX_CANDIDATES];               /* by which stage; NULL: scored */
-    double cost[LG_ROUTER_MAX_STAGES][LG_ROUTER_MAX_CANDIDATES]; /* weighted; a shadow's as is */
-    double total[LG_ROUTER_MAX_CANDIDATES];
-    const char *why[LG_ROUTER_MAX_STAGES];
-};
+/* What the estimators learn from the pick's first token: the model's and the
+ * measured terms' predictions for it (attempt.c compares them). */
+static void
+router_learn(const struct lg_backend_view *v, const struct lg_engine_model_view *m, double kib,
+             struct lg_route_result *out)
+{
+    out->model_scale = m->scale;
+    out->prefill_ms = m->measured_ms_per_kib * kib;
+    if (m->measured_ms >= 0) {
+        out->meas_pred_ms = m->measured_ms + out->prefill_ms;
+    }
+    if (m->wait_ms >= 0) {
+        out->model_pred_ms = router_model_ms(m, kib);
+        if (v->load + 1 <= v->capacity) {
+            /* its wait, the fixed part of its step's prefill left out: what
+             * the first token takes beyond it is the prefill to learn */
+            out->model_ms = LG_MAX(m->wait_ms - m->prefill_fixed_ms, 0.0);
+        }
+    }
+}
+
+/*
+ * Lends each candidate's engine model to a stage that asked for it
+ * (lg_plugin.lends_model), and hides it from one that did not.
+ */
+static void
+router_lend_model(struct router_pick *pk, bool lend)
+{
+    for (size_t i = 0; i < pk->n; i++) {
+        pk->v[i].model = lend ? &pk->m[i] : NULL;
+    }
+}
+
+
+static pthread_key_t router_arrays_key;
+static pthread_once_t router_arrays_once = PTHREAD_ONCE_INIT;
+static __thread struct router_pick *router_arrays_mine; /* owned through the key */
+
+static void
+router_arrays_free(void *p)
+{
+    free(p);
+}
+
+static void
+router_arrays_key_new(void)
+{
+    /* a thread that ends frees its arrays */
+    LG_BUG_ON(pthread_key_create(&router_arrays_key, router_arrays_free) != 0);
+}
+
+/*
+ * Lays out the arrays for cap candidates after the struct at base (NULL:
+ * only measures); returns the bytes the whole takes.
+ */
+static size_t
+router_arrays_layout(struct router_pick *pk, char *base, size_t cap)
+{
+    size_t off = sizeof(*pk);
+
+#define ROUTER_CARVE(field, count)                              \
+    do {                                                        \
+        pk->field = base != NULL ? (void *)(base + off) : NULL; \
+        off += ((count) * sizeof(*pk->field) + 15) / 16 * 16;   \
+    } while (0)
+    pk->cap = cap;
+    ROUTER_CARVE(v, cap);
+    ROUTER_CARVE(m, cap);
+    ROUTER_CARVE(cost, cap * LG_ROUTER_MAX_STAGES);
+    ROUTER_CARVE(total, cap);
+    ROUTER_CARVE(c, cap);
+    ROUTER_CARVE(b, cap);
+    ROUTER_CARVE(vp, cap);
+    ROUTER_CARVE(dropped, cap);
+    ROUTER_CARVE(idx, cap);
+    ROUTER_CARVE(vs, cap);
+    ROUTER_CARVE(keep, cap);
+#undef ROUTER_CARVE
+    return off;
+}
+
+/*
+ * This thread's arrays, with room for a route of n backends: allocated the
+ * first time (for at least 64), reallocated only for a route longer than
+ * any before. Never re-entered: a pick calls no pick.
+ */
+static struct router_pick *
+router_pick_arrays(size_t n)
+{
+    struct router_pick *pk = router_arrays_mine, measure;
+
+    if (__builtin_expect(pk != NULL && pk->cap >= n, 1)) {
+        return pk;
+    }
+    pthread_once(&router_arrays_once, router_arrays_key_new);
+    free(pk);
+    n = LG_MAX(n, (size_t)64);
+    pk = lg_xmalloc(router_arrays_layout(&measure, NULL, n));
+    router_arrays_layout(pk, (char *)pk, n);
+    router_arrays_mine = pk;
+    pthread_setspecific(router_arrays_key, pk);
+    return pk;
+}
 
 static double
 router_sane_cost(double c)
@@ -465,9 +660,9 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
 {
     for (size_t s = 0; s < r->nstages; s++) {
         struct router_stage *st = &r->stages[s];
-        size_t idx[LG_ROUTER_MAX_CANDIDATES], m = router_live(pk, idx), kept = 0;
-        const struct lg_backend_view *vs[LG_ROUTER_MAX_CANDIDATES];
-        unsigned char keep[LG_ROUTER_MAX_CANDIDATES];
+        size_t *idx = pk->idx, m = router_live(pk, idx), kept = 0;
+        const struct lg_backend_view **vs = pk->vs;
+        unsigned char *keep = pk->keep;
 
         if (!st->has_filter || st->shadow || m <= 1) {
             continue;
@@ -476,6 +671,7 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
             vs[k] = pk->vp[idx[k]];
             keep[k] = 1;
         }
+        router_lend_model(pk, st->plugin->lends_model);
         st->plugin->ops->filter(st->state, info, vs, m, keep);
         for (size_t k = 0; k < m; k++) {
             kept += keep[k] != 0;
@@ -494,9 +690,9 @@ router_filter(struct lg_router *r, const struct lg_route_info *info, struct rout
 static void
 router_score(struct lg_router *r, const struct lg_route_info *info, struct router_pick *pk)
 {
-    size_t idx[LG_ROUTER_MAX_CANDIDATES], m = router_live(pk, idx);
-    const struct lg_backend_view *vs[LG_ROUTER_MAX_CANDIDATES];
-    double c[LG_ROUTER_MAX_CANDIDATES];
+    size_t *idx = pk->idx, m = router_live(pk, idx);
+    const struct lg_backend_view **vs = pk->vs;
+    double *c = pk->c;
 
     for (size_t k = 0; k < m; k++) {
         vs[k] = pk->vp[idx[k]];
@@ -504,7 +700,7 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
     for (size_t i = 0; i < pk->n; i++) {
         pk->total[i] = 0;
         for (size_t s = 0; s < r->nstages; s++) {
-            pk->cost[s][i] = NAN;
+            pk->cost[s * pk->cap + i] = NAN;
         }
     }
     for (size_t s = 0; s < r->nstages; s++) {
@@ -514,14 +710,15 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
             c[k] = 0;
         }
         pk->why[s] = NULL;
+        router_lend_model(pk, st->plugin->lends_model);
         st->plugin->ops->score(st->state, info, vs, m, c, &pk->why[s]);
         for (size_t k = 0; k < m; k++) {
             if (st->shadow) {
-                pk->cost[s][idx[k]] = router_sane_cost(c[k]); /* shown, not counted */
+                pk->cost[s * pk->cap + idx[k]] = router_sane_cost(c[k]); /* shown, not counted */
                 continue;
             }
-            pk->cost[s][idx[k]] = st->weight * router_sane_cost(c[k]);
-            pk->total[idx[k]] += pk->cost[s][idx[k]];
+            pk->cost[s * pk->cap + idx[k]] = st->weight * router_sane_cost(c[k]);
+            pk->total[idx[k]] += pk->cost[s * pk->cap + idx[k]];
         }
     }
 }
@@ -543,7 +740,7 @@ router_score(struct lg_router *r, const struct lg_route_info *info, struct route
 static void
 router_thin(struct router_pick *pk)
 {
-    bool out[LG_ROUTER_MAX_CANDIDATES];
+    unsigned char *out = pk->keep; /* the filters are done with it */
     size_t left = 0;
     double inflight = 0, weight = 0;
 
@@ -615,7 +812,7 @@ router_reason(const struct lg_router *r, const struct router_pick *pk, size_t be
         return "only_candidate";
     }
     for (size_t s = 0; s < r->nstages; s++) {
-        double d = pk->cost[s][(size_t)second] - pk->cost[s][best];
+        double d = pk->cost[s * pk->cap + (size_t)second] - pk->cost[s * pk->cap + best];
 
         if (r->stages[s].shadow) {
             continue;
@@ -646,8 +843,7 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
     for (size_t i = 0; i < pk->n; i++) {
         size_t before = o.len;
 
-        router_explain_one(&o, &pk->v[i], kib, pk->dropped[i], &pk->cost[0][i], r->nstages,
-                           LG_ROUTER_MAX_CANDIDATES, pk->total[i]);
+        router_explain_one(&o, r, pk, i, kib);
         if (o.full) {
             o.len = before;
             break;
@@ -683,12 +879,13 @@ lg_route_result_clear(struct lg_route_result *res)
 
 int
 lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
-               const struct lg_route_req *req, uint64_t tried_mask, struct lg_route_result *out)
+               const struct lg_route_req *req, const struct lg_tried *tried,
+               struct lg_route_result *out)
 {
     uint64_t now = lg_now_ns(), soonest = UINT64_MAX;
     struct lg_est_prior prior;
     struct lg_route_info info;
-    struct router_pick pk;
+    struct router_pick *pk = router_pick_arrays(route->n);
     size_t nramp = 0, nfull = 0;
     ssize_t best;
 
@@ -709,13 +906,13 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->probe = false;
     out->full = false;
     lg_route_read_prior(route, &prior);
-    router_info(r, req, tried_mask, &info);
+    router_info(r, req, tried, &info);
 
-    pk.n = 0;
-    for (size_t i = 0; i < route->n && pk.n < LG_ROUTER_MAX_CANDIDATES; i++) {
+    pk->n = 0;
+    for (size_t i = 0; i < route->n; i++) {
         struct lg_backend *b = route->backends[i];
 
-        if (i < 64 && (tried_mask & (1ull << i))) {
+        if (lg_tried_has(tried, i)) {
             continue;
         }
         if (!lg_backend_is_available(b, now)) {
@@ -726,19 +923,20 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             nfull++;
             continue;
         }
-        pk.b[pk.n] = b;
-        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk.v[pk.n]);
-        pk.vp[pk.n] = &pk.v[pk.n];
-        pk.dropped[pk.n] = NULL;
-        nramp += pk.v[pk.n].ramp < 1.0;
-        pk.n++;
+        pk->b[pk->n] = b;
+        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk->v[pk->n],
+                             &pk->m[pk->n]);
+        pk->vp[pk->n] = &pk->v[pk->n];
+        pk->dropped[pk->n] = NULL;
+        nramp += pk->v[pk->n].ramp < 1.0;
+        pk->n++;
     }
-    if (pk.n == 0) {
+    if (pk->n == 0) {
         if (nfull > 0) {
             out->reason = "all_backends_at_max_inflight";
             out->retry_after_ms = 1000;
             out->full = true;
-        } else if (tried_mask != 0 && soonest == UINT64_MAX) {
+        } else if (lg_tried_count(tried) > 0 && soonest == UINT64_MAX) {
             out->reason = "all_backends_tried";
         } else {
             out->reason = "no_available_backend";
@@ -750,32 +948,32 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         return LG_EBUSY;
     }
 
-    router_filter(r, &info, &pk);
-    router_score(r, &info, &pk);
-    if (nramp > 0 && nramp < pk.n) {
-        router_thin(&pk);
+    router_filter(r, &info, pk);
+    router_score(r, &info, pk);
+    if (nramp > 0 && nramp < pk->n) {
+        router_thin(pk);
     }
     for (;;) {
-        best = router_best(r, &pk);
+        best = router_best(r, pk);
         if (best < 0) {
             out->reason = "half_open_probe_busy";
             out->retry_after_ms = 1000;
-            router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
+            router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
             return LG_EBUSY;
         }
-        if (!(pk.v[best].flags & LG_VIEW_F_HALF_OPEN) || lg_backend_claim_probe(pk.b[best])) {
+        if (!(pk->v[best].flags & LG_VIEW_F_HALF_OPEN) || lg_backend_claim_probe(pk->b[best])) {
             break;
         }
-        pk.dropped[best] = "probe_busy"; /* another request probes it: next best */
+        pk->dropped[best] = "probe_busy"; /* another request probes it: next best */
     }
-    out->backend = pk.b[best];
-    out->probe = (pk.v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
-    out->reason = out->probe ? "half_open_probe" : router_reason(r, &pk, (size_t)best);
+    out->backend = pk->b[best];
+    out->probe = (pk->v[best].flags & LG_VIEW_F_HALF_OPEN) != 0;
+    out->reason = out->probe ? "half_open_probe" : router_reason(r, pk, (size_t)best);
     out->service_ms =
-        pk.v[best].ttft_fixed_ms + pk.v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    out->itl_ms = pk.v[best].itl_ms;
-    if (pk.v[best].capacity > 0 && !(pk.v[best].flags & LG_VIEW_F_CAP_GUESS)) {
-        const struct lg_backend_view *w = &pk.v[best];
+        pk->v[best].ttft_fixed_ms + pk->v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
+    out->itl_ms = pk->v[best].itl_ms;
+    if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
+        const struct lg_backend_view *w = &pk->v[best];
 
         /* only a capacity seen with a queue says a request will wait for a
          * slot: with a guess (the most it was seen running, which a replica
@@ -785,22 +983,10 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
                                            w->inflight > 0 ? w->inflight_age_ms : -1);
         out->queued = w->load + 1 > w->capacity;
     }
-    out->ahead_ms = pk.v[best].work_ahead_ms;
-    out->load = pk.v[best].load;
-    out->model_scale = pk.v[best].engine_model_scale;
-    out->prefill_ms = pk.v[best].measured_ms_per_kib * (double)req->prompt_bytes / 1024.0;
-    if (pk.v[best].measured_ms >= 0) {
-        out->meas_pred_ms = pk.v[best].measured_ms + out->prefill_ms;
-    }
-    if (pk.v[best].engine_model_ms >= 0) {
-        out->model_pred_ms = router_model_ms(&pk.v[best], (double)req->prompt_bytes / 1024.0);
-        if (pk.v[best].load + 1 <= pk.v[best].capacity) {
-            /* its wait, the fixed part of its step's prefill left out: what
-             * the first token takes beyond it is the prefill to learn */
-            out->model_ms = LG_MAX(pk.v[best].engine_model_ms - pk.v[best].prefill_fixed_ms, 0.0);
-        }
-    }
-    router_explain(r, &pk, (double)req->prompt_bytes / 1024.0, out);
+    out->ahead_ms = pk->v[best].work_ahead_ms;
+    out->load = pk->v[best].load;
+    router_learn(&pk->v[best], &pk->m[best], (double)req->prompt_bytes / 1024.0, out);
+    router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
     return LG_OK;
 }
 
@@ -810,6 +996,7 @@ lg_router_note_result(struct lg_router *r, const struct lg_model_route *route,
                       uint64_t ttft_ns, uint64_t total_ns)
 {
     struct lg_backend_view v;
+    struct lg_engine_model_view m;
     struct lg_est_prior prior;
     struct lg_route_info info;
     bool any = false;
@@ -821,12 +1008,13 @@ lg_router_note_result(struct lg_router *r, const struct lg_model_route *route,
         return;
     }
     lg_route_read_prior(route, &prior);
-    router_info(r, req, 0, &info);
-    lg_backend_view_fill(b, lg_now_ns(), &prior, r->scrape_interval_ns, r->slow_start_ns, &v);
+    router_info(r, req, NULL, &info);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, r->scrape_interval_ns, r->slow_start_ns, &v, &m);
     for (size_t s = 0; s < r->nstages; s++) {
         const struct router_stage *st = &r->stages[s];
 
         if (st->has_on_result) {
+            v.model = st->plugin->lends_model ? &m : NULL;
             st->plugin->ops->on_result(st->state, &info, &v, status, ttft_ns, total_ns);
         }
     }

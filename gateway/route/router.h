@@ -18,6 +18,7 @@ struct lg_backend;
 struct lg_config;
 struct lg_fleet;
 struct lg_model_route;
+struct lg_tried;
 
 struct lg_route_req {
     const char *model;
@@ -31,8 +32,6 @@ struct lg_route_req {
 
 /* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */
 #define LG_ROUTE_EXPLAIN_BYTES 2560
-/* Candidates considered per pick (tried_mask has 64 bits). */
-#define LG_ROUTER_MAX_CANDIDATES 64
 /* Stages of a pipeline. */
 #define LG_ROUTER_MAX_STAGES 8
 
@@ -90,19 +89,20 @@ int lg_router_fleet_new(struct lg_config *conf, unsigned nworkers, const struct 
                         struct lg_fleet **out);
 
 /*
- * Picks one of route->backends, skipping those whose bit is set in
- * `tried_mask` (bit i = route->backends[i]). Returns LG_OK with out filled,
+ * Picks one of route->backends, skipping those `tried` holds (route/tried.h;
+ * NULL: none), among every candidate however long the route. Returns LG_OK
+ * with out filled,
  * or LG_EBUSY when no candidate is available (out->reason says why,
  * out->retry_after_ms when one may be). When out->probe is set the caller
  * holds the backend's half-open probe slot and must end the attempt with
  * lg_backend_note_result() or lg_backend_release_probe().
  */
 int lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
-                   const struct lg_route_req *req, uint64_t tried_mask,
+                   const struct lg_route_req *req, const struct lg_tried *tried,
                    struct lg_route_result *out);
 
 /* Is any backend of route still a candidate (available, not tried)? */
-bool lg_router_has_candidate(const struct lg_model_route *route, uint64_t tried_mask);
+bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried);
 
 /*
  * Tells the stages that have on_result how an attempt on b ended (status 0:

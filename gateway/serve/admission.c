@@ -397,15 +397,15 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
 }
 
 bool
-lg_admission_can_wait(const struct lg_model_route *route, uint64_t tried_mask)
+lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried)
 {
     uint64_t now = lg_now_ns();
 
     for (size_t i = 0; route != NULL && i < route->n; i++) {
         const struct lg_backend *b = route->backends[i];
 
-        if ((i >= 64 || !(tried_mask & (1ull << i))) && lg_backend_is_available(b, now)
-            && b->conf.max_inflight != 0 && lg_backend_inflight(b) >= b->conf.max_inflight) {
+        if (!lg_tried_has(tried, i) && lg_backend_is_available(b, now) && b->conf.max_inflight != 0
+            && lg_backend_inflight(b) >= b->conf.max_inflight) {
             return true;
         }
     }
@@ -456,7 +456,7 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
         }
         route = wt->c->req.models;
         if (admission_is_head(wt) && route != NULL
-            && lg_router_has_candidate(route, wt->c->req.tried_mask)) {
+            && lg_router_has_candidate(route, &wt->c->req.tries.tried)) {
             return wt;
         }
         if (*nskip < cap) {

@@ -27,6 +27,7 @@ struct lg_admission_waiter;
 struct lg_client;
 struct lg_gateway;
 struct lg_model_route;
+struct lg_tried;
 
 /* Creates the queues for gw's workers (their event bases must exist). */
 struct lg_admission *lg_admission_new(struct lg_gateway *gw);
@@ -55,10 +56,10 @@ bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
 
 /*
  * Could a request wait in the queue for one of route's backends not in
- * tried_mask (one that is up but at max_inflight)? A retry may then wait
+ * `tried` (one that is up but at max_inflight)? A retry may then wait
  * for it rather than fail.
  */
-bool lg_admission_can_wait(const struct lg_model_route *route, uint64_t tried_mask);
+bool lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried);
 
 /* Takes c out of the queue if it is there (request ending); idempotent. */
 void lg_admission_cancel(struct lg_client *c);

@@ -27,6 +27,7 @@
 #include "fleet/backend_inflight.h"
 #include "fleet/fleet.h"
 #include "route/router.h"
+#include "route/tried.h"
 #include "serve/admission.h"
 #include "serve/client.h"
 #include "serve/upstream.h"
@@ -37,18 +38,30 @@ lg_attempt_route(const struct lg_client *c)
     return c->req.models;
 }
 
-uint64_t
-lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b)
+void
+lg_attempt_set_tried(struct lg_client *c, const struct lg_backend *b, bool tried)
 {
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t bits = 0;
 
-    for (size_t i = 0; route != NULL && i < route->n && i < 64; i++) {
-        if (route->backends[i] == b) {
-            bits |= 1ull << i;
+    for (size_t i = 0; route != NULL && i < route->n; i++) {
+        if (route->backends[i] != b) {
+            continue;
+        }
+        if (tried) {
+            lg_tried_add(&c->req.tries.tried, i, route->n);
+        } else {
+            lg_tried_del(&c->req.tries.tried, i);
         }
     }
-    return bits;
+}
+
+uint64_t
+lg_attempt_first_byte_ms(const struct lg_timeouts_conf *to, const struct lg_attempt *a)
+{
+    if (a->kind == LG_ATTEMPT_CONTINUATION) {
+        return LG_MIN(to->first_byte_ms, to->stream_idle_ms);
+    }
+    return to->first_byte_ms;
 }
 
 /* ---- storage and phases ----------------------------------------------------- */

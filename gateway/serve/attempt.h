@@ -14,13 +14,18 @@
 struct lg_backend;
 struct lg_client;
 struct lg_model_route;
+struct lg_timeouts_conf;
 
 /* The backends serving the request's model in the fleet it holds (NULL if
  * none), as proxy_start() found them once. */
 const struct lg_model_route *lg_attempt_route(const struct lg_client *c);
 
-/* The bit of backend b in req->tried_mask (its index in the model's route; 0 if none). */
-uint64_t lg_attempt_backend_bit(const struct lg_client *c, const struct lg_backend *b);
+/*
+ * Marks backend b tried (or, tried false, not tried: an attempt that did not
+ * count) in req->tries.tried, by its index in the model's route; nothing if the
+ * route does not hold it.
+ */
+void lg_attempt_set_tried(struct lg_client *c, const struct lg_backend *b, bool tried);
 
 /*
  * The request's next attempt, of `kind` (a hedge's duplicate excepted:
@@ -93,6 +98,14 @@ void lg_attempt_learn_done(struct lg_client *c, bool whole);
  * goes to the list of ended ones. Safe when a holds nothing.
  */
 void lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool keep);
+
+/*
+ * How long a's response head may take (timeouts.first_byte): from the
+ * request's sending to its first byte, and from its first byte to its end
+ * (relay.c). A continuation's no longer than stream_idle either: its
+ * client is waiting mid-stream.
+ */
+uint64_t lg_attempt_first_byte_ms(const struct lg_timeouts_conf *to, const struct lg_attempt *a);
 
 /* Whether the phase machine allows from -> to (lg_attempt_set_phase() asserts it). */
 bool lg_attempt_can_move(enum lg_attempt_phase from, enum lg_attempt_phase to);

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <llhttp.h>
+
 #include "serve/client_types.h"
 #include "serve/keys.h"
 
@@ -29,30 +31,44 @@ auth_refuse(struct lg_auth_refusal *no, int status, const char *code)
 }
 
 int
-lg_auth_head(struct lg_keys *keys, struct lg_request *req, struct lg_auth_refusal *no)
+lg_auth_head(struct lg_keys *keys, struct lg_request *req, bool has_body,
+             struct lg_auth_refusal *no)
 {
     const struct lg_hdr *h;
+    uint32_t retry_ms;
 
     if (keys == NULL || !auth_needed(req)) {
         return LG_OK;
     }
     h = lg_hdrs_find(&req->hdrs, "authorization");
-    if (h != NULL
-        && lg_keys_authenticate(keys, lg_hdrs_value(&req->hdrs, h), h->value_len, &req->auth)) {
-        return LG_OK;
+    if (h == NULL
+        || !lg_keys_authenticate(keys, lg_hdrs_value(&req->hdrs, h), h->value_len, &req->auth)) {
+        req->flags |= LG_REQ_F_CLOSE; /* the body stays unread */
+        snprintf(no->message, sizeof(no->message), "%s",
+                 h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
+                           : "the API key is not valid");
+        return auth_refuse(no, 401, "invalid_api_key");
     }
-    req->flags |= LG_REQ_F_CLOSE; /* the body stays unread */
-    snprintf(no->message, sizeof(no->message), "%s",
-             h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
-                       : "the API key is not valid");
-    return auth_refuse(no, 401, "invalid_api_key");
+    /*
+     * A request that brings a body (a POST, or any that declares one) counts
+     * against the key now, before its body is read: a key's holder cannot
+     * hold more connections reading bodies than the key's max_concurrency.
+     * A GET of the model list costs nothing.
+     */
+    if ((has_body || req->method == HTTP_POST)
+        && lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
+        req->flags |= LG_REQ_F_CLOSE;
+        req->retry_after_ms = retry_ms;
+        snprintf(no->message, sizeof(no->message),
+                 "the key \"%s\" is over its concurrency or rate limit", lg_keys_name(&req->auth));
+        return auth_refuse(no, 429, "key_limit_reached");
+    }
+    return LG_OK;
 }
 
 int
 lg_auth_admit(struct lg_request *req, struct lg_auth_refusal *no)
 {
-    uint32_t retry_ms;
-
     if (req->auth.key == NULL) {
         return LG_OK;
     }
@@ -60,12 +76,6 @@ lg_auth_admit(struct lg_request *req, struct lg_auth_refusal *no)
         snprintf(no->message, sizeof(no->message), "the key \"%s\" may not use the model \"%s\"",
                  lg_keys_name(&req->auth), req->info.model);
         return auth_refuse(no, 403, "model_not_allowed");
-    }
-    if (lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
-        req->retry_after_ms = retry_ms;
-        snprintf(no->message, sizeof(no->message),
-                 "the key \"%s\" is over its concurrency or rate limit", lg_keys_name(&req->auth));
-        return auth_refuse(no, 429, "key_limit_reached");
     }
     return LG_OK;
 }

@@ -10,7 +10,8 @@
  * Invariants: one request at a time; every request that started ends in
  * exactly one of lg_client_fail(), lg_client_finish() or lg_client_cut()
  * (or the connection closing), each of which writes one access-log line; a
- * client is freed only by the worker's reaper.
+ * client is freed only by the worker's reaper; a parked client (between
+ * requests) has no `req`, and only the parking code moves a client.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -41,6 +42,8 @@
 
 static void client_parse(struct lg_client *c);
 static void client_next_request(struct lg_client *c);
+static void client_free(struct lg_reap *r);
+static void client_idle_end(struct lg_client *c);
 
 static const char *const client_state_names[] = {
     [LG_CLIENT_ST_READ_HEAD] = "reading the request head",
@@ -206,7 +209,8 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     if (req->error == NULL || status != lg_fail_status(req->tries.fail)) {
         req->error = code;
     }
-    if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431) {
+    if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431
+        || status == 501 || status == 505) {
         /* the request stream may be out of sync: never read another one */
         req->flags |= LG_REQ_F_CLOSE;
     }
@@ -299,9 +303,9 @@ lg_client_close(struct lg_client *c, const char *why)
         return;
     }
     LG_DEBUG("conn=%" PRIu64 " closing: %s", c->id, why);
-    if (c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
+    if (!c->parked && c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
         if (c->req.status == 0) {
-            c->req.status = 499;
+            c->req.status = lg_fail_status(LG_FAIL_CLIENT_CLOSED); /* 499 */
         }
         if (c->req.error == NULL) {
             c->req.error = why;
@@ -309,7 +313,9 @@ lg_client_close(struct lg_client *c, const char *why)
         c->ops->abort(c, LG_FAIL_ABORTED); /* a client gone was told before */
         client_log(c);
     }
-    client_end_request(c);
+    if (!c->parked) {
+        client_end_request(c);
+    }
     lg_client_set_state(c, LG_CLIENT_ST_CLOSING);
     TAILQ_REMOVE(&c->w->clients, c, link);
     c->w->nclients--;
@@ -317,7 +323,13 @@ lg_client_close(struct lg_client *c, const char *why)
     lg_connlimit_release(c->w->gw->connlimit, (const struct sockaddr *)&c->addr);
     bufferevent_setcb(c->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-    lg_worker_reap(c->w, &c->reap);
+    client_idle_end(c);
+    c->reap.free = client_free;
+    if (c->park_queued) {
+        c->park_queued = false; /* already on the reap list: freed instead */
+    } else {
+        lg_worker_reap(c->w, &c->reap);
+    }
 }
 
 /* The worker's reaper: the client is closed and nothing refers to it. */
@@ -328,6 +340,148 @@ client_free(struct lg_reap *r)
 
     bufferevent_free(c->bev);
     free(c);
+}
+
+/* ---- idle keep-alive connections: parked ----------------------------------- */
+
+/*
+ * A keep-alive connection between requests holds no request, so it gives
+ * back the request's part of struct lg_client (which ends with it, three
+ * quarters of it): it is shrunk to CLIENT_PARKED_SIZE, and its next
+ * request's first bytes grow it back. When: after its first request, at
+ * once, into a new block (many clients send one request and then wait: the
+ * whole block is what the next connection takes); after later ones, in
+ * place, once it has been idle for CLIENT_PARK_AFTER_MS (a busy connection
+ * does not pay a shrink and a growth per request: the worker's idle list
+ * costs it a link and an unlink). Both happen at the top of the loop (the
+ * reaper, the park timer), where nothing below holds a pointer to the
+ * client. glibc shrinks in place, and grows in place while the freed tail
+ * is still free; where the client moves, client_resize() points at the new
+ * place what points at a client between requests: the worker's list, the
+ * bufferevent's callbacks, the parser. Nothing reads `req` of a parked
+ * client.
+ */
+#define CLIENT_PARKED_SIZE   offsetof(struct lg_client, req)
+#define CLIENT_PARK_AFTER_MS 1000
+
+/*
+ * To `size` bytes, by realloc(), or (`fresh`, for a shrink) by a copy into a
+ * new block, so that the whole old one goes back whole, for the next
+ * connection's client, instead of leaving a hole behind the parked one.
+ */
+static struct lg_client *
+client_resize(struct lg_client *c, size_t size, bool fresh)
+{
+    struct lg_worker *w = c->w;
+    struct lg_client *p;
+    bufferevent_data_cb rcb, wcb;
+    bufferevent_event_cb ecb;
+
+    TAILQ_REMOVE(&w->clients, c, link);
+    if (fresh) {
+        p = lg_xmalloc(size);
+        memcpy(p, c, size);
+        free(c);
+    } else {
+        p = lg_xrealloc(c, size);
+    }
+    TAILQ_INSERT_TAIL(&w->clients, p, link);
+    if (p != c) {
+        bufferevent_getcb(p->bev, &rcb, &wcb, &ecb, NULL);
+        bufferevent_setcb(p->bev, rcb, wcb, ecb, p);
+        p->parser.data = p;
+    }
+    return p;
+}
+
+/* Parks c if it is still between requests. */
+static void
+client_park(struct lg_client *c, bool fresh)
+{
+    if (c->parked || c->state != LG_CLIENT_ST_READ_HEAD || c->req.t_start != 0
+        || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+        return; /* its next request began meanwhile */
+    }
+    lg_hdrs_release(&c->req.hdrs);
+    c = client_resize(c, CLIENT_PARKED_SIZE, fresh);
+    c->parked = true;
+}
+
+/* The reaper's call: parks a client after its first request. */
+static void
+client_on_reap_park(struct lg_reap *r)
+{
+    struct lg_client *c = LG_CONTAINER_OF(r, struct lg_client, reap);
+
+    c->park_queued = false;
+    c->reap.free = client_free;
+    client_park(c, true);
+}
+
+static void
+client_idle_end(struct lg_client *c)
+{
+    if (c->idle) {
+        c->idle = false;
+        TAILQ_REMOVE(&c->w->idle, c, idle_link);
+    }
+}
+
+/* Between requests (nothing pipelined): parked now, or in a while. */
+static void
+client_idle_begin(struct lg_client *c, uint64_t now)
+{
+    struct lg_worker *w = c->w;
+    struct timeval tv;
+
+    if (c->park_queued || c->parked || c->idle) {
+        return;
+    }
+    if (c->requests == 1) {
+        c->park_queued = true;
+        c->reap.free = client_on_reap_park;
+        lg_worker_reap(w, &c->reap);
+        return;
+    }
+    c->idle = true;
+    c->idle_since = now;
+    TAILQ_INSERT_TAIL(&w->idle, c, idle_link);
+    if (!evtimer_pending(w->park_ev, NULL)) {
+        evtimer_add(w->park_ev, lg_timeval_ms(CLIENT_PARK_AFTER_MS, &tv));
+    }
+}
+
+void
+lg_client_on_park(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_worker *w = arg;
+    uint64_t now = lg_now_ns(), after = CLIENT_PARK_AFTER_MS * LG_NS_PER_MS;
+    struct lg_client *c;
+    struct timeval tv;
+
+    (void)fd;
+    (void)what;
+    while ((c = TAILQ_FIRST(&w->idle)) != NULL && now - c->idle_since >= after) {
+        client_idle_end(c);
+        client_park(c, false);
+    }
+    if (c != NULL) {
+        evtimer_add(w->park_ev,
+                    lg_timeval_ms((c->idle_since + after - now) / LG_NS_PER_MS + 1, &tv));
+    }
+}
+
+/* A parked client's next request begins: a whole struct lg_client again. */
+static struct lg_client *
+client_unpark(struct lg_client *c)
+{
+    const struct lg_config *conf = c->w->fleet->conf;
+
+    c = client_resize(c, sizeof(*c), false);
+    c->parked = false;
+    memset(&c->req, 0, sizeof(c->req));
+    lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
+    return c;
 }
 
 #define CLIENT_LINGER_MS 2000
@@ -383,9 +537,10 @@ client_next_request(struct lg_client *c)
     struct lg_request *req = &c->req;
     bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
                        || c->w->draining;
-    uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns;
+    uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns, end_ns;
 
     client_log(c);
+    end_ns = req->t_end;
     took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
     client_end_request(c);
     c->requests++;
@@ -415,13 +570,15 @@ client_next_request(struct lg_client *c)
     lg_bevio_enable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
         client_parse(c); /* a pipelined request is waiting */
+    } else {
+        client_idle_begin(c, end_ns);
     }
 }
 
 void
 lg_client_drain(struct lg_client *c)
 {
-    if (c->state == LG_CLIENT_ST_READ_HEAD && c->req.t_start == 0) {
+    if (c->parked || (c->state == LG_CLIENT_ST_READ_HEAD && c->req.t_start == 0)) {
         lg_client_close(c, "draining");
     }
     /* others get Connection: close on their response and close after it */
@@ -478,28 +635,45 @@ client_on_head(struct lg_client *c)
     llhttp_t *p = &c->parser;
     const struct lg_config *conf = lg_client_conf(c);
     struct lg_auth_refusal no;
-    const struct lg_hdr *expect;
+    const struct lg_hdr *expect, *te;
+    const char *bad;
+    bool has_body;
+    int status;
 
     req->method = (uint8_t)p->method;
     req->http_minor = p->http_minor;
     lg_hdrs_mark_hop_by_hop(&req->hdrs);
     client_set_request_id(c);
+    if (p->http_major == 0) {
+        /* llhttp's HTTP/0.9: a request line without a version */
+        lg_client_fail(c, 400, "bad_request", "the request line has no HTTP version");
+        return LG_EINVAL;
+    }
     if (p->http_major != 1) {
-        lg_client_fail(c, 400, "bad_request", "only HTTP/1.0 and HTTP/1.1 are supported");
+        lg_client_fail(c, 505, "http_version_not_supported",
+                       "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1", p->http_major,
+                       p->http_minor);
         return LG_EINVAL;
     }
-    if (lg_headcheck_fields(&req->hdrs, req->http_minor) != NULL) {
-        req->flags |= LG_REQ_F_CLOSE;
-        lg_client_fail(c, 400, "bad_request", "%s",
-                       lg_headcheck_fields(&req->hdrs, req->http_minor));
+    bad = lg_headcheck_fields(&req->hdrs, req->http_minor);
+    if (bad == NULL) {
+        bad = lg_headcheck_target(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
+    }
+    if (bad != NULL) {
+        lg_client_fail(c, 400, "bad_request", "%s", bad);
         return LG_EINVAL;
     }
-    if (req->hdrs.url_len == 0 || req->hdrs.buf[req->hdrs.url_off] != '/') {
-        req->flags |= LG_REQ_F_CLOSE;
-        lg_client_fail(c, 400, "bad_request", "the request target must be an absolute path");
+    te = (p->flags & F_CHUNKED) ? lg_hdrs_find(&req->hdrs, "transfer-encoding") : NULL;
+    status = te != NULL
+                 ? lg_headcheck_transfer_coding(lg_hdrs_value(&req->hdrs, te), te->value_len, &bad)
+                 : 0;
+    if (status != 0) {
+        lg_client_fail(c, status, status == 501 ? "unsupported_transfer_coding" : "bad_request",
+                       "%s", bad);
         return LG_EINVAL;
     }
-    if (lg_auth_head(c->w->gw->keys, req, &no) != LG_OK) {
+    has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if (lg_auth_head(c->w->gw->keys, req, has_body, &no) != LG_OK) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return LG_EINVAL;
     }
@@ -518,7 +692,12 @@ client_on_head(struct lg_client *c)
         evbuffer_add(bufferevent_get_output(c->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
     }
     lg_client_set_state(c, LG_CLIENT_ST_READ_BODY);
-    c->read_tmo_want = conf->timeouts.client_body_ms; /* set by client_parse() */
+    /* until a body byte comes, the read timeout is the lesser of its idle
+     * time and its grace (reader.c: the deadline counts from the head's end) */
+    c->read_tmo_want = conf->timeouts.client_body_min_rate == 0
+                           ? conf->timeouts.client_body_ms
+                           : LG_MIN(conf->timeouts.client_body_ms,
+                                    conf->timeouts.client_body_grace_ms); /* client_parse() */
     return LG_OK;
 }
 
@@ -536,15 +715,17 @@ client_parse_error(struct lg_client *c, int err)
         client_set_request_id(c);
     }
     if (err == HPE_USER && req->reject_status == 400) {
-        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s",
-                       llhttp_get_error_reason(&c->parser));
+        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s", req->reject_why);
+        return;
+    }
+    if (err == HPE_USER && req->reject_status == 505) {
+        lg_client_fail(c, 505, req->reject_code,
+                       "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1",
+                       c->parser.http_major, c->parser.http_minor);
         return;
     }
     if (err == HPE_USER && req->reject_status != 0) {
-        lg_client_fail(c, req->reject_status, req->reject_code,
-                       req->reject_status == 413   ? "the request body exceeds the limit"
-                       : req->reject_status == 414 ? "the request line is too long"
-                                                   : "the request head is too large");
+        lg_client_fail(c, req->reject_status, req->reject_code, "%s", req->reject_why);
         return;
     }
     lg_client_fail(c, 400, "bad_request", "malformed HTTP request: %s",
@@ -599,6 +780,10 @@ client_on_read(struct bufferevent *bev, void *arg)
     struct lg_client *c = arg;
 
     (void)bev;
+    client_idle_end(c);
+    if (c->parked) {
+        c = client_unpark(c);
+    }
     if (c->state == LG_CLIENT_ST_READ_HEAD || c->state == LG_CLIENT_ST_READ_BODY) {
         size_t budget = LG_BEVIO_READ_BUDGET, want, got;
 
@@ -636,6 +821,9 @@ client_on_write(struct bufferevent *bev, void *arg)
 {
     struct lg_client *c = arg;
 
+    if (c->parked) {
+        return; /* idle: nothing to write */
+    }
     if (c->state == LG_CLIENT_ST_RELAY) {
         c->ops->drained(c);
     } else if (c->state == LG_CLIENT_ST_FLUSH
@@ -654,6 +842,17 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         return; /* TLS handshake done: the request comes next */
     }
+    if (c->parked) {
+        /* idle between requests: its time is up, or it left */
+        if ((what & BEV_EVENT_TIMEOUT)
+            && lg_now_ns() - c->read_armed_ns < c->read_tmo_ms * (LG_NS_PER_MS / 2)) {
+            lg_bevio_enable(c->bev, EV_READ); /* stale (see below) */
+            return;
+        }
+        lg_client_close(c, (what & BEV_EVENT_TIMEOUT) ? "keepalive_timeout"
+                                                  : lg_fail_name(LG_FAIL_CLIENT_CLOSED));
+        return;
+    }
     if (c->state == LG_CLIENT_ST_LINGER) {
         lg_client_close(c, "done"); /* the client finished, or its time is up */
         return;
@@ -661,7 +860,8 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
             if (req->t_start == 0) {
-                lg_client_close(c, "client_stalled"); /* between requests: nothing to log */
+                /* between requests: nothing to log */
+                lg_client_close(c, lg_fail_name(LG_FAIL_CLIENT_STALLED));
             } else {
                 lg_client_cut(c, LG_FAIL_CLIENT_STALLED);
             }
@@ -680,7 +880,13 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
             if (req->id[0] == '\0') {
                 client_set_request_id(c);
             }
-            lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+            if (lg_reader_is_late(c, lg_now_ns())) {
+                lg_client_fail(c, 408, "request_timeout",
+                               "the request body arrives slower than the gateway accepts "
+                               "(timeouts.client_body_min_rate)");
+            } else {
+                lg_client_fail(c, 408, "request_timeout", "the request was not received in time");
+            }
         } else if (c->state != LG_CLIENT_ST_FLUSH) {
             /* a response is on its way: the read side only watches for the
              * client leaving, and its timeout starts again */
@@ -691,14 +897,19 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     }
     /* EOF or error: the client is gone. Stop the engine at once. */
     if (req->flags & LG_REQ_F_STARTED) {
-        req->error = "client_closed";
+        if (!(req->flags & LG_REQ_F_LOGGED)) {
+            /* gone before the end of its answer: 499, with what it was sent
+             * (the head said 200; the log says the client did not take it all) */
+            req->status = lg_fail_status(LG_FAIL_CLIENT_CLOSED);
+        }
+        req->error = lg_fail_name(LG_FAIL_CLIENT_CLOSED);
         c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     } else if (req->flags & LG_REQ_F_PROXIED) {
-        req->status = 499;
-        req->error = "client_closed";
+        req->status = lg_fail_status(LG_FAIL_CLIENT_CLOSED);
+        req->error = lg_fail_name(LG_FAIL_CLIENT_CLOSED);
         c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     }
-    lg_client_close(c, "client_closed");
+    lg_client_close(c, lg_fail_name(LG_FAIL_CLIENT_CLOSED));
 }
 
 int
@@ -708,7 +919,7 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
     struct lg_client *c;
     const struct lg_config *conf = w->fleet->conf;
     const int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
-    int one = 1;
+    int one = 1, lowat = (int)LG_MIN(conf->limits.stream_buffer_bytes, (size_t)INT32_MAX);
 
     c = lg_xcalloc(1, sizeof(*c));
     if (ssl != NULL) {
@@ -744,6 +955,15 @@ lg_client_new(struct lg_worker *w, int fd, const struct sockaddr *sa, int salen,
         snprintf(c->addr_str, sizeof(c->addr_str), "unix");
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /*
+     * The kernel keeps at most stream_buffer_bytes unsent for the client (a
+     * write past it is short, and the socket is writable again under it):
+     * a client that reads nothing (a zero window) then fills our output,
+     * whose write timeout (client_stall) cuts it and stops the engine, instead
+     * of its stream flowing into a send buffer that autotuning grew to
+     * megabytes, unseen, for as long as the engine generates.
+     */
+    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
     lg_reader_init(c);
     lg_hdrs_init(&c->req.hdrs, (uint32_t)conf->limits.max_header_bytes, conf->limits.max_headers);
     c->state = LG_CLIENT_ST_READ_HEAD;

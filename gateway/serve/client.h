@@ -13,6 +13,8 @@
 
 #include <sys/socket.h>
 
+#include <event2/util.h>
+
 #include "base/lg_core.h"
 #include "serve/client_types.h"
 
@@ -71,6 +73,12 @@ void lg_client_set_state(struct lg_client *c, enum lg_client_state to);
 
 /* The worker is draining: close if idle, else close after the current response. */
 void lg_client_drain(struct lg_client *c);
+
+/*
+ * The worker's park timer (w->park_ev, arg w): keep-alive clients idle for a
+ * while give back their request's memory until their next request.
+ */
+void lg_client_on_park(evutil_socket_t fd, short what, void *arg);
 
 /*
  * Has client_on_write() run when the client's output drains (a paused

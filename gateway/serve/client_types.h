@@ -21,6 +21,7 @@
 #include "http/openai.h"
 #include "http/sse.h"
 #include "route/router.h"
+#include "route/tried.h"
 #include "serve/attempt_types.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
@@ -72,6 +73,8 @@ struct lg_req_tries {
     uint8_t resume_fail;         /* why a stream it could continue was cut (enum lg_stats_resume) */
     float hedge_after_ms;        /* the first token's deadline (hedge.c); 0: none */
     uint32_t resumed;            /* continuations begun (resume.c) */
+    struct lg_tried tried;       /* their backends, which the next pick skips (route/tried.h;
+                                    what it allocates is freed at the request's release) */
     struct lg_attempt_log *log;  /* owned: the ended ones no longer current, while the
                                     access log is on (attempt.c); NULL: none */
     uint64_t resume_pause_ns;    /* the pauses the client saw, last token to first after */
@@ -86,9 +89,13 @@ struct lg_request {
     struct lg_hdrs hdrs;          /* request head */
     struct evbuffer *body;        /* owned; request body as received */
     uint64_t body_bytes;
-    uint64_t head_bytes;
+    uint64_t head_bytes;          /* the head and the body's framing, as received */
+    uint64_t frame_bytes;         /* a chunked body's framing: size lines, extensions, trailers */
+    uint64_t meta_bytes;          /* of which chunk extensions and trailer fields */
+    uint64_t t_body;              /* the head's end: the body's deadline counts from here (reader.c) */
     int reject_status;            /* set by a parser callback that refuses the request */
     const char *reject_code;
+    const char *reject_why;       /* static: the error body's message */
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
@@ -103,7 +110,6 @@ struct lg_request {
                                      before the first pick */
     struct lg_attempt own;        /* where its attempts run, but a hedge's duplicate (hedge.c) */
     struct lg_req_tries tries;
-    uint64_t tried_mask;
     struct event *timer;          /* owned: total deadline */
     struct lg_sse sse;
     struct lg_json_probe probe;   /* non-streaming bodies */
@@ -175,9 +181,15 @@ struct lg_client {
     uint64_t read_tmo_ms;           /* the read timeout set on bev (ms, 0 = none) */
     uint64_t write_tmo_ms;          /* the write timeout set on bev */
     uint64_t read_armed_ns;         /* when the read timeout was last armed by us */
-    struct lg_request req;
     TAILQ_ENTRY(lg_client) link;    /* worker's clients list */
-    struct lg_reap reap;            /* the worker frees it (lg_client_close) */
+    TAILQ_ENTRY(lg_client) idle_link; /* worker's idle list, while `idle` */
+    uint64_t idle_since;            /* between requests since (ns), while `idle` */
+    struct lg_reap reap;            /* the worker frees it (lg_client_close), or parks it */
+    bool idle;                      /* on the worker's idle list: parked in a while */
+    bool park_queued;               /* reap is queued to park it now */
+    bool parked;                    /* between requests: the allocation ends here, no `req` */
+    /* last: an idle keep-alive connection gives it back (client.c, client_park) */
+    struct lg_request req;
 };
 
 #define LG_CONN_LOG(level, c, fmt, ...)                                             \

@@ -1,7 +1,7 @@
 /*
  * gateway.c: what the gateway's workers run, assembled: the worker_ops a
- * worker's loop calls (worker.h). It attaches the listeners and the pools'
- * purge timer, gives LG_WORKER_CMD_ADMIT to the admission queue, closes the
+ * worker's loop calls (worker.h). It attaches the listeners, the pools'
+ * purge timer and the idle clients' park timer, gives LG_WORKER_CMD_ADMIT to the admission queue, closes the
  * pooled connections a new fleet no longer needs, drains, and closes what
  * is left after the loop. Each runs on the worker's thread.
  *
@@ -24,7 +24,8 @@ static int
 gateway_attach(struct lg_worker *w)
 {
     w->purge_ev = evtimer_new(w->base, lg_upstream_on_purge, w);
-    if (w->purge_ev == NULL) {
+    w->park_ev = evtimer_new(w->base, lg_client_on_park, w);
+    if (w->purge_ev == NULL || w->park_ev == NULL) {
         return LG_ENOMEM;
     }
     return lg_listener_attach(w);

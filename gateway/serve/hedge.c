@@ -355,12 +355,13 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
 {
     struct lg_request *req = &c->req;
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint64_t mask = req->tried_mask | lg_attempt_backend_bit(c, req->att->backend);
     struct lg_attempt *a = &h->dup;
 
     lg_attempt_init(a, LG_ATTEMPT_HEDGE);
+    /* the tried set holds the request's attempt's backend (since its launch) */
     if (route == NULL
-        || lg_router_pick(req->fleet->router, route, &req->route, mask, &a->pick) != LG_OK) {
+        || lg_router_pick(req->fleet->router, route, &req->route, &req->tries.tried, &a->pick)
+               != LG_OK) {
         return false;
     }
     if (h->ops->launch(c, a) != LG_OK) {
@@ -422,7 +423,7 @@ hedge_new(struct lg_client *c, struct lg_attempt *a, const struct lg_hedge_ops *
     if (req->tries.n <= 1) { /* the request's share of the budget, at its first */
         lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1, false);
     }
-    if (!lg_router_has_candidate(route, req->tried_mask | lg_attempt_backend_bit(c, a->backend))) {
+    if (!lg_router_has_candidate(route, &req->tries.tried)) { /* a's backend in it (launched) */
         return NULL; /* no other backend could take a duplicate: nothing to hold for */
     }
     h = lg_xcalloc(1, sizeof(*h));

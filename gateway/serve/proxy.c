@@ -97,17 +97,11 @@ proxy_conf(const struct lg_client *c)
     return c->req.fleet->conf;
 }
 
-/* How long an attempt waits for its answer: a continuation's client is
- * mid-stream, so stream_idle bounds that silence too. */
+/* How long an attempt waits for its answer (attempt.c). */
 static uint64_t
 proxy_first_byte_ms(const struct lg_client *c, const struct lg_attempt *a)
 {
-    const struct lg_config *conf = proxy_conf(c);
-
-    if (a->kind == LG_ATTEMPT_CONTINUATION) {
-        return LG_MIN(conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
-    }
-    return conf->timeouts.first_byte_ms;
+    return lg_attempt_first_byte_ms(&proxy_conf(c)->timeouts, a);
 }
 
 /* The first-byte timeout starts now (a pooled connection keeps its stream-idle write timeout). */
@@ -231,8 +225,8 @@ proxy_can_retry(struct lg_client *c, enum lg_fail why)
         return false;
     }
     route = lg_attempt_route(c);
-    if (!lg_router_has_candidate(route, req->tried_mask)
-        && !lg_admission_can_wait(route, req->tried_mask)) {
+    if (!lg_router_has_candidate(route, &req->tries.tried)
+        && !lg_admission_can_wait(route, &req->tries.tried)) {
         return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
@@ -306,7 +300,7 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
     struct lg_attempt *a = lg_attempt_next(c, kind);
-    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, req->tried_mask,
+    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
                             &a->pick);
 
     /* a continuation does not queue: its client is mid-stream */
@@ -353,11 +347,10 @@ proxy_admitted(struct lg_client *c)
 static int
 proxy_launch(struct lg_client *c, struct lg_attempt *a)
 {
-    struct lg_request *req = &c->req;
     struct lg_backend *b = a->pick.backend;
     struct lg_upconn *u;
 
-    req->tried_mask |= lg_attempt_backend_bit(c, b);
+    lg_attempt_set_tried(c, b, true);
     lg_attempt_begin(c, a);
     /* 5. upstream: a pooled connection, or a new one, carries the request */
     if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
@@ -440,7 +433,7 @@ proxy_st_wait_head(struct lg_client *c, struct lg_attempt *a, short what)
     if (a == c->req.att && a->up_reused && a->up_bytes == 0
         && evbuffer_get_length(bufferevent_get_input(u->bev)) == 0) {
         /* a keep-alive race, not the backend's fault: sent again, counted nowhere */
-        c->req.tried_mask &= ~lg_attempt_backend_bit(c, u->b);
+        lg_attempt_set_tried(c, u->b, false);
         c->req.tries.n--;
         lg_attempt_end(c, a, LG_FAIL_POOL_RACE, false);
         proxy_attempt(c, a->kind);
@@ -781,6 +774,7 @@ proxy_release(struct lg_client *c)
         event_free(req->timer);
         req->timer = NULL;
     }
+    lg_tried_clear(&req->tries.tried);
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

@@ -22,9 +22,17 @@ void lg_reader_init(struct lg_client *c);
 /*
  * Parses what c's input holds while c reads a request (LG_CLIENT_ST_READ_HEAD
  * or _READ_BODY): head bytes are consumed into req.hdrs, body bytes moved
- * into req.body. On an error its llhttp errno is in *err. While the head is
- * not all in, sets c->read_tmo_want to what is left of its time.
+ * into req.body. On an error its llhttp errno is in *err (HPE_USER: a limit
+ * or a check refused it, req.reject_status, _code and _why say how). While
+ * the request is not all in, sets c->read_tmo_want to what is left of its
+ * time: the head's, or the body's idle time within its deadline.
  */
 int lg_reader_run(struct lg_client *c, int *err);
+
+/*
+ * Is c's body past its whole-body deadline at `now` (timeouts.client_body_grace
+ * plus a second per client_body_min_rate bytes received)? While c reads one.
+ */
+bool lg_reader_is_late(const struct lg_client *c, uint64_t now);
 
 #endif /* LG_READER_H */

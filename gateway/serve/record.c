@@ -71,6 +71,15 @@ record_tokens(const struct lg_request *req)
     return (uint64_t)usage + (req->tries.resumed > 0 ? req->tries.resume_events : 0);
 }
 
+/* An answer that started: one that ended (2xx), or whose client left in the
+ * middle (499 after the first byte). Its first token and tokens are real. */
+static bool
+record_answered(const struct lg_request *req)
+{
+    return (req->status >= 200 && req->status < 300)
+           || (req->status == 499 && (req->flags & LG_REQ_F_STARTED));
+}
+
 /* Counts the request by route and status, its routing decision, and on its
  * backend: latencies, tokens, prompt bytes. */
 static void
@@ -106,14 +115,14 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
     if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
         STAT_ADD(&bm->stream_errors, 1); /* the status was sent before the engine failed */
     }
-    if (status < 200 || status >= 300) {
+    if (!record_answered(req)) {
         return; /* latencies describe answers, not failures (counted by status) */
     }
     if (req->t_first_token != 0 && req->t_first_token >= req->t_start) {
         lg_hist_observe(&bm->ttft, lg_hist_latency_bounds,
                         (double)(req->t_first_token - req->t_start) / 1e9);
     }
-    if (req->t_end != 0 && req->t_end >= req->t_start) {
+    if (status != 499 && req->t_end != 0 && req->t_end >= req->t_start) {
         lg_hist_observe(&bm->duration, lg_hist_latency_bounds,
                         (double)(req->t_end - req->t_start) / 1e9);
     }
@@ -594,7 +603,7 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"ttfb\":");
     line_ms(&l, req->t_start, record_first_byte(req));
     line_lit(&l, ",\"ttft\":");
-    line_ms(&l, req->t_start, req->status >= 200 && req->status < 300 ? req->t_first_token : 0);
+    line_ms(&l, req->t_start, record_answered(req) ? req->t_first_token : 0);
     line_lit(&l, ",\"total\":");
     line_ms(&l, req->t_start, req->t_end);
     line_lit(&l, ",\"tokens\":");

@@ -187,6 +187,7 @@ lg_relay_start(struct lg_upconn *u)
 {
     u->resp_1xx = false;
     u->resp_done = false;
+    u->head_t_ns = 0;
     lg_hdrs_reset(&u->hdrs);
     llhttp_init(&u->parser, HTTP_RESPONSE, &relay_settings);
     u->parser.data = u;
@@ -490,6 +491,30 @@ relay_up_more(const struct lg_client *c, const struct lg_upconn *u, size_t budge
     return (size_t)LG_MIN(LG_MIN((uint64_t)budget, u->parser.content_length), (uint64_t)high);
 }
 
+/*
+ * A head that has begun must end within the attempt's first-byte timeout
+ * (lg_attempt_first_byte_ms(): a continuation's no longer than stream_idle
+ * either), counted from its first byte, interim (1xx) responses included:
+ * the read timeout alone is re-armed by every read, and a backend trickling
+ * a header line at a time, or 1xx heads one after another, would hold the
+ * request as long as it likes. The read timeout is set to what is left;
+ * when it fires the attempt fails as LG_FAIL_FIRST_BYTE_TIMEOUT (504,
+ * retried as routing.retry.on says: proxy.c's WAIT_HEAD).
+ */
+static void
+relay_head_deadline(const struct lg_client *c, struct lg_upconn *u)
+{
+    uint64_t ms = lg_attempt_first_byte_ms(&c->req.fleet->conf->timeouts, u->attempt);
+    uint64_t now = lg_now_ns(), spent;
+    struct timeval tv;
+
+    if (u->head_t_ns == 0) {
+        u->head_t_ns = now;
+    }
+    spent = (now - u->head_t_ns) / LG_NS_PER_MS;
+    lg_bevio_read_timeout(u->bev, lg_timeval_ms(spent < ms ? ms - spent : 1, &tv));
+}
+
 int
 lg_relay_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in,
               struct lg_relay_read *rd, int *err_out)
@@ -512,6 +537,9 @@ lg_relay_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in,
                 return LG_RELAY_ERROR;
             }
             if (consumed == avail) {
+                if (avail > 0) {
+                    relay_head_deadline(c, u);
+                }
                 return LG_RELAY_MORE; /* need more of the head */
             }
             continue;

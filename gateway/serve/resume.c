@@ -283,8 +283,10 @@ lg_resume_feed(struct lg_client *c, const char *at, size_t n)
     if (from < n) {
         evbuffer_add(r->stage, at + from, n - (size_t)from);
     }
-    if (evbuffer_get_length(r->stage) > RESUME_EVENT_MAX) {
-        /* no event is this long: send it as it comes, and give up its bounds */
+    if (r->lost || evbuffer_get_length(r->stage) > RESUME_EVENT_MAX) {
+        /* no event is this long: send it as it comes, and give up its bounds
+         * (from then on every byte goes as it comes: the stream cannot go on
+         * elsewhere, and a cut must not drop what the engine sent) */
         r->lost = true;
         r->span = r->front + evbuffer_get_length(r->stage); /* all of it staged */
         resume_send(r, evbuffer_get_length(r->stage));
@@ -518,7 +520,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
     if (req->info.max_tokens > 0 && req->content_events >= (uint64_t)req->info.max_tokens) {
         return LG_STATS_RESUME_COMPLETE;
     }
-    if (!lg_router_has_candidate(req->models, req->tried_mask)) {
+    if (!lg_router_has_candidate(req->models, &req->tries.tried)) {
         return LG_STATS_RESUME_NO_BACKEND;
     }
     if (!resume_continuable(c, r)) {

@@ -47,6 +47,7 @@ struct lg_upconn {
     uint32_t requests;            /* requests sent on this connection */
     bool resp_1xx;                /* parsing an interim (1xx) response: skip it */
     bool resp_done;               /* the response message is complete */
+    uint64_t head_t_ns;           /* the response head's first byte came; 0: none yet */
     uint64_t idle_since_ns;
     TAILQ_ENTRY(lg_upconn) link;  /* pool idle list */
     struct lg_reap reap;          /* the worker frees it once closed */

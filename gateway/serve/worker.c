@@ -212,6 +212,7 @@ lg_worker_init(struct lg_gateway *gw, struct lg_worker *w, unsigned id)
     w->cmd_fd = -1;
     TAILQ_INIT(&w->reap);
     TAILQ_INIT(&w->clients);
+    TAILQ_INIT(&w->idle);
     /*
      * No lock: only this thread touches the base (others post through the
      * eventfd), and with evthread_use_pthreads() on, libevent would take the
@@ -260,6 +261,9 @@ lg_worker_destroy(struct lg_worker *w)
     }
     if (w->purge_ev != NULL) {
         event_free(w->purge_ev);
+    }
+    if (w->park_ev != NULL) {
+        event_free(w->park_ev);
     }
     if (w->cmd_ev != NULL) {
         event_free(w->cmd_ev);

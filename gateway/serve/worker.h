@@ -94,8 +94,11 @@ struct lg_worker {
     uint32_t cmd;               /* atomic: pending LG_WORKER_CMD_* bits */
     struct event *reap_ev;      /* frees what reap holds */
     struct event *purge_ev;     /* closes pooled connections above the kept count */
+    struct event *park_ev;      /* parks keep-alive clients idle a while (client.c) */
     struct lg_reap_list reap;   /* closed clients and upstream connections */
     struct lg_client_list clients; /* every open client connection */
+    struct lg_client_list idle;    /* keep-alive clients between requests, to be parked,
+                                      longest idle first (client.c) */
     uint32_t nclients;
     struct lg_fleet *fleet;   /* one reference: the fleet new requests use */
     struct lg_alog_buf *alog; /* this worker's access-log buffer (NULL: off) */

@@ -15,41 +15,21 @@
 #include <llmgate/plugin.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 struct least_kv {
     double ms_per_full;
 };
 
-/* Options: {} or {"ms_per_full": N}, N >= 0. No JSON library: a plugin links nothing. */
+/* Options: {} or {"ms_per_full": N}, N >= 0, read with the host's getter
+ * (which refuses anything else at its place in the config). */
 static int
-least_kv_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+least_kv_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
                 size_t errlen)
 {
     struct least_kv *s;
-    const char *p = options, *key;
-    double v = 1000;
-    char *end;
+    double v;
 
-    (void)host;
-    while (*p == ' ' || *p == '{') {
-        p++;
-    }
-    key = strstr(p, "\"ms_per_full\"");
-    if (key == p) {
-        p = strchr(key, ':');
-        v = p ? strtod(p + 1, &end) : -1;
-        if (p == NULL || end == p + 1 || v < 0) {
-            snprintf(err, errlen, "/ms_per_full: must be a number >= 0");
-            return -1;
-        }
-        p = end;
-        while (*p == ' ') {
-            p++;
-        }
-    }
-    if (strcmp(p, "}") != 0) {
-        snprintf(err, errlen, "/: unknown option (known: ms_per_full)");
+    if (host->opt_number(opts, "ms_per_full", 1000, 0, 1e12, &v) != 0) {
         return -1;
     }
     s = malloc(sizeof(*s));
@@ -78,10 +58,8 @@ least_kv_score(void *state, const struct lg_route_info *req,
     for (size_t i = 0; i < n; i++) {
         const struct lg_backend_view *v = cands[i];
         double u = v->engine_kv_usage;
-        int stale = v->size < offsetof(struct lg_backend_view, flags) + sizeof(v->flags)
-                    || (v->flags & LG_VIEW_F_STALE);
 
-        cost[i] = (u >= 0 && !stale) ? s->ms_per_full * u * u : 0;
+        cost[i] = (u >= 0 && !(v->flags & LG_VIEW_F_STALE)) ? s->ms_per_full * u * u : 0;
     }
     *why = "least_kv_usage";
 }

@@ -11,14 +11,14 @@
  *               "pipeline": [{"policy": "oracle",
  *                             "options": {"shm": "/dev/shm/bench/%s.state"}}]}
  *
- * Options (a flat JSON object; keys starting with '#' are comments):
+ * Options (read with the host's getters; keys starting with '#' are comments):
  *   shm           path of a candidate's state file, "%s" standing for its
  *                 backend name (default: $LLMGATE_ORACLE_SHM)
  *   shared_bytes  bytes (roles included) of the prompt prefix that requests
  *                 with the same prefix hash share; 0 = only what the hash
- *                 covers (default 0)
- *   prefix_bytes  routing.prefix_bytes, for hosts whose route info does not
- *                 carry prefix_len (ABI 1.0; default 2048)
+ *                 covers (a size: default 0)
+ *   prefix_bytes  routing.prefix_bytes, for a route info too short to carry
+ *                 prefix_len (a size: default 2048)
  *
  * Prefix cache: the host hashes the prompt's first prefix_len bytes (roles and
  * contents) with lg_hstream (llmgate/hstream.h), then splitmix64, then sets
@@ -103,144 +103,33 @@ struct oracle {
 
 /* ---- options ------------------------------------------------------------- */
 
-static const char *
-oracle_skip_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
-        p++;
-    }
-    return p;
-}
-
-/* Reads a JSON string at p (at its opening quote) into out; returns past it or NULL. */
-static const char *
-oracle_read_string(const char *p, char *out, size_t outlen)
-{
-    size_t n = 0;
-
-    if (*p++ != '"') {
-        return NULL;
-    }
-    while (*p != '"') {
-        char c = *p++;
-
-        if (c == '\0' || (unsigned char)c < 0x20) {
-            return NULL;
-        }
-        if (c == '\\') {
-            c = *p++;
-            if (c != '"' && c != '\\' && c != '/') {
-                return NULL; /* paths and names need no other escape */
-            }
-        }
-        if (n + 1 >= outlen) {
-            return NULL;
-        }
-        out[n++] = c;
-    }
-    out[n] = '\0';
-    return p + 1;
-}
-
-/* Skips a scalar JSON value (string, number, true, false, null); NULL if it is not one. */
-static const char *
-oracle_skip_scalar(const char *p)
-{
-    char tmp[ORACLE_PATH_MAX];
-
-    if (*p == '"') {
-        return oracle_read_string(p, tmp, sizeof(tmp));
-    }
-    if (*p == '{' || *p == '[' || *p == '\0') {
-        return NULL;
-    }
-    while (*p != '\0' && *p != ',' && *p != '}' && *p != ' ' && *p != '\n') {
-        p++;
-    }
-    return p;
-}
-
+/* Reads the options through the host's getters (the host refuses unknown ones). */
 static int
-oracle_read_u64(const char *p, const char **end, uint64_t *out)
+oracle_options(struct oracle *o, const struct lg_host_api *host, struct lg_options *opts, char *err,
+               size_t errlen)
 {
-    char *e;
-    unsigned long long v;
+    const char *env = getenv("LLMGATE_ORACLE_SHM");
+    const char *shm = NULL;
+    const char *at;
+    int rc = host->opt_string(opts, "shm", env, &shm);
 
-    if (*p < '0' || *p > '9') {
+    rc |= host->opt_size(opts, "shared_bytes", 0, 0, 1ull << 40, &o->shared_bytes);
+    rc |= host->opt_size(opts, "prefix_bytes", 2048, 0, 1ull << 40, &o->prefix_bytes);
+    if (rc != 0) {
         return -1;
     }
-    errno = 0;
-    v = strtoull(p, &e, 10);
-    if (errno != 0 || v > (1ull << 40)) {
+    if (shm == NULL || (at = strstr(shm, "%s")) == NULL) {
+        snprintf(err, errlen,
+                 "/shm: required (a state-file path with \"%%s\" for the backend name), "
+                 "or set LLMGATE_ORACLE_SHM");
         return -1;
     }
-    *end = e;
-    *out = v;
-    return 0;
-}
-
-static int
-oracle_parse_options(struct oracle *o, const char *opts, char *err, size_t errlen)
-{
-    const char *p = oracle_skip_ws(opts);
-
-    if (*p++ != '{') {
-        snprintf(err, errlen, "/: options must be a JSON object");
+    if (strlen(shm) >= sizeof(o->shm_template) || strchr(shm, '%') != at
+        || strchr(at + 2, '%') != NULL) {
+        snprintf(err, errlen, "/shm: must be a path with one \"%%s\" (the backend name)");
         return -1;
     }
-    p = oracle_skip_ws(p);
-    while (*p != '}') {
-        char key[64];
-
-        p = oracle_read_string(p, key, sizeof(key));
-        if (p == NULL) {
-            snprintf(err, errlen, "/: expected a key (known: shm, shared_bytes, prefix_bytes)");
-            return -1;
-        }
-        p = oracle_skip_ws(p);
-        if (*p++ != ':') {
-            snprintf(err, errlen, "/%s: expected ':'", key);
-            return -1;
-        }
-        p = oracle_skip_ws(p);
-        if (key[0] == '#') {
-            p = oracle_skip_scalar(p);
-            if (p == NULL) {
-                snprintf(err, errlen, "/%s: comments must be scalars here", key);
-                return -1;
-            }
-        } else if (strcmp(key, "shm") == 0) {
-            p = oracle_read_string(p, o->shm_template, sizeof(o->shm_template));
-            if (p == NULL || strstr(o->shm_template, "%s") == NULL
-                || strchr(strstr(o->shm_template, "%s") + 2, '%') != NULL
-                || strchr(o->shm_template, '%') != strstr(o->shm_template, "%s")) {
-                snprintf(err, errlen, "/shm: must be a path with one \"%%s\" (the backend name)");
-                return -1;
-            }
-        } else if (strcmp(key, "shared_bytes") == 0 || strcmp(key, "prefix_bytes") == 0) {
-            uint64_t *dst = key[0] == 's' ? &o->shared_bytes : &o->prefix_bytes;
-
-            if (oracle_read_u64(p, &p, dst) != 0) {
-                snprintf(err, errlen, "/%s: must be an integer between 0 and 2^40", key);
-                return -1;
-            }
-        } else {
-            snprintf(err, errlen, "/%s: unknown option (known: shm, shared_bytes, prefix_bytes)",
-                     key);
-            return -1;
-        }
-        p = oracle_skip_ws(p);
-        if (*p == ',') {
-            p = oracle_skip_ws(p + 1);
-        } else if (*p != '}') {
-            snprintf(err, errlen, "/: expected ',' or '}' after /%s", key);
-            return -1;
-        }
-    }
-    if (*oracle_skip_ws(p + 1) != '\0') {
-        snprintf(err, errlen, "/: trailing text after the options object");
-        return -1;
-    }
+    snprintf(o->shm_template, sizeof(o->shm_template), "%s", shm);
     return 0;
 }
 
@@ -459,11 +348,9 @@ oracle_cached_tokens(const struct oracle *o, const struct llmsim_shm *s,
     uint64_t h0;
     uint64_t h1;
 
-#if LG_PLUGIN_ABI_MINOR >= 1
     if (req->size >= offsetof(struct lg_route_info, prefix_len) + sizeof(req->prefix_len)) {
         len = req->prefix_len;
     }
-#endif
     if (req->prefix_hash == 0 || block_bytes == 0 || len == 0 || len % block_bytes != 0) {
         return 0;
     }
@@ -491,29 +378,17 @@ oracle_cached_tokens(const struct oracle *o, const struct llmsim_shm *s,
 /* ---- ops ----------------------------------------------------------------- */
 
 static int
-oracle_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+oracle_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
               size_t errlen)
 {
     struct oracle *o = calloc(1, sizeof(*o));
-    const char *env = getenv("LLMGATE_ORACLE_SHM");
 
     if (o == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     o->host = host;
-    o->prefix_bytes = 2048;
-    if (env != NULL && strlen(env) < sizeof(o->shm_template)) {
-        snprintf(o->shm_template, sizeof(o->shm_template), "%s", env);
-    }
-    if (oracle_parse_options(o, options ? options : "{}", err, errlen) != 0) {
-        free(o);
-        return -1;
-    }
-    if (strstr(o->shm_template, "%s") == NULL) {
-        snprintf(err, errlen,
-                 "/shm: required (a state-file path with \"%%s\" for the backend name), "
-                 "or set LLMGATE_ORACLE_SHM");
+    if (oracle_options(o, host, opts, err, errlen) != 0) {
         free(o);
         return -1;
     }

@@ -27,7 +27,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == LG_OK) {
         /* routing: a policy, a pipeline, or neither (the default, ttft), never both */
         if (c == NULL || errs.n != 0 || c->nlisten == 0 || c->nbackends + c->ntemplates == 0
-            || c->workers == 0 || (c->routing.policy != NULL && c->routing.npipeline > 0)) {
+            || c->workers > LG_CONFIG_MAX_WORKERS || (c->routing.policy != NULL && c->routing.npipeline > 0)) {
             abort();
         }
         if (c->routing.npipeline > 0) {

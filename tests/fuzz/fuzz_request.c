@@ -10,8 +10,9 @@
  * Checks: no crash, no leak; whatever the client gets starts as an HTTP/1.1
  * response; and everything the backend received is a sequence of requests
  * that strict llhttp parses, each with exactly one Content-Length, no
- * Transfer-Encoding, one Host and only the gateway's Authorization: what the
- * gateway forwards is never ambiguous.
+ * Transfer-Encoding, one Host, only the gateway's Authorization, no field
+ * with an empty name and no fragment in its target: what the gateway
+ * forwards is never ambiguous.
  */
 #include <stdint.h>
 
@@ -101,10 +102,23 @@ fr_on_value(llhttp_t *p, const char *at, size_t n)
 }
 
 static int
+fr_on_url(llhttp_t *p, const char *at, size_t n)
+{
+    (void)p;
+    if (memchr(at, '#', n) != NULL) {
+        abort(); /* a fragment went to the backend */
+    }
+    return 0;
+}
+
+static int
 fr_on_value_complete(llhttp_t *p)
 {
     struct fr_msg *m = p->data;
 
+    if (m->field_len == 0 && !m->over) {
+        abort(); /* a field with an empty name (": x") went to the backend */
+    }
     if (!m->over) {
         m->cl += lg_str_ieq(m->field, m->field_len, "content-length");
         m->te += lg_str_ieq(m->field, m->field_len, "transfer-encoding");
@@ -134,6 +148,7 @@ fr_on_headers_complete(llhttp_t *p)
 }
 
 static const llhttp_settings_t fr_settings = {
+    .on_url = fr_on_url,
     .on_header_field = fr_on_field,
     .on_header_value = fr_on_value,
     .on_header_value_complete = fr_on_value_complete,

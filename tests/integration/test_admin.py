@@ -4,7 +4,9 @@ Drained: no new request goes to it, the stream running on it finishes,
 and it stays drained across a reload that keeps it; undrained: it takes
 traffic again. And the warnings an operator gets about risky settings
 (an admin listener open without a token among them), from --check-config
-and at start.
+and at start. And GET /admin/history, the status page's history: its
+token, its points as requests pass, `since`, a reload that would change it,
+and turned off.
 """
 
 import json
@@ -15,7 +17,7 @@ import subprocess
 import urllib.parse
 
 import harness
-from harness import Harness, chat_body, http_request, post_json
+from harness import Harness, chat_body, http_request, post_json, wait_until
 
 FAST = ["--decode-ms", "3", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "10"]
 
@@ -103,6 +105,84 @@ class AdminTest(Harness):
         self.assertEqual(self.action("r1", "explode")[0], 404)
         status, _, data = http_request(self.admin, "GET", "/admin/backends")
         self.assertEqual(json.loads(data)["backends"][0]["health"], "up")
+
+
+class HistoryApiTest(Harness):
+
+    def gateway(self, history, token=None):
+        backends = []
+        for n in ("r1", "r2"):
+            _, port = self.start_llmsim(n, args=FAST)
+            backends.append({"name": n, "url": "http://127.0.0.1:%d" % port, "models": ["m"]})
+        admin = {"listen": "127.0.0.1:0", "history": history}
+        if token:
+            admin["token"] = token
+        conf = self.base_config(backends, admin=admin)
+        gw, port = self.start_gateway(conf)
+        return conf, gw, port, int(gw.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+
+    def test_points_since_and_token(self):
+        conf, gw, port, admin = self.gateway({"resolution": "1s", "window": "10s"}, token="s3cret")
+        auth = {"Authorization": "Bearer s3cret"}
+
+        def history(query=""):
+            status, _, data = http_request(admin, "GET", "/admin/history" + query, headers=auth)
+            self.assertEqual(status, 200, data)
+            return json.loads(data)
+
+        self.assertEqual(http_request(admin, "GET", "/admin/history")[0], 401)
+        h = history()
+        self.assertEqual((h["resolution_s"], h["window_s"], h["capacity"]), (1, 10, 10))
+        self.assertEqual([b["name"] for b in h["backends"]], ["r1", "r2"])
+        for _ in range(6):
+            self.assertEqual(post_json(port, "/v1/chat/completions", chat_body(max_tokens=2))[0],
+                             200)
+        start = h["next"]
+        # the point that covers them, and one more: every request counted once
+        h = wait_until(lambda: (lambda x: x if x["next"] >= start + 2 else None)(history()),
+                       timeout=10, what="two more points")
+        pts = range(len(h["t_ms"]))
+        dt = [(h["t_ms"][i] - h["t_ms"][i - 1]) / 1000 if i else None for i in pts]
+        ended = sum(b["requests_per_s"][i] * dt[i] for b in h["backends"] for i in pts
+                    if b["requests_per_s"][i] is not None)
+        self.assertAlmostEqual(ended, 6, delta=0.2)
+        self.assertAlmostEqual(sum(h["fleet"]["requests_per_s"][i] * dt[i] for i in pts
+                                   if dt[i] is not None), 6, delta=0.2)
+        picks = sum(sum(r["counts"]) for r in h["reasons"])
+        self.assertEqual(picks, 6, h["reasons"])
+        self.assertEqual({r["policy"] for r in h["reasons"]}, {"round_robin"})
+        busy = [i for i in pts if h["fleet"]["requests_per_s"][i]]
+        for i in busy:
+            self.assertAlmostEqual(sum(b["share"][i] for b in h["backends"]), 1, delta=0.01)
+            self.assertIsNotNone(h["fleet"]["ttft_p50_ms"][i])
+        self.assertEqual(h["backends"][0]["health"][-1], "up")
+        self.assertEqual(h["fleet"]["held"][-1], 0)
+        self.assertGreaterEqual(h["sample_ms"], 0)
+        # since: only what is new (nothing, right after); a count or a 400
+        later = history("?since=%d" % h["next"])
+        self.assertEqual(later["first"], h["next"])
+        self.assertLessEqual(len(later["t_ms"]), 1)
+        self.assertEqual(len(later["backends"][0]["requests_per_s"]), len(later["t_ms"]))
+        whole = history("?since=0")
+        self.assertEqual(whole["first"], max(0, whole["next"] - whole["capacity"]))
+        status, _, data = http_request(admin, "GET", "/admin/history?since=x", headers=auth)
+        self.assertEqual(status, 400, data)
+        self.assertEqual(http_request(admin, "POST", "/admin/history", body=b"{}",
+                                      headers=auth)[0], 405)
+        # a reload cannot change it (its rings are set up at start)
+        conf["admin"]["history"]["window"] = "20s"
+        self.write_config(conf)
+        status, _, obj, _ = post_json(admin, "/admin/reload", {}, headers=auth)
+        self.assertEqual(status, 422, obj)
+        self.assertTrue(any("/admin/history: the status page's history cannot change" in e
+                            for e in obj["errors"]), obj)
+
+    def test_off(self):
+        _, _, _, admin = self.gateway({"window": 0})
+        status, _, data = http_request(admin, "GET", "/admin/history")
+        self.assertEqual(status, 404)
+        self.assertIn("admin.history.window is 0", json.loads(data)["error"]["message"])
+        self.assertEqual(http_request(admin, "GET", "/")[0], 200)
 
 
 class OperatorMessagesTest(Harness):

@@ -6,7 +6,8 @@ llmsim replicas and the gateway, reaching each other by service name on the
 project's network), and checks what a user would: a streamed answer through
 the published port, containerised llmload through the gateway, the image's
 HEALTHCHECK, the unprivileged user, and a SIGTERM that lets a running stream
-finish before the container exits 0.
+finish before the container exits 0. Then the gateway's default worker count
+in containers given a CPU limit (podman run --cpus, --cpuset-cpus).
 
 Needs root and podman. On a machine without podman the test runs
 ../shared/tools/container-base.sh --compose (installs podman, podman-compose
@@ -17,6 +18,7 @@ images are kept, the containers and the network are removed.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -76,6 +78,20 @@ def setup_podman():
 
 
 SKIP = setup_podman() if os.environ.get("LG_SKIP_CONTAINER") is None else "LG_SKIP_CONTAINER set"
+BUILT = set()
+
+
+def build_image(target, tag):
+    """Builds docker/Dockerfile's target as tag, once per run of this file."""
+    if tag in BUILT:
+        return
+    # --format docker keeps HEALTHCHECK (OCI images have none); --network=host:
+    # the build's apt-get reaches the mirror the way the host does
+    _, _, dt = run(["podman", "build", "--pull=never", "--network=host", "--format", "docker",
+                    "-f", "docker/Dockerfile", "--target", target, "-t", tag, "."],
+                   cwd=harness.SRC)
+    TIMINGS["build_%s_s" % target] = dt
+    BUILT.add(tag)
 
 
 @unittest.skipIf(SKIP is not None, "container test skipped: %s" % SKIP)
@@ -84,13 +100,8 @@ class ContainerTest(Harness):
     @classmethod
     def setUpClass(cls):
         cls.t0 = time.monotonic()
-        for target, tag in (("tools", "llmgate-tools:latest"), ("llmgate", "llmgate:latest")):
-            # --format docker keeps HEALTHCHECK (OCI images have none); --network=host:
-            # the build's apt-get reaches the mirror the way the host does
-            _, _, dt = run(["podman", "build", "--pull=never", "--network=host", "--format",
-                            "docker", "-f", "docker/Dockerfile", "--target", target, "-t", tag,
-                            "."], cwd=harness.SRC)
-            TIMINGS["build_%s_s" % target] = dt
+        build_image("tools", "llmgate-tools:latest")
+        build_image("llmgate", "llmgate:latest")
 
     def setUp(self):
         super().setUp()
@@ -187,6 +198,49 @@ class ContainerTest(Harness):
         self.assertRegex(logs, r"all workers stopped; exiting")
         TIMINGS["test_s"] = time.monotonic() - self.t0
         print("container timings: %s" % json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}))
+
+
+@unittest.skipIf(SKIP is not None, "container test skipped: %s" % SKIP)
+class ContainerCpusTest(Harness):
+    """The image's gateway with "workers" left to its default ("auto") in a
+    container given a CPU limit: the quota podman sets (cgroup v2 cpu.max, or
+    v1 cpu.cfs_quota_us on a hybrid host) bounds the workers, rounded up, and
+    a cpuset bounds them through the affinity mask; the ready line says which."""
+
+    @classmethod
+    def setUpClass(cls):
+        build_image("llmgate", "llmgate:latest")
+
+    def gateway(self, *limits):
+        """Runs the image with limits; returns (workers, why) from its ready line."""
+        conf = {"listen": "127.0.0.1:8080", "access_log": False,
+                "backends": [{"name": "b", "url": "http://127.0.0.1:9", "models": ["m"]}]}
+        path = self.write_config(conf, "llmgate-%d.json" % len(self.procs))
+        os.chmod(path, 0o644)  # the image's user (10001) reads it
+        name = "lgcpus%d-%d" % (os.getpid(), len(self.procs))
+        self.addCleanup(run, ["podman", "rm", "-f", "-t", "0", name], check=False)
+        p = self.start(["podman", "run", "--rm", "--name", name, "--network", "none"]
+                       + list(limits)
+                       + ["-v", "%s:/etc/llmgate/llmgate.json:ro" % path, "llmgate:latest"],
+                       name=name)
+        m = p.wait_for(r"llmgate ready .* workers=(\d+) \(([^)]*)\) backends=1 ", timeout=60)
+        return int(m.group(1)), m.group(2)
+
+    def test_cpu_limit_bounds_the_workers(self):
+        quota = r"cgroup cpu\.(max|cfs_quota_us) %d/100000 -> %d"
+        # one CPU of quota: one worker, whatever the host has
+        n, why = self.gateway("--cpus=1")
+        self.assertEqual(n, 1, why)
+        self.assertRegex(why, quota % (100000, 1))
+        # 1.5 CPUs round up to 2 (fewer only if the container has fewer CPUs)
+        n, why = self.gateway("--cpus=1.5")
+        self.assertRegex(why, quota % (150000, 2))
+        cpus = int(re.search(r"affinity (\d+) of", why).group(1))
+        self.assertEqual(n, min(2, cpus), why)
+        # a cpuset: the affinity mask decides
+        n, why = self.gateway("--cpuset-cpus=0")
+        self.assertEqual(n, 1, why)
+        self.assertRegex(why, r"^affinity 1 of \d+ CPUs$")
 
 
 if __name__ == "__main__":

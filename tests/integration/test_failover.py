@@ -484,7 +484,7 @@ class FailoverTest(Harness):
             harness.sim_state(slow)), 10, what="the continuation aborted")
         self.assertEqual(st["completed"], 0)
         rec = read_log(self.path("access.log"), 1)[-1]
-        self.assertEqual((rec["status"], rec["error"], rec["resumed"]), (200, "client_closed", 1))
+        self.assertEqual((rec["status"], rec["error"], rec["resumed"]), (499, "client_closed", 1))
         self.assertIsNone(rec["resume_pause"])
 
 

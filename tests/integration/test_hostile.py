@@ -110,6 +110,16 @@ SMUGGLING = [
     ("transfer-encoding not ending in chunked",
      post_head(b"Transfer-Encoding: chunked, identity\r\n\r\n") + BODY, 400),
     ("unknown transfer-encoding", post_head(b"Transfer-Encoding: gzip\r\n\r\n") + BODY, 400),
+    # chunked last, after a coding the gateway does not decode: 501
+    ("gzip then chunked",
+     post_head(b"Transfer-Encoding: gzip, chunked\r\n\r\n")
+     + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n", 501),
+    ("unknown coding then chunked",
+     post_head(b"Transfer-Encoding: x-custom ,chunked\r\n\r\n")
+     + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n", 501),
+    ("empty element before chunked",
+     post_head(b"Transfer-Encoding: , chunked\r\n\r\n")
+     + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n", 400),
     ("transfer-encoding twice",
      post_head(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n")
      + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n", 400),
@@ -151,19 +161,30 @@ SMUGGLING = [
      post_head(b"Content-Length : %d\r\n\r\n" % len(BODY)) + BODY, 400),
     ("header line without colon",
      post_head(b"Junk\r\nContent-Length: %d\r\n\r\n" % len(BODY)) + BODY, 400),
+    # an empty name, which llhttp 8 takes (the class of HAProxy's CVE-2023-25725)
+    ("empty header name",
+     post_head(b": x\r\nContent-Length: %d\r\n\r\n" % len(BODY)) + BODY, 400),
+    ("empty header name after a field",
+     post_head(b"X-A: 1\r\n: x\r\nContent-Length: %d\r\n\r\n" % len(BODY)) + BODY, 400),
     ("invalid method", b"P0ST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 400),
     ("lower-case method", b"post /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n", 400),
     ("CONNECT", b"CONNECT backend:80 HTTP/1.1\r\nHost: backend:80\r\n\r\n", 400),
+    # a well-formed version the gateway does not speak: 505 (a malformed one: 400)
     ("HTTP/2.0", post_head(b"").replace(b"HTTP/1.1", b"HTTP/2.0")
-     + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 400),
+     + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 505),
     ("HTTP/1.2", post_head(b"").replace(b"HTTP/1.1", b"HTTP/1.2")
-     + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 400),
+     + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 505),
+    ("HTTP/3.0", post_head(b"").replace(b"HTTP/1.1", b"HTTP/3.0")
+     + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 505),
     ("HTTP/0.9 request", b"GET /v1/models\r\n\r\n", 400),
     ("garbage version", post_head(b"").replace(b"HTTP/1.1", b"HTXP/1.1")
      + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY, 400),
     ("absolute-form target",
      b"POST http://backend/v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: %d"
      b"\r\n\r\n" % len(BODY) + BODY, 400),
+    ("fragment in the target",
+     b"POST /v1/chat/completions#frag HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n"
+     % len(BODY) + BODY, 400),
     ("two Host headers",
      post_head(b"Host: other\r\nContent-Length: %d\r\n\r\n" % len(BODY)) + BODY, 400),
     ("no Host in HTTP/1.1",
@@ -183,6 +204,18 @@ SMUGGLING = [
     ("oversized chunked body",
      post_head(b"Transfer-Encoding: chunked\r\n\r\n") + (b"4000\r\n" + b" " * 0x4000 + b"\r\n")
      * 8, 413),
+    # framing is counted: extensions and trailers against max_header_bytes (besides the
+    # head's), every framing byte with the data against max_body_bytes
+    ("chunk extension flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"1;" + b"a" * 200000, 413),
+    ("chunk extensions over many chunks",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"1;e=" + b"v" * 900 + b"\r\n \r\n"
+     + (b"1;e=" + b"v" * 900 + b"\r\n \r\n") * 12, 413),
+    ("trailer flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"%x\r\n" % len(BODY) + BODY
+     + b"\r\n0\r\nX-Pad: " + b"a" * 200000, 431),
+    ("chunk size line flood",
+     post_head(b"Transfer-Encoding: chunked\r\n\r\n") + b"0" * 100000 + b"1\r\n \r\n0\r\n\r\n", 413),
 ]
 
 
@@ -234,6 +267,7 @@ class HostileTest(Harness):
         rec = self.recorded_backend()
         _, gw = self.gateway(rec.port)
         names = ("obs-fold", "obs-fold with a tab", "bare LF after the request line",
+                 "empty header name after a field", "fragment in the target",
                  "bare CR in a header value", "two different content-lengths",
                  "content-length with transfer-encoding", "two Host headers")
         for name, raw, want in [c for c in SMUGGLING if c[0] in names]:

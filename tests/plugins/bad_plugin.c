@@ -7,16 +7,19 @@
  *   BAD_MISSING_OP score is NULL
  *   BAD_DUP        the name of a built-in policy
  *   BAD_NO_SYMBOL  no lg_plugin_describe at all
+ * and one it must load, without lending it the engine model:
+ *   MODEL_NEXT     asks for an engine model view newer than the gateway's
+ *                  (lgtest_model_next.so, policy "model_next")
  */
 #include <llmgate/plugin.h>
 #include <stddef.h>
 
 static int
-bad_create(const struct lg_host_api *host, const char *options, void **state, char *err,
+bad_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
            size_t errlen)
 {
     (void)host;
-    (void)options;
+    (void)opts;
     (void)err;
     (void)errlen;
     *state = NULL;
@@ -48,6 +51,10 @@ static const struct lg_policy_ops bad_ops = {
 #else
     .size = sizeof(struct lg_policy_ops),
 #endif
+#ifdef MODEL_NEXT
+    .wants = LG_POLICY_WANTS_MODEL,
+    .model_version = LG_ENGINE_MODEL_VERSION + 1,
+#endif
     .create = bad_create,
     .destroy = bad_destroy,
 #ifndef BAD_MISSING_OP
@@ -69,6 +76,8 @@ static const struct lg_plugin_desc bad_desc = {
     .kind = LG_PLUGIN_POLICY,
 #ifdef BAD_DUP
     .name = "ttft",
+#elif defined(MODEL_NEXT)
+    .name = "model_next",
 #else
     .name = "bad",
 #endif

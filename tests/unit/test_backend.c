@@ -153,8 +153,9 @@ fixed_at(struct lg_backend *b, uint64_t now)
 {
     struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
     struct lg_backend_view v;
+    struct lg_engine_model_view m;
 
-    lg_backend_view_fill(b, now, &prior, 250 * LG_NS_PER_MS, 0, &v);
+    lg_backend_view_fill(b, now, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
     return v.ttft_fixed_ms;
 }
 
@@ -199,10 +200,11 @@ test_idle_slow_replica_fades_faster(void)
         /* before its own prefills are seen, the engine model's prefill
          * slope is its TTFT fit's: five times slow, not the fleet's 10 */
         struct lg_backend_view v;
+        struct lg_engine_model_view m;
 
-        lg_backend_view_fill(b, t0 + 2 * s, &prior, 250 * LG_NS_PER_MS, 0, &v);
-        LG_CHECK(v.prefill_ms_per_kib > 3 * prior.ms_per_kib);
-        LG_CHECK(v.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9); /* its peak left out */
+        lg_backend_view_fill(b, t0 + 2 * s, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+        LG_CHECK(m.prefill_ms_per_kib > 3 * prior.ms_per_kib);
+        LG_CHECK(m.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9); /* its peak left out */
     }
     /* idle past LG_EST_IDLE_S: each second counts as five */
     LG_CHECK(at6 < busy6 - 10);
@@ -335,22 +337,23 @@ test_prefill_prior_scales_with_step(void)
         .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000, .prefill_per_step = 1.0
     };
     struct lg_backend_view v;
+    struct lg_engine_model_view m;
     uint64_t t = lg_now_ns() + 3 * LG_NS_PER_S; /* past the pace the tests before left */
 
     lg_backend_note_pace(b, t, 48, lg_backend_started(b, t)); /* four times a 12 ms fleet */
-    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.step_ms == 48 && fabs(v.prefill_ms_per_kib - 48) < 1e-9);
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.step_ms == 48 && fabs(m.prefill_ms_per_kib - 48) < 1e-9);
     prior.prefill_per_step = 0; /* no replica has prefilled enough: the TTFT fit's slope */
-    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(fabs(v.prefill_ms_per_kib - 48) > 1
-             && v.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9);
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(fabs(m.prefill_ms_per_kib - 48) > 1
+             && m.prefill_ms_per_kib <= v.ttft_ms_per_kib + 1e-9);
     prior.prefill_per_step = 1.0;
     for (int i = 0; i < 40; i++) {
         /* 2 KiB prefilled in 40 ms beyond the model's 10 ms wait: 20 ms per KiB */
         note_first(b, &prior, 2048, 50, 0, 10, -1);
     }
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.prefill_ms_per_kib > 19.5 && v.prefill_ms_per_kib < 22);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.prefill_ms_per_kib > 19.5 && m.prefill_ms_per_kib < 22);
     return 0;
 }
 
@@ -362,38 +365,38 @@ test_engine_model_scale(void)
     struct lg_backend *b = fleet->backends[0];
     struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
     struct lg_backend_view v;
+    struct lg_engine_model_view m;
     uint64_t t;
 
     t = lg_now_ns();
-    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale == 1); /* nothing seen: unbiased */
-    LG_CHECK(v.flags & LG_VIEW_F_STEP_GUESS);
-    LG_CHECK(v.step_ms == v.itl_ms);
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.scale == 1); /* nothing seen: unbiased */
+    LG_CHECK(m.flags & LG_MODEL_F_STEP_GUESS);
+    LG_CHECK(m.step_ms == v.itl_ms);
     for (int i = 0; i < 30; i++) {
         note_first(b, NULL, 0, 100, -1, -1, 50); /* twice what it predicted */
     }
     note_first(b, NULL, 0, -1, -1, -1, 50); /* no first token: not a sample */
     note_first(b, NULL, 0, 100, -1, -1, 0);
     t = lg_now_ns();
-    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale > 1.8
-             && v.engine_model_scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
+    lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.scale > 1.8 && m.scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
     /* a first token 100x late is a stall: it counts as 8x, no more */
     for (int i = 0; i < 200; i++) {
         note_first(b, NULL, 0, 1000, -1, -1, 10);
     }
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_scale > 6.0 && v.engine_model_scale <= 8.0 + 1e-9);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.scale > 6.0 && m.scale <= 8.0 + 1e-9);
     /* it fades back to 1 */
-    lg_backend_view_fill(b, lg_now_ns() + 300 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(fabs(v.engine_model_scale - 1) < 0.01);
+    lg_backend_view_fill(b, lg_now_ns() + 300 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(fabs(m.scale - 1) < 0.01);
     /* a stream's gaps time the step while they come */
     t = lg_now_ns();
     lg_backend_note_pace(b, t, 33, lg_backend_started(b, t));
-    lg_backend_view_fill(b, t + LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(!(v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == 33);
-    lg_backend_view_fill(b, t + 3 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK((v.flags & LG_VIEW_F_STEP_GUESS) && v.step_ms == v.itl_ms);
+    lg_backend_view_fill(b, t + LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(!(m.flags & LG_MODEL_F_STEP_GUESS) && m.step_ms == 33);
+    lg_backend_view_fill(b, t + 3 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK((m.flags & LG_MODEL_F_STEP_GUESS) && m.step_ms == v.itl_ms);
     return 0;
 }
 
@@ -410,13 +413,14 @@ test_model_misses(void)
     struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
     struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
     struct lg_backend_view v;
+    struct lg_engine_model_view m;
     struct lg_backend_first f = {
         .prompt_bytes = 1024, .wait_ms = -1, .model_ms = -1, .prefill_ms = 10
     };
 
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.measured_ms == -1 && v.engine_model_err == 0 && v.measured_err == 0);
-    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.measured_ms == -1 && m.err == 0 && m.measured_err == 0);
+    LG_CHECK(!(m.flags & LG_MODEL_F_MISSES));
     /* the first tokens build the curve: 50 ms into up to 3 requests there,
      * 600 ms into 4 or more (a queue for a slot) */
     for (int i = 0; i < 40; i++) {
@@ -431,13 +435,13 @@ test_model_misses(void)
     /* the measured terms there now: 40 ms (less the 10 ms prefill) at a
      * load of 2, 590 at 5 */
     __atomic_store_n(&b->inflight, 5, __ATOMIC_RELAXED);
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(fabs(v.measured_ms - 590) < 1e-6);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(fabs(m.measured_ms - 590) < 1e-6);
     /* the model's errors spread (12x late half the time, counted as 8x:
      * log 8 / 2 about their mean), the measured terms' not yet seen: no
      * judgement without both */
-    LG_CHECK(v.engine_model_err > 1.0 && v.measured_err == 0);
-    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    LG_CHECK(m.err > 1.0 && m.measured_err == 0);
+    LG_CHECK(!(m.flags & LG_MODEL_F_MISSES));
     for (int i = 0; i < 10; i++) {
         double load = i % 8;
 
@@ -447,9 +451,9 @@ test_model_misses(void)
         f.meas_pred_ms = load < 4 ? 52 : 580;
         lg_backend_note_first_token(b, &prior, &f);
     }
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.measured_err < 0.1 && v.engine_model_err > 1.0);
-    LG_CHECK(v.flags & LG_VIEW_F_MODEL_MISSES);
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.measured_err < 0.1 && m.err > 1.0);
+    LG_CHECK(m.flags & LG_MODEL_F_MISSES);
     /* the engine changes back (or the model learns): its predictions hit,
      * the measured terms' scatter; the model decides again */
     for (int i = 0; i < 200; i++) {
@@ -459,9 +463,9 @@ test_model_misses(void)
         f.meas_pred_ms = (i & 1) ? 30 : 120;
         lg_backend_note_first_token(b, &prior, &f);
     }
-    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v);
-    LG_CHECK(v.engine_model_err < v.measured_err);
-    LG_CHECK(!(v.flags & LG_VIEW_F_MODEL_MISSES));
+    lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
+    LG_CHECK(m.err < m.measured_err);
+    LG_CHECK(!(m.flags & LG_MODEL_F_MISSES));
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
     lg_backend_unref(b);
     return 0;

@@ -154,15 +154,16 @@ test_defaults(void)
     struct lg_config_errors errs;
     struct lg_config *c = load(minimal, &errs);
     const struct lg_backend_conf *b;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers == (uint32_t)LG_MIN(LG_MAX(cpus, 1), 256));
+    LG_CHECK(c->workers == 0); /* auto: the CPUs the process may use, chosen at start */
     LG_CHECK(c->log_level == LG_LOG_INFO);
     LG_CHECK_STR(c->access_log.path, "-"); /* one line per request on stdout */
     LG_CHECK(c->access_log.flush_ms == 1000 && c->access_log.buffer_bytes == 65536);
     LG_CHECK(c->timeouts.client_header_ms == 10000);
     LG_CHECK(c->timeouts.client_body_ms == 30000);
+    LG_CHECK(c->timeouts.client_body_grace_ms == 10000);
+    LG_CHECK(c->timeouts.client_body_min_rate == 1024);
     LG_CHECK(c->timeouts.client_idle_ms == 75000);
     LG_CHECK(c->timeouts.upstream_connect_ms == 3000);
     LG_CHECK(c->timeouts.first_byte_ms == 300000);
@@ -338,11 +339,16 @@ test_unknown_key(void)
 static int
 test_wrong_type(void)
 {
-    LG_CHECK(expect_top_error("\"workers\": \"4\",",
-                              "t.json:2:12: error: /workers: expected an integer, got a string")
+    LG_CHECK(expect_top_error("\"workers\": \"4\",", "t.json:2:12: error: /workers: expected an "
+                                                 "integer or \"auto\", got a string")
+             == 0);
+    /* only workers takes a word for 0 */
+    LG_CHECK(expect_top_error("\"limits\": {\"max_connections\": \"auto\"},",
+                              "t.json:2:31: error: /limits/max_connections: expected an integer, "
+                              "got a string")
              == 0);
     LG_CHECK(expect_top_error("\"workers\": 1.5,", "t.json:2:12: error: /workers: expected an "
-                                                   "integer, got a real number")
+                                                   "integer or \"auto\", got a real number")
              == 0);
     LG_CHECK(expect_top_error("\"routing\": [],",
                               "t.json:2:12: error: /routing: expected an object, got an array")
@@ -411,6 +417,14 @@ test_out_of_range(void)
     LG_CHECK(expect_top_error("\"timeouts\": {\"client_idle\": 0},",
                               "t.json:2:29: error: /timeouts/client_idle: must be between 1ms and "
                               "1h (got 0)")
+             == 0);
+    LG_CHECK(expect_top_error("\"timeouts\": {\"client_body_grace\": 0},",
+                              "t.json:2:35: error: /timeouts/client_body_grace: must be between "
+                              "1ms and 1h (got 0)")
+             == 0);
+    LG_CHECK(expect_top_error("\"timeouts\": {\"client_body_min_rate\": \"2GiB\"},",
+                              "t.json:2:38: error: /timeouts/client_body_min_rate: must be between "
+                              "0 and 1GiB (got \"2GiB\")")
              == 0);
     return 0;
 }
@@ -728,7 +742,8 @@ test_several_error_classes(void)
                       "  \"backends\": [{\"name\": \"r1\", \"url\": \"tcp://x:1\", \"models\": "
                       "[\"m\"], \"weight\": 2000}]\n"
                       "}",
-                      "t.json:3:14: error: /workers: expected an integer, got a string",
+                      "t.json:3:14: error: /workers: expected an integer or \"auto\", got a "
+                      "string",
                       "t.json:4:30: error: /timeouts/first_byte: durations need a unit, e.g. "
                       "\"30s\" (got 300)",
                       "t.json:4:35: error: /timeouts/stram_idle: unknown key \"stram_idle\"; "
@@ -900,6 +915,10 @@ test_warnings(void)
                  "without a token: whoever reaches it can drain backends, reload and read the "
                  "fleet; set admin.token (then /admin/ and /metrics need it) or listen on "
                  "127.0.0.1",
+                 "t.json:1:12: warning: /listen: clients reach \":0\" beyond loopback and "
+                 "limits.max_connections_per_ip is not set: one address may hold all 20000 "
+                 "connections (limits.max_connections); set it (e.g. 256), or to 0 if clients "
+                 "come through a proxy or NAT that shares their address",
                  "t.json:3:25: warning: /backends/1/url: the same URL as /backends/0 (\"r1\"): one "
                  "engine counted as two backends gets twice its share, and neither sees its "
                  "whole load; list it once (\"weight\" gives it a larger share)",
@@ -908,7 +927,7 @@ test_warnings(void)
     /* the object form points at its listen key; a token or a loopback address: no warning */
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": {\"listen\": \"[::]:0\"},\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              "t.json:1:38: warning: /admin/listen: the admin listener is on "
                              "\"[::]:0\", not loopback, without a token: whoever reaches it can "
                              "drain backends, reload and read the fleet; set admin.token (then "
@@ -918,17 +937,17 @@ test_warnings(void)
     LG_CHECK(expect_warnings(
                  "{\"listen\": \":0\", \"admin\": {\"listen\": \":9090\", \"token\": \"t\"},\n"
                  "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-                 "[\"m\"]}]}",
+                 "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                  NULL)
              == 0);
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"127.0.0.2:0\", \"peers\": [],\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              NULL)
              == 0);
     LG_CHECK(expect_warnings("{\"listen\": \":0\", \"admin\": \"[::1]:0\",\n"
                              "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
-                             "\"models\": [\"m\"]}]}",
+                             "\"models\": [\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                              NULL)
              == 0);
     /* another port, prefix or scheme is another URL; a disabled twin is no twin */
@@ -939,7 +958,31 @@ test_warnings(void)
                  " {\"name\": \"c\", \"url\": \"http://127.0.0.1:1/v2\", \"models\": [\"m\"]},\n"
                  " {\"name\": \"d\", \"url\": \"https://127.0.0.1:1\", \"models\": [\"m\"]},\n"
                  " {\"name\": \"e\", \"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"], "
-                 "\"enabled\": false}]}",
+                 "\"enabled\": false}], \"limits\": {\"max_connections_per_ip\": 0}}",
+                 NULL)
+             == 0);
+    /* beyond loopback, an explicit max_connections_per_ip (0 included) says it is meant;
+     * no whole-body deadline warns at its key */
+    LG_CHECK(expect_warnings("{\"listen\": [\"127.0.0.1:0\", {\"address\": \"[::]:0\"}],\n"
+                             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                             "\"models\": [\"m\"]}]}",
+                             "t.json:1:40: warning: /listen/1/address: clients reach \"[::]:0\" "
+                             "beyond "
+                             "loopback and limits.max_connections_per_ip is not set: one address "
+                             "may hold all 20000 connections (limits.max_connections); set it "
+                             "(e.g. 256), or to 0 if clients come through a proxy or NAT that "
+                             "shares their address",
+                             NULL)
+             == 0);
+    LG_CHECK(expect_warnings(
+                 "{\"listen\": \"0.0.0.0:0\", \"limits\": {\"max_connections_per_ip\": 64},\n"
+                 "\"timeouts\": {\"client_body_min_rate\": 0},\n"
+                 "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", "
+                 "\"models\": [\"m\"]}]}",
+                 "t.json:2:38: warning: /timeouts/client_body_min_rate: 0 turns the "
+                 "whole-body deadline off: a client may hold a connection for as long "
+                 "as it sends a byte of its body every timeouts.client_body; the "
+                 "default is 1KiB",
                  NULL)
              == 0);
     /* timeouts: at their thresholds nothing, above them practically none */
@@ -948,7 +991,7 @@ test_warnings(void)
                  "\"5m\", \"client_idle\": \"10m\", \"upstream_connect\": \"1m\", \"stream_idle\": "
                  "\"10m\", \"client_stall\": \"10m\", \"first_byte\": \"1h\", \"total\": 0},\n"
                  "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-                 "[\"m\"]}]}",
+                 "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
                  NULL)
              == 0);
     LG_CHECK(
@@ -957,7 +1000,7 @@ test_warnings(void)
             "  \"client_header\": \"61s\", \"client_body\": \"1h\", \"client_idle\": \"11m\",\n"
             "  \"upstream_connect\": \"2m\", \"stream_idle\": \"1h\", \"client_stall\": \"30m\"},\n"
             "\"backends\": [{\"name\": \"r1\", \"url\": \"http://127.0.0.1:1\", \"models\": "
-            "[\"m\"]}]}",
+            "[\"m\"]}], \"limits\": {\"max_connections_per_ip\": 0}}",
             "t.json:2:20: warning: /timeouts/client_header: 61s is practically no timeout: a "
             "client may hold a connection that long before its request is complete "
             "(slowloris); the default is 10s",
@@ -1021,6 +1064,31 @@ test_access_log(void)
     return 0;
 }
 
+/* "workers": "auto" (any case) is the default, 0; a number is kept as given. */
+static int
+test_workers_auto(void)
+{
+    static const struct {
+        const char *value;
+        uint32_t workers;
+    } cases[] = { { "\"auto\"", 0 }, { "\"Auto\"", 0 }, { "0", 0 }, { "3", 3 }, { "256", 256 } };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(cases); i++) {
+        char extra[64];
+        char *text;
+        struct lg_config_errors errs;
+        struct lg_config *c;
+
+        snprintf(extra, sizeof(extra), "\"workers\": %s,", cases[i].value);
+        text = with_top(extra);
+        c = load(text, &errs);
+        free(text);
+        LG_CHECK(c != NULL && c->workers == cases[i].workers);
+        lg_config_unref(c);
+    }
+    return 0;
+}
+
 static int
 test_null_means_default(void)
 {
@@ -1034,7 +1102,7 @@ test_null_means_default(void)
     free(text);
     lg_config_errors_print(&errs, stderr);
     LG_CHECK(c != NULL);
-    LG_CHECK(c->workers >= 1 && c->admin.listen == NULL);
+    LG_CHECK(c->workers == 0 && c->admin.listen == NULL);
     LG_CHECK_STR(c->access_log.path, "-");
     LG_CHECK(c->routing.policy == NULL); /* the router's default: ttft */
     lg_config_unref(c);
@@ -1143,6 +1211,42 @@ test_health_cross_check(void)
                               "t.json:2:25: error: /health/eject_max: invalid duration \"3\"; use "
                               "a number and a unit: ms, s, m or h (e.g. \"30s\", \"1.5s\", "
                               "\"250ms\")")
+             == 0);
+    return 0;
+}
+
+/* admin.history: defaults, bounds, and a window that holds too few or too many points */
+static int
+test_admin_history(void)
+{
+    struct lg_config_errors errs;
+    char *text = with_top("\"admin\": \":0\",");
+    struct lg_config *c = load(text, &errs);
+
+    free(text);
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->admin.history.resolution_ms == 5000 && c->admin.history.window_ms == 900000);
+    lg_config_unref(c);
+    text = with_top("\"admin\": {\"listen\": \":0\", \"history\": {\"window\": 0}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->admin.history.window_ms == 0);
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"resolution\": "
+                              "\"1s\", \"window\": \"1s\"}},",
+                              "t.json:2:69: error: /admin/history/window: must hold two points "
+                              "at least (2 x resolution 1s; 0 turns the history off)")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"window\": "
+                              "\"5h\"}},",
+                              "t.json:2:49: error: /admin/history/window: 5h at a resolution of "
+                              "5s is 3600 points; at most 2880 (a longer resolution or a shorter "
+                              "window)")
+             == 0);
+    LG_CHECK(expect_top_error("\"admin\": {\"listen\": \":0\", \"history\": {\"resolution\": "
+                              "\"500ms\"}},",
+                              "t.json:2:53: error: /admin/history/resolution: must be between 1s "
+                              "and 1m (got \"500ms\")")
              == 0);
     return 0;
 }
@@ -1334,7 +1438,7 @@ LG_TEST_MAIN(test_routing_retry_on, test_minimal, test_defaults, test_every_fiel
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
-             test_access_log, test_warnings, test_null_means_default, test_routing_pipeline,
+             test_access_log, test_warnings, test_workers_auto, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
              test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
-             test_routing_resume)
+             test_routing_resume, test_admin_history)

@@ -8,6 +8,17 @@
 #include "fleet/estimate.h"
 #include "lg_test.h"
 
+/* lg_est_engine_run() with its inputs in one list: the batch (running
+ * sequences' tokens left, the line) and the steps (slots, step, step per
+ * sequence, prefill per token, per prefilling step, the step in progress's
+ * remainder and start). */
+#define ENGINE_RUN(left, nleft, queue, nqueue, slots, step, per_seq, prefill, fixed, resid, begun, \
+                   joined)                                                                         \
+    lg_est_engine_run(&(struct lg_est_batch){ (left), (nleft), (queue), (nqueue) },                \
+                      &(struct lg_est_steps){ (slots), (step), (per_seq), (prefill), (fixed),      \
+                                              (resid), (begun) },                                  \
+                      (joined))
+
 #define S(x) ((uint64_t)((x)*1e9))
 
 static const struct lg_est_prior prior = {
@@ -330,33 +341,32 @@ test_engine_run(void)
     unsigned joined = 99;
 
     /* a free slot and nobody in line: the rest of this step, then one */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0, 0.05, 0, 4, -1, NULL), 14, 1e-9));
+    LG_CHECK(near(ENGINE_RUN(left, 4, NULL, 0, 8, 10, 0, 0.05, 0, 4, -1, NULL), 14, 1e-9));
     /* a fixed 20 ms for a step that prefills: the new one's own step holds it */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 0, 0.05, 20, 4, -1, NULL), 34, 1e-9));
+    LG_CHECK(near(ENGINE_RUN(left, 4, NULL, 0, 8, 10, 0, 0.05, 20, 4, -1, NULL), 34, 1e-9));
     /* full (4 of 4) with two in line: their steps hold it too, once each
      * (below: 10 + 15 + 25 + 10 without it) */
-    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0, 0.05, 20, 0, -1, NULL),
+    LG_CHECK(near(ENGINE_RUN(left, 4, q, 2, 4, 10, 0, 0.05, 20, 0, -1, NULL),
                   10 + (10 + 5 + 20) + (10 + 15 + 20) + 10 + 20, 1e-9));
     /* a step that grows 2 ms a sequence: the new one's step runs five, one
      * more than the 10 ms step now */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 8, 10, 2, 0.05, 0, 4, -1, NULL), 16, 1e-9));
+    LG_CHECK(near(ENGINE_RUN(left, 4, NULL, 0, 8, 10, 2, 0.05, 0, 4, -1, NULL), 16, 1e-9));
     /* and shrinks: two running, both done after the next step (10 ms, two
      * sequences), the new one's step runs alone: 8 ms */
     {
         uint32_t two[2] = { 2, 2 };
 
-        LG_CHECK(near(lg_est_engine_run(two, 2, NULL, 0, 2, 10, 2, 0.05, 0, 0, -1, NULL), 18, 1e-9));
+        LG_CHECK(near(ENGINE_RUN(two, 2, NULL, 0, 2, 10, 2, 0.05, 0, 0, -1, NULL), 18, 1e-9));
         /* never under a quarter of the step */
-        LG_CHECK(near(lg_est_engine_run(two, 2, NULL, 0, 2, 10, 20, 0.05, 0, 0, -1, NULL), 12.5,
-                      1e-9));
+        LG_CHECK(near(ENGINE_RUN(two, 2, NULL, 0, 2, 10, 20, 0.05, 0, 0, -1, NULL), 12.5, 1e-9));
     }
     /* free slots: the line is admitted with the new one, its prefill in that step */
-    LG_CHECK(near(lg_est_engine_run(left, 2, q, 3, 8, 10, 0, 0.05, 0, 0, -1, &joined), 10 + 0.05 * 450,
+    LG_CHECK(near(ENGINE_RUN(left, 2, q, 3, 8, 10, 0, 0.05, 0, 0, -1, &joined), 10 + 0.05 * 450,
                   1e-9));
     LG_CHECK(joined == 3); /* all three wait for the new one's prefill too */
     /* full (4 of 4): the first slot frees after the step in progress and
      * one more (2 tokens left) */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 4, 10, 0, 0.05, 0, 0, -1, NULL), 10 + 10, 1e-9));
+    LG_CHECK(near(ENGINE_RUN(left, 4, NULL, 0, 4, 10, 0, 0.05, 0, 0, -1, NULL), 10 + 10, 1e-9));
     /*
      * full, two in line: the first (prefill 100, 4 tokens) takes that slot;
      * a step later the next (3 left) frees one for the second (300 tokens,
@@ -364,34 +374,34 @@ test_engine_run(void)
      * one's. Steps: one plain, one with 100 prefilled, one with 300, and
      * the new one's own.
      */
-    LG_CHECK(near(lg_est_engine_run(left, 4, q, 2, 4, 10, 0, 0.05, 0, 0, -1, &joined),
+    LG_CHECK(near(ENGINE_RUN(left, 4, q, 2, 4, 10, 0, 0.05, 0, 0, -1, &joined),
                   10 + (10 + 5) + (10 + 15) + 10, 1e-9));
     LG_CHECK(joined == 0); /* the line went in earlier steps */
     /* more running than slots (a capacity guessed low): still ends */
-    LG_CHECK(near(lg_est_engine_run(left, 4, NULL, 0, 2, 10, 0, 0, 0, 0, -1, NULL), 4 * 10 + 10, 1e-9));
+    LG_CHECK(near(ENGINE_RUN(left, 4, NULL, 0, 2, 10, 0, 0, 0, 0, -1, NULL), 4 * 10 + 10, 1e-9));
     {
         /* a sequence whose last token comes with the step in progress
          * leaves a slot free after it */
         uint32_t done[2] = { 1, 7 };
         struct lg_est_queued head = { 200, 3, 12 };
 
-        LG_CHECK(near(lg_est_engine_run(done, 2, NULL, 0, 2, 10, 0, 0, 0, 5, -1, NULL), 5 + 10, 1e-9));
+        LG_CHECK(near(ENGINE_RUN(done, 2, NULL, 0, 2, 10, 0, 0, 0, 5, -1, NULL), 5 + 10, 1e-9));
         /* the head of the line came 12 ms ago with a slot free: the step in
          * progress is its prefill's (half a step to start, a step and 10 ms
          * of prefill: 13 ms left); the new one goes with the next */
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                       13 + 10, 1e-9));
         LG_CHECK(joined == 0); /* its prefill is under way: not held up by the new one */
         /* it came 2 ms ago: it goes with the new one into the next step */
         head.age_ms = 2;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                       5 + 10 + 10, 1e-9));
         LG_CHECK(joined == 1);
         /* it came 40 ms ago and has no first token yet, 15 ms after it was
          * due: let in some time in the last 25 ms (a slot freed late), it
          * has half of them left, not none */
         head.age_ms = 40;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL), 12.5 + 10,
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL), 12.5 + 10,
                       1e-9));
         {
             /* the step in progress prefills a long prompt (8000 tokens, 400
@@ -400,12 +410,12 @@ test_engine_run(void)
              * then holds it up too */
             struct lg_est_queued two[2] = { { 8000, 3, 200 }, { 100, 3, 50 } };
 
-            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
+            LG_CHECK(near(ENGINE_RUN(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                           (415 - 200) + 10 + 0.05 * 100, 1e-9));
             LG_CHECK(joined == 1);
             /* it came 198 ms ago, before that step began: in it */
             two[1].age_ms = 198;
-            LG_CHECK(near(lg_est_engine_run(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
+            LG_CHECK(near(ENGINE_RUN(done + 1, 1, two, 2, 4, 10, 0, 0.05, 0, 5, -1, &joined),
                           (415 - 200) + 10, 1e-9));
             LG_CHECK(joined == 0);
         }
@@ -415,14 +425,14 @@ test_engine_run(void)
          * is in it (10 + 10 ms of prefill: 16 left); sent 2 ms ago, during
          * it, it goes with the new one into the next.
          */
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, NULL, 0, 4, 10, 0, 0.05, 0, 5, 4, NULL), 6 + 10,
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, NULL, 0, 4, 10, 0, 0.05, 0, 5, 4, NULL), 6 + 10,
                       1e-9));
         head.age_ms = 12;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
                       16 + 10, 1e-9));
         LG_CHECK(joined == 0);
         head.age_ms = 2;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 4, &joined),
                       6 + 10 + 10, 1e-9));
         LG_CHECK(joined == 1);
         /* no slot free when the step began: it waits whenever it came */
@@ -430,19 +440,19 @@ test_engine_run(void)
             uint32_t full[2] = { 7, 7 };
 
             head.age_ms = 12;
-            LG_CHECK(near(lg_est_engine_run(full, 2, &head, 1, 2, 10, 0, 0.05, 0, 5, 4, &joined),
+            LG_CHECK(near(ENGINE_RUN(full, 2, &head, 1, 2, 10, 0, 0.05, 0, 5, 4, &joined),
                           6 + 6 * 10 + 10 + 10, 1e-9));
             LG_CHECK(joined == 1); /* both leave after 6 more steps; then it and the new one */
         }
         /* begun 30 ms ago, longer than the step and the prefill known in it
          * (20 ms): work not seen here; the guess decides (as above: 12.5) */
         head.age_ms = 40;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 30, NULL),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, 30, NULL),
                       12.5 + 10, 1e-9));
         /* a long prompt's prefill past due by seconds: still half its own */
         head.prompt_tokens = 8000;
         head.age_ms = 2000;
-        LG_CHECK(near(lg_est_engine_run(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL),
+        LG_CHECK(near(ENGINE_RUN(done + 1, 1, &head, 1, 4, 10, 0, 0.05, 0, 5, -1, NULL),
                       (15 + 400) / 2.0 + 10, 1e-9));
     }
     return 0;

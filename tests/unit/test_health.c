@@ -4,7 +4,7 @@
  */
 #include "fleet/backend.h"
 #include "fleet/enginemetrics.h"
-#include "fleet/health.h"
+#include "fleet/health_scrape.h"
 #include "lg_test.h"
 
 #define MS(x) ((uint64_t)(x)*LG_NS_PER_MS)

@@ -28,6 +28,7 @@
 #include "../../tools/llmsim/llmsim_shm.h"
 #include "base/lg_core.h"
 #include "lg_test.h"
+#include "route/options.h"
 
 static char g_bindir[PATH_MAX];
 static char g_tmpdir[64];
@@ -71,7 +72,40 @@ static const struct lg_host_api g_host = {
     .log = test_log,
     .now_ns = test_now_ns,
     .random = test_random,
+    .opt_number = lg_options_number,
+    .opt_bool = lg_options_bool,
+    .opt_duration_ms = lg_options_duration_ms,
+    .opt_size = lg_options_size,
+    .opt_enum = lg_options_enum,
+    .opt_string = lg_options_string,
 };
+
+/* The oracle's create op on options given as JSON text, as the gateway
+ * calls it: the host's getters, then unknown options refused. */
+static int
+oracle_create(const char *text, void **state, char *err, size_t errlen)
+{
+    json_t *obj = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    struct lg_options o;
+    int rc;
+
+    if (!json_is_object(obj)) {
+        snprintf(err, errlen, ": options must be a JSON object");
+        json_decref(obj);
+        return -1;
+    }
+    lg_options_init(&o, obj, err, errlen);
+    *state = NULL;
+    rc = g_ops->create(&g_host, &o, state, err, errlen);
+    if (lg_options_finish(&o, rc) != LG_OK) {
+        if (rc == 0) {
+            g_ops->destroy(*state);
+        }
+        rc = -1;
+    }
+    json_decref(obj);
+    return rc;
+}
 
 static void
 sleep_ms(int ms)
@@ -221,21 +255,18 @@ test_options(void)
     void *st = NULL;
     char err[256];
 
-    LG_CHECK(g_ops->create(&g_host, "{}", &st, err, sizeof(err)) != 0);
+    LG_CHECK(oracle_create("{}", &st, err, sizeof(err)) != 0);
     LG_CHECK(strncmp(err, "/shm:", 5) == 0);
-    LG_CHECK(g_ops->create(&g_host, "{\"shm\": \"/x/state\"}", &st, err, sizeof(err)) != 0);
+    LG_CHECK(oracle_create("{\"shm\": \"/x/state\"}", &st, err, sizeof(err)) != 0);
     LG_CHECK(strncmp(err, "/shm:", 5) == 0);
-    LG_CHECK(g_ops->create(&g_host, "{\"shm\": \"/x/%s%d\"}", &st, err, sizeof(err)) != 0);
-    LG_CHECK(g_ops->create(&g_host, "{\"shm\": \"/x/%s\", \"bound\": 1}", &st, err, sizeof(err))
-             != 0);
+    LG_CHECK(oracle_create("{\"shm\": \"/x/%s%d\"}", &st, err, sizeof(err)) != 0);
+    LG_CHECK(oracle_create("{\"shm\": \"/x/%s\", \"bound\": 1}", &st, err, sizeof(err)) != 0);
     LG_CHECK_STR(err, "/bound: unknown option (known: shm, shared_bytes, prefix_bytes)");
-    LG_CHECK(
-        g_ops->create(&g_host, "{\"shm\": \"/x/%s\", \"shared_bytes\": -1}", &st, err, sizeof(err))
-        != 0);
+    LG_CHECK(oracle_create("{\"shm\": \"/x/%s\", \"shared_bytes\": -1}", &st, err, sizeof(err))
+             != 0);
     LG_CHECK(strncmp(err, "/shared_bytes:", 14) == 0);
-    LG_CHECK(g_ops->create(&g_host, "{\"shm\": \"/x/%s\"} x", &st, err, sizeof(err)) != 0);
-    LG_CHECK(g_ops->create(&g_host,
-                           "{\"#\": \"why\", \"shm\": \"/x/%s.state\", \"shared_bytes\": 8006,"
+    LG_CHECK(oracle_create("{\"shm\": \"/x/%s\"} x", &st, err, sizeof(err)) != 0);
+    LG_CHECK(oracle_create("{\"#\": \"why\", \"shm\": \"/x/%s.state\", \"shared_bytes\": 8006,"
                            " \"prefix_bytes\": 2048}",
                            &st, err, sizeof(err))
              == 0);
@@ -268,7 +299,7 @@ test_live(void)
     snprintf(user, sizeof(user), "Request 1. hello");
     snprintf(opts, sizeof(opts), "{\"shm\": \"%s/%%s.state\", \"shared_bytes\": 2048}", g_tmpdir);
     if (replica_start(&a, "a", "1") != 0 || replica_start(&b, "b", "0.5") != 0
-        || g_ops->create(&g_host, opts, &st, err, sizeof(err)) != 0) {
+        || oracle_create(opts, &st, err, sizeof(err)) != 0) {
         fprintf(stderr, "setup failed: %s\n", err);
         goto out;
     }
@@ -328,9 +359,7 @@ test_live(void)
     /* prefix cache: after b served a prompt with this system message, its 32 blocks hit */
     req.prompt_bytes = 2042 + strlen(user);
     req.prefix_hash = gateway_prefix_hash(system, user, 2048);
-#if LG_PLUGIN_ABI_MINOR >= 1
     req.prefix_len = 2048;
-#endif
     {
         double cold[2], warm[2];
         int fd;

@@ -13,9 +13,13 @@
 
 struct fleet {
     struct lg_backend_view v[N_MAX];
+    struct lg_engine_model_view m[N_MAX]; /* v[i].model: the host lends it to ttft */
     const struct lg_backend_view *p[N_MAX];
     size_t n;
 };
+
+/* A candidate's engine model, as the host fills it. */
+#define M(v) ((struct lg_engine_model_view *)(uintptr_t)(v)->model)
 
 /* A healthy, idle replica: 40 ms + 20 ms/KiB, 15 ms between tokens, 8 slots. */
 static struct lg_backend_view *
@@ -40,13 +44,17 @@ add(struct fleet *f, const char *name)
     v->capacity = 8;
     v->hold_ms = 1000;
     v->flags = LG_VIEW_F_STALE;
-    v->engine_model_ms = -1; /* the engine model cannot tell: the formula decides */
-    v->engine_model_slots = 8;
-    v->engine_model_scale = 1;
-    v->step_ms = 15;
-    v->prefill_ms_per_kib = 20;
-    v->measured_ms = -1;
     v->itl_own_ms = -1;
+    v->model = &f->m[f->n];
+    memset(M(v), 0, sizeof(*M(v)));
+    M(v)->size = sizeof(*M(v));
+    M(v)->version = LG_ENGINE_MODEL_VERSION;
+    M(v)->wait_ms = -1; /* the engine model cannot tell: the formula decides */
+    M(v)->slots = 8;
+    M(v)->scale = 1;
+    M(v)->step_ms = 15;
+    M(v)->prefill_ms_per_kib = 20;
+    M(v)->measured_ms = -1;
     f->p[f->n] = v;
     f->n++;
     return v;
@@ -68,6 +76,8 @@ fleet_without(const struct fleet *f, struct fleet *g, size_t drop)
     for (size_t i = 0; i < f->n; i++) {
         if (i != drop) {
             g->v[g->n] = f->v[i];
+            g->m[g->n] = f->m[i];
+            g->v[g->n].model = &g->m[g->n];
             g->p[g->n] = &g->v[g->n];
             g->n++;
         }
@@ -88,7 +98,7 @@ open_policy(struct policy *pol, const char *name, const char *options)
     if (pol->p == NULL) {
         return -1;
     }
-    if (pol->p->ops->create(lg_plugin_host(), options, &pol->state, err, sizeof(err)) != 0) {
+    if (lg_plugin_create_text(pol->p, options, &pol->state, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s: %s\n", name, err);
         return -1;
     }
@@ -235,12 +245,12 @@ test_ttft_engine_model(void)
     b = add(&f, "b");
     set_load(a, 8, 0); /* full by the formula's count */
     set_load(b, 3, 0);
-    a->engine_model_ms = 30; /* but a slot frees at once there */
-    a->prefill_ms_per_kib = 10;
-    b->engine_model_ms = 60;
+    M(a)->wait_ms = 30; /* but a slot frees at once there */
+    M(a)->prefill_ms_per_kib = 10;
+    M(b)->wait_ms = 60;
     b->itl_ms = 60; /* a 4x slower decoder: not charged where the model tells */
     b->pending = 2;
-    a->engine_model_scale = b->engine_model_scale = 1;
+    M(a)->scale = M(b)->scale = 1;
     /* the model is on by default (the pick's tolerance is off here: the
      * costs are the predictions) */
     LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
@@ -254,27 +264,27 @@ test_ttft_engine_model(void)
     LG_CHECK(fabs(cost[1] - 140) < 1e-9);
     b->error_rate = 0;
     /* scaled by what it missed there lately, unless told not to */
-    b->engine_model_scale = 1.5;
+    M(b)->scale = 1.5;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 105) < 1e-9);
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_calibrate\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9);
     off.p->ops->destroy(off.state);
-    b->engine_model_scale = 1;
+    M(b)->scale = 1;
     /* no stream there lately to time its step: the formula reads it (a is
      * full by its count), unless model_needs_pace is 0 */
-    a->flags |= LG_VIEW_F_STEP_GUESS;
+    M(a)->flags |= LG_MODEL_F_STEP_GUESS;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
-    a->flags &= ~LG_VIEW_F_STEP_GUESS;
+    M(a)->flags &= ~LG_MODEL_F_STEP_GUESS;
     /* two there would be admitted with it: its prefill (5 ms) holds up
      * both, and counts, unless model_prefill_share is 0 */
-    a->engine_model_joined = 2;
+    M(a)->joined = 2;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 45) < 1e-9);
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_prefill_share\": 0}")
@@ -282,7 +292,7 @@ test_ttft_engine_model(void)
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
-    a->engine_model_joined = 0;
+    M(a)->joined = 0;
     /* first-token work ahead there counts only with model_ahead_weight */
     a->work_ahead_ms = 20;
     pick(&pol, &shrt, &f, cost, &why);
@@ -355,11 +365,11 @@ test_ttft_engine_model(void)
      * runs the model with those slots, and then it is used */
     a->flags |= LG_VIEW_F_CAP_GUESS;
     b->flags |= LG_VIEW_F_CAP_GUESS;
-    a->engine_model_slots = b->engine_model_slots = 16;
+    M(a)->slots = M(b)->slots = 16;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     /* the host ran it with fewer (its siblings' slots): that guess stands */
-    a->engine_model_slots = 8;
+    M(a)->slots = 8;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     /* a model run with other slots than `slots` set here is not used */
@@ -367,14 +377,14 @@ test_ttft_engine_model(void)
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
-    a->engine_model_slots = 16;
+    M(a)->slots = 16;
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
     /* nor where it cannot tell */
     a->flags &= ~LG_VIEW_F_CAP_GUESS;
-    a->engine_model_ms = -1;
+    M(a)->wait_ms = -1;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     pol.p->ops->destroy(pol.state);
@@ -397,44 +407,44 @@ test_ttft_measured_terms(void)
     b = add(&f, "b");
     set_load(a, 4, 0);
     set_load(b, 4, 0);
-    a->engine_model_ms = 30; /* the model sees a slot free on a... */
-    a->prefill_ms_per_kib = 10;
-    b->engine_model_ms = 60;
-    b->prefill_ms_per_kib = 10;
-    a->measured_ms = 400; /* ...where first tokens at this load took 400 ms lately */
-    b->measured_ms = 70;
-    a->measured_ms_per_kib = b->measured_ms_per_kib = 10;
+    M(a)->wait_ms = 30; /* the model sees a slot free on a... */
+    M(a)->prefill_ms_per_kib = 10;
+    M(b)->wait_ms = 60;
+    M(b)->prefill_ms_per_kib = 10;
+    M(a)->measured_ms = 400; /* ...where first tokens at this load took 400 ms lately */
+    M(b)->measured_ms = 70;
+    M(a)->measured_ms_per_kib = M(b)->measured_ms_per_kib = 10;
     LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
     /* the model not judged off: it decides, whatever the measured terms say */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
     LG_CHECK_STR(why, "lowest_predicted_ttft");
     /* judged off on a: its measured terms, with its prefill */
-    a->flags |= LG_VIEW_F_MODEL_MISSES;
+    M(a)->flags |= LG_MODEL_F_MISSES;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
     LG_CHECK(fabs(cost[0] - 405) < 1e-9 && fabs(cost[1] - 65) < 1e-9);
     LG_CHECK_STR(why, "lowest_predicted_ttft"); /* b won on the model's word */
     /* judged off on both: the measured terms decide the winner too */
-    b->flags |= LG_VIEW_F_MODEL_MISSES;
+    M(b)->flags |= LG_MODEL_F_MISSES;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
     LG_CHECK(fabs(cost[1] - 75) < 1e-9);
     LG_CHECK_STR(why, "lowest_measured_ttft");
     /* never sooner than the model (a queue it sees is there): b's model
      * says 300 ms, its curve 70 */
-    b->engine_model_ms = 295;
+    M(b)->wait_ms = 295;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
     LG_CHECK(fabs(cost[1] - 300) < 1e-9);
-    b->engine_model_ms = 60;
+    M(b)->wait_ms = 60;
     /* also where the model cannot run (others' load there) */
-    a->engine_model_ms = -1;
+    M(a)->wait_ms = -1;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 1);
     LG_CHECK(fabs(cost[0] - 405) < 1e-9);
     /* no measured terms there (no first token lately): the model, or the formula */
-    a->engine_model_ms = 30;
-    a->measured_ms = -1;
+    M(a)->wait_ms = 30;
+    M(a)->measured_ms = -1;
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
-    a->measured_ms = 400;
+    M(a)->measured_ms = 400;
     /* measured 0 leaves the model in charge */
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"measured\": 0}") == 0);
     LG_CHECK(pick(&off, &shrt, &f, cost, &why) == 0);
@@ -754,8 +764,8 @@ test_prefix_key_balance(void)
     hashed.p->ops->destroy(hashed.state);
 
     /* the key table is prefix_affinity's alone */
-    LG_CHECK(lg_plugin_find("session_affinity")
-                 ->ops->create(lg_plugin_host(), "{\"keys\": 100}", &pol.state, err, sizeof(err))
+    LG_CHECK(lg_plugin_create_text(lg_plugin_find("session_affinity"), "{\"keys\": 100}",
+                                   &pol.state, err, sizeof(err))
              != 0);
     LG_CHECK(strstr(err, "/keys: unknown option") == err);
     return 0;
@@ -897,11 +907,11 @@ test_ttft_finish_guard(void)
 
     fast = add(&f, "fast");
     slow = add(&f, "slow");
-    fast->engine_model_ms = 400; /* its slots are full: a first token in 400 ms */
-    fast->prefill_ms_per_kib = 0;
+    M(fast)->wait_ms = 400; /* its slots are full: a first token in 400 ms */
+    M(fast)->prefill_ms_per_kib = 0;
     fast->itl_ms = 15;
-    slow->engine_model_ms = 100; /* idle, a quarter of the pace */
-    slow->prefill_ms_per_kib = 0;
+    M(slow)->wait_ms = 100; /* idle, a quarter of the pace */
+    M(slow)->prefill_ms_per_kib = 0;
     slow->itl_ms = 60;
     LG_CHECK(open_policy(&pol, "ttft",
                          "{\"tolerance_ms\": 0, \"e2e_slack\": 0.25, \"e2e_slack_ms\": 250}")
@@ -964,15 +974,15 @@ test_ttft_interference(void)
 
     fast = add(&f, "fast");
     slow = add(&f, "slow");
-    fast->engine_model_ms = 60; /* 12 there, 2 awaiting a first token: 10 decoding */
-    fast->prefill_ms_per_kib = 20;
-    fast->prefill_fixed_ms = 5;
+    M(fast)->wait_ms = 60; /* 12 there, 2 awaiting a first token: 10 decoding */
+    M(fast)->prefill_ms_per_kib = 20;
+    M(fast)->prefill_fixed_ms = 5;
     fast->capacity = 16;
     fast->load = 12;
     fast->pending = 2;
-    slow->engine_model_ms = 90; /* 2 decoding */
-    slow->prefill_ms_per_kib = 30;
-    slow->prefill_fixed_ms = 5;
+    M(slow)->wait_ms = 90; /* 2 decoding */
+    M(slow)->prefill_ms_per_kib = 30;
+    M(slow)->prefill_fixed_ms = 5;
     slow->capacity = 16;
     slow->load = 2;
     LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"interference\": 0.3}") == 0);
@@ -993,8 +1003,8 @@ test_ttft_interference(void)
     /* where the model cannot tell, the formula's prompt cost: 40 ms for
      * 2 KiB on both (ttft_ms_per_kib 20), to 12 answers against 2; first
      * tokens 91 against 122 ms */
-    fast->engine_model_ms = -1;
-    slow->engine_model_ms = -1;
+    M(fast)->wait_ms = -1;
+    M(slow)->wait_ms = -1;
     slow->ttft_fixed_ms = 80;
     fast->load = 12;
     fast->pending = 0;

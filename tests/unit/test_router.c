@@ -15,6 +15,7 @@
 #include "lg_test.h"
 #include "lg_test_fleet.h"
 #include "route/router.h"
+#include "route/tried.h"
 
 /* the backends of every fleet here: four replicas of model m */
 #define FOUR_BACKENDS                                                                  \
@@ -242,11 +243,14 @@ test_explain_is_json(void)
                 .model = "m", .path = "/v1/chat/completions", .stream = true, .prompt_bytes = 1000
             };
             struct lg_route_result out = { 0 };
-            uint64_t tried = ~0ull << n & 0xfffull; /* the first n are candidates */
+            struct lg_tried tried = { 0 };
             json_error_t err;
             json_t *list;
 
-            LG_CHECK(lg_router_pick(f->router, route, &req, tried, &out) == LG_OK);
+            for (int i = n; i < 12; i++) {
+                lg_tried_add(&tried, (size_t)i, route->n); /* the first n are candidates */
+            }
+            LG_CHECK(lg_router_pick(f->router, route, &req, &tried, &out) == LG_OK);
             list = json_loads(out.explain, 0, &err);
             if (!json_is_array(list)) {
                 fprintf(stderr, "names %d, %d candidates: %s: %s\n", len, n, err.text, out.explain);
@@ -255,6 +259,7 @@ test_explain_is_json(void)
             LG_CHECK(strlen(out.explain) < LG_ROUTE_EXPLAIN_BYTES);
             json_decref(list);
             lg_route_result_clear(&out);
+            lg_tried_clear(&tried);
         }
         lg_test_fleet_free(c, f);
     }
@@ -294,7 +299,7 @@ test_explain_budget(void)
     LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
     LG_CHECK(strlen(out.explain) <= LG_ROUTE_EXPLAIN_BYTES);
     LG_CHECK(strstr(out.explain, "{\"more\":") != NULL);
-    out.explain_max = (size_t)LG_ROUTER_MAX_CANDIDATES * 512;
+    out.explain_max = (size_t)50 * 512;
     LG_CHECK(lg_router_pick(bfleet->router, route, &req, 0, &out) == LG_OK);
     LG_CHECK(strstr(out.explain, "\"more\"") == NULL);
     for (const char *p = out.explain; (p = strstr(p, "{\"backend\":")) != NULL; p++) {
