@@ -714,18 +714,18 @@ client_parse_error(struct lg_client *c, int err)
     if (req->id[0] == '\0') {
         client_set_request_id(c);
     }
-    if (err == HPE_USER && req->reject_status == 400) {
-        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s", req->reject_why);
+    if (err == HPE_USER && req->reject.status == 400) {
+        lg_client_fail(c, 400, req->reject.code, "malformed HTTP request: %s", req->reject.why);
         return;
     }
-    if (err == HPE_USER && req->reject_status == 505) {
-        lg_client_fail(c, 505, req->reject_code,
+    if (err == HPE_USER && req->reject.status == 505) {
+        lg_client_fail(c, 505, req->reject.code,
                        "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1",
                        c->parser.http_major, c->parser.http_minor);
         return;
     }
-    if (err == HPE_USER && req->reject_status != 0) {
-        lg_client_fail(c, req->reject_status, req->reject_code, "%s", req->reject_why);
+    if (err == HPE_USER && req->reject.status != 0) {
+        lg_client_fail(c, req->reject.status, req->reject.code, "%s", req->reject.why);
         return;
     }
     lg_client_fail(c, 400, "bad_request", "malformed HTTP request: %s",
@@ -850,7 +850,7 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
             return;
         }
         lg_client_close(c, (what & BEV_EVENT_TIMEOUT) ? "keepalive_timeout"
-                                                  : lg_fail_name(LG_FAIL_CLIENT_CLOSED));
+                                                      : lg_fail_name(LG_FAIL_CLIENT_CLOSED));
         return;
     }
     if (c->state == LG_CLIENT_ST_LINGER) {

@@ -64,6 +64,13 @@ enum lg_req_hedge {
 #define LG_REQ_F_EVENTS      (1u << 19) /* body relayed event by event (resume.c): a stream
                                            that may go on on another backend */
 
+/* How a parser callback refused the request (reader.c): answered once llhttp stops. */
+struct lg_req_reject {
+    int status;       /* 0: not refused */
+    const char *code; /* static: the error body's code */
+    const char *why;  /* static: the error body's message */
+};
+
 /* What a request's attempts did, for its retries and its record. */
 struct lg_req_tries {
     uint32_t n;                  /* attempts begun (a pooled connection's race not counted) */
@@ -93,9 +100,7 @@ struct lg_request {
     uint64_t frame_bytes;         /* a chunked body's framing: size lines, extensions, trailers */
     uint64_t meta_bytes;          /* of which chunk extensions and trailer fields */
     uint64_t t_body;              /* the head's end: the body's deadline counts from here (reader.c) */
-    int reject_status;            /* set by a parser callback that refuses the request */
-    const char *reject_code;
-    const char *reject_why;       /* static: the error body's message */
+    struct lg_req_reject reject;  /* set by a parser callback that refuses the request */
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
     struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
