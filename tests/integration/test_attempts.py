@@ -7,6 +7,10 @@ order of picks known (the heaviest first, then the next among those left).
 One worker, so that the pick order and the hedge budget are one.
 """
 
+import http.client
+import json
+import time
+
 import harness
 from harness import Harness, post_json, read_access_log, sim_state
 
@@ -93,6 +97,43 @@ class Attempts(Harness):
         self.assertGreaterEqual(hedge["dispatch"], first["dispatch"] + 150)  # at the deadline
         self.assertIsNotNone(hedge["first_token"])
         self.assertLessEqual(first["end"], hedge["end"])
+
+    def test_a_parked_connection_keeps_no_attempt(self):
+        """An idle keep-alive connection is parked without its request's
+        memory (at once after its first request, after a second idle after
+        later ones): what the request's attempts held (the duplicate that won,
+        which hedge.c owns, the list of ended tries, the tried set, the picks'
+        explanations) was released before, and each request on the connection
+        has tries of its own (under a sanitizer: nothing leaks or dangles)."""
+        _, p1 = self.start_llmsim("r1", args=FAST + ["--fault", "stall-first:1:30"])
+        _, p2 = self.start_llmsim("r2", args=FAST)
+        port = self.gateway([backend("r1", p1, 1000), backend("r2", p2, 1)],
+                            hedge={"enabled": True, "min": "200ms", "budget_ratio": 1,
+                                   "budget_min": 0})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.addCleanup(conn.close)
+        body = json.dumps(harness.chat_body(stream=True))
+        where = None
+        for i in range(3):
+            if i == 2:
+                time.sleep(1.5)  # the idleness under test, not a wait for an event
+            conn.request("POST", CHAT, body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            self.assertEqual(r.status, 200, data)
+            self.assertIn(b"[DONE]", data)
+            self.assertIn(r.getheader("x-llmsim-replica"), ("r2", None))
+            if where is None:
+                where = conn.sock.getsockname()
+            self.assertEqual(conn.sock.getsockname(), where, "a new connection")
+        log = read_access_log(self.path("access.log"), 3)
+        for e in log:
+            self.assertEqual((e["status"], e["backend"], e["hedge_winner"], e["attempt_count"]),
+                             (200, "r2", "hedge", 2), e)
+            self.assertEqual([(a["backend"], a["kind"], a["failure"]) for a in e["attempts"]],
+                             [("r1", "first", "hedge_lost"), ("r2", "hedge", None)])
+            # the explanation is the winner's pick's, which skipped the tried r1
+            self.assertEqual([c["backend"] for c in e["candidates"]], ["r2"])
 
     def test_a_continuation_is_a_try_of_its_own(self):
         text = ["--text", "context", "--role-chunk", "--decode-ms", "5"]
