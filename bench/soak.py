@@ -272,7 +272,7 @@ def main():
             statuses[str(r["status"])] = statuses.get(str(r["status"]), 0) + 1
             if r["error"]:
                 errors[r["error"]] = errors.get(r["error"], 0) + 1
-        retried = [r for r in lines if r["attempts"] > 1]
+        retried = [r for r in lines if r["attempt_count"] > 1]
         # a response that started and did not end cleanly (a retried request
         # that ended well keeps the reason of its failed attempt in "error")
         cut_reasons = {"upstream_closed_mid_response", "upstream_reset", "stream_idle_timeout",
@@ -296,7 +296,7 @@ def main():
             "gateway": {
                 "requests_logged": len(lines),
                 "retried_requests": len(retried),
-                "extra_attempts": sum(r["attempts"] - 1 for r in retried),
+                "extra_attempts": sum(r["attempt_count"] - 1 for r in retried),
                 "retried_ok": sum(1 for r in retried if r["status"] == 200),
                 "cut_streams": len(cut_by_gw),
                 "statuses": statuses,

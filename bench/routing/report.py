@@ -74,6 +74,15 @@ def _iso_to_unix(ts):
     return d.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
+def _attempt_count(e):
+    """How many backends a request tried: attempt_count (its attempts array's
+    length when every try fits), or the count older logs called attempts."""
+    n = e.get("attempt_count")
+    if n is None and not isinstance(e.get("attempts"), list):
+        n = e.get("attempts")
+    return n or 1
+
+
 def parse_access(kind, paths, port_names):
     """Unified access entries: {"t": unix start, "backend": name|None, "tried": [names],
     "retried": bool}."""
@@ -84,7 +93,7 @@ def parse_access(kind, paths, port_names):
                 if kind == "llmgate":
                     out.append({"t": _iso_to_unix(e["ts"]), "backend": e.get("backend"),
                                 "tried": [e["backend"]] if e.get("backend") else [],
-                                "retried": (e.get("attempts") or 1)
+                                "retried": _attempt_count(e)
                                 > (e.get("resumed") or 0) + (2 if e.get("hedged") else 1),
                                 "resumed": e.get("resumed") or 0,
                                 "resume_pause": e.get("resume_pause"),

@@ -25,6 +25,7 @@
 #include "base/config_loc.h"
 #include "base/config_table.h"
 #include "base/config_value.h"
+#include "base/fail.h"
 
 #define CONF_MAX_WORKERS LG_CONFIG_MAX_WORKERS
 
@@ -305,13 +306,15 @@ static const struct lg_conf_field conf_retry_fields[] = {
     { "attempts", LG_CONF_UINT, RE(attempts), .def = 2, .min = 1, .max = 10 },
     { "budget_ratio", LG_CONF_DOUBLE, RE(budget_ratio), .def = 0.2, .min = 0, .max = 1 },
     { "budget_min", LG_CONF_UINT, RE(budget_min), .def = 10, .min = 0, .max = 1000000 },
+    { "on", LG_CONF_MASK, RE(on), .def = LG_FAIL_RETRY_DEFAULT, .min = 0,
+      .max = LG_FAIL_COUNT, .bit = lg_fail_retry_bit },
     { .name = NULL },
 };
 #undef RE
 static const struct lg_conf_table conf_retry_table = { sizeof(struct lg_retry_conf),
                                                        conf_retry_fields, NULL };
 
-/* What resume.models may say of a model. */
+/* What resume.models may say of a model (enum lg_resume_mode). */
 static const char *const conf_resume_modes[] = { "off", "greedy", "seeded", NULL };
 
 /* A JSON pointer segment for a member name (RFC 6901: ~ and / escaped). */
@@ -335,7 +338,8 @@ conf_ptr_segment(char *out, size_t cap, const char *name)
     out[n] = '\0';
 }
 
-/* resume.models: every model's value is one of the modes ("#" keys are comments). */
+/* resume.models: every model's value is one of the modes ("#" keys are
+ * comments); read into rules[] (and `others`, for "*") once, at load. */
 static void
 conf_check_resume(struct lg_conf_ctx *ctx, void *base, bool clean)
 {
@@ -346,6 +350,7 @@ conf_check_resume(struct lg_conf_ctx *ctx, void *base, bool clean)
     if (r->models == NULL) {
         return;
     }
+    r->rules = lg_xcalloc(json_object_size(r->models) + 1, sizeof(*r->rules));
     json_object_foreach (r->models, name, v) {
         const char *mode = json_is_string(v) ? json_string_value(v) : NULL;
         char sfx[300];
@@ -362,6 +367,11 @@ conf_check_resume(struct lg_conf_ctx *ctx, void *base, bool clean)
             memcpy(sfx, "/models", 7);
             conf_ptr_segment(sfx + 7, sizeof(sfx) - 7, name);
             conf_error_at(ctx, sfx, "expected \"off\", \"greedy\" or \"seeded\"");
+        } else if (strcmp(name, "*") == 0) {
+            r->others = (enum lg_resume_mode)i;
+        } else {
+            r->rules[r->nrules].model = name;
+            r->rules[r->nrules++].mode = (enum lg_resume_mode)i;
         }
     }
     (void)clean;
@@ -758,6 +768,7 @@ conf_free(struct lg_config *c)
         lg_conf_free_fields(&conf_backend_table, &c->templates[i]);
     }
     free(c->templates);
+    free(c->routing.resume.rules);
     lg_conf_free_fields(&conf_root_table, c);
     json_decref(c->root);
     for (size_t i = 0; i < c->nwarnings; i++) {

@@ -548,6 +548,38 @@ conf_array_ok(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v,
     return true;
 }
 
+/* An array of names, each once: their bits (f->bit) in a uint32_t. */
+static void
+conf_set_mask(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, void *base)
+{
+    uint32_t mask = 0;
+    size_t i;
+    char why[CONF_MSG_MAX];
+    char q[CONF_QBUF];
+    json_t *e;
+
+    if (!conf_array_ok(ctx, f, v, "an array of strings")) {
+        return;
+    }
+    json_array_foreach (v, i, e) {
+        size_t mark = conf_ptr_push_index(ctx, i);
+        const char *s = json_string_value(e);
+        int bit = s != NULL ? f->bit(s, why, sizeof(why)) : -1;
+
+        if (s == NULL) {
+            conf_type_error(ctx, "a string", e);
+        } else if (bit < 0) {
+            conf_error(ctx, "%s", why);
+        } else if (mask & (1u << bit)) {
+            conf_error(ctx, "duplicate entry %s", lg_conf_quote(q, sizeof(q), s));
+        } else {
+            mask |= 1u << bit;
+        }
+        lg_conf_ptr_pop(ctx, mark);
+    }
+    *(uint32_t *)conf_at(base, f->offset) = mask;
+}
+
 static void
 conf_set_strarray(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t *v, void *base)
 {
@@ -633,6 +665,9 @@ lg_conf_defaults(const struct lg_conf_table *t, void *base)
             break;
         case LG_CONF_ENUM:
             *(int *)p = (int)f->def;
+            break;
+        case LG_CONF_MASK:
+            *(uint32_t *)p = (uint32_t)f->def;
             break;
         case LG_CONF_OBJECT:
             lg_conf_defaults(f->sub, p);
@@ -732,6 +767,7 @@ static const conf_set_fn conf_setters[] = {
     [LG_CONF_ADDRESS] = conf_set_address,   [LG_CONF_URL] = conf_set_url,
     [LG_CONF_STRARRAY] = conf_set_strarray, [LG_CONF_OBJECT] = conf_set_object,
     [LG_CONF_OBJARRAY] = conf_set_objarray, [LG_CONF_JSON] = conf_set_json,
+    [LG_CONF_MASK] = conf_set_mask,
 };
 
 static void

@@ -39,6 +39,8 @@ enum lg_conf_type {
     LG_CONF_OBJECT,   /* struct at offset described by .sub */
     LG_CONF_OBJARRAY, /* array of .sub->size structs + size_t count at .aux_offset; [min, max] */
     LG_CONF_JSON,     /* json_t * object, borrowed from the root */
+    LG_CONF_MASK,     /* uint32_t: an array of names, each once, a bit each (.bit); .def when
+                         absent */
 };
 
 struct lg_conf_ctx;
@@ -46,6 +48,9 @@ struct lg_conf_table;
 
 /* Extra check for a string; on failure writes the reason into why. */
 typedef bool (*lg_conf_check_fn)(const char *s, char *why, size_t whysz);
+
+/* A MASK entry's bit (0..31), or -1 with the reason in why. */
+typedef int (*lg_conf_bit_fn)(const char *name, char *why, size_t whysz);
 
 struct lg_conf_field {
     const char *name;
@@ -69,6 +74,7 @@ struct lg_conf_field {
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
     lg_conf_check_fn check; /* STR */
+    lg_conf_bit_fn bit;     /* MASK */
 };
 
 struct lg_conf_table {

@@ -105,12 +105,29 @@ struct lg_retry_conf {
     uint32_t attempts;     /* total tries per request, 1 = no retry */
     double budget_ratio;   /* retries allowed as a share of requests (0..1) */
     uint32_t budget_min;   /* retries always allowed per second, whatever the ratio */
+    uint32_t on;           /* the failures retried: LG_FAIL_BIT()s of enum lg_fail (fail.h) */
+};
+
+/* What routing.resume allows for a model's streams. */
+enum lg_resume_mode {
+    LG_RESUME_OFF = 0, /* never continued */
+    LG_RESUME_GREEDY,  /* continued when sampled at temperature 0 */
+    LG_RESUME_SEEDED,  /* that, or when seeded */
+};
+
+/* One model's entry of routing.resume.models. */
+struct lg_resume_rule {
+    const char *model;        /* borrowed from root */
+    enum lg_resume_mode mode;
 };
 
 /* Mid-stream failover (serve/resume.c). */
 struct lg_resume_conf {
     json_t *models;        /* {model or "*": "off" | "greedy" | "seeded"}, borrowed from
                               root; NULL: off for every model */
+    struct lg_resume_rule *rules; /* owned: models' entries but "*", as read at load */
+    size_t nrules;
+    enum lg_resume_mode others;   /* the mode of models without an entry ("*", else off) */
     uint32_t attempts;     /* continuations per stream */
     size_t max_text;       /* bytes of delivered text kept per stream */
 };

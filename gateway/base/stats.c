@@ -10,7 +10,6 @@
 
 #include <string.h>
 
-
 const double lg_hist_latency_bounds[LG_HIST_NBUCKETS] = {
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120,
 };
@@ -52,37 +51,3 @@ lg_hist_observe(struct lg_hist *h, const double *bounds, double v)
     STAT_ADD(&h->count, 1);
 }
 
-static bool
-stats_path_is(const char *path, size_t len, const char *lit)
-{
-    size_t n = strlen(lit);
-
-    return len == n && memcmp(path, lit, n) == 0;
-}
-
-enum lg_stats_route
-lg_stats_route_of(const char *path, size_t len)
-{
-    const char *q = memchr(path, '?', len);
-
-    if (q != NULL) {
-        len = (size_t)(q - path);
-    }
-    if (stats_path_is(path, len, "/v1/chat/completions")) {
-        return LG_STATS_ROUTE_CHAT;
-    }
-    if (stats_path_is(path, len, "/v1/completions")) {
-        return LG_STATS_ROUTE_COMPLETIONS;
-    }
-    if (stats_path_is(path, len, "/v1/embeddings")) {
-        return LG_STATS_ROUTE_EMBEDDINGS;
-    }
-    if (stats_path_is(path, len, "/v1/models")
-        || (len > 11 && memcmp(path, "/v1/models/", 11) == 0)) {
-        return LG_STATS_ROUTE_MODELS;
-    }
-    if (stats_path_is(path, len, "/healthz")) {
-        return LG_STATS_ROUTE_HEALTHZ;
-    }
-    return LG_STATS_ROUTE_OTHER;
-}

@@ -34,7 +34,7 @@ struct lg_backend_metrics {
     uint64_t stream_errors;     /* streamed responses with an error event from the engine */
 };
 
-/* Routes the gateway counts requests by. */
+/* Routes the gateway counts requests by (base/endpoint.c maps paths to them). */
 enum lg_stats_route {
     LG_STATS_ROUTE_CHAT = 0,    /* /v1/chat/completions */
     LG_STATS_ROUTE_COMPLETIONS, /* /v1/completions */
@@ -97,8 +97,5 @@ struct lg_worker_metrics {
 
 /* Adds one observation of v seconds. */
 void lg_hist_observe(struct lg_hist *h, const double *bounds, double v);
-
-/* The route of a request path (query string ignored). */
-enum lg_stats_route lg_stats_route_of(const char *path, size_t len);
 
 #endif /* LG_STATS_H */

@@ -904,6 +904,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->queued = false;
     out->retry_after_ms = 0;
     out->probe = false;
+    out->full = false;
     lg_route_read_prior(route, &prior);
     router_info(r, req, tried, &info);
 
@@ -934,6 +935,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         if (nfull > 0) {
             out->reason = "all_backends_at_max_inflight";
             out->retry_after_ms = 1000;
+            out->full = true;
         } else if (lg_tried_count(tried) > 0 && soonest == UINT64_MAX) {
             out->reason = "all_backends_tried";
         } else {

@@ -56,6 +56,7 @@ struct lg_route_result {
     bool queued;                /* the winner was (about) full: its TTFT measures
                                    its queue more than its speed */
     uint32_t retry_after_ms;    /* on LG_EBUSY: when a backend may be back */
+    bool full;                  /* on LG_EBUSY: the backends left are up, at max_inflight */
     bool probe;                 /* the winner is half-open: this is its probe */
     char *explain;              /* owned: JSON array of candidate score inputs, NULL when
                                    none; freed by the next pick and lg_route_result_clear() */

@@ -266,7 +266,7 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&a->lock);
     ra = wt->m->queued;
     pthread_mutex_unlock(&a->lock);
-    c->req.pick.retry_after_ms = admission_retry_after_s(a, wt->m, ra) * 1000;
+    c->req.retry_after_ms = admission_retry_after_s(a, wt->m, ra) * 1000;
     admission_drop(wt);
     lg_client_fail(c, 503, "queue_timeout",
                    "every backend for \"%s\" stayed busy for the queue timeout; try again later",
@@ -286,7 +286,7 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     struct timeval tv;
 
     if (a == NULL || c->w->id >= a->nworkers) {
-        c->req.pick.retry_after_ms = 1000;
+        c->req.retry_after_ms = 1000;
         lg_client_fail(c, 429, "queue_full", "every backend for \"%s\" is busy", c->req.info.model);
         return LG_EBUSY;
     }
@@ -309,7 +309,7 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     pthread_mutex_unlock(&a->lock);
     if (full) {
         free(wt);
-        c->req.pick.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
+        c->req.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
         lg_client_fail(c, 429, "queue_full",
                        "every backend for \"%s\" is busy and %u requests are waiting already",
                        c->req.info.model, ahead);
@@ -360,8 +360,7 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
                   lg_admission_resume_fn resume)
 {
     struct lg_admission_waiter *wt = c->req.waiter;
-    bool full = rc != LG_OK && c->req.pick.reason != NULL
-                && strcmp(c->req.pick.reason, "all_backends_at_max_inflight") == 0;
+    bool full = rc != LG_OK && c->req.att != NULL && c->req.att->pick.full; /* its pick's */
 
     if (wt != NULL) {
         /* back from the queue */
@@ -455,9 +454,9 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
         if (known) {
             continue;
         }
-        route = lg_fleet_find_model(wt->c->req.fleet, wt->c->req.info.model);
+        route = wt->c->req.models;
         if (admission_is_head(wt) && route != NULL
-            && lg_router_has_candidate(route, &wt->c->req.tried)) {
+            && lg_router_has_candidate(route, &wt->c->req.tries.tried)) {
             return wt;
         }
         if (*nskip < cap) {

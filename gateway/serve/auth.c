@@ -58,7 +58,7 @@ lg_auth_head(struct lg_keys *keys, struct lg_request *req, bool has_body,
     if ((has_body || req->method == HTTP_POST)
         && lg_keys_admit(&req->auth, lg_now_ns(), &retry_ms) != LG_OK) {
         req->flags |= LG_REQ_F_CLOSE;
-        req->pick.retry_after_ms = retry_ms;
+        req->retry_after_ms = retry_ms;
         snprintf(no->message, sizeof(no->message),
                  "the key \"%s\" is over its concurrency or rate limit", lg_keys_name(&req->auth));
         return auth_refuse(no, 429, "key_limit_reached");

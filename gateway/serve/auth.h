@@ -27,7 +27,7 @@ struct lg_auth_refusal {
  * Returns LG_OK (the request holds its key in req->auth, and when it is a
  * POST or `has_body`, one of the key's concurrency slots and a request of
  * its rate), or LG_EINVAL with *no filled (401, or 429 with
- * req->pick.retry_after_ms set; the request is marked to close the
+ * req->retry_after_ms set; the request is marked to close the
  * connection).
  */
 int lg_auth_head(struct lg_keys *keys, struct lg_request *req, bool has_body,

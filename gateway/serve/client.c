@@ -26,6 +26,7 @@
 #include <event2/event.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
@@ -187,7 +188,6 @@ client_end_request(struct lg_client *c)
         lg_quota_end(req); /* before the key, whose account it borrows */
     }
     lg_keys_release(&req->auth);
-    lg_route_result_clear(&req->pick);
     if (req->body != NULL) {
         evbuffer_free(req->body);
         req->body = NULL;
@@ -209,9 +209,9 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
         return;
     }
     LG_BUG_ON(req->flags & LG_REQ_F_STARTED);
-    c->ops->abort(c, code);
+    c->ops->abort(c, LG_FAIL_ABORTED);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (req->error == NULL || status != req->fail_status) {
+    if (req->error == NULL || status != lg_fail_status(req->tries.fail)) {
         req->error = code;
     }
     if (status == 400 || status == 408 || status == 413 || status == 414 || status == 431
@@ -221,17 +221,17 @@ client_vfail(struct lg_client *c, int status, const char *code, const char *para
     }
     if (status == 503 || status == 429) {
         /* when the router knows when a backend may be back, say so */
-        uint32_t ra = (req->pick.retry_after_ms + 999) / 1000;
+        uint32_t ra = (req->retry_after_ms + 999) / 1000;
 
         snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", ra ? ra : 1);
     } else if (status == 401) {
         snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"llmgate\"\r\n");
     } else if (status == 405) {
-        const char *url = req->hdrs.buf ? req->hdrs.buf + req->hdrs.url_off : "";
+        const struct lg_endpoint *e =
+            req->hdrs.buf ? lg_endpoint_find(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len)
+                          : NULL;
 
-        snprintf(extra, sizeof(extra), "Allow: %s\r\n",
-                 strncmp(url, "/v1/models", 10) == 0 || strncmp(url, "/healthz", 8) == 0 ? "GET"
-                                                                                          : "POST");
+        snprintf(extra, sizeof(extra), "Allow: %s\r\n", e != NULL ? e->method_name : "POST");
     }
     if (status == 429 && req->auth.key != NULL
         && (req->quota == NULL || !(req->quota->flags & LG_QUOTA_F_REQUESTS))) {
@@ -278,25 +278,27 @@ lg_client_finish(struct lg_client *c)
 }
 
 void
-lg_client_cut(struct lg_client *c, const char *why)
+lg_client_cut(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
     if (c->state == LG_CLIENT_ST_CLOSING) {
         return;
     }
-    if (req->backend != NULL) {
-        LG_STAT_ADD(req->backend, cut_streams, 1);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", req->backend->name, why);
+    if (req->att != NULL && req->att->backend != NULL) {
+        struct lg_backend *b = req->att->backend;
+
+        LG_STAT_ADD(b, cut_streams, 1);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s", b->name, lg_fail_name(why));
         }
     }
-    req->error = why;
+    req->error = lg_fail_name(why);
     c->ops->abort(c, why);
     client_log(c);
     client_end_request(c);
-    if (strcmp(why, "client_stalled") == 0) {
-        lg_client_close(c, why); /* it reads nothing: do not wait for it */
+    if (why == LG_FAIL_CLIENT_STALLED) {
+        lg_client_close(c, req->error); /* it reads nothing: do not wait for it */
         return;
     }
     /* Every byte the backend sent still goes out, then the connection
@@ -304,7 +306,7 @@ lg_client_cut(struct lg_client *c, const char *why)
     lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-        lg_client_close(c, why);
+        lg_client_close(c, req->error);
     }
 }
 
@@ -317,12 +319,12 @@ lg_client_close(struct lg_client *c, const char *why)
     LG_DEBUG("conn=%" PRIu64 " closing: %s", c->id, why);
     if (!c->parked && c->req.t_start != 0 && !(c->req.flags & LG_REQ_F_LOGGED)) {
         if (c->req.status == 0) {
-            c->req.status = 499;
+            c->req.status = lg_fail_status(LG_FAIL_CLIENT_CLOSED); /* 499 */
         }
         if (c->req.error == NULL) {
             c->req.error = why;
         }
-        c->ops->abort(c, why);
+        c->ops->abort(c, LG_FAIL_ABORTED); /* a client gone was told before */
         client_log(c);
     }
     if (!c->parked) {
@@ -726,18 +728,18 @@ client_parse_error(struct lg_client *c, int err)
     if (req->id[0] == '\0') {
         client_set_request_id(c);
     }
-    if (err == HPE_USER && req->reject_status == 400) {
-        lg_client_fail(c, 400, req->reject_code, "malformed HTTP request: %s", req->reject_why);
+    if (err == HPE_USER && req->reject.status == 400) {
+        lg_client_fail(c, 400, req->reject.code, "malformed HTTP request: %s", req->reject.why);
         return;
     }
-    if (err == HPE_USER && req->reject_status == 505) {
-        lg_client_fail(c, 505, req->reject_code,
+    if (err == HPE_USER && req->reject.status == 505) {
+        lg_client_fail(c, 505, req->reject.code,
                        "HTTP/%u.%u is not supported: only HTTP/1.0 and HTTP/1.1",
                        c->parser.http_major, c->parser.http_minor);
         return;
     }
-    if (err == HPE_USER && req->reject_status != 0) {
-        lg_client_fail(c, req->reject_status, req->reject_code, "%s", req->reject_why);
+    if (err == HPE_USER && req->reject.status != 0) {
+        lg_client_fail(c, req->reject.status, req->reject.code, "%s", req->reject.why);
         return;
     }
     lg_client_fail(c, 400, "bad_request", "malformed HTTP request: %s",
@@ -861,7 +863,8 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
             lg_bevio_enable(c->bev, EV_READ); /* stale (see below) */
             return;
         }
-        lg_client_close(c, (what & BEV_EVENT_TIMEOUT) ? "keepalive_timeout" : "client_closed");
+        lg_client_close(c, (what & BEV_EVENT_TIMEOUT) ? "keepalive_timeout"
+                                                      : lg_fail_name(LG_FAIL_CLIENT_CLOSED));
         return;
     }
     if (c->state == LG_CLIENT_ST_LINGER) {
@@ -871,9 +874,10 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
             if (req->t_start == 0) {
-                lg_client_close(c, "client_stalled"); /* between requests: nothing to log */
+                /* between requests: nothing to log */
+                lg_client_close(c, lg_fail_name(LG_FAIL_CLIENT_STALLED));
             } else {
-                lg_client_cut(c, "client_stalled");
+                lg_client_cut(c, LG_FAIL_CLIENT_STALLED);
             }
             return;
         }
@@ -910,16 +914,16 @@ client_on_event(struct bufferevent *bev, short what, void *arg)
         if (!(req->flags & LG_REQ_F_LOGGED)) {
             /* gone before the end of its answer: 499, with what it was sent
              * (the head said 200; the log says the client did not take it all) */
-            req->status = 499;
+            req->status = lg_fail_status(LG_FAIL_CLIENT_CLOSED);
         }
-        req->error = "client_closed";
-        c->ops->abort(c, "client_closed");
+        req->error = lg_fail_name(LG_FAIL_CLIENT_CLOSED);
+        c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     } else if (req->flags & LG_REQ_F_PROXIED) {
-        req->status = 499;
-        req->error = "client_closed";
-        c->ops->abort(c, "client_closed");
+        req->status = lg_fail_status(LG_FAIL_CLIENT_CLOSED);
+        req->error = lg_fail_name(LG_FAIL_CLIENT_CLOSED);
+        c->ops->abort(c, LG_FAIL_CLIENT_CLOSED);
     }
-    lg_client_close(c, "client_closed");
+    lg_client_close(c, lg_fail_name(LG_FAIL_CLIENT_CLOSED));
 }
 
 int

@@ -64,7 +64,7 @@ void lg_client_set_write_timeout(struct lg_client *c, uint64_t ms);
  * A failure after response bytes reached the client: the connection is closed
  * without a clean end of message so the client sees a cut, and the log says why.
  */
-void lg_client_cut(struct lg_client *c, const char *why);
+void lg_client_cut(struct lg_client *c, enum lg_fail why);
 
 /* Closes the connection at once (deferred free). */
 void lg_client_close(struct lg_client *c, const char *why);

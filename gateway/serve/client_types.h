@@ -3,8 +3,8 @@
  * serves, from its first byte to its access-log line (types only: client.h
  * has the connection's functions). A connection holds one request at a
  * time; the modules a request passes through (reader, proxy, attempt,
- * relay, admission, record) read and write the parts the comments give
- * them.
+ * hedge, relay, admission, record) read and write the parts the comments
+ * give them.
  */
 #ifndef LG_CLIENT_TYPES_H
 #define LG_CLIENT_TYPES_H
@@ -14,6 +14,7 @@
 
 #include <llhttp.h>
 
+#include "base/fail.h"
 #include "base/lg_core.h"
 #include "http/headcheck.h"
 #include "http/httphdr.h"
@@ -21,6 +22,7 @@
 #include "http/sse.h"
 #include "route/router.h"
 #include "route/tried.h"
+#include "serve/attempt_types.h"
 #include "serve/keys.h"
 #include "serve/quota_types.h"
 #include "serve/worker.h"
@@ -33,6 +35,7 @@ struct lg_backend;
 struct lg_client;
 struct lg_fleet;
 struct lg_hedge;
+struct lg_model_route;
 struct lg_upconn;
 
 /* What hedging did for a request (hedge.c), for its record. */
@@ -58,14 +61,33 @@ enum lg_req_hedge {
 #define LG_REQ_F_PAUSED_UP   (1u << 10) /* upstream reading paused: client output full */
 #define LG_REQ_F_DECHUNK     (1u << 11) /* HTTP/1.0 client: relay decoded body bytes */
 #define LG_REQ_F_ENCHUNK     (1u << 12) /* close-delimited upstream body re-framed as chunks */
-#define LG_REQ_F_TOKEN_WAIT  (1u << 13) /* counted in the backend's awaiting-first-token */
-#define LG_REQ_F_PROBE       (1u << 14) /* the attempt holds the backend's half-open probe */
-#define LG_REQ_F_AGED        (1u << 15) /* counted in the backend's in-flight ages */
 #define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
-#define LG_REQ_F_END_SLOT    (1u << 17) /* its predicted end is in the backend's ends[] */
-#define LG_REQ_F_SEQ         (1u << 18) /* followed in the backend's seqs[] (engine model) */
 #define LG_REQ_F_EVENTS      (1u << 19) /* body relayed event by event (resume.c): a stream
                                            that may go on on another backend */
+
+/* How a parser callback refused the request (reader.c): answered once llhttp stops. */
+struct lg_req_reject {
+    int status;       /* 0: not refused */
+    const char *code; /* static: the error body's code */
+    const char *why;  /* static: the error body's message */
+};
+
+/* What a request's attempts did, for its retries and its record. */
+struct lg_req_tries {
+    uint32_t n;                  /* attempts begun (a pooled connection's race not counted) */
+    enum lg_fail fail : 8;       /* the last failure before a response: answered when no
+                                    retry is left */
+    enum lg_req_hedge hedge : 8; /* what hedging did (hedge.c) */
+    uint8_t resume_fail;         /* why a stream it could continue was cut (enum lg_stats_resume) */
+    float hedge_after_ms;        /* the first token's deadline (hedge.c); 0: none */
+    uint32_t resumed;            /* continuations begun (resume.c) */
+    struct lg_tried tried;       /* their backends, which the next pick skips (route/tried.h;
+                                    what it allocates is freed at the request's release) */
+    struct lg_attempt_log *log;  /* owned: the ended ones no longer current, while the
+                                    access log is on (attempt.c); NULL: none */
+    uint64_t resume_pause_ns;    /* the pauses the client saw, last token to first after */
+    uint64_t resume_events;      /* content events relayed before the last continuation */
+};
 
 struct lg_request {
     uint32_t flags;
@@ -79,12 +101,9 @@ struct lg_request {
     uint64_t frame_bytes;         /* a chunked body's framing: size lines, extensions, trailers */
     uint64_t meta_bytes;          /* of which chunk extensions and trailer fields */
     uint64_t t_body;              /* the head's end: the body's deadline counts from here (reader.c) */
-    int reject_status;            /* set by a parser callback that refuses the request */
-    const char *reject_code;
-    const char *reject_why;       /* static: the error body's message */
+    struct lg_req_reject reject;  /* set by a parser callback that refuses the request */
     struct lg_openai_req info;    /* from the body */
     struct lg_route_req route;
-    struct lg_route_result pick;  /* last routing decision */
     struct lg_headcheck headcheck; /* raw-head checks across reads (headcheck.c) */
     struct lg_key_hold auth;      /* the API key it counts against (keys.c) */
     struct lg_quota *quota;       /* owned by quota.c: its tokens reserved in the key's
@@ -92,52 +111,35 @@ struct lg_request {
                                      NULL: a key with neither (or no key) */
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
 
-    /* the exchange with the backend (proxy.c, attempt.c, relay.c) */
+    /* the exchange with the backend (proxy.c, attempt.c, hedge.c, relay.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */
-    struct lg_backend *backend;   /* one reference while an attempt runs */
-    struct lg_upconn *up;         /* borrowed from the pool while attached */
-    uint32_t attempts;
-    struct lg_tried tried;        /* backends tried (route/tried.h); freed at release */
-    bool up_reused;               /* attempt runs on a pooled connection */
-    uint64_t up_body_left;        /* upstream Content-Length bytes still to relay */
+    const struct lg_model_route *models; /* the fleet's backends of its model (proxy_start) */
+    struct lg_attempt *att;       /* the attempt the response comes from: running, or the
+                                     last one (its pick: the last routing decision); NULL
+                                     before the first pick */
+    struct lg_attempt own;        /* where its attempts run, but a hedge's duplicate (hedge.c) */
+    struct lg_req_tries tries;
     struct event *timer;          /* owned: total deadline */
     struct lg_sse sse;
     struct lg_json_probe probe;   /* non-streaming bodies */
     struct lg_resume *resume;     /* owned by resume.c: a stream it may continue; NULL: none */
-    uint32_t resumed;             /* continuations begun (resume.c) */
-    uint8_t resume_fail;          /* why a stream it could continue was cut (enum lg_stats_resume) */
-    uint64_t resume_pause_ns;     /* the pauses the client saw, last token to first after */
-    uint64_t resume_events;       /* content events relayed before the last continuation */
     struct lg_hedge *hedge;       /* owned by hedge.c while hedging may act; NULL otherwise */
-    enum lg_req_hedge hedge_out;  /* hedge.c */
-    float hedge_after_ms;         /* the first token's deadline (hedge.c); 0: none */
 
     /* outcome */
     int status;                   /* status sent to the client (0: none) */
+    uint32_t retry_after_ms;      /* Retry-After of a 429 or 503 it is refused with */
     const char *error;            /* static: why it failed, for the log */
-    int fail_status;              /* what to answer if no retry is left (502/504) */
     uint64_t bytes_out;           /* response bytes queued to the client */
-    uint64_t up_bytes;            /* response bytes received from the backend */
 
-    /* monotonic timestamps, ns; 0 = did not happen */
+    /* monotonic timestamps, ns; 0 = did not happen (an attempt's own: struct lg_attempt) */
     uint64_t t_start;             /* first byte of the request */
     uint64_t t_read;              /* whole request read */
-    uint64_t t_dispatch;          /* backend picked (last attempt) */
-    int due_slot;                 /* its slot in the backend's due[] (LG_REQ_F_TOKEN_WAIT) */
-    int end_slot;                 /* its slot in the backend's ends[] (LG_REQ_F_END_SLOT) */
-    int seq_slot;                 /* its slot in the backend's seqs[] (LG_REQ_F_SEQ) */
-    uint64_t t_connect;           /* connection ready (last attempt) */
-    uint64_t t_first_byte;        /* first response byte from the backend */
     uint64_t t_first_token;       /* first content event (or whole response) */
     uint64_t t_last_token;
     uint64_t t_end;
     uint64_t t_now;               /* time of the read being processed */
     uint64_t wall_start;          /* wall clock at t_start, for the log */
     uint64_t content_events;
-    uint64_t t_pace;              /* a stream's pace is measured from here (attempt.c) */
-    uint64_t pace_events;         /* content_events at t_pace */
-    float gaps[8];                /* a stream's last gaps between content events, ms (a ring) */
-    uint32_t ngaps;               /* gaps taken (gaps[ngaps % 8] is the next) */
 };
 
 
@@ -148,9 +150,10 @@ struct lg_request {
 struct lg_client_ops {
     /* The request is read whole (head and body, within the limits): answer it. */
     void (*dispatch)(struct lg_client *c);
-    /* End what the request runs now: its upstream connection closes (the
-     * engine stops), its backend is released. Safe when nothing runs. */
-    void (*abort)(struct lg_client *c, const char *why);
+    /* End what the request runs now, for `why`: its upstream connection
+     * closes (the engine stops), its backend is released. Safe when
+     * nothing runs. */
+    void (*abort)(struct lg_client *c, enum lg_fail why);
     /* The request is over (its log line written): free what it holds above. */
     void (*release)(struct lg_client *c);
     /* The output fell below the low watermark while a response is relayed. */

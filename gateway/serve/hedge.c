@@ -15,20 +15,21 @@
  * then read by the relay as if they had just arrived: the client gets one
  * attempt's bytes, untouched, its head with the first content event.
  *
- * The request's attempt (struct lg_request's fields, attempt.c) is always
- * the one the relay would go on with; the duplicate's part of those fields
- * is parked in struct hedge_attempt, and swapped in (hedge_swap) to begin
- * or end it through attempt.c, and for good when it wins or goes on alone.
+ * The duplicate is an attempt of its own (struct lg_attempt, kind HEDGE),
+ * launched by the request's one launch path (proxy.c, through
+ * lg_hedge_ops) into storage this file owns; its connection's callbacks are
+ * the request's. When it wins, or goes on alone, it becomes the request's
+ * current attempt (lg_attempt_make_current()); the attempt it replaces has
+ * ended.
  *
  * Owns, per request: struct lg_hedge (req->hedge), its deadline timer, the
- * duplicate's attempt while it is parked (a backend reference and its
- * in-flight count, a lent upstream connection). Borrows: the client (which
- * owns the request).
+ * duplicate's storage (its backend reference and lent connection are the
+ * attempt's, attempt.c). Borrows: the client (which owns the request).
  * States: WAIT (the request's attempt runs, held; the deadline is armed)
  * -> RACE (the duplicate runs too; both held) -> DONE (one attempt goes on,
- * nothing held). WAIT -> DONE when no duplicate can be sent (budget, no
- * other backend); an attempt that answers an error in WAIT is released
- * and a retry may be held again.
+ * still held until its first content event). WAIT -> DONE when no
+ * duplicate can be sent (budget, no other backend); an attempt that
+ * answers an error in WAIT is released and a retry may be held again.
  */
 #include "serve/hedge.h"
 
@@ -42,6 +43,7 @@
 #include <llhttp.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -52,7 +54,6 @@
 #include "serve/admission.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
-#include "serve/relay.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -73,44 +74,25 @@ enum hedge_verdict {
 struct hedge_scan {
     llhttp_t parser;
     struct lg_sse sse;
-    size_t scanned;   /* bytes of the input parsed so far */
-    int status;       /* 0 until the (final) head is in */
-    bool interim;     /* parsing a 1xx head: skipped */
-    bool complete;    /* the whole response is in */
-    unsigned content; /* content events seen */
-};
-
-/* The request's fields that belong to an attempt (attempt.c, proxy.c). */
-#define HEDGE_ATTEMPT_FLAGS \
-    (LG_REQ_F_TOKEN_WAIT | LG_REQ_F_PROBE | LG_REQ_F_AGED | LG_REQ_F_END_SLOT | LG_REQ_F_SEQ)
-
-/* An attempt's part of struct lg_request while it is not the request's own. */
-struct hedge_attempt {
-    struct lg_backend *backend;
-    struct lg_upconn *up;
-    bool up_reused;
-    struct lg_route_result pick;
-    uint32_t flags; /* HEDGE_ATTEMPT_FLAGS */
-    uint64_t t_dispatch;
-    uint64_t t_connect;
-    uint64_t t_first_byte;
-    int due_slot;
-    int end_slot;
-    int seq_slot;
+    size_t scanned;    /* bytes of the input parsed so far */
+    int status;        /* 0 until the (final) head is in */
+    bool interim;      /* parsing a 1xx head: skipped */
+    bool complete;     /* the whole response is in */
+    bool held;         /* the attempt's bytes are held */
+    unsigned content;  /* content events seen */
+    enum lg_fail fail; /* HEDGE_OUT: how it failed */
 };
 
 struct lg_hedge {
     enum hedge_state state;
-    const struct lg_hedge_ops *ops; /* static: the request's attempt's callbacks */
+    const struct lg_hedge_ops *ops; /* static: the request's launch */
     struct event *timer;            /* owned: the deadline */
-    bool held;                      /* the request's attempt is held */
-    struct hedge_scan scan[2];      /* [0]: the request's attempt, [1]: the duplicate */
-    struct hedge_attempt dup;       /* the duplicate while parked (RACE) */
+    struct hedge_scan scan[2];      /* [0]: the request's own attempt, [1]: the duplicate */
+    struct lg_attempt dup;          /* the duplicate: this file's while it races, the
+                                       request's current attempt once it goes on */
 };
 
 static void hedge_on_deadline(evutil_socket_t fd, short what, void *arg);
-static void hedge_on_dup_read(struct bufferevent *bev, void *arg);
-static void hedge_on_dup_event(struct bufferevent *bev, short what, void *arg);
 
 static const struct lg_hedge_conf *
 hedge_conf(const struct lg_client *c)
@@ -126,26 +108,17 @@ hedge_count(struct lg_client *c, enum lg_stats_hedge what)
 
 /* ---- pure parts ------------------------------------------------------------- */
 
-static bool
-hedge_path_is(const char *path, size_t n, const char *lit)
-{
-    return n == strlen(lit) && memcmp(path, lit, n) == 0;
-}
-
 bool
 lg_hedge_eligible(const struct lg_hedge_conf *hc, const char *path, size_t path_len,
                   const struct lg_openai_req *info)
 {
-    size_t n = 0;
+    const struct lg_endpoint *e;
 
-    while (n < path_len && path[n] != '?') {
-        n++;
-    }
     if (!hc->enabled || !info->stream || info->choices > 1 || info->store) {
         return false;
     }
-    return hedge_path_is(path, n, "/v1/chat/completions")
-           || hedge_path_is(path, n, "/v1/completions");
+    e = lg_endpoint_find(path, path_len);
+    return e != NULL && (e->id == LG_ENDPOINT_CHAT || e->id == LG_ENDPOINT_COMPLETIONS);
 }
 
 double
@@ -187,53 +160,6 @@ lg_hedge_budget_update(struct lg_hedge_budget *b, const struct lg_hedge_conf *hc
         b->tokens -= 1.0;
     }
     return true;
-}
-
-/* ---- the parked attempt ----------------------------------------------------- */
-
-/* Exchanges the request's attempt with the parked one. */
-static void
-hedge_swap(struct lg_request *req, struct hedge_attempt *a)
-{
-    struct hedge_attempt mine = {
-        .backend = req->backend,
-        .up = req->up,
-        .up_reused = req->up_reused,
-        .pick = req->pick,
-        .flags = req->flags & HEDGE_ATTEMPT_FLAGS,
-        .t_dispatch = req->t_dispatch,
-        .t_connect = req->t_connect,
-        .t_first_byte = req->t_first_byte,
-        .due_slot = req->due_slot,
-        .end_slot = req->end_slot,
-        .seq_slot = req->seq_slot,
-    };
-
-    req->backend = a->backend;
-    req->up = a->up;
-    req->up_reused = a->up_reused;
-    req->pick = a->pick;
-    req->flags = (req->flags & ~HEDGE_ATTEMPT_FLAGS) | a->flags;
-    req->t_dispatch = a->t_dispatch;
-    req->t_connect = a->t_connect;
-    req->t_first_byte = a->t_first_byte;
-    req->due_slot = a->due_slot;
-    req->end_slot = a->end_slot;
-    req->seq_slot = a->seq_slot;
-    *a = mine;
-}
-
-/* Ends the parked duplicate: its connection closes (its engine stops), its
- * backend is released; nothing is learnt from it. */
-static void
-hedge_dup_end(struct lg_client *c, struct lg_hedge *h)
-{
-    hedge_swap(&c->req, &h->dup);
-    lg_attempt_end(c, false);
-    hedge_swap(&c->req, &h->dup);
-    lg_route_result_clear(&h->dup.pick);
-    h->dup.backend = NULL;
-    h->dup.up = NULL;
 }
 
 /* ---- scanning held bytes ---------------------------------------------------- */
@@ -313,15 +239,19 @@ hedge_scan(struct hedge_scan *s, struct evbuffer *in, size_t hold_bytes)
         }
     }
     if (err != HPE_OK && err != HPE_PAUSED) {
+        s->fail = LG_FAIL_PROTOCOL;
         return HEDGE_OUT; /* not HTTP: the relay says so if it is the last one left */
     }
     if (s->status != 0 && (s->status < 200 || s->status >= 300)) {
+        s->fail = lg_fail_of_status(s->status);
+        s->fail = s->fail != LG_FAIL_NONE ? s->fail : LG_FAIL_HTTP_STATUS;
         return HEDGE_OUT;
     }
     if (s->content > 0 || s->complete) {
         return HEDGE_WIN;
     }
     if (s->sse.error_events > 0) {
+        s->fail = LG_FAIL_ENGINE_ERROR;
         return HEDGE_OUT; /* the engine reported a failure inside its 200 */
     }
     return s->scanned >= hold_bytes ? HEDGE_WIN : HEDGE_MORE;
@@ -329,12 +259,32 @@ hedge_scan(struct hedge_scan *s, struct evbuffer *in, size_t hold_bytes)
 
 /* ---- the end of the race ---------------------------------------------------- */
 
-/* The request's attempt is held no more: the relay reads it as any. */
-static void
-hedge_unhold(struct lg_hedge *h, struct lg_upconn *u)
+/* The scan of attempt a: [1] for the duplicate, [0] for the request's own. */
+static struct hedge_scan *
+hedge_scan_of(struct lg_hedge *h, const struct lg_attempt *a)
 {
-    h->held = false;
-    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    return &h->scan[a == &h->dup ? 1 : 0];
+}
+
+/* a's bytes are held from now on (scanned here, not relayed). */
+static void
+hedge_hold(struct lg_client *c, struct lg_hedge *h, struct lg_attempt *a)
+{
+    struct hedge_scan *s = hedge_scan_of(h, a);
+
+    hedge_scan_start(s);
+    s->held = true;
+    lg_bevio_watermark(a->up->bev, EV_READ, 0, hedge_conf(c)->hold_bytes);
+}
+
+/* a is held no more: the relay reads it as any. */
+static void
+hedge_unhold(struct lg_hedge *h, struct lg_attempt *a)
+{
+    hedge_scan_of(h, a)->held = false;
+    if (a->up != NULL) {
+        lg_bevio_watermark(a->up->bev, EV_READ, 0, 0);
+    }
 }
 
 /* The race is over: one attempt goes on (still held until its first content
@@ -344,73 +294,57 @@ hedge_settle(struct lg_client *c, struct lg_hedge *h, enum lg_req_hedge outcome)
 {
     h->state = HEDGE_ST_DONE;
     evtimer_del(h->timer);
-    c->req.hedge_out = outcome;
+    c->req.tries.hedge = outcome;
 }
 
 /*
- * The duplicate takes the request's place (the request's attempt has ended):
- * by its first content event (won: read by the relay at once), or because the
- * first attempt failed or answered an error (held, as the first was). Its
- * bytes so far go through the request's read callback now; nothing may touch
- * the request after this (it may have ended).
+ * The duplicate takes the request's place (the request's attempt has ended,
+ * lost or failed): it is the request's current attempt from now on, still
+ * held unless it won.
  */
 static void
-hedge_dup_goes_on(struct lg_client *c, struct lg_hedge *h, bool won)
+hedge_dup_goes_on(struct lg_client *c, struct lg_hedge *h)
 {
-    struct lg_request *req = &c->req;
-    struct lg_upconn *u;
-
-    hedge_swap(req, &h->dup);
-    lg_route_result_clear(&h->dup.pick); /* the first attempt's */
-    memset(&h->dup, 0, sizeof(h->dup));
+    lg_attempt_make_current(c, &h->dup);
     lg_admission_cancel(c); /* a first attempt waiting for a slot again waits no more */
-    u = req->up;
     hedge_settle(c, h, LG_REQ_HEDGE_DUP);
     hedge_count(c, LG_STATS_HEDGE_WON);
-    h->scan[0] = h->scan[1];
-    h->scan[0].parser.data = &h->scan[0];
-    h->held = true;
-    if (won) {
-        hedge_unhold(h, u);
-    }
-    bufferevent_setcb(u->bev, h->ops->read, NULL, h->ops->event, u);
-    lg_client_set_state(c, u->state == LG_UPCONN_ST_CONNECTING ? LG_CLIENT_ST_CONNECT
-                                                               : LG_CLIENT_ST_WAIT_HEAD);
-    if (evbuffer_get_length(bufferevent_get_input(u->bev)) > 0) {
-        h->ops->read(u->bev, u);
-    }
 }
 
 /* The duplicate is out (it lost, failed or answered an error, or nobody waits
- * any more): closed, and counted as wasted. The request's attempt goes on. */
+ * any more), ended already: counted as wasted; the request's attempt goes on. */
 static void
-hedge_dup_loses(struct lg_client *c, struct lg_hedge *h, enum lg_req_hedge outcome)
+hedge_dup_out(struct lg_client *c, struct lg_hedge *h, enum lg_req_hedge outcome)
 {
-    hedge_dup_end(c, h);
+    h->scan[1].held = false;
     hedge_settle(c, h, outcome);
     hedge_count(c, LG_STATS_HEDGE_WASTED);
 }
 
-/* The duplicate failed or answered an error: its backend is told, as a
- * failed attempt's would be (status 0: no answer; flags: lg_backend_note_result). */
+/*
+ * Attempt a (either) answered an error while the other runs: it leaves the
+ * race, its head told to its backend as the relay would, and the other goes
+ * on, still held. Its bytes are never relayed.
+ */
 static void
-hedge_dup_failed(struct lg_client *c, struct lg_hedge *h, const char *why, int status,
-                 unsigned flags)
+hedge_out(struct lg_client *c, struct lg_hedge *h, struct lg_attempt *a)
 {
-    struct lg_request *req = &c->req;
-    struct lg_backend *b = h->dup.backend;
-    struct lg_upconn *u = h->dup.up;
+    struct hedge_scan *s = hedge_scan_of(h, a);
 
-    lg_backend_note_result(b, &req->fleet->conf->health, status,
-                           status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0, flags);
-    if (status == 0 || status == 429 || status >= 500) {
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, b, status, 0,
-                              0);
+    if (s->status != 0) {
+        lg_attempt_note_head(c, a, s->status, 0);
     }
-    if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
-        LG_CONN_LOG(LG_LOG_WARN, c, "hedge on backend %s failed: %s", b->name, why);
+    if (a == &h->dup && lg_log_ratelimit(&a->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
+        LG_CONN_LOG(LG_LOG_WARN, c, "hedge on backend %s failed: %s", a->backend->name,
+                    lg_fail_name(s->fail));
     }
-    hedge_dup_loses(c, h, LG_REQ_HEDGE_FIRST);
+    s->held = false;
+    lg_attempt_end(c, a, s->fail, false);
+    if (a == &h->dup) {
+        hedge_dup_out(c, h, LG_REQ_HEDGE_FIRST);
+    } else {
+        hedge_dup_goes_on(c, h);
+    }
 }
 
 /* ---- the duplicate ---------------------------------------------------------- */
@@ -420,121 +354,21 @@ static bool
 hedge_send(struct lg_client *c, struct lg_hedge *h)
 {
     struct lg_request *req = &c->req;
-    const struct lg_config *conf = req->fleet->conf;
     const struct lg_model_route *route = lg_attempt_route(c);
-    uint32_t attempts = req->attempts;
-    struct lg_backend *b;
-    struct lg_upconn *u;
-    bool reused;
+    struct lg_attempt *a = &h->dup;
 
-    memset(&h->dup, 0, sizeof(h->dup));
-    lg_attempt_set_tried(c, req->backend, true); /* it is already: the running attempt's */
+    lg_attempt_init(a, LG_ATTEMPT_HEDGE);
+    /* the tried set holds the request's attempt's backend (since its launch) */
     if (route == NULL
-        || lg_router_pick(req->fleet->router, route, &req->route, &req->tried, &h->dup.pick)
+        || lg_router_pick(req->fleet->router, route, &req->route, &req->tries.tried, &a->pick)
                != LG_OK) {
-        lg_route_result_clear(&h->dup.pick);
         return false;
     }
-    b = h->dup.pick.backend;
-    if (lg_upstream_acquire(c->w, b, c, &u, &reused) != LG_OK) {
-        LG_STAT_ADD(b, connect_failures, 1);
-        if (h->dup.pick.probe) {
-            lg_backend_release_probe(b);
-        }
-        lg_route_result_clear(&h->dup.pick);
+    if (h->ops->launch(c, a) != LG_OK) {
+        lg_attempt_end(c, a, LG_FAIL_CONNECT, false);
         return false;
-    }
-    /* the duplicate's attempt, begun through attempt.c with the request's
-     * fields; not a retry (attempts 1 there), counted in the request's */
-    hedge_swap(req, &h->dup);
-    req->attempts = 1;
-    lg_attempt_begin(c, b);
-    req->attempts = attempts + 1;
-    lg_attempt_set_tried(c, b, true);
-    req->up = u;
-    req->up_reused = reused;
-    req->t_connect = reused ? req->t_dispatch : 0;
-    req->t_first_byte = 0;
-    hedge_swap(req, &h->dup);
-    hedge_scan_start(&h->scan[1]);
-    lg_relay_start(u);
-    bufferevent_setcb(u->bev, hedge_on_dup_read, NULL, hedge_on_dup_event, u);
-    lg_bevio_watermark(u->bev, EV_READ, 0, hedge_conf(c)->hold_bytes);
-    lg_relay_send_request(c, u);
-    if (u->state != LG_UPCONN_ST_CONNECTING) {
-        struct timeval r, w;
-
-        lg_bevio_timeouts(u->bev, lg_timeval_ms(conf->timeouts.first_byte_ms, &r),
-                          lg_timeval_ms(conf->timeouts.stream_idle_ms, &w));
-    }
-    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
-    if (u->state != LG_UPCONN_ST_CONNECTING) {
-        lg_bevio_flush(u->bev);
     }
     return true;
-}
-
-static void
-hedge_on_dup_read(struct bufferevent *bev, void *arg)
-{
-    struct lg_upconn *u = arg;
-    struct lg_client *c = u->client;
-    struct lg_hedge *h;
-
-    if (c == NULL || (h = c->req.hedge) == NULL || h->state != HEDGE_ST_RACE || h->dup.up != u) {
-        return;
-    }
-    if (h->dup.t_first_byte == 0) {
-        h->dup.t_first_byte = lg_now_ns();
-    }
-    switch (hedge_scan(&h->scan[1], bufferevent_get_input(bev), hedge_conf(c)->hold_bytes)) {
-    case HEDGE_MORE:
-        return;
-    case HEDGE_WIN:
-        /* the request's attempt loses: closed, nothing learnt from it */
-        lg_attempt_end(c, false);
-        hedge_dup_goes_on(c, h, true);
-        return;
-    case HEDGE_OUT:
-        hedge_dup_failed(c, h, "error answer", h->scan[1].status, 0);
-        return;
-    }
-}
-
-static void
-hedge_on_dup_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct lg_upconn *u = arg;
-    struct lg_client *c = u->client;
-    const struct lg_config *conf;
-    struct lg_hedge *h;
-    bool connecting;
-
-    if (c == NULL || (h = c->req.hedge) == NULL || h->state != HEDGE_ST_RACE || h->dup.up != u) {
-        return;
-    }
-    conf = c->req.fleet->conf;
-    connecting = u->state == LG_UPCONN_ST_CONNECTING;
-    if (what & BEV_EVENT_CONNECTED) {
-        struct timeval r, w;
-
-        u->state = LG_UPCONN_ST_ACTIVE;
-        lg_bevio_own_reads(bev);
-        h->dup.t_connect = lg_now_ns();
-        lg_bevio_timeouts(bev, lg_timeval_ms(conf->timeouts.first_byte_ms, &r),
-                          lg_timeval_ms(conf->timeouts.stream_idle_ms, &w));
-        return;
-    }
-    if (connecting) {
-        LG_STAT_ADD(u->b, connect_failures, 1);
-    } else if (what & BEV_EVENT_TIMEOUT) {
-        LG_STAT_ADD(u->b, timeouts, 1);
-    }
-    hedge_dup_failed(
-        c, h,
-        (what & BEV_EVENT_TIMEOUT) ? (connecting ? "connect_timeout" : "first_byte_timeout")
-                                   : (connecting ? "connect_failed" : "upstream_closed"),
-        0, connecting && !(what & BEV_EVENT_TIMEOUT) && !u->b->conf.tls ? LG_BACKEND_R_REFUSED : 0);
 }
 
 /* The deadline passed with no first token: a duplicate, if the budget and
@@ -549,7 +383,8 @@ hedge_on_deadline(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (h == NULL || h->state != HEDGE_ST_WAIT || !h->held || req->up == NULL) {
+    if (h == NULL || h->state != HEDGE_ST_WAIT || req->att == NULL || req->att->up == NULL
+        || !hedge_scan_of(h, req->att)->held) {
         return;
     }
     if (!lg_hedge_budget_update(budget, hedge_conf(c), c->w->gw->nworkers, lg_now_ns(), 0, false)) {
@@ -564,103 +399,109 @@ hedge_on_deadline(evutil_socket_t fd, short what, void *arg)
     }
     lg_hedge_budget_update(budget, hedge_conf(c), c->w->gw->nworkers, lg_now_ns(), 0, true);
     h->state = HEDGE_ST_RACE;
-    req->hedge_out = LG_REQ_HEDGE_RACING;
+    req->tries.hedge = LG_REQ_HEDGE_RACING;
     hedge_count(c, LG_STATS_HEDGE_SENT);
     LG_CONN_LOG(LG_LOG_DEBUG, c, "no first token from %s after %.0f ms: hedged on %s",
-                req->backend->name, req->hedge_after_ms, h->dup.backend->name);
+                req->att->backend->name, req->tries.hedge_after_ms, h->dup.backend->name);
 }
 
 /* ---- hooks ------------------------------------------------------------------ */
 
-void
-lg_hedge_arm(struct lg_client *c, const struct lg_hedge_ops *ops)
+/* The request's hedging state, made when it may be hedged at all (NULL if not). */
+static struct lg_hedge *
+hedge_new(struct lg_client *c, struct lg_attempt *a, const struct lg_hedge_ops *ops)
 {
     struct lg_request *req = &c->req;
     const struct lg_hedge_conf *hc = hedge_conf(c);
+    const struct lg_model_route *route = lg_attempt_route(c);
+    struct lg_hedge *h;
+
+    if (!lg_hedge_eligible(hc, req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len, &req->info)
+        || route == NULL) {
+        return NULL;
+    }
+    if (req->tries.n <= 1) { /* the request's share of the budget, at its first */
+        lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1, false);
+    }
+    if (!lg_router_has_candidate(route, &req->tries.tried)) { /* a's backend in it (launched) */
+        return NULL; /* no other backend could take a duplicate: nothing to hold for */
+    }
+    h = lg_xcalloc(1, sizeof(*h));
+    h->timer = evtimer_new(c->w->base, hedge_on_deadline, c);
+    if (h->timer == NULL) {
+        free(h);
+        return NULL;
+    }
+    h->ops = ops;
+    req->hedge = h;
+    return h;
+}
+
+void
+lg_hedge_arm(struct lg_client *c, struct lg_attempt *a, const struct lg_hedge_ops *ops)
+{
+    struct lg_request *req = &c->req;
     struct lg_hedge *h = req->hedge;
     double ms;
     struct timeval tv;
 
-    if (req->flags & LG_REQ_F_STARTED) {
+    if (a->kind == LG_ATTEMPT_CONTINUATION) {
+        if (h != NULL) {
+            hedge_scan_of(h, a)->held = false;
+        }
         return; /* the client has bytes of a stream already: nothing to race for */
     }
-    if (h == NULL) {
-        const struct lg_model_route *route = lg_attempt_route(c);
-
-        if (!lg_hedge_eligible(hc, req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len, &req->info)
-            || route == NULL) {
-            return;
-        }
-        if (req->attempts <= 1) { /* the request's share of the budget, at its first */
-            lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1,
-                                   false);
-        }
-        lg_attempt_set_tried(c, req->backend, true); /* it is already: the running attempt's */
-        if (!lg_router_has_candidate(route, &req->tried)) {
-            return; /* no other backend could take a duplicate: nothing to hold for */
-        }
-        h = lg_xcalloc(1, sizeof(*h));
-        h->timer = evtimer_new(c->w->base, hedge_on_deadline, c);
-        if (h->timer == NULL) {
-            free(h);
-            return;
-        }
-        h->ops = ops;
-        req->hedge = h;
+    if (h == NULL && (h = hedge_new(c, a, ops)) == NULL) {
+        return;
     }
     /* every attempt of the request is held until its first content event: a
-     * new one (a retry, or a pooled connection that closed under the first
-     * in a race) as the first */
-    h->held = true;
-    hedge_scan_start(&h->scan[0]);
-    lg_bevio_watermark(req->up->bev, EV_READ, 0, hc->hold_bytes);
-    if (h->state != HEDGE_ST_WAIT) {
+     * new one (the duplicate, a retry, or a pooled connection that closed
+     * under the first in a race) as the first */
+    hedge_hold(c, h, a);
+    if (h->state != HEDGE_ST_WAIT || a->kind == LG_ATTEMPT_HEDGE) {
         return; /* racing, or over: no other deadline */
     }
-    ms = lg_hedge_deadline_ms(hc, &req->pick);
-    req->hedge_after_ms = (float)ms;
+    ms = lg_hedge_deadline_ms(hedge_conf(c), &a->pick);
+    req->tries.hedge_after_ms = (float)ms;
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)(fmod(ms, 1000) * 1000);
     evtimer_add(h->timer, &tv); /* from the dispatch, which was now */
 }
 
 bool
-lg_hedge_holds(struct lg_client *c, struct lg_upconn *u)
+lg_hedge_holds(struct lg_client *c, struct lg_attempt *a)
 {
-    struct lg_request *req = &c->req;
-    struct lg_hedge *h = req->hedge;
+    struct lg_hedge *h = c->req.hedge;
+    struct hedge_scan *s = hedge_scan_of(h, a);
 
-    if (h == NULL || !h->held || u != req->up) {
+    if (!s->held || a->up == NULL) {
         return false;
     }
-    if (req->t_first_byte == 0) {
-        req->t_first_byte = lg_now_ns();
-    }
-    switch (hedge_scan(&h->scan[0], bufferevent_get_input(u->bev), hedge_conf(c)->hold_bytes)) {
+    switch (hedge_scan(s, bufferevent_get_input(a->up->bev), hedge_conf(c)->hold_bytes)) {
     case HEDGE_MORE:
         return true;
     case HEDGE_WIN:
-        if (h->state == HEDGE_ST_RACE) {
-            hedge_dup_loses(c, h, LG_REQ_HEDGE_FIRST);
+        hedge_unhold(h, a);
+        if (h->state != HEDGE_ST_RACE) {
+            hedge_settle(c, h, c->req.tries.hedge); /* no duplicate was needed, or it left */
+        } else if (a == &h->dup) {
+            /* the request's attempt loses: closed, nothing learnt from it */
+            hedge_scan_of(h, c->req.att)->held = false;
+            lg_attempt_end(c, c->req.att, LG_FAIL_HEDGE_LOST, false);
+            hedge_dup_goes_on(c, h);
         } else {
-            hedge_settle(c, h, req->hedge_out); /* no duplicate was needed */
+            lg_attempt_end(c, &h->dup, LG_FAIL_HEDGE_LOST, false);
+            hedge_dup_out(c, h, LG_REQ_HEDGE_FIRST);
         }
-        hedge_unhold(h, u);
         return false;
     case HEDGE_OUT:
         if (h->state == HEDGE_ST_RACE) {
-            /* the request's attempt answered an error while the duplicate
-             * runs: it leaves, told to its backend as proxy.c would */
-            lg_backend_note_result(req->backend, &req->fleet->conf->health, h->scan[0].status,
-                                   h->scan[0].status != 0 ? lg_relay_retry_after_ns(&u->hdrs) : 0,
-                                   0);
-            lg_attempt_end(c, false);
-            hedge_dup_goes_on(c, h, false);
+            hedge_out(c, h, a);
             return true;
         }
         /* alone: the relay deals with it (and a retry is held again) */
         evtimer_del(h->timer);
-        hedge_unhold(h, u);
+        hedge_unhold(h, a);
         return false;
     }
     return false;
@@ -678,12 +519,23 @@ lg_hedge_takeover(struct lg_client *c)
         evtimer_del(h->timer); /* a retry arms it again */
         return false;
     }
-    hedge_dup_goes_on(c, h, false);
+    h->scan[0].held = false;
+    hedge_dup_goes_on(c, h);
     return true;
 }
 
 void
-lg_hedge_stop(struct lg_client *c)
+lg_hedge_dup_failed(struct lg_client *c)
+{
+    struct lg_hedge *h = c->req.hedge;
+
+    if (h != NULL && h->state == HEDGE_ST_RACE) {
+        hedge_dup_out(c, h, LG_REQ_HEDGE_FIRST);
+    }
+}
+
+void
+lg_hedge_stop(struct lg_client *c, enum lg_fail why)
 {
     struct lg_hedge *h = c->req.hedge;
 
@@ -691,11 +543,13 @@ lg_hedge_stop(struct lg_client *c)
         return;
     }
     if (h->state == HEDGE_ST_RACE) {
-        hedge_dup_loses(c, h, LG_REQ_HEDGE_NEITHER);
+        lg_attempt_end(c, &h->dup, why, false);
+        hedge_dup_out(c, h, LG_REQ_HEDGE_NEITHER);
     } else if (h->state == HEDGE_ST_WAIT) {
-        hedge_settle(c, h, c->req.hedge_out);
+        hedge_settle(c, h, c->req.tries.hedge);
     }
-    h->held = false;
+    h->scan[0].held = false;
+    h->scan[1].held = false;
 }
 
 void
@@ -706,7 +560,11 @@ lg_hedge_free(struct lg_client *c)
     if (h == NULL) {
         return;
     }
-    lg_hedge_stop(c);
+    lg_hedge_stop(c, LG_FAIL_ABORTED);
+    if (c->req.att == &h->dup) {
+        c->req.att = NULL;
+    }
+    lg_route_result_clear(&h->dup.pick);
     event_free(h->timer);
     free(h);
     c->req.hedge = NULL;

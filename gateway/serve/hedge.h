@@ -9,52 +9,58 @@
 #ifndef LG_HEDGE_H
 #define LG_HEDGE_H
 
+#include "base/fail.h"
 #include "base/lg_core.h"
 
-struct bufferevent;
+struct lg_attempt;
 struct lg_client;
 struct lg_hedge_budget;
 struct lg_hedge_conf;
 struct lg_openai_req;
 struct lg_route_result;
-struct lg_upconn;
 
-/*
- * The callbacks of the request's own attempt (proxy.c's): a duplicate that
- * wins, or goes on alone, is handed to them, and a held attempt's bytes go
- * through them once it is released.
- */
+/* What hedging needs of the request's path (proxy.c's). */
 struct lg_hedge_ops {
-    void (*read)(struct bufferevent *bev, void *arg);
-    void (*event)(struct bufferevent *bev, short what, void *arg);
+    /* Launches attempt a, its pick made, as every attempt is; LG_OK, or
+     * LG_EIO when no connection could be made (the caller ends a). */
+    int (*launch)(struct lg_client *c, struct lg_attempt *a);
 };
 
 /*
- * The request's attempt has started (its upstream connection and callbacks
- * set): when the request may be hedged and no winner is known, its bytes
- * are held from now on and the deadline runs from its dispatch.
+ * Attempt a was launched (its upstream connection and callbacks set): when
+ * the request may be hedged and no winner is known, a's bytes are held from
+ * now on, and for the request's own attempt the deadline runs from its
+ * dispatch. A continuation is never held.
  */
-void lg_hedge_arm(struct lg_client *c, const struct lg_hedge_ops *ops);
+void lg_hedge_arm(struct lg_client *c, struct lg_attempt *a, const struct lg_hedge_ops *ops);
 
 /*
- * In the request's attempt's read callback, first: true while u's bytes are
- * held (the caller returns and reads nothing); false when they may be
- * relayed: no hedging, or u has won, or it is the only attempt left.
+ * In the read callback of any attempt, first: true while a's bytes are held
+ * (the caller returns and reads nothing); false when they may be relayed:
+ * no hedging, or a has won (it is the request's current attempt now), or it
+ * is the only attempt left. An attempt that answers an error while the
+ * other runs leaves the race here (ended, told to its backend).
  */
-bool lg_hedge_holds(struct lg_client *c, struct lg_upconn *u);
+bool lg_hedge_holds(struct lg_client *c, struct lg_attempt *a);
 
 /*
- * The request's attempt failed before any response byte reached the client
- * (and has ended): true when a duplicate was racing it and goes on alone in
- * its place (the caller neither retries nor fails the request).
+ * The request's current attempt failed before any response byte reached
+ * the client (and has ended): true when a duplicate was racing it and goes
+ * on alone in its place, as the request's current attempt (the caller
+ * neither retries nor fails the request).
  */
 bool lg_hedge_takeover(struct lg_client *c);
 
-/* The request is aborted (client gone, total timeout, the end): a racing
- * duplicate is closed and the deadline stopped. Safe when there is none. */
-void lg_hedge_stop(struct lg_client *c);
+/* The racing duplicate failed (and has ended, proxy.c): the request's
+ * attempt goes on alone, still held until its first content event. */
+void lg_hedge_dup_failed(struct lg_client *c);
 
-/* The request is over: frees what hedging held for it. */
+/* The request is aborted (client gone, total timeout, the end): a racing
+ * duplicate ends for `why` and the deadline stops. Safe when there is none. */
+void lg_hedge_stop(struct lg_client *c, enum lg_fail why);
+
+/* The request is over (its log line written): frees what hedging held for
+ * it, the duplicate's storage included. */
 void lg_hedge_free(struct lg_client *c);
 
 /* ---- pure parts, for the unit tests -------------------------------------- */

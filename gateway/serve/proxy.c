@@ -6,30 +6,38 @@
  *   2. client     client.c reads the request: llhttp, the limits, the head's
  *                 checks and its API key, before any body byte is read.
  *   3. openai     proxy_dispatch(): the gateway's own endpoints
- *                 (endpoints.c), else the body is inspected (http/openai.c)
- *                 for the model and what routing reads, the key may use
- *                 that model (auth.c), and its token budget has room for
- *                 the request's estimate (quota.c).
+ *                 (base/endpoint.c's table, endpoints.c), else the body is
+ *                 inspected (http/openai.c) for the model and what routing
+ *                 reads, the key may use that model (auth.c), and its token
+ *                 budget has room for the request's estimate (quota.c).
  *   4. router     proxy_start(), proxy_attempt(): the policy picks a
- *                 backend (route/router.c), or the request waits for one
- *                 in the admission queue (admission.c); the attempt takes
- *                 its place there (attempt.c).
+ *                 backend (route/router.c) for the request's next attempt
+ *                 (attempt.c), or the request waits for one in the
+ *                 admission queue (admission.c); proxy_launch() starts
+ *                 every attempt, whatever its kind (first, retry, a hedge's
+ *                 duplicate, a continuation).
  *   5. upstream   a pooled or a new connection (upstream.c) carries the
  *                 request (relay.c); proxy_on_up_event() sees it connect.
  *   6. relay      proxy_on_up_read(): the response head (retry elsewhere on
- *                 a retryable status, before any byte reached the client),
- *                 then the body moved with backpressure and its SSE events
- *                 stamped (relay.c).
- *                 A failure after that is cut, unless resume.c can go on
- *                 with the stream on another backend (proxy_failed_midway()).
+ *                 a failure routing.retry.on lists, before any byte reached
+ *                 the client), then the body moved with backpressure and
+ *                 its SSE events stamped (relay.c). A failure after that
+ *                 is cut, unless resume.c can go on with the stream on
+ *                 another backend (proxy_failed_midway()).
  *   7. client     proxy_complete(), or a failure: the request ends in the
  *                 client's one exit (lg_client_finish, _fail, _cut in
  *                 client.c), which writes the access-log line, the metrics
  *                 and the backend's statistics (record.c).
  *
+ * Each attempt moves through its phases (attempt_types.h); the handlers
+ * below say which phases they leave. The upstream callbacks serve every
+ * attempt: the request's current one, and a hedge's duplicate (whose bytes
+ * hedge.c holds until one of the two wins).
+ *
  * Owns, per request: the fleet reference and the total-deadline timer.
- * Borrows: the client (which owns the request) and, while an attempt runs,
- * what attempt.c holds for it (the backend, the upstream connection).
+ * Borrows: the client (which owns the request and its attempts) and, while
+ * an attempt runs, what attempt.c holds for it (the backend, the upstream
+ * connection).
  * Invariants: nothing is retried once LG_REQ_F_STARTED is set (a response
  * byte is queued to the client): an attempt after that is a continuation
  * (resume.c), whose head never reaches the client; every attempt ends in
@@ -46,6 +54,7 @@
 #include <event2/event.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -66,22 +75,22 @@
 #include "serve/worker.h"
 
 static void proxy_start(struct lg_client *c);
-static void proxy_abort(struct lg_client *c, const char *why);
-static void proxy_attempt(struct lg_client *c);
+static void proxy_abort(struct lg_client *c, enum lg_fail why);
+static void proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind);
+static int proxy_launch(struct lg_client *c, struct lg_attempt *a);
 static void proxy_admitted(struct lg_client *c);
-static void proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned flags);
+static void proxy_attempt_failed(struct lg_client *c, struct lg_attempt *a, enum lg_fail why);
 static void proxy_on_up_read(struct bufferevent *bev, void *arg);
 static void proxy_on_up_event(struct bufferevent *bev, short what, void *arg);
-static void proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in);
-static void proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable);
-static void proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err);
+static void proxy_up_read(struct lg_client *c, struct lg_attempt *a, struct evbuffer *in);
+static void proxy_complete(struct lg_client *c, struct lg_attempt *a, bool reusable);
+static void proxy_protocol_error(struct lg_client *c, struct lg_attempt *a, int err);
 static void proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg);
-static void proxy_failed_midway(struct lg_client *c, const char *why);
+static void proxy_failed_midway(struct lg_client *c, enum lg_fail why);
 
-/* A duplicate that wins, or a held attempt released, reads through these (hedge.c). */
+/* A hedge's duplicate is launched as every attempt is (hedge.c). */
 static const struct lg_hedge_ops proxy_hedge_ops = {
-    .read = proxy_on_up_read,
-    .event = proxy_on_up_event,
+    .launch = proxy_launch,
 };
 
 static const struct lg_config *
@@ -90,17 +99,11 @@ proxy_conf(const struct lg_client *c)
     return c->req.fleet->conf;
 }
 
-/* How long an attempt waits for its answer: a continuation's client is
- * mid-stream, so stream_idle bounds that silence too. */
+/* How long an attempt waits for its answer (attempt.c). */
 static uint64_t
-proxy_first_byte_ms(const struct lg_client *c)
+proxy_first_byte_ms(const struct lg_client *c, const struct lg_attempt *a)
 {
-    const struct lg_config *conf = proxy_conf(c);
-
-    if (c->req.flags & LG_REQ_F_STARTED) {
-        return LG_MIN(conf->timeouts.first_byte_ms, conf->timeouts.stream_idle_ms);
-    }
-    return conf->timeouts.first_byte_ms;
+    return lg_attempt_first_byte_ms(&proxy_conf(c)->timeouts, a);
 }
 
 /* The first-byte timeout starts now (a pooled connection keeps its stream-idle write timeout). */
@@ -120,39 +123,38 @@ proxy_dispatch(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
     const char *url = req->hdrs.buf + req->hdrs.url_off;
-    size_t plen = strcspn(url, "?");
+    const struct lg_endpoint *e = lg_endpoint_find(url, req->hdrs.url_len);
+    int plen = (int)LG_MIN(strcspn(url, "?"), 255);
     struct lg_auth_refusal no;
-    char path[256];
     char err[256];
 
     req->t_read = lg_now_ns();
-    if (plen >= sizeof(path)) {
-        plen = sizeof(path) - 1;
-    }
-    memcpy(path, url, plen);
-    path[plen] = '\0';
-    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/v1/models") == 0) {
-        if (req->method != HTTP_GET) {
-            lg_client_fail(c, 405, "method_not_allowed", "%s supports GET only", path);
-        } else if (path[1] == 'h') {
-            lg_endpoints_healthz(c);
-        } else {
-            lg_endpoints_models(c);
-        }
+    if (e == NULL) {
+        lg_client_fail(c, 404, "not_found", "no route for %s %.*s",
+                       llhttp_method_name((llhttp_method_t)req->method), plen, url);
         return;
     }
-    if (strncmp(path, "/v1/models/", 11) == 0 && req->method == HTTP_GET) {
-        lg_endpoints_model(c, path + 11);
+    if (req->method != e->method) {
+        lg_client_fail(c, 405, "method_not_allowed", "%.*s supports %s only", plen, url,
+                       e->method_name);
         return;
     }
-    if (strncmp(path, "/v1/", 4) != 0) {
-        lg_client_fail(c, 404, "not_found", "no route for %s %s",
-                       llhttp_method_name((llhttp_method_t)req->method), path);
+    switch (e->id) {
+    case LG_ENDPOINT_HEALTHZ:
+        lg_endpoints_healthz(c);
+        return;
+    case LG_ENDPOINT_MODELS:
+        lg_endpoints_models(c);
+        return;
+    case LG_ENDPOINT_MODEL: {
+        char id[256];
+
+        snprintf(id, sizeof(id), "%.*s", plen - e->path_len, url + e->path_len);
+        lg_endpoints_model(c, id);
         return;
     }
-    if (req->method != HTTP_POST) {
-        lg_client_fail(c, 405, "method_not_allowed", "%s supports POST only", path);
-        return;
+    default:
+        break; /* proxied */
     }
     if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
                           sizeof(err))
@@ -216,19 +218,20 @@ proxy_take_retry_token(struct lg_client *c)
     return true;
 }
 
+/* May the request try another backend after `why` (routing.retry.on)? */
 static bool
-proxy_can_retry(struct lg_client *c)
+proxy_can_retry(struct lg_client *c, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
+    const struct lg_model_route *route;
 
-    if (req->flags & LG_REQ_F_STARTED) {
+    if ((req->flags & LG_REQ_F_STARTED) || !(proxy_conf(c)->routing.retry.on & LG_FAIL_BIT(why))
+        || req->tries.n >= proxy_conf(c)->routing.retry.attempts) {
         return false;
     }
-    if (req->attempts >= proxy_conf(c)->routing.retry.attempts) {
-        return false;
-    }
-    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model), &req->tried)
-        && !lg_admission_can_wait(lg_fleet_find_model(req->fleet, req->info.model), &req->tried)) {
+    route = lg_attempt_route(c);
+    if (!lg_router_has_candidate(route, &req->tries.tried)
+        && !lg_admission_can_wait(route, &req->tries.tried)) {
         return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
@@ -247,6 +250,7 @@ proxy_start(struct lg_client *c)
     conf = req->fleet->conf;
     proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
+    req->models = route; /* the one look-up: lg_attempt_route() from now on */
     if (route == NULL) {
         lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
                        req->info.model);
@@ -288,73 +292,46 @@ proxy_start(struct lg_client *c)
         }
         evtimer_add(req->timer, &tv);
     }
-    proxy_attempt(c);
+    proxy_attempt(c, LG_ATTEMPT_FIRST);
 }
 
+/*
+ * The request's next attempt, of `kind`: the router's pick, then the
+ * launch; or a wait in the admission queue; or, with no backend to pick,
+ * the request's end (a continuation's stream is cut).
+ */
 static void
-proxy_attempt(struct lg_client *c)
+proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
-    const struct lg_config *conf = proxy_conf(c);
-    const struct lg_model_route *route = lg_fleet_find_model(req->fleet, req->info.model);
-    struct lg_backend *b;
-    struct lg_upconn *u;
-    int rc;
+    struct lg_attempt *a = lg_attempt_next(c, kind);
+    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
+                            &a->pick);
 
-    rc = lg_router_pick(req->fleet->router, route, &req->route, &req->tried, &req->pick);
-    /* a continuation (resume.c) does not queue: its client is mid-stream */
-    if (!(req->flags & LG_REQ_F_STARTED)
+    /* a continuation does not queue: its client is mid-stream */
+    if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
         return; /* waits for a backend slot (admission.c), or was refused */
     }
-    if (rc != LG_OK && (req->flags & LG_REQ_F_STARTED)) {
-        req->resume_fail = LG_STATS_RESUME_NO_BACKEND;
-        lg_client_cut(c, req->error ? req->error : "no_backend_to_resume");
-        return;
-    }
-    if (rc != LG_OK) {
-        if (req->attempts > 0) {
-            lg_client_fail(c, req->fail_status ? req->fail_status : 502,
-                           req->error ? req->error : "bad_gateway",
-                           "no other backend left to try after: %s",
-                           req->error ? req->error : "failure");
-        } else {
-            lg_client_fail(c, 503, "no_backend_available",
-                           "no backend serving model \"%s\" is available (%s)", req->info.model,
-                           req->pick.reason);
+    if (rc == LG_OK) {
+        if (proxy_launch(c, a) != LG_OK) {
+            proxy_attempt_failed(c, a, LG_FAIL_CONNECT);
         }
         return;
     }
-    b = req->pick.backend;
-    lg_attempt_set_tried(c, b, true);
-    req->attempts++;
-    lg_attempt_begin(c, b);
-    /* 5. upstream: a pooled connection, or a new one, carries the request */
-    req->t_connect = 0;
-    if (!(req->flags & LG_REQ_F_STARTED)) {
-        req->t_first_byte = 0; /* a continuation's client had its first byte */
-    }
-    if (lg_upstream_acquire(c->w, b, c, &u, &req->up_reused) != LG_OK) {
-        LG_STAT_ADD(b, connect_failures, 1);
-        proxy_attempt_failed(c, "connect_failed", 503, 0);
-        return;
-    }
-    req->up = u;
-    lg_relay_start(u);
-    bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
-    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
-    lg_hedge_arm(c, &proxy_hedge_ops); /* a stream may be held for a duplicate (hedge.c) */
-    lg_relay_send_request(c, u);
-    if (u->state == LG_UPCONN_ST_CONNECTING) {
-        lg_client_set_state(c, LG_CLIENT_ST_CONNECT);
+    req->retry_after_ms = a->pick.retry_after_ms;
+    if (kind == LG_ATTEMPT_CONTINUATION) {
+        req->tries.resume_fail = LG_STATS_RESUME_NO_BACKEND;
+        lg_client_cut(c, req->tries.fail != LG_FAIL_NONE ? req->tries.fail : LG_FAIL_NO_BACKEND);
+    } else if (req->tries.n > 0) {
+        lg_client_fail(c, req->tries.fail != LG_FAIL_NONE ? lg_fail_status(req->tries.fail) : 502,
+                       req->error ? req->error : "bad_gateway",
+                       "no other backend left to try after: %s",
+                       req->error ? req->error : "failure");
     } else {
-        req->t_connect = req->t_dispatch;
-        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
-        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
-    }
-    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
-    if (u->state != LG_UPCONN_ST_CONNECTING) {
-        lg_bevio_flush(u->bev); /* what was queued leaves in this iteration */
+        lg_client_fail(c, 503, "no_backend_available",
+                       "no backend serving model \"%s\" is available (%s)", req->info.model,
+                       a->pick.reason);
     }
 }
 
@@ -362,48 +339,74 @@ proxy_attempt(struct lg_client *c)
 static void
 proxy_admitted(struct lg_client *c)
 {
-    proxy_attempt(c);
+    proxy_attempt(c, c->req.att->kind);
+}
+
+/*
+ * Launches attempt a (its pick made) on its backend, whatever its kind: it
+ * takes its place there (attempt.c), a pooled or a new connection carries
+ * the request, and hedging may hold its bytes (hedge.c). Leaves IDLE for
+ * CONNECT or WAIT_HEAD. Returns LG_EIO when no connection could be made
+ * (the caller ends a).
+ */
+static int
+proxy_launch(struct lg_client *c, struct lg_attempt *a)
+{
+    struct lg_backend *b = a->pick.backend;
+    struct lg_upconn *u;
+
+    lg_attempt_set_tried(c, b, true);
+    lg_attempt_begin(c, a);
+    /* 5. upstream: a pooled connection, or a new one, carries the request */
+    if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
+        LG_STAT_ADD(b, connect_failures, 1);
+        return LG_EIO;
+    }
+    a->up = u;
+    u->attempt = a;
+    lg_relay_start(u);
+    bufferevent_setcb(u->bev, proxy_on_up_read, NULL, proxy_on_up_event, u);
+    lg_bevio_watermark(u->bev, EV_READ, 0, 0);
+    lg_hedge_arm(c, a, &proxy_hedge_ops); /* its bytes may be held for a race (hedge.c) */
+    lg_relay_send_request(c, u);
+    if (u->state == LG_UPCONN_ST_CONNECTING) {
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_CONNECT);
+    } else {
+        a->t_connect = a->t_dispatch;
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
+                           proxy_conf(c)->timeouts.stream_idle_ms);
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
+    }
+    lg_bevio_enable(u->bev, EV_READ | EV_WRITE);
+    if (u->state != LG_UPCONN_ST_CONNECTING) {
+        lg_bevio_flush(u->bev); /* what was queued leaves in this iteration */
+    }
+    return LG_OK;
 }
 
 /* ---- 5. upstream: connected, or not -------------------------------------- */
 
+/* CONNECT: leaves for WAIT_HEAD (connected) or DONE (refused, timed out, TLS). */
 static void
-proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
+proxy_st_connect(struct lg_client *c, struct lg_attempt *a, short what)
 {
-    struct lg_upconn *u = arg;
-    struct lg_client *c = u->client;
-    struct lg_request *req;
-    const struct lg_config *conf;
+    struct lg_upconn *u = a->up;
 
-    (void)bev;
-    if (c == NULL) {
-        return;
-    }
-    req = &c->req;
-    conf = proxy_conf(c);
     if (what & BEV_EVENT_CONNECTED) {
         u->state = LG_UPCONN_ST_ACTIVE;
         lg_bevio_own_reads(u->bev); /* connected: reads without FIONREAD from now on */
-        req->t_connect = lg_now_ns();
-        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c), conf->timeouts.stream_idle_ms);
-        lg_client_set_state(c, LG_CLIENT_ST_WAIT_HEAD);
+        a->t_connect = lg_now_ns();
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
+                           proxy_conf(c)->timeouts.stream_idle_ms);
+        lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
         return;
     }
+    LG_STAT_ADD(u->b, connect_failures, 1);
     if (what & BEV_EVENT_TIMEOUT) {
-        if (c->state == LG_CLIENT_ST_CONNECT) {
-            LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, "connect_timeout", 504, 0);
-        } else if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-            LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_attempt_failed(c, "first_byte_timeout", 504, 0);
-        } else {
-            LG_STAT_ADD(u->b, timeouts, 1);
-            proxy_failed_midway(c, "stream_idle_timeout");
-        }
+        proxy_attempt_failed(c, a, LG_FAIL_CONNECT_TIMEOUT);
         return;
     }
-    /* EOF or error */
-    if (c->state == LG_CLIENT_ST_CONNECT && u->b->conf.tls) {
+    if (u->b->conf.tls) {
         char why[512];
 
         if (lg_tls_failed(u->bev, why, sizeof(why))) {
@@ -412,105 +415,154 @@ proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
             if (lg_log_ratelimit(&last, LG_NS_PER_S)) {
                 LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
             }
-            LG_STAT_ADD(u->b, connect_failures, 1);
-            proxy_attempt_failed(c, "upstream_tls_error", 502, 0);
+            proxy_attempt_failed(c, a, LG_FAIL_TLS);
             return;
         }
     }
-    if (c->state == LG_CLIENT_ST_CONNECT) {
-        LG_STAT_ADD(u->b, connect_failures, 1);
-        /* nothing listens there: down, not misbehaving (backend.c holds it off) */
-        proxy_attempt_failed(c, "connect_refused", 503, LG_BACKEND_R_REFUSED);
+    /* nothing listens there: down, not misbehaving (backend.c holds it off) */
+    proxy_attempt_failed(c, a, LG_FAIL_CONNECT_REFUSED);
+}
+
+/* WAIT_HEAD, an event: leaves for DONE (silent, closed), or IDLE again
+ * through DONE when a pooled connection closed as the request went out. */
+static void
+proxy_st_wait_head(struct lg_client *c, struct lg_attempt *a, short what)
+{
+    struct lg_upconn *u = a->up;
+
+    if (what & BEV_EVENT_TIMEOUT) {
+        LG_STAT_ADD(u->b, timeouts, 1);
+        proxy_attempt_failed(c, a, LG_FAIL_FIRST_BYTE_TIMEOUT);
         return;
     }
-    if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
-        if (req->up_reused && req->up_bytes == 0
-            && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
-            /* a keep-alive race, not the backend's fault: retry, count nothing */
-            lg_attempt_end(c, false);
-            req->attempts--;
-            lg_attempt_set_tried(c, u->b, false);
-            proxy_attempt(c);
-            return;
-        }
-        proxy_attempt_failed(c, "upstream_closed", 502, 0);
+    if (a == c->req.att && a->up_reused && a->up_bytes == 0
+        && evbuffer_get_length(bufferevent_get_input(u->bev)) == 0) {
+        /* a keep-alive race, not the backend's fault: sent again, counted nowhere */
+        lg_attempt_set_tried(c, u->b, false);
+        c->req.tries.n--;
+        lg_attempt_end(c, a, LG_FAIL_POOL_RACE, false);
+        proxy_attempt(c, a->kind);
         return;
     }
-    if (c->state == LG_CLIENT_ST_RELAY && (what & BEV_EVENT_EOF) && (req->flags & LG_REQ_F_UP_EOF)) {
+    proxy_attempt_failed(c, a, LG_FAIL_CLOSED);
+}
+
+/* RELAY, an event: leaves for DONE (complete at the close, or failed midway). */
+static void
+proxy_st_relay(struct lg_client *c, struct lg_attempt *a, short what)
+{
+    struct lg_upconn *u = a->up;
+
+    if (what & BEV_EVENT_TIMEOUT) {
+        LG_STAT_ADD(u->b, timeouts, 1);
+        proxy_failed_midway(c, LG_FAIL_STREAM_IDLE);
+        return;
+    }
+    if ((what & BEV_EVENT_EOF) && (c->req.flags & LG_REQ_F_UP_EOF)) {
         /* close-delimited body: EOF is its end (llhttp_finish runs on_message_complete) */
         llhttp_errno_t err = llhttp_finish(&u->parser);
 
         if ((err == HPE_OK || err == HPE_PAUSED) && u->resp_done) {
-            proxy_complete(c, u, false);
+            proxy_complete(c, a, false);
             return;
         }
     }
-    proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? "upstream_closed_mid_response"
-                                                   : "upstream_reset");
+    proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? LG_FAIL_CLOSED_MIDWAY : LG_FAIL_RESET);
+}
+
+/* Any attempt's connection: connected, timed out, closed or broken. */
+static void
+proxy_on_up_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct lg_upconn *u = arg;
+    struct lg_client *c = u->client;
+    struct lg_attempt *a = u->attempt;
+
+    (void)bev;
+    if (c == NULL || a == NULL) {
+        return;
+    }
+    switch (a->phase) {
+    case LG_ATTEMPT_PH_CONNECT:
+        proxy_st_connect(c, a, what);
+        return;
+    case LG_ATTEMPT_PH_WAIT_HEAD:
+        proxy_st_wait_head(c, a, what);
+        return;
+    case LG_ATTEMPT_PH_RELAY:
+        proxy_st_relay(c, a, what);
+        return;
+    default:
+        return;
+    }
 }
 
 /* ---- 6. relay: the response ---------------------------------------------- */
 
-static bool
-proxy_is_retryable_status(int status)
-{
-    return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
-
-/* Returns LG_OK when the response is being relayed, else LG_EAGAIN (retried or failed). */
+/*
+ * WAIT_HEAD, the current attempt's head is in: leaves for RELAY (the head
+ * goes to the client, or a continuation's is dropped) or DONE (retried
+ * elsewhere, or a continuation refused). Returns LG_OK when the response
+ * is being relayed, else LG_EAGAIN (a is no longer the request's).
+ */
 static int
-proxy_on_head(struct lg_client *c, struct lg_upconn *u)
+proxy_on_head(struct lg_client *c, struct lg_attempt *a)
 {
     struct lg_request *req = &c->req;
-    const struct lg_config *conf = proxy_conf(c);
+    struct lg_upconn *u = a->up;
     int status = u->parser.status_code;
-    uint64_t retry_after = lg_relay_retry_after_ns(&u->hdrs);
+    enum lg_fail fail = lg_fail_of_status(status);
 
-    lg_backend_note_result(req->backend, &conf->health, status, retry_after, 0);
-    if (proxy_is_retryable_status(status)) {
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend,
-                              status, 0, 0);
-    }
-    if (proxy_is_retryable_status(status) && proxy_can_retry(c)) {
-        LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere",
-                    req->backend->name, status);
-        lg_attempt_end(c, false);
-        req->error = "retried_on_status";
-        req->fail_status = 502;
-        proxy_attempt(c);
+    lg_attempt_note_head(c, a, status, lg_relay_retry_after_ns(&u->hdrs));
+    if (fail != LG_FAIL_NONE && proxy_can_retry(c, fail)) {
+        LG_CONN_LOG(LG_LOG_INFO, c, "backend %s answered %d: retrying elsewhere", a->backend->name,
+                    status);
+        lg_attempt_end(c, a, fail, false);
+        req->error = lg_fail_name(fail);
+        req->tries.fail = fail;
+        proxy_attempt(c, LG_ATTEMPT_RETRY);
         return LG_EAGAIN;
     }
-    if (!(req->flags & LG_REQ_F_STARTED)) {
+    if (a->kind != LG_ATTEMPT_CONTINUATION) {
         lg_relay_write_head(c, u);
         lg_resume_watch(c, u); /* a stream that may go on elsewhere: relayed event by event */
     } else if (lg_resume_head(c, u) != LG_OK) {
-        /* a continuation (resume.c), and no stream to go on with */
-        proxy_attempt_failed(c, "resume_refused", 502, 0);
+        /* no stream to go on with */
+        proxy_attempt_failed(c, a, LG_FAIL_RESUME_REFUSED);
         return LG_EAGAIN;
     }
-    lg_client_set_state(c, LG_CLIENT_ST_RELAY);
+    lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_RELAY);
     /* the relay's timeouts, unless the response ends in this read (then
      * the pool's and the next request's apply): proxy_on_up_read() */
     req->flags |= LG_REQ_F_RELAY_TMO;
     return LG_OK;
 }
 
+/* Any attempt's connection has bytes: held (hedge.c), or relayed. */
 static void
 proxy_on_up_read(struct bufferevent *bev, void *arg)
 {
     struct lg_upconn *u = arg;
     struct lg_client *c = u->client;
+    struct lg_attempt *a = u->attempt;
 
-    if (c == NULL) {
+    if (c == NULL || a == NULL) {
         return;
     }
-    if (c->req.hedge != NULL && lg_hedge_holds(c, u)) {
+    c->req.t_now = lg_now_ns();
+    if (a->t_first_byte == 0) {
+        a->t_first_byte = c->req.t_now;
+    }
+    if (c->req.hedge != NULL && lg_hedge_holds(c, a)) {
         return; /* no winner yet: the bytes wait in the input (hedge.c) */
     }
-    proxy_up_read(c, u, bufferevent_get_input(bev));
+    if (a != c->req.att) {
+        return; /* (only the request's current attempt is ever relayed) */
+    }
+    proxy_up_read(c, a, bufferevent_get_input(bev));
     if (c->req.flags & LG_REQ_F_RELAY_TMO) {
         c->req.flags &= ~LG_REQ_F_RELAY_TMO;
-        if (c->req.up == u && c->state == LG_CLIENT_ST_RELAY) {
+        if (c->req.att != NULL && c->req.att->up == u && c->state == LG_CLIENT_ST_RELAY) {
             const struct lg_config *conf = proxy_conf(c); /* the request is still on */
             uint64_t ms = conf->timeouts.stream_idle_ms;
             struct timeval tmp, wr;
@@ -534,33 +586,28 @@ proxy_on_up_read(struct bufferevent *bev, void *arg)
 
 /* The upstream's bytes, head then body: relay.c reads, this decides. */
 static void
-proxy_up_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in)
+proxy_up_read(struct lg_client *c, struct lg_attempt *a, struct evbuffer *in)
 {
-    struct lg_request *req = &c->req;
     struct lg_relay_read rd = { .budget = LG_BEVIO_READ_BUDGET };
     int err = HPE_OK;
 
-    req->t_now = lg_now_ns();
-    if (req->t_first_byte == 0) {
-        req->t_first_byte = req->t_now;
-    }
     for (;;) {
-        switch (lg_relay_read(c, u, in, &rd, &err)) {
+        switch (lg_relay_read(c, a->up, in, &rd, &err)) {
         case LG_RELAY_HEAD:
-            if (proxy_on_head(c, u) != LG_OK) {
-                return; /* retried or failed: u is no longer ours */
+            if (proxy_on_head(c, a) != LG_OK) {
+                return; /* retried or failed: a is no longer the request's */
             }
             continue;
         case LG_RELAY_DONE:
             if (lg_resume_failing(c)) {
                 /* the engine ended its stream with an error resume.c held back */
-                proxy_failed_midway(c, "engine_error_event");
+                proxy_failed_midway(c, LG_FAIL_ENGINE_ERROR);
                 return;
             }
-            proxy_complete(c, u, evbuffer_get_length(in) == 0);
+            proxy_complete(c, a, evbuffer_get_length(in) == 0);
             return;
         case LG_RELAY_ERROR:
-            proxy_protocol_error(c, u, err);
+            proxy_protocol_error(c, a, err);
             return;
         default:
             return;
@@ -573,22 +620,27 @@ static void
 proxy_on_client_drained(struct lg_client *c)
 {
     if (lg_relay_resume(c)) {
-        proxy_on_up_read(c->req.up->bev, c->req.up);
+        proxy_on_up_read(c->req.att->up->bev, c->req.att->up);
     }
 }
 
 /* ---- 7. client: the end -------------------------------------------------- */
 
+/* RELAY, the response is complete: leaves for DONE; the request ends well. */
 static void
-proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
+proxy_complete(struct lg_client *c, struct lg_attempt *a, bool reusable)
 {
     struct lg_request *req = &c->req;
-    struct lg_backend *b = req->backend;
-    bool keep = reusable && llhttp_should_keep_alive(&u->parser);
+    struct lg_backend *b = a->backend;
+    bool keep = reusable && llhttp_should_keep_alive(&a->up->parser);
+    enum lg_fail how = LG_FAIL_NONE;
 
     req->t_end = lg_now_ns();
     if (!(req->flags & LG_REQ_F_SSE) || req->t_first_token == 0) {
         req->t_first_token = req->t_end; /* non-streaming: TTFT is the whole response */
+    }
+    if (a->t_first_token == 0) {
+        a->t_first_token = req->t_end;
     }
     if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
         /*
@@ -597,7 +649,7 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
          * [DONE] after it): a failure for health and routing, as a cut
          * stream is, and nothing to learn a duration from.
          */
-        lg_attempt_failed_in_stream(c);
+        how = LG_FAIL_ENGINE_ERROR;
         if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
             LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent an error event in a stream", b->name);
         }
@@ -605,109 +657,109 @@ proxy_complete(struct lg_client *c, struct lg_upconn *u, bool reusable)
         lg_attempt_learn_done(c, !(req->flags & LG_REQ_F_SSE));
     }
     lg_relay_end(c);
-    LG_STAT_ADD(b, bytes_in, req->up_bytes);
-    lg_attempt_end(c, keep);
+    lg_attempt_end(c, a, how, keep);
     lg_client_finish(c);
 }
 
-/* An attempt failed before any response byte reached the client. */
+/*
+ * An attempt failed before any byte of its response reached the client
+ * (any phase but RELAY; a continuation's too): it ends (DONE), and the
+ * request goes on with a racing duplicate, another backend, a continuation
+ * (resume.c), or ends in the client's exit.
+ */
 static void
-proxy_attempt_failed(struct lg_client *c, const char *why, int status, unsigned flags)
+proxy_attempt_failed(struct lg_client *c, struct lg_attempt *a, enum lg_fail why)
 {
     struct lg_request *req = &c->req;
 
-    if (req->backend != NULL) {
-        lg_backend_note_result(req->backend, &proxy_conf(c)->health, 0, 0, flags);
-        lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, req->backend, 0,
-                              0, 0);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (attempt %u)",
-                        req->backend->name, why, req->attempts);
-        }
+    if (a->backend != NULL && lg_log_ratelimit(&a->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
+        LG_CONN_LOG(LG_LOG_WARN, c, "backend %s failed: %s (%s attempt, %u so far)",
+                    a->backend->name, lg_fail_name(why), lg_attempt_kind_name(a->kind),
+                    req->tries.n);
     }
-    lg_attempt_end(c, false);
-    req->error = why;
-    req->fail_status = status;
-    if (req->flags & LG_REQ_F_STARTED) {
-        proxy_failed_midway(c, why); /* a continuation's attempt (resume.c) */
+    lg_attempt_end(c, a, why, false);
+    if (a != req->att) {
+        lg_hedge_dup_failed(c); /* a duplicate leaves the race; the request's attempt goes on */
+        return;
+    }
+    req->error = lg_fail_name(why);
+    req->tries.fail = why;
+    if (a->kind == LG_ATTEMPT_CONTINUATION) {
+        proxy_failed_midway(c, why);
         return;
     }
     if (lg_hedge_takeover(c)) {
         return; /* a duplicate was racing it: it goes on alone (hedge.c) */
     }
-    if (proxy_can_retry(c)) {
-        proxy_attempt(c);
+    if (proxy_can_retry(c, why)) {
+        proxy_attempt(c, LG_ATTEMPT_RETRY);
         return;
     }
-    lg_client_fail(c, status, why, "the backend failed before responding (%s)", why);
+    lg_client_fail(c, lg_fail_status(why), req->error, "the backend failed before responding (%s)",
+                   req->error);
 }
 
 static void
-proxy_protocol_error(struct lg_client *c, struct lg_upconn *u, int err)
+proxy_protocol_error(struct lg_client *c, struct lg_attempt *a, int err)
 {
-    struct lg_request *req = &c->req;
-
     LG_CONN_LOG(LG_LOG_WARN, c, "backend %s sent a malformed response: %s (%s)",
-                req->backend ? req->backend->name : "?", llhttp_errno_name((llhttp_errno_t)err),
-                llhttp_get_error_reason(&u->parser));
-    if (req->flags & LG_REQ_F_STARTED) {
-        proxy_failed_midway(c, "upstream_protocol_error");
+                a->pick.backend->name, llhttp_errno_name((llhttp_errno_t)err),
+                llhttp_get_error_reason(&a->up->parser));
+    if (a->phase == LG_ATTEMPT_PH_RELAY) {
+        proxy_failed_midway(c, LG_FAIL_PROTOCOL);
     } else {
-        proxy_attempt_failed(c, "upstream_protocol_error", 502, 0);
+        proxy_attempt_failed(c, a, LG_FAIL_PROTOCOL);
     }
 }
 
 /*
- * The backend failed after the response started: the stream goes on on
- * another backend where resume.c can continue it, else it is cut.
+ * The current attempt failed after the response started: the stream goes
+ * on on another backend where resume.c can continue it, else it is cut.
  */
 static void
-proxy_failed_midway(struct lg_client *c, const char *why)
+proxy_failed_midway(struct lg_client *c, enum lg_fail why)
 {
-    lg_attempt_failed_midway(c);
     if (!lg_resume_begin(c, why, proxy_take_retry_token)) {
         lg_client_cut(c, why);
         return;
     }
     proxy_abort(c, why); /* the failed attempt ends: its engine stops */
-    c->req.up_bytes = 0; /* counted for that backend; the next counts its own */
-    proxy_attempt(c);
+    proxy_attempt(c, LG_ATTEMPT_CONTINUATION);
 }
 
 static void
 proxy_on_total_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct lg_client *c = arg;
+    struct lg_attempt *a = c->req.att;
 
     (void)fd;
     (void)what;
-    if (c->req.backend != NULL) {
-        LG_STAT_ADD(c->req.backend, timeouts, 1);
+    if (a != NULL && a->backend != NULL) {
+        LG_STAT_ADD(a->backend, timeouts, 1);
     }
     if (c->req.flags & LG_REQ_F_STARTED) {
-        lg_client_cut(c, "total_timeout");
+        lg_client_cut(c, LG_FAIL_TOTAL_TIMEOUT);
     } else {
-        proxy_abort(c, "total_timeout");
+        proxy_abort(c, LG_FAIL_TOTAL_TIMEOUT);
         lg_client_fail(c, 504, "total_timeout", "the request took longer than the total timeout");
     }
 }
 
+/* The request's attempts end for `why` (a racing duplicate too). */
 static void
-proxy_abort(struct lg_client *c, const char *why)
+proxy_abort(struct lg_client *c, enum lg_fail why)
 {
-    struct lg_request *req = &c->req;
+    struct lg_attempt *a = c->req.att;
 
-    lg_hedge_stop(c); /* a racing duplicate closes too */
-    if (req->up == NULL && req->backend == NULL) {
+    lg_hedge_stop(c, why); /* a racing duplicate closes too */
+    if (a == NULL || a->backend == NULL) {
         return;
     }
-    if (req->backend != NULL && (strcmp(why, "client_closed") == 0)) {
-        LG_STAT_ADD(req->backend, client_aborts, 1);
+    if (why == LG_FAIL_CLIENT_CLOSED) {
+        LG_STAT_ADD(a->backend, client_aborts, 1);
     }
-    if (req->backend != NULL && (req->flags & LG_REQ_F_STARTED)) {
-        LG_STAT_ADD(req->backend, bytes_in, req->up_bytes);
-    }
-    lg_attempt_end(c, false); /* closing the socket makes the engine abort */
+    lg_attempt_end(c, a, why, false); /* closing the socket makes the engine abort */
 }
 
 static void
@@ -716,14 +768,18 @@ proxy_release(struct lg_client *c)
     struct lg_request *req = &c->req;
 
     lg_admission_cancel(c);
-    proxy_abort(c, "released");
+    proxy_abort(c, LG_FAIL_ABORTED);
     lg_resume_release(c);
     lg_hedge_free(c);
+    req->att = NULL;
+    lg_route_result_clear(&req->own.pick);
+    free(req->tries.log);
+    req->tries.log = NULL;
     if (req->timer != NULL) {
         event_free(req->timer);
         req->timer = NULL;
     }
-    lg_tried_clear(&req->tried);
+    lg_tried_clear(&req->tries.tried);
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

@@ -101,7 +101,7 @@ lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
     }
     q = quota_of(req);
     if (__atomic_load_n(store_refuses, __ATOMIC_RELAXED)) {
-        req->pick.retry_after_ms = 1000;
+        req->retry_after_ms = 1000;
         no->status = 503;
         no->code = "budget_store_unavailable";
         snprintf(no->message, sizeof(no->message),
@@ -123,7 +123,7 @@ lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
     no->code = "rate_limit_exceeded";
     if (rc == LG_EINVAL) {
         q->flags |= LG_QUOTA_F_NEVER;
-        req->pick.retry_after_ms = (uint32_t)LG_MIN(q->tokens.reset_ms, UINT64_C(86400000));
+        req->retry_after_ms = (uint32_t)LG_MIN(q->tokens.reset_ms, UINT64_C(86400000));
         snprintf(no->message, sizeof(no->message),
                  "Request too large for key \"%s\" on %s: Limit %" PRIu64 ", Requested %" PRIu64
                  " (the prompt's estimate and max_tokens for each choice). Lower max_tokens or "
@@ -132,7 +132,7 @@ lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
                  q->tokens.requested);
         return LG_EINVAL;
     }
-    req->pick.retry_after_ms = (uint32_t)LG_MIN(q->tokens.retry_ms, UINT64_C(86400000));
+    req->retry_after_ms = (uint32_t)LG_MIN(q->tokens.retry_ms, UINT64_C(86400000));
     lg_quota_duration(q->tokens.retry_ms, wait, sizeof(wait));
     snprintf(no->message, sizeof(no->message),
              "Rate limit reached for key \"%s\" on %s: Limit %" PRIu64 ", Used %" PRIu64
@@ -247,7 +247,7 @@ lg_quota_used(const struct lg_request *req)
     if (p->completion_tokens >= 0) {
         /* after a continuation (resume.c) the usage is the continuation's own */
         completion = LG_MAX(completion, (uint64_t)p->completion_tokens
-                                            + (req->resumed > 0 ? req->resume_events : 0));
+                                            + (req->tries.resumed > 0 ? req->tries.resume_events : 0));
     }
     return prompt + completion;
 }

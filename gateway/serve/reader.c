@@ -34,9 +34,9 @@ reader_conf(const struct lg_client *c)
 static int
 reader_reject(struct lg_client *c, int status, const char *code, const char *why)
 {
-    c->req.reject_status = status;
-    c->req.reject_code = code;
-    c->req.reject_why = why;
+    c->req.reject.status = status;
+    c->req.reject.code = code;
+    c->req.reject.why = why;
     return HPE_USER;
 }
 

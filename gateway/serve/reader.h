@@ -13,7 +13,7 @@ enum lg_reader_rc {
     LG_READER_MORE = 0, /* all that was there is parsed: wait for more */
     LG_READER_HEAD,     /* the head is in, no body byte read: check it, then run again */
     LG_READER_DONE,     /* the request is complete (pipelined bytes stay in the input) */
-    LG_READER_ERROR,    /* malformed, or over a limit (HPE_USER: req.reject_status, _code) */
+    LG_READER_ERROR,    /* malformed, or over a limit (HPE_USER: req.reject says how) */
 };
 
 /* Sets up c's request parser (llhttp with the reader's callbacks). */
@@ -23,7 +23,7 @@ void lg_reader_init(struct lg_client *c);
  * Parses what c's input holds while c reads a request (LG_CLIENT_ST_READ_HEAD
  * or _READ_BODY): head bytes are consumed into req.hdrs, body bytes moved
  * into req.body. On an error its llhttp errno is in *err (HPE_USER: a limit
- * or a check refused it, req.reject_status, _code and _why say how). While
+ * or a check refused it: req.reject says how). While
  * the request is not all in, sets c->read_tmo_want to what is left of its
  * time: the head's, or the body's idle time within its deadline.
  */

@@ -19,6 +19,7 @@
 #include <llhttp.h>
 
 #include "base/accesslog.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "serve/client_types.h"
@@ -67,7 +68,7 @@ record_tokens(const struct lg_request *req)
     if (usage < 0) {
         return req->content_events;
     }
-    return (uint64_t)usage + (req->resumed > 0 ? req->resume_events : 0);
+    return (uint64_t)usage + (req->tries.resumed > 0 ? req->tries.resume_events : 0);
 }
 
 /* An answer that started: one that ended (2xx), or whose client left in the
@@ -85,8 +86,9 @@ static void
 record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
 {
     const char *path = req->hdrs.buf != NULL ? req->hdrs.buf + req->hdrs.url_off : "";
-    enum lg_stats_route route = lg_stats_route_of(path, req->hdrs.buf ? req->hdrs.url_len : 0);
-    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) ? req->pick.backend : NULL;
+    enum lg_stats_route route = lg_endpoint_route(path, req->hdrs.buf ? req->hdrs.url_len : 0);
+    const struct lg_route_result *pick = req->att != NULL ? &req->att->pick : NULL;
+    struct lg_backend *b = (req->flags & LG_REQ_F_PROXIED) && pick != NULL ? pick->backend : NULL;
     int status = req->status;
     struct lg_backend_metrics *bm;
     int64_t tokens;
@@ -94,17 +96,18 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
     if (status >= LG_STATS_MIN_CODE && status < LG_STATS_MIN_CODE + LG_STATS_NCODES) {
         STAT_ADD(&wm->requests[route][status - LG_STATS_MIN_CODE], 1);
     }
-    if (req->resumed > 0) {
-        STAT_ADD(&wm->resumed, req->resumed);
+    if (req->tries.resumed > 0) {
+        STAT_ADD(&wm->resumed, req->tries.resumed);
     }
-    if (req->resume_fail != LG_STATS_RESUME_NONE && req->resume_fail < LG_STATS_NRESUME) {
-        STAT_ADD(&wm->resume_failed[req->resume_fail], 1);
+    if (req->tries.resume_fail != LG_STATS_RESUME_NONE
+        && req->tries.resume_fail < LG_STATS_NRESUME) {
+        STAT_ADD(&wm->resume_failed[req->tries.resume_fail], 1);
     }
     if (b == NULL) {
         return;
     }
-    if (req->pick.policy != NULL && req->pick.reason != NULL) {
-        record_decision(wm, req->pick.policy, req->pick.reason);
+    if (pick->policy != NULL && pick->reason != NULL) {
+        record_decision(wm, pick->policy, pick->reason);
     }
     bm = &b->metrics;
     STAT_ADD(&bm->requests, 1);
@@ -306,33 +309,75 @@ line_cstr(struct alog_line *l, const char *s)
     line_str(l, s, s ? strlen(s) : 0);
 }
 
+/*
+ * A string with no byte JSON must escape, quoted (no scan): what the
+ * gateway wrote itself (an address, a method's name, a failure's) or the
+ * configuration checked (a backend's name: lg_conf_check_name and
+ * lg_conf_check_expanded_name allow none, and 128 bytes at most).
+ */
+static void
+line_safe(struct alog_line *l, const char *s)
+{
+    size_t n = LG_MIN(strlen(s), (size_t)ALOG_STR_MAX - 2);
+
+    line_raw(l, "\"", 1);
+    line_raw(l, s, n);
+    line_raw(l, "\"", 1);
+}
+
+/* "00" to "99": numbers are written two digits a step (half the divisions). */
+static const char alog_digits2[200] = "00010203040506070809101112131415161718192021222324"
+                                      "25262728293031323334353637383940414243444546474849"
+                                      "50515253545556575859606162636465666768697071727374"
+                                      "75767778798081828384858687888990919293949596979899";
+
+/* The digits of v (at least `min` of them, zeros in front) end at `end`; returns their start. */
+static inline char *
+alog_digits(char *end, uint64_t v, int min)
+{
+    char *p = end;
+
+    while (v >= 100 || min > 2) {
+        p -= 2;
+        memcpy(p, alog_digits2 + 2 * (v % 100), 2);
+        v /= 100;
+        min -= 2;
+    }
+    if (v >= 10 || min == 2) {
+        p -= 2;
+        memcpy(p, alog_digits2 + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return p;
+}
+
 static void
 line_u64(struct alog_line *l, uint64_t v)
 {
     char b[LG_U64_DIGITS];
-    char *p = lg_u64_digits(b, v);
+    char *p = alog_digits(b + sizeof(b), v, 1);
 
-    line_raw(l, p, (size_t)(b + LG_U64_DIGITS - p));
+    line_raw(l, p, (size_t)(b + sizeof(b) - p));
 }
 
 /* Milliseconds with microsecond precision between two stamps, or null. */
 static void
 line_ms(struct alog_line *l, uint64_t from, uint64_t to)
 {
+    char b[LG_U64_DIGITS + 2];
+    char *p;
     uint64_t us;
-    char frac[4];
 
     if (from == 0 || to == 0 || to < from) {
         line_lit(l, "null");
         return;
     }
     us = (to - from) / 1000;
-    line_u64(l, us / 1000);
-    frac[0] = '.';
-    frac[1] = (char)('0' + (us / 100) % 10);
-    frac[2] = (char)('0' + (us / 10) % 10);
-    frac[3] = (char)('0' + us % 10);
-    line_raw(l, frac, 4);
+    p = alog_digits(b + sizeof(b), us % 1000, 3);
+    *--p = '.';
+    p = alog_digits(p, us / 1000, 1);
+    line_raw(l, p, (size_t)(b + sizeof(b) - p));
 }
 
 /* "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (quoted); the date part is made once a second per thread. */
@@ -367,14 +412,132 @@ line_time(struct alog_line *l, uint64_t wall_ns)
     line_raw(l, frac, 9);
 }
 
+/*
+ * When the first byte of the response the client got came: its attempt's
+ * (a continuation's client had it from an attempt before it, which the
+ * ended ones' list keeps while the log is on), or 0.
+ */
+static uint64_t
+record_first_byte(const struct lg_request *req)
+{
+    const struct lg_attempt_log *log = req->tries.log;
+
+    if (req->att == NULL || req->att->kind != LG_ATTEMPT_CONTINUATION) {
+        return req->att != NULL ? req->att->t_first_byte : 0;
+    }
+    for (uint32_t i = log != NULL ? log->n : 0; i-- > 0;) {
+        if (log->rec[i].kind != LG_ATTEMPT_CONTINUATION) {
+            return log->rec[i].t_first_byte;
+        }
+    }
+    return 0;
+}
+
+/* Bytes one entry of "attempts" takes at most: its backend's name, the rest. */
+#define ALOG_ATTEMPT_MAX (ALOG_STR_MAX + 256)
+
+/* One try: its backend, kind and status, its times from the request's
+ * first byte, how it ended. */
+static void
+record_attempt(struct alog_line *l, const struct lg_request *req, const struct lg_attempt_rec *r)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+    } kinds[LG_ATTEMPT_NKINDS] = {
+#define KIND(k) { ",\"kind\":\"" k "\",\"status\":", sizeof(",\"kind\":\"" k "\",\"status\":") - 1 }
+        [LG_ATTEMPT_FIRST] = KIND("first"),
+        [LG_ATTEMPT_RETRY] = KIND("retry"),
+        [LG_ATTEMPT_HEDGE] = KIND("hedge"),
+        [LG_ATTEMPT_CONTINUATION] = KIND("continuation"),
+#undef KIND
+    };
+
+    line_lit(l, "{\"backend\":");
+    line_safe(l, r->backend->name);
+    line_raw(l, kinds[r->kind].s, kinds[r->kind].n); /* as lg_attempt_kind_name() */
+    if (r->status != 0) {
+        line_u64(l, r->status);
+    } else {
+        line_lit(l, "null");
+    }
+    line_lit(l, ",\"dispatch\":");
+    line_ms(l, req->t_start, r->t_dispatch);
+    line_lit(l, ",\"connect\":");
+    line_ms(l, req->t_start, r->t_connect);
+    line_lit(l, ",\"first_byte\":");
+    line_ms(l, req->t_start, r->t_first_byte);
+    line_lit(l, ",\"first_token\":");
+    line_ms(l, req->t_start, r->t_first_token);
+    line_lit(l, ",\"end\":");
+    line_ms(l, req->t_start, r->t_end);
+    line_lit(l, ",\"failure\":");
+    if (r->fail != LG_FAIL_NONE) {
+        line_safe(l, lg_fail_name(r->fail));
+        line_lit(l, "}");
+    } else {
+        line_lit(l, "null}");
+    }
+}
+
+/*
+ * "attempts": every try, in the order they were launched: the ended ones
+ * the request kept (attempt.c, while the log is on) and its last one.
+ */
+static void
+record_attempts(struct alog_line *l, const struct lg_request *req)
+{
+    struct lg_attempt_rec all[LG_ATTEMPT_LOG_MAX + 1];
+    const struct lg_attempt *a = req->att;
+    size_t n = 0;
+
+    if (req->tries.log != NULL) {
+        n = LG_MIN(req->tries.log->n, (uint32_t)LG_ATTEMPT_LOG_MAX);
+        memcpy(all, req->tries.log->rec, n * sizeof(all[0]));
+    }
+    if (a != NULL && a->t_dispatch != 0 && a->pick.backend != NULL) {
+        all[n++] = (struct lg_attempt_rec){
+            .backend = a->pick.backend,
+            .kind = a->kind,
+            .fail = a->fail,
+            .status = a->status,
+            .t_dispatch = a->t_dispatch,
+            .t_connect = a->t_connect,
+            .t_first_byte = a->t_first_byte,
+            .t_first_token = a->t_first_token,
+            .t_end = a->t_end,
+        };
+    }
+    for (size_t i = 1; i < n; i++) { /* by launch: a hedge's loser ended before the winner */
+        struct lg_attempt_rec x = all[i];
+        size_t j = i;
+
+        for (; j > 0 && all[j - 1].t_dispatch > x.t_dispatch; j--) {
+            all[j] = all[j - 1];
+        }
+        all[j] = x;
+    }
+    line_lit(l, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) {
+            line_lit(l, ",");
+        }
+        record_attempt(l, req, &all[i]);
+    }
+    line_lit(l, "]");
+}
+
 /* The request's access-log line, into the worker's buffer (the log is on). */
 static void
 record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *client_addr)
 {
     const struct lg_hdrs *hs = &req->hdrs;
-    /* the fixed part and numbers (under 1 KiB), the explanation, the path
-     * and ten other strings at their most: no line is ever cut */
-    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX];
+    static const struct lg_attempt none;
+    const struct lg_attempt *att = req->att != NULL ? req->att : &none; /* the last attempt */
+    /* the fixed part and numbers (under 1 KiB), the explanation, the path,
+     * ten other strings and the attempts at their most: no line is ever cut */
+    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX
+             + (LG_ATTEMPT_LOG_MAX + 1) * ALOG_ATTEMPT_MAX];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
 
     line_lit(&l, "{\"ts\":");
@@ -382,11 +545,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"id\":");
     line_cstr(&l, req->id);
     line_lit(&l, ",\"client\":");
-    line_cstr(&l, client_addr);
+    line_safe(&l, client_addr);
     line_lit(&l, ",\"key\":");
     line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
     line_lit(&l, ",\"method\":");
-    line_cstr(&l, llhttp_method_name((llhttp_method_t)req->method));
+    line_safe(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");
     line_str_max(&l, hs->url_len ? hs->buf + hs->url_off : "", hs->url_len, ALOG_PATH_MAX);
     line_lit(&l, ",\"model\":");
@@ -404,27 +567,29 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"status\":");
     line_u64(&l, (uint64_t)req->status);
     line_lit(&l, ",\"backend\":");
-    line_cstr(&l, req->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)
-                      ? req->pick.backend->name
-                      : NULL);
-    line_lit(&l, ",\"attempts\":");
-    line_u64(&l, req->attempts);
+    if (att->pick.backend != NULL && (req->flags & LG_REQ_F_PROXIED)) {
+        line_safe(&l, att->pick.backend->name);
+    } else {
+        line_lit(&l, "null");
+    }
+    line_lit(&l, ",\"attempt_count\":");
+    line_u64(&l, req->tries.n);
     line_lit(&l, ",\"hedge_after\":");
-    if (req->hedge_after_ms > 0) {
-        line_ms(&l, 1, 1 + (uint64_t)((double)req->hedge_after_ms * 1e6));
+    if (req->tries.hedge_after_ms > 0) {
+        line_ms(&l, 1, 1 + (uint64_t)((double)req->tries.hedge_after_ms * 1e6));
     } else {
         line_lit(&l, "null");
     }
     line_lit(&l, ",\"hedged\":");
-    line_lit(&l, req->hedge_out != LG_REQ_HEDGE_NONE ? "true" : "false");
+    line_lit(&l, req->tries.hedge != LG_REQ_HEDGE_NONE ? "true" : "false");
     line_lit(&l, ",\"hedge_winner\":");
-    line_cstr(&l, req->hedge_out == LG_REQ_HEDGE_FIRST ? "first"
-                  : req->hedge_out == LG_REQ_HEDGE_DUP ? "hedge"
-                                                       : NULL);
+    line_cstr(&l, req->tries.hedge == LG_REQ_HEDGE_FIRST ? "first"
+                  : req->tries.hedge == LG_REQ_HEDGE_DUP ? "hedge"
+                                                         : NULL);
     line_lit(&l, ",\"policy\":");
-    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? req->pick.policy : NULL);
+    line_cstr(&l, (req->flags & LG_REQ_F_PROXIED) ? att->pick.policy : NULL);
     line_lit(&l, ",\"reason\":");
-    line_cstr(&l, req->pick.reason);
+    line_cstr(&l, att->pick.reason);
     line_lit(&l, ",\"bytes_in\":");
     line_u64(&l, req->head_bytes + req->body_bytes);
     line_lit(&l, ",\"bytes_out\":");
@@ -432,11 +597,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"read\":");
     line_ms(&l, req->t_start, req->t_read);
     line_lit(&l, ",\"queue\":");
-    line_ms(&l, req->t_read, req->t_dispatch);
+    line_ms(&l, req->t_read, att->t_dispatch);
     line_lit(&l, ",\"connect\":");
-    line_ms(&l, req->t_dispatch, req->t_connect);
+    line_ms(&l, att->t_dispatch, att->t_connect);
     line_lit(&l, ",\"ttfb\":");
-    line_ms(&l, req->t_start, req->t_first_byte);
+    line_ms(&l, req->t_start, record_first_byte(req));
     line_lit(&l, ",\"ttft\":");
     line_ms(&l, req->t_start, record_answered(req) ? req->t_first_token : 0);
     line_lit(&l, ",\"total\":");
@@ -450,12 +615,14 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
         line_lit(&l, "null");
     }
     line_lit(&l, ",\"resumed\":");
-    line_u64(&l, req->resumed);
+    line_u64(&l, req->tries.resumed);
     line_lit(&l, ",\"resume_pause\":");
-    line_ms(&l, req->resume_pause_ns ? 1 : 0, 1 + req->resume_pause_ns);
-    if (req->pick.explain != NULL && req->pick.explain[0] != '\0') {
+    line_ms(&l, req->tries.resume_pause_ns ? 1 : 0, 1 + req->tries.resume_pause_ns);
+    line_lit(&l, ",\"attempts\":");
+    record_attempts(&l, req);
+    if (att->pick.explain != NULL && att->pick.explain[0] != '\0') {
         line_lit(&l, ",\"candidates\":");
-        line_lit(&l, req->pick.explain);
+        line_lit(&l, att->pick.explain);
     }
     line_lit(&l, ",\"error\":");
     if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {

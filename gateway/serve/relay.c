@@ -163,15 +163,7 @@ relay_on_body(llhttp_t *p, const char *at, size_t n)
                                                      : lg_sse_feed(&req->sse, at, n);
 
         if (got > 0) {
-            uint64_t before = req->content_events;
-
-            if (req->t_first_token != 0) {
-                req->gaps[req->ngaps++ % LG_ARRAY_SIZE(req->gaps)] =
-                    (float)((double)(req->t_now - req->t_last_token) / 1e6 / got);
-            }
-            req->t_last_token = req->t_now;
-            req->content_events += got;
-            lg_attempt_tokens(c, before); /* first token, engine model, predicted end */
+            lg_attempt_tokens(c, got); /* count, gaps, first token, engine model, end */
         }
     } else {
         lg_json_probe_feed(&req->probe, at, n);
@@ -433,12 +425,12 @@ lg_relay_resume(struct lg_client *c)
     }
     req->flags &= ~LG_REQ_F_PAUSED_UP;
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-    if (req->up == NULL) {
+    if (req->att == NULL || req->att->up == NULL) {
         return false;
     }
-    bufferevent_enable(req->up->bev, EV_READ);
+    bufferevent_enable(req->att->up->bev, EV_READ);
     /* bytes may be waiting already: run the read path now */
-    return evbuffer_get_length(bufferevent_get_input(req->up->bev)) > 0;
+    return evbuffer_get_length(bufferevent_get_input(req->att->up->bev)) > 0;
 }
 
 /*
@@ -454,7 +446,7 @@ relay_move_body(struct lg_client *c, struct evbuffer *in, size_t n, bool last)
     struct lg_request *req = &c->req;
     struct evbuffer *out = bufferevent_get_output(c->bev);
 
-    req->up_bytes += n;
+    req->att->up_bytes += n;
     if (req->flags & LG_REQ_F_EVENTS) {
         evbuffer_drain(in, n); /* on_body handed them to resume.c */
         return;
@@ -525,20 +517,19 @@ relay_up_more(const struct lg_client *c, const struct lg_upconn *u, size_t budge
 }
 
 /*
- * A head that has begun must end within the first-byte timeout (a
- * continuation's: no longer than stream_idle either), counted from its
- * first byte, interim (1xx) responses included: the read timeout alone is
- * re-armed by every read, and a backend trickling a header line at a time,
- * or 1xx heads one after another, would hold the request as long as it
- * likes. The read timeout is set to what is left; when it fires the attempt
- * fails as a first-byte timeout.
+ * A head that has begun must end within the attempt's first-byte timeout
+ * (lg_attempt_first_byte_ms(): a continuation's no longer than stream_idle
+ * either), counted from its first byte, interim (1xx) responses included:
+ * the read timeout alone is re-armed by every read, and a backend trickling
+ * a header line at a time, or 1xx heads one after another, would hold the
+ * request as long as it likes. The read timeout is set to what is left;
+ * when it fires the attempt fails as LG_FAIL_FIRST_BYTE_TIMEOUT (504,
+ * retried as routing.retry.on says: proxy.c's WAIT_HEAD).
  */
 static void
 relay_head_deadline(const struct lg_client *c, struct lg_upconn *u)
 {
-    const struct lg_timeouts_conf *to = &c->req.fleet->conf->timeouts;
-    uint64_t ms = (c->req.flags & LG_REQ_F_STARTED) ? LG_MIN(to->first_byte_ms, to->stream_idle_ms)
-                                                    : to->first_byte_ms;
+    uint64_t ms = lg_attempt_first_byte_ms(&c->req.fleet->conf->timeouts, u->attempt);
     uint64_t now = lg_now_ns(), spent;
     struct timeval tv;
 
@@ -555,13 +546,13 @@ lg_relay_read(struct lg_client *c, struct lg_upconn *u, struct evbuffer *in,
 {
     struct lg_request *req = &c->req;
 
-    while (req->up == u && !(req->flags & LG_REQ_F_PAUSED_UP)) {
+    while (req->att != NULL && req->att->up == u && !(req->flags & LG_REQ_F_PAUSED_UP)) {
         size_t avail = evbuffer_get_length(in), consumed;
         int err = lg_http_execute(&u->parser, in, &consumed);
 
         if (c->state == LG_CLIENT_ST_WAIT_HEAD) {
             evbuffer_drain(in, consumed); /* head bytes: rewritten, not relayed */
-            req->up_bytes += consumed;
+            req->att->up_bytes += consumed;
             if (err == HPE_PAUSED) {
                 llhttp_resume(&u->parser);
                 return LG_RELAY_HEAD;

@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "base/config.h"
+#include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -78,27 +79,23 @@ static int resume_check(struct lg_client *c, struct lg_resume *r);
 
 /* ---- which streams ---------------------------------------------------------- */
 
-/* What routing.resume says of a model: "off", "greedy" or "seeded". */
-static const char *
+/* What routing.resume allows for a model's streams (its rules, read at load). */
+static enum lg_resume_mode
 resume_mode(const struct lg_resume_conf *rc, const char *model)
 {
-    json_t *v;
-
-    if (rc->models == NULL) {
-        return "off";
+    for (size_t i = 0; i < rc->nrules; i++) {
+        if (strcmp(rc->rules[i].model, model) == 0) {
+            return rc->rules[i].mode;
+        }
     }
-    v = json_object_get(rc->models, model);
-    if (v == NULL) {
-        v = json_object_get(rc->models, "*");
-    }
-    return json_is_string(v) ? json_string_value(v) : "off";
+    return rc->others;
 }
 
 /* The route of the request (chat or completions are the ones to continue). */
 static enum lg_stats_route
 resume_route(const struct lg_request *req)
 {
-    return lg_stats_route_of(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
+    return lg_endpoint_route(req->hdrs.buf + req->hdrs.url_off, req->hdrs.url_len);
 }
 
 /*
@@ -111,18 +108,20 @@ resume_allowed(const struct lg_client *c)
 {
     const struct lg_request *req = &c->req;
     enum lg_stats_route route = resume_route(req);
-    const char *mode;
 
     if (!(req->flags & LG_REQ_F_SSE) || !req->info.stream || req->status != 200
         || req->info.n != 1 || !(req->flags & (LG_REQ_F_UP_CHUNKED | LG_REQ_F_UP_EOF))
         || (route != LG_STATS_ROUTE_CHAT && route != LG_STATS_ROUTE_COMPLETIONS)) {
         return false;
     }
-    mode = resume_mode(&req->fleet->conf->routing.resume, req->info.model);
-    if (strcmp(mode, "greedy") == 0) {
+    switch (resume_mode(&req->fleet->conf->routing.resume, req->info.model)) {
+    case LG_RESUME_GREEDY:
         return req->info.greedy;
+    case LG_RESUME_SEEDED:
+        return req->info.greedy || req->info.seeded;
+    default:
+        return false;
     }
-    return strcmp(mode, "seeded") == 0 && (req->info.greedy || req->info.seeded);
 }
 
 /* ---- the events, one by one -------------------------------------------------- */
@@ -230,7 +229,7 @@ resume_on_event(struct lg_sse_tap *t, size_t end, unsigned what)
         }
         r->dropping = false;
         if (req->t_now > r->t_cut) {
-            req->resume_pause_ns += req->t_now - r->t_cut;
+            req->tries.resume_pause_ns += req->t_now - r->t_cut;
         }
     }
     resume_send(r, n);
@@ -522,14 +521,13 @@ resume_check(struct lg_client *c, struct lg_resume *r)
     if (r->text.flags != 0) {
         return LG_STATS_RESUME_NOT_TEXT;
     }
-    if (req->resumed >= req->fleet->conf->routing.resume.attempts) {
+    if (req->tries.resumed >= req->fleet->conf->routing.resume.attempts) {
         return LG_STATS_RESUME_ATTEMPTS;
     }
     if (req->info.max_tokens > 0 && req->content_events >= (uint64_t)req->info.max_tokens) {
         return LG_STATS_RESUME_COMPLETE;
     }
-    if (!lg_router_has_candidate(lg_fleet_find_model(req->fleet, req->info.model),
-                                 &req->tried)) {
+    if (!lg_router_has_candidate(req->models, &req->tries.tried)) {
         return LG_STATS_RESUME_NO_BACKEND;
     }
     if (!resume_continuable(c, r)) {
@@ -539,10 +537,11 @@ resume_check(struct lg_client *c, struct lg_resume *r)
 }
 
 bool
-lg_resume_begin(struct lg_client *c, const char *why, bool (*take_budget)(struct lg_client *c))
+lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struct lg_client *c))
 {
     struct lg_request *req = &c->req;
     struct lg_resume *r = req->resume;
+    struct lg_backend *b = req->att != NULL ? req->att->backend : NULL; /* the failed one's */
     int fail;
 
     if (r == NULL) {
@@ -555,8 +554,8 @@ lg_resume_begin(struct lg_client *c, const char *why, bool (*take_budget)(struct
         req->sse.error_events = r->errors_before;
         req->sse.done = false;
         req->sse.finished = false;
-        if (req->backend != NULL) {
-            __atomic_fetch_add(&req->backend->metrics.stream_errors, 1, __ATOMIC_RELAXED);
+        if (b != NULL) {
+            __atomic_fetch_add(&b->metrics.stream_errors, 1, __ATOMIC_RELAXED);
         }
     }
     /* an event cut short never reaches the client: the next starts clean */
@@ -571,18 +570,18 @@ lg_resume_begin(struct lg_client *c, const char *why, bool (*take_budget)(struct
         fail = LG_STATS_RESUME_BUDGET;
     }
     if (fail != LG_STATS_RESUME_NONE) {
-        req->resume_fail = (uint8_t)fail;
+        req->tries.resume_fail = (uint8_t)fail;
         return false;
     }
-    if (req->backend != NULL) {
-        LG_STAT_ADD(req->backend, cut_streams, 1);
-        if (lg_log_ratelimit(&req->backend->warn_ratelimit_ns, LG_NS_PER_S)) {
-            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s; going on elsewhere",
-                        req->backend->name, why);
+    if (b != NULL) {
+        LG_STAT_ADD(b, cut_streams, 1);
+        if (lg_log_ratelimit(&b->warn_ratelimit_ns, LG_NS_PER_S)) {
+            LG_CONN_LOG(LG_LOG_WARN, c, "response from %s cut: %s; going on elsewhere", b->name,
+                        lg_fail_name(why));
         }
     }
-    req->resumed++;
-    req->resume_events = req->content_events;
+    req->tries.resumed++;
+    req->tries.resume_events = req->content_events;
     r->t_cut = req->t_last_token != 0 ? req->t_last_token : req->t_now;
     r->dropping = true;
     /* the continuation's prompt is longer, its answer shorter */

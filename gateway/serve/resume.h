@@ -8,6 +8,7 @@
 #ifndef LG_RESUME_H
 #define LG_RESUME_H
 
+#include "base/fail.h"
 #include "base/lg_core.h"
 
 struct evbuffer;
@@ -40,7 +41,7 @@ void lg_resume_end(struct lg_client *c);
  * false when it is to be cut (the reason counted when the request was one
  * to resume). The failed attempt is the caller's to end.
  */
-bool lg_resume_begin(struct lg_client *c, const char *why,
+bool lg_resume_begin(struct lg_client *c, enum lg_fail why,
                      bool (*take_budget)(struct lg_client *c));
 
 /*

@@ -42,6 +42,7 @@ upstream_close(struct lg_upconn *u)
     }
     u->state = LG_UPCONN_ST_CLOSED;
     u->client = NULL;
+    u->attempt = NULL;
     bufferevent_setcb(u->bev, NULL, NULL, NULL, NULL);
     bufferevent_disable(u->bev, EV_READ | EV_WRITE);
     lg_worker_reap(u->w, &u->reap);
@@ -170,6 +171,7 @@ lg_upstream_release(struct lg_upconn *u, bool keep)
     struct timeval tmp;
 
     u->client = NULL;
+    u->attempt = NULL;
     if (!keep || u->w->draining || __atomic_load_n(&u->b->retired, __ATOMIC_RELAXED)
         || conf->limits.upstream_keepalive == 0
         || (pool->nidle >= conf->limits.upstream_keepalive && conf->timeouts.upstream_purge_ms == 0)

@@ -22,6 +22,7 @@
 #include "serve/worker.h"
 
 struct bufferevent;
+struct lg_attempt;
 struct lg_backend;
 struct lg_client;
 struct lg_worker;
@@ -42,6 +43,7 @@ struct lg_upconn {
     llhttp_t parser;              /* response parser, reset per request */
     struct lg_hdrs hdrs;          /* response head */
     struct lg_client *client;     /* borrower while lent; NULL otherwise */
+    struct lg_attempt *attempt;   /* the borrower's attempt it carries; NULL when not lent */
     uint32_t requests;            /* requests sent on this connection */
     bool resp_1xx;                /* parsing an interim (1xx) response: skip it */
     bool resp_done;               /* the response message is complete */

@@ -199,7 +199,7 @@ class AdmissionTest(Harness):
         self.assertEqual((status, hdrs.get("x-llmsim-replica")), (200, "good"))
         log = read_log(self.path("access.log"), 2)
         last = [r for r in log if not r["stream"]][0]
-        self.assertEqual(last["attempts"], 2)
+        self.assertEqual(last["attempt_count"], 2)
         self.assertGreater(last["queue"], 100)
 
     def test_flood_is_bounded(self):

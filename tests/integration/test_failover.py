@@ -233,7 +233,7 @@ class FailoverTest(Harness):
         rec = read_log(self.path("access.log"), 1)[-1]
         self.assertEqual((rec["status"], rec["error"], rec["resumed"]), (200, None, 1))
         self.assertNotEqual(rec["backend"], dead)
-        self.assertEqual(rec["attempts"], 2)
+        self.assertEqual(rec["attempt_count"], 2)
         self.assertEqual(rec["tokens"], 40)
         self.assertGreater(rec["resume_pause"], 0)
         self.assertLess(rec["resume_pause"], pause * 1000 + 50)
@@ -260,7 +260,7 @@ class FailoverTest(Harness):
         self.assertEqual(len(usage), 1)
         self.assertEqual(usage[0]["completion_tokens"], 4)
         rec = read_log(self.path("access.log"), 1)[-1]
-        self.assertEqual((rec["status"], rec["error"], rec["resumed"], rec["attempts"]),
+        self.assertEqual((rec["status"], rec["error"], rec["resumed"], rec["attempt_count"]),
                          (200, None, 2, 3))
         # 30 tokens need three continuations: the attempts (2) run out, the stream is cut
         s = self.stream(gw, "POST", COMP, completion(30)).read_all(20)
@@ -303,7 +303,7 @@ class FailoverTest(Harness):
         self.assertEqual(text_of(s), want)
         log = read_log(self.path("access.log"), 5)
         self.assertEqual([r["status"] for r in log], [400] * 4 + [200])
-        self.assertEqual((log[-1]["resumed"], log[-1]["attempts"], log[-1]["tokens"]), (2, 3, 20))
+        self.assertEqual((log[-1]["resumed"], log[-1]["attempt_count"], log[-1]["tokens"]), (2, 3, 20))
 
     def test_stall_mid_stream_resumed_after_stream_idle(self):
         ports = self.fleet(decode_ms=10)

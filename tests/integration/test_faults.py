@@ -192,7 +192,7 @@ class FaultsTest(Harness):
         elapsed = time.monotonic() - t0
         log = read_log(self.path("access.log"), 8)
         self.assertTrue(all(r["status"] == 200 for r in log))
-        retried = sum(r["attempts"] == 2 for r in log)
+        retried = sum(r["attempt_count"] == 2 for r in log)
         self.assertGreater(retried, 0, log)
         # a refused backend is left alone for a second: not one retry per request
         self.assertLessEqual(retried, 1 + int(elapsed), log)
@@ -207,7 +207,7 @@ class FaultsTest(Harness):
             self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, "good"))
             self.assertLess(time.monotonic() - t0, 3.0 * harness.SLOW)
         log = read_log(self.path("access.log"), 4)
-        retried = [r for r in log if r["attempts"] == 2]
+        retried = [r for r in log if r["attempt_count"] == 2]
         self.assertTrue(retried, log)
         self.assertTrue(all(r["error"] == "first_byte_timeout" for r in retried), retried)
 
@@ -508,7 +508,7 @@ class FaultsTest(Harness):
             status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body())
             statuses.append(status)
         log = read_log(self.path("access.log"), n)
-        retries = sum(r["attempts"] - 1 for r in log)
+        retries = sum(r["attempt_count"] - 1 for r in log)
         first_bad = sim_state(ports["bad"])["requests"]
         self.assertGreater(first_bad, 30)              # round robin sent it half the requests
         self.assertLessEqual(retries, 10 + 0.1 * n + 1)  # but they were not all retried

@@ -145,7 +145,7 @@ class Hedge(Harness):
         st2 = sim_state(p2)
         self.assertEqual((st2["requests"], st2["completed"], st2["aborted"]), (1, 1, 0))
         (e,) = read_access_log(self.path("access.log"), 1)
-        self.assertEqual((e["status"], e["backend"], e["attempts"]), (200, "r2", 2))
+        self.assertEqual((e["status"], e["backend"], e["attempt_count"]), (200, "r2", 2))
         self.assertEqual((e["hedged"], e["hedge_winner"], e["error"]), (True, "hedge", None))
         self.assertEqual(e["hedge_after"], 300.0)  # the floor: nothing predicts 100 ms here
         self.assertEqual(e["tokens"], 6)
@@ -234,7 +234,7 @@ class Hedge(Harness):
             self.assertEqual(s.status, 200)
             self.assertEqual(s.headers["x-llmsim-replica"], "r1")
         for e in read_access_log(self.path("access.log"), len(cases)):
-            self.assertEqual((e["hedged"], e["hedge_after"], e["attempts"]), (False, None, 1))
+            self.assertEqual((e["hedged"], e["hedge_after"], e["attempt_count"]), (False, None, 1))
         self.assertEqual(sim_state(p2)["requests"], 0)
         self.assertEqual(self.hedges()["sent"], 0)
         # and an eligible one is, on the same fleet
@@ -273,7 +273,7 @@ class Hedge(Harness):
         self.assertGreater(s.t_head - s.t_sent, 1.4, "held until the first token")
         self.assertEqual(sim_state(p2)["fault_responses"], 1)
         (e,) = read_access_log(self.path("access.log"), 1)
-        self.assertEqual((e["backend"], e["hedged"], e["hedge_winner"], e["attempts"]),
+        self.assertEqual((e["backend"], e["hedged"], e["hedge_winner"], e["attempt_count"]),
                          ("r1", True, "first", 2))
         self.assertEqual(self.hedges(), {"sent": 1, "won": 0, "wasted": 1})
 
@@ -308,7 +308,7 @@ class Hedge(Harness):
         s.read_all(10 * harness.SLOW)
         self.assertEqual((s.status, s.ended), (200, "complete"))
         (e,) = read_access_log(self.path("access.log"), 1)
-        self.assertEqual((e["status"], e["attempts"], e["hedged"], e["hedge_winner"]),
+        self.assertEqual((e["status"], e["attempt_count"], e["hedged"], e["hedge_winner"]),
                          (200, 3, True, "first"))
         self.assertEqual(e["backend"], "r3")
         self.assertEqual(sim_state(p3)["completed"], 1)

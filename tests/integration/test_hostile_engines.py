@@ -515,8 +515,8 @@ class HostileEngines(Harness):
             [e for e in read_access_log(self.path("access.log")) if e["model"] == "shared"]), 5,
             what="the access log")
         # after the end: retried from the expired backend to the other replica
-        retried = [(e["status"], e["attempts"], e["backend"], e["error"]) for e in shared[4:]
-                   if e["attempts"] > 1]
+        retried = [(e["status"], e["attempt_count"], e["backend"], e["error"]) for e in shared[4:]
+                   if e["attempt_count"] > 1]
         self.assertGreaterEqual(len(retried), 4)
         self.assertEqual(set(retried), {(200, 2, "healthy", "upstream_tls_error")})
 

@@ -155,7 +155,7 @@ class LargeFleet(Harness):
         self.assertEqual(sum(served[:100]), 0, "drained replicas got requests")
         self.assertEqual(sum(served[109:]), n)
         log = read_access_log(self.path("access.log"), n)
-        self.assertEqual([e["attempts"] for e in log], [10] * n)
+        self.assertEqual([e["attempt_count"] for e in log], [10] * n)
 
     def test_hedge_goes_to_another_replica_than_the_stalled_one(self):
         """Replica 120 weighs 1000 and holds every first token 30 s; 0..119 are

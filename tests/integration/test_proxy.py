@@ -141,7 +141,7 @@ class ProxyTest(Harness):
         s = [r for r in log if r["stream"]][0]
         self.assertIn(s["backend"], ("r1", "r2"))
         self.assertEqual(s["tokens"], 4)
-        self.assertEqual(s["attempts"], 1)
+        self.assertEqual(s["attempt_count"], 1)
         for k in ("queue", "connect", "ttfb", "ttft", "total", "itl"):
             self.assertIsNotNone(s[k], k)
         self.assertLessEqual(s["ttfb"], s["ttft"])
@@ -338,7 +338,7 @@ class ProxyTest(Harness):
             self.assertEqual(status, 200)
             self.assertEqual(hdrs["x-llmsim-replica"], "r1")
         log = read_log(self.path("access.log"), 6)
-        self.assertTrue(any(r["attempts"] == 2 for r in log), log)
+        self.assertTrue(any(r["attempt_count"] == 2 for r in log), log)
 
     # ---- cancellation and backpressure --------------------------------------
 

@@ -194,7 +194,7 @@ class RoutingTest(Harness):
         while chat(gw)[1]["x-llmsim-replica"] != "r1":
             self.assertLess(time.monotonic() - t429, 5, "r1 never came back")
         self.assertGreater(time.monotonic() - t429, 1.7)
-        rec = [r for r in self.log() if r["attempts"] == 2]
+        rec = [r for r in self.log() if r["attempt_count"] == 2]
         self.assertEqual(len(rec), 1)
         self.assertEqual(rec[0]["backend"], "r2")
 
@@ -217,7 +217,7 @@ class RoutingTest(Harness):
         self.assertEqual(cut, 3)
         log = self.log(6)
         for rec in log:
-            self.assertEqual(rec["attempts"], 1, rec)
+            self.assertEqual(rec["attempt_count"], 1, rec)
             if rec["backend"] == "r1":
                 self.assertEqual(rec["error"], "upstream_closed_mid_response")
         # no duplicate generation was started on r2

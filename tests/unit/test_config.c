@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/config.h"
+#include "base/fail.h"
 #include "lg_test.h"
 
 /* Loads text as "t.json"; on success returns the config, else NULL with errs set. */
@@ -1333,6 +1334,55 @@ test_no_resolve_flag(void)
     return 0;
 }
 
+/* routing.retry.on: the failures retried, by name; every retryable one by default. */
+static int
+test_routing_retry_on(void)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c = load(minimal, &errs);
+    char *text;
+
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->routing.retry.on == LG_FAIL_RETRY_DEFAULT);
+    for (int f = 0; f < LG_FAIL_COUNT; f++) {
+        /* the default is every failure that may be retried */
+        LG_CHECK(!!(LG_FAIL_RETRY_DEFAULT & LG_FAIL_BIT(f)) == lg_fail_table[f].retryable);
+    }
+    lg_config_unref(c);
+    text = with_top("\"routing\": {\"retry\": {\"on\": [\"connect_refused\", \"http_503\"]}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && errs.n == 0);
+    LG_CHECK(c->routing.retry.on
+             == (LG_FAIL_BIT(LG_FAIL_CONNECT_REFUSED) | LG_FAIL_BIT(LG_FAIL_HTTP_503)));
+    lg_config_unref(c);
+    text = with_top("\"routing\": {\"retry\": {\"on\": []}},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->routing.retry.on == 0); /* nothing retried */
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"routing\": {\"retry\": {\"on\": [\"http_503\", \"timeout\"]}},",
+                              "t.json:2:42: error: /routing/retry/on/1: unknown failure "
+                              "\"timeout\"; expected one of connect_failed connect_refused "
+                              "connect_timeout upstream_tls_error first_byte_timeout "
+                              "upstream_closed upstream_protocol_error http_429 http_500 "
+                              "http_502 http_503 http_504")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"retry\": {\"on\": [\"client_closed\"]}},",
+                              "t.json:2:30: error: /routing/retry/on/0: \"client_closed\" is "
+                              "never retried on another backend")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"retry\": {\"on\": [\"http_503\", \"http_503\"]}},",
+                              "t.json:2:42: error: /routing/retry/on/1: duplicate entry "
+                              "\"http_503\"")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"retry\": {\"on\": \"http_503\"}},",
+                              "t.json:2:29: error: /routing/retry/on: expected an array of "
+                              "strings, got a string")
+             == 0);
+    return 0;
+}
+
 /* routing.resume: a map of models to modes, its bounds, off by default. */
 static int
 test_routing_resume(void)
@@ -1352,6 +1402,12 @@ test_routing_resume(void)
     LG_CHECK(c != NULL && errs.n == 0);
     LG_CHECK_STR(json_string_value(json_object_get(c->routing.resume.models, "*")), "seeded");
     LG_CHECK(c->routing.resume.attempts == 3 && c->routing.resume.max_text == 1024 * 1024);
+    /* the modes are read once, at load: the models' own, and "*" for the others */
+    LG_CHECK(c->routing.resume.nrules == 2 && c->routing.resume.others == LG_RESUME_SEEDED);
+    LG_CHECK_STR(c->routing.resume.rules[0].model, "m");
+    LG_CHECK(c->routing.resume.rules[0].mode == LG_RESUME_GREEDY);
+    LG_CHECK_STR(c->routing.resume.rules[1].model, "x");
+    LG_CHECK(c->routing.resume.rules[1].mode == LG_RESUME_OFF);
     lg_config_unref(c);
     LG_CHECK(expect_top_error("\"routing\": {\"resume\": {\"models\": {\"a/b~\": \"always\"}}},",
                               "t.json:2:43: error: /routing/resume/models/a~1b~0: expected "
@@ -1438,7 +1494,7 @@ test_budgets(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
+LG_TEST_MAIN(test_routing_retry_on, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
              test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
