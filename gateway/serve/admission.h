@@ -77,6 +77,19 @@ void lg_admission_released(struct lg_admission *a, unsigned worker, const char *
  */
 void lg_admission_wake_worker(struct lg_admission *a, unsigned worker);
 
+/* A model's waiters and scale-from-zero counts (metrics). */
+struct lg_admission_model_stats {
+    uint32_t queued;       /* waiting now, both kinds */
+    uint32_t held;         /* of them, held for a replica to become ready */
+    uint64_t wakeups;      /* wake-ups asked (cold periods begun, or a hold passed in one) */
+    uint64_t held_full;    /* refused: the model's max_held were held already */
+    uint64_t held_expired; /* the hold passed with no replica ready */
+};
+
+/* `model`'s counts now, all workers; any thread. */
+void lg_admission_model_stats(struct lg_admission *a, const char *model,
+                              struct lg_admission_model_stats *out);
+
 /* Requests waiting for `model` now, all workers (tests, metrics). */
 uint32_t lg_admission_queued(struct lg_admission *a, const char *model);
 
