@@ -76,6 +76,7 @@ struct admission_worker {
     uint32_t nwaiting;             /* atomic: read by other workers' releases */
     struct event *wake;            /* owned: activated by its worker's thread only */
     struct event *tick;            /* owned: slow re-check while waiters exist */
+    bool wake_others;              /* its next wake also wakes the other workers' waiters */
 };
 
 struct lg_admission {
@@ -258,7 +259,13 @@ admission_drop(struct lg_admission_waiter *wt)
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        admission_wake(a, self);
+        /*
+         * From this worker's loop, after what runs now: a waiter that got a
+         * slot takes it (its launch) before others look, or another
+         * worker's waiter would find the slot still free and overtake.
+         */
+        a->aw[self].wake_others = true;
+        event_active(a->aw[self].wake, EV_TIMEOUT, 0);
     }
 }
 
@@ -612,6 +619,10 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (aw->wake_others) {
+        aw->wake_others = false;
+        admission_wake(aw->a, (unsigned)(aw - aw->a->aw));
+    }
     while ((wt = admission_next(aw, skip, &nskip, LG_ARRAY_SIZE(skip))) != NULL) {
         struct lg_client *c = wt->c;
         const struct admission_model *m = wt->m;
