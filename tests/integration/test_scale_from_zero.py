@@ -22,6 +22,7 @@ import time
 import unittest
 
 import harness
+import test_discovery
 from harness import Harness, chat_body, free_port, metric, post_json, scrape, wait_until
 
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "1"]
@@ -240,6 +241,61 @@ class ScaleFromZeroTest(Harness):
         self.gw.wait_for(r"wake-up webhook .* for model \"m\" failed")
         wait_until(lambda: metric(scrape(self.admin), "llmgate_wakeup_failures_total") == 1,
                    what="the failure counted")
+
+
+@unittest.skipIf(test_discovery.dnsmasq_binary() is None,
+                 "dnsmasq is not installed (apt-get install dnsmasq-base; tools/install-deps.sh)")
+class ScaleFromZeroDiscoveryTest(Harness):
+    """No replica registered yet: DNS has no record for the template's name;
+    the held request runs once discovery adds one."""
+
+    def set_records(self, addrs):
+        tmp = self.hosts + ".tmp"
+        with open(tmp, "w") as f:
+            for a in addrs:
+                f.write("%s vllm.test\n" % a)
+        os.replace(tmp, self.hosts)
+
+    def test_held_until_discovery_adds_a_replica(self):
+        self.hosts = self.path("hosts")
+        self.set_records([])
+        dns_port = test_discovery.free_udp_tcp_port()
+        dns = self.start([test_discovery.dnsmasq_binary(), "--no-daemon", "--conf-file=/dev/null",
+                          "--port=%d" % dns_port, "--listen-address=127.0.0.1",
+                          "--bind-interfaces", "--no-resolv", "--no-hosts",
+                          "--addn-hosts=" + self.hosts, "--local=/test/", "--user=root",
+                          "--pid-file=", "--log-facility=-"], name="dnsmasq")
+        dns.wait_for(r"read .*hosts - 0 names")
+        sim = self.start([harness.binary("llmsim"), "--listen", "127.0.0.2:0", "--name", "r2",
+                          "--model", "m"] + FAST, name="llmsim-r2")
+        sim_port = int(sim.wait_for(r"llmsim ready .*listen=[^ ]*:(\d+)").group(1))
+        hook = Webhook()
+        self.addCleanup(hook.close)
+        conf = self.base_config(
+            [{"name": "vllm", "discover": {"dns": "vllm.test", "port": sim_port,
+                                           "interval": "200ms"}, "models": ["m"]}],
+            discovery={"nameserver": "127.0.0.1:%d" % dns_port, "timeout": "300ms"},
+            health={"slow_start": 0}, admin="127.0.0.1:0", log_level="debug",
+            scale_from_zero={"enabled": True, "hold": "30s",
+                             "webhook": "http://127.0.0.1:%d/wake" % hook.port})
+        gw, port = self.start_gateway(conf)
+        admin = int(gw.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
+        gw.wait_for(r"discovery: vllm\.test port %d: 0 addresses" % sim_port)
+        reqs = [Async(port, chat_body(max_tokens=2)) for _ in range(2)]
+        wait_until(lambda: held(admin) == 2, what="two requests held")
+        wait_until(lambda: len(hook.seen()) == 1, what="the webhook called")
+        self.assertEqual(hook.seen()[0][2]["model"], "m")
+        mark = len(gw.lines)
+        self.set_records(["127.0.0.2"])
+        dns.signal(signal.SIGHUP)
+        gw.wait_for(r"fleet \(discovery\): 1 backend", start=mark)
+        for r in reqs:
+            status, hdrs, _ = r.wait()
+            self.assertEqual((status, hdrs.get("x-llmsim-replica")), (200, "r2"))
+        wait_until(lambda: held(admin) == 0, what="nothing held")
+        self.assertEqual(len(hook.seen()), 1)
+        gw.signal(signal.SIGTERM)
+        self.assertEqual(gw.wait(30), 0)
 
 
 if __name__ == "__main__":
