@@ -775,7 +775,7 @@ conf_check_sfz(struct lg_conf_ctx *ctx, void *base, bool clean)
 static const struct lg_conf_field conf_sfz_model_fields[] = {
     { "model", LG_CONF_STR, ZM(model), .required = true },
     { "enabled", LG_CONF_BOOL, ZM(enabled), .def = 1 },
-    { "max_held", LG_CONF_UINT, ZM(max_held), .def = 0, .min = 0, .max = 1000000 },
+    { "max_held", LG_CONF_UINT, ZM(max_held), .def = 0, .min = 0, .max = 100000 },
     { "hold", LG_CONF_DURATION, ZM(hold_ms), .def = 0, .min = 0, .max = CONF_H(1) },
     { .name = NULL },
 };
@@ -786,7 +786,7 @@ static const struct lg_conf_table conf_sfz_model_table = { sizeof(struct lg_sfz_
 #define ZF(f) offsetof(struct lg_sfz_conf, f)
 static const struct lg_conf_field conf_sfz_fields[] = {
     { "enabled", LG_CONF_BOOL, ZF(enabled), .def = 0 },
-    { "max_held", LG_CONF_UINT, ZF(max_held), .def = 100, .min = 1, .max = 1000000 },
+    { "max_held", LG_CONF_UINT, ZF(max_held), .def = 100, .min = 1, .max = 100000 },
     { "hold", LG_CONF_DURATION, ZF(hold_ms), .def = CONF_S(60), .min = 1, .max = CONF_H(1) },
     { "retry_after", LG_CONF_DURATION, ZF(retry_after_ms), .def = CONF_S(10), .min = CONF_S(1),
       .max = CONF_H(1) },
