@@ -24,6 +24,7 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
+#include "fleet/health_check.h"
 #include "route/router.h"
 #include "serve/client.h"
 #include "serve/wakeup.h"
@@ -144,6 +145,23 @@ admission_retry_after_s(struct lg_admission *a, struct admission_model *m, uint3
 
 /* ---- setup -------------------------------------------------------------- */
 
+/*
+ * A checker thread marked a backend up: every worker with waiters looks at
+ * once (held requests wait for exactly this), rather than at its next tick.
+ */
+static void
+admission_on_backend_up(void *arg, const struct lg_backend *b)
+{
+    struct lg_admission *a = arg;
+
+    (void)b;
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) > 0) {
+            lg_worker_post(a->aw[i].w, LG_WORKER_CMD_ADMIT);
+        }
+    }
+}
+
 struct lg_admission *
 lg_admission_new(struct lg_gateway *gw)
 {
@@ -162,6 +180,7 @@ lg_admission_new(struct lg_gateway *gw)
         aw->wake = event_new(aw->w->base, -1, 0, admission_on_wake, aw);
         aw->tick = event_new(aw->w->base, -1, EV_PERSIST, admission_on_wake, aw);
     }
+    lg_health_check_set_up_hook(admission_on_backend_up, a);
     return a;
 }
 
@@ -171,6 +190,7 @@ lg_admission_free(struct lg_admission *a)
     if (a == NULL) {
         return;
     }
+    lg_health_check_set_up_hook(NULL, NULL); /* no checker thread calls into a from now on */
     for (unsigned i = 0; i < a->nworkers; i++) {
         LG_BUG_ON(!TAILQ_EMPTY(&a->aw[i].waiters));
         event_free(a->aw[i].wake);

@@ -16,6 +16,16 @@
  * also re-checks, for capacity that returns another way (Retry-After over,
  * a backend back up). A request is never dispatched from inside another
  * request's callbacks: wake-ups are always deferred to the worker's loop.
+ *
+ * Scale from zero (scale_from_zero in the configuration): a new request for
+ * a model with no replica ready (none up, or none registered yet) is held
+ * in the same per-model order, within bounds of its own (max_held, hold);
+ * past either it gets 503 with the configured Retry-After (reasons
+ * model_scaled_to_zero, no_replica_ready). The first held request of a cold
+ * period asks for the wake-up webhook (wakeup.c). A health check marking a
+ * backend up (through fleet/health_check.h's hook), a worker adopting a new
+ * fleet (discovery added a replica) and the slow tick dispatch the held
+ * requests in arrival order once a replica is ready.
  */
 #ifndef LG_ADMISSION_H
 #define LG_ADMISSION_H
