@@ -412,7 +412,8 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     mx_family(out, "llmgate_connections", "gauge", "Open client connections.");
     evbuffer_add_printf(out, "llmgate_connections %u\n", lg_gateway_clients(gw));
     mx_family(out, "llmgate_queue_waiting", "gauge",
-              "Requests waiting in the admission queue (every backend of their model busy).");
+              "Requests waiting in the admission queue (every backend of their model busy, or "
+              "held by scale_from_zero).");
     evbuffer_add_printf(out, "llmgate_queue_waiting %u\n", lg_admission_waiting(gw->admission));
     mx_scale_from_zero(out, gw, f);
     mx_family(out, "llmgate_connections_accepted_total", "counter", "Client connections accepted.");
