@@ -60,8 +60,8 @@ static void
 wakeup_failed(struct wakeup_call *c, const char *why)
 {
     __atomic_fetch_add(&c->w->failures, 1, __ATOMIC_RELAXED);
-    LG_WARN("scale_from_zero: the wake-up webhook %s for model \"%s\" failed: %s", c->url,
-            c->model, why);
+    LG_WARN("scale_from_zero: the wake-up webhook %s for model \"%s\" failed: %s", c->url, c->model,
+            why);
 }
 
 static void
@@ -122,9 +122,9 @@ wakeup_send(struct wakeup_call *c)
         wakeup_failed(c, "out of memory");
         goto out;
     }
-    evhttp_connection_set_timeout_tv(c->conn,
-                                     &(struct timeval){ (time_t)(c->timeout_ms / 1000),
-                                                        (suseconds_t)(c->timeout_ms % 1000) * 1000 });
+    evhttp_connection_set_timeout_tv(
+        c->conn, &(struct timeval){ (time_t)(c->timeout_ms / 1000),
+                                    (suseconds_t)(c->timeout_ms % 1000) * 1000 });
     evhttp_connection_set_retries(c->conn, 0);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Host", hosthdr);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
