@@ -40,6 +40,7 @@
 #include "serve/gateway.h"
 #include "serve/keys.h"
 #include "serve/listener.h"
+#include "serve/wakeup.h"
 #include "serve/worker.h"
 
 struct main_state {
@@ -374,6 +375,7 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
     pthread_mutex_init(&gw.fleet_lock, NULL);
     gw.connlimit = lg_connlimit_new();
     ms.base = event_base_new();
+    gw.wakeup = lg_wakeup_new(ms.base);
     if (lg_reload_init(&gw, ms.base) != LG_OK) {
         rc = 2;
         goto out_fleet;
@@ -478,6 +480,7 @@ out_fleet:
     lg_keys_free(gw.keys);
     lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);
+    lg_wakeup_free(gw.wakeup);
     event_base_free(ms.base);
     pthread_mutex_destroy(&gw.fleet_lock);
     lg_connlimit_free(gw.connlimit);

@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/http.h>
 #include <jansson.h>
 
 #include "base/config_loc.h"
@@ -732,6 +734,73 @@ static const struct lg_conf_field conf_budgets_fields[] = {
 static const struct lg_conf_table conf_budgets_table = { sizeof(struct lg_budgets_conf),
                                                          conf_budgets_fields, NULL };
 
+/* The wake-up webhook: a plain http:// URL (called from the control thread, without TLS). */
+static bool
+conf_check_webhook(const char *s, char *why, size_t whysz)
+{
+    struct evhttp_uri *u = strncasecmp(s, "http://", 7) == 0 ? evhttp_uri_parse(s) : NULL;
+    bool ok = u != NULL && evhttp_uri_get_host(u) != NULL && evhttp_uri_get_host(u)[0] != '\0'
+              && evhttp_uri_get_userinfo(u) == NULL && evhttp_uri_get_fragment(u) == NULL;
+
+    if (u != NULL) {
+        evhttp_uri_free(u);
+    }
+    if (!ok) {
+        snprintf(why, whysz, "must be an http:// URL with a host (https is not supported)");
+    }
+    return ok;
+}
+
+/* scale_from_zero.models: each model once. */
+static void
+conf_check_sfz(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_sfz_conf *z = base;
+
+    for (size_t i = 0; clean && i < z->nmodels; i++) {
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(z->models[i].model, z->models[k].model) == 0) {
+                char at[48];
+
+                snprintf(at, sizeof(at), "/models/%zu/model", i);
+                conf_error_at(ctx, at, "model \"%s\" is listed twice (also /models/%zu)",
+                              z->models[i].model, k);
+                break;
+            }
+        }
+    }
+}
+
+#define ZM(f) offsetof(struct lg_sfz_model_conf, f)
+static const struct lg_conf_field conf_sfz_model_fields[] = {
+    { "model", LG_CONF_STR, ZM(model), .required = true },
+    { "enabled", LG_CONF_BOOL, ZM(enabled), .def = 1 },
+    { "max_held", LG_CONF_UINT, ZM(max_held), .def = 0, .min = 0, .max = 100000 },
+    { "hold", LG_CONF_DURATION, ZM(hold_ms), .def = 0, .min = 0, .max = CONF_H(1) },
+    { .name = NULL },
+};
+#undef ZM
+static const struct lg_conf_table conf_sfz_model_table = { sizeof(struct lg_sfz_model_conf),
+                                                           conf_sfz_model_fields, NULL };
+
+#define ZF(f) offsetof(struct lg_sfz_conf, f)
+static const struct lg_conf_field conf_sfz_fields[] = {
+    { "enabled", LG_CONF_BOOL, ZF(enabled), .def = 0 },
+    { "max_held", LG_CONF_UINT, ZF(max_held), .def = 100, .min = 1, .max = 100000 },
+    { "hold", LG_CONF_DURATION, ZF(hold_ms), .def = CONF_S(60), .min = 1, .max = CONF_H(1) },
+    { "retry_after", LG_CONF_DURATION, ZF(retry_after_ms), .def = CONF_S(10), .min = CONF_S(1),
+      .max = CONF_H(1) },
+    { "webhook", LG_CONF_STR, ZF(webhook), .required = false, .check = conf_check_webhook },
+    { "webhook_timeout", LG_CONF_DURATION, ZF(webhook_timeout_ms), .def = CONF_S(2),
+      .min = CONF_MS(10), .max = CONF_M(1) },
+    { "models", LG_CONF_OBJARRAY, ZF(models), .min = 0, .max = 4096, .sub = &conf_sfz_model_table,
+      .shorthand = "model", .aux_offset = ZF(nmodels) },
+    { .name = NULL },
+};
+#undef ZF
+static const struct lg_conf_table conf_sfz_table = { sizeof(struct lg_sfz_conf), conf_sfz_fields,
+                                                     conf_check_sfz };
+
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
@@ -751,6 +820,7 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
+    { "scale_from_zero", LG_CONF_OBJECT, CF(scale_from_zero), .sub = &conf_sfz_table },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },
@@ -951,6 +1021,26 @@ lg_config_errors_free(struct lg_config_errors *errs)
         free(errs->msgs[i]);
     }
     memset(errs, 0, sizeof(*errs));
+}
+
+bool
+lg_config_sfz(const struct lg_config *conf, const char *model, uint32_t *max_held,
+              uint64_t *hold_ms)
+{
+    const struct lg_sfz_conf *z = &conf->scale_from_zero;
+
+    *max_held = z->max_held;
+    *hold_ms = z->hold_ms;
+    for (size_t i = 0; i < z->nmodels; i++) {
+        const struct lg_sfz_model_conf *m = &z->models[i];
+
+        if (strcmp(m->model, model) == 0) {
+            *max_held = m->max_held != 0 ? m->max_held : z->max_held;
+            *hold_ms = m->hold_ms != 0 ? m->hold_ms : z->hold_ms;
+            return m->enabled;
+        }
+    }
+    return z->enabled;
 }
 
 const struct lg_backend_conf *

@@ -244,6 +244,30 @@ struct lg_budgets_conf {
     struct lg_budget_redis_conf redis;
 };
 
+/* One model's entry of scale_from_zero.models: what it changes for that model. */
+struct lg_sfz_model_conf {
+    char *model;
+    bool enabled;      /* hold this model's requests (default true for a listed model) */
+    uint32_t max_held; /* 0: the section's */
+    uint64_t hold_ms;  /* 0: the section's */
+};
+
+/*
+ * Scale from zero (serve/admission.c, serve/wakeup.c): a request for a model
+ * with no replica ready waits for one (bounded in count and time), and a
+ * wake-up webhook is called once per model per cold period.
+ */
+struct lg_sfz_conf {
+    bool enabled;                /* for models without an entry in `models` */
+    uint32_t max_held;           /* held requests per model */
+    uint64_t hold_ms;            /* longest hold */
+    uint64_t retry_after_ms;     /* Retry-After of a 503 past the hold or with the hold full */
+    char *webhook;               /* "http://host[:port][/path]"; NULL: no call */
+    uint64_t webhook_timeout_ms; /* one call */
+    struct lg_sfz_model_conf *models;
+    size_t nmodels;
+};
+
 #define LG_CONFIG_MAX_WORKERS 256
 
 struct lg_config {
@@ -270,6 +294,7 @@ struct lg_config {
     struct lg_discovery_conf discovery;
     struct lg_auth_conf auth;
     struct lg_budgets_conf budgets;
+    struct lg_sfz_conf scale_from_zero;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

@@ -24,8 +24,10 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
+#include "fleet/health_check.h"
 #include "route/router.h"
 #include "serve/client.h"
+#include "serve/wakeup.h"
 #include "serve/worker.h"
 
 #define ADMISSION_BUCKETS 256
@@ -41,6 +43,12 @@ struct admission_model {
     struct admission_list order;     /* the same waiters, oldest first (under lock) */
     uint64_t sec[ADMISSION_WINDOW];  /* which second each slot counts */
     uint32_t done[ADMISSION_WINDOW]; /* slots given back during that second */
+    /* scale from zero: requests held while no replica of the model was ready */
+    uint32_t held;         /* of `queued`, the held ones (under lock) */
+    uint64_t woken_ns;     /* when this cold period's wake-up was asked; 0: none yet */
+    uint64_t wakeups;      /* wake-ups asked (under lock) */
+    uint64_t held_full;    /* refused: max_held were held already */
+    uint64_t held_expired; /* the hold passed with no replica ready */
     struct admission_model *next;
 };
 
@@ -55,6 +63,7 @@ struct lg_admission_waiter {
     struct admission_worker *aw;
     struct admission_model *m;
     enum admission_state state;
+    bool cold;                              /* held for a replica (scale from zero) */
     uint64_t since_ns;                      /* arrival: the queue's order */
     struct event *deadline;                 /* owned */
     TAILQ_ENTRY(lg_admission_waiter) link;  /* its worker's list, while QUEUED */
@@ -68,6 +77,7 @@ struct admission_worker {
     uint32_t nwaiting;             /* atomic: read by other workers' releases */
     struct event *wake;            /* owned: activated by its worker's thread only */
     struct event *tick;            /* owned: slow re-check while waiters exist */
+    bool wake_others;              /* its next wake also wakes the other workers' waiters */
 };
 
 struct lg_admission {
@@ -135,6 +145,23 @@ admission_retry_after_s(struct lg_admission *a, struct admission_model *m, uint3
 
 /* ---- setup -------------------------------------------------------------- */
 
+/*
+ * A checker thread marked a backend up: every worker with waiters looks at
+ * once (held requests wait for exactly this), rather than at its next tick.
+ */
+static void
+admission_on_backend_up(void *arg, const struct lg_backend *b)
+{
+    struct lg_admission *a = arg;
+
+    (void)b;
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) > 0) {
+            lg_worker_post(a->aw[i].w, LG_WORKER_CMD_ADMIT);
+        }
+    }
+}
+
 struct lg_admission *
 lg_admission_new(struct lg_gateway *gw)
 {
@@ -153,6 +180,7 @@ lg_admission_new(struct lg_gateway *gw)
         aw->wake = event_new(aw->w->base, -1, 0, admission_on_wake, aw);
         aw->tick = event_new(aw->w->base, -1, EV_PERSIST, admission_on_wake, aw);
     }
+    lg_health_check_set_up_hook(admission_on_backend_up, a);
     return a;
 }
 
@@ -162,6 +190,7 @@ lg_admission_free(struct lg_admission *a)
     if (a == NULL) {
         return;
     }
+    lg_health_check_set_up_hook(NULL, NULL); /* no checker thread calls into a from now on */
     for (unsigned i = 0; i < a->nworkers; i++) {
         LG_BUG_ON(!TAILQ_EMPTY(&a->aw[i].waiters));
         event_free(a->aw[i].wake);
@@ -244,12 +273,19 @@ admission_drop(struct lg_admission_waiter *wt)
     pthread_mutex_lock(&a->lock);
     TAILQ_REMOVE(&wt->m->order, wt, mlink);
     wt->m->queued--;
+    wt->m->held -= wt->cold ? 1 : 0;
     pthread_mutex_unlock(&a->lock);
     wt->c->req.waiter = NULL;
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        admission_wake(a, self);
+        /*
+         * From this worker's loop, after what runs now: a waiter that got a
+         * slot takes it (its launch) before others look, or another
+         * worker's waiter would find the slot still free and overtake.
+         */
+        a->aw[self].wake_others = true;
+        event_active(a->aw[self].wake, EV_TIMEOUT, 0);
     }
 }
 
@@ -263,6 +299,20 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (wt->cold) {
+        const struct lg_sfz_conf *z = &c->req.fleet->conf->scale_from_zero;
+
+        pthread_mutex_lock(&a->lock);
+        wt->m->held_expired++;
+        pthread_mutex_unlock(&a->lock);
+        c->req.retry_after_ms = z->retry_after_ms;
+        admission_drop(wt);
+        lg_client_fail(c, 503, "no_replica_ready",
+                       "no replica of model \"%s\" became ready while the request was held; "
+                       "it may be scaling up from zero, try again later",
+                       c->req.info.model);
+        return;
+    }
     pthread_mutex_lock(&a->lock);
     ra = wt->m->queued;
     pthread_mutex_unlock(&a->lock);
@@ -273,16 +323,59 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
                    c->req.info.model);
 }
 
-/* Queues c, or fails it with 429 when its model's queue is full; LG_OK or LG_EBUSY. */
+/*
+ * How a request waits: for a busy backend's slot (limits.queue_length,
+ * timeouts.queue), or held for a replica to become ready (cold: the model's
+ * scale_from_zero bounds).
+ */
+struct admission_bounds {
+    bool cold;
+    uint32_t max;     /* waiters of this kind per model */
+    uint64_t wait_ms; /* the deadline */
+};
+
+/* A model's first held request in a hold: the wake-up (under a->lock). */
+static bool
+admission_should_wake(struct admission_model *m, const struct admission_bounds *k, uint64_t now)
+{
+    if (m->woken_ns != 0 && now - m->woken_ns < k->wait_ms * LG_NS_PER_MS) {
+        return false; /* asked already in this cold period (and within its hold) */
+    }
+    m->woken_ns = now;
+    m->wakeups++;
+    return true;
+}
+
+/* The request is refused: its model's waiters of its kind are `ahead`, the most. */
+static void
+admission_refuse(struct lg_admission *a, struct lg_client *c, struct admission_model *m,
+                 const struct admission_bounds *k, uint32_t ahead)
+{
+    if (k->cold) {
+        c->req.retry_after_ms = c->req.fleet->conf->scale_from_zero.retry_after_ms;
+        lg_client_fail(c, 503, "model_scaled_to_zero",
+                       "no replica of model \"%s\" is ready (scaled to zero?) and %u requests "
+                       "are held for one already; try again later",
+                       c->req.info.model, ahead);
+        return;
+    }
+    c->req.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
+    lg_client_fail(c, 429, "queue_full",
+                   "every backend for \"%s\" is busy and %u requests are waiting already",
+                   c->req.info.model, ahead);
+}
+
+/* Queues c, or fails it when its model's queue of its kind is full; LG_OK or LG_EBUSY. */
 static int
-admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resume_fn resume)
+admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resume_fn resume,
+                  const struct admission_bounds *k)
 {
     const struct lg_config *conf = c->req.fleet->conf;
     struct admission_worker *aw;
     struct lg_admission_waiter *wt;
     struct admission_model *m;
-    uint32_t ahead;
-    bool full;
+    uint32_t ahead, held = 0;
+    bool full, wake = false;
     struct timeval tv;
 
     if (a == NULL || c->w->id >= a->nworkers) {
@@ -295,35 +388,74 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     wt->c = c;
     wt->resume = resume;
     wt->aw = aw;
+    wt->cold = k->cold;
     wt->state = ADMISSION_ST_DISPATCHING; /* not in the worker's list yet */
     pthread_mutex_lock(&a->lock);
     m = admission_model(a, c->req.info.model);
-    ahead = m->queued;
-    full = ahead >= conf->limits.queue_length;
+    ahead = k->cold ? m->held : m->queued - m->held;
+    full = ahead >= k->max;
     if (!full) {
         m->queued++;
+        m->held += k->cold ? 1 : 0;
+        held = m->held;
         wt->m = m;
         wt->since_ns = lg_now_ns(); /* taken under the lock: `order` stays sorted */
         TAILQ_INSERT_TAIL(&m->order, wt, mlink);
+        wake = k->cold && admission_should_wake(m, k, wt->since_ns);
+    } else {
+        m->held_full += k->cold ? 1 : 0;
     }
     pthread_mutex_unlock(&a->lock);
     if (full) {
         free(wt);
-        c->req.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
-        lg_client_fail(c, 429, "queue_full",
-                       "every backend for \"%s\" is busy and %u requests are waiting already",
-                       c->req.info.model, ahead);
+        admission_refuse(a, c, m, k, ahead);
         return LG_EBUSY;
     }
+    if (wake) {
+        LG_INFO("scale_from_zero: no replica of model \"%s\" is ready: holding its requests%s",
+                c->req.info.model,
+                conf->scale_from_zero.webhook != NULL ? ", calling the wake-up webhook" : "");
+        lg_wakeup_call(a->gw->wakeup, conf->scale_from_zero.webhook,
+                       conf->scale_from_zero.webhook_timeout_ms, c->req.info.model, held);
+    }
     wt->deadline = evtimer_new(c->w->base, admission_on_deadline, wt);
-    tv.tv_sec = (time_t)(conf->timeouts.queue_ms / 1000);
-    tv.tv_usec = (suseconds_t)((conf->timeouts.queue_ms % 1000) * 1000);
+    tv.tv_sec = (time_t)(k->wait_ms / 1000);
+    tv.tv_usec = (suseconds_t)((k->wait_ms % 1000) * 1000);
     evtimer_add(wt->deadline, &tv);
     c->req.waiter = wt;
     admission_insert(aw, wt);
     lg_client_set_state(c, LG_CLIENT_ST_CONNECT); /* waiting; its read stays on for EOF */
-    LG_CONN_LOG(LG_LOG_DEBUG, c, "queued for model \"%s\" behind %u", c->req.info.model, ahead);
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "%s for model \"%s\" behind %u", k->cold ? "held" : "queued",
+                c->req.info.model, ahead);
     return LG_OK;
+}
+
+/* A busy backend's slot: the admission queue's bounds. */
+static void
+admission_busy_bounds(const struct lg_client *c, struct admission_bounds *k)
+{
+    const struct lg_config *conf = c->req.fleet->conf;
+
+    k->cold = false;
+    k->max = conf->limits.queue_length;
+    k->wait_ms = conf->timeouts.queue_ms;
+}
+
+/*
+ * Is c a request to hold for a replica: scale from zero is on for its
+ * model, it has not tried any backend, and none of its model is ready?
+ */
+static bool
+admission_cold_bounds(const struct lg_client *c, struct admission_bounds *k)
+{
+    const struct lg_config *conf = c->req.fleet->conf;
+
+    if (c->req.tries.n != 0 || c->req.models == NULL
+        || !lg_config_sfz(conf, c->req.info.model, &k->max, &k->wait_ms)) {
+        return false;
+    }
+    k->cold = true;
+    return !lg_router_has_candidate(c->req.models, &c->req.tries.tried);
 }
 
 /*
@@ -361,14 +493,21 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
 {
     struct lg_admission_waiter *wt = c->req.waiter;
     bool full = rc != LG_OK && c->req.att != NULL && c->req.att->pick.full; /* its pick's */
+    struct admission_bounds k;
 
     if (wt != NULL) {
         /* back from the queue */
-        if (rc == LG_OK || !full) {
+        if (rc == LG_OK && wt->cold) {
+            pthread_mutex_lock(&wt->aw->a->lock);
+            wt->m->woken_ns = 0; /* a replica is ready: the model's cold period is over */
+            pthread_mutex_unlock(&wt->aw->a->lock);
+        }
+        if (rc == LG_OK || (!full && !wt->cold)) {
             admission_drop(wt);
             return false;
         }
-        admission_insert(wt->aw, wt); /* lost the slot to a race: back to its place */
+        /* lost the slot to a race, or the replica went again: back to its place */
+        admission_insert(wt->aw, wt);
         return true;
     }
     if (rc == LG_OK) {
@@ -384,15 +523,18 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
             return false;
         }
         /* others wait for this model: no overtaking; they get the free slot first */
-        if (admission_enqueue(a, c, resume) == LG_OK) {
+        admission_busy_bounds(c, &k);
+        if (admission_enqueue(a, c, resume, &k) == LG_OK) {
             admission_wake(a, c->w->id); /* there is room: let the oldest waiters take it */
         }
         return true;
     }
-    if (!full) {
+    if (full) {
+        admission_busy_bounds(c, &k);
+    } else if (!admission_cold_bounds(c, &k)) {
         return false;
     }
-    admission_enqueue(a, c, resume);
+    admission_enqueue(a, c, resume, &k);
     return true;
 }
 
@@ -434,6 +576,21 @@ admission_is_head(struct lg_admission_waiter *wt)
 }
 
 /*
+ * The route a waiter would be dispatched to: its own, or when its worker
+ * adopted a newer fleet (a reload, DNS discovery adding replicas) and it
+ * has tried nothing yet, its model's route there (NULL: gone), which the
+ * proxy moves it to when it resumes.
+ */
+static const struct lg_model_route *
+admission_route(const struct lg_client *c)
+{
+    if (c->req.tries.n == 0 && c->req.fleet != c->w->fleet) {
+        return lg_fleet_find_model(c->w->fleet, c->req.info.model);
+    }
+    return c->req.models;
+}
+
+/*
  * The first waiter of this worker that heads its model's order and whose
  * model has room now; models seen without room (or headed elsewhere) are
  * noted in `skip` and not looked at again in this pass.
@@ -454,10 +611,10 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
         if (known) {
             continue;
         }
-        route = wt->c->req.models;
-        if (admission_is_head(wt) && route != NULL
-            && lg_router_has_candidate(route, &wt->c->req.tries.tried)) {
-            return wt;
+        route = admission_route(wt->c);
+        if (admission_is_head(wt)
+            && (route == NULL || lg_router_has_candidate(route, &wt->c->req.tries.tried))) {
+            return wt; /* room now, or its model left the configuration (the proxy says so) */
         }
         if (*nskip < cap) {
             skip[(*nskip)++] = wt->m; /* later waiters of this model are not its head */
@@ -482,6 +639,10 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (aw->wake_others) {
+        aw->wake_others = false;
+        admission_wake(aw->a, (unsigned)(aw - aw->a->aw));
+    }
     while ((wt = admission_next(aw, skip, &nskip, LG_ARRAY_SIZE(skip))) != NULL) {
         struct lg_client *c = wt->c;
         const struct admission_model *m = wt->m;
@@ -517,6 +678,22 @@ lg_admission_released(struct lg_admission *a, unsigned worker, const char *model
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
         admission_wake(a, worker);
     }
+}
+
+void
+lg_admission_model_stats(struct lg_admission *a, const char *model,
+                         struct lg_admission_model_stats *out)
+{
+    struct admission_model *m;
+
+    pthread_mutex_lock(&a->lock);
+    m = admission_model(a, model);
+    out->queued = m->queued;
+    out->held = m->held;
+    out->wakeups = m->wakeups;
+    out->held_full = m->held_full;
+    out->held_expired = m->held_expired;
+    pthread_mutex_unlock(&a->lock);
 }
 
 uint32_t

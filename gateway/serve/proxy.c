@@ -335,11 +335,28 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     }
 }
 
-/* A request that waited in the admission queue may try for a backend now. */
+/*
+ * A request that waited in the admission queue (or was held for a replica)
+ * may try for a backend now. One that tried none yet moves to its worker's
+ * fleet when that is newer: a reload or DNS discovery brought the replica
+ * it waited for.
+ */
 static void
 proxy_admitted(struct lg_client *c)
 {
-    proxy_attempt(c, c->req.att->kind);
+    struct lg_request *req = &c->req;
+
+    if (req->tries.n == 0 && req->fleet != c->w->fleet) {
+        lg_fleet_unref(req->fleet);
+        req->fleet = lg_fleet_ref(c->w->fleet);
+        req->models = lg_fleet_find_model(req->fleet, req->info.model);
+        if (req->models == NULL) {
+            lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
+                           req->info.model);
+            return;
+        }
+    }
+    proxy_attempt(c, req->att->kind);
 }
 
 /*

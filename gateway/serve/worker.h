@@ -31,6 +31,7 @@ struct lg_tls;
 struct lg_keys;
 struct lg_budgetstore;
 struct lg_admission;
+struct lg_wakeup;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
@@ -133,6 +134,7 @@ struct lg_gateway {
     bool budget_refuses;            /* atomic: the store is down and fails closed
                                        (budgetstore.c sets it, requests read it) */
     struct lg_admission *admission; /* owned: the admission queue */
+    struct lg_wakeup *wakeup;       /* owned: scale from zero's webhook (main thread's base) */
     struct lg_accesslog *alog;      /* owned; NULL when off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
