@@ -63,6 +63,8 @@ struct lg_route_result {
     size_t explain_max;         /* set by the caller: bytes the explanation may take; 0: the
                                    access log's LG_ROUTE_EXPLAIN_BYTES (the admin API's dry
                                    runs ask for every candidate of a big fleet) */
+    bool no_explain;            /* set by the caller: nobody reads an explanation (the access
+                                   log is off), so none is built; explain stays NULL */
 };
 
 /* Frees what a pick left in res (its explanation); res stays usable. */

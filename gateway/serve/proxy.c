@@ -305,8 +305,11 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
     struct lg_attempt *a = lg_attempt_next(c, kind);
-    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
-                            &a->pick);
+    int rc;
+
+    a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
+    rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
+                        &a->pick);
 
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
