@@ -47,6 +47,7 @@ struct lg_router {
     uint64_t slow_start_ns;
     uint64_t down_retry_ns; /* Retry-After hint for a down backend */
     size_t prefix_bytes;
+    bool reads_prefix; /* a stage may read the prompt prefix's hash (lg_router_prefix_bytes) */
 };
 
 /* ---- construction ------------------------------------------------------- */
@@ -221,6 +222,11 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
     r->slow_start_ns = conf->health.slow_start_ms * LG_NS_PER_MS;
     r->down_retry_ns = LG_MAX(conf->health.interval_ms, 1000) * LG_NS_PER_MS;
     r->prefix_bytes = rc->prefix_bytes;
+    for (size_t i = 0; i < r->nstages; i++) {
+        /* of the built-ins only prefix_affinity reads it; a loaded plugin may */
+        r->reads_prefix |= r->stages[i].plugin->path != NULL
+                           || strcmp(r->stages[i].plugin->desc->name, "prefix_affinity") == 0;
+    }
     *out = r;
     return LG_OK;
 }
@@ -255,6 +261,12 @@ const char *
 lg_router_policy(const struct lg_router *r)
 {
     return r->policy;
+}
+
+size_t
+lg_router_prefix_bytes(const struct lg_router *r)
+{
+    return r->reads_prefix ? r->prefix_bytes : 0;
 }
 
 /* ---- candidates --------------------------------------------------------- */

@@ -114,6 +114,13 @@ void lg_router_note_result(struct lg_router *r, const struct lg_model_route *rou
                            const struct lg_route_req *req, struct lg_backend *b, int status,
                            uint64_t ttft_ns, uint64_t total_ns);
 
+/*
+ * The prompt bytes to hash for lg_route_req.prefix_hash: routing.prefix_bytes
+ * where a stage of the pipeline may read the hash (prefix_affinity, a
+ * loaded plugin), else 0: a request does not hash what no stage reads.
+ */
+size_t lg_router_prefix_bytes(const struct lg_router *r);
+
 /* The policy label ("prefix_affinity+ttft"). */
 const char *lg_router_policy(const struct lg_router *r);
 

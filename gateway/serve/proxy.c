@@ -156,7 +156,8 @@ proxy_dispatch(struct lg_client *c)
     default:
         break; /* proxied */
     }
-    if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
+    /* the worker's fleet now (lg_client_conf()'s, req->fleet not set yet) */
+    if (lg_openai_inspect(req->body, lg_router_prefix_bytes(c->w->fleet->router), &req->info, err,
                           sizeof(err))
         != LG_OK) {
         lg_client_fail_param(c, req->info.status, req->info.code, req->info.param, "%s", err);
