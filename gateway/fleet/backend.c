@@ -405,6 +405,7 @@ lg_backend_note_pace(struct lg_backend *b, uint64_t now_ns, double gap_ms, uint3
         backend_pace_move(&b->pace_batch[batch - 1], &b->pace_batch_t_ns[batch - 1], now_ns, gap_ms,
                           (uint64_t)LG_BACKEND_PACE_FRESH_S * LG_NS_PER_S);
     }
+    lg_backend_touch(b);
 }
 
 double

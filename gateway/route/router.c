@@ -973,6 +973,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->full = false;
     lg_route_read_prior(route, &prior);
     router_info(r, req, tried, &info);
+    lg_backend_view_reserve(route->n);
 
     pk->n = 0;
     for (size_t i = 0; i < route->n; i++) {
@@ -990,8 +991,8 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             continue;
         }
         pk->b[pk->n] = b;
-        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk->v[pk->n],
-                             &pk->m[pk->n]);
+        lg_backend_view_get(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk->v[pk->n],
+                            &pk->m[pk->n]);
         pk->vp[pk->n] = &pk->v[pk->n];
         pk->dropped[pk->n] = NULL;
         nramp += pk->v[pk->n].ramp < 1.0;
