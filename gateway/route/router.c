@@ -474,13 +474,15 @@ router_dec(struct router_buf *o, double v)
 }
 
 static inline void
-router_put_num(struct router_buf *o, const char *key, double v)
+router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 {
-    router_raw(o, ",\"", 2);
-    router_str(o, key);
-    router_raw(o, "\":", 2);
+    router_raw(o, pre, n);
     router_dec(o, v);
 }
+
+/* ,"key":v with key a literal: its prefix is one copy of known length */
+#define ROUTER_PUT_NUM(o, key, v) \
+    router_put_num_pre((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v))
 
 /* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
  * a step to admit it, and its own prefill. */
@@ -496,28 +498,28 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
                      const struct lg_engine_model_view *m, double kib)
 {
     if (m->wait_ms >= 0) {
-        router_put_num(o, "model_ms", router_round(router_model_ms(m, kib) * 10) / 10);
-        router_put_num(o, "step_ms", router_round(m->step_ms * 10) / 10);
+        ROUTER_PUT_NUM(o, "model_ms", router_round(router_model_ms(m, kib) * 10) / 10);
+        ROUTER_PUT_NUM(o, "step_ms", router_round(m->step_ms * 10) / 10);
         if (m->slots != v->capacity) {
-            router_put_num(o, "model_slots", router_round(m->slots * 10) / 10);
+            ROUTER_PUT_NUM(o, "model_slots", router_round(m->slots * 10) / 10);
         }
-        router_put_num(o, "prefill_ms",
+        ROUTER_PUT_NUM(o, "prefill_ms",
                        router_round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
         if (fabs(m->scale - 1) >= 0.005) {
-            router_put_num(o, "model_scale", router_round(m->scale * 100) / 100);
+            ROUTER_PUT_NUM(o, "model_scale", router_round(m->scale * 100) / 100);
         }
         if (m->joined > 0) {
-            router_put_num(o, "model_joined", m->joined);
+            ROUTER_PUT_NUM(o, "model_joined", m->joined);
         }
     }
     if (m->measured_ms >= 0) {
-        router_put_num(o, "measured_ms",
+        ROUTER_PUT_NUM(o, "measured_ms",
                        router_round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
     }
     if (m->err > 0 || m->measured_err > 0) {
         /* how far each has been off there lately (rms of the log ratio) */
-        router_put_num(o, "model_err", router_round(m->err * 100) / 100);
-        router_put_num(o, "measured_err", router_round(m->measured_err * 100) / 100);
+        ROUTER_PUT_NUM(o, "model_err", router_round(m->err * 100) / 100);
+        ROUTER_PUT_NUM(o, "measured_err", router_round(m->measured_err * 100) / 100);
     }
     if (m->flags & LG_MODEL_F_MISSES) {
         router_str(o, ",\"est\":\"measured\"");
@@ -535,43 +537,43 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
     router_str(o, v->name);
     router_raw(o, "\",\"inflight\":", 13);
     router_u64(o, v->inflight);
-    router_put_num(o, "foreign", router_round(v->foreign * 100) / 100);
+    ROUTER_PUT_NUM(o, "foreign", router_round(v->foreign * 100) / 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
-        router_put_num(o, "waiting", v->engine_waiting);
-        router_put_num(o, "running", v->engine_running);
-        router_put_num(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
+        ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
+        ROUTER_PUT_NUM(o, "running", v->engine_running);
+        ROUTER_PUT_NUM(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
         if (v->engine_kv_usage >= 0) {
-            router_put_num(o, "kv", router_round(v->engine_kv_usage * 1000) / 1000);
+            ROUTER_PUT_NUM(o, "kv", router_round(v->engine_kv_usage * 1000) / 1000);
         }
     } else {
         router_str(o, ",\"scrape\":\"stale\"");
     }
     if (v->capacity > 0) {
-        router_put_num(o, "slots", router_round(v->capacity * 10) / 10);
+        ROUTER_PUT_NUM(o, "slots", router_round(v->capacity * 10) / 10);
         if (v->flags & LG_VIEW_F_CAP_GUESS) {
             router_str(o, ",\"slots_guessed\":true");
         }
     }
-    router_put_num(o, "ttft_ms", router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
-    router_put_num(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
+    ROUTER_PUT_NUM(o, "ttft_ms", router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
+    ROUTER_PUT_NUM(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
     if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
-        router_put_num(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
+        ROUTER_PUT_NUM(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
     }
     if (v->slot_wait_ms > 0) {
-        router_put_num(o, "slot_wait_ms", router_round(v->slot_wait_ms));
+        ROUTER_PUT_NUM(o, "slot_wait_ms", router_round(v->slot_wait_ms));
     }
     router_explain_model(o, v, &pk->m[i], kib);
     if (v->pending > 0) {
-        router_put_num(o, "pending_age_ms", router_round(v->pending_age_ms));
+        ROUTER_PUT_NUM(o, "pending_age_ms", router_round(v->pending_age_ms));
         if (v->work_ahead_ms >= 1) {
-            router_put_num(o, "work_ahead_ms", router_round(v->work_ahead_ms));
+            ROUTER_PUT_NUM(o, "work_ahead_ms", router_round(v->work_ahead_ms));
         }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
         router_str(o, ",\"half_open\":true");
     }
     if (v->flags & LG_VIEW_F_RAMPING) {
-        router_put_num(o, "ramp", router_round(v->ramp * 100) / 100);
+        ROUTER_PUT_NUM(o, "ramp", router_round(v->ramp * 100) / 100);
     }
     if (pk->dropped[i] != NULL) {
         router_str(o, ",\"filtered\":\"");
@@ -587,7 +589,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_dec(o, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
-    router_put_num(o, "total", router_round(pk->total[i] * 100) / 100);
+    ROUTER_PUT_NUM(o, "total", router_round(pk->total[i] * 100) / 100);
     router_raw(o, "}", 1);
 }
 
@@ -973,7 +975,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->full = false;
     lg_route_read_prior(route, &prior);
     router_info(r, req, tried, &info);
-    lg_backend_view_reserve(route->n);
+    if (route->n > 1) {
+        lg_backend_view_reserve(route->n);
+    }
 
     pk->n = 0;
     for (size_t i = 0; i < route->n; i++) {
@@ -991,8 +995,16 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             continue;
         }
         pk->b[pk->n] = b;
-        lg_backend_view_get(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk->v[pk->n],
-                            &pk->m[pk->n]);
+        if (route->n > 1) {
+            lg_backend_view_get(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
+                                &pk->v[pk->n], &pk->m[pk->n]);
+        } else {
+            /* the only backend: the previous pick's request started there
+             * (a change), so its view is never reused; the cache's keys
+             * would cost without a hit */
+            lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
+                                 &pk->v[pk->n], &pk->m[pk->n]);
+        }
         pk->vp[pk->n] = &pk->v[pk->n];
         pk->dropped[pk->n] = NULL;
         nramp += pk->v[pk->n].ramp < 1.0;
