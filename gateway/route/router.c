@@ -554,7 +554,8 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
             router_str(o, ",\"slots_guessed\":true");
         }
     }
-    ROUTER_PUT_NUM(o, "ttft_ms", router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
+    ROUTER_PUT_NUM(o, "ttft_ms",
+                   router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
     ROUTER_PUT_NUM(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
     if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
         ROUTER_PUT_NUM(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
