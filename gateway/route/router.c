@@ -223,9 +223,14 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
     r->down_retry_ns = LG_MAX(conf->health.interval_ms, 1000) * LG_NS_PER_MS;
     r->prefix_bytes = rc->prefix_bytes;
     for (size_t i = 0; i < r->nstages; i++) {
-        /* of the built-ins only prefix_affinity reads it; a loaded plugin may */
+        const char *name = r->stages[i].plugin->desc->name;
+
+        /* of the built-ins the affinities read it (session_affinity its
+         * prefix_len, the share of a prompt it counts as cached); a loaded
+         * plugin may */
         r->reads_prefix |= r->stages[i].plugin->path != NULL
-                           || strcmp(r->stages[i].plugin->desc->name, "prefix_affinity") == 0;
+                           || strcmp(name, "prefix_affinity") == 0
+                           || strcmp(name, "session_affinity") == 0;
     }
     *out = r;
     return LG_OK;

@@ -116,8 +116,9 @@ void lg_router_note_result(struct lg_router *r, const struct lg_model_route *rou
 
 /*
  * The prompt bytes to hash for lg_route_req.prefix_hash: routing.prefix_bytes
- * where a stage of the pipeline may read the hash (prefix_affinity, a
- * loaded plugin), else 0: a request does not hash what no stage reads.
+ * where a stage of the pipeline may read the hash or its length
+ * (prefix_affinity, session_affinity, a loaded plugin), else 0: a request
+ * does not hash what no stage reads.
  */
 size_t lg_router_prefix_bytes(const struct lg_router *r);
 
