@@ -358,6 +358,7 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     struct lg_attempt *a = &h->dup;
 
     lg_attempt_init(a, LG_ATTEMPT_HEDGE);
+    a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
     /* the tried set holds the request's attempt's backend (since its launch) */
     if (route == NULL
         || lg_router_pick(req->fleet->router, route, &req->route, &req->tries.tried, &a->pick)

@@ -156,7 +156,8 @@ proxy_dispatch(struct lg_client *c)
     default:
         break; /* proxied */
     }
-    if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
+    /* the worker's fleet now (lg_client_conf()'s, req->fleet not set yet) */
+    if (lg_openai_inspect(req->body, lg_router_prefix_bytes(c->w->fleet->router), &req->info, err,
                           sizeof(err))
         != LG_OK) {
         lg_client_fail_param(c, req->info.status, req->info.code, req->info.param, "%s", err);
@@ -305,8 +306,11 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
     struct lg_attempt *a = lg_attempt_next(c, kind);
-    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
-                            &a->pick);
+    int rc;
+
+    a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
+    rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
+                        &a->pick);
 
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION

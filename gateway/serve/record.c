@@ -352,12 +352,38 @@ alog_digits(char *end, uint64_t v, int min)
     return p;
 }
 
+/* How many digits v has. */
+static inline size_t
+alog_ndigits(uint64_t v)
+{
+    size_t n = 1;
+
+    while (v >= 100) {
+        v /= 100;
+        n += 2;
+    }
+    return n + (v >= 10);
+}
+
+/*
+ * Numbers go straight into the line where it has room for the longest (no
+ * copy through a scratch array and memcpy: a fifth of the line's
+ * instructions went there).
+ */
 static void
 line_u64(struct alog_line *l, uint64_t v)
 {
     char b[LG_U64_DIGITS];
-    char *p = alog_digits(b + sizeof(b), v, 1);
+    char *p;
 
+    if (__builtin_expect(l->cap - l->len >= LG_U64_DIGITS, 1)) {
+        size_t n = alog_ndigits(v);
+
+        alog_digits(l->p + l->len + n, v, 1);
+        l->len += n;
+        return;
+    }
+    p = alog_digits(b + sizeof(b), v, 1);
     line_raw(l, p, (size_t)(b + sizeof(b) - p));
 }
 
@@ -374,6 +400,15 @@ line_ms(struct alog_line *l, uint64_t from, uint64_t to)
         return;
     }
     us = (to - from) / 1000;
+    if (__builtin_expect(l->cap - l->len >= sizeof(b), 1)) {
+        size_t n = alog_ndigits(us / 1000) + 4;
+
+        p = alog_digits(l->p + l->len + n, us % 1000, 3);
+        *--p = '.';
+        alog_digits(p, us / 1000, 1);
+        l->len += n;
+        return;
+    }
     p = alog_digits(b + sizeof(b), us % 1000, 3);
     *--p = '.';
     p = alog_digits(p, us / 1000, 1);

@@ -42,8 +42,16 @@
 struct relay_head {
     struct evbuffer *out;
     size_t n;
-    char buf[2048];
+    char buf[2048]; /* left uninitialised (relay_head_init): zeroing it cost 260
+                       instructions a head */
 };
+
+static inline void
+relay_head_init(struct relay_head *h, struct evbuffer *out)
+{
+    h->out = out;
+    h->n = 0;
+}
 
 static __attribute__((noinline)) void
 head_add_full(struct relay_head *h, const void *p, size_t n)
@@ -219,13 +227,14 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     struct lg_hdrs *hs = &req->hdrs;
     const struct lg_backend_conf *bc = &u->b->conf;
     struct evbuffer *out = bufferevent_get_output(u->bev);
-    struct relay_head hb = { .out = out };
+    struct relay_head hb;
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
     size_t before = evbuffer_get_length(out), sent;
     struct evbuffer *body = req->body;
     uint64_t body_bytes = req->body_bytes;
 
+    relay_head_init(&hb, out);
     lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
 
     head_str(&hb, method);
@@ -310,13 +319,14 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     struct lg_request *req = &c->req;
     struct lg_hdrs *hs = &u->hdrs;
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    struct relay_head hb = { .out = out };
+    struct relay_head hb;
     size_t before = evbuffer_get_length(out);
     int status = u->parser.status_code;
     bool bodiless = status == 204 || status == 304; /* no body whatever the head says */
     bool has_id = false, has_accel = false;
     const char *reason = hs->url_len ? hs->buf + hs->url_off : lg_http_reason(status);
 
+    relay_head_init(&hb, out);
     lg_hdrs_mark_hop_by_hop(hs);
     head_add(&hb, "HTTP/1.1 ", 9);
     head_u64(&hb, (uint64_t)status);
