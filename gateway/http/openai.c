@@ -70,6 +70,8 @@ enum {
     OPENAI_F_PROMPT,
     OPENAI_F_INPUT,
     OPENAI_F_USER,
+    OPENAI_F_MAX_OUTPUT_TOKENS,
+    OPENAI_F_PREVIOUS_RESPONSE_ID,
     OPENAI_F_ONCE,
     OPENAI_F_MIN_TOKENS = OPENAI_F_ONCE, /* serve/resume.c lowers it on a continuation */
     OPENAI_F_TEMPERATURE,
@@ -89,6 +91,8 @@ static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
     [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
     [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
     [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
+    [OPENAI_F_MAX_OUTPUT_TOKENS] = LG_JSONSCAN_KEY("max_output_tokens"),
+    [OPENAI_F_PREVIOUS_RESPONSE_ID] = LG_JSONSCAN_KEY("previous_response_id"),
     [OPENAI_F_MIN_TOKENS] = LG_JSONSCAN_KEY("min_tokens"),
     [OPENAI_F_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
     [OPENAI_F_SEED] = LG_JSONSCAN_KEY("seed"),
@@ -317,7 +321,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
 {
     struct openai_prefix pre = { .left = prefix_bytes };
     uint32_t f[OPENAI_F_COUNT], second[OPENAI_F_COUNT], v, dup = 0;
-    int64_t max_tokens = -1, max_completion_tokens = -1, min_tokens = 0;
+    int64_t max_tokens = -1, max_completion_tokens = -1, max_output_tokens = -1, min_tokens = 0;
     size_t k;
 
     lg_hstream_init(&pre.hash);
@@ -373,10 +377,28 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         || openai_read_tokens(s, f, OPENAI_F_MAX_COMPLETION_TOKENS, &max_completion_tokens, out,
                               err, errlen)
                != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MAX_OUTPUT_TOKENS, &max_output_tokens, out, err,
+                              errlen)
+               != LG_OK
         || openai_read_tokens(s, f, OPENAI_F_MIN_TOKENS, &min_tokens, out, err, errlen) != LG_OK) {
         return LG_EINVAL;
     }
-    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens : max_tokens;
+    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens
+                      : max_output_tokens >= 0   ? max_output_tokens
+                                                 : max_tokens;
+    v = f[OPENAI_F_PREVIOUS_RESPONSE_ID];
+    if (!lg_jsonscan_is_null(s, v)) {
+        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
+        struct lg_jsonscan_copy c = { out->previous_response_id, 0, LG_RESPONSE_ID_MAX };
+
+        if (t->type != LG_JSONSCAN_STR || t->aux == 0 || t->aux > LG_RESPONSE_ID_MAX) {
+            return openai_refuse(out, "previous_response_id", err, errlen,
+                                 "\"previous_response_id\" must be a string of 1 to %d bytes",
+                                 LG_RESPONSE_ID_MAX);
+        }
+        lg_jsonscan_unescape(s, t, LG_RESPONSE_ID_MAX, lg_jsonscan_copy_cb, &c);
+        out->previous_response_id[c.n] = '\0';
+    }
     openai_read_sampling(s, f, out);
 
     v = f[OPENAI_F_MESSAGES];

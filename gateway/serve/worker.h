@@ -133,6 +133,8 @@ struct lg_gateway {
     bool budget_refuses;            /* atomic: the store is down and fails closed
                                        (budgetstore.c sets it, requests read it) */
     struct lg_admission *admission; /* owned: the admission queue */
+    struct lg_respmap *respmap;     /* owned: where Responses API answers were made
+                                       (serve/respmap.h); NULL: not followed */
     struct lg_accesslog *alog;      /* owned; NULL when off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
