@@ -298,7 +298,8 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))) {
+                && (lg_str_ieq(name, h->name_len, "authorization")
+                    || lg_str_ieq(name, h->name_len, "x-api-key")))) {
             continue;
         }
         head_add(&hb, name, h->name_len);

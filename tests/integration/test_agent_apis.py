@@ -3,6 +3,7 @@ that made the answer), Anthropic's Messages API and count_tokens, through
 their official npm clients; sessions named by headers stay on their replica
 unless it is overloaded."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -153,6 +154,27 @@ class AgentApisTest(Harness):
         for _ in range(3):
             status, hdrs, _, _ = self.respond(created["response"]["id"])
             self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, shome))
+
+    def test_anthropic_key_header(self):
+        # Anthropic's clients present their key as x-api-key: KEY
+        key = "sk-agent-key"
+        keys = self.path("keys.json")
+        with open(keys, "w") as f:
+            json.dump({"keys": [{"name": "agents", "models": "*",
+                                 "sha256": hashlib.sha256(key.encode()).hexdigest()}]}, f)
+        self.gateway(self.fleet(1), auth={"keys_file": keys})
+        body = {"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+        status, _, obj, _ = post_json(self.port, "/v1/messages", body,
+                                      headers={"x-api-key": key})
+        self.assertEqual(status, 200, obj)
+        self.assertEqual(obj["usage"]["output_tokens"], 3)
+        status, _, obj, _ = post_json(self.port, "/v1/messages", body,
+                                      headers={"x-api-key": key + "x"})
+        self.assertEqual((status, obj["error"]["code"]), (401, "invalid_api_key"))
+        status, _, obj, _ = post_json(self.port, "/v1/messages", body)
+        self.assertEqual(status, 401)
+        self.assertIn("x-api-key", obj["error"]["message"])
+        self.assertEqual(self.log(3)[0]["key"], "agents")
 
     def test_session_headers(self):
         self.gateway(self.fleet(), routing={
