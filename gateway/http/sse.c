@@ -155,6 +155,7 @@ probe_settle(struct lg_json_probe *p)
     }
     p->finished = p->raw_finished || p->kind == KIND_END;
     p->error = p->raw_error || p->kind == KIND_ERROR;
+    p->whole = p->kind == KIND_END && p->raw_content;
 }
 
 /* A type value ended: the first of these APIs' types is the event's. */
@@ -507,7 +508,8 @@ sse_end_line(struct lg_sse *s, size_t end)
 
             s->events++;
             what |= LG_SSE_EV_DATA;
-            if (s->probe.content && !s->ev_done && !error) {
+            if ((s->probe.content || (s->probe.whole && s->content_events == 0)) && !s->ev_done
+                && !error) {
                 s->content_events++;
                 got = 1;
                 what |= LG_SSE_EV_CONTENT;

@@ -33,7 +33,10 @@
  *                 `response.failed` and `message_stop` end generation; a
  *                 `"type": "error"` (either API's error event) is an error.
  *                 The first such type of an event is its type: nested ones
- *                 (`"type": "message"`, `"output_text"`) are neither.
+ *                 (`"type": "message"`, `"output_text"`) are neither. An
+ *                 ending event with text counts as content when it is the
+ *                 stream's first (SGLang streams a plain model's Responses
+ *                 answer as response.created, .in_progress and .completed).
  * It is used for each SSE data value and for whole non-streaming JSON bodies.
  */
 #ifndef LG_SSE_H
@@ -60,6 +63,9 @@ struct lg_json_probe {
     bool raw_content;            /* a non-empty content value was seen */
     bool raw_finished;           /* a finish_reason (or the like) was seen */
     bool raw_error;              /* an "error" object or string was seen */
+    bool whole;                  /* an ending event that carries the answer's text
+                                    (response.completed): content when no delta came
+                                    before it (SGLang streams only that one) */
     uint8_t kind;                /* what the event's type says (sse.c); 0: no type */
     uint8_t type_len;            /* bytes of a type value captured */
     bool type_over;              /* the type value is longer than any we match */

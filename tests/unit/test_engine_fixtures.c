@@ -187,6 +187,9 @@ static const struct sse_case sse_cases[] = {
     { "vllm/messages_stream.sse", 13, 7, 3, 0, true, true, 7, 12 },
     /* its error event after two tokens, then [DONE] */
     { "vllm/messages_stream_error.sse", 6, 2, 3, 1, true, false, 0, 12 },
+    /* SGLang streams a plain model's answer whole in response.completed: that event is its
+     * first (and only) content event */
+    { "sglang/responses_stream.sse", 3, 1, 3, 0, false, true, 7, 12 },
 };
 
 struct sse_seen {
