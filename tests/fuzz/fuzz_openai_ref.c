@@ -90,6 +90,36 @@ ref_add_text(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
     }
 }
 
+/* An input: a text, or an array whose objects may be messages (role, text, content). */
+static void
+ref_add_input(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
+{
+    size_t i;
+    json_t *part;
+
+    if (!json_is_array(v)) {
+        ref_add_text(v, out, pre);
+        return;
+    }
+    json_array_foreach (v, i, part) {
+        if (json_is_object(part)) {
+            json_t *role = json_object_get(part, "role");
+
+            if (json_is_string(role)) {
+                ref_prefix_add(pre, json_string_value(role), json_string_length(role));
+            }
+            ref_add_text(json_object_get(part, "text"), out, pre);
+            ref_add_text(json_object_get(part, "content"), out, pre);
+        } else if (json_is_string(part)) {
+            ref_add_text(part, out, pre);
+        } else if (json_is_integer(part)) {
+            out->prompt_bytes += 4;
+        } else if (json_is_array(part)) {
+            out->prompt_bytes += 4 * json_array_size(part);
+        }
+    }
+}
+
 /* The top-level keys the gateway reads, which may not come twice. */
 static const char *const ref_watched[] = {
     "model",  "messages", "max_tokens", "stream", "stream_options", "max_completion_tokens",
@@ -265,6 +295,8 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     out->seeded = json_is_integer(json_object_get(root, "seed"));
     v = json_object_get(root, "n");
     out->n = json_is_integer(v) ? json_integer_value(v) : 1;
+    ref_add_text(json_object_get(root, "instructions"), out, &pre);
+    ref_add_text(json_object_get(root, "system"), out, &pre);
     v = json_object_get(root, "messages");
     if (json_is_array(v)) {
         size_t i;
@@ -281,7 +313,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     } else {
         json_t *prompt = json_object_get(root, "prompt");
 
-        ref_add_text(prompt ? prompt : json_object_get(root, "input"), out, &pre);
+        ref_add_input(prompt ? prompt : json_object_get(root, "input"), out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     out->code = NULL;
