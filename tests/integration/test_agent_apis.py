@@ -92,7 +92,7 @@ class AgentApisTest(Harness):
 
         a = res["anthropic"]
         if a is None:
-            self.skipTest("@anthropic-ai/sdk is not installed in tests/node")
+            return  # test_anthropic_sdk_installed says so
         self.assertTrue(a["plain"]["text"])
         self.assertEqual(a["plain"]["usage"]["output_tokens"], 5)
         self.assertEqual(a["plain"]["stop_reason"], "max_tokens")
@@ -109,6 +109,12 @@ class AgentApisTest(Harness):
         self.assertLess(msgs[1]["ttft"], msgs[1]["total"])  # the first delta, not the end
         self.assertEqual(harness.metric(samples, "llmgate_requests_total", route="messages",
                                         code="200"), 3)
+
+    def test_anthropic_sdk_installed(self):
+        # test_official_clients drives Anthropic's SDK only where it is installed
+        if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@anthropic-ai", "sdk")):
+            self.skipTest("@anthropic-ai/sdk is not installed in tests/node (npm install there): "
+                          "the Messages API went untested by its official client")
 
     def test_follow_up_when_its_replica_is_gone(self):
         backends = self.fleet()
