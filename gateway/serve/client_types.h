@@ -66,6 +66,7 @@ enum lg_req_hedge {
 #define LG_REQ_F_EVENTS      (1u << 19) /* body relayed event by event (resume.c): a stream
                                            that may go on on another backend */
 #define LG_REQ_F_RESPID      (1u << 20) /* a Responses API answer: its id is learnt (relay.c) */
+#define LG_REQ_F_FOLLOW_UP   (1u << 21) /* its previous_response_id pins it to one backend */
 
 /* How a parser callback refused the request (reader.c): answered once llhttp stops. */
 struct lg_req_reject {

@@ -297,6 +297,7 @@ proxy_follow_response(struct lg_client *c, const struct lg_model_route *route)
             lg_tried_add(&req->tries.tried, i, route->n);
         }
     }
+    req->flags |= LG_REQ_F_FOLLOW_UP;
     return LG_OK;
 }
 
@@ -367,6 +368,9 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
         return; /* waits for a backend slot (admission.c), or was refused */
+    }
+    if (rc == LG_OK && (req->flags & LG_REQ_F_FOLLOW_UP)) {
+        a->pick.reason = "previous_response_owner"; /* the only candidate it had */
     }
     if (rc == LG_OK) {
         if (proxy_launch(c, a) != LG_OK) {

@@ -79,6 +79,8 @@ class AgentApisTest(Harness):
         chain_recs = recs[:turns]
         # every turn where the first was made, though the policy is round robin
         self.assertEqual(len({r["backend"] for r in chain_recs}), 1, chain_recs)
+        self.assertEqual([r["reason"] for r in chain_recs],
+                         ["next_in_turn"] + ["previous_response_owner"] * (turns - 1))
         for i, r in enumerate(chain_recs):
             self.assertEqual(r["status"], 200)
             self.assertEqual(r["tokens"], 4 + i, r)
