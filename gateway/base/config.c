@@ -420,7 +420,7 @@ static const struct lg_conf_table conf_hedge_table = { sizeof(struct lg_hedge_co
 
 #define RP(f) offsetof(struct lg_responses_conf, f)
 static const struct lg_conf_field conf_responses_fields[] = {
-    { "table", LG_CONF_UINT, RP(table), .def = 65536, .min = 16, .max = 1 << 24 },
+    { "table", LG_CONF_UINT, RP(table), .def = 65536, .min = 16, .max = 1000000 },
     { "ttl", LG_CONF_DURATION, RP(ttl_ms), .def = CONF_M(60), .min = CONF_S(1),
       .max = CONF_M(7 * 24 * 60) },
     { .name = NULL },
