@@ -394,11 +394,26 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     }
 }
 
-/* A request that waited in the admission queue may try for a backend now. */
+/*
+ * A request that waited in the admission queue may try for a backend now.
+ * A follow-up pinned to the backend that made its previous response is
+ * pinned again, on the route it will be routed on now (a reload may have
+ * changed it while it waited; the tried set is indices in a route): still
+ * there and available, or answered 404/409 now.
+ */
 static void
 proxy_admitted(struct lg_client *c)
 {
-    proxy_attempt(c, c->req.att->kind);
+    struct lg_request *req = &c->req;
+
+    if ((req->flags & LG_REQ_F_FOLLOW_UP) && req->tries.n == 0) {
+        lg_tried_clear(&req->tries.tried);
+        req->flags &= ~LG_REQ_F_FOLLOW_UP;
+        if (proxy_follow_response(c, lg_attempt_route(c)) != LG_OK) {
+            return; /* answered */
+        }
+    }
+    proxy_attempt(c, req->att->kind);
 }
 
 /*

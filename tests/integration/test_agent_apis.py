@@ -166,6 +166,31 @@ class AgentApisTest(Harness):
             status, hdrs, _, _ = self.respond(created["response"]["id"])
             self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, shome))
 
+    def test_follow_up_waits_for_its_replica(self):
+        # one request at a time per replica: a follow-up whose replica is busy waits in the
+        # admission queue for that one, though the others are free
+        backends = self.fleet(3)
+        for b in backends:
+            b["max_inflight"] = 1
+        self.gateway(backends)
+        status, hdrs, obj, _ = self.respond()
+        self.assertEqual(status, 200)
+        rid, home = obj["id"], hdrs["x-llmsim-replica"]
+        long = self.stream(self.port, "POST", "/v1/responses",
+                           json.dumps({"model": "m", "input": "go on", "stream": True,
+                                       "max_output_tokens": 150,
+                                       "previous_response_id": rid}).encode())
+        self.assertEqual(long.read_head(10), 200)
+        self.assertEqual(long.headers["x-llmsim-replica"], home)
+        status, hdrs, _, _ = self.respond(rid)
+        self.assertEqual((status, hdrs["x-llmsim-replica"]), (200, home))
+        long.read_all(30)
+        self.assertEqual(long.ended, "complete")
+        recs = sorted(self.log(3), key=lambda r: r["ts"])
+        self.assertEqual([r["reason"] for r in recs[1:]], ["previous_response_owner"] * 2)
+        # it waited for the stream's end: its queueing shows it
+        self.assertGreater(recs[2]["queue"], 100)
+
     def test_anthropic_key_header(self):
         # Anthropic's clients present their key as x-api-key: KEY
         key = "sk-agent-key"
