@@ -360,9 +360,22 @@ static void
 proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
-    struct lg_attempt *a = lg_attempt_next(c, kind);
-    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
-                            &a->pick);
+    struct lg_attempt *a;
+    int rc;
+
+    if ((req->flags & LG_REQ_F_FOLLOW_UP) && req->att != NULL && req->tries.n == 0) {
+        /* a follow-up back from the admission queue: pinned again, on the route it is
+         * routed on now (a reload may have changed it; the tried set is its indices):
+         * its backend still there and available, or answered 404/409 now */
+        lg_tried_clear(&req->tries.tried);
+        req->flags &= ~LG_REQ_F_FOLLOW_UP;
+        if (proxy_follow_response(c, lg_attempt_route(c)) != LG_OK) {
+            return;
+        }
+    }
+    a = lg_attempt_next(c, kind);
+    rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
+                        &a->pick);
 
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
@@ -394,26 +407,11 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     }
 }
 
-/*
- * A request that waited in the admission queue may try for a backend now.
- * A follow-up pinned to the backend that made its previous response is
- * pinned again, on the route it will be routed on now (a reload may have
- * changed it while it waited; the tried set is indices in a route): still
- * there and available, or answered 404/409 now.
- */
+/* A request that waited in the admission queue may try for a backend now. */
 static void
 proxy_admitted(struct lg_client *c)
 {
-    struct lg_request *req = &c->req;
-
-    if ((req->flags & LG_REQ_F_FOLLOW_UP) && req->tries.n == 0) {
-        lg_tried_clear(&req->tries.tried);
-        req->flags &= ~LG_REQ_F_FOLLOW_UP;
-        if (proxy_follow_response(c, lg_attempt_route(c)) != LG_OK) {
-            return; /* answered */
-        }
-    }
-    proxy_attempt(c, req->att->kind);
+    proxy_attempt(c, c->req.att->kind);
 }
 
 /*
