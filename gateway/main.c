@@ -35,6 +35,7 @@
 #include "ops/probe.h"
 #include "ops/reload.h"
 #include "serve/admission.h"
+#include "serve/respmap.h"
 #include "serve/budgetstore.h"
 #include "serve/connlimit.h"
 #include "serve/gateway.h"
@@ -409,6 +410,8 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         }
     }
     gw.admission = lg_admission_new(&gw);
+    gw.respmap = lg_respmap_new(gw.conf->routing.responses.table,
+                                gw.conf->routing.responses.ttl_ms * 1000000ull);
     ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
     ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
     for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
@@ -461,6 +464,7 @@ out_base:
     event_free(ms.reaper);
 out_workers:
     lg_admission_free(gw.admission); /* before the event bases it has events on */
+    lg_respmap_free(gw.respmap);
     for (unsigned i = 0; i < gw.nworkers; i++) {
         lg_worker_destroy(&gw.workers[i]);
     }

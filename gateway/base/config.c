@@ -420,6 +420,17 @@ static const struct lg_conf_field conf_hedge_fields[] = {
 static const struct lg_conf_table conf_hedge_table = { sizeof(struct lg_hedge_conf),
                                                        conf_hedge_fields, conf_check_hedge };
 
+#define RP(f) offsetof(struct lg_responses_conf, f)
+static const struct lg_conf_field conf_responses_fields[] = {
+    { "table", LG_CONF_UINT, RP(table), .def = 65536, .min = 16, .max = 1000000 },
+    { "ttl", LG_CONF_DURATION, RP(ttl_ms), .def = CONF_M(60), .min = CONF_S(1),
+      .max = CONF_M(7 * 24 * 60) },
+    { .name = NULL },
+};
+#undef RP
+static const struct lg_conf_table conf_responses_table = { sizeof(struct lg_responses_conf),
+                                                          conf_responses_fields, NULL };
+
 #define ST(f) offsetof(struct lg_route_stage_conf, f)
 static const struct lg_conf_field conf_stage_fields[] = {
     { "policy", LG_CONF_STR, ST(policy), .required = true },
@@ -463,6 +474,9 @@ static const struct lg_conf_field conf_routing_fields[] = {
     { "resume", LG_CONF_OBJECT, RO(resume), .sub = &conf_resume_table },
     { "hedge", LG_CONF_OBJECT, RO(hedge), .sub = &conf_hedge_table },
     { "session_header", LG_CONF_STR, RO(session_header), .check = lg_conf_check_header_name },
+    { "session_headers", LG_CONF_STRARRAY, RO(session_headers), .min = 1, .max = 8,
+      .aux_offset = RO(nsession_headers), .check = lg_conf_check_header_name, .unique = true },
+    { "responses", LG_CONF_OBJECT, RO(responses), .sub = &conf_responses_table },
     { "prefix_bytes", LG_CONF_SIZE, RO(prefix_bytes), .def = 2048, .min = 0, .max = CONF_MIB(1) },
     { .name = NULL },
 };

@@ -143,6 +143,12 @@ struct lg_hedge_conf {
     size_t hold_bytes;   /* bytes an attempt may hold before a winner is known */
 };
 
+/* The Responses API's follow-ups (serve/respmap.h): where each answer was made. */
+struct lg_responses_conf {
+    uint32_t table;       /* response ids remembered (entries) */
+    uint64_t ttl_ms;      /* how long one is remembered */
+};
+
 /* One stage of a routing pipeline (router.c). */
 struct lg_route_stage_conf {
     char *policy;             /* a built-in or loaded policy's name */
@@ -161,6 +167,10 @@ struct lg_routing_conf {
     struct lg_resume_conf resume;
     struct lg_hedge_conf hedge;
     char *session_header;     /* header whose value pins a client to a backend; NULL: off */
+    char **session_headers;   /* NULL-terminated: more such headers, the first present
+                                 wins (after session_header); NULL: none set */
+    size_t nsession_headers;
+    struct lg_responses_conf responses;
     size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */
 };
 

@@ -172,7 +172,8 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
 {
     const struct lg_routing_conf *rc = &conf->routing;
     struct lg_router *r = lg_xcalloc(1, sizeof(*r));
-    bool want_session = rc->session_header != NULL, has_session = false;
+    bool want_session = rc->session_header != NULL || rc->nsession_headers > 0;
+    bool has_session = false;
     char where[96], label[256] = "";
     size_t off = 0;
     int ret = LG_OK;

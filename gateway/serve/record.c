@@ -62,8 +62,8 @@ record_decision(struct lg_worker_metrics *m, const char *policy, const char *rea
 static uint64_t
 record_tokens(const struct lg_request *req)
 {
-    int64_t usage = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->sse)
-                                                : req->probe.completion_tokens;
+    int64_t usage = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->scan.sse)
+                                                : req->scan.probe.completion_tokens;
 
     if (usage < 0) {
         return req->content_events;
@@ -112,7 +112,7 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
     bm = &b->metrics;
     STAT_ADD(&bm->requests, 1);
     STAT_ADD(&bm->prompt_bytes, req->info.prompt_bytes);
-    if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+    if ((req->flags & LG_REQ_F_SSE) && req->scan.sse.error_events > 0) {
         STAT_ADD(&bm->stream_errors, 1); /* the status was sent before the engine failed */
     }
     if (!record_answered(req)) {
@@ -132,7 +132,7 @@ record_metrics(struct lg_worker_metrics *wm, const struct lg_request *req)
                             / (double)(req->content_events - 1) / 1e9);
     }
     STAT_ADD(&bm->completion_tokens, record_tokens(req));
-    tokens = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens : req->probe.prompt_tokens;
+    tokens = (req->flags & LG_REQ_F_SSE) ? req->scan.sse.probe.prompt_tokens : req->scan.probe.prompt_tokens;
     if (tokens > 0) {
         STAT_ADD(&bm->prompt_tokens, (uint64_t)tokens);
     }
@@ -660,7 +660,7 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
         line_lit(&l, att->pick.explain);
     }
     line_lit(&l, ",\"error\":");
-    if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+    if (req->error == NULL && (req->flags & LG_REQ_F_SSE) && req->scan.sse.error_events > 0) {
         line_cstr(&l, "engine_error_event"); /* a 200 whose stream reported a failure */
     } else {
         line_cstr(&l, req->error);

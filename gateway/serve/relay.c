@@ -30,6 +30,7 @@
 #include "serve/attempt.h"
 #include "serve/client.h"
 #include "serve/quota.h"
+#include "serve/respmap.h"
 #include "serve/resume.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
@@ -158,6 +159,53 @@ relay_on_headers_complete(llhttp_t *p)
     return HPE_PAUSED; /* the read loop decides: relay, or retry elsewhere */
 }
 
+/* ---- the Responses API: where an answer was made ----------------------------- */
+
+static struct lg_client *
+relay_tap_client(struct lg_sse_tap *t)
+{
+    struct lg_req_scan *scan = (struct lg_req_scan *)(void *)((char *)t
+                                                                - offsetof(struct lg_req_scan, tap));
+    struct lg_request *req =
+        (struct lg_request *)(void *)((char *)scan - offsetof(struct lg_request, scan));
+
+    return (struct lg_client *)(void *)((char *)req - offsetof(struct lg_client, req));
+}
+
+/* Once the answer's id is read: it was made on the attempt's backend (serve/respmap.h). */
+static void
+relay_learn(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const char *id = lg_respid_get(&req->scan.respid);
+
+    if (id == NULL || req->scan.learned || req->att == NULL || req->att->backend == NULL
+        || req->att->status != 200) {
+        return;
+    }
+    req->scan.learned = true;
+    lg_respmap_put(c->w->gw->respmap, id, strlen(id), req->att->backend->id, lg_now_ns());
+}
+
+static void
+relay_tap_data(struct lg_sse_tap *t, const char *p, size_t n)
+{
+    struct lg_client *c = relay_tap_client(t);
+
+    if (!c->req.scan.learned) {
+        lg_respid_feed(&c->req.scan.respid, p, n);
+        relay_learn(c);
+    }
+}
+
+static void
+relay_tap_event(struct lg_sse_tap *t, size_t end, unsigned what)
+{
+    (void)end;
+    (void)what;
+    lg_respid_event_end(&relay_tap_client(t)->req.scan.respid);
+}
+
 static int
 relay_on_body(llhttp_t *p, const char *at, size_t n)
 {
@@ -168,13 +216,17 @@ relay_on_body(llhttp_t *p, const char *at, size_t n)
     if (req->flags & LG_REQ_F_SSE) {
         /* a stream that may go on elsewhere is sent event by event (resume.c) */
         unsigned got = (req->flags & LG_REQ_F_EVENTS) ? lg_resume_feed(c, at, n)
-                                                     : lg_sse_feed(&req->sse, at, n);
+                                                     : lg_sse_feed(&req->scan.sse, at, n);
 
         if (got > 0) {
             lg_attempt_tokens(c, got); /* count, gaps, first token, engine model, end */
         }
     } else {
-        lg_json_probe_feed(&req->probe, at, n);
+        lg_json_probe_feed(&req->scan.probe, at, n);
+        if ((req->flags & LG_REQ_F_RESPID) && !req->scan.learned) {
+            lg_respid_feed(&req->scan.respid, at, n);
+            relay_learn(c);
+        }
     }
     if (req->flags & LG_REQ_F_DECHUNK) {
         evbuffer_add(bufferevent_get_output(c->bev), at, n);
@@ -255,7 +307,8 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))) {
+                && (lg_str_ieq(name, h->name_len, "authorization")
+                    || lg_str_ieq(name, h->name_len, "x-api-key")))) {
             continue;
         }
         head_add(&hb, name, h->name_len);
@@ -400,9 +453,17 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     req->flags |= LG_REQ_F_STARTED;
     req->bytes_out += evbuffer_get_length(out) - before;
     if (req->flags & LG_REQ_F_SSE) {
-        lg_sse_init(&req->sse);
+        lg_sse_init(&req->scan.sse);
     }
-    lg_json_probe_init(&req->probe);
+    lg_json_probe_init(&req->scan.probe);
+    lg_respid_init(&req->scan.respid);
+    req->scan.learned = false;
+    if ((req->flags & (LG_REQ_F_RESPID | LG_REQ_F_SSE)) == (LG_REQ_F_RESPID | LG_REQ_F_SSE)) {
+        /* resume.c never listens to this route's streams: the tap is free */
+        req->scan.tap.data = relay_tap_data;
+        req->scan.tap.event = relay_tap_event;
+        req->scan.sse.tap = &req->scan.tap;
+    }
 }
 
 static void

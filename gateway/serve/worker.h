@@ -35,6 +35,7 @@ struct lg_wakeup;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
+struct lg_respmap;
 struct lg_alog_buf;
 struct lg_reload;
 struct lg_admin;
@@ -138,6 +139,8 @@ struct lg_gateway {
     struct lg_accesslog *alog;      /* owned; NULL when off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
+    struct lg_respmap *respmap;     /* owned: where Responses API answers were made
+                                       (serve/respmap.h); NULL: not followed */
     bool draining;                  /* atomic: set by the main thread at SIGTERM */
     const struct lg_worker_ops *ops; /* what the workers run (serve/gateway.c) */
 };

@@ -845,6 +845,39 @@ test_tls_files(void)
     return 0;
 }
 
+/* Agent clients: session headers (each a header name, once) and the Responses API's table. */
+static int
+test_agent_routing(void)
+{
+    struct lg_config_errors errs;
+    char *text = with_top("\"routing\": {\"session_headers\": [\"x-session-affinity\", "
+                          "\"session-id\"], \"responses\": {\"table\": 100, \"ttl\": \"5m\"}},");
+    struct lg_config *c = load(text, &errs);
+
+    free(text);
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->routing.nsession_headers == 2);
+    LG_CHECK_STR(c->routing.session_headers[1], "session-id");
+    LG_CHECK(c->routing.session_headers[2] == NULL);
+    LG_CHECK(c->routing.responses.table == 100 && c->routing.responses.ttl_ms == 300000);
+    lg_config_unref(c);
+    text = with_top("");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->routing.session_headers == NULL);
+    LG_CHECK(c->routing.responses.table == 65536 && c->routing.responses.ttl_ms == 3600000);
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"routing\": {\"session_headers\": [\"ok\", \"x y\"]},",
+                              "t.json:2:39: error: /routing/session_headers/1: not a valid HTTP "
+                              "header name (got \"x y\")")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"responses\": {\"table\": 8}},",
+                              "t.json:2:36: error: /routing/responses/table: must be between 16 "
+                              "and 1e+06 (got 8)")
+             == 0);
+    return 0;
+}
+
 static int
 test_strings_checked(void)
 {
@@ -1548,6 +1581,7 @@ LG_TEST_MAIN(test_routing_retry_on, test_minimal, test_defaults, test_budgets, t
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
+             test_agent_routing,
              test_access_log, test_warnings, test_workers_auto, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
              test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
