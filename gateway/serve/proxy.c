@@ -71,6 +71,7 @@
 #include "serve/quota.h"
 #include "serve/relay.h"
 #include "serve/resume.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -248,6 +249,7 @@ proxy_start(struct lg_client *c)
 
     req->fleet = lg_fleet_ref(c->w->fleet);
     conf = req->fleet->conf;
+    lg_trace_begin(c); /* nothing when tracing is off */
     proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
     req->models = route; /* the one look-up: lg_attempt_route() from now on */
@@ -305,12 +307,19 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
     struct lg_attempt *a = lg_attempt_next(c, kind);
+    uint64_t t0 = req->tries.trace != NULL ? lg_now_ns() : 0;
     int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
                             &a->pick);
 
+    if (req->tries.trace != NULL) {
+        lg_trace_pick(c, a, rc, t0);
+    }
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
+        if (req->tries.trace != NULL && c->req.waiter != NULL) {
+            lg_trace_held(c);
+        }
         return; /* waits for a backend slot (admission.c), or was refused */
     }
     if (rc == LG_OK) {
@@ -339,6 +348,9 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 static void
 proxy_admitted(struct lg_client *c)
 {
+    if (c->req.tries.trace != NULL) {
+        lg_trace_admitted(c);
+    }
     proxy_attempt(c, c->req.att->kind);
 }
 
@@ -357,6 +369,10 @@ proxy_launch(struct lg_client *c, struct lg_attempt *a)
 
     lg_attempt_set_tried(c, b, true);
     lg_attempt_begin(c, a);
+    a->span_id = 0;
+    if (c->req.tries.trace != NULL) {
+        lg_trace_launch(c, a); /* its own span id, sent on as the engine's parent */
+    }
     /* 5. upstream: a pooled connection, or a new one, carries the request */
     if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
@@ -780,6 +796,7 @@ proxy_release(struct lg_client *c)
         req->timer = NULL;
     }
     lg_tried_clear(&req->tries.tried);
+    lg_trace_release(req);
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

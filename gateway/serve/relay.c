@@ -27,10 +27,12 @@
 #include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/httphdr.h"
+#include "http/tracectx.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
 #include "serve/quota.h"
 #include "serve/resume.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -91,6 +93,19 @@ relay_quota_headers(struct relay_head *h, const struct lg_request *req)
     char buf[512];
 
     head_add(h, buf, lg_quota_headers(req, buf, sizeof(buf)));
+}
+
+/* The attempt's traceparent (and the client's tracestate), after a line's end. */
+static __attribute__((noinline)) void
+relay_trace_headers(struct relay_head *h, const struct lg_request *req, const struct lg_attempt *a)
+{
+    char buf[2 + 13 + LG_TRACEPARENT_LEN + 2 + 12 + LG_TRACESTATE_MAX + 2];
+    size_t n = lg_trace_headers(req, a, buf + 2, sizeof(buf) - 2);
+
+    if (n > 0) {
+        memcpy(buf, "\r\n", 2);
+        head_add(h, buf, n); /* "\r\n" + first header's line, its CRLF then dropped */
+    }
 }
 
 static void
@@ -246,8 +261,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))) {
-            continue;
+                && lg_str_ieq(name, h->name_len, "authorization"))
+            || (req->tries.trace != NULL && lg_trace_is_header(name, h->name_len))) {
+            continue; /* a traced request's context is the attempt's (below) */
         }
         head_add(&hb, name, h->name_len);
         head_add(&hb, ": ", 2);
@@ -269,6 +285,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     if (bc->api_key != NULL) {
         head_add(&hb, "\r\nAuthorization: Bearer ", 24);
         head_str(&hb, bc->api_key);
+    }
+    if (req->tries.trace != NULL) {
+        relay_trace_headers(&hb, req, u->attempt);
     }
     if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);

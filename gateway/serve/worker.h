@@ -31,6 +31,7 @@ struct lg_tls;
 struct lg_keys;
 struct lg_budgetstore;
 struct lg_admission;
+struct lg_otlp;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
@@ -134,6 +135,7 @@ struct lg_gateway {
                                        (budgetstore.c sets it, requests read it) */
     struct lg_admission *admission; /* owned: the admission queue */
     struct lg_accesslog *alog;      /* owned; NULL when off */
+    struct lg_otlp *tracer;         /* owned: the span exporter; NULL: tracing off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
     bool draining;                  /* atomic: set by the main thread at SIGTERM */
