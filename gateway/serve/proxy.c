@@ -796,7 +796,10 @@ proxy_release(struct lg_client *c)
         req->timer = NULL;
     }
     lg_tried_clear(&req->tries.tried);
-    lg_trace_release(req);
+    if (req->tries.trace != NULL) {
+        lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
+        lg_trace_release(req);
+    }
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

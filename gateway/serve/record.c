@@ -23,7 +23,6 @@
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "serve/client_types.h"
-#include "serve/trace.h"
 #include "serve/worker.h"
 
 #define STAT_ADD(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)
@@ -645,8 +644,5 @@ lg_record_request(struct lg_worker *w, const struct lg_request *req, const char 
     record_metrics(&w->metrics, req);
     if (w->alog != NULL) {
         record_line(w->alog, req, client_addr);
-    }
-    if (req->tries.trace != NULL) {
-        lg_trace_request_end(w, req); /* its span, to the exporter's queue */
     }
 }

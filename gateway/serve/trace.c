@@ -31,6 +31,8 @@ struct lg_trace {
     bool sampled;           /* spans are exported */
     const char *operation;  /* static: gen_ai.operation.name; NULL: none fits */
     uint64_t t_hold;        /* monotonic ns: waiting in the admission queue since; 0: not */
+    uint64_t t_last_end;    /* monotonic ns: its last attempt's end (the request's span
+                               holds its children) */
     uint16_t state_len;
     char state[LG_TRACESTATE_MAX]; /* the client's tracestate, checked */
 };
@@ -128,7 +130,7 @@ lg_trace_begin(struct lg_client *c)
     struct lg_tracectx in;
     const struct lg_hdr *h = NULL;
     struct lg_trace *t;
-    bool continued = false;
+    bool continued = false, sampled = true, inbound = false;
 
     if (o == NULL) {
         return;
@@ -138,10 +140,10 @@ lg_trace_begin(struct lg_client *c)
         const struct lg_hdr *x = &req->hdrs.h[i];
 
         if (lg_str_ieq(lg_hdrs_name(&req->hdrs, x), x->name_len, "traceparent")) {
-            h = h == NULL ? x : NULL;
-            if (h == NULL) {
-                break;
-            }
+            h = !inbound ? x : NULL;
+            inbound = true;
+        } else if (lg_str_ieq(lg_hdrs_name(&req->hdrs, x), x->name_len, "tracestate")) {
+            inbound = true;
         }
     }
     continued = h != NULL
@@ -149,8 +151,9 @@ lg_trace_begin(struct lg_client *c)
     if (!continued) {
         double ratio = lg_otlp_sample_ratio(o);
 
-        if (ratio <= 0 || (ratio < 1 && (double)(trace_rand() >> 11) * 0x1p-53 >= ratio)) {
-            return; /* not sampled, nothing to continue: no trace */
+        sampled = ratio >= 1 || (ratio > 0 && (double)(trace_rand() >> 11) * 0x1p-53 < ratio);
+        if (!sampled && !inbound) {
+            return; /* not sampled, nothing to continue or replace: no trace */
         }
     }
     t = lg_xcalloc(1, sizeof(*t));
@@ -167,8 +170,10 @@ lg_trace_begin(struct lg_client *c)
             t->trace_id[i] = (uint8_t)(a >> (56 - 8 * i));
             t->trace_id[8 + i] = (uint8_t)(b >> (56 - 8 * i));
         }
-        t->flags = LG_TRACECTX_SAMPLED;
-        t->sampled = true;
+        /* a trace of its own, or one restarted: a malformed inbound context
+         * is not sent on (the engine gets this trace's, sampled or not) */
+        t->flags = sampled ? LG_TRACECTX_SAMPLED : 0;
+        t->sampled = sampled;
     }
     t->span_id = trace_span_id();
     t->operation = trace_operation(req);
@@ -340,7 +345,7 @@ void
 lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a)
 {
     const struct lg_request *req = &c->req;
-    const struct lg_trace *t = req->tries.trace;
+    struct lg_trace *t = req->tries.trace;
     const struct lg_backend *b = a->pick.backend;
     const char *kind = lg_attempt_kind_name(a->kind);
     struct lg_span s;
@@ -348,6 +353,7 @@ lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a)
     if (!t->sampled || a->span_id == 0 || b == NULL) {
         return;
     }
+    t->t_last_end = LG_MAX(t->t_last_end, a->t_end);
     trace_span_init(&s, t, a->span_id, t->span_id, LG_SPAN_CLIENT);
     trace_name(&s, t->operation != NULL ? t->operation : "POST", req->info.model,
                strlen(req->info.model));
@@ -415,7 +421,7 @@ lg_trace_request_end(struct lg_worker *w, const struct lg_request *req)
         s.state_off = lg_span_text(&s, t->state, t->state_len, &s.state_len);
     }
     s.start_unix_ns = req->wall_start;
-    s.end_unix_ns = trace_wall(req, req->t_end);
+    s.end_unix_ns = trace_wall(req, LG_MAX(req->t_end, t->t_last_end));
     lg_span_str(&s, "http.request.method", method, strlen(method));
     lg_span_str(&s, "url.path", url, LG_MIN(plen, req->hdrs.url_len));
     if (req->status != 0) {

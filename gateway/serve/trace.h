@@ -15,8 +15,9 @@ struct lg_trace;
 
 /* Starts the request's trace when tracing is on: the inbound traceparent
  * continued (its sampled flag followed), or a trace of its own sampled by
- * tracing.sample_ratio. Leaves req->tries.trace NULL when off, or when a
- * trace started here is not sampled. */
+ * tracing.sample_ratio (a malformed context is replaced by such a trace).
+ * Leaves req->tries.trace NULL when off, or when a trace started here is
+ * not sampled and the client sent no context to replace. */
 void lg_trace_begin(struct lg_client *c);
 
 /* The router's pick for attempt a (started at t0, monotonic ns): a span. */
@@ -32,7 +33,8 @@ void lg_trace_launch(struct lg_client *c, struct lg_attempt *a);
 /* Attempt a ended (lg_attempt_end): its span. */
 void lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a);
 
-/* The request ended (its record): its span, and a wait never admitted. */
+/* The request ended, and its attempts (its release): its span, and a wait
+ * never admitted. */
 void lg_trace_request_end(struct lg_worker *w, const struct lg_request *req);
 
 /* Frees the request's trace. */
