@@ -130,41 +130,99 @@ lg_span_event(struct lg_span *s, const char *name, uint64_t t_unix_ns)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/*
+ * The body is written with room reserved once per span (its largest JSON:
+ * every text byte escaped as \u00XX, every attribute and event at its
+ * longest), then by unchecked copies: the exporter's cost is its copies.
+ */
 struct obuf {
     char *p;
     size_t n, cap;
 };
 
+/* A span's JSON at most: its text escaped, keys, numbers and punctuation. */
+#define OB_SPAN_MAX (6 * LG_SPAN_TEXT + LG_SPAN_ATTRS * 160 + LG_SPAN_EVENTS * 120 + 512)
+
 static void
-ob_add(struct obuf *b, const char *s, size_t n)
+ob_reserve(struct obuf *b, size_t n)
 {
     if (b->n + n + 1 > b->cap) {
-        b->cap = LG_MAX(b->cap * 2, b->n + n + 4096);
+        b->cap = LG_MAX(b->cap * 2, b->n + n + 65536);
         b->p = lg_xrealloc(b->p, b->cap);
     }
+}
+
+static inline void
+ob_put(struct obuf *b, const char *s, size_t n)
+{
     memcpy(b->p + b->n, s, n);
     b->n += n;
-    b->p[b->n] = '\0';
 }
 
-#define OB_LIT(b, s) ob_add((b), (s), sizeof(s) - 1)
+#define OB_LIT(b, s) ob_put((b), (s), sizeof(s) - 1)
 
-static void
-ob_fmt(struct obuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void
-ob_fmt(struct obuf *b, const char *fmt, ...)
+/* A static, known-clean string (a key, an event's name), unescaped. */
+static inline void
+ob_cstr(struct obuf *b, const char *s)
 {
-    char tmp[64];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    ob_add(b, tmp, (size_t)LG_MIN(n, (int)sizeof(tmp) - 1));
+    ob_put(b, s, strlen(s));
 }
 
-/* A JSON string of n bytes: quotes, escapes, control bytes as \u00XX. */
+static void
+ob_u64(struct obuf *b, uint64_t v)
+{
+    char tmp[24];
+    char *q = tmp + sizeof(tmp);
+
+    do {
+        *--q = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    ob_put(b, q, (size_t)(tmp + sizeof(tmp) - q));
+}
+
+static void
+ob_i64(struct obuf *b, int64_t v)
+{
+    if (v < 0) {
+        OB_LIT(b, "-");
+        ob_u64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        ob_u64(b, (uint64_t)v);
+    }
+}
+
+/* A double as JSON: six decimals (a time in seconds to the microsecond). */
+static void
+ob_double(struct obuf *b, double d)
+{
+    uint64_t whole, frac;
+    char digits[6];
+
+    if (!(d == d) || d > 9e12 || d < -9e12) {
+        OB_LIT(b, "0"); /* not a number, or past what an attribute here holds */
+        return;
+    }
+    if (d < 0) {
+        OB_LIT(b, "-");
+        d = -d;
+    }
+    frac = (uint64_t)(d * 1e6 + 0.5);
+    whole = frac / 1000000;
+    frac %= 1000000;
+    ob_u64(b, whole);
+    if (frac != 0) {
+        for (int i = 5; i >= 0; i--) {
+            digits[i] = (char)('0' + frac % 10);
+            frac /= 10;
+        }
+        OB_LIT(b, ".");
+        ob_put(b, digits, 6);
+    }
+}
+
+/* A JSON string of n bytes: quotes, escapes, control bytes and bytes past
+ * ASCII (names are not checked as UTF-8) as \u00XX. */
 static void
 ob_str(struct obuf *b, const char *s, size_t n)
 {
@@ -175,23 +233,22 @@ ob_str(struct obuf *b, const char *s, size_t n)
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
 
-        if (ch >= 0x20 && ch != '"' && ch != '\\' && ch < 0x7f) {
+        if (__builtin_expect(ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\', 1)) {
             continue;
         }
-        ob_add(b, s + run, i - run);
+        ob_put(b, s + run, i - run);
         run = i + 1;
         if (ch == '"' || ch == '\\') {
             char e[2] = { '\\', (char)ch };
 
-            ob_add(b, e, 2);
+            ob_put(b, e, 2);
         } else {
-            /* control bytes and bytes past ASCII (names are not UTF-8 checked) */
             char e[6] = { '\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15] };
 
-            ob_add(b, e, 6);
+            ob_put(b, e, 6);
         }
     }
-    ob_add(b, s + run, n - run);
+    ob_put(b, s + run, n - run);
     OB_LIT(b, "\"");
 }
 
@@ -199,7 +256,7 @@ static void
 ob_id(struct obuf *b, const uint8_t *p, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    char out[40];
+    char *out = b->p + b->n;
 
     out[0] = '"';
     for (size_t i = 0; i < n; i++) {
@@ -207,7 +264,7 @@ ob_id(struct obuf *b, const uint8_t *p, size_t n)
         out[2 + 2 * i] = hex[p[i] & 15];
     }
     out[1 + 2 * n] = '"';
-    ob_add(b, out, 2 * n + 2);
+    b->n += 2 * n + 2;
 }
 
 static void
@@ -224,22 +281,30 @@ ob_span_id(struct obuf *b, uint64_t id)
 static void
 ob_attr(struct obuf *b, const struct lg_span *s, const struct lg_span_attr *a)
 {
-    OB_LIT(b, "{\"key\":");
-    ob_str(b, a->key, strlen(a->key));
+    OB_LIT(b, "{\"key\":\"");
+    ob_cstr(b, a->key);
     switch (a->type) {
     case LG_SPAN_A_STR:
-        OB_LIT(b, ",\"value\":{\"stringValue\":");
+        OB_LIT(b, "\",\"value\":{\"stringValue\":");
         ob_str(b, s->text + a->off, a->len);
         OB_LIT(b, "}}");
         break;
     case LG_SPAN_A_INT:
-        ob_fmt(b, ",\"value\":{\"intValue\":\"%lld\"}}", (long long)a->v.i);
+        OB_LIT(b, "\",\"value\":{\"intValue\":\"");
+        ob_i64(b, a->v.i);
+        OB_LIT(b, "\"}}");
         break;
     case LG_SPAN_A_DOUBLE:
-        ob_fmt(b, ",\"value\":{\"doubleValue\":%.9g}}", a->v.d);
+        OB_LIT(b, "\",\"value\":{\"doubleValue\":");
+        ob_double(b, a->v.d);
+        OB_LIT(b, "}}");
         break;
     default:
-        ob_fmt(b, ",\"value\":{\"boolValue\":%s}}", a->v.i ? "true" : "false");
+        if (a->v.i) {
+            OB_LIT(b, "\",\"value\":{\"boolValue\":true}}");
+        } else {
+            OB_LIT(b, "\",\"value\":{\"boolValue\":false}}");
+        }
         break;
     }
 }
@@ -247,6 +312,7 @@ ob_attr(struct obuf *b, const struct lg_span *s, const struct lg_span_attr *a)
 static void
 ob_span(struct obuf *b, const struct lg_span *s)
 {
+    ob_reserve(b, OB_SPAN_MAX);
     OB_LIT(b, "{\"traceId\":");
     ob_id(b, s->trace_id, 16);
     OB_LIT(b, ",\"spanId\":");
@@ -261,10 +327,13 @@ ob_span(struct obuf *b, const struct lg_span *s)
     }
     OB_LIT(b, ",\"name\":");
     ob_str(b, s->text + s->name_off, s->name_len);
-    ob_fmt(b, ",\"kind\":%u", s->kind);
-    ob_fmt(b, ",\"startTimeUnixNano\":\"%llu\"", (unsigned long long)s->start_unix_ns);
-    ob_fmt(b, ",\"endTimeUnixNano\":\"%llu\"", (unsigned long long)s->end_unix_ns);
-    OB_LIT(b, ",\"attributes\":[");
+    OB_LIT(b, ",\"kind\":");
+    ob_u64(b, s->kind);
+    OB_LIT(b, ",\"startTimeUnixNano\":\"");
+    ob_u64(b, s->start_unix_ns);
+    OB_LIT(b, "\",\"endTimeUnixNano\":\"");
+    ob_u64(b, s->end_unix_ns);
+    OB_LIT(b, "\",\"attributes\":[");
     for (unsigned i = 0; i < s->nattrs; i++) {
         if (i > 0) {
             OB_LIT(b, ",");
@@ -275,14 +344,19 @@ ob_span(struct obuf *b, const struct lg_span *s)
     if (s->nevents > 0) {
         OB_LIT(b, ",\"events\":[");
         for (unsigned i = 0; i < s->nevents; i++) {
-            ob_fmt(b, "%s{\"timeUnixNano\":\"%llu\",\"name\":", i > 0 ? "," : "",
-                   (unsigned long long)s->events[i].t_unix_ns);
-            ob_str(b, s->events[i].name, strlen(s->events[i].name));
-            OB_LIT(b, "}");
+            OB_LIT(b, "{\"timeUnixNano\":\"");
+            ob_u64(b, s->events[i].t_unix_ns);
+            OB_LIT(b, "\",\"name\":\"");
+            ob_cstr(b, s->events[i].name);
+            OB_LIT(b, "\"}");
+            if (i + 1 < s->nevents) {
+                OB_LIT(b, ",");
+            }
         }
         OB_LIT(b, "]");
     }
-    ob_fmt(b, ",\"status\":{\"code\":%u", s->status);
+    OB_LIT(b, ",\"status\":{\"code\":");
+    ob_u64(b, s->status);
     if (s->msg_len > 0) {
         OB_LIT(b, ",\"message\":");
         ob_str(b, s->text + s->msg_off, s->msg_len);
@@ -296,6 +370,7 @@ lg_otlp_encode(const struct lg_span *spans, size_t n, const char *service, char 
 {
     struct obuf b = { NULL, 0, 0 };
 
+    ob_reserve(&b, 6 * strlen(service) + 256);
     OB_LIT(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\","
                "\"value\":{\"stringValue\":");
     ob_str(&b, service, strlen(service));
@@ -307,7 +382,9 @@ lg_otlp_encode(const struct lg_span *spans, size_t n, const char *service, char 
         }
         ob_span(&b, &spans[i]);
     }
+    ob_reserve(&b, 16);
     OB_LIT(&b, "]}]}]}");
+    b.p[b.n] = '\0';
     *out = b.p;
     *outlen = b.n;
 }
