@@ -3,6 +3,7 @@
  * spans into, and a thread of its own that sends them, in batches, as
  * OTLP/HTTP JSON (ExportTraceServiceRequest) to the collector.
  * Owns: the queue's slots, the thread, the batch's body.
+ * The thread runs at a lower priority than the workers (otlp_yield_to_workers).
  * Invariants: a worker holds the queue's lock only to copy one span in;
  * the exporter reads the slots it took (head .. head+n) outside the lock,
  * and no worker writes them until it gives them back. Nothing it does
@@ -14,10 +15,13 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -692,11 +696,34 @@ otlp_export(struct lg_otlp *o, uint32_t head, uint32_t n)
     }
 }
 
+/*
+ * The exporter yields to the workers: the normal scheduler (not a real-time
+ * policy the process may run under) at a nice value 10 above theirs. A
+ * machine with no CPU to spare then drops spans (counted), not requests'
+ * time.
+ */
+static void
+otlp_yield_to_workers(void)
+{
+    struct sched_param sp = { .sched_priority = 0 };
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int nice_now;
+
+    pthread_setname_np(pthread_self(), "llmgate-otlp");
+    pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+    errno = 0;
+    nice_now = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno == 0) {
+        setpriority(PRIO_PROCESS, (id_t)tid, LG_MIN(nice_now + 10, 19));
+    }
+}
+
 static void *
 otlp_main(void *arg)
 {
     struct lg_otlp *o = arg;
 
+    otlp_yield_to_workers();
     pthread_mutex_lock(&o->lock);
     for (;;) {
         uint32_t n, head;
