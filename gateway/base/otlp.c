@@ -54,84 +54,6 @@ struct lg_otlp {
     uint64_t submitted, dropped, exported, failed, exports;
 };
 
-/* ---- spans --------------------------------------------------------------- */
-
-uint16_t
-lg_span_text(struct lg_span *s, const char *p, size_t n, uint16_t *len)
-{
-    uint16_t off = s->text_len;
-
-    n = LG_MIN(n, (size_t)(LG_SPAN_TEXT - s->text_len));
-    memcpy(s->text + off, p, n);
-    s->text_len = (uint16_t)(s->text_len + n);
-    *len = (uint16_t)n;
-    return off;
-}
-
-static struct lg_span_attr *
-span_attr(struct lg_span *s, const char *key, uint8_t type)
-{
-    struct lg_span_attr *a;
-
-    if (s->nattrs >= LG_SPAN_ATTRS) {
-        return NULL;
-    }
-    a = &s->attrs[s->nattrs++];
-    a->key = key;
-    a->type = type;
-    return a;
-}
-
-void
-lg_span_str(struct lg_span *s, const char *key, const char *p, size_t n)
-{
-    struct lg_span_attr *a = span_attr(s, key, LG_SPAN_A_STR);
-
-    if (a != NULL) {
-        a->off = lg_span_text(s, p, n, &a->len);
-    }
-}
-
-void
-lg_span_int(struct lg_span *s, const char *key, int64_t v)
-{
-    struct lg_span_attr *a = span_attr(s, key, LG_SPAN_A_INT);
-
-    if (a != NULL) {
-        a->v.i = v;
-    }
-}
-
-void
-lg_span_double(struct lg_span *s, const char *key, double v)
-{
-    struct lg_span_attr *a = span_attr(s, key, LG_SPAN_A_DOUBLE);
-
-    if (a != NULL) {
-        a->v.d = v;
-    }
-}
-
-void
-lg_span_bool(struct lg_span *s, const char *key, bool v)
-{
-    struct lg_span_attr *a = span_attr(s, key, LG_SPAN_A_BOOL);
-
-    if (a != NULL) {
-        a->v.i = v;
-    }
-}
-
-void
-lg_span_event(struct lg_span *s, const char *name, uint64_t t_unix_ns)
-{
-    if (s->nevents < LG_SPAN_EVENTS) {
-        s->events[s->nevents].name = name;
-        s->events[s->nevents].t_unix_ns = t_unix_ns;
-        s->nevents++;
-    }
-}
-
 /* ---- JSON ---------------------------------------------------------------- */
 
 /*
@@ -164,13 +86,6 @@ ob_put(struct obuf *b, const char *s, size_t n)
 }
 
 #define OB_LIT(b, s) ob_put((b), (s), sizeof(s) - 1)
-
-/* A static, known-clean string (a key, an event's name), unescaped. */
-static inline void
-ob_cstr(struct obuf *b, const char *s)
-{
-    ob_put(b, s, strlen(s));
-}
 
 static void
 ob_u64(struct obuf *b, uint64_t v)
@@ -286,7 +201,7 @@ static void
 ob_attr(struct obuf *b, const struct lg_span *s, const struct lg_span_attr *a)
 {
     OB_LIT(b, "{\"key\":\"");
-    ob_cstr(b, a->key);
+    ob_put(b, a->key, a->key_len);
     switch (a->type) {
     case LG_SPAN_A_STR:
         OB_LIT(b, "\",\"value\":{\"stringValue\":");
@@ -351,7 +266,7 @@ ob_span(struct obuf *b, const struct lg_span *s)
             OB_LIT(b, "{\"timeUnixNano\":\"");
             ob_u64(b, s->events[i].t_unix_ns);
             OB_LIT(b, "\",\"name\":\"");
-            ob_cstr(b, s->events[i].name);
+            ob_put(b, s->events[i].name, s->events[i].name_len);
             OB_LIT(b, "\"}");
             if (i + 1 < s->nevents) {
                 OB_LIT(b, ",");

@@ -9,6 +9,8 @@
 #ifndef LG_OTLP_H
 #define LG_OTLP_H
 
+#include <string.h>
+
 #include "base/config_types.h"
 #include "base/lg_core.h"
 
@@ -38,7 +40,8 @@ enum lg_span_attr_type {
 #define LG_SPAN_TEXT   1024
 
 struct lg_span_attr {
-    const char *key;  /* static */
+    const char *key;  /* static, JSON-clean (no quote, backslash or control byte) */
+    uint8_t key_len;
     uint8_t type;     /* enum lg_span_attr_type */
     uint16_t off;     /* STR: its bytes in the span's text */
     uint16_t len;
@@ -49,7 +52,8 @@ struct lg_span_attr {
 };
 
 struct lg_span_event {
-    const char *name; /* static */
+    const char *name; /* static, JSON-clean */
+    uint8_t name_len;
     uint64_t t_unix_ns;
 };
 
@@ -73,14 +77,88 @@ struct lg_span {
 };
 
 /* Copies n bytes into the span's text (truncated to what is left); its offset. */
-uint16_t lg_span_text(struct lg_span *s, const char *p, size_t n, uint16_t *len);
-/* Attributes (dropped once LG_SPAN_ATTRS are set); key static. */
-void lg_span_str(struct lg_span *s, const char *key, const char *p, size_t n);
-void lg_span_int(struct lg_span *s, const char *key, int64_t v);
-void lg_span_double(struct lg_span *s, const char *key, double v);
-void lg_span_bool(struct lg_span *s, const char *key, bool v);
-/* An event (dropped once LG_SPAN_EVENTS are set); name static. */
-void lg_span_event(struct lg_span *s, const char *name, uint64_t t_unix_ns);
+static inline uint16_t
+lg_span_text(struct lg_span *s, const char *p, size_t n, uint16_t *len)
+{
+    uint16_t off = s->text_len;
+
+    n = LG_MIN(n, (size_t)(LG_SPAN_TEXT - s->text_len));
+    memcpy(s->text + off, p, n);
+    s->text_len = (uint16_t)(s->text_len + n);
+    *len = (uint16_t)n;
+    return off;
+}
+
+/*
+ * Attributes (dropped once LG_SPAN_ATTRS are set) and events (once
+ * LG_SPAN_EVENTS are): keys and names static and JSON-clean. Inline, so
+ * that a literal key's length is the compiler's.
+ */
+static inline struct lg_span_attr *
+lg_span_attr(struct lg_span *s, const char *key, uint8_t type)
+{
+    struct lg_span_attr *a;
+
+    if (s->nattrs >= LG_SPAN_ATTRS) {
+        return NULL;
+    }
+    a = &s->attrs[s->nattrs++];
+    a->key = key;
+    a->key_len = (uint8_t)strlen(key);
+    a->type = type;
+    return a;
+}
+
+static inline void
+lg_span_str(struct lg_span *s, const char *key, const char *p, size_t n)
+{
+    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_STR);
+
+    if (a != NULL) {
+        a->off = lg_span_text(s, p, n, &a->len);
+    }
+}
+
+static inline void
+lg_span_int(struct lg_span *s, const char *key, int64_t v)
+{
+    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_INT);
+
+    if (a != NULL) {
+        a->v.i = v;
+    }
+}
+
+static inline void
+lg_span_double(struct lg_span *s, const char *key, double v)
+{
+    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_DOUBLE);
+
+    if (a != NULL) {
+        a->v.d = v;
+    }
+}
+
+static inline void
+lg_span_bool(struct lg_span *s, const char *key, bool v)
+{
+    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_BOOL);
+
+    if (a != NULL) {
+        a->v.i = v;
+    }
+}
+
+static inline void
+lg_span_event(struct lg_span *s, const char *name, uint64_t t_unix_ns)
+{
+    if (s->nevents < LG_SPAN_EVENTS) {
+        s->events[s->nevents].name = name;
+        s->events[s->nevents].name_len = (uint8_t)strlen(name);
+        s->events[s->nevents].t_unix_ns = t_unix_ns;
+        s->nevents++;
+    }
+}
 
 /* What the exporter did, for /metrics (atomic reads). */
 struct lg_otlp_stats {

@@ -785,6 +785,10 @@ proxy_release(struct lg_client *c)
 
     lg_admission_cancel(c);
     proxy_abort(c, LG_FAIL_ABORTED);
+    if (req->tries.trace != NULL) {
+        lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
+        lg_trace_release(req);
+    }
     lg_resume_release(c);
     lg_hedge_free(c);
     req->att = NULL;
@@ -796,10 +800,6 @@ proxy_release(struct lg_client *c)
         req->timer = NULL;
     }
     lg_tried_clear(&req->tries.tried);
-    if (req->tries.trace != NULL) {
-        lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
-        lg_trace_release(req);
-    }
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

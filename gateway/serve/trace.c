@@ -244,13 +244,18 @@ trace_span_init(struct lg_span *s, const struct lg_trace *t, uint64_t id, uint64
     s->kind = (uint8_t)kind;
 }
 
+/* The span's name: a, then " " and b's bn bytes (at most 256 of them) when bn > 0. */
 static void
 trace_name(struct lg_span *s, const char *a, const char *b, size_t bn)
 {
-    char name[320];
-    int n = snprintf(name, sizeof(name), "%s%s%.*s", a, bn ? " " : "", (int)bn, b);
+    uint16_t n1, n2 = 0, n3 = 0;
 
-    s->name_off = lg_span_text(s, name, (size_t)LG_MIN(n, (int)sizeof(name) - 1), &s->name_len);
+    s->name_off = lg_span_text(s, a, strlen(a), &n1);
+    if (bn > 0) {
+        lg_span_text(s, " ", 1, &n2);
+        lg_span_text(s, b, LG_MIN(bn, (size_t)256), &n3);
+    }
+    s->name_len = (uint16_t)(n1 + n2 + n3);
 }
 
 static void

@@ -39,8 +39,8 @@ class Tracing(Harness):
         backends = [{"name": "r%d" % (i + 1), "url": "http://127.0.0.1:%d" % r.port,
                      "models": ["m"], "weight": (weights or [1] * len(recs))[i]}
                     for i, r in enumerate(recs)]
-        conf = self.base_config(backends, workers=1, tracing=tracing, admin="127.0.0.1:0",
-                                **extra)
+        conf = self.base_config(backends, workers=1, tracing=tracing, admin="127.0.0.1:0")
+        conf.update(extra)
         conf["health"] = {"interval": "1h", "scrape_interval": 0, "eject_consecutive": 0}
         proc, port = self.start_gateway(conf)
         admin = int(proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)").group(1))
@@ -108,6 +108,7 @@ class Tracing(Harness):
                          ("chat", "m", 200, body["usage"]["completion_tokens"]))
         self.assertEqual(sa["gen_ai.usage.input_tokens"], body["usage"]["prompt_tokens"])
         self.assertGreater(sa["gen_ai.server.time_to_first_token"], 0)
+        self.assertEqual((sa["llmgate.backend"], sa["llmgate.attempts"]), ("r1", 1))
         self.assertEqual((aa["llmgate.backend"], aa["llmgate.attempt.kind"],
                           aa["http.response.status_code"], aa["server.address"]),
                          ("r1", "first", 200, "127.0.0.1"))
@@ -145,6 +146,31 @@ class Tracing(Harness):
         self.assertEqual(attrs(server)["llmgate.attempts"], 2)
         # a stream's first token, on the attempt that gave it
         self.assertIn("first_token", [e["name"] for e in attempts[1].get("events", [])])
+
+    def test_a_hedge_is_an_attempt_span_of_its_own(self):
+        # r1 holds every first token 30 s: past the hedge's deadline a duplicate goes to r2
+        col = self.collector()
+        r1 = self.replica("r1", ["--fault", "stall-first:1:30"])
+        r2 = self.replica("r2")
+        port, _ = self.gateway([r1, r2], {"endpoint": "http://127.0.0.1:%d" % col.port,
+                                          "interval": "20ms"}, weights=[1000, 1],
+                               routing={"policy": "round_robin", "hedge": {
+                                   "enabled": True, "min": "300ms", "budget_ratio": 1,
+                                   "budget_min": 0}})
+        status = post_json(port, CHAT, harness.chat_body(stream=True, max_tokens=4))[0]
+        self.assertEqual(status, 200)
+        ((_, tid, sid1, _),) = self.sent_traceparents(r1)
+        ((_, tid2, sid2, _),) = self.sent_traceparents(r2)
+        self.assertEqual(tid, tid2)
+        spans = self.wait_trace(col, tid.decode(), 5)
+        attempts = {attrs(a)["llmgate.attempt.kind"]: a for a in self.by_kind(spans, CLIENT)}
+        self.assertEqual(set(attempts), {"first", "hedge"})
+        self.assertEqual((attempts["first"]["spanId"], attempts["hedge"]["spanId"]),
+                         (sid1.decode(), sid2.decode()))
+        self.assertEqual(attrs(attempts["first"])["error.type"], "hedge_lost")
+        self.assertIn("first_token", [e["name"] for e in attempts["hedge"]["events"]])
+        picks = [attrs(s)["llmgate.attempt.kind"] for s in spans if s["name"] == "pick"]
+        self.assertEqual(sorted(picks), ["first", "hedge"])
 
     def test_sampling_ratio_zero_exports_nothing(self):
         col = self.collector()
