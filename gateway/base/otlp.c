@@ -67,7 +67,7 @@ struct obuf {
 };
 
 /* A span's JSON at most: its text escaped, keys, numbers and punctuation. */
-#define OB_SPAN_MAX (6 * LG_SPAN_TEXT + LG_SPAN_ATTRS * 160 + LG_SPAN_EVENTS * 120 + 512)
+#define OB_SPAN_MAX (6 * LG_SPAN_TEXT + (LG_SPAN_ATTRS + LG_SPAN_EVENTS) * 300 + 512)
 
 static void
 ob_reserve(struct obuf *b, size_t n)
@@ -200,29 +200,25 @@ ob_span_id(struct obuf *b, uint64_t id)
 static void
 ob_attr(struct obuf *b, const struct lg_span *s, const struct lg_span_attr *a)
 {
-    OB_LIT(b, "{\"key\":\"");
-    ob_put(b, a->key, a->key_len);
+    ob_put(b, a->pre, a->pre_len);
     switch (a->type) {
     case LG_SPAN_A_STR:
-        OB_LIT(b, "\",\"value\":{\"stringValue\":");
         ob_str(b, s->text + a->off, a->len);
         OB_LIT(b, "}}");
         break;
     case LG_SPAN_A_INT:
-        OB_LIT(b, "\",\"value\":{\"intValue\":\"");
-        ob_i64(b, a->v.i);
+        ob_i64(b, a->v.i); /* after the pre's opening quote */
         OB_LIT(b, "\"}}");
         break;
     case LG_SPAN_A_DOUBLE:
-        OB_LIT(b, "\",\"value\":{\"doubleValue\":");
         ob_double(b, a->v.d);
         OB_LIT(b, "}}");
         break;
     default:
         if (a->v.i) {
-            OB_LIT(b, "\",\"value\":{\"boolValue\":true}}");
+            OB_LIT(b, "true}}");
         } else {
-            OB_LIT(b, "\",\"value\":{\"boolValue\":false}}");
+            OB_LIT(b, "false}}");
         }
         break;
     }
@@ -265,9 +261,7 @@ ob_span(struct obuf *b, const struct lg_span *s)
         for (unsigned i = 0; i < s->nevents; i++) {
             OB_LIT(b, "{\"timeUnixNano\":\"");
             ob_u64(b, s->events[i].t_unix_ns);
-            OB_LIT(b, "\",\"name\":\"");
-            ob_put(b, s->events[i].name, s->events[i].name_len);
-            OB_LIT(b, "\"}");
+            ob_put(b, s->events[i].post, s->events[i].post_len);
             if (i + 1 < s->nevents) {
                 OB_LIT(b, ",");
             }

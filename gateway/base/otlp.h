@@ -39,9 +39,14 @@ enum lg_span_attr_type {
 #define LG_SPAN_EVENTS 4
 #define LG_SPAN_TEXT   1024
 
+/*
+ * An attribute holds its JSON up to its value, rendered by the compiler
+ * from a literal key ({"key":"K","value":{"stringValue":), so that the
+ * exporter copies it whole; an event, its JSON after its time.
+ */
 struct lg_span_attr {
-    const char *key;  /* static, JSON-clean (no quote, backslash or control byte) */
-    uint8_t key_len;
+    const char *pre;  /* static: the attribute's JSON before its value */
+    uint8_t pre_len;
     uint8_t type;     /* enum lg_span_attr_type */
     uint16_t off;     /* STR: its bytes in the span's text */
     uint16_t len;
@@ -52,8 +57,8 @@ struct lg_span_attr {
 };
 
 struct lg_span_event {
-    const char *name; /* static, JSON-clean */
-    uint8_t name_len;
+    const char *post; /* static: the event's JSON after its time */
+    uint8_t post_len;
     uint64_t t_unix_ns;
 };
 
@@ -91,11 +96,28 @@ lg_span_text(struct lg_span *s, const char *p, size_t n, uint16_t *len)
 
 /*
  * Attributes (dropped once LG_SPAN_ATTRS are set) and events (once
- * LG_SPAN_EVENTS are): keys and names static and JSON-clean. Inline, so
- * that a literal key's length is the compiler's.
+ * LG_SPAN_EVENTS are). KEY and NAME are string literals without quotes,
+ * backslashes or control bytes: lg_span_str(s, "gen_ai.request.model", p, n).
  */
+#define LG_SPAN_PRE(key, kind) "{\"key\":\"" key "\",\"value\":{\"" kind "\":"
+#define lg_span_str(s, key, p, n)                                                          \
+    lg_span_put_str((s), LG_SPAN_PRE(key, "stringValue"),                                 \
+                    sizeof(LG_SPAN_PRE(key, "stringValue")) - 1, (p), (n))
+#define lg_span_int(s, key, x)                                                             \
+    lg_span_put_num((s), LG_SPAN_PRE(key, "intValue") "\"",                               \
+                    sizeof(LG_SPAN_PRE(key, "intValue") "\"") - 1, LG_SPAN_A_INT, (int64_t)(x), 0)
+#define lg_span_double(s, key, x)                                                          \
+    lg_span_put_num((s), LG_SPAN_PRE(key, "doubleValue"),                                 \
+                    sizeof(LG_SPAN_PRE(key, "doubleValue")) - 1, LG_SPAN_A_DOUBLE, 0, (x))
+#define lg_span_bool(s, key, x)                                                            \
+    lg_span_put_num((s), LG_SPAN_PRE(key, "boolValue"),                                   \
+                    sizeof(LG_SPAN_PRE(key, "boolValue")) - 1, LG_SPAN_A_BOOL, (x) ? 1 : 0, 0)
+#define lg_span_event(s, name, t)                                                          \
+    lg_span_put_event((s), "\",\"name\":\"" name "\"}",                                   \
+                      sizeof("\",\"name\":\"" name "\"}") - 1, (t))
+
 static inline struct lg_span_attr *
-lg_span_attr(struct lg_span *s, const char *key, uint8_t type)
+lg_span_attr(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type)
 {
     struct lg_span_attr *a;
 
@@ -103,16 +125,16 @@ lg_span_attr(struct lg_span *s, const char *key, uint8_t type)
         return NULL;
     }
     a = &s->attrs[s->nattrs++];
-    a->key = key;
-    a->key_len = (uint8_t)strlen(key);
+    a->pre = pre;
+    a->pre_len = (uint8_t)pre_len;
     a->type = type;
     return a;
 }
 
 static inline void
-lg_span_str(struct lg_span *s, const char *key, const char *p, size_t n)
+lg_span_put_str(struct lg_span *s, const char *pre, size_t pre_len, const char *p, size_t n)
 {
-    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_STR);
+    struct lg_span_attr *a = lg_span_attr(s, pre, pre_len, LG_SPAN_A_STR);
 
     if (a != NULL) {
         a->off = lg_span_text(s, p, n, &a->len);
@@ -120,41 +142,26 @@ lg_span_str(struct lg_span *s, const char *key, const char *p, size_t n)
 }
 
 static inline void
-lg_span_int(struct lg_span *s, const char *key, int64_t v)
+lg_span_put_num(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type, int64_t i,
+                double d)
 {
-    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_INT);
+    struct lg_span_attr *a = lg_span_attr(s, pre, pre_len, type);
 
     if (a != NULL) {
-        a->v.i = v;
+        if (type == LG_SPAN_A_DOUBLE) {
+            a->v.d = d;
+        } else {
+            a->v.i = i;
+        }
     }
 }
 
 static inline void
-lg_span_double(struct lg_span *s, const char *key, double v)
-{
-    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_DOUBLE);
-
-    if (a != NULL) {
-        a->v.d = v;
-    }
-}
-
-static inline void
-lg_span_bool(struct lg_span *s, const char *key, bool v)
-{
-    struct lg_span_attr *a = lg_span_attr(s, key, LG_SPAN_A_BOOL);
-
-    if (a != NULL) {
-        a->v.i = v;
-    }
-}
-
-static inline void
-lg_span_event(struct lg_span *s, const char *name, uint64_t t_unix_ns)
+lg_span_put_event(struct lg_span *s, const char *post, size_t post_len, uint64_t t_unix_ns)
 {
     if (s->nevents < LG_SPAN_EVENTS) {
-        s->events[s->nevents].name = name;
-        s->events[s->nevents].name_len = (uint8_t)strlen(name);
+        s->events[s->nevents].post = post;
+        s->events[s->nevents].post_len = (uint8_t)post_len;
         s->events[s->nevents].t_unix_ns = t_unix_ns;
         s->nevents++;
     }
