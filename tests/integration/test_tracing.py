@@ -10,6 +10,7 @@ gateway sent it (the engine's traceparent)."""
 
 import re
 import socket
+import threading
 import time
 
 import harness
@@ -37,7 +38,8 @@ class Tracing(Harness):
 
     def gateway(self, recs, tracing, weights=None, **extra):
         backends = [{"name": "r%d" % (i + 1), "url": "http://127.0.0.1:%d" % r.port,
-                     "models": ["m"], "weight": (weights or [1] * len(recs))[i]}
+                     "models": ["m"], "weight": (weights or [1] * len(recs))[i],
+                     "max_inflight": 1 if "limits" in extra else 0}
                     for i, r in enumerate(recs)]
         conf = self.base_config(backends, workers=1, tracing=tracing, admin="127.0.0.1:0")
         conf.update(extra)
@@ -171,6 +173,42 @@ class Tracing(Harness):
         self.assertIn("first_token", [e["name"] for e in attempts["hedge"]["events"]])
         picks = [attrs(s)["llmgate.attempt.kind"] for s in spans if s["name"] == "pick"]
         self.assertEqual(sorted(picks), ["first", "hedge"])
+
+    def test_a_wait_in_the_admission_queue_is_a_span(self):
+        # one slot: a stream holds it; the traced request waits for it in the queue
+        col = self.collector()
+        rec = self.replica("r1", ["--slots", "1", "--decode-ms", "20"])
+        port, admin = self.gateway([rec], {"endpoint": "http://127.0.0.1:%d" % col.port,
+                                           "interval": "20ms", "sample_ratio": 0},
+                                   limits={"queue_length": 2}, timeouts={"queue": "10s"})
+        hold = self.stream(port, "POST", CHAT, harness.chat_body(stream=True, max_tokens=30))
+        self.assertEqual(hold.read_head(), 200)
+        result = {}
+
+        def waiting():
+            result["status"] = post_json(port, CHAT, harness.chat_body(max_tokens=2), headers={
+                "traceparent": "00-%s-%s-01" % (TRACE, PARENT)})[0]
+        t = threading.Thread(target=waiting, daemon=True)
+        t.start()
+        wait_until(lambda: metric(scrape(admin), "llmgate_queue_waiting") == 1, what="queued")
+        hold.read_all()
+        t.join(30)
+        self.assertEqual(result.get("status"), 200)
+        spans = self.wait_trace(col, TRACE, 5)
+        (server,) = self.by_kind(spans, SERVER)
+        (queue,) = [s for s in spans if s["name"] == "queue"]
+        picks = sorted([s for s in spans if s["name"] == "pick"],
+                       key=lambda s: int(s["startTimeUnixNano"]))
+        (attempt,) = self.by_kind(spans, CLIENT)
+        self.assertEqual(queue["parentSpanId"], server["spanId"])
+        self.assertNotEqual(queue["status"].get("code"), 2)
+        self.assertEqual([(p["status"].get("code"), attrs(p).get("error.type")) for p in picks],
+                         [(2, "busy"), (0, None)])
+        self.assertLessEqual(int(picks[0]["endTimeUnixNano"]), int(queue["startTimeUnixNano"]))
+        self.assertLessEqual(int(queue["endTimeUnixNano"]), int(attempt["startTimeUnixNano"]))
+        # it waited about as long as the stream held the slot
+        self.assertGreater(int(queue["endTimeUnixNano"]) - int(queue["startTimeUnixNano"]),
+                           100 * 1000 * 1000)
 
     def test_sampling_ratio_zero_exports_nothing(self):
         col = self.collector()
