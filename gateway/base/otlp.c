@@ -49,6 +49,7 @@ struct lg_otlp {
     struct lg_span *slots; /* owned: cap of them */
     uint32_t cap, head, count;
     bool stop;
+    uint64_t stop_deadline_ms; /* atomic: at stop, exports end by then (monotonic ms) */
 
     /* atomic counters */
     uint64_t submitted, dropped, exported, failed, exports;
@@ -475,23 +476,35 @@ otlp_mono_ms(void)
     return lg_now_ns() / 1000000;
 }
 
-/* Waits for fd to be ready for `events` until deadline (ms, monotonic). */
+/* At stop, an export in flight gets this long at most (the process is exiting). */
+#define OTLP_STOP_GRACE_MS 500
+
+/*
+ * Waits for fd to be ready for `events` until deadline (ms, monotonic), or
+ * the stop's deadline: polled in slices, so that a stop cuts a wait on a
+ * collector that does not answer.
+ */
 static bool
-otlp_wait(int fd, short events, uint64_t deadline)
+otlp_wait(struct lg_otlp *o, int fd, short events, uint64_t deadline)
 {
     for (;;) {
         struct pollfd p = { .fd = fd, .events = events };
         uint64_t now = otlp_mono_ms();
+        uint64_t stop = __atomic_load_n(&o->stop_deadline_ms, __ATOMIC_RELAXED);
+        uint64_t end = stop != 0 ? LG_MIN(deadline, stop) : deadline;
         int rc;
 
-        if (now >= deadline) {
+        if (now >= end) {
             return false;
         }
-        rc = poll(&p, 1, (int)(deadline - now));
+        rc = poll(&p, 1, (int)LG_MIN(end - now, 100));
+        if (rc == 0) {
+            continue;
+        }
         if (rc > 0) {
             return true;
         }
-        if (rc == 0 || errno != EINTR) {
+        if (errno != EINTR) {
             return false;
         }
     }
@@ -518,7 +531,7 @@ otlp_connect(struct lg_otlp *o, uint64_t deadline)
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0
-            && (errno != EINPROGRESS || !otlp_wait(fd, POLLOUT, deadline)
+            && (errno != EINPROGRESS || !otlp_wait(o, fd, POLLOUT, deadline)
                 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err != 0)) {
             close(fd);
             fd = -1;
@@ -529,7 +542,7 @@ otlp_connect(struct lg_otlp *o, uint64_t deadline)
 }
 
 static bool
-otlp_send_all(int fd, const char *p, size_t n, uint64_t deadline)
+otlp_send_all(struct lg_otlp *o, int fd, const char *p, size_t n, uint64_t deadline)
 {
     while (n > 0) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
@@ -540,7 +553,7 @@ otlp_send_all(int fd, const char *p, size_t n, uint64_t deadline)
         } else if (w < 0 && errno == EINTR) {
             continue;
         } else if (w < 0 && errno == EAGAIN) {
-            if (!otlp_wait(fd, POLLOUT, deadline)) {
+            if (!otlp_wait(o, fd, POLLOUT, deadline)) {
                 return false;
             }
         } else {
@@ -569,8 +582,8 @@ otlp_post(struct lg_otlp *o, const char *body, size_t len)
                   "Content-Length: %zu\r\nConnection: close\r\nUser-Agent: llmgate/" LG_VERSION
                   "\r\n%s\r\n",
                   o->path, o->host, o->port, len, o->extra != NULL ? o->extra : "");
-    if (hn <= 0 || (size_t)hn >= sizeof(head) || !otlp_send_all(fd, head, (size_t)hn, deadline)
-        || !otlp_send_all(fd, body, len, deadline)) {
+    if (hn <= 0 || (size_t)hn >= sizeof(head) || !otlp_send_all(o, fd, head, (size_t)hn, deadline)
+        || !otlp_send_all(o, fd, body, len, deadline)) {
         close(fd);
         return 0;
     }
@@ -578,7 +591,7 @@ otlp_post(struct lg_otlp *o, const char *body, size_t len)
     while (got < sizeof(resp) - 1 && memchr(resp, '\n', got) == NULL) {
         ssize_t r;
 
-        if (!otlp_wait(fd, POLLIN, deadline)) {
+        if (!otlp_wait(o, fd, POLLIN, deadline)) {
             break;
         }
         r = recv(fd, resp + got, sizeof(resp) - 1 - got, 0);
@@ -700,7 +713,7 @@ otlp_main(void *arg)
         o->head = (o->head + n) % o->cap;
         o->count -= n;
         if (stopping) {
-            /* at exit one batch more, within one timeout; the rest is dropped */
+            /* at exit one batch more, within the stop's grace; the rest is dropped */
             __atomic_fetch_add(&o->dropped, o->count, __ATOMIC_RELAXED);
             o->count = 0;
             break;
@@ -767,6 +780,7 @@ lg_otlp_stop(struct lg_otlp *o)
     }
     pthread_mutex_lock(&o->lock);
     o->stop = true;
+    __atomic_store_n(&o->stop_deadline_ms, otlp_mono_ms() + OTLP_STOP_GRACE_MS, __ATOMIC_RELAXED);
     pthread_cond_signal(&o->wake);
     pthread_mutex_unlock(&o->lock);
     pthread_join(o->thread, NULL);

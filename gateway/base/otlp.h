@@ -196,7 +196,8 @@ bool lg_otlp_check_url(const char *url, char *why, size_t whysz);
  */
 int lg_otlp_start(const struct lg_tracing_conf *conf, struct lg_otlp **out);
 
-/* Sends what waits (within one timeout), stops the thread, frees it. NULL: nothing. */
+/* Stops the thread within about half a second (an export in flight may end,
+ * one batch more is sent, the rest dropped) and frees it. NULL: nothing. */
 void lg_otlp_stop(struct lg_otlp *o);
 
 /* Queues a copy of s, or counts it dropped. Any thread; never blocks on I/O. */
