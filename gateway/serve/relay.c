@@ -95,16 +95,23 @@ relay_quota_headers(struct relay_head *h, const struct lg_request *req)
     head_add(h, buf, lg_quota_headers(req, buf, sizeof(buf)));
 }
 
-/* The attempt's traceparent (and the client's tracestate), after a line's end. */
+/* The attempt's traceparent (and the client's tracestate), after a line's end:
+ * written in place when the head has room, else through a copy. */
 static __attribute__((noinline)) void
 relay_trace_headers(struct relay_head *h, const struct lg_request *req, const struct lg_attempt *a)
 {
     char buf[2 + 13 + LG_TRACEPARENT_LEN + 2 + 12 + LG_TRACESTATE_MAX + 2];
-    size_t n = lg_trace_headers(req, a, buf + 2, sizeof(buf) - 2);
+    char *at = h->n + sizeof(buf) <= sizeof(h->buf) ? h->buf + h->n : buf;
+    size_t n = lg_trace_headers(req, a, at + 2, sizeof(buf) - 2);
 
-    if (n > 0) {
-        memcpy(buf, "\r\n", 2);
-        head_add(h, buf, n); /* "\r\n" + first header's line, its CRLF then dropped */
+    if (n == 0) {
+        return;
+    }
+    memcpy(at, "\r\n", 2); /* "\r\n" + the lines, the last one's CRLF dropped */
+    if (at == buf) {
+        head_add(h, buf, n);
+    } else {
+        h->n += n;
     }
 }
 

@@ -156,7 +156,11 @@ lg_trace_begin(struct lg_client *c)
             return; /* not sampled, nothing to continue or replace: no trace */
         }
     }
-    t = lg_xcalloc(1, sizeof(*t));
+    t = lg_xmalloc(sizeof(*t)); /* all but the state's bytes set here (state_len says how many) */
+    t->parent_id = 0;
+    t->state_len = 0;
+    t->t_hold = 0;
+    t->t_last_end = 0;
     if (continued) {
         memcpy(t->trace_id, in.trace_id, 16);
         t->parent_id = in.parent_id;
