@@ -268,9 +268,8 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))
-            || (req->tries.trace != NULL && lg_trace_is_header(name, h->name_len))) {
-            continue; /* a traced request's context is the attempt's (below) */
+                && lg_str_ieq(name, h->name_len, "authorization"))) {
+            continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);
         head_add(&hb, ": ", 2);

@@ -72,8 +72,9 @@ trace_span_id(void)
 
 /* ---- context in ---------------------------------------------------------- */
 
-bool
-lg_trace_is_header(const char *name, size_t n)
+/* Whether a header is one the trace replaces (traceparent, tracestate). */
+static bool
+trace_is_header(const char *name, size_t n)
 {
     return lg_str_ieq(name, n, "traceparent") || lg_str_ieq(name, n, "tracestate");
 }
@@ -101,6 +102,19 @@ trace_state_in(struct lg_trace *t, const struct lg_hdrs *hs)
     }
     if (n > 0 && lg_tracestate_valid(t->state, n)) {
         t->state_len = (uint16_t)n;
+    }
+}
+
+/* The client's context is not forwarded: each attempt sends its own (relay.c skips hop headers). */
+static void
+trace_hide_inbound(struct lg_hdrs *hs)
+{
+    for (uint32_t i = 0; i < hs->n; i++) {
+        struct lg_hdr *h = &hs->h[i];
+
+        if (trace_is_header(lg_hdrs_name(hs, h), h->name_len)) {
+            h->hop = true;
+        }
     }
 }
 
@@ -182,6 +196,9 @@ lg_trace_begin(struct lg_client *c)
     t->span_id = trace_span_id();
     t->operation = trace_operation(req);
     req->tries.trace = t;
+    if (inbound) {
+        trace_hide_inbound(&req->hdrs);
+    }
 }
 
 void

@@ -45,7 +45,4 @@ void lg_trace_release(struct lg_request *req);
 size_t lg_trace_headers(const struct lg_request *req, const struct lg_attempt *a, char *buf,
                         size_t n);
 
-/* Whether a header name is one the trace replaces (traceparent, tracestate). */
-bool lg_trace_is_header(const char *name, size_t n);
-
 #endif /* LG_TRACE_H */
