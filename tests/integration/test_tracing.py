@@ -219,9 +219,12 @@ class Tracing(Harness):
             self.assertEqual(post_json(port, CHAT, harness.chat_body())[0], 200)
         # an inbound trace not sampled goes on to the engine, unsampled, and is not exported;
         # a malformed traceparent (uppercase) is not continued
+        # (with a malformed tracestate: an uppercase key; dropped, not forwarded)
         for tp in ("00-%s-%s-00" % (TRACE, PARENT), "00-%s-%s-01" % (TRACE.upper(), PARENT)):
             self.assertEqual(post_json(port, CHAT, harness.chat_body(),
-                                       headers={"traceparent": tp})[0], 200)
+                                       headers={"traceparent": tp, "tracestate": "Rojo=1"})[0],
+                             200)
+        self.assertNotIn(b"ojo=1", b"".join(bytes(d) for d in rec.downstream))
         (_, t1, _, f1), (_, t2, _, f2) = self.sent_traceparents(rec)
         self.assertEqual((t1.decode(), f1), (TRACE, b"00"))
         self.assertEqual(f2, b"00")  # the malformed one replaced by a trace of the gateway's
