@@ -8,6 +8,7 @@ answers costs the requests nothing: the spans are counted failed or dropped.
 The replicas are llmsim, each behind a RecordingProxy that keeps what the
 gateway sent it (the engine's traceparent)."""
 
+import json
 import re
 import socket
 import threading
@@ -262,6 +263,25 @@ class Tracing(Harness):
             self.assertEqual(post_json(port, CHAT, harness.chat_body(max_tokens=2))[0], 200)
         wait_until(lambda: metric(scrape(admin), "llmgate_trace_spans_total",
                                   outcome="failed") >= 9, what="9 spans failed")
+
+    def test_a_reload_keeps_the_tracing_in_force(self):
+        col = self.collector()
+        rec = self.replica("r1")
+        port, admin = self.gateway([rec], {"endpoint": "http://127.0.0.1:%d" % col.port})
+        with open(self.path("llmgate.json")) as f:
+            conf = json.load(f)
+        conf["tracing"]["sample_ratio"] = 0.5
+        self.write_config(conf)
+        status, _, obj, _ = post_json(admin, "/admin/reload", {})
+        self.assertEqual((status, obj["ok"]), (422, False))
+        self.assertTrue(any("error: /tracing: tracing is set up at start" in e
+                            for e in obj["errors"]), obj["errors"])
+        # the same section (the rest changed) reloads
+        conf["tracing"]["sample_ratio"] = 1
+        conf["backends"][0]["weight"] = 2
+        self.write_config(conf)
+        status, _, obj, _ = post_json(admin, "/admin/reload", {})
+        self.assertEqual((status, obj["ok"]), (200, True), obj)
 
     def test_config_errors_point_at_the_key(self):
         conf = self.base_config([{"name": "r1", "url": "http://127.0.0.1:1", "models": ["m"]}],
