@@ -145,6 +145,7 @@ lg_trace_begin(struct lg_client *c)
     const struct lg_hdr *h = NULL;
     struct lg_trace *t;
     bool continued = false, sampled = true, inbound = false;
+    uint32_t nparents = 0;
 
     if (o == NULL) {
         return;
@@ -154,7 +155,7 @@ lg_trace_begin(struct lg_client *c)
         const struct lg_hdr *x = &req->hdrs.h[i];
 
         if (lg_str_ieq(lg_hdrs_name(&req->hdrs, x), x->name_len, "traceparent")) {
-            h = !inbound ? x : NULL;
+            h = nparents++ == 0 ? x : NULL;
             inbound = true;
         } else if (lg_str_ieq(lg_hdrs_name(&req->hdrs, x), x->name_len, "tracestate")) {
             inbound = true;

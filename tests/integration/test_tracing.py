@@ -75,9 +75,10 @@ class Tracing(Harness):
         port, _ = self.gateway([rec], {"endpoint": "http://127.0.0.1:%d" % col.port,
                                        "interval": "20ms", "sample_ratio": 0,
                                        "headers": {"x-collector-key": "k1"}})
+        # (tracestate first: the order of the two headers does not matter)
         status, _, body, _ = post_json(port, CHAT, harness.chat_body(stream=False), headers={
-            "traceparent": "00-%s-%s-01" % (TRACE, PARENT),
-            "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"})
+            "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+            "traceparent": "00-%s-%s-01" % (TRACE, PARENT)})
         self.assertEqual(status, 200, body)
         spans = self.wait_trace(col, TRACE, 3)
         self.assertEqual(col.errors, [])
