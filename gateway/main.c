@@ -37,6 +37,7 @@
 #include "serve/admission.h"
 #include "serve/respmap.h"
 #include "serve/budgetstore.h"
+#include "base/otlp.h"
 #include "serve/connlimit.h"
 #include "serve/gateway.h"
 #include "serve/keys.h"
@@ -394,6 +395,10 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
         goto out_fleet;
     }
+    if (gw.conf->tracing.endpoint != NULL
+        && lg_otlp_start(&gw.conf->tracing, &gw.tracer) != LG_OK) {
+        goto out_fleet;
+    }
     if ((closed_fds & (1u << STDOUT_FILENO)) && gw.conf->access_log.path != NULL
         && strcmp(gw.conf->access_log.path, "-") == 0) {
         LG_WARN("standard output was closed: the access log (\"access_log\": \"-\", the "
@@ -479,6 +484,7 @@ out_listen:
     free(bound);
     lg_accesslog_close(gw.alog);
 out_fleet:
+    lg_otlp_stop(gw.tracer); /* the workers are gone: nothing submits */
     lg_reload_free(&gw);
     lg_budgetstore_stop(gw.budgetstore);
     lg_keys_free(gw.keys);

@@ -45,6 +45,9 @@ def main():
                     help="llmgate as a user gets it (run.py's llmgate-defaults: ttft, health "
                          "checks and scrapes, access log to a file, workers auto) instead of "
                          "the benchmark's round-robin configuration")
+    ap.add_argument("--tracing", action="store_true",
+                    help="llmgate with tracing on at 100%% sampling, its spans exported to a "
+                         "sink (run.py's llmgate-traced)")
     ap.add_argument("--body-bytes", type=int, default=300)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--stages", action="store_true",
@@ -73,7 +76,7 @@ def main():
             # llmgate under valgrind with the benchmark's config; instrumentation
             # starts after a warm-up, so the profile holds exactly a.requests
             kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults \
-                else "llmgate"
+                else "llmgate-traced" if a.tracing else "llmgate"
             c = run.start_contender(kind, 1, be.port, log_on=not a.no_log)
             conf = os.path.join(run.OUT, "run", "%s-w1" % kind, "llmgate.json")
             c.stop()
@@ -106,7 +109,8 @@ def main():
             body = ann[ann.find("file:function"):]
             print("\n".join(body.splitlines()[:a.top + 2]))
             return
-        kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults else "llmgate"
+        kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults \
+            else "llmgate-traced" if a.tracing else "llmgate"
         gw = run.start_contender(kind, 1, be.port, log_on=not a.no_log)
         load(a, gw.port, warm_only=True)
         data = os.path.join(run.OUT, "perf.data")

@@ -28,6 +28,7 @@
 #include "base/config_table.h"
 #include "base/config_value.h"
 #include "base/fail.h"
+#include "base/otlp.h"
 
 #define CONF_MAX_WORKERS LG_CONFIG_MAX_WORKERS
 
@@ -785,6 +786,42 @@ conf_check_sfz(struct lg_conf_ctx *ctx, void *base, bool clean)
     }
 }
 
+/* tracing.headers: {"name": "value"}, each name an HTTP token, each value printable. */
+static void
+conf_check_tracing(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_tracing_conf *t = base;
+    const char *name;
+    json_t *v;
+    char sfx[300];
+
+    (void)clean;
+    if (t->headers == NULL) {
+        return;
+    }
+    json_object_foreach(t->headers, name, v) {
+        const char *s = json_string_value(v);
+        bool ok = name[0] != '\0' && strlen(name) < 128;
+
+        for (const char *p = name; ok && *p; p++) {
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
+                 || strchr("!#$%&'*+-.^_`|~", *p) != NULL;
+        }
+        snprintf(sfx, sizeof(sfx), "/headers/%.200s", name);
+        if (!ok) {
+            conf_error_at(ctx, sfx, "a header name is 1..127 bytes of an HTTP token");
+            continue;
+        }
+        ok = s != NULL && strlen(s) < 1024;
+        for (const char *p = s; ok && *p; p++) {
+            ok = (unsigned char)*p >= 0x20 && *p != 0x7f;
+        }
+        if (!ok) {
+            conf_error_at(ctx, sfx, "a header value is a string of printable bytes, under 1 KiB");
+        }
+    }
+}
+
 #define ZM(f) offsetof(struct lg_sfz_model_conf, f)
 static const struct lg_conf_field conf_sfz_model_fields[] = {
     { "model", LG_CONF_STR, ZM(model), .required = true },
@@ -814,6 +851,23 @@ static const struct lg_conf_field conf_sfz_fields[] = {
 #undef ZF
 static const struct lg_conf_table conf_sfz_table = { sizeof(struct lg_sfz_conf), conf_sfz_fields,
                                                      conf_check_sfz };
+#define TR(f) offsetof(struct lg_tracing_conf, f)
+static const struct lg_conf_field conf_tracing_fields[] = {
+    { "endpoint", LG_CONF_STR, TR(endpoint), .required = false, .check = lg_otlp_check_url },
+    { "headers", LG_CONF_JSON, TR(headers), .required = false },
+    { "sample_ratio", LG_CONF_DOUBLE, TR(sample_ratio), .def = 1, .min = 0, .max = 1 },
+    { "service_name", LG_CONF_STR, TR(service_name), .def_str = "llmgate" },
+    { "queue", LG_CONF_UINT, TR(queue), .def = 4096, .min = 16, .max = 1000000 },
+    { "batch", LG_CONF_UINT, TR(batch), .def = 512, .min = 1, .max = 100000 },
+    { "interval", LG_CONF_DURATION, TR(interval_ms), .def = CONF_S(1), .min = CONF_MS(10),
+      .max = CONF_M(1) },
+    { "timeout", LG_CONF_DURATION, TR(timeout_ms), .def = CONF_S(2), .min = CONF_MS(10),
+      .max = CONF_M(1) },
+    { .name = NULL },
+};
+#undef TR
+static const struct lg_conf_table conf_tracing_table = { sizeof(struct lg_tracing_conf),
+                                                         conf_tracing_fields, conf_check_tracing };
 
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
@@ -835,6 +889,8 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
     { "scale_from_zero", LG_CONF_OBJECT, CF(scale_from_zero), .sub = &conf_sfz_table },
+    { "tracing", LG_CONF_OBJECT, CF(tracing), .sub = &conf_tracing_table,
+      .shorthand = "endpoint" },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },

@@ -278,6 +278,21 @@ struct lg_sfz_conf {
     size_t nmodels;
 };
 
+/* Traces exported over OTLP/HTTP JSON (base/otlp.c, serve/trace.c); read at start. */
+struct lg_tracing_conf {
+    char *endpoint;          /* the collector's URL, "http://host:port[/path]" (no path:
+                                /v1/traces); NULL: tracing off */
+    json_t *headers;         /* borrowed from the root: {"name": "value"} sent with each
+                                export; NULL: none */
+    double sample_ratio;     /* of the traces started here, the share sampled (an inbound
+                                traceparent's sampled flag is followed instead) */
+    char *service_name;      /* the resource's service.name */
+    uint32_t queue;          /* spans waiting for export at most; past it they are dropped */
+    uint32_t batch;          /* spans in one export at most */
+    uint64_t interval_ms;    /* spans waiting leave at least this often */
+    uint64_t timeout_ms;     /* one export: connect, send and the answer */
+};
+
 #define LG_CONFIG_MAX_WORKERS 256
 
 struct lg_config {
@@ -305,6 +320,7 @@ struct lg_config {
     struct lg_auth_conf auth;
     struct lg_budgets_conf budgets;
     struct lg_sfz_conf scale_from_zero;
+    struct lg_tracing_conf tracing;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

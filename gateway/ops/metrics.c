@@ -20,6 +20,7 @@
 
 #include "base/accesslog.h"
 #include "base/config.h"
+#include "base/otlp.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -39,6 +40,29 @@ static void
 mx_family(struct evbuffer *out, const char *name, const char *type, const char *help)
 {
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The span exporter's counts (tracing on only). */
+static void
+mx_tracing(struct evbuffer *out, struct lg_gateway *gw)
+{
+    struct lg_otlp_stats st;
+
+    lg_otlp_get_stats(gw->tracer, &st);
+    mx_family(out, "llmgate_trace_spans_total", "counter",
+              "Spans by outcome: queued for export, dropped (the export queue was full), "
+              "exported (the collector took them), failed (their export failed).");
+    evbuffer_add_printf(out,
+                        "llmgate_trace_spans_total{outcome=\"queued\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"dropped\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"exported\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"failed\"} %" PRIu64 "\n",
+                        st.submitted, st.dropped, st.exported, st.failed);
+    mx_family(out, "llmgate_trace_exports_total", "counter",
+              "Exports to the collector tried (one POST each).");
+    evbuffer_add_printf(out, "llmgate_trace_exports_total %" PRIu64 "\n", st.exports);
+    mx_family(out, "llmgate_trace_queue_spans", "gauge", "Spans waiting for export.");
+    evbuffer_add_printf(out, "llmgate_trace_queue_spans %u\n", st.queued);
 }
 
 /* A label value, escaped as the text format wants (backslash, quote, newline). */
@@ -416,6 +440,9 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
               "held by scale_from_zero).");
     evbuffer_add_printf(out, "llmgate_queue_waiting %u\n", lg_admission_waiting(gw->admission));
     mx_scale_from_zero(out, gw, f);
+    if (gw->tracer != NULL) {
+        mx_tracing(out, gw);
+    }
     mx_family(out, "llmgate_connections_accepted_total", "counter", "Client connections accepted.");
     evbuffer_add_printf(out, "llmgate_connections_accepted_total %" PRIu64 "\n", sum.accepted);
     mx_family(out, "llmgate_connections_refused_total", "counter",

@@ -36,6 +36,7 @@ struct lg_backend;
 struct lg_client;
 struct lg_fleet;
 struct lg_hedge;
+struct lg_trace;
 struct lg_model_route;
 struct lg_upconn;
 
@@ -88,6 +89,8 @@ struct lg_req_tries {
                                     what it allocates is freed at the request's release) */
     struct lg_attempt_log *log;  /* owned: the ended ones no longer current, while the
                                     access log is on (attempt.c); NULL: none */
+    struct lg_trace *trace;      /* owned by trace.c: the trace its attempts carry on, and
+                                    its spans' context; NULL: tracing off or not traced */
     uint64_t resume_pause_ns;    /* the pauses the client saw, last token to first after */
     uint64_t resume_events;      /* content events relayed before the last continuation */
 };

@@ -74,6 +74,7 @@
 #include "serve/respmap.h"
 #include "serve/resume.h"
 #include "serve/session.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -311,6 +312,7 @@ proxy_start(struct lg_client *c)
 
     req->fleet = lg_fleet_ref(c->w->fleet);
     conf = req->fleet->conf;
+    lg_trace_begin(c); /* nothing when tracing is off */
     proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
     req->models = route; /* the one look-up: lg_attempt_route() from now on */
@@ -362,6 +364,7 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
     struct lg_attempt *a;
+    uint64_t t0;
     int rc;
 
     if ((req->flags & LG_REQ_F_FOLLOW_UP) && req->att != NULL && req->tries.n == 0) {
@@ -376,12 +379,19 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     }
     a = lg_attempt_next(c, kind);
     a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
+    t0 = req->tries.trace != NULL ? lg_now_ns() : 0;
     rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
                         &a->pick);
 
+    if (req->tries.trace != NULL) {
+        lg_trace_pick(c, a, rc, t0);
+    }
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
+        if (req->tries.trace != NULL && c->req.waiter != NULL) {
+            lg_trace_held(c);
+        }
         return; /* waits for a backend slot (admission.c), or was refused */
     }
     if (rc == LG_OK && (req->flags & LG_REQ_F_FOLLOW_UP)) {
@@ -420,6 +430,9 @@ proxy_admitted(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
+    if (req->tries.trace != NULL) {
+        lg_trace_admitted(c);
+    }
     if (req->tries.n == 0 && req->fleet != c->w->fleet) {
         lg_fleet_unref(req->fleet);
         req->fleet = lg_fleet_ref(c->w->fleet);
@@ -448,6 +461,10 @@ proxy_launch(struct lg_client *c, struct lg_attempt *a)
 
     lg_attempt_set_tried(c, b, true);
     lg_attempt_begin(c, a);
+    a->span_id = 0;
+    if (c->req.tries.trace != NULL) {
+        lg_trace_launch(c, a); /* its own span id, sent on as the engine's parent */
+    }
     /* 5. upstream: a pooled connection, or a new one, carries the request */
     if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
@@ -860,6 +877,10 @@ proxy_release(struct lg_client *c)
 
     lg_admission_cancel(c);
     proxy_abort(c, LG_FAIL_ABORTED);
+    if (req->tries.trace != NULL) {
+        lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
+        lg_trace_release(req);
+    }
     lg_resume_release(c);
     lg_hedge_free(c);
     req->att = NULL;

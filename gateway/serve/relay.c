@@ -27,11 +27,13 @@
 #include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/httphdr.h"
+#include "http/tracectx.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
 #include "serve/quota.h"
 #include "serve/respmap.h"
 #include "serve/resume.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -100,6 +102,26 @@ relay_quota_headers(struct relay_head *h, const struct lg_request *req)
     char buf[512];
 
     head_add(h, buf, lg_quota_headers(req, buf, sizeof(buf)));
+}
+
+/* The attempt's traceparent (and the client's tracestate), after a line's end:
+ * written in place when the head has room, else through a copy. */
+static __attribute__((noinline)) void
+relay_trace_headers(struct relay_head *h, const struct lg_request *req, const struct lg_attempt *a)
+{
+    char buf[2 + 13 + LG_TRACEPARENT_LEN + 2 + 12 + LG_TRACESTATE_MAX + 2];
+    char *at = h->n + sizeof(buf) <= sizeof(h->buf) ? h->buf + h->n : buf;
+    size_t n = lg_trace_headers(req, a, at + 2, sizeof(buf) - 2);
+
+    if (n == 0) {
+        return;
+    }
+    memcpy(at, "\r\n", 2); /* "\r\n" + the lines, the last one's CRLF dropped */
+    if (at == buf) {
+        head_add(h, buf, n);
+    } else {
+        h->n += n;
+    }
 }
 
 static void
@@ -309,7 +331,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
                 && (lg_str_ieq(name, h->name_len, "authorization")
                     || lg_str_ieq(name, h->name_len, "x-api-key")))) {
-            continue;
+            continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);
         head_add(&hb, ": ", 2);
@@ -331,6 +353,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     if (bc->api_key != NULL) {
         head_add(&hb, "\r\nAuthorization: Bearer ", 24);
         head_str(&hb, bc->api_key);
+    }
+    if (req->tries.trace != NULL) {
+        relay_trace_headers(&hb, req, u->attempt);
     }
     if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);

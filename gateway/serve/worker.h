@@ -32,6 +32,7 @@ struct lg_keys;
 struct lg_budgetstore;
 struct lg_admission;
 struct lg_wakeup;
+struct lg_otlp;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
@@ -137,6 +138,7 @@ struct lg_gateway {
     struct lg_admission *admission; /* owned: the admission queue */
     struct lg_wakeup *wakeup;       /* owned: scale from zero's webhook (main thread's base) */
     struct lg_accesslog *alog;      /* owned; NULL when off */
+    struct lg_otlp *tracer;         /* owned: the span exporter; NULL: tracing off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
     struct lg_respmap *respmap;     /* owned: where Responses API answers were made
