@@ -420,7 +420,7 @@ lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a)
 static int64_t
 trace_tokens(const struct lg_request *req, bool input)
 {
-    const struct lg_json_probe *p = (req->flags & LG_REQ_F_SSE) ? &req->sse.probe : &req->probe;
+    const struct lg_json_probe *p = (req->flags & LG_REQ_F_SSE) ? &req->scan.sse.probe : &req->scan.probe;
 
     return input ? p->prompt_tokens : p->completion_tokens;
 }
