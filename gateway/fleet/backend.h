@@ -22,6 +22,7 @@
 struct lg_upconn;
 struct lg_health;
 struct ssl_ctx_st;
+struct lg_backend_conf_old;
 
 TAILQ_HEAD(lg_upconn_tailq, lg_upconn);
 
@@ -142,8 +143,13 @@ struct lg_backend_stats {
 };
 
 struct lg_backend {
-    char *name;                  /* owned */
-    struct lg_backend_conf conf; /* owned deep copy: outlives the config it came from */
+    const char *name; /* its settings' name: the same in every one (reuse is by name) */
+    /* atomic (read it with lg_backend_conf()): the settings in force, a deep
+     * copy that outlives the config it came from. A reload that keeps the
+     * backend puts its new settings in force (lg_backend_reconf) */
+    struct lg_backend_conf *conf;
+    struct lg_backend_conf_old *old_confs; /* owned: settings replaced, freed with the
+                                              backend (a reader may still hold one) */
     uint32_t index;              /* position in the fleet that created it */
     uint32_t id;                 /* unique for the process: survives reloads */
     int refcnt;                  /* atomic: fleets and in-flight requests */
@@ -212,7 +218,7 @@ struct lg_backend {
 
 /* One model name and the backends serving it (borrowed from the fleet). */
 struct lg_model_route {
-    const char *model;            /* borrowed from a backend's conf */
+    const char *model;            /* borrowed from the fleet's config */
     struct lg_backend **backends; /* owned array of borrowed pointers */
     size_t n;
     uint32_t prior_seq;        /* atomic: odd while prior is being written */
@@ -246,6 +252,26 @@ double lg_backend_ramp(const struct lg_backend *b, uint64_t now_ns, uint64_t slo
 /* Earliest time b may take requests again (now if available). */
 uint64_t lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns,
                                  uint64_t down_retry_ns);
+
+/* The settings in force (any thread): valid while the caller holds b. */
+static inline const struct lg_backend_conf *
+lg_backend_conf(const struct lg_backend *b)
+{
+    return __atomic_load_n(&b->conf, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * A reload keeps b (same name and URL, lg_fleet_new) and puts the new
+ * fleet in force (control thread): b takes bc's settings (deep-copied),
+ * every one of them, while its live state (in-flight requests, estimates,
+ * health, counters, pools) carries over. Nothing happens when they are the
+ * same. The settings replaced stay allocated until b goes: a worker may be
+ * reading them.
+ */
+void lg_backend_reconf(struct lg_backend *b, const struct lg_backend_conf *bc);
+/* Whether a and b connect the same way over TLS (what a kept backend's
+ * client context was made from, set once: a change makes a new backend). */
+bool lg_backend_conf_same_tls(const struct lg_backend_conf *a, const struct lg_backend_conf *b);
 
 /* Counter helpers (relaxed atomics). */
 #define LG_STAT_ADD(b, field, n) __atomic_fetch_add(&(b)->stats.field, (n), __ATOMIC_RELAXED)

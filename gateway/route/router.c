@@ -286,7 +286,9 @@ router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried 
     if (!lg_backend_is_available(b, now)) {
         return false;
     }
-    return b->conf.max_inflight == 0 || lg_backend_inflight(b) < b->conf.max_inflight;
+    uint32_t max = lg_backend_conf(b)->max_inflight;
+
+    return max == 0 || lg_backend_inflight(b) < max;
 }
 
 bool
@@ -996,7 +998,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             soonest = LG_MIN(soonest, lg_backend_available_at(b, now, r->down_retry_ns));
             continue;
         }
-        if (b->conf.max_inflight != 0 && lg_backend_inflight(b) >= b->conf.max_inflight) {
+        uint32_t max = lg_backend_conf(b)->max_inflight;
+
+        if (max != 0 && lg_backend_inflight(b) >= max) {
             nfull++;
             continue;
         }

@@ -411,7 +411,7 @@ test_engine_model_scale(void)
 static int
 test_model_misses(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
     struct lg_backend_view v;
     struct lg_engine_model_view m;
@@ -478,7 +478,7 @@ test_model_misses(void)
 static int
 test_step_per_seq(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     uint64_t t = lg_now_ns();
 
     LG_CHECK(lg_backend_step_per_seq(b, t) == 0);
@@ -521,7 +521,7 @@ same_view(const struct lg_backend_view *a, const struct lg_engine_model_view *am
 static int
 test_view_reuse(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
     struct lg_backend_engine eng = { .waiting = 0, .running = 0, .kv_usage = 0.1 };
     struct lg_backend_view v, w;
