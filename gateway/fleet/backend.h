@@ -127,6 +127,8 @@ struct lg_backend_peers {
 #define LG_BACKEND_END_SLOTS    128 /* requests whose end is predicted, counted one by one */
 #define LG_BACKEND_PACE_BATCHES 16  /* batch sizes the pace is kept for */
 #define LG_BACKEND_GONE_SLOTS   64  /* latest ends of requests of ours kept (scrapes) */
+_Static_assert(LG_BACKEND_DUE_SLOTS % 64 == 0 && LG_BACKEND_END_SLOTS % 64 == 0,
+               "slots are tracked 64 to a word");
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -195,6 +197,13 @@ struct lg_backend {
     /* atomic: what the engine still has to do for each streamed request of
      * ours there, 0 = free (lg_backend_seq_add) */
     uint64_t seqs[LG_BACKEND_END_SLOTS];
+    /* atomic: which slots of due, ends and seqs are taken, a bit each: a
+     * slot is claimed by setting its bit (then its word is written) and
+     * freed by clearing its word, then its bit; the scans walk the bits
+     * set, not every slot (backend_inflight.c) */
+    uint64_t due_used[LG_BACKEND_DUE_SLOTS / 64];
+    uint64_t ends_used[LG_BACKEND_END_SLOTS / 64];
+    uint64_t seqs_used[LG_BACKEND_END_SLOTS / 64];
     /* atomic: bumped (release) after each change of what a view reads
      * (backend_view.c) that has no sequence counter of its own: the in-flight
      * count, ages, due, ends, seqs, token_t_ns, the pace. A view cached under

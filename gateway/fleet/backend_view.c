@@ -45,6 +45,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
                      uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
                      struct lg_engine_model_view *m)
 {
+    const struct lg_backend_conf *bc = lg_backend_conf(b);
     struct lg_backend_est est;
     struct lg_backend_engine eng;
     struct lg_est_value tv;
@@ -65,8 +66,6 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     m->version = LG_ENGINE_MODEL_VERSION;
     v->name = b->name;
     v->id = b->id;
-    const struct lg_backend_conf *bc = lg_backend_conf(b);
-
     v->weight = bc->weight ? bc->weight : 1;
     v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
     v->inflight = lg_backend_inflight(b);
