@@ -413,34 +413,58 @@ router_round(double x)
     return copysign(t, x); /* round(-0.2) is -0.0 */
 }
 
+/* "00".."99": two digits a step (a division by 100 where two by 10 were). */
+static const char router_digits2[201] =
+    "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
+    "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+static inline void
+router_put2(char *p, unsigned v)
+{
+    memcpy(p, router_digits2 + 2 * v, 2);
+}
+
 /*
  * Writes v (0 <= v < 1e18, three decimals in milli) at p: the integer part,
  * then ".ddd" with its trailing zeros dropped; returns the end. Digits go
- * straight into the buffer, highest first (no copy through a scratch array).
+ * straight into the buffer, two at a time from the lowest, the length
+ * counted first (no copy through a scratch array).
  */
 static inline char *
 router_dec_put(char *p, uint64_t milli)
 {
-    uint64_t whole = milli / 1000, t = whole;
-    size_t nd = 1;
+    uint64_t whole = milli / 1000, t;
+    unsigned frac = (unsigned)(milli % 1000);
+    size_t nd;
     char *e;
 
-    milli %= 1000;
-    while (t >= 10) {
-        t /= 10;
-        nd++;
+    if (whole < 10) {
+        nd = 1;
+    } else if (whole < 100) {
+        nd = 2;
+    } else if (whole < 1000) {
+        nd = 3;
+    } else {
+        for (nd = 4, t = whole / 10000; t != 0; t /= 10) {
+            nd++;
+        }
     }
     e = p + nd;
-    do {
-        *--e = (char)('0' + whole % 10);
-        whole /= 10;
-    } while (whole != 0);
+    while (whole >= 100) {
+        e -= 2;
+        router_put2(e, (unsigned)(whole % 100));
+        whole /= 100;
+    }
+    if (whole >= 10) {
+        router_put2(e - 2, (unsigned)whole);
+    } else {
+        e[-1] = (char)('0' + whole);
+    }
     p += nd;
-    if (milli != 0) {
+    if (frac != 0) {
         p[0] = '.';
-        p[1] = (char)('0' + milli / 100);
-        p[2] = (char)('0' + milli / 10 % 10);
-        p[3] = (char)('0' + milli % 10);
+        router_put2(p + 1, frac / 10);
+        p[3] = (char)('0' + frac % 10);
         p += p[3] != '0' ? 4 : p[2] != '0' ? 3 : 2;
     }
     return p;
