@@ -470,23 +470,40 @@ router_dec_put(char *p, uint64_t milli)
     return p;
 }
 
-/* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
+/* Writes '-' (neg) and milli / 1000 with its three decimals (router_dec_put). */
 static void
-router_dec(struct router_buf *o, double v)
+router_dec_milli(struct router_buf *o, bool neg, uint64_t milli)
 {
     /* '-', 16 digits (below 1e15 + 1), '.', 3 decimals: 21 bytes at most */
     char tmp[32], *p, *start;
     bool direct = !o->full && o->cap - o->len > sizeof(tmp);
+
+    start = p = direct ? o->p + o->len : tmp;
+    if (neg) {
+        *p++ = '-';
+    }
+    p = router_dec_put(p, milli);
+    if (direct) {
+        o->len += (size_t)(p - start);
+    } else {
+        router_raw(o, tmp, (size_t)(p - tmp));
+    }
+}
+
+/* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
+static void
+router_dec(struct router_buf *o, double v)
+{
     uint64_t milli;
+    bool neg;
     double x;
 
     if (!isfinite(v)) {
         router_raw(o, "null", 4);
         return;
     }
-    start = p = direct ? o->p + o->len : tmp;
-    if (v < 0) {
-        *p++ = '-';
+    neg = v < 0;
+    if (neg) {
         v = -v;
     }
     if (v >= 1e15) {
@@ -496,12 +513,26 @@ router_dec(struct router_buf *o, double v)
     x = v * 1000.0;
     milli = (uint64_t)x;
     milli += x - (double)milli >= 0.5;
-    p = router_dec_put(p, milli);
-    if (direct) {
-        o->len += (size_t)(p - start);
-    } else {
-        router_raw(o, tmp, (size_t)(p - tmp));
+    router_dec_milli(o, neg, milli);
+}
+
+/*
+ * router_dec(o, router_round(v * scale) / scale), scale 1, 10, 100 or 1000
+ * (per: 1000 / scale): the same text, without the division and the second
+ * rounding. Below 1e12 the rounded t / scale * 1000 is within 0.01 of t *
+ * per, so router_dec's rounding gives t * per exactly; beyond, or not
+ * finite, router_dec writes it.
+ */
+static void
+router_dec_round(struct router_buf *o, double v, double scale, uint64_t per)
+{
+    double t = router_round(v * scale);
+
+    if (!(fabs(t) < 1e12)) {
+        router_dec(o, t / scale);
+        return;
     }
+    router_dec_milli(o, t < 0, (uint64_t)fabs(t) * per);
 }
 
 static inline void
@@ -514,6 +545,13 @@ router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 /* ,"key":v with key a literal: its prefix is one copy of known length */
 #define ROUTER_PUT_NUM(o, key, v) \
     router_put_num_pre((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v))
+
+/* ,"key":v rounded to 1 / scale (router_dec_round) */
+#define ROUTER_PUT_ROUND(o, key, v, scale)                                           \
+    do {                                                                             \
+        router_raw((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1);                \
+        router_dec_round((o), (v), (scale), (uint64_t)(1000 / (scale)));             \
+    } while (0)
 
 /* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
  * a step to admit it, and its own prefill. */
@@ -529,28 +567,26 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
                      const struct lg_engine_model_view *m, double kib)
 {
     if (m->wait_ms >= 0) {
-        ROUTER_PUT_NUM(o, "model_ms", router_round(router_model_ms(m, kib) * 10) / 10);
-        ROUTER_PUT_NUM(o, "step_ms", router_round(m->step_ms * 10) / 10);
+        ROUTER_PUT_ROUND(o, "model_ms", router_model_ms(m, kib), 10);
+        ROUTER_PUT_ROUND(o, "step_ms", m->step_ms, 10);
         if (m->slots != v->capacity) {
-            ROUTER_PUT_NUM(o, "model_slots", router_round(m->slots * 10) / 10);
+            ROUTER_PUT_ROUND(o, "model_slots", m->slots, 10);
         }
-        ROUTER_PUT_NUM(o, "prefill_ms",
-                       router_round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_ROUND(o, "prefill_ms", m->prefill_fixed_ms + m->prefill_ms_per_kib * kib, 10);
         if (fabs(m->scale - 1) >= 0.005) {
-            ROUTER_PUT_NUM(o, "model_scale", router_round(m->scale * 100) / 100);
+            ROUTER_PUT_ROUND(o, "model_scale", m->scale, 100);
         }
         if (m->joined > 0) {
             ROUTER_PUT_NUM(o, "model_joined", m->joined);
         }
     }
     if (m->measured_ms >= 0) {
-        ROUTER_PUT_NUM(o, "measured_ms",
-                       router_round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_ROUND(o, "measured_ms", m->measured_ms + m->measured_ms_per_kib * kib, 10);
     }
     if (m->err > 0 || m->measured_err > 0) {
         /* how far each has been off there lately (rms of the log ratio) */
-        ROUTER_PUT_NUM(o, "model_err", router_round(m->err * 100) / 100);
-        ROUTER_PUT_NUM(o, "measured_err", router_round(m->measured_err * 100) / 100);
+        ROUTER_PUT_ROUND(o, "model_err", m->err, 100);
+        ROUTER_PUT_ROUND(o, "measured_err", m->measured_err, 100);
     }
     if (m->flags & LG_MODEL_F_MISSES) {
         router_str(o, ",\"est\":\"measured\"");
@@ -568,44 +604,43 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
     router_str(o, v->name);
     router_raw(o, "\",\"inflight\":", 13);
     router_u64(o, v->inflight);
-    ROUTER_PUT_NUM(o, "foreign", router_round(v->foreign * 100) / 100);
+    ROUTER_PUT_ROUND(o, "foreign", v->foreign, 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
         ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
         ROUTER_PUT_NUM(o, "running", v->engine_running);
         ROUTER_PUT_NUM(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
         if (v->engine_kv_usage >= 0) {
-            ROUTER_PUT_NUM(o, "kv", router_round(v->engine_kv_usage * 1000) / 1000);
+            ROUTER_PUT_ROUND(o, "kv", v->engine_kv_usage, 1000);
         }
     } else {
         router_str(o, ",\"scrape\":\"stale\"");
     }
     if (v->capacity > 0) {
-        ROUTER_PUT_NUM(o, "slots", router_round(v->capacity * 10) / 10);
+        ROUTER_PUT_ROUND(o, "slots", v->capacity, 10);
         if (v->flags & LG_VIEW_F_CAP_GUESS) {
             router_str(o, ",\"slots_guessed\":true");
         }
     }
-    ROUTER_PUT_NUM(o, "ttft_ms",
-                   router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
-    ROUTER_PUT_NUM(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
+    ROUTER_PUT_ROUND(o, "ttft_ms", v->ttft_fixed_ms + v->ttft_ms_per_kib * kib, 10);
+    ROUTER_PUT_ROUND(o, "itl_ms", v->itl_ms, 10);
     if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
-        ROUTER_PUT_NUM(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
+        ROUTER_PUT_ROUND(o, "itl_own_ms", v->itl_own_ms, 10);
     }
     if (v->slot_wait_ms > 0) {
-        ROUTER_PUT_NUM(o, "slot_wait_ms", router_round(v->slot_wait_ms));
+        ROUTER_PUT_ROUND(o, "slot_wait_ms", v->slot_wait_ms, 1);
     }
     router_explain_model(o, v, &pk->m[i], kib);
     if (v->pending > 0) {
-        ROUTER_PUT_NUM(o, "pending_age_ms", router_round(v->pending_age_ms));
+        ROUTER_PUT_ROUND(o, "pending_age_ms", v->pending_age_ms, 1);
         if (v->work_ahead_ms >= 1) {
-            ROUTER_PUT_NUM(o, "work_ahead_ms", router_round(v->work_ahead_ms));
+            ROUTER_PUT_ROUND(o, "work_ahead_ms", v->work_ahead_ms, 1);
         }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
         router_str(o, ",\"half_open\":true");
     }
     if (v->flags & LG_VIEW_F_RAMPING) {
-        ROUTER_PUT_NUM(o, "ramp", router_round(v->ramp * 100) / 100);
+        ROUTER_PUT_ROUND(o, "ramp", v->ramp, 100);
     }
     if (pk->dropped[i] != NULL) {
         router_str(o, ",\"filtered\":\"");
@@ -621,7 +656,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_dec(o, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
-    ROUTER_PUT_NUM(o, "total", router_round(pk->total[i] * 100) / 100);
+    ROUTER_PUT_ROUND(o, "total", pk->total[i], 100);
     router_raw(o, "}", 1);
 }
 
