@@ -304,6 +304,8 @@ test_kept_backend_takes_new_settings(void)
     before = lg_backend_conf(b);
     lg_fleet_adopt(f1);
     LG_CHECK(lg_backend_conf(b) == before);
+    lg_fleet_unref(f0);
+    lg_config_unref(c0);
     /* https verified otherwise: another backend (its client context is made once) */
     {
         static const char tls_a[] =
