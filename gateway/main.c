@@ -261,7 +261,7 @@ main_tls_setup(struct lg_gateway *gw)
     for (size_t i = 0; i < gw->fleet->nbackends; i++) {
         struct lg_backend *b = gw->fleet->backends[i];
 
-        if (lg_tls_client_prepare(&b->conf, &b->tls_ctx) != LG_OK) {
+        if (lg_tls_client_prepare(lg_backend_conf(b), &b->tls_ctx) != LG_OK) {
             return LG_EINVAL;
         }
     }

@@ -130,6 +130,85 @@ backend_conf_free(struct lg_backend_conf *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* A backend's settings a reload replaced (lg_backend_reconf). */
+struct lg_backend_conf_old {
+    struct lg_backend_conf *conf;
+    struct lg_backend_conf_old *next;
+};
+
+static bool
+backend_str_same(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+bool
+lg_backend_conf_same_tls(const struct lg_backend_conf *a, const struct lg_backend_conf *b)
+{
+    return a->tls == b->tls && a->tls_insecure == b->tls_insecure
+           && backend_str_same(a->tls_ca_file, b->tls_ca_file)
+           && backend_str_same(a->tls_server_name, b->tls_server_name)
+           && backend_str_same(a->tls_cert, b->tls_cert)
+           && backend_str_same(a->tls_key, b->tls_key);
+}
+
+/* Every setting alike (the template a discovered backend came from aside:
+ * a backend's own fields hold all it is served with). */
+static bool
+backend_conf_same(const struct lg_backend_conf *a, const struct lg_backend_conf *b)
+{
+    if (!backend_str_same(a->name, b->name) || !backend_str_same(a->url, b->url)
+        || !backend_str_same(a->host, b->host) || a->port != b->port
+        || !backend_str_same(a->host_header, b->host_header)
+        || !backend_str_same(a->path_prefix ? a->path_prefix : "",
+                             b->path_prefix ? b->path_prefix : "")
+        || a->nmodels != b->nmodels || a->weight != b->weight
+        || a->max_inflight != b->max_inflight || a->flavor != b->flavor
+        || !backend_str_same(a->metrics_path, b->metrics_path)
+        || !backend_str_same(a->health_path, b->health_path)
+        || !backend_str_same(a->api_key, b->api_key) || !lg_backend_conf_same_tls(a, b)
+        || a->addrlen != b->addrlen || memcmp(&a->addr, &b->addr, a->addrlen) != 0
+        || a->enabled != b->enabled) {
+        return false;
+    }
+    for (size_t i = 0; i < a->nmodels; i++) {
+        if (strcmp(a->models[i], b->models[i]) != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void
+lg_backend_reconf(struct lg_backend *b, const struct lg_backend_conf *bc)
+{
+    struct lg_backend_conf *cur = b->conf; /* only this thread writes it */
+    struct lg_backend_conf *next;
+    struct lg_backend_conf_old *old;
+
+    if (backend_conf_same(cur, bc)) {
+        return;
+    }
+    next = lg_xcalloc(1, sizeof(*next));
+    backend_conf_copy(next, bc);
+    old = lg_xcalloc(1, sizeof(*old));
+    old->conf = cur;
+    old->next = b->old_confs;
+    b->old_confs = old;
+    __atomic_store_n(&b->conf, next, __ATOMIC_RELEASE);
+    if (next->flavor != cur->flavor) {
+        /* a configured engine: its scrapes parse that; auto: the next detects */
+        struct lg_backend_engine e;
+
+        pthread_mutex_lock(&b->eng_lock);
+        lg_backend_read_engine(b, &e);
+        e.flavor = (int32_t)next->flavor;
+        backend_seq_publish(&b->eng_seq, &b->eng_pub, &e, sizeof(e));
+        pthread_mutex_unlock(&b->eng_lock);
+    }
+    lg_backend_touch(b); /* views read the weight and the limit */
+}
+
 static uint32_t backend_next_id;
 
 struct lg_backend *
@@ -137,8 +216,9 @@ lg_backend_new(const struct lg_backend_conf *bc, unsigned nworkers)
 {
     struct lg_backend *b = lg_xcalloc(1, sizeof(*b));
 
-    backend_conf_copy(&b->conf, bc);
-    b->name = b->conf.name;
+    b->conf = lg_xcalloc(1, sizeof(*b->conf));
+    backend_conf_copy(b->conf, bc);
+    b->name = b->conf->name;
     b->id = __atomic_add_fetch(&backend_next_id, 1, __ATOMIC_RELAXED);
     b->refcnt = 1;
     pthread_mutex_init(&b->lock, NULL);
@@ -180,7 +260,16 @@ lg_backend_unref(struct lg_backend *b)
     free(b->pools);
     pthread_mutex_destroy(&b->lock);
     pthread_mutex_destroy(&b->eng_lock);
-    backend_conf_free(&b->conf);
+    while (b->old_confs != NULL) {
+        struct lg_backend_conf_old *old = b->old_confs;
+
+        b->old_confs = old->next;
+        backend_conf_free(old->conf);
+        free(old->conf);
+        free(old);
+    }
+    backend_conf_free(b->conf);
+    free(b->conf);
     free(b);
 }
 

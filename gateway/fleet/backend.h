@@ -22,6 +22,7 @@
 struct lg_upconn;
 struct lg_health;
 struct ssl_ctx_st;
+struct lg_backend_conf_old;
 
 TAILQ_HEAD(lg_upconn_tailq, lg_upconn);
 
@@ -126,6 +127,8 @@ struct lg_backend_peers {
 #define LG_BACKEND_END_SLOTS    128 /* requests whose end is predicted, counted one by one */
 #define LG_BACKEND_PACE_BATCHES 16  /* batch sizes the pace is kept for */
 #define LG_BACKEND_GONE_SLOTS   64  /* latest ends of requests of ours kept (scrapes) */
+_Static_assert(LG_BACKEND_DUE_SLOTS % 64 == 0 && LG_BACKEND_END_SLOTS % 64 == 0,
+               "slots are tracked 64 to a word");
 
 struct lg_backend_stats {
     uint64_t requests;                     /* dispatched attempts */
@@ -142,8 +145,13 @@ struct lg_backend_stats {
 };
 
 struct lg_backend {
-    char *name;                  /* owned */
-    struct lg_backend_conf conf; /* owned deep copy: outlives the config it came from */
+    const char *name; /* its settings' name: the same in every one (reuse is by name) */
+    /* atomic (read it with lg_backend_conf()): the settings in force, a deep
+     * copy that outlives the config it came from. A reload that keeps the
+     * backend puts its new settings in force (lg_backend_reconf) */
+    struct lg_backend_conf *conf;
+    struct lg_backend_conf_old *old_confs; /* owned: settings replaced, freed with the
+                                              backend (a reader may still hold one) */
     uint32_t index;              /* position in the fleet that created it */
     uint32_t id;                 /* unique for the process: survives reloads */
     int refcnt;                  /* atomic: fleets and in-flight requests */
@@ -189,6 +197,13 @@ struct lg_backend {
     /* atomic: what the engine still has to do for each streamed request of
      * ours there, 0 = free (lg_backend_seq_add) */
     uint64_t seqs[LG_BACKEND_END_SLOTS];
+    /* atomic: which slots of due, ends and seqs are taken, a bit each: a
+     * slot is claimed by setting its bit (then its word is written) and
+     * freed by clearing its word, then its bit; the scans walk the bits
+     * set, not every slot (backend_inflight.c) */
+    uint64_t due_used[LG_BACKEND_DUE_SLOTS / 64];
+    uint64_t ends_used[LG_BACKEND_END_SLOTS / 64];
+    uint64_t seqs_used[LG_BACKEND_END_SLOTS / 64];
     /* atomic: bumped (release) after each change of what a view reads
      * (backend_view.c) that has no sequence counter of its own: the in-flight
      * count, ages, due, ends, seqs, token_t_ns, the pace. A view cached under
@@ -212,7 +227,7 @@ struct lg_backend {
 
 /* One model name and the backends serving it (borrowed from the fleet). */
 struct lg_model_route {
-    const char *model;            /* borrowed from a backend's conf */
+    const char *model;            /* borrowed from the fleet's config */
     struct lg_backend **backends; /* owned array of borrowed pointers */
     size_t n;
     uint32_t prior_seq;        /* atomic: odd while prior is being written */
@@ -246,6 +261,26 @@ double lg_backend_ramp(const struct lg_backend *b, uint64_t now_ns, uint64_t slo
 /* Earliest time b may take requests again (now if available). */
 uint64_t lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns,
                                  uint64_t down_retry_ns);
+
+/* The settings in force (any thread): valid while the caller holds b. */
+static inline const struct lg_backend_conf *
+lg_backend_conf(const struct lg_backend *b)
+{
+    return __atomic_load_n(&b->conf, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * A reload keeps b (same name and URL, lg_fleet_new) and puts the new
+ * fleet in force (control thread): b takes bc's settings (deep-copied),
+ * every one of them, while its live state (in-flight requests, estimates,
+ * health, counters, pools) carries over. Nothing happens when they are the
+ * same. The settings replaced stay allocated until b goes: a worker may be
+ * reading them.
+ */
+void lg_backend_reconf(struct lg_backend *b, const struct lg_backend_conf *bc);
+/* Whether a and b connect the same way over TLS (what a kept backend's
+ * client context was made from, set once: a change makes a new backend). */
+bool lg_backend_conf_same_tls(const struct lg_backend_conf *a, const struct lg_backend_conf *b);
 
 /* Counter helpers (relaxed atomics). */
 #define LG_STAT_ADD(b, field, n) __atomic_fetch_add(&(b)->stats.field, (n), __ATOMIC_RELAXED)

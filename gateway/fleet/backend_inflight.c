@@ -112,30 +112,60 @@ lg_backend_started(const struct lg_backend *b, uint64_t now_ns)
 #define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
 #define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
 
-/* Claims a free (0) word of slots[n] for word, starting at hint; -1 if none. */
+/*
+ * Claims a free slot of slots[n] for word, the first from hint on: its bit
+ * in used[] (one per slot) is set, then the word written; -1 if none. The
+ * bit is the claim: a slot freed (backend_slot_free: word 0, then the bit
+ * cleared) is claimed again only after, so a word and its bit never
+ * disagree for long, and a scan walks the bits set (BACKEND_SLOTS_EACH)
+ * instead of every slot, skipping a slot whose word is still 0.
+ */
 static int
-backend_slot_claim(uint64_t *slots, unsigned n, uint64_t word, uint32_t hint)
+backend_slot_claim(uint64_t *slots, uint64_t *used, unsigned n, uint64_t word, uint32_t hint)
 {
     for (unsigned k = 0; k < n; k++) {
         unsigned i = (hint + k) % n;
-        uint64_t free_slot = 0;
+        uint64_t bit = 1ull << (i % 64);
+        uint64_t m = __atomic_load_n(&used[i / 64], __ATOMIC_RELAXED);
 
-        if (__atomic_load_n(&slots[i], __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(&slots[i], &free_slot, word, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED)) {
-            return (int)i;
+        while (!(m & bit)) {
+            if (__atomic_compare_exchange_n(&used[i / 64], &m, m | bit, true, __ATOMIC_ACQUIRE,
+                                            __ATOMIC_RELAXED)) {
+                __atomic_store_n(&slots[i], word, __ATOMIC_RELAXED);
+                return (int)i;
+            }
         }
     }
     return -1;
 }
+
+static void
+backend_slot_free(uint64_t *slots, uint64_t *used, int i)
+{
+    __atomic_store_n(&slots[i], 0, __ATOMIC_RELAXED);
+    __atomic_fetch_and(&used[i / 64], ~(1ull << (i % 64)), __ATOMIC_RELEASE);
+}
+
+/*
+ * For each taken slot of slots[n] (used: their bits), in the order of the
+ * slots, with its word in w (not 0): the scans of the views, which read a
+ * few requests' words out of 64 or 128 slots.
+ */
+#define BACKEND_SLOTS_EACH(slots, used, n, i, w)                                              \
+    for (unsigned i##_k = 0, i = 0; i##_k < (n) / 64; i##_k++)                                 \
+        for (uint64_t i##_m = __atomic_load_n(&(used)[i##_k], __ATOMIC_ACQUIRE), w = 0;        \
+             i##_m != 0 && (i = i##_k * 64 + (unsigned)__builtin_ctzll(i##_m), i##_m &= i##_m - 1, \
+                            w = __atomic_load_n(&(slots)[i], __ATOMIC_RELAXED), 1);             \
+             )                                                                                 \
+            if (w != 0)
 
 int
 lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
 {
     uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
     uint64_t due = pending_ms(t_ns) + service + 1;
-    int slot = backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
-                                  hint);
+    int slot = backend_slot_claim(b->due, b->due_used, LG_BACKEND_DUE_SLOTS,
+                                  (due << DUE_SERVICE_BITS) | service, hint);
 
     lg_backend_touch(b);
     return slot;
@@ -145,7 +175,7 @@ void
 lg_backend_due_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_DUE_SLOTS) {
-        __atomic_store_n(&b->due[slot], 0, __ATOMIC_RELAXED);
+        backend_slot_free(b->due, b->due_used, slot);
         lg_backend_touch(b);
     }
 }
@@ -156,13 +186,9 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 {
     uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
 
-    for (unsigned i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
-        uint64_t w = __atomic_load_n(&b->due[i], __ATOMIC_RELAXED);
+    BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
         uint64_t due, service, start, age;
 
-        if (w == 0) {
-            continue;
-        }
         due = w >> DUE_SERVICE_BITS;
         service = w & DUE_SERVICE_MAX;
         start = due - 1 - service;
@@ -187,7 +213,8 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 int
 lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
 {
-    int slot = backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
+    int slot = backend_slot_claim(b->ends, b->ends_used, LG_BACKEND_END_SLOTS,
+                                  pending_ms(end_ns) + 1, hint);
 
     lg_backend_touch(b);
     return slot;
@@ -206,7 +233,7 @@ void
 lg_backend_end_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
-        __atomic_store_n(&b->ends[slot], 0, __ATOMIC_RELAXED);
+        backend_slot_free(b->ends, b->ends_used, slot);
         lg_backend_touch(b);
     }
 }
@@ -222,14 +249,10 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
         return -1;
     }
     /* the k soonest, kept sorted in best[0..n) */
-    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
-        uint64_t w = __atomic_load_n(&b->ends[i], __ATOMIC_RELAXED);
+    BACKEND_SLOTS_EACH(b->ends, b->ends_used, LG_BACKEND_END_SLOTS, i, w) {
         uint64_t left;
         unsigned j;
 
-        if (w == 0) {
-            continue;
-        }
         left = w > now ? LG_MAX(w - now, gap) : gap;
         if (n == k && left >= best[k - 1]) {
             continue;
@@ -367,7 +390,7 @@ lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, u
     uint64_t left = LG_MIN(LG_MAX(max_tokens, 1u), SEQ_LEFT_MAX);
 
     int slot = backend_slot_claim(
-        b->seqs, LG_BACKEND_END_SLOTS,
+        b->seqs, b->seqs_used, LG_BACKEND_END_SLOTS,
         left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT | (pending_ms(t_ns) & SEQ_T_MASK), hint);
 
     lg_backend_touch(b);
@@ -401,7 +424,7 @@ void
 lg_backend_seq_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
-        __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+        backend_slot_free(b->seqs, b->seqs_used, slot);
         lg_backend_touch(b);
         backend_changed();
     }
@@ -416,12 +439,7 @@ lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct lg_seq_
     size_t n = 0;
     bool all = true;
 
-    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
-        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
-
-        if (w == 0) {
-            continue;
-        }
+    BACKEND_SLOTS_EACH(b->seqs, b->seqs_used, LG_BACKEND_END_SLOTS, i, w) {
         if (n == max) {
             all = false;
             break;
@@ -533,12 +551,8 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
         /* idle: it starts a step for the new one at once */
         return step_ms + (prefill_fixed_ms > 0 ? prefill_fixed_ms : 0);
     }
-    for (unsigned i = 0; i < LG_BACKEND_END_SLOTS; i++) {
-        uint64_t w = __atomic_load_n(&b->seqs[i], __ATOMIC_RELAXED);
-
-        if (w != 0) {
-            backend_model_add(w, now, step_ms, false, left, &nleft, queue, &nqueue);
-        }
+    BACKEND_SLOTS_EACH(b->seqs, b->seqs_used, LG_BACKEND_END_SLOTS, i, w) {
+        backend_model_add(w, now, step_ms, false, left, &nleft, queue, &nqueue);
     }
     /* a request of ours it does not see (no known length, not streamed, or
      * between its dispatch and its word): the line would be wrong */

@@ -45,6 +45,7 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
                      uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
                      struct lg_engine_model_view *m)
 {
+    const struct lg_backend_conf *bc = lg_backend_conf(b);
     struct lg_backend_est est;
     struct lg_backend_engine eng;
     struct lg_est_value tv;
@@ -65,10 +66,10 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     m->version = LG_ENGINE_MODEL_VERSION;
     v->name = b->name;
     v->id = b->id;
-    v->weight = b->conf.weight ? b->conf.weight : 1;
+    v->weight = bc->weight ? bc->weight : 1;
     v->ramp = lg_backend_ramp(b, now_ns, slow_start_ns);
     v->inflight = lg_backend_inflight(b);
-    v->max_inflight = b->conf.max_inflight;
+    v->max_inflight = bc->max_inflight;
     v->engine_waiting = eng.waiting;
     v->engine_running = eng.running;
     v->engine_kv_usage = eng.kv_usage;

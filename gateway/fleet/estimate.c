@@ -422,9 +422,10 @@ lg_est_curve_read(const struct lg_est_curve *c, uint64_t now_ns, double load, do
             prev_v = lo_v;
             lo = (ssize_t)i;
             lo_v = v;
-        } else if (hi < 0) {
-            hi = (ssize_t)i;
+        } else {
+            hi = (ssize_t)i; /* the bins after it change nothing read */
             hi_v = v;
+            break;
         }
     }
     if (lo < 0 && hi < 0) {

@@ -30,8 +30,12 @@ fleet_reuse(const struct lg_fleet *prev, const struct lg_backend_conf *bc)
     }
     for (size_t i = 0; i < prev->nbackends; i++) {
         struct lg_backend *b = prev->backends[i];
+        const struct lg_backend_conf *cur = lg_backend_conf(b);
 
-        if (strcmp(b->conf.name, bc->name) == 0 && strcmp(b->conf.url, bc->url) == 0) {
+        /* its TLS client context was made once from its settings: a change
+         * there makes a new backend */
+        if (strcmp(cur->name, bc->name) == 0 && strcmp(cur->url, bc->url) == 0
+            && lg_backend_conf_same_tls(cur, bc)) {
             return b;
         }
     }
@@ -44,27 +48,30 @@ fleet_index_models(struct lg_fleet *f)
     size_t cap = 0;
 
     for (size_t i = 0; i < f->nbackends; i++) {
-        cap += f->backends[i]->conf.nmodels;
+        cap += f->conf->backends[i].nmodels;
     }
     for (size_t i = 0; i < f->conf->ntemplates; i++) {
         cap += f->conf->templates[i].nmodels;
     }
     f->models = lg_xcalloc(cap ? cap : 1, sizeof(*f->models));
+    /* the models of this fleet's settings: a backend kept from the fleet in
+     * force takes them only as this one takes over (lg_fleet_adopt) */
     for (size_t i = 0; i < f->nbackends; i++) {
         struct lg_backend *b = f->backends[i];
+        const struct lg_backend_conf *bc = &f->conf->backends[i];
 
-        for (size_t k = 0; k < b->conf.nmodels; k++) {
+        for (size_t k = 0; k < bc->nmodels; k++) {
             struct lg_model_route *m = NULL;
 
             for (size_t j = 0; j < f->nmodels; j++) {
-                if (strcmp(f->models[j].model, b->conf.models[k]) == 0) {
+                if (strcmp(f->models[j].model, bc->models[k]) == 0) {
                     m = &f->models[j];
                     break;
                 }
             }
             if (m == NULL) {
                 m = &f->models[f->nmodels++];
-                m->model = b->conf.models[k];
+                m->model = bc->models[k];
                 m->backends = lg_xcalloc(f->nbackends, sizeof(*m->backends));
                 m->prior = (struct lg_est_prior){ .fixed_ms = LG_EST_DEFAULT_FIXED_MS,
                                                   .ms_per_kib = LG_EST_DEFAULT_MS_PER_KIB,
@@ -135,6 +142,14 @@ lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *p
     }
     *out = f;
     return LG_OK;
+}
+
+void
+lg_fleet_adopt(struct lg_fleet *f)
+{
+    for (size_t i = 0; i < f->nbackends; i++) {
+        lg_backend_reconf(f->backends[i], &f->conf->backends[i]);
+    }
 }
 
 struct lg_fleet *

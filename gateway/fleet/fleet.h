@@ -47,6 +47,15 @@ struct lg_fleet {
 int lg_fleet_new(struct lg_config *conf, unsigned nworkers, const struct lg_fleet *prev,
                  struct lg_router *router, lg_fleet_router_free_fn router_free,
                  struct lg_fleet **out);
+/*
+ * f goes in force (control thread, before the workers are told): the
+ * backends it kept from the previous fleet take f's settings for them
+ * (lg_backend_reconf: weight, max_inflight, models, paths, keys, address...),
+ * their live state staying. Until then they serve with the settings of the
+ * fleet in force, so a reload refused after its fleet was built changes
+ * nothing. f's own model index and health thread read f's settings.
+ */
+void lg_fleet_adopt(struct lg_fleet *f);
 struct lg_fleet *lg_fleet_ref(struct lg_fleet *f);
 /* f is no longer in force (a reload replaced it; control thread, f still
  * referenced): stops its health thread, whose checks, scrapes and peer fetches

@@ -88,34 +88,37 @@ health_free(struct lg_health *h)
 
 /* Sets up checks and scrapes for one backend; false if it gets neither. */
 static bool
-health_target_init(struct lg_health *h, struct lg_health_target *t, struct lg_backend *b)
+health_target_init(struct lg_health *h, struct lg_health_target *t, size_t i)
 {
     const struct lg_health_conf *hc = &h->f.conf->health;
-    bool check = hc->interval_ms > 0 && b->conf.health_path && b->conf.health_path[0];
-    bool scrape = hc->scrape_interval_ms > 0 && b->conf.flavor != LG_ENGINE_NONE
-                  && b->conf.metrics_path && b->conf.metrics_path[0];
+    struct lg_backend *b = h->f.backends[i];
+    const struct lg_backend_conf *bc = &h->f.conf->backends[i];
+    bool check = hc->interval_ms > 0 && bc->health_path && bc->health_path[0];
+    bool scrape = hc->scrape_interval_ms > 0 && bc->flavor != LG_ENGINE_NONE
+                  && bc->metrics_path && bc->metrics_path[0];
     struct timeval tv;
 
     t->h = h;
     t->b = b;
-    t->scrape.flavor = b->conf.flavor;
+    t->conf = bc;
+    t->scrape.flavor = bc->flavor;
     lg_backend_read_engine(b, &t->eng);
     if (!check && !scrape) {
         return false;
     }
-    if (b->conf.tls) {
+    if (bc->tls) {
         /* the requests' verification: CA, name (SNI), client certificate (tls.c); evhttp
          * reconnects through the same bufferevent, its SSL cleared for a new handshake.
          * No deferred callbacks (evhttp's own bufferevents have none): one still queued
          * when the thread stops would keep the bufferevent, and its SSL, alive for good */
         struct bufferevent *bev =
-            lg_tls_connect_bev(h->base, &b->conf, &b->tls_ctx, BEV_OPT_CLOSE_ON_FREE);
+            lg_tls_connect_bev(h->base, bc, &b->tls_ctx, BEV_OPT_CLOSE_ON_FREE);
 
         t->conn = bev != NULL ? evhttp_connection_base_bufferevent_new(h->base, NULL, bev,
-                                                                       b->conf.host, b->conf.port)
+                                                                       bc->host, bc->port)
                               : NULL;
     } else {
-        t->conn = evhttp_connection_base_new(h->base, NULL, b->conf.host, b->conf.port);
+        t->conn = evhttp_connection_base_new(h->base, NULL, bc->host, bc->port);
     }
     if (t->conn == NULL) {
         LG_WARN("backend %s: cannot set up health checks and engine scrapes; it is judged by its "
@@ -159,7 +162,7 @@ lg_health_start(const struct lg_health_fleet *f, struct lg_health **out)
     h->targets = lg_xcalloc(f->nbackends, sizeof(*h->targets));
     h->n = f->nbackends;
     for (size_t i = 0; i < f->nbackends; i++) {
-        active += health_target_init(h, &h->targets[i], f->backends[i]);
+        active += health_target_init(h, &h->targets[i], i);
     }
     active += lg_health_peers_start(h);
     h->prior_ev = event_new(h->base, -1, EV_PERSIST, health_on_prior_timer, h);

@@ -97,7 +97,7 @@ health_on_check_timer(evutil_socket_t fd, short what, void *arg)
         return; /* the previous one is still out: its timeout will count */
     }
     t->check.out = true;
-    if (lg_health_get(t, t->b->conf.health_path, health_on_check_done) != LG_OK) {
+    if (lg_health_get(t, t->conf->health_path, health_on_check_done) != LG_OK) {
         t->check.out = false;
         health_check_result(t, false, 0);
     }

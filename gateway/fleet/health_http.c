@@ -35,7 +35,7 @@ health_on_error(enum evhttp_request_error err, void *arg)
     const struct lg_health_conf *hc = &t->h->f.conf->health;
 
     t->why_tls =
-        t->b->conf.tls
+        t->conf->tls
         && lg_tls_failed(evhttp_connection_get_bufferevent(t->conn), t->why, sizeof(t->why));
     if (t->why_tls) {
         return;
@@ -112,8 +112,8 @@ lg_health_get(struct lg_health_target *t, const char *path,
         return LG_ENOMEM;
     }
     evhttp_request_set_error_cb(req, health_on_error);
-    snprintf(target, sizeof(target), "%s%s", t->b->conf.path_prefix, path);
-    lg_health_headers(req, t->b->conf.host_header, "llmgate-health", t->b->conf.api_key);
+    snprintf(target, sizeof(target), "%s%s", t->conf->path_prefix, path);
+    lg_health_headers(req, t->conf->host_header, "llmgate-health", t->conf->api_key);
     if (evhttp_make_request(t->conn, req, EVHTTP_REQ_GET, target) != 0) {
         return LG_EIO; /* evhttp freed req */
     }

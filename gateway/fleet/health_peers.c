@@ -156,7 +156,7 @@ lg_health_peers_start(struct lg_health *h)
     h->npeers = c->npeers;
     h->keys = lg_xcalloc(h->f.nbackends ? h->f.nbackends : 1, sizeof(*h->keys));
     for (size_t i = 0; i < h->f.nbackends; i++) {
-        lg_peers_key(&h->f.backends[i]->conf, h->keys[i], sizeof(h->keys[i]));
+        lg_peers_key(&c->backends[i], h->keys[i], sizeof(h->keys[i]));
     }
     for (size_t i = 0; i < c->npeers; i++) {
         struct lg_health_peer *p = &h->peers[i];

@@ -191,7 +191,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
                           sizeof(why));
         if (lg_log_ratelimit(&t->scrape.warn_ns, 30 * LG_NS_PER_S)) {
             LG_WARN("backend %s: scraping %s failed (%s); its engine load is not counted", b->name,
-                    b->conf.metrics_path, why);
+                    t->conf->metrics_path, why);
         }
         return;
     }
@@ -203,7 +203,7 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     if (rc != LG_OK && lg_log_ratelimit(&t->scrape.warn_ns, 30 * LG_NS_PER_S)) {
         /* the vocabulary it was read in: detected by this very scrape, maybe */
         LG_WARN("backend %s: %s has no %s queue metrics; its engine load is not counted", b->name,
-                b->conf.metrics_path,
+                t->conf->metrics_path,
                 s.flavor != LG_ENGINE_AUTO ? lg_engine_flavor_name(s.flavor) : "known engine's");
     }
     detected = t->scrape.flavor == LG_ENGINE_AUTO && s.flavor != LG_ENGINE_AUTO;
@@ -266,7 +266,7 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
     }
     t->scrape.out = true;
     t->scrape.sent_ns = lg_now_ns();
-    if (lg_health_get(t, t->b->conf.metrics_path, health_on_scrape_done) != LG_OK) {
+    if (lg_health_get(t, t->conf->metrics_path, health_on_scrape_done) != LG_OK) {
         t->scrape.out = false;
     }
 }

@@ -26,7 +26,7 @@ struct lg_model_route;
  * thread before it frees any of it.
  */
 struct lg_health_fleet {
-    const struct lg_config *conf;
+    const struct lg_config *conf;       /* conf->backends[i]: backends[i]'s settings here */
     struct lg_backend *const *backends; /* checked, scraped; peers' requests published */
     size_t nbackends;
     struct lg_model_route *models; /* each model's prior is written here */
@@ -57,6 +57,10 @@ struct lg_health_scrape {
 struct lg_health_target {
     struct lg_health *h;            /* borrowed: owner */
     struct lg_backend *b;           /* borrowed from the fleet */
+    /* borrowed from the fleet's config: b's settings in this fleet (a
+     * reload that keeps b puts the next fleet's in force on b only as that
+     * fleet takes over, after its thread began) */
+    const struct lg_backend_conf *conf;
     struct evhttp_connection *conn; /* owned; keep-alive, for checks and scrapes */
     struct lg_backend_engine eng;   /* last published engine state */
     char why[192];                  /* why the last check or scrape got no answer */

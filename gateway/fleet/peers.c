@@ -72,7 +72,7 @@ lg_peers_render(struct lg_backend *const *backends, size_t nbackends, uint64_t n
                 arr, json_pack("[i, I, I, I]", (int)seqs[k].started, (json_int_t)seqs[k].left,
                                (json_int_t)seqs[k].prompt_tokens, (json_int_t)seqs[k].age_ms));
         }
-        lg_peers_key(&b->conf, key, sizeof(key));
+        lg_peers_key(lg_backend_conf(b), key, sizeof(key));
         json_array_append_new(list, json_pack("{s:s, s:I, s:b, s:o}", "key", key, "inflight",
                                               (json_int_t)lg_backend_inflight(b), "complete",
                                               complete, "seqs", arr));

@@ -236,17 +236,18 @@ admin_backend_json(const struct lg_fleet *f, const struct lg_backend *b, uint64_
     json_t *o = json_object();
     json_t *models = json_array();
     json_t *resp = json_object();
+    const struct lg_backend_conf *bc = lg_backend_conf(b);
     struct lg_live lv;
 
-    for (size_t i = 0; i < b->conf.nmodels; i++) {
-        json_array_append_new(models, json_string(b->conf.models[i]));
+    for (size_t i = 0; i < bc->nmodels; i++) {
+        json_array_append_new(models, json_string(bc->models[i]));
     }
     for (int i = 0; i < LG_BACKEND_NCLASS; i++) {
         json_object_set_new(resp, classes[i],
                             json_integer((json_int_t)LG_STAT_GET(b, responses[i])));
     }
     json_object_set_new(o, "name", json_string(b->name));
-    json_object_set_new(o, "url", json_string(b->conf.url));
+    json_object_set_new(o, "url", json_string(bc->url));
     json_object_set_new(o, "models", models);
     lg_live_read(f, b, now, &lv);
     json_object_set_new(o, "health", json_string(lg_live_state_names[lv.state]));
@@ -271,8 +272,8 @@ admin_backend_json(const struct lg_fleet *f, const struct lg_backend *b, uint64_
                         json_integer((json_int_t)LG_STAT_GET(b, connect_failures)));
     json_object_set_new(o, "timeouts", json_integer((json_int_t)LG_STAT_GET(b, timeouts)));
     json_object_set_new(o, "cut_streams", json_integer((json_int_t)LG_STAT_GET(b, cut_streams)));
-    json_object_set_new(o, "weight", json_integer(b->conf.weight));
-    json_object_set_new(o, "max_inflight", json_integer(b->conf.max_inflight));
+    json_object_set_new(o, "weight", json_integer(bc->weight));
+    json_object_set_new(o, "max_inflight", json_integer(bc->max_inflight));
     json_object_set_new(
         o, "ejections",
         json_integer((json_int_t)__atomic_load_n(&b->ejections_total, __ATOMIC_RELAXED)));

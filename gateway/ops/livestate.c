@@ -29,7 +29,8 @@ lg_live_read(const struct lg_fleet *f, const struct lg_backend *b, uint64_t now_
 {
     const struct lg_health_conf *hc = &f->conf->health;
     const struct lg_model_route *route =
-        b->conf.nmodels > 0 ? lg_fleet_find_model(f, b->conf.models[0]) : NULL;
+        lg_backend_conf(b)->nmodels > 0 ? lg_fleet_find_model(f, lg_backend_conf(b)->models[0])
+                                        : NULL;
     struct lg_est_prior prior = { .fixed_ms = LG_EST_DEFAULT_FIXED_MS,
                                   .ms_per_kib = LG_EST_DEFAULT_MS_PER_KIB,
                                   .itl_ms = LG_EST_DEFAULT_ITL_MS,

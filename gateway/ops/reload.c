@@ -121,6 +121,7 @@ reload_publish(struct lg_reload *r, struct lg_fleet *nf, const char *why)
     struct lg_gateway *gw = r->gw;
     struct lg_fleet *old;
 
+    lg_fleet_adopt(nf); /* the backends it kept take its settings */
     pthread_mutex_lock(&gw->fleet_lock);
     old = gw->fleet;
     gw->fleet = nf;
@@ -357,7 +358,7 @@ reload_backends_tls(struct lg_fleet *nf)
     for (size_t i = 0; i < nf->nbackends; i++) {
         struct lg_backend *b = nf->backends[i];
 
-        if (lg_tls_client_prepare(&b->conf, &b->tls_ctx) != LG_OK) {
+        if (lg_tls_client_prepare(lg_backend_conf(b), &b->tls_ctx) != LG_OK) {
             return false;
         }
     }

@@ -287,7 +287,9 @@ router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried 
     if (!lg_backend_is_available(b, now)) {
         return false;
     }
-    return b->conf.max_inflight == 0 || lg_backend_inflight(b) < b->conf.max_inflight;
+    uint32_t max = lg_backend_conf(b)->max_inflight;
+
+    return max == 0 || lg_backend_inflight(b) < max;
 }
 
 bool
@@ -412,56 +414,97 @@ router_round(double x)
     return copysign(t, x); /* round(-0.2) is -0.0 */
 }
 
+/* "00".."99": two digits a step (a division by 100 where two by 10 were). */
+static const char router_digits2[201] =
+    "0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849"
+    "5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
+static inline void
+router_put2(char *p, unsigned v)
+{
+    memcpy(p, router_digits2 + 2 * v, 2);
+}
+
 /*
  * Writes v (0 <= v < 1e18, three decimals in milli) at p: the integer part,
  * then ".ddd" with its trailing zeros dropped; returns the end. Digits go
- * straight into the buffer, highest first (no copy through a scratch array).
+ * straight into the buffer, two at a time from the lowest, the length
+ * counted first (no copy through a scratch array).
  */
 static inline char *
 router_dec_put(char *p, uint64_t milli)
 {
-    uint64_t whole = milli / 1000, t = whole;
-    size_t nd = 1;
+    uint64_t whole = milli / 1000, t;
+    unsigned frac = (unsigned)(milli % 1000);
+    size_t nd;
     char *e;
 
-    milli %= 1000;
-    while (t >= 10) {
-        t /= 10;
-        nd++;
+    if (whole < 10) {
+        nd = 1;
+    } else if (whole < 100) {
+        nd = 2;
+    } else if (whole < 1000) {
+        nd = 3;
+    } else {
+        for (nd = 4, t = whole / 10000; t != 0; t /= 10) {
+            nd++;
+        }
     }
     e = p + nd;
-    do {
-        *--e = (char)('0' + whole % 10);
-        whole /= 10;
-    } while (whole != 0);
+    while (whole >= 100) {
+        e -= 2;
+        router_put2(e, (unsigned)(whole % 100));
+        whole /= 100;
+    }
+    if (whole >= 10) {
+        router_put2(e - 2, (unsigned)whole);
+    } else {
+        e[-1] = (char)('0' + whole);
+    }
     p += nd;
-    if (milli != 0) {
+    if (frac != 0) {
         p[0] = '.';
-        p[1] = (char)('0' + milli / 100);
-        p[2] = (char)('0' + milli / 10 % 10);
-        p[3] = (char)('0' + milli % 10);
+        router_put2(p + 1, frac / 10);
+        p[3] = (char)('0' + frac % 10);
         p += p[3] != '0' ? 4 : p[2] != '0' ? 3 : 2;
     }
     return p;
+}
+
+/* Writes '-' (neg) and milli / 1000 with its three decimals (router_dec_put). */
+static void
+router_dec_milli(struct router_buf *o, bool neg, uint64_t milli)
+{
+    /* '-', 16 digits (below 1e15 + 1), '.', 3 decimals: 21 bytes at most */
+    char tmp[32], *p, *start;
+    bool direct = !o->full && o->cap - o->len > sizeof(tmp);
+
+    start = p = direct ? o->p + o->len : tmp;
+    if (neg) {
+        *p++ = '-';
+    }
+    p = router_dec_put(p, milli);
+    if (direct) {
+        o->len += (size_t)(p - start);
+    } else {
+        router_raw(o, tmp, (size_t)(p - tmp));
+    }
 }
 
 /* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
 static void
 router_dec(struct router_buf *o, double v)
 {
-    /* '-', 16 digits (below 1e15 + 1), '.', 3 decimals: 21 bytes at most */
-    char tmp[32], *p, *start;
-    bool direct = !o->full && o->cap - o->len > sizeof(tmp);
     uint64_t milli;
+    bool neg;
     double x;
 
     if (!isfinite(v)) {
         router_raw(o, "null", 4);
         return;
     }
-    start = p = direct ? o->p + o->len : tmp;
-    if (v < 0) {
-        *p++ = '-';
+    neg = v < 0;
+    if (neg) {
         v = -v;
     }
     if (v >= 1e15) {
@@ -471,12 +514,26 @@ router_dec(struct router_buf *o, double v)
     x = v * 1000.0;
     milli = (uint64_t)x;
     milli += x - (double)milli >= 0.5;
-    p = router_dec_put(p, milli);
-    if (direct) {
-        o->len += (size_t)(p - start);
-    } else {
-        router_raw(o, tmp, (size_t)(p - tmp));
+    router_dec_milli(o, neg, milli);
+}
+
+/*
+ * router_dec(o, router_round(v * scale) / scale), scale 1, 10, 100 or 1000
+ * (per: 1000 / scale): the same text, without the division and the second
+ * rounding. Below 1e12 the rounded t / scale * 1000 is within 0.01 of t *
+ * per, so router_dec's rounding gives t * per exactly; beyond, or not
+ * finite, router_dec writes it.
+ */
+static void
+router_dec_round(struct router_buf *o, double v, double scale, uint64_t per)
+{
+    double t = router_round(v * scale);
+
+    if (!(fabs(t) < 1e12)) {
+        router_dec(o, t / scale);
+        return;
     }
+    router_dec_milli(o, t < 0, (uint64_t)fabs(t) * per);
 }
 
 static inline void
@@ -489,6 +546,13 @@ router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 /* ,"key":v with key a literal: its prefix is one copy of known length */
 #define ROUTER_PUT_NUM(o, key, v) \
     router_put_num_pre((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v))
+
+/* ,"key":v rounded to 1 / scale (router_dec_round) */
+#define ROUTER_PUT_ROUND(o, key, v, scale)                                           \
+    do {                                                                             \
+        router_raw((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1);                \
+        router_dec_round((o), (v), (scale), (uint64_t)(1000 / (scale)));             \
+    } while (0)
 
 /* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
  * a step to admit it, and its own prefill. */
@@ -504,28 +568,26 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
                      const struct lg_engine_model_view *m, double kib)
 {
     if (m->wait_ms >= 0) {
-        ROUTER_PUT_NUM(o, "model_ms", router_round(router_model_ms(m, kib) * 10) / 10);
-        ROUTER_PUT_NUM(o, "step_ms", router_round(m->step_ms * 10) / 10);
+        ROUTER_PUT_ROUND(o, "model_ms", router_model_ms(m, kib), 10);
+        ROUTER_PUT_ROUND(o, "step_ms", m->step_ms, 10);
         if (m->slots != v->capacity) {
-            ROUTER_PUT_NUM(o, "model_slots", router_round(m->slots * 10) / 10);
+            ROUTER_PUT_ROUND(o, "model_slots", m->slots, 10);
         }
-        ROUTER_PUT_NUM(o, "prefill_ms",
-                       router_round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_ROUND(o, "prefill_ms", m->prefill_fixed_ms + m->prefill_ms_per_kib * kib, 10);
         if (fabs(m->scale - 1) >= 0.005) {
-            ROUTER_PUT_NUM(o, "model_scale", router_round(m->scale * 100) / 100);
+            ROUTER_PUT_ROUND(o, "model_scale", m->scale, 100);
         }
         if (m->joined > 0) {
             ROUTER_PUT_NUM(o, "model_joined", m->joined);
         }
     }
     if (m->measured_ms >= 0) {
-        ROUTER_PUT_NUM(o, "measured_ms",
-                       router_round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_ROUND(o, "measured_ms", m->measured_ms + m->measured_ms_per_kib * kib, 10);
     }
     if (m->err > 0 || m->measured_err > 0) {
         /* how far each has been off there lately (rms of the log ratio) */
-        ROUTER_PUT_NUM(o, "model_err", router_round(m->err * 100) / 100);
-        ROUTER_PUT_NUM(o, "measured_err", router_round(m->measured_err * 100) / 100);
+        ROUTER_PUT_ROUND(o, "model_err", m->err, 100);
+        ROUTER_PUT_ROUND(o, "measured_err", m->measured_err, 100);
     }
     if (m->flags & LG_MODEL_F_MISSES) {
         router_str(o, ",\"est\":\"measured\"");
@@ -543,44 +605,43 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
     router_str(o, v->name);
     router_raw(o, "\",\"inflight\":", 13);
     router_u64(o, v->inflight);
-    ROUTER_PUT_NUM(o, "foreign", router_round(v->foreign * 100) / 100);
+    ROUTER_PUT_ROUND(o, "foreign", v->foreign, 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
         ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
         ROUTER_PUT_NUM(o, "running", v->engine_running);
         ROUTER_PUT_NUM(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
         if (v->engine_kv_usage >= 0) {
-            ROUTER_PUT_NUM(o, "kv", router_round(v->engine_kv_usage * 1000) / 1000);
+            ROUTER_PUT_ROUND(o, "kv", v->engine_kv_usage, 1000);
         }
     } else {
         router_str(o, ",\"scrape\":\"stale\"");
     }
     if (v->capacity > 0) {
-        ROUTER_PUT_NUM(o, "slots", router_round(v->capacity * 10) / 10);
+        ROUTER_PUT_ROUND(o, "slots", v->capacity, 10);
         if (v->flags & LG_VIEW_F_CAP_GUESS) {
             router_str(o, ",\"slots_guessed\":true");
         }
     }
-    ROUTER_PUT_NUM(o, "ttft_ms",
-                   router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
-    ROUTER_PUT_NUM(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
+    ROUTER_PUT_ROUND(o, "ttft_ms", v->ttft_fixed_ms + v->ttft_ms_per_kib * kib, 10);
+    ROUTER_PUT_ROUND(o, "itl_ms", v->itl_ms, 10);
     if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
-        ROUTER_PUT_NUM(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
+        ROUTER_PUT_ROUND(o, "itl_own_ms", v->itl_own_ms, 10);
     }
     if (v->slot_wait_ms > 0) {
-        ROUTER_PUT_NUM(o, "slot_wait_ms", router_round(v->slot_wait_ms));
+        ROUTER_PUT_ROUND(o, "slot_wait_ms", v->slot_wait_ms, 1);
     }
     router_explain_model(o, v, &pk->m[i], kib);
     if (v->pending > 0) {
-        ROUTER_PUT_NUM(o, "pending_age_ms", router_round(v->pending_age_ms));
+        ROUTER_PUT_ROUND(o, "pending_age_ms", v->pending_age_ms, 1);
         if (v->work_ahead_ms >= 1) {
-            ROUTER_PUT_NUM(o, "work_ahead_ms", router_round(v->work_ahead_ms));
+            ROUTER_PUT_ROUND(o, "work_ahead_ms", v->work_ahead_ms, 1);
         }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
         router_str(o, ",\"half_open\":true");
     }
     if (v->flags & LG_VIEW_F_RAMPING) {
-        ROUTER_PUT_NUM(o, "ramp", router_round(v->ramp * 100) / 100);
+        ROUTER_PUT_ROUND(o, "ramp", v->ramp, 100);
     }
     if (pk->dropped[i] != NULL) {
         router_str(o, ",\"filtered\":\"");
@@ -596,7 +657,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_dec(o, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
-    ROUTER_PUT_NUM(o, "total", router_round(pk->total[i] * 100) / 100);
+    ROUTER_PUT_ROUND(o, "total", pk->total[i], 100);
     router_raw(o, "}", 1);
 }
 
@@ -997,7 +1058,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             soonest = LG_MIN(soonest, lg_backend_available_at(b, now, r->down_retry_ns));
             continue;
         }
-        if (b->conf.max_inflight != 0 && lg_backend_inflight(b) >= b->conf.max_inflight) {
+        uint32_t max = lg_backend_conf(b)->max_inflight;
+
+        if (max != 0 && lg_backend_inflight(b) >= max) {
             nfull++;
             continue;
         }

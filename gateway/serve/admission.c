@@ -546,8 +546,10 @@ lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried 
     for (size_t i = 0; route != NULL && i < route->n; i++) {
         const struct lg_backend *b = route->backends[i];
 
-        if (!lg_tried_has(tried, i) && lg_backend_is_available(b, now) && b->conf.max_inflight != 0
-            && lg_backend_inflight(b) >= b->conf.max_inflight) {
+        uint32_t max = lg_backend_conf(b)->max_inflight;
+
+        if (!lg_tried_has(tried, i) && lg_backend_is_available(b, now) && max != 0
+            && lg_backend_inflight(b) >= max) {
             return true;
         }
     }

@@ -514,14 +514,15 @@ proxy_st_connect(struct lg_client *c, struct lg_attempt *a, short what)
         proxy_attempt_failed(c, a, LG_FAIL_CONNECT_TIMEOUT);
         return;
     }
-    if (u->b->conf.tls) {
+    if (lg_backend_conf(u->b)->tls) {
         char why[512];
 
         if (lg_tls_failed(u->bev, why, sizeof(why))) {
             static uint64_t last;
 
             if (lg_log_ratelimit(&last, LG_NS_PER_S)) {
-                LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name, u->b->conf.url, why);
+                LG_CONN_LOG(LG_LOG_WARN, c, "backend %s (%s): %s", u->b->name,
+                            lg_backend_conf(u->b)->url, why);
             }
             proxy_attempt_failed(c, a, LG_FAIL_TLS);
             return;

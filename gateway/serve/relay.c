@@ -299,7 +299,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
 {
     struct lg_request *req = &c->req;
     struct lg_hdrs *hs = &req->hdrs;
-    const struct lg_backend_conf *bc = &u->b->conf;
+    const struct lg_backend_conf *bc = lg_backend_conf(u->b);
     struct evbuffer *out = bufferevent_get_output(u->bev);
     struct relay_head hb;
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");

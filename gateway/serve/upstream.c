@@ -90,10 +90,11 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
     struct bufferevent *bev;
     struct timeval tv;
     uint64_t ms = w->fleet->conf->timeouts.upstream_connect_ms;
+    const struct lg_backend_conf *bc = lg_backend_conf(b);
     int one = 1;
 
-    if (b->conf.tls) {
-        bev = lg_tls_connect_bev(w->base, &b->conf, &b->tls_ctx,
+    if (bc->tls) {
+        bev = lg_tls_connect_bev(w->base, bc, &b->tls_ctx,
                                  BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     } else {
         bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
@@ -106,14 +107,13 @@ upstream_connect(struct lg_worker *w, struct lg_backend *b)
      * body took three more loop round trips, and under load its slices took
      * turns with other bodies', each one finishing later (bench/NOTES.md 42);
      * TLS keeps 256 KiB, its encryption being done in the call */
-    bufferevent_set_max_single_write(bev, b->conf.tls ? 256 * 1024 : 4 * 1024 * 1024);
+    bufferevent_set_max_single_write(bev, bc->tls ? 256 * 1024 : 4 * 1024 * 1024);
     tv.tv_sec = (time_t)(ms / 1000);
     tv.tv_usec = (suseconds_t)((ms % 1000) * 1000);
     /* libevent applies the write timeout to the connect itself; a TLS
      * handshake also waits to read, so it gets the same bound */
-    bufferevent_set_timeouts(bev, b->conf.tls ? &tv : NULL, &tv);
-    if (bufferevent_socket_connect(bev, (const struct sockaddr *)&b->conf.addr,
-                                   (int)b->conf.addrlen)
+    bufferevent_set_timeouts(bev, bc->tls ? &tv : NULL, &tv);
+    if (bufferevent_socket_connect(bev, (const struct sockaddr *)&bc->addr, (int)bc->addrlen)
         != 0) {
         bufferevent_free(bev);
         return NULL;

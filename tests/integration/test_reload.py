@@ -229,6 +229,51 @@ class ReloadTest(Harness):
                    what="the removed backend's connections to close")
         self.stop_gateway()
 
+    def test_a_kept_backend_takes_its_new_settings_and_keeps_its_state(self):
+        """A backend kept by a reload (same name and URL) serves with the new
+        file's settings (max_inflight, weight) while its live state (the
+        request in flight there, its counters) carries over."""
+        def conf(**b):
+            c = self.conf(["r1"], limits={"queue_length": 0})
+            c["backends"][0].update(b)
+            return c
+
+        def backend():
+            status, _, data = http_request(self.admin, "GET", "/admin/backends")
+            self.assertEqual(status, 200)
+            (b,) = [b for b in json.loads(data)["backends"] if b["name"] == "r1"]
+            return b
+
+        proc, port = self.start_gateway(conf())
+        m = proc.wait_for(r"llmgate ready .* admin=[^ ]*:(\d+)")
+        self.gw, self.admin = proc, int(m.group(1))
+        s = self.stream(port, "POST", "/v1/chat/completions",
+                        chat_body(stream=True, max_tokens=1500))
+        self.assertEqual(s.read_head(10), 200)
+        self.assertIsNotNone(s.next_event(10))
+        # unlimited: a second request is served beside the stream
+        self.assertEqual(post_json(port, "/v1/chat/completions", chat_body(max_tokens=2))[0], 200)
+        before = backend()
+        self.assertEqual((before["max_inflight"], before["weight"]), (0, 1))
+        self.reload(conf(max_inflight=1, weight=7))
+        after = backend()
+        self.assertEqual((after["max_inflight"], after["weight"]), (1, 7))
+        # the live state carried over: the stream still counts there, the counters too
+        self.assertEqual(after["in_flight"], 1)
+        self.assertGreaterEqual(after["attempts"], before["attempts"])
+        self.assertEqual(after["ttft_count"], before["ttft_count"])
+        # the new limit holds: the stream fills r1, no queue: 429 at once
+        status, _, body, _ = post_json(port, "/v1/chat/completions", chat_body(max_tokens=2))
+        self.assertEqual(status, 429, body)
+        # and a limit raised again is followed too
+        self.reload(conf(max_inflight=2))
+        self.assertEqual(backend()["max_inflight"], 2)
+        self.assertEqual(post_json(port, "/v1/chat/completions", chat_body(max_tokens=2))[0], 200)
+        self.assertIsNone(s.ended)
+        s.read_all(30)
+        self.assertEqual(s.ended, "complete")
+        self.stop_gateway()
+
     def test_a_replaced_fleet_stops_asking_its_peers(self):
         """A reload replaces the fleet while a stream still holds the old one:
         only the new fleet's thread goes on asking the peer (the old one would

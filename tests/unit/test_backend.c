@@ -251,6 +251,92 @@ test_guessed_capacity_is_not_queued(void)
     return 0;
 }
 
+/*
+ * A reload that keeps a backend (same name and URL): the next fleet reuses
+ * it, and once that fleet goes in force (lg_fleet_adopt) the backend serves
+ * with every setting of the new file, its live state carried over; the
+ * fleet it came from meanwhile keeps the old settings in force. Settings
+ * unchanged install nothing; a TLS change makes a new backend.
+ */
+static int
+test_kept_backend_takes_new_settings(void)
+{
+    static const char next_text[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\", \"m2\"],"
+        "  \"weight\": 7, \"max_inflight\": 3, \"metrics_path\": \"/stats\", "
+        "  \"api_key\": \"k\"}]}";
+    struct lg_config *c0, *c1;
+    struct lg_fleet *f0, *f1;
+    struct lg_config_errors errs;
+    struct lg_backend *b;
+    const struct lg_backend_conf *before;
+    struct lg_backend_view v;
+    struct lg_engine_model_view m;
+    struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
+
+    LG_CHECK(lg_test_fleet_load(text, &c0, &f0) == 0);
+    b = f0->backends[0];
+    __atomic_store_n(&b->inflight, 2, __ATOMIC_RELAXED);
+    lg_backend_note_done(b, &prior, 1024, 80, 0, 20, 900);
+    before = lg_backend_conf(b);
+    memset(&errs, 0, sizeof(errs));
+    LG_CHECK(lg_config_load_buffer(next_text, sizeof(next_text) - 1, "t.json", &c1, &errs) == LG_OK);
+    lg_config_errors_free(&errs);
+    LG_CHECK(lg_router_fleet_new(c1, 1, f0, &f1) == LG_OK);
+    LG_CHECK(f1->backends[0] == b); /* kept */
+    /* built, not yet in force: the old settings serve; the new fleet's
+     * model index already has its models */
+    LG_CHECK(lg_backend_conf(b) == before && lg_backend_conf(b)->weight == 1);
+    LG_CHECK(lg_fleet_find_model(f1, "m2") != NULL && lg_fleet_find_model(f0, "m2") == NULL);
+    lg_fleet_adopt(f1);
+    LG_CHECK(lg_backend_conf(b)->weight == 7 && lg_backend_conf(b)->max_inflight == 3);
+    LG_CHECK(strcmp(lg_backend_conf(b)->metrics_path, "/stats") == 0);
+    LG_CHECK(strcmp(lg_backend_conf(b)->api_key, "k") == 0 && lg_backend_conf(b)->nmodels == 2);
+    LG_CHECK(strcmp(b->name, "r1") == 0);
+    /* the old settings stay readable for whoever still holds them */
+    LG_CHECK(before->weight == 1 && strcmp(before->models[0], "m") == 0);
+    /* the live state carried over, and the view reads the new settings */
+    LG_CHECK(lg_backend_inflight(b) == 2 && b->est.itl.w > 0);
+    lg_backend_view_get(b, lg_now_ns(), &prior, 0, 0, &v, &m);
+    LG_CHECK(v.weight == 7 && v.max_inflight == 3 && v.inflight == 2);
+    /* the same settings again: nothing new installed */
+    before = lg_backend_conf(b);
+    lg_fleet_adopt(f1);
+    LG_CHECK(lg_backend_conf(b) == before);
+    lg_fleet_unref(f0);
+    lg_config_unref(c0);
+    /* https verified otherwise: another backend (its client context is made once) */
+    {
+        static const char tls_a[] =
+            "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+            "[{\"name\": \"s\", \"url\": \"https://127.0.0.1:9443\", \"models\": [\"m\"]}]}";
+        static const char tls_b[] =
+            "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+            "[{\"name\": \"s\", \"url\": \"https://127.0.0.1:9443\", \"models\": [\"m\"],"
+            "  \"tls\": {\"insecure_skip_verify\": true}}]}";
+        struct lg_config *ca, *cb;
+        struct lg_fleet *fa, *fb;
+
+        LG_CHECK(lg_test_fleet_load(tls_a, &ca, &fa) == 0);
+        memset(&errs, 0, sizeof(errs));
+        LG_CHECK(lg_config_load_buffer(tls_b, sizeof(tls_b) - 1, "t.json", &cb, &errs) == LG_OK);
+        lg_config_errors_free(&errs);
+        LG_CHECK(lg_router_fleet_new(cb, 1, fa, &fb) == LG_OK);
+        LG_CHECK(fb->backends[0] != fa->backends[0] && lg_backend_conf(fb->backends[0])->tls_insecure);
+        lg_fleet_unref(fb);
+        lg_config_unref(cb);
+        LG_CHECK(lg_router_fleet_new(ca, 1, fa, &fb) == LG_OK);
+        LG_CHECK(fb->backends[0] == fa->backends[0]); /* the same: kept */
+        lg_fleet_unref(fb);
+        lg_test_fleet_free(ca, fa);
+    }
+    __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
+    lg_fleet_unref(f1);
+    lg_config_unref(c1);
+    return 0;
+}
+
 static int
 teardown(void)
 {
@@ -411,7 +497,7 @@ test_engine_model_scale(void)
 static int
 test_model_misses(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     struct lg_est_prior prior = { .fixed_ms = 40, .ms_per_kib = 10, .itl_ms = 20, .hold_ms = 2000 };
     struct lg_backend_view v;
     struct lg_engine_model_view m;
@@ -478,7 +564,7 @@ test_model_misses(void)
 static int
 test_step_per_seq(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     uint64_t t = lg_now_ns();
 
     LG_CHECK(lg_backend_step_per_seq(b, t) == 0);
@@ -521,7 +607,7 @@ same_view(const struct lg_backend_view *a, const struct lg_engine_model_view *am
 static int
 test_view_reuse(void)
 {
-    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_backend *b = lg_backend_new(lg_backend_conf(fleet->backends[0]), 1);
     struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
     struct lg_backend_engine eng = { .waiting = 0, .running = 0, .kv_usage = 0.1 };
     struct lg_backend_view v, w;
@@ -579,4 +665,5 @@ test_view_reuse(void)
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
-             test_prefill_prior_scales_with_step, test_view_reuse, teardown)
+             test_prefill_prior_scales_with_step, test_view_reuse,
+             test_kept_backend_takes_new_settings, teardown)
