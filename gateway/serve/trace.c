@@ -389,9 +389,11 @@ lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a)
     trace_model(&s, t, req);
     lg_span_str(&s, "llmgate.attempt.kind", kind, strlen(kind));
     lg_span_str(&s, "llmgate.backend", b->name, strlen(b->name));
-    if (b->conf.host != NULL) {
-        lg_span_str(&s, "server.address", b->conf.host, strlen(b->conf.host));
-        lg_span_int(&s, "server.port", b->conf.port);
+    const struct lg_backend_conf *bconf = lg_backend_conf(b);
+
+    if (bconf->host != NULL) {
+        lg_span_str(&s, "server.address", bconf->host, strlen(bconf->host));
+        lg_span_int(&s, "server.port", bconf->port);
     }
     lg_span_bool(&s, "llmgate.connection.reused", a->up_reused);
     if (a->status != 0) {
