@@ -732,6 +732,72 @@ static const struct lg_conf_field conf_budgets_fields[] = {
 static const struct lg_conf_table conf_budgets_table = { sizeof(struct lg_budgets_conf),
                                                          conf_budgets_fields, NULL };
 
+static const char *const conf_class_over[] = { "clamp", "refuse", NULL };
+
+#define CL(f) offsetof(struct lg_class_conf, f)
+static const struct lg_conf_field conf_class_fields[] = {
+    { "queue_deadline", LG_CONF_DURATION, CL(queue_deadline_ms), .def = 0, .min = 0,
+      .max = CONF_H(1) },
+    { "sheddable", LG_CONF_BOOL, CL(sheddable), .def = 0 },
+    { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
+    { .name = NULL },
+};
+#undef CL
+static const struct lg_conf_table conf_class_table = { sizeof(struct lg_class_conf),
+                                                       conf_class_fields, NULL };
+
+#define SC(f) offsetof(struct lg_scheduling_conf, f)
+#define SC_CLASS(i) (SC(classes) + (i) * sizeof(struct lg_class_conf))
+static const struct lg_conf_field conf_scheduling_fields[] = {
+    { "fair", LG_CONF_BOOL, SC(fair), .def = 1 },
+    { "priority_header", LG_CONF_STR, SC(priority_header), .def_str = "x-llmgate-priority",
+      .check = lg_conf_check_header_name },
+    { "ttft_header", LG_CONF_STR, SC(ttft_header), .def_str = "x-llmgate-ttft-target-ms",
+      .check = lg_conf_check_header_name },
+    { "over_max_class", LG_CONF_ENUM, SC(over_max_class), .def = LG_CLASS_OVER_CLAMP,
+      .names = conf_class_over },
+    { "batch", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_BATCH), .sub = &conf_class_table },
+    { "default", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_DEFAULT), .sub = &conf_class_table },
+    { "interactive", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_INTERACTIVE), .sub = &conf_class_table },
+    { "system", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_SYSTEM), .sub = &conf_class_table },
+    { .name = NULL },
+};
+#undef SC_CLASS
+#undef SC
+static const struct lg_conf_table conf_scheduling_table = { sizeof(struct lg_scheduling_conf),
+                                                            conf_scheduling_fields, NULL };
+
+/* Each tenant header is a header name. */
+static void
+conf_check_tenants(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_tenants_conf *t = base;
+    char why[256];
+
+    for (size_t i = 0; clean && i < t->nheaders; i++) {
+        if (!lg_conf_check_header_name(t->headers[i], why, sizeof(why))) {
+            char suffix[32];
+
+            snprintf(suffix, sizeof(suffix), "/headers/%zu", i);
+            conf_error_at(ctx, suffix, "%s", why);
+        }
+    }
+}
+
+#define TE(f) offsetof(struct lg_tenants_conf, f)
+static const struct lg_conf_field conf_tenants_fields[] = {
+    { "headers", LG_CONF_STRARRAY, TE(headers), .min = 0, .max = 8, .aux_offset = TE(nheaders) },
+    { "max", LG_CONF_UINT, TE(max), .def = 1000, .min = 1, .max = 100000 },
+    { "idle_expiry", LG_CONF_DURATION, TE(idle_expiry_ms), .def = CONF_M(10), .min = CONF_S(1),
+      .max = CONF_H(24 * 7) },
+    { "half_life", LG_CONF_DURATION, TE(half_life_ms), .def = CONF_S(60), .min = CONF_MS(100),
+      .max = CONF_H(24) },
+    { .name = NULL },
+};
+#undef TE
+static const struct lg_conf_table conf_tenants_table = { sizeof(struct lg_tenants_conf),
+                                                         conf_tenants_fields, conf_check_tenants };
+
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
@@ -751,6 +817,8 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
+    { "scheduling", LG_CONF_OBJECT, CF(scheduling), .sub = &conf_scheduling_table },
+    { "tenants", LG_CONF_OBJECT, CF(tenants), .sub = &conf_tenants_table },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },

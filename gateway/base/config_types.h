@@ -244,6 +244,53 @@ struct lg_budgets_conf {
     struct lg_budget_redis_conf redis;
 };
 
+/*
+ * Priority classes (serve/sched.c), a fixed set, lowest first: the scheduler
+ * serves a higher class before a lower one. Their names are "batch",
+ * "default", "interactive" and "system" (lg_class_names).
+ */
+enum lg_prio_class {
+    LG_CLASS_BATCH = 0,
+    LG_CLASS_DEFAULT,
+    LG_CLASS_INTERACTIVE,
+    LG_CLASS_SYSTEM,
+    LG_NCLASSES
+};
+
+/* What a request header asking for more than its key's max_class gets. */
+enum lg_class_over {
+    LG_CLASS_OVER_CLAMP = 0, /* the key's max_class (logged) */
+    LG_CLASS_OVER_REFUSE,    /* 403 */
+};
+
+/* One priority class. */
+struct lg_class_conf {
+    uint64_t queue_deadline_ms; /* longest wait in the admission queue; 0: timeouts.queue */
+    bool sheddable;             /* refused at once (429) when it would have to wait, or when
+                                   the router predicts its TTFT target missed */
+    uint64_t ttft_target_ms;    /* the first token's target; 0: none */
+};
+
+/* Who shares the fleet, and how the admission queue orders them (serve/sched.c). */
+struct lg_scheduling_conf {
+    bool fair;                  /* classes, then fairness between tenants, then deadlines;
+                                   false: first come, first served (classes still shed) */
+    char *priority_header;      /* the request's class (up to its key's max_class) */
+    char *ttft_header;          /* the request's TTFT target in ms */
+    int over_max_class;         /* enum lg_class_over */
+    struct lg_class_conf classes[LG_NCLASSES];
+};
+
+/* Tenants: who a request counts for in fairness (serve/tenant.c). */
+struct lg_tenants_conf {
+    char **headers;             /* NULL-terminated: the first one present names the tenant;
+                                   none present (or none configured): the key's name */
+    size_t nheaders;
+    uint32_t max;               /* tenants remembered at once; more share "other" */
+    uint64_t idle_expiry_ms;    /* a tenant idle this long is forgotten */
+    uint64_t half_life_ms;      /* attained service halves over this time */
+};
+
 #define LG_CONFIG_MAX_WORKERS 256
 
 struct lg_config {
@@ -270,6 +317,8 @@ struct lg_config {
     struct lg_discovery_conf discovery;
     struct lg_auth_conf auth;
     struct lg_budgets_conf budgets;
+    struct lg_scheduling_conf scheduling;
+    struct lg_tenants_conf tenants;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

@@ -6,10 +6,11 @@
  * dispatch or cancel; the per-model counters (never freed before the whole).
  * Borrows: the waiting clients (a waiter is freed before its client can be).
  * Invariants: a worker's list of waiters is only touched by that worker's
- * thread; the per-model table, each model's `order` (every waiter of the
- * model, all workers, oldest first) and its counters are shared under
- * `lock`. A waiter is dispatched only when it heads its model's `order`:
- * first come, first served across workers.
+ * thread; the per-model table, each model's queue `q` (every waiter of the
+ * model, all workers, in the scheduler's order: sched.c), the list of models
+ * with waiters, the tenants' scheduler fields and the counters are shared
+ * under `lock`. A waiter is dispatched only when it heads its model's queue,
+ * across workers.
  */
 #include "serve/admission.h"
 
@@ -26,6 +27,8 @@
 #include "fleet/fleet.h"
 #include "route/router.h"
 #include "serve/client.h"
+#include "serve/sched.h"
+#include "serve/tenant.h"
 #include "serve/worker.h"
 
 #define ADMISSION_BUCKETS 256
@@ -38,7 +41,8 @@ TAILQ_HEAD(admission_list, lg_admission_waiter);
 struct admission_model {
     char *name;
     uint32_t queued;                 /* waiters, all workers (under lock) */
-    struct admission_list order;     /* the same waiters, oldest first (under lock) */
+    struct lg_sched q;               /* the same waiters, in order (under lock) */
+    TAILQ_ENTRY(admission_model) active; /* a->active, while it has waiters */
     uint64_t sec[ADMISSION_WINDOW];  /* which second each slot counts */
     uint32_t done[ADMISSION_WINDOW]; /* slots given back during that second */
     struct admission_model *next;
@@ -50,15 +54,15 @@ enum admission_state {
 };
 
 struct lg_admission_waiter {
-    struct lg_client *c; /* borrowed; c->req.waiter points back */
+    struct lg_client *c; /* borrowed; c->req.sched.waiter points back */
     lg_admission_resume_fn resume; /* the request tries again */
     struct admission_worker *aw;
     struct admission_model *m;
     enum admission_state state;
-    uint64_t since_ns;                      /* arrival: the queue's order */
+    uint64_t since_ns;                      /* when it joined the queue */
+    struct lg_sched_item item;              /* its place in its model's queue, until dropped */
     struct event *deadline;                 /* owned */
     TAILQ_ENTRY(lg_admission_waiter) link;  /* its worker's list, while QUEUED */
-    TAILQ_ENTRY(lg_admission_waiter) mlink; /* its model's order, until dropped */
 };
 
 struct admission_worker {
@@ -77,6 +81,10 @@ struct lg_admission {
     uint32_t waiting;            /* atomic: waiters, all workers */
     pthread_mutex_t lock;        /* guards the model table and its counters */
     struct admission_model *buckets[ADMISSION_BUCKETS];
+    TAILQ_HEAD(, admission_model) active; /* models with waiters (under lock) */
+    struct lg_tenants *tenants;  /* owned */
+    double half_life_s;          /* tenants.half_life (under lock) */
+    uint64_t refused[LG_NCLASSES][LG_SHED_NREASONS]; /* atomic */
 };
 
 static void admission_on_wake(evutil_socket_t fd, short what, void *arg);
@@ -97,7 +105,7 @@ admission_model(struct lg_admission *a, const char *name)
     }
     m = lg_xcalloc(1, sizeof(*m));
     m->name = lg_xstrdup(name);
-    TAILQ_INIT(&m->order);
+    lg_sched_init(&m->q);
     m->next = a->buckets[b];
     a->buckets[b] = m;
     return m;
@@ -144,6 +152,9 @@ lg_admission_new(struct lg_gateway *gw)
     a->nworkers = gw->nworkers;
     a->aw = lg_xcalloc(a->nworkers ? a->nworkers : 1, sizeof(*a->aw));
     pthread_mutex_init(&a->lock, NULL);
+    TAILQ_INIT(&a->active);
+    a->tenants = lg_tenants_new(&gw->conf->tenants);
+    a->half_life_s = (double)gw->conf->tenants.half_life_ms / 1000.0;
     for (unsigned i = 0; i < a->nworkers; i++) {
         struct admission_worker *aw = &a->aw[i];
 
@@ -172,13 +183,35 @@ lg_admission_free(struct lg_admission *a)
 
         for (; m != NULL; m = next) {
             next = m->next;
+            lg_sched_destroy(&m->q);
             free(m->name);
             free(m);
         }
     }
     pthread_mutex_destroy(&a->lock);
+    lg_tenants_free(a->tenants);
     free(a->aw);
     free(a);
+}
+
+void
+lg_admission_configure(struct lg_admission *a, const struct lg_config *conf)
+{
+    if (a == NULL) {
+        return;
+    }
+    lg_tenants_configure(a->tenants, &conf->tenants);
+    pthread_mutex_lock(&a->lock);
+    if (a->half_life_s != (double)conf->tenants.half_life_ms / 1000.0) {
+        a->half_life_s = (double)conf->tenants.half_life_ms / 1000.0;
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+struct lg_tenants *
+lg_admission_tenants(struct lg_admission *a)
+{
+    return a != NULL ? a->tenants : NULL;
 }
 
 unsigned
@@ -189,21 +222,11 @@ lg_admission_waiting(const struct lg_admission *a)
 
 /* ---- the queue ---------------------------------------------------------- */
 
+/* Onto its worker's list (its place in the queue is its item's, kept until dropped). */
 static void
 admission_insert(struct admission_worker *aw, struct lg_admission_waiter *wt)
 {
-    struct lg_admission_waiter *it;
-
-    /* usually the tail; a waiter that lost its slot to a race goes back to its place */
-    TAILQ_FOREACH_REVERSE(it, &aw->waiters, admission_list, link)
-    {
-        if (it->since_ns <= wt->since_ns) {
-            TAILQ_INSERT_AFTER(&aw->waiters, it, wt, link);
-            goto inserted;
-        }
-    }
-    TAILQ_INSERT_HEAD(&aw->waiters, wt, link);
-inserted:
+    TAILQ_INSERT_TAIL(&aw->waiters, wt, link);
     wt->state = ADMISSION_ST_QUEUED;
     if (__atomic_fetch_add(&aw->nwaiting, 1, __ATOMIC_ACQ_REL) == 0) {
         struct timeval tick = { 0, ADMISSION_TICK_MS * 1000 };
@@ -242,10 +265,16 @@ admission_drop(struct lg_admission_waiter *wt)
         admission_unlink(wt);
     }
     pthread_mutex_lock(&a->lock);
-    TAILQ_REMOVE(&wt->m->order, wt, mlink);
-    wt->m->queued--;
+    lg_sched_remove(&wt->m->q, &wt->item);
+    if (--wt->m->queued == 0) {
+        TAILQ_REMOVE(&a->active, wt->m, active);
+    }
     pthread_mutex_unlock(&a->lock);
-    wt->c->req.waiter = NULL;
+    if (wt->c->req.sched.tenant != NULL) {
+        __atomic_sub_fetch(&wt->c->req.sched.tenant->queued[wt->item.cls], 1, __ATOMIC_RELAXED);
+    }
+    wt->c->req.sched.queue_ns += lg_now_ns() - wt->since_ns;
+    wt->c->req.sched.waiter = NULL;
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
@@ -260,6 +289,7 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
     struct lg_client *c = wt->c;
     struct lg_admission *a = wt->aw->a;
     uint32_t ra;
+    int cls;
 
     (void)fd;
     (void)what;
@@ -267,10 +297,25 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
     ra = wt->m->queued;
     pthread_mutex_unlock(&a->lock);
     c->req.retry_after_ms = admission_retry_after_s(a, wt->m, ra) * 1000;
+    cls = wt->item.cls;
     admission_drop(wt);
+    if (c->req.fleet->conf->scheduling.classes[cls].queue_deadline_ms > 0) {
+        /* the class's own deadline: a rate limit, which clients retry after Retry-After */
+        lg_admission_refuse(a, c, LG_SHED_QUEUE_DEADLINE);
+        return;
+    }
     lg_client_fail(c, 503, "queue_timeout",
                    "every backend for \"%s\" stayed busy for the queue timeout; try again later",
                    c->req.info.model);
+}
+
+/* The longest a request of class cls waits in the queue (ms). */
+static uint64_t
+admission_wait_ms(const struct lg_config *conf, int cls)
+{
+    uint64_t d = conf->scheduling.classes[cls].queue_deadline_ms;
+
+    return d > 0 ? d : conf->timeouts.queue_ms;
 }
 
 /* Queues c, or fails it with 429 when its model's queue is full; LG_OK or LG_EBUSY. */
@@ -284,6 +329,7 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     uint32_t ahead;
     bool full;
     struct timeval tv;
+    uint64_t wait_ms;
 
     if (a == NULL || c->w->id >= a->nworkers) {
         c->req.retry_after_ms = 1000;
@@ -301,10 +347,19 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     ahead = m->queued;
     full = ahead >= conf->limits.queue_length;
     if (!full) {
-        m->queued++;
+        if (m->queued++ == 0) {
+            TAILQ_INSERT_TAIL(&a->active, m, active);
+        }
         wt->m = m;
-        wt->since_ns = lg_now_ns(); /* taken under the lock: `order` stays sorted */
-        TAILQ_INSERT_TAIL(&m->order, wt, mlink);
+        wt->since_ns = lg_now_ns();
+        wt->item.cls = c->req.sched.cls;
+        wt->item.deadline_ns = c->req.sched.deadline_ns;
+        if (wt->item.deadline_ns == 0) {
+            /* no TTFT target: its class's queue deadline orders it among its tenant's */
+            wt->item.deadline_ns = wt->since_ns + admission_wait_ms(conf, wt->item.cls)
+                                                       * LG_NS_PER_MS;
+        }
+        lg_sched_push(&m->q, &wt->item, c->req.sched.tenant, conf->scheduling.fair);
     }
     pthread_mutex_unlock(&a->lock);
     if (full) {
@@ -315,11 +370,15 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
                        c->req.info.model, ahead);
         return LG_EBUSY;
     }
+    if (c->req.sched.tenant != NULL) {
+        __atomic_add_fetch(&c->req.sched.tenant->queued[wt->item.cls], 1, __ATOMIC_RELAXED);
+    }
     wt->deadline = evtimer_new(c->w->base, admission_on_deadline, wt);
-    tv.tv_sec = (time_t)(conf->timeouts.queue_ms / 1000);
-    tv.tv_usec = (suseconds_t)((conf->timeouts.queue_ms % 1000) * 1000);
+    wait_ms = admission_wait_ms(conf, wt->item.cls);
+    tv.tv_sec = (time_t)(wait_ms / 1000);
+    tv.tv_usec = (suseconds_t)((wait_ms % 1000) * 1000);
     evtimer_add(wt->deadline, &tv);
-    c->req.waiter = wt;
+    c->req.sched.waiter = wt;
     admission_insert(aw, wt);
     lg_client_set_state(c, LG_CLIENT_ST_CONNECT); /* waiting; its read stays on for EOF */
     LG_CONN_LOG(LG_LOG_DEBUG, c, "queued for model \"%s\" behind %u", c->req.info.model, ahead);
@@ -355,11 +414,62 @@ lg_admission_wake_worker(struct lg_admission *a, unsigned worker)
     }
 }
 
+/* Is c of a class refused rather than queued? */
+static bool
+admission_sheddable(const struct lg_client *c)
+{
+    const struct lg_scheduling_conf *sc = &c->req.fleet->conf->scheduling;
+
+    return sc->fair && sc->classes[c->req.sched.cls].sheddable;
+}
+
+void
+lg_admission_refuse(struct lg_admission *a, struct lg_client *c, enum lg_shed why)
+{
+    struct lg_req_sched *rs = &c->req.sched;
+    uint32_t ahead = 0;
+    struct admission_model *m = NULL;
+
+    rs->shed = (uint8_t)why;
+    if (a != NULL) {
+        __atomic_add_fetch(&a->refused[rs->cls][why], 1, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&a->lock);
+        m = admission_model(a, c->req.info.model);
+        ahead = m->queued;
+        pthread_mutex_unlock(&a->lock);
+    }
+    if (rs->tenant != NULL) {
+        __atomic_add_fetch(&rs->tenant->shed[rs->cls], 1, __ATOMIC_RELAXED);
+    }
+    c->req.retry_after_ms = m != NULL ? admission_retry_after_s(a, m, ahead) * 1000 : 1000;
+    switch (why) {
+    case LG_SHED_QUEUE_DEADLINE:
+        lg_client_fail(c, 429, "rate_limit_exceeded",
+                       "queue: the request waited %" PRIu64 " ms for a backend of \"%s\", its "
+                       "class's (%s) queue deadline; try again later",
+                       (uint64_t)(rs->queue_ns / LG_NS_PER_MS), c->req.info.model,
+                       lg_class_name(rs->cls));
+        break;
+    case LG_SHED_TTFT_TARGET:
+        lg_client_fail(c, 429, "rate_limit_exceeded",
+                       "queue: no backend of \"%s\" is predicted to give the first token within "
+                       "the target of %u ms; class %s is shed first; try again later",
+                       c->req.info.model, rs->ttft_target_ms, lg_class_name(rs->cls));
+        break;
+    default:
+        lg_client_fail(c, 429, "rate_limit_exceeded",
+                       "queue: every backend of \"%s\" is busy and class %s does not wait; try "
+                       "again later",
+                       c->req.info.model, lg_class_name(rs->cls));
+        break;
+    }
+}
+
 bool
 lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
                   lg_admission_resume_fn resume)
 {
-    struct lg_admission_waiter *wt = c->req.waiter;
+    struct lg_admission_waiter *wt = c->req.sched.waiter;
     bool full = rc != LG_OK && c->req.att != NULL && c->req.att->pick.full; /* its pick's */
 
     if (wt != NULL) {
@@ -383,14 +493,22 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
         if (queued == 0) {
             return false;
         }
+        if (admission_sheddable(c)) {
+            lg_admission_refuse(a, c, LG_SHED_SATURATED); /* others wait: it would too */
+            return true;
+        }
         /* others wait for this model: no overtaking; they get the free slot first */
         if (admission_enqueue(a, c, resume) == LG_OK) {
-            admission_wake(a, c->w->id); /* there is room: let the oldest waiters take it */
+            admission_wake(a, c->w->id); /* there is room: let the first in line take it */
         }
         return true;
     }
     if (!full) {
         return false;
+    }
+    if (admission_sheddable(c)) {
+        lg_admission_refuse(a, c, LG_SHED_SATURATED);
+        return true;
     }
     admission_enqueue(a, c, resume);
     return true;
@@ -415,59 +533,61 @@ lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried 
 void
 lg_admission_cancel(struct lg_client *c)
 {
-    if (c->req.waiter != NULL) {
-        admission_drop(c->req.waiter);
+    if (c->req.sched.waiter != NULL) {
+        admission_drop(c->req.sched.waiter);
     }
 }
 
-/* Is wt the oldest waiter of its model, all workers? */
-static bool
-admission_is_head(struct lg_admission_waiter *wt)
-{
-    struct lg_admission *a = wt->aw->a;
-    bool head;
-
-    pthread_mutex_lock(&a->lock);
-    head = TAILQ_FIRST(&wt->m->order) == wt;
-    pthread_mutex_unlock(&a->lock);
-    return head;
-}
-
 /*
- * The first waiter of this worker that heads its model's order and whose
- * model has room now; models seen without room (or headed elsewhere) are
- * noted in `skip` and not looked at again in this pass.
+ * This worker's next waiter to dispatch: of the models with waiters (not in
+ * `skip`), the first whose head waits on this worker, is not being
+ * dispatched already, and finds a backend with room now; the models seen
+ * without room, or headed elsewhere, are noted in `skip` and not looked at
+ * again in this pass. O(models with waiters).
  */
 static struct lg_admission_waiter *
 admission_next(struct admission_worker *aw, const struct admission_model **skip, size_t *nskip,
                size_t cap)
 {
-    struct lg_admission_waiter *wt;
+    struct lg_admission *a = aw->a;
+    struct lg_admission_waiter *mine[32];
+    size_t nmine = 0;
+    struct admission_model *m;
 
-    TAILQ_FOREACH (wt, &aw->waiters, link) {
-        const struct lg_model_route *route;
+    pthread_mutex_lock(&a->lock);
+    TAILQ_FOREACH (m, &a->active, active) {
+        struct lg_sched_item *head = lg_sched_head(&m->q);
+        struct lg_admission_waiter *wt;
         bool known = false;
 
         for (size_t i = 0; i < *nskip && !known; i++) {
-            known = skip[i] == wt->m;
+            known = skip[i] == m;
         }
-        if (known) {
+        if (known || head == NULL) {
             continue;
         }
-        route = wt->c->req.models;
-        if (admission_is_head(wt) && route != NULL
-            && lg_router_has_candidate(route, &wt->c->req.tries.tried)) {
-            return wt;
+        wt = (struct lg_admission_waiter *)((char *)head
+                                            - offsetof(struct lg_admission_waiter, item));
+        if (wt->aw == aw && wt->state == ADMISSION_ST_QUEUED && nmine < LG_ARRAY_SIZE(mine)) {
+            mine[nmine++] = wt; /* this thread's: freed by nobody else */
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    for (size_t i = 0; i < nmine; i++) {
+        const struct lg_model_route *route = mine[i]->c->req.models;
+
+        if (route != NULL && lg_router_has_candidate(route, &mine[i]->c->req.tries.tried)) {
+            return mine[i];
         }
         if (*nskip < cap) {
-            skip[(*nskip)++] = wt->m; /* later waiters of this model are not its head */
+            skip[(*nskip)++] = mine[i]->m; /* no room for its model now */
         }
     }
     return NULL;
 }
 
 /*
- * Dispatches, in order, the waiters that head their model's order and find
+ * Dispatches, in order, the waiters that head their model's queue and find
  * room. Each pass takes one waiter out or notes its model, so it ends. After
  * its resume() the waiter may be freed (and its request over): only
  * the client, which outlives this callback, is looked at again.
@@ -489,7 +609,7 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
         admission_unlink(wt);
         wt->state = ADMISSION_ST_DISPATCHING;
         wt->resume(c); /* ends in lg_admission_hold(): dropped or queued again */
-        if (c->req.waiter != NULL && c->req.waiter->state == ADMISSION_ST_QUEUED
+        if (c->req.sched.waiter != NULL && c->req.sched.waiter->state == ADMISSION_ST_QUEUED
             && nskip < LG_ARRAY_SIZE(skip)) {
             skip[nskip++] = m; /* it went back: its model is full again */
         }
@@ -528,4 +648,58 @@ lg_admission_queued(struct lg_admission *a, const char *model)
     n = admission_model(a, model)->queued;
     pthread_mutex_unlock(&a->lock);
     return n;
+}
+
+/* ---- tenants' attained service ----------------------------------------- */
+
+void
+lg_admission_charge(struct lg_admission *a, struct lg_client *c)
+{
+    struct lg_req_sched *rs = &c->req.sched;
+    const struct lg_config *conf = c->req.fleet->conf;
+    uint32_t per = conf->budgets.prompt_bytes_per_token ? conf->budgets.prompt_bytes_per_token : 4;
+
+    if (a == NULL || rs->charged || rs->tenant == NULL) {
+        return;
+    }
+    rs->charged = true;
+    rs->prompt_tokens = c->req.info.prompt_bytes / per + 1;
+    __atomic_add_fetch(&rs->tenant->admitted[rs->cls], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rs->tenant->wait_ms[rs->cls], rs->queue_ns / LG_NS_PER_MS,
+                       __ATOMIC_RELAXED);
+    pthread_mutex_lock(&a->lock);
+    lg_sched_charge(rs->tenant, (double)rs->prompt_tokens, (double)lg_now_ns() / 1e9,
+                    a->half_life_s);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void
+lg_admission_settle(struct lg_admission *a, struct lg_client *c)
+{
+    const struct lg_request *req = &c->req;
+    struct lg_req_sched *rs = &c->req.sched;
+    int64_t out = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->sse)
+                                              : req->probe.completion_tokens;
+    int64_t prompt = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens
+                                                 : req->probe.prompt_tokens;
+    double rest;
+
+    if (rs->tenant == NULL) {
+        return;
+    }
+    if (rs->charged && a != NULL) {
+        if (out < 0) {
+            out = (int64_t)req->content_events;
+        }
+        if (prompt <= 0) {
+            prompt = (int64_t)rs->prompt_tokens;
+        }
+        rest = (double)prompt - (double)rs->prompt_tokens + 2.0 * (double)out;
+        __atomic_add_fetch(&rs->tenant->tokens[rs->cls], (uint64_t)prompt + (uint64_t)out,
+                           __ATOMIC_RELAXED);
+        pthread_mutex_lock(&a->lock);
+        lg_sched_charge(rs->tenant, rest, (double)lg_now_ns() / 1e9, a->half_life_s);
+        pthread_mutex_unlock(&a->lock);
+    }
+    lg_tenant_release(a != NULL ? a->tenants : NULL, rs);
 }

@@ -21,10 +21,12 @@
 #define LG_ADMISSION_H
 
 #include "base/lg_core.h"
+#include "serve/tenant.h"
 
 struct lg_admission;
 struct lg_admission_waiter;
 struct lg_client;
+struct lg_config;
 struct lg_gateway;
 struct lg_model_route;
 struct lg_tried;
@@ -76,6 +78,33 @@ void lg_admission_released(struct lg_admission *a, unsigned worker, const char *
  * waiters in its loop. On that worker's thread. NULL a is fine.
  */
 void lg_admission_wake_worker(struct lg_admission *a, unsigned worker);
+
+/* A reload: the tenants' table bounds and half-life. NULL a is fine. */
+void lg_admission_configure(struct lg_admission *a, const struct lg_config *conf);
+
+/* The tenants (tenant.h), or NULL for a NULL a. */
+struct lg_tenants *lg_admission_tenants(struct lg_admission *a);
+
+/*
+ * Refuses c with 429 rate_limit_exceeded for `why` (its access log's
+ * "shed"), with a Retry-After from the drain rate; counts it for its class
+ * and tenant. NULL a is fine.
+ */
+void lg_admission_refuse(struct lg_admission *a, struct lg_client *c, enum lg_shed why);
+
+/*
+ * The request goes to a backend: its prompt's estimate counts in its
+ * tenant's attained service now, its queue wait in its tenant's counters.
+ * Once per request.
+ */
+void lg_admission_charge(struct lg_admission *a, struct lg_client *c);
+
+/*
+ * The request ended: the rest of its cost (the prompt's real count less the
+ * estimate, and twice the output) counts in its tenant's service; its
+ * tenant reference is given back. Idempotent.
+ */
+void lg_admission_settle(struct lg_admission *a, struct lg_client *c);
 
 /* Requests waiting for `model` now, all workers (tests, metrics). */
 uint32_t lg_admission_queued(struct lg_admission *a, const char *model);
