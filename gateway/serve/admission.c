@@ -72,6 +72,7 @@ struct admission_worker {
     uint32_t nwaiting;             /* atomic: read by other workers' releases */
     struct event *wake;            /* owned: activated by its worker's thread only */
     struct event *tick;            /* owned: slow re-check while waiters exist */
+    bool wake_others;              /* its next wake wakes the other workers too */
 };
 
 struct lg_admission {
@@ -278,7 +279,10 @@ admission_drop(struct lg_admission_waiter *wt)
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        admission_wake(a, self);
+        /* from this worker's loop, once the request that leaves (when it goes to a
+         * backend) holds its slot there: no other worker may see that slot free */
+        a->aw[self].wake_others = true;
+        event_active(a->aw[self].wake, EV_TIMEOUT, 0);
     }
 }
 
@@ -602,6 +606,10 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (aw->wake_others) {
+        aw->wake_others = false;
+        admission_wake(aw->a, (unsigned)(aw - aw->a->aw));
+    }
     while ((wt = admission_next(aw, skip, &nskip, LG_ARRAY_SIZE(skip))) != NULL) {
         struct lg_client *c = wt->c;
         const struct admission_model *m = wt->m;
@@ -702,4 +710,125 @@ lg_admission_settle(struct lg_admission *a, struct lg_client *c)
         pthread_mutex_unlock(&a->lock);
     }
     lg_tenant_release(a != NULL ? a->tenants : NULL, rs);
+}
+
+/* ---- views -------------------------------------------------------------- */
+
+void
+lg_admission_classes(struct lg_admission *a, struct lg_admission_class_view *out)
+{
+    struct admission_model *m;
+
+    memset(out, 0, LG_NCLASSES * sizeof(*out));
+    if (a == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&a->lock);
+    TAILQ_FOREACH (m, &a->active, active) {
+        for (int c = 0; c < LG_NCLASSES; c++) {
+            out[c].queued += m->q.queued[c];
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        for (int r = 0; r < LG_SHED_NREASONS; r++) {
+            out[c].refused[r] = __atomic_load_n(&a->refused[c][r], __ATOMIC_RELAXED);
+        }
+    }
+}
+
+void
+lg_admission_foreach_model(struct lg_admission *a, lg_admission_model_fn fn, void *arg)
+{
+    struct admission_model *m;
+    uint64_t now = lg_now_ns();
+
+    if (a == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&a->lock);
+    TAILQ_FOREACH (m, &a->active, active) {
+        struct lg_sched_item *head = lg_sched_head(&m->q);
+        double wait = 0;
+
+        if (head != NULL) {
+            const struct lg_admission_waiter *wt =
+                (const struct lg_admission_waiter *)((const char *)head
+                                                     - offsetof(struct lg_admission_waiter, item));
+
+            wait = (double)(now - wt->since_ns) / 1e6;
+        }
+        fn(m->name, m->q.queued, wait, arg);
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+struct tenant_views {
+    struct lg_admission *a;
+    struct lg_tenant_view *v;
+    size_t n, cap;
+    double now_s;
+};
+
+/* Under the tenants' lock (then the queue's: the one order the two nest in). */
+static void
+admission_tenant_view(struct lg_tenant *tn, void *arg)
+{
+    struct tenant_views *tv = arg;
+    struct lg_tenant_view *v;
+
+    if (tv->n == tv->cap) {
+        tv->cap = tv->cap ? 2 * tv->cap : 64;
+        tv->v = lg_xrealloc(tv->v, tv->cap * sizeof(*tv->v));
+    }
+    v = &tv->v[tv->n++];
+    memset(v, 0, sizeof(*v));
+    snprintf(v->name, sizeof(v->name), "%s", tn->name);
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        v->queued[c] = __atomic_load_n(&tn->queued[c], __ATOMIC_RELAXED);
+        v->admitted[c] = __atomic_load_n(&tn->admitted[c], __ATOMIC_RELAXED);
+        v->shed[c] = __atomic_load_n(&tn->shed[c], __ATOMIC_RELAXED);
+        v->tokens[c] = __atomic_load_n(&tn->tokens[c], __ATOMIC_RELAXED);
+        v->wait_ms[c] = __atomic_load_n(&tn->wait_ms[c], __ATOMIC_RELAXED);
+    }
+    pthread_mutex_lock(&tv->a->lock);
+    v->service = lg_sched_service(tn, tv->now_s, tv->a->half_life_s);
+    pthread_mutex_unlock(&tv->a->lock);
+}
+
+static uint64_t
+tenant_view_tokens(const struct lg_tenant_view *v)
+{
+    uint64_t n = 0;
+
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        n += v->tokens[c];
+    }
+    return n;
+}
+
+static int
+tenant_view_cmp(const void *x, const void *y)
+{
+    uint64_t a = tenant_view_tokens(x), b = tenant_view_tokens(y);
+
+    return a > b ? -1 : a < b ? 1 : strcmp(((const struct lg_tenant_view *)x)->name,
+                                           ((const struct lg_tenant_view *)y)->name);
+}
+
+size_t
+lg_admission_tenant_views(struct lg_admission *a, struct lg_tenant_view **out)
+{
+    struct tenant_views tv = { .a = a, .now_s = (double)lg_now_ns() / 1e9 };
+
+    *out = NULL;
+    if (a == NULL) {
+        return 0;
+    }
+    lg_tenants_foreach(a->tenants, admission_tenant_view, &tv);
+    if (tv.n > 1) {
+        qsort(tv.v, tv.n, sizeof(*tv.v), tenant_view_cmp);
+    }
+    *out = tv.v;
+    return tv.n;
 }

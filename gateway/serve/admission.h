@@ -106,6 +106,41 @@ void lg_admission_charge(struct lg_admission *a, struct lg_client *c);
  */
 void lg_admission_settle(struct lg_admission *a, struct lg_client *c);
 
+/* What the queues hold, for /admin/queues, the metrics and the status page. */
+struct lg_admission_class_view {
+    uint32_t queued;                     /* waiting now, all models */
+    uint64_t refused[LG_SHED_NREASONS];  /* refused since start, by reason */
+};
+
+/* Fills out[cls] for every class. NULL a: zeros. */
+void lg_admission_classes(struct lg_admission *a, struct lg_admission_class_view *out);
+
+typedef void (*lg_admission_model_fn)(const char *model, const uint32_t *queued,
+                                      double head_wait_ms, void *arg);
+/*
+ * Calls fn for each model with waiters: its waiters by class
+ * (queued[LG_NCLASSES]) and how long its head has waited (under the queue's
+ * lock: fn must not call into the queue).
+ */
+void lg_admission_foreach_model(struct lg_admission *a, lg_admission_model_fn fn, void *arg);
+
+/* A tenant's counters, copied. */
+struct lg_tenant_view {
+    char name[LG_TENANT_NAME_MAX + 1];
+    double service;                 /* attained service now (tokens, decayed) */
+    uint32_t queued[LG_NCLASSES];
+    uint64_t admitted[LG_NCLASSES];
+    uint64_t shed[LG_NCLASSES];
+    uint64_t tokens[LG_NCLASSES];
+    uint64_t wait_ms[LG_NCLASSES];
+};
+
+/*
+ * Every tenant's view, most tokens first ("other", the shared one, among
+ * them), in *out (free() it); returns how many.
+ */
+size_t lg_admission_tenant_views(struct lg_admission *a, struct lg_tenant_view **out);
+
 /* Requests waiting for `model` now, all workers (tests, metrics). */
 uint32_t lg_admission_queued(struct lg_admission *a, const char *model);
 

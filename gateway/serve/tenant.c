@@ -166,7 +166,8 @@ tenants_sweep(struct lg_tenants *t, uint64_t now, bool force)
         while (*pp != NULL) {
             struct lg_tenant *tn = *pp;
 
-            if (tn->refcnt == 0 && tn->flows == NULL && now - tn->last_ns > t->expiry_ns) {
+            /* no reference: no waiter either (each holds one), so no flow */
+            if (tn->refcnt == 0 && now - tn->last_ns > t->expiry_ns) {
                 *pp = tn->next;
                 free(tn);
                 t->n--;
@@ -327,7 +328,11 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf,
     out->cls = (uint8_t)cls;
     out->ttft_target_ms = target;
     out->deadline_ns = target > 0 ? t_start + (uint64_t)target * LG_NS_PER_MS : 0;
-    if (t != NULL && tlen > 0) {
+    if (tlen == 0) {
+        tname = "anonymous"; /* no header, no key: one tenant for all of them */
+        tlen = strlen(tname);
+    }
+    if (t != NULL) {
         out->tenant = lg_tenants_get(t, tname, tlen, lg_now_ns());
     }
     return LG_OK;

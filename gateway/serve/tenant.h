@@ -3,8 +3,8 @@
  *
  * A tenant is what fairness shares the fleet between (sched.c): the first
  * of tenants.headers present on the request names it (a team, a project,
- * an agent's session), else the request's API key; a request with neither
- * counts for no tenant (one anonymous flow). The table of tenants is
+ * an agent's session), else the request's API key's name; a request with
+ * neither counts for the tenant "anonymous". The table of tenants is
  * bounded (tenants.max): an idle tenant is forgotten after
  * tenants.idle_expiry, and while the table is full of live ones the next
  * names share the tenant "other".
