@@ -635,6 +635,8 @@ static const struct lg_conf_table conf_backend_tls_table = { sizeof(struct lg_ba
                                                              conf_backend_tls_fields, NULL };
 
 #define BE(f) offsetof(struct lg_backend_conf, f)
+static const char *const conf_priority_fields[] = { "off", "vllm", NULL };
+
 static const struct lg_conf_field conf_backend_fields[] = {
     { "name", LG_CONF_STR, BE(name), .required = true, .check = lg_conf_check_name },
     { "url", LG_CONF_URL, BE(url), .required = true, .unless = "discover" },
@@ -643,6 +645,8 @@ static const struct lg_conf_field conf_backend_fields[] = {
       .max = 1024, .aux_offset = BE(nmodels) },
     { "weight", LG_CONF_UINT, BE(weight), .def = 1, .min = 1, .max = 1000 },
     { "max_inflight", LG_CONF_UINT, BE(max_inflight), .def = 0, .min = 0, .max = 1000000 },
+    { "priority_field", LG_CONF_ENUM, BE(priority_field), .def = LG_PRIORITY_FIELD_OFF,
+      .names = conf_priority_fields },
     { "flavor", LG_CONF_ENUM, BE(flavor), .def = LG_ENGINE_AUTO, .names = conf_flavors },
     { "metrics_path", LG_CONF_STR, BE(metrics_path), .def_str = "/metrics",
       .check = lg_conf_check_path },

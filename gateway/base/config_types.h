@@ -40,6 +40,13 @@ struct lg_discover_conf {
     uint64_t interval_ms;   /* re-resolution period */
 };
 
+/* How a backend hears of a request's priority class (serve/relay.c). */
+enum lg_priority_field {
+    LG_PRIORITY_FIELD_OFF = 0,
+    LG_PRIORITY_FIELD_VLLM, /* vLLM's "priority" (lower first): batch 1, default 0,
+                               interactive -1, system -2 */
+};
+
 struct lg_backend_conf {
     char *name;
     char *url;            /* as written; NULL in a template */
@@ -68,6 +75,7 @@ struct lg_backend_conf {
     bool enabled;           /* "enabled": false backends are validated, then left out of
                                backends[]: always true in a loaded config */
     struct lg_discover_conf discover; /* dns != NULL: a template (in templates[]) */
+    int priority_field;     /* enum lg_priority_field: the request's class in its body */
 };
 
 struct lg_timeouts_conf {

@@ -362,5 +362,45 @@ class SchedTest(Harness):
         self.assertEqual(out["retried"]["status"], 200, out)
 
 
+class PriorityFieldTest(Harness):
+    """A backend with priority_field "vllm" gets the class in the body's "priority"."""
+
+    quiet_backends = True
+
+    def test_the_class_goes_to_the_engine_as_vllm_priority(self):
+        _, sim = self.start_llmsim("r1")
+        rec = harness.RecordingProxy(sim)
+        self.addCleanup(rec.close)
+        keys = self.path("keys.json")
+        with open(keys, "w") as f:
+            json.dump(keys_doc(), f)
+        conf = self.base_config([{"name": "r1", "url": "http://127.0.0.1:%d" % rec.port,
+                                  "models": ["m"], "priority_field": "vllm"}],
+                                workers=1, auth={"keys_file": keys})
+        _, gw = self.start_gateway(conf)
+        sent = []
+        for key, hdr in (("inter", None), ("batch", None), ("plain", None),
+                         ("sys", "system")):
+            h = dict(bearer(key), **({"x-llmgate-priority": hdr} if hdr else {}))
+            body = chat_body(max_tokens=1)
+            body["priority"] = 7 if key == "plain" else None
+            if key != "plain":
+                del body["priority"]
+            status, _, obj, _ = post_json(gw, "/v1/chat/completions", body, headers=h)
+            self.assertEqual(status, 200, obj)
+            sent.append(key)
+        raw = b"".join(bytes(d) for d in rec.downstream)
+        bodies = []
+        for part in raw.split(b"POST /v1/chat/completions HTTP/1.1\r\n")[1:]:
+            head, _, rest = part.partition(b"\r\n\r\n")
+            length = int([l for l in head.split(b"\r\n")
+                          if l.lower().startswith(b"content-length:")][0].split(b":")[1])
+            bodies.append(json.loads(rest[:length]))  # the length covers the new field
+        self.assertEqual(len(bodies), 4, raw)
+        self.assertEqual([b["priority"] for b in bodies], [-1, 1, 7, -2])
+        self.assertTrue(all(b["model"] == "m" for b in bodies))
+
+
+
 if __name__ == "__main__":
     harness.main()
