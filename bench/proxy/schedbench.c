@@ -90,7 +90,7 @@ bench_fill(struct bench_item *b, struct lg_tenant *tenants, size_t ntenants, dou
     memset(&b->it, 0, sizeof(b->it));
     b->it.cls = (uint8_t)(r % LG_NCLASSES);
     b->it.deadline_ns = (r >> 8) & 1 ? (uint64_t)(t * 1e9) + ((r >> 16) % 2000) * 1000000ull
-                                      : (uint64_t)(t * 1e9) + 30000000000ull;
+                                     : (uint64_t)(t * 1e9) + 30000000000ull;
     b->tenant = &tenants[(r >> 32) % ntenants];
 }
 
@@ -200,8 +200,9 @@ main(int argc, char **argv)
             qsort(per, batches, sizeof(*per), cmp_double);
             printf("%8zu %8zu %14.0f %14.0f\n", n, ntn, per[batches / 2], per[0]);
             if (json) {
-                fprintf(json, "%s{\"queued\":%zu,\"tenants\":%zu,\"ns_per_request\":%.1f,"
-                              "\"fastest_ns\":%.1f}",
+                fprintf(json,
+                        "%s{\"queued\":%zu,\"tenants\":%zu,\"ns_per_request\":%.1f,"
+                        "\"fastest_ns\":%.1f}",
                         qi + ti ? "," : "", n, ntn, per[batches / 2], per[0]);
             }
             for (size_t i = 0; i <= n; i++) {

@@ -788,6 +788,19 @@ conf_check_tenants(struct lg_conf_ctx *ctx, void *base, bool clean)
     }
 }
 
+#define TB(f) offsetof(struct lg_tenant_budget_conf, f)
+static const struct lg_conf_field conf_tenant_budget_fields[] = {
+    { "tokens_per_minute", LG_CONF_UINT, TB(tokens_per_minute), .def = 0, .min = 0,
+      .max = 4000000000.0 },
+    { "tokens_per_day", LG_CONF_UINT, TB(tokens_per_day), .def = 0, .min = 0,
+      .max = 4000000000.0 },
+    { .name = NULL },
+};
+#undef TB
+static const struct lg_conf_table conf_tenant_budget_table = {
+    sizeof(struct lg_tenant_budget_conf), conf_tenant_budget_fields, NULL
+};
+
 #define TE(f) offsetof(struct lg_tenants_conf, f)
 static const struct lg_conf_field conf_tenants_fields[] = {
     { "headers", LG_CONF_STRARRAY, TE(headers), .min = 0, .max = 8, .aux_offset = TE(nheaders) },
@@ -796,6 +809,7 @@ static const struct lg_conf_field conf_tenants_fields[] = {
       .max = CONF_H(24 * 7) },
     { "half_life", LG_CONF_DURATION, TE(half_life_ms), .def = CONF_S(60), .min = CONF_MS(100),
       .max = CONF_H(24) },
+    { "budget", LG_CONF_OBJECT, TE(budget), .sub = &conf_tenant_budget_table },
     { .name = NULL },
 };
 #undef TE

@@ -289,6 +289,12 @@ struct lg_scheduling_conf {
     struct lg_class_conf classes[LG_NCLASSES];
 };
 
+/* Every tenant named by a header: tokens per minute and per day (0: none). */
+struct lg_tenant_budget_conf {
+    uint32_t tokens_per_minute;
+    uint32_t tokens_per_day;
+};
+
 /* Tenants: who a request counts for in fairness (serve/tenant.c). */
 struct lg_tenants_conf {
     char **headers;             /* NULL-terminated: the first one present names the tenant;
@@ -297,6 +303,7 @@ struct lg_tenants_conf {
     uint32_t max;               /* tenants remembered at once; more share "other" */
     uint64_t idle_expiry_ms;    /* a tenant idle this long is forgotten */
     uint64_t half_life_ms;      /* attained service halves over this time */
+    struct lg_tenant_budget_conf budget;
 };
 
 #define LG_CONFIG_MAX_WORKERS 256

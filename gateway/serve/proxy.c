@@ -195,14 +195,17 @@ proxy_dispatch(struct lg_client *c)
                              "the request body has no \"model\" field");
         return;
     }
-    if (lg_auth_admit(&c->req, &no) != LG_OK
-        || (req->auth.key != NULL
-            && lg_quota_admit(req, &lg_client_conf(c)->budgets, &c->w->gw->budget_refuses, &no)
-                   != LG_OK)) {
+    if (lg_auth_admit(&c->req, &no) != LG_OK) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }
     if (proxy_classify(c) != LG_OK) {
+        return;
+    }
+    if (lg_quota_admit(req, &lg_client_conf(c)->budgets,
+                       lg_admission_tenants(c->w->gw->admission), &c->w->gw->budget_refuses, &no)
+        != LG_OK) {
+        lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }
     proxy_start(c);

@@ -18,7 +18,7 @@ struct lg_sched_flow {
     struct lg_sched *s;
     struct lg_tenant *tenant; /* borrowed; NULL: the anonymous flow */
     uint8_t cls;
-    uint32_t hidx;             /* in s->classes[cls] */
+    uint32_t hidx; /* in s->classes[cls] */
     struct lg_sched_heap items;
     struct lg_sched_flow *tnext, **tprev; /* its tenant's flows */
 };

@@ -30,7 +30,7 @@ struct lg_sched_item {
     uint64_t deadline_ns; /* orders a flow's waiters; then seq */
     uint64_t seq;         /* arrival order */
     struct lg_sched_flow *flow;
-    uint32_t hidx;        /* in its flow's heap */
+    uint32_t hidx; /* in its flow's heap */
     uint8_t cls;
 };
 

@@ -15,6 +15,7 @@
 
 #include "base/config.h"
 #include "http/httphdr.h"
+#include "serve/budget.h"
 
 #define TENANT_BUCKETS 1024
 
@@ -25,7 +26,8 @@ struct lg_tenants {
     size_t n;
     uint32_t max;
     uint64_t expiry_ns;
-    uint64_t swept_ns; /* last sweep of idle tenants */
+    uint64_t swept_ns;              /* last sweep of idle tenants */
+    struct lg_budget_limits budget; /* tenants.budget */
 };
 
 static const char *const class_names[LG_NCLASSES] = {
@@ -131,6 +133,8 @@ lg_tenants_configure(struct lg_tenants *t, const struct lg_tenants_conf *conf)
     pthread_mutex_lock(&t->lock);
     t->max = conf != NULL ? conf->max : 1000;
     t->expiry_ns = (conf != NULL ? conf->idle_expiry_ms : 600000) * LG_NS_PER_MS;
+    t->budget.tokens[LG_BUDGET_MINUTE] = conf != NULL ? conf->budget.tokens_per_minute : 0;
+    t->budget.tokens[LG_BUDGET_DAY] = conf != NULL ? conf->budget.tokens_per_day : 0;
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -145,9 +149,11 @@ lg_tenants_free(struct lg_tenants *t)
 
         for (; tn != NULL; tn = next) {
             next = tn->next;
+            lg_budget_unref(tn->account);
             free(tn);
         }
     }
+    lg_budget_unref(t->other.account);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -169,6 +175,7 @@ tenants_sweep(struct lg_tenants *t, uint64_t now, bool force)
             /* no reference: no waiter either (each holds one), so no flow */
             if (tn->refcnt == 0 && now - tn->last_ns > t->expiry_ns) {
                 *pp = tn->next;
+                lg_budget_unref(tn->account);
                 free(tn);
                 t->n--;
             } else {
@@ -224,6 +231,26 @@ lg_tenants_put(struct lg_tenants *t, struct lg_tenant *tn)
     pthread_mutex_unlock(&t->lock);
 }
 
+struct lg_budget *
+lg_tenants_budget(struct lg_tenants *t, struct lg_tenant *tn, struct lg_budget_limits *lim)
+{
+    struct lg_budget *b = NULL;
+
+    pthread_mutex_lock(&t->lock);
+    *lim = t->budget;
+    if (lg_budget_limited(lim)) {
+        if (tn->account == NULL) {
+            char name[LG_TENANT_NAME_MAX + 8];
+
+            snprintf(name, sizeof(name), "tenant:%s", tn->name);
+            tn->account = lg_budget_new(name);
+        }
+        b = lg_budget_ref(tn->account);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return b;
+}
+
 size_t
 lg_tenants_count(struct lg_tenants *t)
 {
@@ -251,10 +278,9 @@ lg_tenants_foreach(struct lg_tenants *t, lg_tenants_fn fn, void *arg)
 /* ---- a request's tenant, class and target -------------------------------- */
 
 int
-lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf,
-                  const struct lg_hdrs *hdrs, const char *key_name,
-                  const struct lg_key_sched *ks, uint64_t t_start, struct lg_req_sched *out,
-                  struct lg_tenant_refusal *no)
+lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const struct lg_hdrs *hdrs,
+                  const char *key_name, const struct lg_key_sched *ks, uint64_t t_start,
+                  struct lg_req_sched *out, struct lg_tenant_refusal *no)
 {
     const struct lg_scheduling_conf *sc = &conf->scheduling;
     const struct lg_hdr *h;
@@ -281,6 +307,7 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf,
         }
         tname = lg_hdrs_value(hdrs, h);
         tlen = h->value_len;
+        out->by_header = true;
         break;
     }
     if (sc->priority_header != NULL && (h = lg_hdrs_find(hdrs, sc->priority_header)) != NULL) {

@@ -25,6 +25,8 @@
 #include "base/lg_core.h"
 
 struct lg_admission_waiter;
+struct lg_budget;
+struct lg_budget_limits;
 struct lg_hdrs;
 struct lg_sched_flow;
 
@@ -45,15 +47,17 @@ const char *lg_shed_name(enum lg_shed why);
 /* A tenant; its counters are atomic, `key` and `flows` the scheduler's (under its lock). */
 struct lg_tenant {
     char name[LG_TENANT_NAME_MAX + 1];
-    uint32_t refcnt;             /* under the table's lock: the table does not count */
-    uint64_t last_ns;            /* last request (under the table's lock) */
-    struct lg_tenant *next;      /* hash chain */
+    uint32_t refcnt;        /* under the table's lock: the table does not count */
+    uint64_t last_ns;       /* last request (under the table's lock) */
+    struct lg_tenant *next; /* hash chain */
     /* the scheduler's (sched.c), under the admission queue's lock */
     double service;              /* attained service in tokens, as of service_t */
     double service_t;            /* when (seconds), for the half-life */
     double key;                  /* log2(service) + service_t / half-life: what orders
                                     tenants (their decay does not change its order) */
     struct lg_sched_flow *flows; /* its flows with waiters */
+    struct lg_budget *account;   /* its token budget's (tenants.budget), made on first use
+                                    under the table's lock; NULL: none yet */
     /* counters, atomic, by class */
     uint64_t admitted[LG_NCLASSES];
     uint64_t shed[LG_NCLASSES];
@@ -75,6 +79,14 @@ struct lg_tenant *lg_tenants_get(struct lg_tenants *t, const char *name, size_t 
                                  uint64_t now_ns);
 /* Gives back a reference; NULL is fine. */
 void lg_tenants_put(struct lg_tenants *t, struct lg_tenant *tn);
+/*
+ * The token budget of a tenant named by a header (tenants.budget, the same
+ * limits for each): its account, with a reference for the caller, and the
+ * limits in *lim; NULL when tenants.budget sets none.
+ */
+struct lg_budget *lg_tenants_budget(struct lg_tenants *t, struct lg_tenant *tn,
+                                    struct lg_budget_limits *lim);
+
 /* Tenants remembered now (the shared "other" not counted). */
 size_t lg_tenants_count(struct lg_tenants *t);
 
@@ -92,15 +104,16 @@ struct lg_key_sched {
 /* A request's scheduling state (struct lg_request.sched). */
 struct lg_req_sched {
     struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
-    struct lg_tenant *tenant; /* one reference; NULL: no tenant */
-    uint8_t cls;              /* enum lg_prio_class */
-    uint8_t shed;             /* enum lg_shed: why it was refused */
-    bool clamped;             /* its header asked for more than its key's max_class */
-    bool charged;             /* its prompt counts in its tenant's service */
-    uint32_t ttft_target_ms;  /* 0: none */
-    uint64_t deadline_ns;     /* monotonic: the first token's target (0: none) */
-    uint64_t queue_ns;        /* time spent in the admission queue */
-    uint64_t prompt_tokens;   /* the estimate charged at dispatch */
+    struct lg_tenant *tenant;           /* one reference; NULL: no tenant */
+    uint8_t cls;                        /* enum lg_prio_class */
+    uint8_t shed;                       /* enum lg_shed: why it was refused */
+    bool clamped;                       /* its header asked for more than its key's max_class */
+    bool charged;                       /* its prompt counts in its tenant's service */
+    bool by_header;                     /* its tenant was named by a tenants.headers header */
+    uint32_t ttft_target_ms;            /* 0: none */
+    uint64_t deadline_ns;               /* monotonic: the first token's target (0: none) */
+    uint64_t queue_ns;                  /* time spent in the admission queue */
+    uint64_t prompt_tokens;             /* the estimate charged at dispatch */
 };
 
 /*

@@ -39,7 +39,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc;
 
     if (conf[0] == NULL) {
-        if (lg_config_load_buffer(conf_text, strlen(conf_text), "c.json", &conf[0], &errs) != LG_OK) {
+        if (lg_config_load_buffer(conf_text, strlen(conf_text), "c.json", &conf[0], &errs)
+            != LG_OK) {
             abort();
         }
         conf[1] = conf[0];

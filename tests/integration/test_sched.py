@@ -361,6 +361,39 @@ class SchedTest(Harness):
         # with retries, the client waits as told and gets in once the slot is free
         self.assertEqual(out["retried"]["status"], 200, out)
 
+    # ---- token budgets per tenant ------------------------------------------------------
+
+    def test_a_tenant_named_by_a_header_has_its_own_token_budget(self):
+        gwp, gw = self.gateway(tenants={"headers": ["x-tenant"],
+                                        "budget": {"tokens_per_day": 300}},
+                               sim_args=["--decode-ms", "1", "--decode-ms-per-seq", "0"])
+        prompt = "x" * 400  # 100 tokens as the gateway estimates them
+        a = dict(bearer("plain"), **{"x-tenant": "agent-1"})
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions",
+                                         chat_body(max_tokens=50, content=prompt), headers=a)
+        self.assertEqual(status, 200, obj)
+        # reserved 150 of 300 (the key has no budget: the tenant's is the one told)
+        self.assertEqual(hdrs["x-ratelimit-limit-tokens"], "300")
+        self.assertEqual(hdrs["x-ratelimit-remaining-tokens"], "150")
+        used = obj["usage"]["prompt_tokens"] + obj["usage"]["completion_tokens"]
+        # what is left cannot hold 100 + 250: refused, until the day ends
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions",
+                                         chat_body(max_tokens=250, content=prompt), headers=a)
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertIn('for tenant "agent-1"', obj["error"]["message"])
+        self.assertEqual(hdrs["x-ratelimit-remaining-tokens"], str(300 - used))
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        # another tenant of the same key has its own budget; the key alone has none
+        status, _, _, _ = post_json(gw, "/v1/chat/completions",
+                                    chat_body(max_tokens=150, content=prompt),
+                                    headers=dict(bearer("plain"), **{"x-tenant": "agent-2"}))
+        self.assertEqual(status, 200)
+        status, hdrs, _, _ = post_json(gw, "/v1/chat/completions",
+                                       chat_body(max_tokens=500, content=prompt),
+                                       headers=bearer("plain"))
+        self.assertEqual(status, 200)
+        self.assertNotIn("x-ratelimit-limit-tokens", hdrs)
+
 
 class PriorityFieldTest(Harness):
     """A backend with priority_field "vllm" gets the class in the body's "priority"."""

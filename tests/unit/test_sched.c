@@ -89,7 +89,7 @@ test_deadline_then_arrival_inside_a_tenant(void)
     struct lg_tenant a = { .name = "a", .key = -INFINITY };
 
     lg_sched_init(&s);
-    lg_sched_push(&s, item(&it[0], LG_CLASS_DEFAULT, 0), &a, true);         /* no deadline */
+    lg_sched_push(&s, item(&it[0], LG_CLASS_DEFAULT, 0), &a, true); /* no deadline */
     lg_sched_push(&s, item(&it[1], LG_CLASS_DEFAULT, 300 * MS), &a, true);
     lg_sched_push(&s, item(&it[2], LG_CLASS_DEFAULT, 100 * MS), &a, true);
     lg_sched_push(&s, item(&it[3], LG_CLASS_DEFAULT, 300 * MS), &a, true); /* same: arrival */
