@@ -161,15 +161,15 @@ def main():
           "(llmsim figures, simulated engines)" % (args.replicas,
                                                     next(iter(report.values()))["capacity_rps"],
                                                     args.duration))
-    print("%-8s %-12s %7s %6s %6s %6s %9s %9s %8s %9s" % (
-        "run", "tenant", "rate/s", "sent", "ok", "429", "p50 ttft", "p99 ttft", "goodput",
+    print("%-8s %-12s %7s %6s %6s %7s %9s %9s %8s %9s" % (
+        "run", "tenant", "rate/s", "sent", "ok", "not ok", "p50 ttft", "p99 ttft", "goodput",
         "tokens"))
     for run, r in report.items():
         for n, *_ in TENANTS:
             if n not in r:
                 continue
             t = r[n]
-            print("%-8s %-12s %7.1f %6d %6d %6d %9s %9s %7s%% %9d" % (
+            print("%-8s %-12s %7.1f %6d %6d %7d %9s %9s %7s%% %9d" % (
                 run, n, t["rate_rps"], t["sent"], t["ok"], t["refused_429"] + t["failed_other"],
                 fmt(t["ttft_p50_ms"]), fmt(t["ttft_p99_ms"]),
                 fmt(None if t["goodput"] is None else 100 * t["goodput"], 1), t["tokens"]))
