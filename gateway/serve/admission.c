@@ -497,6 +497,11 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
         if (queued == 0) {
             return false;
         }
+        if (c->req.att != NULL && c->req.att->pick.probe) {
+            /* the pick claimed a half-open backend's probe, which it will not send now */
+            lg_backend_release_probe(c->req.att->pick.backend);
+            c->req.att->pick.probe = false;
+        }
         if (admission_sheddable(c)) {
             lg_admission_refuse(a, c, LG_SHED_SATURATED); /* others wait: it would too */
             return true;
