@@ -551,7 +551,11 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_lit(&l, ",\"tenant\":");
     line_cstr(&l, req->sched.tenant != NULL ? req->sched.tenant->name : NULL);
     line_lit(&l, ",\"class\":");
-    line_safe(&l, lg_class_name(req->sched.cls));
+    if (req->sched.tenant != NULL) { /* classified (tenant.c) */
+        line_safe(&l, lg_class_name(req->sched.cls));
+    } else {
+        line_lit(&l, "null");
+    }
     line_lit(&l, ",\"method\":");
     line_safe(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");
