@@ -9,8 +9,13 @@ three tenants send at once, each with its own API key and llmload:
   batch       150% of capacity, class "batch", sheddable
 
 against llmgate as it is without classes ("fifo": scheduling.fair false, one
-first-come-first-served admission queue) and with them ("classes"); and the
-interactive tenant alone through "classes" (its yardstick). Every backend has
+first-come-first-served admission queue) and with them ("classes"); the
+interactive tenant alone through "classes" (its yardstick); and, with
+--runs, nginx ("nginx": least_conn, limit_req per key: batch held to the 40%
+of capacity the others leave, agent to its burst rate; over it 429) and
+HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
+HAProxy queues, http-request set-priority-class per key: interactive first,
+batch last; timeout queue 30s). Every backend has
 max_inflight = its engine's slots, so that the gateway, not the engine, holds
 what waits. Per tenant it prints p50 / p99 TTFT (llmload's, from the scheduled
 arrival), goodput (answered 200 within the target, of all sent; without a
@@ -19,7 +24,7 @@ and writes report.json in the run's folder. These are llmsim figures: the
 engines are simulated.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
-                           [--runs alone,fifo,classes] [--out DIR]
+                           [--runs alone,fifo,classes,nginx,haproxy] [--out DIR]
 """
 
 import argparse
@@ -72,6 +77,107 @@ def gateway_base(rundir, fair):
     }
 
 
+NGINX_TENANTS_CONF = """\
+worker_processes 1;
+error_log {prefix}/error.log warn;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    map $http_authorization $batch_key {{ "Bearer {batch}" $http_authorization; default ""; }}
+    map $http_authorization $agent_key {{ "Bearer {agent}" $http_authorization; default ""; }}
+    limit_req_zone $batch_key zone=batch:1m rate={batch_rate}r/s;
+    limit_req_zone $agent_key zone=agent:1m rate={agent_rate}r/s;
+    limit_req_status 429;
+    upstream fleet {{
+        least_conn;
+{servers}
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            limit_req zone=batch burst=20 nodelay;
+            limit_req zone=agent burst=20 nodelay;
+            proxy_pass http://fleet;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"""
+
+HAPROXY_TENANTS_CONF = """\
+global
+    maxconn 8000
+defaults
+    mode http
+    timeout connect 3s
+    timeout client 300s
+    timeout server 300s
+    timeout queue 30s
+    timeout http-keep-alive 75s
+    timeout http-request 10s
+    http-reuse always
+    option http-no-delay
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend fleet
+backend fleet
+    balance leastconn
+    http-request set-priority-class int(-10) if {{ req.hdr(authorization) -m str "Bearer {inter}" }}
+    http-request set-priority-class int(0) if {{ req.hdr(authorization) -m str "Bearer {agent}" }}
+    http-request set-priority-class int(10) if {{ req.hdr(authorization) -m str "Bearer {batch}" }}
+{servers}
+"""
+
+
+class Proxy:
+    """nginx or HAProxy with the tenants' settings, on a port free a moment before."""
+
+    def __init__(self, kind, rundir, fleet, cap):
+        self.kind, self.rundir, self.fleet, self.cap = kind, rundir, fleet, cap
+        self.procs, self.ports = [], []
+
+    def start(self):
+        port = P.free_port()
+        slots = self.fleet.scen["sim"]["slots"]
+        keys = {"inter": key_of("interactive"), "agent": key_of("agent"),
+                "batch": key_of("batch")}
+        if self.kind == "nginx":
+            prefix = os.path.join(self.rundir, "nginx")
+            os.makedirs(os.path.join(prefix, "tmp"), exist_ok=True)
+            conf = os.path.join(prefix, "nginx.conf")
+            servers = "\n".join("        server %s;" % a for a in self.fleet.addrs())
+            with open(conf, "w") as f:
+                f.write(NGINX_TENANTS_CONF.format(
+                    prefix=prefix, port=port, servers=servers,
+                    batch_rate=max(1, int(0.40 * self.cap)), agent_rate=max(1, int(0.60 * self.cap)),
+                    **keys))
+            argv = [P.which("nginx"), "-p", prefix, "-c", conf, "-g", "daemon off;"]
+        else:
+            conf = os.path.join(self.rundir, "haproxy.cfg")
+            servers = "\n".join("    server %s %s maxconn %d" % (n, a, slots)
+                                 for n, a in zip(self.fleet.names, self.fleet.addrs()))
+            with open(conf, "w") as f:
+                f.write(HAPROXY_TENANTS_CONF.format(port=port, servers=servers, **keys))
+            argv = [P.which("haproxy"), "-f", conf, "-db"]
+        p = P.Proc(argv, os.path.join(self.rundir, self.kind + ".log"))
+        p.wait_port(port)
+        self.procs, self.ports = [p], [port]
+
+    def stop(self):
+        for p in self.procs:
+            p.stop()
+
+
 def run_one(args, name, tenants, fair):
     rundir = os.path.join(args.out, name)
     os.makedirs(rundir, exist_ok=True)
@@ -79,8 +185,11 @@ def run_one(args, name, tenants, fair):
     cap = S.capacity_rps(scen["sim"], scen["speeds"], S.PROMPT, S.MAX_TOKENS)
     fleet = Fleet(args.build, rundir, rundir, scen)
     fleet.start()
-    gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
-                   base=gateway_base(rundir, fair))
+    if name in ("nginx", "haproxy"):
+        gw = Proxy(name, rundir, fleet, cap)
+    else:
+        gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
+                       base=gateway_base(rundir, fair))
     loads = []
     try:
         gw.start()
