@@ -10,7 +10,9 @@ three tenants send at once, each with its own API key and llmload:
 
 against llmgate as it is without classes ("fifo": scheduling.fair false, one
 first-come-first-served admission queue) and with them ("classes"); the
-interactive tenant alone through "classes" (its yardstick); and, with
+interactive tenant alone through "classes" (its yardstick); "reserve":
+"classes" with batch's reserve at 0.5 (batch never takes more than half of
+a backend's max_inflight, the rest waits for the higher classes); and, with
 --runs, nginx ("nginx": least_conn, limit_req per key: batch held to the 40%
 of capacity the others leave, agent to its burst rate; over it 429) and
 HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
@@ -60,7 +62,7 @@ class Fleet(P.Fleet):
         return out
 
 
-def gateway_base(rundir, fair):
+def gateway_base(rundir, fair, reserve=0.0):
     keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
                       "models": "*", "class": cls}
                      for n, _, cls, _, _, _ in TENANTS]}
@@ -73,7 +75,7 @@ def gateway_base(rundir, fair):
         "timeouts": {"queue": "30s"},
         "scheduling": {"fair": fair,
                        "interactive": {"ttft_target": "500ms"},
-                       "batch": {"sheddable": True}},
+                       "batch": {"sheddable": True, "reserve": reserve}},
     }
 
 
@@ -189,7 +191,7 @@ def run_one(args, name, tenants, fair):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
-                       base=gateway_base(rundir, fair))
+                       base=gateway_base(rundir, fair, 0.5 if name == "reserve" else 0.0))
     loads = []
     try:
         gw.start()

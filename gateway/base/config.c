@@ -744,6 +744,7 @@ static const struct lg_conf_field conf_class_fields[] = {
       .max = CONF_H(1) },
     { "sheddable", LG_CONF_BOOL, CL(sheddable), .def = 0 },
     { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
+    { "reserve", LG_CONF_DOUBLE, CL(reserve), .def = 0, .min = 0, .max = 0.95 },
     { .name = NULL },
 };
 #undef CL

@@ -277,6 +277,8 @@ struct lg_class_conf {
     bool sheddable;             /* refused at once (429) when it would have to wait, or when
                                    the router predicts its TTFT target missed */
     uint64_t ttft_target_ms;    /* the first token's target; 0: none */
+    double reserve;             /* sheddable: the share of a backend's max_inflight it
+                                   leaves to higher classes (0: none) */
 };
 
 /* Who shares the fleet, and how the admission queue orders them (serve/sched.c). */

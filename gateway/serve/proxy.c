@@ -347,9 +347,11 @@ proxy_predicted_ttft_ms(const struct lg_route_result *p)
 }
 
 /*
- * A sheddable class's request whose target no backend is predicted to
- * meet (its pick is the best candidate) is refused now rather than
- * lengthening everyone's wait; true when it was.
+ * A sheddable class's request is refused now (true) where its pick's
+ * backend has no room left but the share its class's `reserve` leaves to
+ * higher classes, or where no backend is predicted to meet its TTFT target
+ * (its pick is the best candidate), rather than lengthening everyone's
+ * wait.
  */
 static bool
 proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
@@ -359,8 +361,19 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
     double pred, left_ms;
     uint64_t now;
 
-    if (!sc->fair || !sc->classes[req->sched.cls].sheddable || req->sched.deadline_ns == 0
-        || req->tries.n > 0 || a->pick.probe) {
+    if (!sc->fair || !sc->classes[req->sched.cls].sheddable || req->tries.n > 0
+        || a->pick.probe) {
+        return false;
+    }
+    if (sc->classes[req->sched.cls].reserve > 0 && a->pick.backend->conf.max_inflight > 0
+        && (double)(lg_backend_inflight(a->pick.backend) + 1)
+               > (double)a->pick.backend->conf.max_inflight
+                     * (1.0 - sc->classes[req->sched.cls].reserve)) {
+        /* the room left there is reserved for higher classes */
+        lg_admission_refuse(c->w->gw->admission, c, LG_SHED_SATURATED);
+        return true;
+    }
+    if (req->sched.deadline_ns == 0) {
         return false;
     }
     pred = proxy_predicted_ttft_ms(&a->pick);

@@ -86,10 +86,10 @@ class SchedTest(Harness):
         os.rename(self.keys_path + ".tmp", self.keys_path)
 
     def gateway(self, scheduling=None, tenants=None, queue_length=16, workers=2, sims=1,
-                sim_args=SLOW, **extra):
+                sim_args=SLOW, max_inflight=1, **extra):
         ports = [self.start_llmsim("r%d" % i, args=sim_args)[1] for i in range(sims)]
         backends = [{"name": "r%d" % i, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
-                     "max_inflight": 1} for i, p in enumerate(ports)]
+                     "max_inflight": max_inflight} for i, p in enumerate(ports)]
         conf = self.base_config(backends, workers=workers, access_log=self.path("access.log"),
                                 limits={"queue_length": queue_length},
                                 timeouts={"queue": "20s"}, admin="127.0.0.1:0",
@@ -215,6 +215,28 @@ class SchedTest(Harness):
         q = json.loads(http_request(self.admin, "GET", "/admin/queues")[2])
         batch = [c for c in q["classes"] if c["class"] == "batch"][0]
         self.assertEqual((batch["sheddable"], batch["refused"]["saturated"]), (True, 1), q)
+
+    def test_a_sheddable_class_leaves_its_reserve_to_higher_classes(self):
+        args = ["--slots", "4", "--decode-ms", "20", "--decode-ms-per-seq", "0"]
+        gwp, gw = self.gateway(scheduling={"batch": {"sheddable": True, "reserve": 0.5}},
+                               sim_args=args, max_inflight=4)
+        holds = [self.hold_slot(gw) for _ in range(2)]  # 2 of 4 taken: the reserve is left
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                         headers=bearer("batch"))
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        # the reserve is for the higher classes
+        for k in ("plain", "inter"):
+            status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                        headers=bearer(k))
+            self.assertEqual(status, 200)
+        for h in holds:
+            h.read_all()
+        status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                    headers=bearer("batch"))
+        self.assertEqual(status, 200)  # below the reserve again
+        shed = [r for r in self.log(None) if r["status"] == 429]
+        self.assertEqual([(r["shed"], r["class"]) for r in shed], [("saturated", "batch")])
 
     def test_past_its_class_queue_deadline_a_request_gets_429(self):
         gwp, gw = self.gateway(scheduling={"batch": {"queue_deadline": "400ms"}})
