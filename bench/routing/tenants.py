@@ -11,8 +11,9 @@ three tenants send at once, each with its own API key and llmload:
 against llmgate as it is without classes ("fifo": scheduling.fair false, one
 first-come-first-served admission queue) and with them ("classes"); the
 interactive tenant alone through "classes" (its yardstick); "reserve":
-"classes" with batch's reserve at 0.5 (batch never takes more than half of
-a backend's max_inflight, the rest waits for the higher classes); and, with
+"classes" with batch's reserve (--reserve, 0.25: batch is refused where a
+backend has less than that share of its max_inflight free, left to the
+higher classes); and, with
 --runs, nginx ("nginx": least_conn, limit_req per key: batch held to the 40%
 of capacity the others leave, agent to its burst rate; over it 429) and
 HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
@@ -26,7 +27,8 @@ and writes report.json in the run's folder. These are llmsim figures: the
 engines are simulated.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
-                           [--runs alone,fifo,classes,nginx,haproxy] [--out DIR]
+                           [--runs alone,fifo,classes,reserve,nginx,haproxy]
+                           [--reserve 0.25] [--out DIR]
 """
 
 import argparse
@@ -191,7 +193,7 @@ def run_one(args, name, tenants, fair):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
-                       base=gateway_base(rundir, fair, 0.5 if name == "reserve" else 0.0))
+                       base=gateway_base(rundir, fair, args.reserve if name == "reserve" else 0.0))
     loads = []
     try:
         gw.start()
@@ -257,6 +259,7 @@ def main():
     ap.add_argument("--duration", type=int, default=40)
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--runs", default="alone,fifo,classes")
+    ap.add_argument("--reserve", type=float, default=0.25)
     ap.add_argument("--out", default=os.path.join("bench", "out",
                                                   "tenants-%d" % int(time.time())))
     args = ap.parse_args()
