@@ -35,11 +35,14 @@
 #include "ops/probe.h"
 #include "ops/reload.h"
 #include "serve/admission.h"
+#include "serve/respmap.h"
 #include "serve/budgetstore.h"
+#include "base/otlp.h"
 #include "serve/connlimit.h"
 #include "serve/gateway.h"
 #include "serve/keys.h"
 #include "serve/listener.h"
+#include "serve/wakeup.h"
 #include "serve/worker.h"
 
 struct main_state {
@@ -374,6 +377,7 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
     pthread_mutex_init(&gw.fleet_lock, NULL);
     gw.connlimit = lg_connlimit_new();
     ms.base = event_base_new();
+    gw.wakeup = lg_wakeup_new(ms.base);
     if (lg_reload_init(&gw, ms.base) != LG_OK) {
         rc = 2;
         goto out_fleet;
@@ -389,6 +393,10 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
     }
     if (gw.conf->access_log.path != NULL
         && lg_accesslog_open(&gw.conf->access_log, gw.nworkers, &gw.alog) != LG_OK) {
+        goto out_fleet;
+    }
+    if (gw.conf->tracing.endpoint != NULL
+        && lg_otlp_start(&gw.conf->tracing, &gw.tracer) != LG_OK) {
         goto out_fleet;
     }
     if ((closed_fds & (1u << STDOUT_FILENO)) && gw.conf->access_log.path != NULL
@@ -407,6 +415,8 @@ main_run(const char *path, const char *ready_file, unsigned closed_fds)
         }
     }
     gw.admission = lg_admission_new(&gw);
+    gw.respmap = lg_respmap_new(gw.conf->routing.responses.table,
+                                gw.conf->routing.responses.ttl_ms * 1000000ull);
     ms.drain_timer = evtimer_new(ms.base, main_on_drain_timeout, &ms);
     ms.reaper = event_new(ms.base, -1, EV_PERSIST, main_on_reaper, &ms);
     for (size_t i = 0; i < LG_ARRAY_SIZE(sigs); i++) {
@@ -459,6 +469,7 @@ out_base:
     event_free(ms.reaper);
 out_workers:
     lg_admission_free(gw.admission); /* before the event bases it has events on */
+    lg_respmap_free(gw.respmap);
     for (unsigned i = 0; i < gw.nworkers; i++) {
         lg_worker_destroy(&gw.workers[i]);
     }
@@ -473,11 +484,13 @@ out_listen:
     free(bound);
     lg_accesslog_close(gw.alog);
 out_fleet:
+    lg_otlp_stop(gw.tracer); /* the workers are gone: nothing submits */
     lg_reload_free(&gw);
     lg_budgetstore_stop(gw.budgetstore);
     lg_keys_free(gw.keys);
     lg_tls_free(gw.tls);
     lg_fleet_unref(gw.fleet);
+    lg_wakeup_free(gw.wakeup);
     event_base_free(ms.base);
     pthread_mutex_destroy(&gw.fleet_lock);
     lg_connlimit_free(gw.connlimit);

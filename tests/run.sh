@@ -13,7 +13,8 @@ build=${LG_BUILD_DIR:-build}
 cmake -S . -B "$build" -DLG_WERROR=ON ${LG_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
-if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/playwright-core ]; then
+if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/playwright-core ] ||
+    [ ! -d tests/node/node_modules/@anthropic-ai/sdk ]; then
     (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The real engine (tools/realengine/README.md): node-llama-cpp and its CPU

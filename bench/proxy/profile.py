@@ -16,7 +16,8 @@ instructions exactly, so before/after comparisons of one change are stable
 even on a noisy machine. --stages splits a request's instructions by stage
 (parse, scan, route, record, log, relay...). `ttft` counts the instructions
 of the router's decisions with ttftbench (build/ttftbench) under callgrind:
-per pick, per view of every backend, per policy score over them all.
+per pick (every candidate changed since the last: no view reused), per view
+of every backend, per policy score over them all.
 """
 
 import argparse
@@ -44,6 +45,9 @@ def main():
                     help="llmgate as a user gets it (run.py's llmgate-defaults: ttft, health "
                          "checks and scrapes, access log to a file, workers auto) instead of "
                          "the benchmark's round-robin configuration")
+    ap.add_argument("--tracing", action="store_true",
+                    help="llmgate with tracing on at 100%% sampling, its spans exported to a "
+                         "sink (run.py's llmgate-traced)")
     ap.add_argument("--body-bytes", type=int, default=300)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--stages", action="store_true",
@@ -72,7 +76,7 @@ def main():
             # llmgate under valgrind with the benchmark's config; instrumentation
             # starts after a warm-up, so the profile holds exactly a.requests
             kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults \
-                else "llmgate"
+                else "llmgate-traced" if a.tracing else "llmgate"
             c = run.start_contender(kind, 1, be.port, log_on=not a.no_log)
             conf = os.path.join(run.OUT, "run", "%s-w1" % kind, "llmgate.json")
             c.stop()
@@ -105,7 +109,8 @@ def main():
             body = ann[ann.find("file:function"):]
             print("\n".join(body.splitlines()[:a.top + 2]))
             return
-        kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults else "llmgate"
+        kind = ("llmgate-bare" if a.no_log else "llmgate-defaults") if a.defaults \
+            else "llmgate-traced" if a.tracing else "llmgate"
         gw = run.start_contender(kind, 1, be.port, log_on=not a.no_log)
         load(a, gw.port, warm_only=True)
         data = os.path.join(run.OUT, "perf.data")
@@ -145,13 +150,17 @@ def ttft_instructions(a):
             out = os.path.join(run.OUT, "ttft-%d-%s.out" % (n, what))
             subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                             "--toggle-collect=bench_call", os.path.join(run.BUILD, "ttftbench"),
-                            "--backends", str(n), "--count", str(count), "--only", what],
+                            "--backends", str(n), "--count", str(count), "--only", what]
+                           # every view filled afresh: the instructions of a pick
+                           # whose candidates all changed (what the 1 ms reuse of an
+                           # unchanged view saves depends on the clock, slowed here)
+                           + (["--changed", "all"] if what == "pick" else []),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             ann = subprocess.run(["callgrind_annotate", "--auto=no", out],
                                  stdout=subprocess.PIPE).stdout.decode()
             m = re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", ann)
             got[what] = int(m.group(1).replace(",", "")) / count if m else float("nan")
-        cand = min(n, 64)
+        cand = n  # every backend of the route is a candidate
         rows.append({"backends": n, "candidates": cand, **got})
         print("%8d %10d %12.0f %10.0f %16.0f %16.0f %14.0f" % (
             n, cand, got["pick"], got["pick"] / cand, got["views"], got["score"],

@@ -302,6 +302,20 @@ def start_pbench_backend(name, sse=False, events=64, gap_us=10000, json_bytes=No
     return p
 
 
+TRACE_SINK = None
+
+
+def trace_sink_port():
+    """A collector for llmgate-traced's spans: a pbench backend on the load's CPUs,
+    which reads each export's body and answers 200 (started once, stopped at exit)."""
+    global TRACE_SINK
+    if TRACE_SINK is None:
+        import atexit
+        TRACE_SINK = start_pbench_backend("trace-sink")
+        atexit.register(TRACE_SINK.stop)
+    return TRACE_SINK.port
+
+
 def start_llmsim(name, slots):
     argv = [os.path.join(BUILD, "llmsim"), "--listen", "127.0.0.1:0", "--name", "sim",
             "--model", "m", "--slots", str(slots), "--decode-ms", "1000",
@@ -504,7 +518,7 @@ backend be
         if ARGS.sched == "fifo":
             log_writer_priority(p.pid)
         return Contender(kind, int(m.group(1)), [p], [p.pid], access, ready=m.string)
-    if kind in ("llmgate", "llmgate-ref"):
+    if kind in ("llmgate", "llmgate-ref", "llmgate-traced"):
         conf = os.path.join(d, "llmgate.json")
         binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref" else BUILD, "llmgate")
         gw = {
@@ -522,6 +536,10 @@ backend be
         }
         if upstream_connect:
             gw["timeouts"]["upstream_connect"] = upstream_connect
+        if kind == "llmgate-traced":
+            # every request traced (100% sampling), its spans exported to a sink
+            gw["tracing"] = {"endpoint": "http://127.0.0.1:%d/v1/traces" % trace_sink_port(),
+                             "sample_ratio": 1}
         with open(conf, "w") as f:
             json.dump(gw, f, indent=1)
         if not log_on and subprocess.run([binary, "--check-config", conf],
@@ -1247,6 +1265,9 @@ def main():
     ap.add_argument("--ref-build", metavar="DIR",
                     help="also run the llmgate of another build as contender llmgate-ref "
                          "(before/after comparisons in one run)")
+    ap.add_argument("--traced", action="store_true",
+                    help="also run llmgate with tracing on at 100%% sampling (spans exported "
+                         "to a sink on the load's CPUs) as contender llmgate-traced")
     ap.add_argument("--sched", choices=("fifo", "other"),
                     default="fifo" if os.geteuid() == 0 else "other",
                     help="run every benchmark process under SCHED_FIFO priority 1 (default "
@@ -1257,6 +1278,8 @@ def main():
     ARGS.idle_conns = ARGS.idle_conns or (2000 if ARGS.quick else 10000)
     ARGS.streams = ARGS.streams or (1000 if ARGS.quick else 5000)
     ARGS.contenders = [c for c in ARGS.contenders.split(",") if c]
+    if ARGS.traced and "llmgate-traced" not in ARGS.contenders:
+        ARGS.contenders.append("llmgate-traced")
     if ARGS.ref_build:
         ARGS.ref_build = os.path.abspath(ARGS.ref_build)
         if "llmgate-ref" not in ARGS.contenders:

@@ -8,7 +8,10 @@
  *
  *   pick    lg_router_pick(): candidates, each one's view, the policy's
  *           score, the winner, the access log's explanation; what a request
- *           pays (every backend of the model is a candidate)
+ *           pays (every backend of the model is a candidate). A view whose
+ *           backend did not change is reused for up to 1 ms (backend_view.c);
+ *           with --changed K, K backends (all: every one) change before each
+ *           pick, so their views are filled afresh
  *   views   lg_backend_view_fill() for every backend
  *   score   the policy's score() alone over views filled beforehand, all N
  *
@@ -23,7 +26,7 @@
  *   ttftbench [--backends 1,4,16,64,256] [--policy ttft] [--batches 15]
  *             [--batch-ms 10] [--count K] [--prompt-bytes 2048]
  *             [--max-tokens 256] [--no-stream] [--only pick|views|score]
- *             [--json FILE]
+ *             [--changed K|all] [--json FILE]
  */
 #include <getopt.h>
 #include <llmgate/plugin.h>
@@ -58,6 +61,7 @@ struct bench_opts {
     uint32_t max_tokens;
     bool stream;
     int only; /* -1: every measurement, else enum bench_what */
+    size_t changed; /* backends that change before each pick; SIZE_MAX: all */
     const char *json;
 };
 
@@ -214,6 +218,7 @@ struct bench_ctx {
     const struct lg_backend_view **vp;
     double *cost;
     size_t n;
+    size_t changed, next; /* --changed; the next backend to change */
     uint64_t sink;
 };
 
@@ -225,6 +230,10 @@ bench_call(struct bench_ctx *c, enum bench_what what)
 
     switch (what) {
     case BENCH_PICK:
+        for (size_t k = 0; k < c->changed && k < c->n; k++) {
+            /* what a change of its state does (a request's start or end there) */
+            lg_backend_touch(c->route->backends[c->next++ % c->n]);
+        }
         if (lg_router_pick(c->fleet->router, c->route, &c->req, NULL, &c->res) != LG_OK) {
             fprintf(stderr, "ttftbench: no pick (%s)\n", c->res.reason);
             exit(1);
@@ -346,6 +355,7 @@ bench_size(const struct bench_opts *o, size_t n, struct bench_row *row)
         exit(1);
     }
     c.n = n;
+    c.changed = o->changed;
     for (size_t i = 0; i < c.fleet->nmodels; i++) {
         if (&c.fleet->models[i] == c.route) {
             lg_route_publish_prior(&c.fleet->models[i], &prior); /* as health.c does */
@@ -420,6 +430,11 @@ bench_print(const struct bench_opts *o, const struct bench_row *rows, size_t n)
     printf("%s decisions: a %s request, %" PRIu64 "-byte prompt, max_tokens %u; %s\n", o->policy,
            o->stream ? "streamed" : "whole", o->prompt_bytes, o->max_tokens,
            o->count ? "one batch of fixed calls" : "median (fastest) of the batches");
+    if (o->changed == SIZE_MAX) {
+        printf("every backend changes before each pick (no view reused)\n");
+    } else if (o->changed > 0) {
+        printf("%zu backends change before each pick\n", o->changed);
+    }
     printf("%8s %10s %16s %10s %11s %16s %16s %12s\n", "backends", "candidates", "pick ns",
            "ns/cand", "picks/s", "views ns (all N)", "score ns (all N)", "score ns/cand");
     for (size_t i = 0; i < n; i++) {
@@ -492,7 +507,7 @@ bench_usage(FILE *f)
     fprintf(f, "usage: ttftbench [--backends 1,4,16,64,256] [--policy ttft] [--batches 15]\n"
                "                 [--batch-ms 10] [--count K] [--prompt-bytes 2048]\n"
                "                 [--max-tokens 256] [--no-stream] [--only pick|views|score]\n"
-               "                 [--json FILE]\n");
+               "                 [--changed K|all] [--json FILE]\n");
 }
 
 int
@@ -509,6 +524,7 @@ main(int argc, char **argv)
         { "no-stream", no_argument, NULL, 's' },
         { "json", required_argument, NULL, 'j' },
         { "only", required_argument, NULL, 'o' },
+        { "changed", required_argument, NULL, 'c' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -564,6 +580,9 @@ main(int argc, char **argv)
             break;
         case 'j':
             o.json = optarg;
+            break;
+        case 'c':
+            o.changed = strcmp(optarg, "all") == 0 ? SIZE_MAX : strtoull(optarg, NULL, 10);
             break;
         case 'o':
             o.only = strcmp(optarg, "pick") == 0    ? BENCH_PICK

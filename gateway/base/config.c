@@ -17,15 +17,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <event2/http.h>
 #include <jansson.h>
 
 #include "base/config_loc.h"
 #include "base/config_table.h"
 #include "base/config_value.h"
 #include "base/fail.h"
+#include "base/otlp.h"
 
 #define CONF_MAX_WORKERS LG_CONFIG_MAX_WORKERS
 
@@ -418,6 +421,17 @@ static const struct lg_conf_field conf_hedge_fields[] = {
 static const struct lg_conf_table conf_hedge_table = { sizeof(struct lg_hedge_conf),
                                                        conf_hedge_fields, conf_check_hedge };
 
+#define RP(f) offsetof(struct lg_responses_conf, f)
+static const struct lg_conf_field conf_responses_fields[] = {
+    { "table", LG_CONF_UINT, RP(table), .def = 65536, .min = 16, .max = 1000000 },
+    { "ttl", LG_CONF_DURATION, RP(ttl_ms), .def = CONF_M(60), .min = CONF_S(1),
+      .max = CONF_M(7 * 24 * 60) },
+    { .name = NULL },
+};
+#undef RP
+static const struct lg_conf_table conf_responses_table = { sizeof(struct lg_responses_conf),
+                                                          conf_responses_fields, NULL };
+
 #define ST(f) offsetof(struct lg_route_stage_conf, f)
 static const struct lg_conf_field conf_stage_fields[] = {
     { "policy", LG_CONF_STR, ST(policy), .required = true },
@@ -461,6 +475,9 @@ static const struct lg_conf_field conf_routing_fields[] = {
     { "resume", LG_CONF_OBJECT, RO(resume), .sub = &conf_resume_table },
     { "hedge", LG_CONF_OBJECT, RO(hedge), .sub = &conf_hedge_table },
     { "session_header", LG_CONF_STR, RO(session_header), .check = lg_conf_check_header_name },
+    { "session_headers", LG_CONF_STRARRAY, RO(session_headers), .min = 1, .max = 8,
+      .aux_offset = RO(nsession_headers), .check = lg_conf_check_header_name, .unique = true },
+    { "responses", LG_CONF_OBJECT, RO(responses), .sub = &conf_responses_table },
     { "prefix_bytes", LG_CONF_SIZE, RO(prefix_bytes), .def = 2048, .min = 0, .max = CONF_MIB(1) },
     { .name = NULL },
 };
@@ -789,6 +806,43 @@ conf_check_tenants(struct lg_conf_ctx *ctx, void *base, bool clean)
     }
 }
 
+/* The wake-up webhook: a plain http:// URL (called from the control thread, without TLS). */
+static bool
+conf_check_webhook(const char *s, char *why, size_t whysz)
+{
+    struct evhttp_uri *u = strncasecmp(s, "http://", 7) == 0 ? evhttp_uri_parse(s) : NULL;
+    bool ok = u != NULL && evhttp_uri_get_host(u) != NULL && evhttp_uri_get_host(u)[0] != '\0'
+              && evhttp_uri_get_userinfo(u) == NULL && evhttp_uri_get_fragment(u) == NULL;
+
+    if (u != NULL) {
+        evhttp_uri_free(u);
+    }
+    if (!ok) {
+        snprintf(why, whysz, "must be an http:// URL with a host (https is not supported)");
+    }
+    return ok;
+}
+
+/* scale_from_zero.models: each model once. */
+static void
+conf_check_sfz(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_sfz_conf *z = base;
+
+    for (size_t i = 0; clean && i < z->nmodels; i++) {
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(z->models[i].model, z->models[k].model) == 0) {
+                char at[48];
+
+                snprintf(at, sizeof(at), "/models/%zu/model", i);
+                conf_error_at(ctx, at, "model \"%s\" is listed twice (also /models/%zu)",
+                              z->models[i].model, k);
+                break;
+            }
+        }
+    }
+}
+
 #define TB(f) offsetof(struct lg_tenant_budget_conf, f)
 static const struct lg_conf_field conf_tenant_budget_fields[] = {
     { "tokens_per_minute", LG_CONF_UINT, TB(tokens_per_minute), .def = 0, .min = 0,
@@ -817,6 +871,89 @@ static const struct lg_conf_field conf_tenants_fields[] = {
 static const struct lg_conf_table conf_tenants_table = { sizeof(struct lg_tenants_conf),
                                                          conf_tenants_fields, conf_check_tenants };
 
+/* tracing.headers: {"name": "value"}, each name an HTTP token, each value printable. */
+static void
+conf_check_tracing(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_tracing_conf *t = base;
+    const char *name;
+    json_t *v;
+    char sfx[300];
+
+    (void)clean;
+    if (t->headers == NULL) {
+        return;
+    }
+    json_object_foreach(t->headers, name, v) {
+        const char *s = json_string_value(v);
+        bool ok = name[0] != '\0' && strlen(name) < 128;
+
+        for (const char *p = name; ok && *p; p++) {
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
+                 || strchr("!#$%&'*+-.^_`|~", *p) != NULL;
+        }
+        snprintf(sfx, sizeof(sfx), "/headers/%.200s", name);
+        if (!ok) {
+            conf_error_at(ctx, sfx, "a header name is 1..127 bytes of an HTTP token");
+            continue;
+        }
+        ok = s != NULL && strlen(s) < 1024;
+        for (const char *p = s; ok && *p; p++) {
+            ok = (unsigned char)*p >= 0x20 && *p != 0x7f;
+        }
+        if (!ok) {
+            conf_error_at(ctx, sfx, "a header value is a string of printable bytes, under 1 KiB");
+        }
+    }
+}
+
+#define ZM(f) offsetof(struct lg_sfz_model_conf, f)
+static const struct lg_conf_field conf_sfz_model_fields[] = {
+    { "model", LG_CONF_STR, ZM(model), .required = true },
+    { "enabled", LG_CONF_BOOL, ZM(enabled), .def = 1 },
+    { "max_held", LG_CONF_UINT, ZM(max_held), .def = 0, .min = 0, .max = 100000 },
+    { "hold", LG_CONF_DURATION, ZM(hold_ms), .def = 0, .min = 0, .max = CONF_H(1) },
+    { .name = NULL },
+};
+#undef ZM
+static const struct lg_conf_table conf_sfz_model_table = { sizeof(struct lg_sfz_model_conf),
+                                                           conf_sfz_model_fields, NULL };
+
+#define ZF(f) offsetof(struct lg_sfz_conf, f)
+static const struct lg_conf_field conf_sfz_fields[] = {
+    { "enabled", LG_CONF_BOOL, ZF(enabled), .def = 0 },
+    { "max_held", LG_CONF_UINT, ZF(max_held), .def = 100, .min = 1, .max = 100000 },
+    { "hold", LG_CONF_DURATION, ZF(hold_ms), .def = CONF_S(60), .min = 1, .max = CONF_H(1) },
+    { "retry_after", LG_CONF_DURATION, ZF(retry_after_ms), .def = CONF_S(10), .min = CONF_S(1),
+      .max = CONF_H(1) },
+    { "webhook", LG_CONF_STR, ZF(webhook), .required = false, .check = conf_check_webhook },
+    { "webhook_timeout", LG_CONF_DURATION, ZF(webhook_timeout_ms), .def = CONF_S(2),
+      .min = CONF_MS(10), .max = CONF_M(1) },
+    { "models", LG_CONF_OBJARRAY, ZF(models), .min = 0, .max = 4096, .sub = &conf_sfz_model_table,
+      .shorthand = "model", .aux_offset = ZF(nmodels) },
+    { .name = NULL },
+};
+#undef ZF
+static const struct lg_conf_table conf_sfz_table = { sizeof(struct lg_sfz_conf), conf_sfz_fields,
+                                                     conf_check_sfz };
+#define TR(f) offsetof(struct lg_tracing_conf, f)
+static const struct lg_conf_field conf_tracing_fields[] = {
+    { "endpoint", LG_CONF_STR, TR(endpoint), .required = false, .check = lg_otlp_check_url },
+    { "headers", LG_CONF_JSON, TR(headers), .required = false },
+    { "sample_ratio", LG_CONF_DOUBLE, TR(sample_ratio), .def = 1, .min = 0, .max = 1 },
+    { "service_name", LG_CONF_STR, TR(service_name), .def_str = "llmgate" },
+    { "queue", LG_CONF_UINT, TR(queue), .def = 4096, .min = 16, .max = 1000000 },
+    { "batch", LG_CONF_UINT, TR(batch), .def = 512, .min = 1, .max = 100000 },
+    { "interval", LG_CONF_DURATION, TR(interval_ms), .def = CONF_S(1), .min = CONF_MS(10),
+      .max = CONF_M(1) },
+    { "timeout", LG_CONF_DURATION, TR(timeout_ms), .def = CONF_S(2), .min = CONF_MS(10),
+      .max = CONF_M(1) },
+    { .name = NULL },
+};
+#undef TR
+static const struct lg_conf_table conf_tracing_table = { sizeof(struct lg_tracing_conf),
+                                                         conf_tracing_fields, conf_check_tracing };
+
 #define CF(f) offsetof(struct lg_config, f)
 static const struct lg_conf_field conf_root_fields[] = {
     { "listen", LG_CONF_OBJARRAY, CF(listen), .required = true, .min = 1, .max = 64,
@@ -838,6 +975,9 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
     { "scheduling", LG_CONF_OBJECT, CF(scheduling), .sub = &conf_scheduling_table },
     { "tenants", LG_CONF_OBJECT, CF(tenants), .sub = &conf_tenants_table },
+    { "scale_from_zero", LG_CONF_OBJECT, CF(scale_from_zero), .sub = &conf_sfz_table },
+    { "tracing", LG_CONF_OBJECT, CF(tracing), .sub = &conf_tracing_table,
+      .shorthand = "endpoint" },
     { "backends", LG_CONF_OBJARRAY, CF(backends), .required = true, .min = 1, .max = 4096,
       .sub = &conf_backend_table, .aux_offset = CF(nbackends) },
     { .name = NULL },
@@ -1038,6 +1178,26 @@ lg_config_errors_free(struct lg_config_errors *errs)
         free(errs->msgs[i]);
     }
     memset(errs, 0, sizeof(*errs));
+}
+
+bool
+lg_config_sfz(const struct lg_config *conf, const char *model, uint32_t *max_held,
+              uint64_t *hold_ms)
+{
+    const struct lg_sfz_conf *z = &conf->scale_from_zero;
+
+    *max_held = z->max_held;
+    *hold_ms = z->hold_ms;
+    for (size_t i = 0; i < z->nmodels; i++) {
+        const struct lg_sfz_model_conf *m = &z->models[i];
+
+        if (strcmp(m->model, model) == 0) {
+            *max_held = m->max_held != 0 ? m->max_held : z->max_held;
+            *hold_ms = m->hold_ms != 0 ? m->hold_ms : z->hold_ms;
+            return m->enabled;
+        }
+    }
+    return z->enabled;
 }
 
 const struct lg_backend_conf *

@@ -52,6 +52,14 @@ void lg_config_position(const struct lg_config *conf, const char *pointer, bool 
                         size_t len);
 
 /* Finds a backend's configuration by name; NULL if absent. */
+/*
+ * Scale from zero for `model` (scale_from_zero and its models' entries):
+ * true when its requests are held while no replica is ready, with the bounds
+ * that apply to it.
+ */
+bool lg_config_sfz(const struct lg_config *conf, const char *model, uint32_t *max_held,
+                   uint64_t *hold_ms);
+
 const struct lg_backend_conf *lg_config_backend(const struct lg_config *conf, const char *name);
 
 /* Parses "host:port", "[v6]:port" or ":port" into addr; LG_EINVAL on error. */

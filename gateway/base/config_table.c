@@ -607,6 +607,8 @@ conf_set_strarray(struct lg_conf_ctx *ctx, const struct lg_conf_field *f, json_t
             conf_error(ctx, "must not be empty");
         } else if (!lg_conf_check_printable(s, why, sizeof(why))) {
             conf_error(ctx, "%s", why);
+        } else if (f->check != NULL && !f->check(s, why, sizeof(why))) {
+            conf_error(ctx, "%s", why);
         } else {
             for (j = 0; f->unique && j < i; j++) {
                 if (json_equal(e, json_array_get(v, j))) {

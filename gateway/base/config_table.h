@@ -73,7 +73,7 @@ struct lg_conf_field {
     const char *zero_word;           /* UINT: this string (any case) stands for 0 */
     uint32_t aux_offset;             /* see enum lg_conf_type */
     uint32_t aux2_offset;
-    lg_conf_check_fn check; /* STR */
+    lg_conf_check_fn check; /* STR, and each string of a STRARRAY */
     lg_conf_bit_fn bit;     /* MASK */
 };
 

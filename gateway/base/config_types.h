@@ -151,6 +151,12 @@ struct lg_hedge_conf {
     size_t hold_bytes;   /* bytes an attempt may hold before a winner is known */
 };
 
+/* The Responses API's follow-ups (serve/respmap.h): where each answer was made. */
+struct lg_responses_conf {
+    uint32_t table;       /* response ids remembered (entries) */
+    uint64_t ttl_ms;      /* how long one is remembered */
+};
+
 /* One stage of a routing pipeline (router.c). */
 struct lg_route_stage_conf {
     char *policy;             /* a built-in or loaded policy's name */
@@ -169,6 +175,10 @@ struct lg_routing_conf {
     struct lg_resume_conf resume;
     struct lg_hedge_conf hedge;
     char *session_header;     /* header whose value pins a client to a backend; NULL: off */
+    char **session_headers;   /* NULL-terminated: more such headers, the first present
+                                 wins (after session_header); NULL: none set */
+    size_t nsession_headers;
+    struct lg_responses_conf responses;
     size_t prefix_bytes;      /* prompt bytes hashed for prefix affinity */
 };
 
@@ -308,6 +318,45 @@ struct lg_tenants_conf {
     struct lg_tenant_budget_conf budget;
 };
 
+/* One model's entry of scale_from_zero.models: what it changes for that model. */
+struct lg_sfz_model_conf {
+    char *model;
+    bool enabled;      /* hold this model's requests (default true for a listed model) */
+    uint32_t max_held; /* 0: the section's */
+    uint64_t hold_ms;  /* 0: the section's */
+};
+
+/*
+ * Scale from zero (serve/admission.c, serve/wakeup.c): a request for a model
+ * with no replica ready waits for one (bounded in count and time), and a
+ * wake-up webhook is called once per model per cold period.
+ */
+struct lg_sfz_conf {
+    bool enabled;                /* for models without an entry in `models` */
+    uint32_t max_held;           /* held requests per model */
+    uint64_t hold_ms;            /* longest hold */
+    uint64_t retry_after_ms;     /* Retry-After of a 503 past the hold or with the hold full */
+    char *webhook;               /* "http://host[:port][/path]"; NULL: no call */
+    uint64_t webhook_timeout_ms; /* one call */
+    struct lg_sfz_model_conf *models;
+    size_t nmodels;
+};
+
+/* Traces exported over OTLP/HTTP JSON (base/otlp.c, serve/trace.c); read at start. */
+struct lg_tracing_conf {
+    char *endpoint;          /* the collector's URL, "http://host:port[/path]" (no path:
+                                /v1/traces); NULL: tracing off */
+    json_t *headers;         /* borrowed from the root: {"name": "value"} sent with each
+                                export; NULL: none */
+    double sample_ratio;     /* of the traces started here, the share sampled (an inbound
+                                traceparent's sampled flag is followed instead) */
+    char *service_name;      /* the resource's service.name */
+    uint32_t queue;          /* spans waiting for export at most; past it they are dropped */
+    uint32_t batch;          /* spans in one export at most */
+    uint64_t interval_ms;    /* spans waiting leave at least this often */
+    uint64_t timeout_ms;     /* one export: connect, send and the answer */
+};
+
 #define LG_CONFIG_MAX_WORKERS 256
 
 struct lg_config {
@@ -336,6 +385,8 @@ struct lg_config {
     struct lg_budgets_conf budgets;
     struct lg_scheduling_conf scheduling;
     struct lg_tenants_conf tenants;
+    struct lg_sfz_conf scale_from_zero;
+    struct lg_tracing_conf tracing;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */
     size_t nbackends;
     struct lg_backend_conf *templates; /* enabled entries with "discover", in file order */

@@ -18,6 +18,10 @@ enum lg_endpoint_id {
     LG_ENDPOINT_MODEL,       /* GET /v1/models/{id}: answered here */
     LG_ENDPOINT_HEALTHZ,     /* GET /healthz: answered here */
     LG_ENDPOINT_OTHER_V1,    /* POST /v1/...: proxied */
+    LG_ENDPOINT_RESPONSES,   /* POST /v1/responses (OpenAI's Responses API): proxied, its
+                                previous_response_id sent where that response was made */
+    LG_ENDPOINT_MESSAGES,    /* POST /v1/messages (Anthropic's Messages API): proxied */
+    LG_ENDPOINT_COUNT_TOKENS, /* POST /v1/messages/count_tokens: proxied */
 };
 
 struct lg_endpoint {

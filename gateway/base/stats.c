@@ -22,6 +22,7 @@ const char *const lg_stats_route_names[LG_STATS_NROUTES] = {
     [LG_STATS_ROUTE_CHAT] = "chat_completions", [LG_STATS_ROUTE_COMPLETIONS] = "completions",
     [LG_STATS_ROUTE_EMBEDDINGS] = "embeddings", [LG_STATS_ROUTE_MODELS] = "models",
     [LG_STATS_ROUTE_HEALTHZ] = "healthz",       [LG_STATS_ROUTE_OTHER] = "other",
+    [LG_STATS_ROUTE_RESPONSES] = "responses",   [LG_STATS_ROUTE_MESSAGES] = "messages",
 };
 
 const char *const lg_stats_resume_names[LG_STATS_NRESUME] = {

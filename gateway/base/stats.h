@@ -42,6 +42,8 @@ enum lg_stats_route {
     LG_STATS_ROUTE_MODELS,      /* /v1/models... */
     LG_STATS_ROUTE_HEALTHZ,     /* /healthz */
     LG_STATS_ROUTE_OTHER,       /* anything else */
+    LG_STATS_ROUTE_RESPONSES,   /* /v1/responses */
+    LG_STATS_ROUTE_MESSAGES,    /* /v1/messages, /v1/messages/count_tokens */
     LG_STATS_NROUTES,
 };
 extern const char *const lg_stats_route_names[LG_STATS_NROUTES];

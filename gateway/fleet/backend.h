@@ -189,6 +189,11 @@ struct lg_backend {
     /* atomic: what the engine still has to do for each streamed request of
      * ours there, 0 = free (lg_backend_seq_add) */
     uint64_t seqs[LG_BACKEND_END_SLOTS];
+    /* atomic: bumped (release) after each change of what a view reads
+     * (backend_view.c) that has no sequence counter of its own: the in-flight
+     * count, ages, due, ends, seqs, token_t_ns, the pace. A view cached under
+     * one value is the view of that state (lg_backend_view_get) */
+    uint64_t view_ver;
     uint64_t pace;      /* atomic: a double, the recent gap between a stream's tokens (ms) */
     uint64_t pace_t_ns; /* atomic: when it was last moved */
     /* atomic: the pace by the batch it was timed at (our streams there then,
@@ -245,6 +250,13 @@ uint64_t lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns,
 /* Counter helpers (relaxed atomics). */
 #define LG_STAT_ADD(b, field, n) __atomic_fetch_add(&(b)->stats.field, (n), __ATOMIC_RELAXED)
 #define LG_STAT_GET(b, field)    __atomic_load_n(&(b)->stats.field, __ATOMIC_RELAXED)
+
+/* After a change a view reads (see view_ver). */
+static inline void
+lg_backend_touch(struct lg_backend *b)
+{
+    __atomic_fetch_add(&b->view_ver, 1, __ATOMIC_RELEASE);
+}
 
 static inline uint32_t
 lg_backend_inflight(const struct lg_backend *b)

@@ -63,6 +63,7 @@ lg_backend_ages_add(struct lg_backend *b, enum lg_backend_ages which, uint64_t t
         }
     } while (!__atomic_compare_exchange_n(&b->ages[which], &w, w + add, true, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
+    lg_backend_touch(b);
     return true;
 }
 
@@ -71,6 +72,7 @@ lg_backend_ages_del(struct lg_backend *b, enum lg_backend_ages which, uint64_t t
 {
     __atomic_fetch_sub(&b->ages[which], (pending_ms(t_ns) << PENDING_COUNT_BITS) + 1,
                        __ATOMIC_RELAXED);
+    lg_backend_touch(b);
 }
 
 uint32_t
@@ -132,9 +134,11 @@ lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint3
 {
     uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
     uint64_t due = pending_ms(t_ns) + service + 1;
+    int slot = backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
+                                  hint);
 
-    return backend_slot_claim(b->due, LG_BACKEND_DUE_SLOTS, (due << DUE_SERVICE_BITS) | service,
-                              hint);
+    lg_backend_touch(b);
+    return slot;
 }
 
 void
@@ -142,6 +146,7 @@ lg_backend_due_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_DUE_SLOTS) {
         __atomic_store_n(&b->due[slot], 0, __ATOMIC_RELAXED);
+        lg_backend_touch(b);
     }
 }
 
@@ -182,7 +187,10 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 int
 lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
 {
-    return backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
+    int slot = backend_slot_claim(b->ends, LG_BACKEND_END_SLOTS, pending_ms(end_ns) + 1, hint);
+
+    lg_backend_touch(b);
+    return slot;
 }
 
 void
@@ -190,6 +198,7 @@ lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
         __atomic_store_n(&b->ends[slot], pending_ms(end_ns) + 1, __ATOMIC_RELAXED);
+        lg_backend_touch(b);
     }
 }
 
@@ -198,6 +207,7 @@ lg_backend_end_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
         __atomic_store_n(&b->ends[slot], 0, __ATOMIC_RELAXED);
+        lg_backend_touch(b);
     }
 }
 
@@ -294,6 +304,7 @@ lg_backend_inflight_add(struct lg_backend *b, int delta)
     } else {
         __atomic_fetch_sub(&b->inflight, (uint32_t)-delta, __ATOMIC_RELAXED);
     }
+    lg_backend_touch(b);
     backend_changed();
 }
 
@@ -359,6 +370,7 @@ lg_backend_seq_add(struct lg_backend *b, uint64_t t_ns, uint64_t prompt_bytes, u
         b->seqs, LG_BACKEND_END_SLOTS,
         left << SEQ_LEFT_SHIFT | tok << SEQ_TOK_SHIFT | (pending_ms(t_ns) & SEQ_T_MASK), hint);
 
+    lg_backend_touch(b);
     backend_changed(); /* after the word is there: a peer's answer has it */
     return slot;
 }
@@ -379,6 +391,7 @@ lg_backend_seq_left(struct lg_backend *b, int slot, uint64_t left, uint64_t now_
     w |= SEQ_STARTED | LG_MIN(left, SEQ_LEFT_MAX) << SEQ_LEFT_SHIFT;
     __atomic_store_n(&b->seqs[slot], w, __ATOMIC_RELAXED);
     __atomic_store_n(&b->token_t_ns, now_ns, __ATOMIC_RELAXED);
+    lg_backend_touch(b);
     if (first) {
         backend_changed(); /* it left the line */
     }
@@ -389,6 +402,7 @@ lg_backend_seq_del(struct lg_backend *b, int slot)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
         __atomic_store_n(&b->seqs[slot], 0, __ATOMIC_RELAXED);
+        lg_backend_touch(b);
         backend_changed();
     }
 }

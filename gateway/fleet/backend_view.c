@@ -5,13 +5,16 @@
  * prior, the wait for a slot, flags; and the engine model's outputs (struct
  * lg_engine_model_view), lent to the policies that ask for them.
  *
- * Owns nothing: reads the backend's published state (backend.c) and our
- * requests there (backend_inflight.c), lock-free, on any thread.
+ * Owns: each thread's cache of the views it filled (lg_backend_view_get).
+ * Reads the backend's published state (backend.c) and our requests there
+ * (backend_inflight.c), lock-free, on any thread.
  */
 #include "fleet/backend_view.h"
 
 #include <llmgate/plugin.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fleet/backend.h"
@@ -161,4 +164,119 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
         v->flags |= LG_VIEW_F_STALE;
     }
+}
+
+/* ---- the views a thread filled ------------------------------------------ */
+
+/*
+ * A view is a function of its backend's state, the route's prior, the two
+ * settings and the time. What it reads of the state has a version: the
+ * estimates', the engine sample's and the peers' sequence counters, the
+ * backend's view_ver (the rest: in-flight count, ages, due, ends, seqs, the
+ * pace), and two words read as they are (up_since_ns, eject_until_ns); the
+ * prior is compared whole. A view filled under the same versions less than
+ * LG_VIEW_REUSE_NS ago is that view: only time moved, by less than the
+ * ages' own resolution (whole ms), and the estimates' decays (half-lives of
+ * seconds) by less than 0.1 %. In a big fleet most candidates of a pick have
+ * not changed since the last one, and a pick costs a copy per candidate
+ * instead of its estimators' reads (bench/proxy/README.md, ttftbench).
+ */
+struct view_key {
+    const struct lg_backend *b;
+    uint32_t id; /* with b: a backend freed and another at its address differ */
+    uint32_t est_seq, eng_seq, peers_seq;
+    uint64_t view_ver, up_since_ns, eject_until_ns;
+    uint64_t scrape_interval_ns, slow_start_ns;
+    struct lg_est_prior prior;
+};
+
+struct view_slot {
+    struct view_key key;
+    uint64_t t_ns; /* filled then; 0: empty */
+    struct lg_backend_view v;
+    struct lg_engine_model_view m;
+};
+
+struct view_cache {
+    size_t mask;
+    struct view_slot slot[];
+};
+
+static pthread_key_t view_cache_key;
+static pthread_once_t view_cache_once = PTHREAD_ONCE_INIT;
+static __thread struct view_cache *view_cache_mine; /* owned through the key */
+
+static void
+view_cache_key_new(void)
+{
+    /* a thread that ends frees its cache */
+    LG_BUG_ON(pthread_key_create(&view_cache_key, free) != 0);
+}
+
+void
+lg_backend_view_reserve(size_t n)
+{
+    struct view_cache *vc = view_cache_mine;
+    size_t cap = 64;
+
+    while (cap < 2 * n) {
+        cap *= 2;
+    }
+    if (__builtin_expect(vc != NULL && vc->mask + 1 >= cap, 1)) {
+        return;
+    }
+    pthread_once(&view_cache_once, view_cache_key_new);
+    free(vc);
+    vc = lg_xcalloc(1, sizeof(*vc) + cap * sizeof(vc->slot[0]));
+    vc->mask = cap - 1;
+    view_cache_mine = vc;
+    pthread_setspecific(view_cache_key, vc);
+}
+
+static void
+view_key_read(const struct lg_backend *b, const struct lg_est_prior *prior,
+              uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct view_key *k)
+{
+    memset(k, 0, sizeof(*k)); /* padding too: keys are compared whole */
+    k->b = b;
+    k->id = b->id;
+    /* before the state they version: a change after this read leaves a
+     * newer view under an older key, which the next read finds stale */
+    k->est_seq = __atomic_load_n(&b->est_seq, __ATOMIC_ACQUIRE);
+    k->eng_seq = __atomic_load_n(&b->eng_seq, __ATOMIC_ACQUIRE);
+    k->peers_seq = __atomic_load_n(&b->peers_seq, __ATOMIC_ACQUIRE);
+    k->view_ver = __atomic_load_n(&b->view_ver, __ATOMIC_ACQUIRE);
+    k->up_since_ns = __atomic_load_n(&b->up_since_ns, __ATOMIC_RELAXED);
+    k->eject_until_ns = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    k->scrape_interval_ns = scrape_interval_ns;
+    k->slow_start_ns = slow_start_ns;
+    k->prior = *prior;
+}
+
+void
+lg_backend_view_get(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
+                    uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
+                    struct lg_engine_model_view *m)
+{
+    struct view_cache *vc = view_cache_mine;
+    struct view_slot *s;
+    struct view_key k;
+
+    if (vc == NULL) {
+        lg_backend_view_reserve(1);
+        vc = view_cache_mine;
+    }
+    view_key_read(b, prior, scrape_interval_ns, slow_start_ns, &k);
+    s = &vc->slot[b->id & vc->mask];
+    if (s->t_ns != 0 && now_ns >= s->t_ns && now_ns - s->t_ns < LG_VIEW_REUSE_NS
+        && memcmp(&s->key, &k, sizeof(k)) == 0) {
+        *v = s->v;
+        *m = s->m;
+        return;
+    }
+    lg_backend_view_fill(b, now_ns, prior, scrape_interval_ns, slow_start_ns, v, m);
+    s->key = k;
+    s->t_ns = now_ns != 0 ? now_ns : 1;
+    s->v = *v;
+    s->m = *m;
 }

@@ -23,4 +23,20 @@ void lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns,
                           uint64_t slow_start_ns, struct lg_backend_view *v,
                           struct lg_engine_model_view *m);
 
+/* How long a thread reuses a view whose state did not change (backend_view.c). */
+#define LG_VIEW_REUSE_NS (1000 * 1000)
+
+/*
+ * lg_backend_view_fill(), or the same view this thread filled less than
+ * LG_VIEW_REUSE_NS before now_ns, when nothing it reads of b has changed
+ * since and prior and the settings are the same.
+ */
+void lg_backend_view_get(const struct lg_backend *b, uint64_t now_ns,
+                         const struct lg_est_prior *prior, uint64_t scrape_interval_ns,
+                         uint64_t slow_start_ns, struct lg_backend_view *v,
+                         struct lg_engine_model_view *m);
+
+/* Room in this thread's cache for a route of n backends (a pick's, first). */
+void lg_backend_view_reserve(size_t n);
+
 #endif /* LG_BACKEND_VIEW_H */

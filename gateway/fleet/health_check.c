@@ -9,11 +9,37 @@
  */
 #include "fleet/health_check.h"
 
+#include <pthread.h>
+
 #include <event2/event.h>
 #include <event2/http.h>
 
 #include "base/config.h"
 #include "fleet/health_http.h"
+
+/* The one listener of backends marked up (lg_health_check_set_up_hook()). */
+static pthread_mutex_t health_up_lock = PTHREAD_MUTEX_INITIALIZER;
+static lg_health_up_fn health_up_fn;
+static void *health_up_arg;
+
+void
+lg_health_check_set_up_hook(lg_health_up_fn fn, void *arg)
+{
+    pthread_mutex_lock(&health_up_lock);
+    health_up_fn = fn;
+    health_up_arg = arg;
+    pthread_mutex_unlock(&health_up_lock);
+}
+
+static void
+health_check_notify_up(const struct lg_backend *b)
+{
+    pthread_mutex_lock(&health_up_lock);
+    if (health_up_fn != NULL) {
+        health_up_fn(health_up_arg, b);
+    }
+    pthread_mutex_unlock(&health_up_lock);
+}
 
 static void
 health_check_result(struct lg_health_target *t, bool ok, int code)
@@ -29,6 +55,7 @@ health_check_result(struct lg_health_target *t, bool ok, int code)
             __atomic_store_n(&b->up_since_ns, lg_now_ns(), __ATOMIC_RELAXED);
             __atomic_store_n(&b->health, LG_BACKEND_UP, __ATOMIC_RELAXED);
             LG_INFO("backend %s is up (%u checks passed)", b->name, t->check.ok_run);
+            health_check_notify_up(b);
         }
         return;
     }

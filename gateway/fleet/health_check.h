@@ -15,4 +15,14 @@ void lg_health_check_start(struct lg_health_target *t);
 /* Frees what lg_health_check_start() made (its requests go with t->conn). */
 void lg_health_check_stop(struct lg_health_target *t);
 
+/*
+ * Who hears that a check marked a backend up (any fleet's checker thread):
+ * the process has one listener at most (serve/admission.c, waking the
+ * requests held for a replica). fn runs on a checker thread, under a lock
+ * that lg_health_check_set_up_hook() also takes: once that returned with
+ * NULL, fn is not running and will not run. fn must be quick.
+ */
+typedef void (*lg_health_up_fn)(void *arg, const struct lg_backend *b);
+void lg_health_check_set_up_hook(lg_health_up_fn fn, void *arg);
+
 #endif /* LG_HEALTH_CHECK_H */

@@ -20,7 +20,9 @@ struct lg_hdr {
     uint32_t name_len;
     uint32_t value_off;
     uint32_t value_len;
-    bool hop;           /* hop-by-hop: not forwarded (set by lg_hdrs_mark_hop_by_hop) */
+    bool hop;           /* not forwarded: hop-by-hop (set by lg_hdrs_mark_hop_by_hop), or a
+                           traced request's traceparent and tracestate, which each
+                           attempt replaces with its own (serve/trace.c) */
 };
 
 struct lg_hdrs {

@@ -70,6 +70,8 @@ enum {
     OPENAI_F_PROMPT,
     OPENAI_F_INPUT,
     OPENAI_F_USER,
+    OPENAI_F_MAX_OUTPUT_TOKENS,
+    OPENAI_F_PREVIOUS_RESPONSE_ID,
     OPENAI_F_ONCE,
     OPENAI_F_MIN_TOKENS = OPENAI_F_ONCE, /* serve/resume.c lowers it on a continuation */
     OPENAI_F_TEMPERATURE,
@@ -77,6 +79,8 @@ enum {
     OPENAI_F_N,
     OPENAI_F_BEST_OF,
     OPENAI_F_STORE,
+    OPENAI_F_INSTRUCTIONS, /* the Responses API's system prompt */
+    OPENAI_F_SYSTEM,       /* the Messages API's */
     OPENAI_F_COUNT
 };
 static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
@@ -89,12 +93,16 @@ static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
     [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
     [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
     [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
+    [OPENAI_F_MAX_OUTPUT_TOKENS] = LG_JSONSCAN_KEY("max_output_tokens"),
+    [OPENAI_F_PREVIOUS_RESPONSE_ID] = LG_JSONSCAN_KEY("previous_response_id"),
     [OPENAI_F_MIN_TOKENS] = LG_JSONSCAN_KEY("min_tokens"),
     [OPENAI_F_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
     [OPENAI_F_SEED] = LG_JSONSCAN_KEY("seed"),
     [OPENAI_F_N] = LG_JSONSCAN_KEY("n"),
     [OPENAI_F_BEST_OF] = LG_JSONSCAN_KEY("best_of"),
     [OPENAI_F_STORE] = LG_JSONSCAN_KEY("store"),
+    [OPENAI_F_INSTRUCTIONS] = LG_JSONSCAN_KEY("instructions"),
+    [OPENAI_F_SYSTEM] = LG_JSONSCAN_KEY("system"),
 };
 
 /* The members of a message, in the order they are hashed. */
@@ -138,11 +146,35 @@ static const struct lg_jsonscan_want openai_want_msgs = {
     .elem = &openai_want_msg,
 };
 static const struct lg_jsonscan_want openai_want_usage = { .keys = openai_usage_key, .nkeys = 1 };
+
+/* An input's objects: a text part (`text`), or a message of the Responses API
+ * (`role`, `content`), hashed in that order. */
+enum { OPENAI_ITEM_TEXT = 0, OPENAI_ITEM_ROLE, OPENAI_ITEM_CONTENT, OPENAI_ITEM_N };
+static const struct lg_jsonscan_key openai_item_keys[OPENAI_ITEM_N] = {
+    [OPENAI_ITEM_TEXT] = LG_JSONSCAN_KEY("text"),
+    [OPENAI_ITEM_ROLE] = LG_JSONSCAN_KEY("role"),
+    [OPENAI_ITEM_CONTENT] = LG_JSONSCAN_KEY("content"),
+};
+static const struct lg_jsonscan_want *const openai_item_sub[OPENAI_ITEM_N] = {
+    [OPENAI_ITEM_TEXT] = &openai_want_text,
+    [OPENAI_ITEM_CONTENT] = &openai_want_text,
+};
+static const struct lg_jsonscan_want openai_want_item = {
+    .keys = openai_item_keys,
+    .sub = openai_item_sub,
+    .nkeys = OPENAI_ITEM_N,
+};
+static const struct lg_jsonscan_want openai_want_input = {
+    .elem_types = LG_JSONSCAN_M(LG_JSONSCAN_STR) | LG_JSONSCAN_M(LG_JSONSCAN_OBJ),
+    .elem = &openai_want_item,
+};
 static const struct lg_jsonscan_want *const openai_body_sub[OPENAI_F_COUNT] = {
     [OPENAI_F_MESSAGES] = &openai_want_msgs,
     [OPENAI_F_STREAM_OPTIONS] = &openai_want_usage,
     [OPENAI_F_PROMPT] = &openai_want_text,
-    [OPENAI_F_INPUT] = &openai_want_text,
+    [OPENAI_F_INPUT] = &openai_want_input,
+    [OPENAI_F_INSTRUCTIONS] = &openai_want_text,
+    [OPENAI_F_SYSTEM] = &openai_want_text,
 };
 static const struct lg_jsonscan_want openai_want_body = {
     .keys = openai_fields,
@@ -178,6 +210,44 @@ openai_add_text(const struct lg_jsonscan *s, uint32_t r, struct lg_openai_req *o
             openai_add_text(s, i + 1, out, pre);
         } else if (part->type == LG_JSONSCAN_OBJ) {
             openai_add_text(s, lg_jsonscan_member(s, i + 1, 0), out, pre);
+        }
+    }
+}
+
+/*
+ * An `input` (or `prompt`): a text as above, or an array whose objects may
+ * also be the Responses API's messages ({"role", "content"}): role, text,
+ * content, as a chat message is hashed.
+ */
+static void
+openai_add_input(const struct lg_jsonscan *s, uint32_t r, struct lg_openai_req *out,
+                 struct openai_prefix *pre)
+{
+    const struct lg_jsonscan_tok *t;
+
+    if (r == 0) {
+        return;
+    }
+    t = LG_JSONSCAN_T(s, r);
+    if (t->type != LG_JSONSCAN_ARR) {
+        openai_add_text(s, r, out, pre);
+        return;
+    }
+    out->prompt_bytes += 4 * (uint64_t)t->ids;
+    for (uint32_t i = r; i < t->aux; i = lg_jsonscan_skip(s, i)) {
+        const struct lg_jsonscan_tok *part = &s->tok[i];
+        uint32_t m[OPENAI_ITEM_N];
+
+        if (part->type == LG_JSONSCAN_STR) {
+            openai_add_text(s, i + 1, out, pre);
+        } else if (part->type == LG_JSONSCAN_OBJ) {
+            lg_jsonscan_members(s, i + 1, OPENAI_ITEM_N, m, NULL);
+            if (m[OPENAI_ITEM_ROLE] != 0
+                && LG_JSONSCAN_T(s, m[OPENAI_ITEM_ROLE])->type == LG_JSONSCAN_STR) {
+                openai_prefix_add(s, pre, m[OPENAI_ITEM_ROLE]);
+            }
+            openai_add_text(s, m[OPENAI_ITEM_TEXT], out, pre);
+            openai_add_text(s, m[OPENAI_ITEM_CONTENT], out, pre);
         }
     }
 }
@@ -317,7 +387,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
 {
     struct openai_prefix pre = { .left = prefix_bytes };
     uint32_t f[OPENAI_F_COUNT], second[OPENAI_F_COUNT], v, dup = 0;
-    int64_t max_tokens = -1, max_completion_tokens = -1, min_tokens = 0;
+    int64_t max_tokens = -1, max_completion_tokens = -1, max_output_tokens = -1, min_tokens = 0;
     size_t k;
 
     lg_hstream_init(&pre.hash);
@@ -373,12 +443,33 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
         || openai_read_tokens(s, f, OPENAI_F_MAX_COMPLETION_TOKENS, &max_completion_tokens, out,
                               err, errlen)
                != LG_OK
+        || openai_read_tokens(s, f, OPENAI_F_MAX_OUTPUT_TOKENS, &max_output_tokens, out, err,
+                              errlen)
+               != LG_OK
         || openai_read_tokens(s, f, OPENAI_F_MIN_TOKENS, &min_tokens, out, err, errlen) != LG_OK) {
         return LG_EINVAL;
     }
-    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens : max_tokens;
+    out->max_tokens = max_completion_tokens >= 0 ? max_completion_tokens
+                      : max_output_tokens >= 0   ? max_output_tokens
+                                                 : max_tokens;
+    v = f[OPENAI_F_PREVIOUS_RESPONSE_ID];
+    if (!lg_jsonscan_is_null(s, v)) {
+        const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
+        struct lg_jsonscan_copy c = { out->previous_response_id, 0, LG_RESPONSE_ID_MAX };
+
+        if (t->type != LG_JSONSCAN_STR || t->aux == 0 || t->aux > LG_RESPONSE_ID_MAX) {
+            return openai_refuse(out, "previous_response_id", err, errlen,
+                                 "\"previous_response_id\" must be a string of 1 to %d bytes",
+                                 LG_RESPONSE_ID_MAX);
+        }
+        lg_jsonscan_unescape(s, t, LG_RESPONSE_ID_MAX, lg_jsonscan_copy_cb, &c);
+        out->previous_response_id[c.n] = '\0';
+    }
     openai_read_sampling(s, f, out);
 
+    /* a system prompt given apart (Responses' instructions, Messages' system) comes first */
+    openai_add_text(s, f[OPENAI_F_INSTRUCTIONS], out, &pre);
+    openai_add_text(s, f[OPENAI_F_SYSTEM], out, &pre);
     v = f[OPENAI_F_MESSAGES];
     if (v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_ARR) {
         for (uint32_t i = v; i < LG_JSONSCAN_T(s, v)->aux; i = lg_jsonscan_skip(s, i)) {
@@ -394,7 +485,7 @@ openai_read_fields(const struct lg_jsonscan *s, size_t prefix_bytes, struct lg_o
     } else {
         uint32_t prompt = f[OPENAI_F_PROMPT];
 
-        openai_add_text(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
+        openai_add_input(s, prompt != 0 ? prompt : f[OPENAI_F_INPUT], out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     openai_read_cost(s, f, second, out);

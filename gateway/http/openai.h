@@ -10,6 +10,8 @@
 struct evbuffer;
 
 #define LG_MODEL_MAX 256
+/* The longest response id the gateway follows (previous_response_id, http/respid.h). */
+#define LG_RESPONSE_ID_MAX 128
 /* The largest token count a body may ask for (max_tokens, max_completion_tokens, min_tokens). */
 #define LG_OPENAI_TOKENS_MAX 2147483647
 
@@ -17,8 +19,10 @@ struct lg_openai_req {
     char model[LG_MODEL_MAX + 1]; /* "" when absent */
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
-    int64_t max_tokens;           /* max_completion_tokens, else max_tokens (both checked
-                                     within 0..LG_OPENAI_TOKENS_MAX); -1 = absent */
+    int64_t max_tokens;           /* max_completion_tokens, else max_output_tokens (the
+                                     Responses API), else max_tokens (all checked within
+                                     0..LG_OPENAI_TOKENS_MAX); -1 = absent */
+    char previous_response_id[LG_RESPONSE_ID_MAX + 1]; /* the Responses API's; "" = none */
     uint64_t prompt_bytes;        /* bytes of prompt text (messages, prompt or input) */
     uint64_t prefix_hash;         /* lg_hstream of the first prefix_bytes of role+content, mixed; 0 = empty */
     bool greedy;                  /* "temperature": 0 (greedy decoding) */
@@ -44,7 +48,8 @@ struct lg_openai_req {
  * out->param set: malformed JSON (with its position), not an object, wrong
  * type of a known field, a token count out of range, or a field the gateway
  * reads given twice (duplicate_key: model, messages, max_tokens,
- * max_completion_tokens, stream, stream_options, prompt, input, user).
+ * max_completion_tokens, stream, stream_options, prompt, input, user,
+ * max_output_tokens, previous_response_id).
  * Or LG_ENOMEM, the whole body checked or not: more values the gateway
  * reads than LG_JSONSCAN_MAX_TOKS (413, too_many_values), or no memory for
  * the scan (503, out_of_memory); out->status says which. Nothing the body

@@ -22,6 +22,7 @@ enum {
     PROBE_VAL,         /* in a string value we skip */
     PROBE_VAL_ESC,     /* after a backslash in it */
     PROBE_NUM,         /* in a token count */
+    PROBE_TYPE,        /* in an event type's string value */
 };
 
 enum {
@@ -39,6 +40,16 @@ enum {
     WANT_FINISH, /* a string value (not null) ends generation */
     WANT_STOP,   /* true ends generation (llama.cpp's native "stop") */
     WANT_ERROR,  /* an object or string value reports an error */
+    WANT_TYPE,   /* a string value may be an event type (Responses, Messages) */
+};
+
+/* What an event's type says (lg_json_probe.kind). */
+enum {
+    KIND_NONE = 0, /* no type of these APIs: the keys alone say what the event is */
+    KIND_DELTA,    /* response.*.delta, content_block_delta: content */
+    KIND_OTHER,    /* another event of theirs: no content, whatever text it repeats */
+    KIND_END,      /* response.completed, .incomplete, .failed, message_stop: the end */
+    KIND_ERROR,    /* "error": either API's error event */
 };
 
 /*
@@ -54,6 +65,9 @@ probe_lookup(const char *k, size_t n)
         if (memcmp(k, "text", 4) == 0) {
             return WANT_CONTENT;
         }
+        if (memcmp(k, "type", 4) == 0) {
+            return WANT_TYPE;
+        }
         return memcmp(k, "stop", 4) == 0 ? WANT_STOP : WANT_NONE;
     case 5:
         return memcmp(k, "error", 5) == 0 ? WANT_ERROR : WANT_NONE;
@@ -64,10 +78,16 @@ probe_lookup(const char *k, size_t n)
     case 10:
         return memcmp(k, "tool_calls", 10) == 0 ? WANT_TOOL_CALLS : WANT_NONE;
     case 12:
+        if (memcmp(k, "input_tokens", 12) == 0) {
+            return WANT_PROMPT_TOKENS;
+        }
         return memcmp(k, "input_length", 12) == 0 ? WANT_PROMPT_TOKENS : WANT_NONE;
     case 13:
         if (memcmp(k, "prompt_tokens", 13) == 0) {
             return WANT_PROMPT_TOKENS;
+        }
+        if (memcmp(k, "output_tokens", 13) == 0) {
+            return WANT_COMPLETION_TOKENS;
         }
         return memcmp(k, "finish_reason", 13) == 0 ? WANT_FINISH : WANT_NONE;
     case 14:
@@ -84,6 +104,68 @@ probe_lookup(const char *k, size_t n)
         return memcmp(k, "completion_tokens", 17) == 0 ? WANT_COMPLETION_TOKENS : WANT_NONE;
     default:
         return WANT_NONE;
+    }
+}
+
+/* What an event type says: one of the Responses API's or Anthropic's, or KIND_NONE. */
+static uint8_t
+probe_kind(const char *t, size_t n)
+{
+    static const char resp[] = "response.", delta[] = ".delta";
+    static const struct {
+        const char *name;
+        uint8_t kind;
+    } msgs[] = {
+        { "content_block_delta", KIND_DELTA }, { "message_stop", KIND_END },
+        { "message_start", KIND_OTHER },       { "message_delta", KIND_OTHER },
+        { "content_block_start", KIND_OTHER }, { "content_block_stop", KIND_OTHER },
+        { "ping", KIND_OTHER },                { "error", KIND_ERROR },
+        { "response.completed", KIND_END },    { "response.incomplete", KIND_END },
+        { "response.failed", KIND_END },
+    };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(msgs); i++) {
+        if (strlen(msgs[i].name) == n && memcmp(t, msgs[i].name, n) == 0) {
+            return msgs[i].kind;
+        }
+    }
+    if (n > sizeof(resp) - 1 && memcmp(t, resp, sizeof(resp) - 1) == 0) {
+        return n > sizeof(resp) - 1 + sizeof(delta) - 1
+                       && memcmp(t + n - (sizeof(delta) - 1), delta, sizeof(delta) - 1) == 0
+                   ? KIND_DELTA
+                   : KIND_OTHER;
+    }
+    return KIND_NONE;
+}
+
+/* The event's flags, from what its keys said and what its type says. */
+static void
+probe_settle(struct lg_json_probe *p)
+{
+    switch (p->kind) {
+    case KIND_NONE:
+        p->content = p->raw_content;
+        break;
+    case KIND_DELTA:
+        p->content = true;
+        break;
+    default:
+        p->content = false;
+        break;
+    }
+    p->finished = p->raw_finished || p->kind == KIND_END;
+    p->error = p->raw_error || p->kind == KIND_ERROR;
+    p->whole = p->kind == KIND_END && p->raw_content;
+}
+
+/* A type value ended: the first of these APIs' types is the event's. */
+static void
+probe_end_type(struct lg_json_probe *p)
+{
+    p->state = PROBE_OUT;
+    if (p->kind == KIND_NONE && !p->type_over) {
+        p->kind = probe_kind(p->type, p->type_len);
+        probe_settle(p);
     }
 }
 
@@ -130,12 +212,22 @@ probe_out(struct lg_json_probe *p, char c)
             p->state = PROBE_VAL_FIRST;
             return;
         }
+        if (c == '"' && p->want == WANT_TYPE) {
+            p->want = WANT_NONE;
+            p->state = PROBE_TYPE;
+            p->type_len = 0;
+            p->type_over = false;
+            return;
+        }
         if (c == '[' && p->want == WANT_TOOL_CALLS) {
-            p->content = true;
+            p->raw_content = true;
+            probe_settle(p);
         } else if ((c == '"' && p->want == WANT_FINISH) || (c == 't' && p->want == WANT_STOP)) {
-            p->finished = true;
+            p->raw_finished = true;
+            probe_settle(p);
         } else if ((c == '{' || c == '"') && p->want == WANT_ERROR) {
-            p->error = true;
+            p->raw_error = true;
+            probe_settle(p);
         } else if (c >= '0' && c <= '9'
                    && (p->want == WANT_COMPLETION_TOKENS || p->want == WANT_PROMPT_TOKENS)) {
             p->num = c - '0';
@@ -293,10 +385,31 @@ lg_json_probe_feed(struct lg_json_probe *p, const char *data, size_t len)
             if (c == '"') {
                 p->state = PROBE_OUT; /* "" carries nothing */
             } else {
-                p->content = true;
+                p->raw_content = true;
+                probe_settle(p);
                 p->state = c == '\\' ? PROBE_VAL_ESC : PROBE_VAL;
             }
             break;
+        case PROBE_TYPE: {
+            /* an event type: captured whole (none of ours has an escape) */
+            size_t j = sse_find2(data, i, len, '"', '\\');
+            size_t k = LG_MIN(j - i, sizeof(p->type) - p->type_len);
+
+            memcpy(p->type + p->type_len, data + i, k);
+            p->type_len = (uint8_t)(p->type_len + k);
+            p->type_over |= k < j - i;
+            if (j == len) {
+                return;
+            }
+            if (data[j] == '\\') {
+                p->type_over = true;
+                p->state = PROBE_VAL_ESC; /* the rest of it is skipped */
+            } else {
+                probe_end_type(p);
+            }
+            i = j + 1;
+            break;
+        }
         case PROBE_VAL:
             /* a value we only skip: jump to its end or next escape */
             i = sse_find2(data, i, len, '"', '\\');
@@ -395,7 +508,8 @@ sse_end_line(struct lg_sse *s, size_t end)
 
             s->events++;
             what |= LG_SSE_EV_DATA;
-            if (s->probe.content && !s->ev_done && !error) {
+            if ((s->probe.content || (s->probe.whole && s->content_events == 0)) && !s->ev_done
+                && !error) {
                 s->content_events++;
                 got = 1;
                 what |= LG_SSE_EV_CONTENT;

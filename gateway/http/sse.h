@@ -15,12 +15,28 @@
  *                 non-empty string), `tool_calls` (an array)
  *   tokens        OpenAI `usage.completion_tokens` / `prompt_tokens`; TGI's
  *                 `details.generated_tokens` / `input_length`; llama.cpp's
- *                 native `tokens_predicted` / `tokens_evaluated`
+ *                 native `tokens_predicted` / `tokens_evaluated`; the
+ *                 Responses and Messages APIs' `output_tokens` / `input_tokens`
  *   finished      `finish_reason` or TGI's `generated_text` with a string
  *                 value; llama.cpp's native `"stop": true`
  *   error         `error` with an object or string value (vLLM, SGLang,
  *                 llama.cpp, TGI and OpenAI all frame a failure after the
  *                 status line as `data: {"error": ...}`)
+ *   type          the event type of the Responses API (`"type":
+ *                 "response.output_text.delta"`...) and of Anthropic's
+ *                 Messages API (`"content_block_delta"`...), wherever it
+ *                 comes in the object: a `*.delta` or `content_block_delta`
+ *                 carries content; their other events carry none, whatever
+ *                 text they repeat (`response.output_text.done`,
+ *                 `response.completed` hold the whole answer again);
+ *                 `response.completed`, `response.incomplete`,
+ *                 `response.failed` and `message_stop` end generation; a
+ *                 `"type": "error"` (either API's error event) is an error.
+ *                 The first such type of an event is its type: nested ones
+ *                 (`"type": "message"`, `"output_text"`) are neither. An
+ *                 ending event with text counts as content when it is the
+ *                 stream's first (SGLang streams a plain model's Responses
+ *                 answer as response.created, .in_progress and .completed).
  * It is used for each SSE data value and for whole non-streaming JSON bodies.
  */
 #ifndef LG_SSE_H
@@ -39,9 +55,21 @@ struct lg_json_probe {
     bool key_overflow;           /* string longer than any key we match */
     char key[LG_JSON_KEY_MAX];   /* start of the current string */
     int64_t num;                 /* number being read */
-    bool content;                /* a non-empty content value was seen */
-    bool finished;               /* a finish_reason (or the like) was seen */
-    bool error;                  /* an "error" object or string was seen */
+    bool content;                /* the event carries content: a non-empty content value
+                                    was seen (and no event type says otherwise), or its
+                                    type is a delta */
+    bool finished;               /* a finish_reason (or the like) was seen, or an ending type */
+    bool error;                  /* an "error" object or string was seen, or an error type */
+    bool raw_content;            /* a non-empty content value was seen */
+    bool raw_finished;           /* a finish_reason (or the like) was seen */
+    bool raw_error;              /* an "error" object or string was seen */
+    bool whole;                  /* an ending event that carries the answer's text
+                                    (response.completed): content when no delta came
+                                    before it (SGLang streams only that one) */
+    uint8_t kind;                /* what the event's type says (sse.c); 0: no type */
+    uint8_t type_len;            /* bytes of a type value captured */
+    bool type_over;              /* the type value is longer than any we match */
+    char type[40];               /* the type value being read */
     int64_t completion_tokens;   /* -1 until seen */
     int64_t prompt_tokens;       /* -1 until seen */
 };

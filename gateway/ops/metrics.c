@@ -20,6 +20,7 @@
 
 #include "base/accesslog.h"
 #include "base/config.h"
+#include "base/otlp.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
@@ -27,6 +28,7 @@
 #include "ops/livestate.h"
 #include "ops/reload.h"
 #include "serve/admission.h"
+#include "serve/wakeup.h"
 #include "serve/worker.h"
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -38,6 +40,29 @@ static void
 mx_family(struct evbuffer *out, const char *name, const char *type, const char *help)
 {
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The span exporter's counts (tracing on only). */
+static void
+mx_tracing(struct evbuffer *out, struct lg_gateway *gw)
+{
+    struct lg_otlp_stats st;
+
+    lg_otlp_get_stats(gw->tracer, &st);
+    mx_family(out, "llmgate_trace_spans_total", "counter",
+              "Spans by outcome: queued for export, dropped (the export queue was full), "
+              "exported (the collector took them), failed (their export failed).");
+    evbuffer_add_printf(out,
+                        "llmgate_trace_spans_total{outcome=\"queued\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"dropped\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"exported\"} %" PRIu64 "\n"
+                        "llmgate_trace_spans_total{outcome=\"failed\"} %" PRIu64 "\n",
+                        st.submitted, st.dropped, st.exported, st.failed);
+    mx_family(out, "llmgate_trace_exports_total", "counter",
+              "Exports to the collector tried (one POST each).");
+    evbuffer_add_printf(out, "llmgate_trace_exports_total %" PRIu64 "\n", st.exports);
+    mx_family(out, "llmgate_trace_queue_spans", "gauge", "Spans waiting for export.");
+    evbuffer_add_printf(out, "llmgate_trace_queue_spans %u\n", st.queued);
 }
 
 /* A label value, escaped as the text format wants (backslash, quote, newline). */
@@ -418,6 +443,67 @@ mx_sched(struct evbuffer *out, struct lg_gateway *gw)
     free(v);
 }
 
+/* Scale from zero, per model it is on for: what an autoscaler reads (KEDA's Prometheus scaler). */
+static void
+mx_scale_from_zero(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f)
+{
+    static const char *const fam[][3] = {
+        { "llmgate_requests_held", "gauge",
+          "Requests held because no replica of their model is ready (scale from zero): "
+          "what an autoscaler reads to wake the model." },
+        { "llmgate_wakeups_total", "counter",
+          "Wake-ups asked for a model with no replica ready (the webhook is called for each, "
+          "when one is set)." },
+        { "llmgate_held_refused_total", "counter",
+          "Held requests answered 503, by why: the model's max_held were held already (full), "
+          "or the hold passed with no replica ready (deadline)." },
+    };
+    const struct lg_config *conf = f->conf;
+    struct lg_admission_model_stats *st;
+    bool *on;
+    uint32_t max_held;
+    uint64_t hold_ms;
+
+    if (!conf->scale_from_zero.enabled && conf->scale_from_zero.nmodels == 0) {
+        return;
+    }
+    st = lg_xcalloc(f->nmodels ? f->nmodels : 1, sizeof(*st));
+    on = lg_xcalloc(f->nmodels ? f->nmodels : 1, sizeof(*on));
+    for (size_t i = 0; i < f->nmodels; i++) {
+        on[i] = lg_config_sfz(conf, f->models[i].model, &max_held, &hold_ms);
+        if (on[i]) {
+            lg_admission_model_stats(gw->admission, f->models[i].model, &st[i]);
+        }
+    }
+    for (size_t k = 0; k < LG_ARRAY_SIZE(fam); k++) {
+        mx_family(out, fam[k][0], fam[k][1], fam[k][2]);
+        for (size_t i = 0; i < f->nmodels; i++) {
+            if (!on[i]) {
+                continue;
+            }
+            for (int r = 0; r < (k == 2 ? 2 : 1); r++) {
+                evbuffer_add_printf(out, "%s{model=\"", fam[k][0]);
+                mx_value(out, f->models[i].model);
+                if (k == 0) {
+                    evbuffer_add_printf(out, "\"} %u\n", st[i].held);
+                } else if (k == 1) {
+                    evbuffer_add_printf(out, "\"} %" PRIu64 "\n", st[i].wakeups);
+                } else {
+                    evbuffer_add_printf(out, "\",reason=\"%s\"} %" PRIu64 "\n",
+                                        r == 0 ? "full" : "deadline",
+                                        r == 0 ? st[i].held_full : st[i].held_expired);
+                }
+            }
+        }
+    }
+    mx_family(out, "llmgate_wakeup_failures_total", "counter",
+              "Wake-up webhook calls that failed (no answer in time, refused, not 2xx).");
+    evbuffer_add_printf(out, "llmgate_wakeup_failures_total %" PRIu64 "\n",
+                        lg_wakeup_failures(gw->wakeup));
+    free(on);
+    free(st);
+}
+
 static void
 mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f)
 {
@@ -445,8 +531,13 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     mx_family(out, "llmgate_connections", "gauge", "Open client connections.");
     evbuffer_add_printf(out, "llmgate_connections %u\n", lg_gateway_clients(gw));
     mx_family(out, "llmgate_queue_waiting", "gauge",
-              "Requests waiting in the admission queue (every backend of their model busy).");
+              "Requests waiting in the admission queue (every backend of their model busy, or "
+              "held by scale_from_zero).");
     evbuffer_add_printf(out, "llmgate_queue_waiting %u\n", lg_admission_waiting(gw->admission));
+    mx_scale_from_zero(out, gw, f);
+    if (gw->tracer != NULL) {
+        mx_tracing(out, gw);
+    }
     mx_family(out, "llmgate_connections_accepted_total", "counter", "Client connections accepted.");
     evbuffer_add_printf(out, "llmgate_connections_accepted_total %" PRIu64 "\n", sum.accepted);
     mx_family(out, "llmgate_connections_refused_total", "counter",

@@ -235,10 +235,22 @@ reload_same_str(const char *a, const char *b)
     return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
+static bool
+reload_same_tracing(const struct lg_tracing_conf *a, const struct lg_tracing_conf *b)
+{
+    return reload_same_str(a->endpoint, b->endpoint) && a->sample_ratio == b->sample_ratio
+           && reload_same_str(a->service_name, b->service_name) && a->queue == b->queue
+           && a->batch == b->batch && a->interval_ms == b->interval_ms
+           && a->timeout_ms == b->timeout_ms
+           && ((a->headers == NULL && b->headers == NULL)
+               || (a->headers != NULL && b->headers != NULL && json_equal(a->headers, b->headers)));
+}
+
 /*
  * What a running process cannot change: its listening sockets are bound and
- * spread over a fixed number of workers, and the access log and admin
- * listener are set up at start. Appends one message per refusal.
+ * spread over a fixed number of workers, and the access log, the admin
+ * listener and tracing (its exporter) are set up at start. Appends one
+ * message per refusal.
  */
 static void
 reload_check_fixed(const struct lg_config *cur, const struct lg_config *next, unsigned nworkers,
@@ -294,6 +306,13 @@ reload_check_fixed(const struct lg_config *cur, const struct lg_config *next, un
                             "llmgate to turn it %s\n",
                             path, cur->budgets.redis.address ? "off" : "on",
                             cur->budgets.redis.address ? "off" : "on");
+    }
+    if (!reload_same_tracing(&cur->tracing, &next->tracing)) {
+        evbuffer_add_printf(errors,
+                            "%s: error: /tracing: tracing is set up at start (its exporter, "
+                            "queue and sampling) and cannot change on reload; restart llmgate "
+                            "to change it\n",
+                            path);
     }
     if ((cur->access_log.path == NULL) != (next->access_log.path == NULL)) {
         evbuffer_add_printf(errors,

@@ -47,6 +47,7 @@ struct lg_router {
     uint64_t slow_start_ns;
     uint64_t down_retry_ns; /* Retry-After hint for a down backend */
     size_t prefix_bytes;
+    bool reads_prefix; /* a stage may read the prompt prefix's hash (lg_router_prefix_bytes) */
 };
 
 /* ---- construction ------------------------------------------------------- */
@@ -171,7 +172,8 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
 {
     const struct lg_routing_conf *rc = &conf->routing;
     struct lg_router *r = lg_xcalloc(1, sizeof(*r));
-    bool want_session = rc->session_header != NULL, has_session = false;
+    bool want_session = rc->session_header != NULL || rc->nsession_headers > 0;
+    bool has_session = false;
     char where[96], label[256] = "";
     size_t off = 0;
     int ret = LG_OK;
@@ -221,6 +223,16 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
     r->slow_start_ns = conf->health.slow_start_ms * LG_NS_PER_MS;
     r->down_retry_ns = LG_MAX(conf->health.interval_ms, 1000) * LG_NS_PER_MS;
     r->prefix_bytes = rc->prefix_bytes;
+    for (size_t i = 0; i < r->nstages; i++) {
+        const char *name = r->stages[i].plugin->desc->name;
+
+        /* of the built-ins the affinities read it (session_affinity its
+         * prefix_len, the share of a prompt it counts as cached); a loaded
+         * plugin may */
+        r->reads_prefix |= r->stages[i].plugin->path != NULL
+                           || strcmp(name, "prefix_affinity") == 0
+                           || strcmp(name, "session_affinity") == 0;
+    }
     *out = r;
     return LG_OK;
 }
@@ -255,6 +267,12 @@ const char *
 lg_router_policy(const struct lg_router *r)
 {
     return r->policy;
+}
+
+size_t
+lg_router_prefix_bytes(const struct lg_router *r)
+{
+    return r->reads_prefix ? r->prefix_bytes : 0;
 }
 
 /* ---- candidates --------------------------------------------------------- */
@@ -370,51 +388,107 @@ router_u64(struct router_buf *o, uint64_t v)
     router_raw(o, q, (size_t)(b + LG_U64_DIGITS - q));
 }
 
+/*
+ * round() (halves away from zero), inline: libm's call was a tenth of an
+ * explanation's instructions. Exact: below 2^52 the fraction x - trunc(x) is
+ * exact; at and above it, every double is an integer already (NaN and the
+ * infinities fail the test and come back as they are, as from round()).
+ */
+static inline double
+router_round(double x)
+{
+    double t, d;
+
+    if (!(fabs(x) < 4503599627370496.0)) {
+        return x;
+    }
+    t = (double)(int64_t)x;
+    d = x - t;
+    if (d >= 0.5) {
+        t += 1;
+    } else if (d <= -0.5) {
+        t -= 1;
+    }
+    return copysign(t, x); /* round(-0.2) is -0.0 */
+}
+
+/*
+ * Writes v (0 <= v < 1e18, three decimals in milli) at p: the integer part,
+ * then ".ddd" with its trailing zeros dropped; returns the end. Digits go
+ * straight into the buffer, highest first (no copy through a scratch array).
+ */
+static inline char *
+router_dec_put(char *p, uint64_t milli)
+{
+    uint64_t whole = milli / 1000, t = whole;
+    size_t nd = 1;
+    char *e;
+
+    milli %= 1000;
+    while (t >= 10) {
+        t /= 10;
+        nd++;
+    }
+    e = p + nd;
+    do {
+        *--e = (char)('0' + whole % 10);
+        whole /= 10;
+    } while (whole != 0);
+    p += nd;
+    if (milli != 0) {
+        p[0] = '.';
+        p[1] = (char)('0' + milli / 100);
+        p[2] = (char)('0' + milli / 10 % 10);
+        p[3] = (char)('0' + milli % 10);
+        p += p[3] != '0' ? 4 : p[2] != '0' ? 3 : 2;
+    }
+    return p;
+}
+
 /* A JSON number with at most three decimals (trailing zeros dropped); null if not finite. */
 static void
 router_dec(struct router_buf *o, double v)
 {
-    char frac[4];
-    uint64_t whole, milli;
-    int n = 3;
+    /* '-', 16 digits (below 1e15 + 1), '.', 3 decimals: 21 bytes at most */
+    char tmp[32], *p, *start;
+    bool direct = !o->full && o->cap - o->len > sizeof(tmp);
+    uint64_t milli;
+    double x;
 
     if (!isfinite(v)) {
         router_raw(o, "null", 4);
         return;
     }
+    start = p = direct ? o->p + o->len : tmp;
     if (v < 0) {
-        router_raw(o, "-", 1);
+        *p++ = '-';
         v = -v;
     }
     if (v >= 1e15) {
-        router_u64(o, UINT64_C(1000000000000000)); /* a cost this large only says "huge" */
-        return;
+        v = 1e15; /* a cost this large only says "huge" */
     }
-    milli = (uint64_t)llround(v * 1000.0);
-    whole = milli / 1000;
-    milli %= 1000;
-    router_u64(o, whole);
-    if (milli == 0) {
-        return;
+    /* llround(v * 1000) for 0 <= v <= 1e15 (below 2^63), as router_round() */
+    x = v * 1000.0;
+    milli = (uint64_t)x;
+    milli += x - (double)milli >= 0.5;
+    p = router_dec_put(p, milli);
+    if (direct) {
+        o->len += (size_t)(p - start);
+    } else {
+        router_raw(o, tmp, (size_t)(p - tmp));
     }
-    frac[0] = '.';
-    frac[1] = (char)('0' + milli / 100);
-    frac[2] = (char)('0' + milli / 10 % 10);
-    frac[3] = (char)('0' + milli % 10);
-    while (frac[n] == '0') {
-        n--;
-    }
-    router_raw(o, frac, (size_t)n + 1);
 }
 
 static inline void
-router_put_num(struct router_buf *o, const char *key, double v)
+router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 {
-    router_raw(o, ",\"", 2);
-    router_str(o, key);
-    router_raw(o, "\":", 2);
+    router_raw(o, pre, n);
     router_dec(o, v);
 }
+
+/* ,"key":v with key a literal: its prefix is one copy of known length */
+#define ROUTER_PUT_NUM(o, key, v) \
+    router_put_num_pre((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v))
 
 /* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
  * a step to admit it, and its own prefill. */
@@ -430,28 +504,28 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
                      const struct lg_engine_model_view *m, double kib)
 {
     if (m->wait_ms >= 0) {
-        router_put_num(o, "model_ms", round(router_model_ms(m, kib) * 10) / 10);
-        router_put_num(o, "step_ms", round(m->step_ms * 10) / 10);
+        ROUTER_PUT_NUM(o, "model_ms", router_round(router_model_ms(m, kib) * 10) / 10);
+        ROUTER_PUT_NUM(o, "step_ms", router_round(m->step_ms * 10) / 10);
         if (m->slots != v->capacity) {
-            router_put_num(o, "model_slots", round(m->slots * 10) / 10);
+            ROUTER_PUT_NUM(o, "model_slots", router_round(m->slots * 10) / 10);
         }
-        router_put_num(o, "prefill_ms",
-                       round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_NUM(o, "prefill_ms",
+                       router_round((m->prefill_fixed_ms + m->prefill_ms_per_kib * kib) * 10) / 10);
         if (fabs(m->scale - 1) >= 0.005) {
-            router_put_num(o, "model_scale", round(m->scale * 100) / 100);
+            ROUTER_PUT_NUM(o, "model_scale", router_round(m->scale * 100) / 100);
         }
         if (m->joined > 0) {
-            router_put_num(o, "model_joined", m->joined);
+            ROUTER_PUT_NUM(o, "model_joined", m->joined);
         }
     }
     if (m->measured_ms >= 0) {
-        router_put_num(o, "measured_ms",
-                       round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
+        ROUTER_PUT_NUM(o, "measured_ms",
+                       router_round((m->measured_ms + m->measured_ms_per_kib * kib) * 10) / 10);
     }
     if (m->err > 0 || m->measured_err > 0) {
         /* how far each has been off there lately (rms of the log ratio) */
-        router_put_num(o, "model_err", round(m->err * 100) / 100);
-        router_put_num(o, "measured_err", round(m->measured_err * 100) / 100);
+        ROUTER_PUT_NUM(o, "model_err", router_round(m->err * 100) / 100);
+        ROUTER_PUT_NUM(o, "measured_err", router_round(m->measured_err * 100) / 100);
     }
     if (m->flags & LG_MODEL_F_MISSES) {
         router_str(o, ",\"est\":\"measured\"");
@@ -469,43 +543,44 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
     router_str(o, v->name);
     router_raw(o, "\",\"inflight\":", 13);
     router_u64(o, v->inflight);
-    router_put_num(o, "foreign", round(v->foreign * 100) / 100);
+    ROUTER_PUT_NUM(o, "foreign", router_round(v->foreign * 100) / 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
-        router_put_num(o, "waiting", v->engine_waiting);
-        router_put_num(o, "running", v->engine_running);
-        router_put_num(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
+        ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
+        ROUTER_PUT_NUM(o, "running", v->engine_running);
+        ROUTER_PUT_NUM(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
         if (v->engine_kv_usage >= 0) {
-            router_put_num(o, "kv", round(v->engine_kv_usage * 1000) / 1000);
+            ROUTER_PUT_NUM(o, "kv", router_round(v->engine_kv_usage * 1000) / 1000);
         }
     } else {
         router_str(o, ",\"scrape\":\"stale\"");
     }
     if (v->capacity > 0) {
-        router_put_num(o, "slots", round(v->capacity * 10) / 10);
+        ROUTER_PUT_NUM(o, "slots", router_round(v->capacity * 10) / 10);
         if (v->flags & LG_VIEW_F_CAP_GUESS) {
             router_str(o, ",\"slots_guessed\":true");
         }
     }
-    router_put_num(o, "ttft_ms", round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
-    router_put_num(o, "itl_ms", round(v->itl_ms * 10) / 10);
+    ROUTER_PUT_NUM(o, "ttft_ms",
+                   router_round((v->ttft_fixed_ms + v->ttft_ms_per_kib * kib) * 10) / 10);
+    ROUTER_PUT_NUM(o, "itl_ms", router_round(v->itl_ms * 10) / 10);
     if (v->itl_own_ms >= 0 && fabs(v->itl_own_ms - v->itl_ms) >= 0.05 * v->itl_ms) {
-        router_put_num(o, "itl_own_ms", round(v->itl_own_ms * 10) / 10);
+        ROUTER_PUT_NUM(o, "itl_own_ms", router_round(v->itl_own_ms * 10) / 10);
     }
     if (v->slot_wait_ms > 0) {
-        router_put_num(o, "slot_wait_ms", round(v->slot_wait_ms));
+        ROUTER_PUT_NUM(o, "slot_wait_ms", router_round(v->slot_wait_ms));
     }
     router_explain_model(o, v, &pk->m[i], kib);
     if (v->pending > 0) {
-        router_put_num(o, "pending_age_ms", round(v->pending_age_ms));
+        ROUTER_PUT_NUM(o, "pending_age_ms", router_round(v->pending_age_ms));
         if (v->work_ahead_ms >= 1) {
-            router_put_num(o, "work_ahead_ms", round(v->work_ahead_ms));
+            ROUTER_PUT_NUM(o, "work_ahead_ms", router_round(v->work_ahead_ms));
         }
     }
     if (v->flags & LG_VIEW_F_HALF_OPEN) {
         router_str(o, ",\"half_open\":true");
     }
     if (v->flags & LG_VIEW_F_RAMPING) {
-        router_put_num(o, "ramp", round(v->ramp * 100) / 100);
+        ROUTER_PUT_NUM(o, "ramp", router_round(v->ramp * 100) / 100);
     }
     if (pk->dropped[i] != NULL) {
         router_str(o, ",\"filtered\":\"");
@@ -521,7 +596,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_dec(o, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
-    router_put_num(o, "total", round(pk->total[i] * 100) / 100);
+    ROUTER_PUT_NUM(o, "total", router_round(pk->total[i] * 100) / 100);
     router_raw(o, "}", 1);
 }
 
@@ -907,6 +982,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->full = false;
     lg_route_read_prior(route, &prior);
     router_info(r, req, tried, &info);
+    if (route->n > 1) {
+        lg_backend_view_reserve(route->n);
+    }
 
     pk->n = 0;
     for (size_t i = 0; i < route->n; i++) {
@@ -924,8 +1002,16 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
             continue;
         }
         pk->b[pk->n] = b;
-        lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns, &pk->v[pk->n],
-                             &pk->m[pk->n]);
+        if (route->n > 1) {
+            lg_backend_view_get(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
+                                &pk->v[pk->n], &pk->m[pk->n]);
+        } else {
+            /* the only backend: the previous pick's request started there
+             * (a change), so its view is never reused; the cache's keys
+             * would cost without a hit */
+            lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
+                                 &pk->v[pk->n], &pk->m[pk->n]);
+        }
         pk->vp[pk->n] = &pk->v[pk->n];
         pk->dropped[pk->n] = NULL;
         nramp += pk->v[pk->n].ramp < 1.0;
@@ -958,7 +1044,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         if (best < 0) {
             out->reason = "half_open_probe_busy";
             out->retry_after_ms = 1000;
-            router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
+            if (!out->no_explain) {
+                router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
+            }
             return LG_EBUSY;
         }
         if (!(pk->v[best].flags & LG_VIEW_F_HALF_OPEN) || lg_backend_claim_probe(pk->b[best])) {
@@ -986,7 +1074,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->ahead_ms = pk->v[best].work_ahead_ms;
     out->load = pk->v[best].load;
     router_learn(&pk->v[best], &pk->m[best], (double)req->prompt_bytes / 1024.0, out);
-    router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
+    if (!out->no_explain) {
+        router_explain(r, pk, (double)req->prompt_bytes / 1024.0, out);
+    }
     return LG_OK;
 }
 

@@ -63,6 +63,8 @@ struct lg_route_result {
     size_t explain_max;         /* set by the caller: bytes the explanation may take; 0: the
                                    access log's LG_ROUTE_EXPLAIN_BYTES (the admin API's dry
                                    runs ask for every candidate of a big fleet) */
+    bool no_explain;            /* set by the caller: nobody reads an explanation (the access
+                                   log is off), so none is built; explain stays NULL */
 };
 
 /* Frees what a pick left in res (its explanation); res stays usable. */
@@ -111,6 +113,14 @@ bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg
 void lg_router_note_result(struct lg_router *r, const struct lg_model_route *route,
                            const struct lg_route_req *req, struct lg_backend *b, int status,
                            uint64_t ttft_ns, uint64_t total_ns);
+
+/*
+ * The prompt bytes to hash for lg_route_req.prefix_hash: routing.prefix_bytes
+ * where a stage of the pipeline may read the hash or its length
+ * (prefix_affinity, session_affinity, a loaded plugin), else 0: a request
+ * does not hash what no stage reads.
+ */
+size_t lg_router_prefix_bytes(const struct lg_router *r);
 
 /* The policy label ("prefix_affinity+ttft"). */
 const char *lg_router_policy(const struct lg_router *r);

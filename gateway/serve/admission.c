@@ -6,11 +6,12 @@
  * dispatch or cancel; the per-model counters (never freed before the whole).
  * Borrows: the waiting clients (a waiter is freed before its client can be).
  * Invariants: a worker's list of waiters is only touched by that worker's
- * thread; the per-model table, each model's queue `q` (every waiter of the
- * model, all workers, in the scheduler's order: sched.c), the list of models
- * with waiters, the tenants' scheduler fields and the counters are shared
- * under `lock`. A waiter is dispatched only when it heads its model's queue,
- * across workers.
+ * thread; the per-model table, each model's queue `q` (its waiters for a
+ * busy backend, all workers, in the scheduler's order: sched.c) and
+ * `held_q` (its requests held for a replica, scale from zero, by arrival),
+ * the list of models with waiters, the tenants' scheduler fields and the
+ * counters are shared under `lock`. A waiter is dispatched only when it
+ * heads its model's queues (held ones first), across workers.
  */
 #include "serve/admission.h"
 
@@ -25,10 +26,12 @@
 #include "base/config.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
+#include "fleet/health_check.h"
 #include "route/router.h"
 #include "serve/client.h"
 #include "serve/sched.h"
 #include "serve/tenant.h"
+#include "serve/wakeup.h"
 #include "serve/worker.h"
 
 #define ADMISSION_BUCKETS 256
@@ -41,10 +44,17 @@ TAILQ_HEAD(admission_list, lg_admission_waiter);
 struct admission_model {
     char *name;
     uint32_t queued;                 /* waiters, all workers (under lock) */
-    struct lg_sched q;               /* the same waiters, in order (under lock) */
+    struct lg_sched q;               /* the waiters for a busy backend, in order (under lock) */
+    struct lg_sched held_q;          /* the held ones (scale from zero), by arrival (under lock) */
     TAILQ_ENTRY(admission_model) active; /* a->active, while it has waiters */
     uint64_t sec[ADMISSION_WINDOW];  /* which second each slot counts */
     uint32_t done[ADMISSION_WINDOW]; /* slots given back during that second */
+    /* scale from zero: requests held while no replica of the model was ready */
+    uint32_t held;         /* of `queued`, the held ones (under lock) */
+    uint64_t woken_ns;     /* when this cold period's wake-up was asked; 0: none yet */
+    uint64_t wakeups;      /* wake-ups asked (under lock) */
+    uint64_t held_full;    /* refused: max_held were held already */
+    uint64_t held_expired; /* the hold passed with no replica ready */
     struct admission_model *next;
 };
 
@@ -59,8 +69,9 @@ struct lg_admission_waiter {
     struct admission_worker *aw;
     struct admission_model *m;
     enum admission_state state;
+    bool cold;                              /* held for a replica (scale from zero) */
     uint64_t since_ns;                      /* when it joined the queue */
-    struct lg_sched_item item;              /* its place in its model's queue, until dropped */
+    struct lg_sched_item item;              /* its place in its model's q (held: held_q) */
     struct event *deadline;                 /* owned */
     TAILQ_ENTRY(lg_admission_waiter) link;  /* its worker's list, while QUEUED */
 };
@@ -72,7 +83,7 @@ struct admission_worker {
     uint32_t nwaiting;             /* atomic: read by other workers' releases */
     struct event *wake;            /* owned: activated by its worker's thread only */
     struct event *tick;            /* owned: slow re-check while waiters exist */
-    bool wake_others;              /* its next wake wakes the other workers too */
+    bool wake_others;              /* its next wake also wakes the other workers' waiters */
 };
 
 struct lg_admission {
@@ -107,6 +118,7 @@ admission_model(struct lg_admission *a, const char *name)
     m = lg_xcalloc(1, sizeof(*m));
     m->name = lg_xstrdup(name);
     lg_sched_init(&m->q);
+    lg_sched_init(&m->held_q);
     m->next = a->buckets[b];
     a->buckets[b] = m;
     return m;
@@ -144,6 +156,23 @@ admission_retry_after_s(struct lg_admission *a, struct admission_model *m, uint3
 
 /* ---- setup -------------------------------------------------------------- */
 
+/*
+ * A checker thread marked a backend up: every worker with waiters looks at
+ * once (held requests wait for exactly this), rather than at its next tick.
+ */
+static void
+admission_on_backend_up(void *arg, const struct lg_backend *b)
+{
+    struct lg_admission *a = arg;
+
+    (void)b;
+    for (unsigned i = 0; i < a->nworkers; i++) {
+        if (__atomic_load_n(&a->aw[i].nwaiting, __ATOMIC_ACQUIRE) > 0) {
+            lg_worker_post(a->aw[i].w, LG_WORKER_CMD_ADMIT);
+        }
+    }
+}
+
 struct lg_admission *
 lg_admission_new(struct lg_gateway *gw)
 {
@@ -165,6 +194,7 @@ lg_admission_new(struct lg_gateway *gw)
         aw->wake = event_new(aw->w->base, -1, 0, admission_on_wake, aw);
         aw->tick = event_new(aw->w->base, -1, EV_PERSIST, admission_on_wake, aw);
     }
+    lg_health_check_set_up_hook(admission_on_backend_up, a);
     return a;
 }
 
@@ -174,6 +204,7 @@ lg_admission_free(struct lg_admission *a)
     if (a == NULL) {
         return;
     }
+    lg_health_check_set_up_hook(NULL, NULL); /* no checker thread calls into a from now on */
     for (unsigned i = 0; i < a->nworkers; i++) {
         LG_BUG_ON(!TAILQ_EMPTY(&a->aw[i].waiters));
         event_free(a->aw[i].wake);
@@ -185,6 +216,7 @@ lg_admission_free(struct lg_admission *a)
         for (; m != NULL; m = next) {
             next = m->next;
             lg_sched_destroy(&m->q);
+            lg_sched_destroy(&m->held_q);
             free(m->name);
             free(m);
         }
@@ -266,7 +298,8 @@ admission_drop(struct lg_admission_waiter *wt)
         admission_unlink(wt);
     }
     pthread_mutex_lock(&a->lock);
-    lg_sched_remove(&wt->m->q, &wt->item);
+    lg_sched_remove(wt->cold ? &wt->m->held_q : &wt->m->q, &wt->item);
+    wt->m->held -= wt->cold ? 1 : 0;
     if (--wt->m->queued == 0) {
         TAILQ_REMOVE(&a->active, wt->m, active);
     }
@@ -279,8 +312,11 @@ admission_drop(struct lg_admission_waiter *wt)
     event_free(wt->deadline);
     free(wt);
     if (__atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
-        /* from this worker's loop, once the request that leaves (when it goes to a
-         * backend) holds its slot there: no other worker may see that slot free */
+        /*
+         * From this worker's loop, after what runs now: a waiter that got a
+         * slot takes it (its launch) before others look, or another
+         * worker's waiter would find the slot still free and overtake.
+         */
         a->aw[self].wake_others = true;
         event_active(a->aw[self].wake, EV_TIMEOUT, 0);
     }
@@ -297,6 +333,20 @@ admission_on_deadline(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (wt->cold) {
+        const struct lg_sfz_conf *z = &c->req.fleet->conf->scale_from_zero;
+
+        pthread_mutex_lock(&a->lock);
+        wt->m->held_expired++;
+        pthread_mutex_unlock(&a->lock);
+        c->req.retry_after_ms = z->retry_after_ms;
+        admission_drop(wt);
+        lg_client_fail(c, 503, "no_replica_ready",
+                       "no replica of model \"%s\" became ready while the request was held; "
+                       "it may be scaling up from zero, try again later",
+                       c->req.info.model);
+        return;
+    }
     pthread_mutex_lock(&a->lock);
     ra = wt->m->queued;
     pthread_mutex_unlock(&a->lock);
@@ -322,18 +372,60 @@ admission_wait_ms(const struct lg_config *conf, int cls)
     return d > 0 ? d : conf->timeouts.queue_ms;
 }
 
-/* Queues c, or fails it with 429 when its model's queue is full; LG_OK or LG_EBUSY. */
+/*
+ * How a request waits: for a busy backend's slot (limits.queue_length,
+ * timeouts.queue), or held for a replica to become ready (cold: the model's
+ * scale_from_zero bounds).
+ */
+struct admission_bounds {
+    bool cold;
+    uint32_t max;     /* waiters of this kind per model */
+    uint64_t wait_ms; /* the deadline */
+};
+
+/* A model's first held request in a hold: the wake-up (under a->lock). */
+static bool
+admission_should_wake(struct admission_model *m, const struct admission_bounds *k, uint64_t now)
+{
+    if (m->woken_ns != 0 && now - m->woken_ns < k->wait_ms * LG_NS_PER_MS) {
+        return false; /* asked already in this cold period (and within its hold) */
+    }
+    m->woken_ns = now;
+    m->wakeups++;
+    return true;
+}
+
+/* The request is refused: its model's waiters of its kind are `ahead`, the most. */
+static void
+admission_refuse(struct lg_admission *a, struct lg_client *c, struct admission_model *m,
+                 const struct admission_bounds *k, uint32_t ahead)
+{
+    if (k->cold) {
+        c->req.retry_after_ms = c->req.fleet->conf->scale_from_zero.retry_after_ms;
+        lg_client_fail(c, 503, "model_scaled_to_zero",
+                       "no replica of model \"%s\" is ready (scaled to zero?) and %u requests "
+                       "are held for one already; try again later",
+                       c->req.info.model, ahead);
+        return;
+    }
+    c->req.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
+    lg_client_fail(c, 429, "queue_full",
+                   "every backend for \"%s\" is busy and %u requests are waiting already",
+                   c->req.info.model, ahead);
+}
+
+/* Queues c, or fails it when its model's queue of its kind is full; LG_OK or LG_EBUSY. */
 static int
-admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resume_fn resume)
+admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resume_fn resume,
+                  const struct admission_bounds *k)
 {
     const struct lg_config *conf = c->req.fleet->conf;
     struct admission_worker *aw;
     struct lg_admission_waiter *wt;
     struct admission_model *m;
-    uint32_t ahead;
-    bool full;
+    uint32_t ahead, held = 0;
+    bool full, wake = false;
     struct timeval tv;
-    uint64_t wait_ms;
 
     if (a == NULL || c->w->id >= a->nworkers) {
         c->req.retry_after_ms = 1000;
@@ -345,48 +437,91 @@ admission_enqueue(struct lg_admission *a, struct lg_client *c, lg_admission_resu
     wt->c = c;
     wt->resume = resume;
     wt->aw = aw;
+    wt->cold = k->cold;
     wt->state = ADMISSION_ST_DISPATCHING; /* not in the worker's list yet */
     pthread_mutex_lock(&a->lock);
     m = admission_model(a, c->req.info.model);
-    ahead = m->queued;
-    full = ahead >= conf->limits.queue_length;
+    ahead = k->cold ? m->held : m->queued - m->held;
+    full = ahead >= k->max;
     if (!full) {
         if (m->queued++ == 0) {
             TAILQ_INSERT_TAIL(&a->active, m, active);
         }
+        m->held += k->cold ? 1 : 0;
+        held = m->held;
         wt->m = m;
         wt->since_ns = lg_now_ns();
         wt->item.cls = c->req.sched.cls;
-        wt->item.deadline_ns = c->req.sched.deadline_ns;
-        if (wt->item.deadline_ns == 0) {
-            /* no TTFT target: its class's queue deadline orders it among its tenant's */
-            wt->item.deadline_ns = wt->since_ns + admission_wait_ms(conf, wt->item.cls)
-                                                       * LG_NS_PER_MS;
+        if (k->cold) {
+            /* held for a replica: released by arrival, whatever the class or tenant */
+            wt->item.deadline_ns = 0;
+            lg_sched_push(&m->held_q, &wt->item, NULL, false);
+            wake = admission_should_wake(m, k, wt->since_ns);
+        } else {
+            wt->item.deadline_ns = c->req.sched.deadline_ns;
+            if (wt->item.deadline_ns == 0) {
+                /* no TTFT target: its class's queue deadline orders it among its tenant's */
+                wt->item.deadline_ns = wt->since_ns + k->wait_ms * LG_NS_PER_MS;
+            }
+            lg_sched_push(&m->q, &wt->item, c->req.sched.tenant, conf->scheduling.fair);
         }
-        lg_sched_push(&m->q, &wt->item, c->req.sched.tenant, conf->scheduling.fair);
+    } else {
+        m->held_full += k->cold ? 1 : 0;
     }
     pthread_mutex_unlock(&a->lock);
     if (full) {
         free(wt);
-        c->req.retry_after_ms = admission_retry_after_s(a, m, ahead) * 1000;
-        lg_client_fail(c, 429, "queue_full",
-                       "every backend for \"%s\" is busy and %u requests are waiting already",
-                       c->req.info.model, ahead);
+        admission_refuse(a, c, m, k, ahead);
         return LG_EBUSY;
     }
     if (c->req.sched.tenant != NULL) {
         __atomic_add_fetch(&c->req.sched.tenant->queued[wt->item.cls], 1, __ATOMIC_RELAXED);
     }
+    if (wake) {
+        LG_INFO("scale_from_zero: no replica of model \"%s\" is ready: holding its requests%s",
+                c->req.info.model,
+                conf->scale_from_zero.webhook != NULL ? ", calling the wake-up webhook" : "");
+        lg_wakeup_call(a->gw->wakeup, conf->scale_from_zero.webhook,
+                       conf->scale_from_zero.webhook_timeout_ms, c->req.info.model, held);
+    }
     wt->deadline = evtimer_new(c->w->base, admission_on_deadline, wt);
-    wait_ms = admission_wait_ms(conf, wt->item.cls);
-    tv.tv_sec = (time_t)(wait_ms / 1000);
-    tv.tv_usec = (suseconds_t)((wait_ms % 1000) * 1000);
+    tv.tv_sec = (time_t)(k->wait_ms / 1000);
+    tv.tv_usec = (suseconds_t)((k->wait_ms % 1000) * 1000);
     evtimer_add(wt->deadline, &tv);
     c->req.sched.waiter = wt;
     admission_insert(aw, wt);
     lg_client_set_state(c, LG_CLIENT_ST_CONNECT); /* waiting; its read stays on for EOF */
-    LG_CONN_LOG(LG_LOG_DEBUG, c, "queued for model \"%s\" behind %u", c->req.info.model, ahead);
+    LG_CONN_LOG(LG_LOG_DEBUG, c, "%s for model \"%s\" behind %u", k->cold ? "held" : "queued",
+                c->req.info.model, ahead);
     return LG_OK;
+}
+
+/* A busy backend's slot: the admission queue's bounds (the wait: its class's). */
+static void
+admission_busy_bounds(const struct lg_client *c, struct admission_bounds *k)
+{
+    const struct lg_config *conf = c->req.fleet->conf;
+
+    k->cold = false;
+    k->max = conf->limits.queue_length;
+    k->wait_ms = admission_wait_ms(conf, c->req.sched.cls);
+}
+
+/*
+ * Is c a request to hold for a replica: scale from zero is on for its
+ * model, it has not tried any backend, and none of its model is ready?
+ */
+static bool
+admission_cold_bounds(const struct lg_client *c, struct admission_bounds *k)
+{
+    const struct lg_config *conf = c->req.fleet->conf;
+
+    if (c->req.tries.n != 0 || c->req.models == NULL
+        || !lg_config_sfz(conf, c->req.info.model, &k->max, &k->wait_ms)) {
+        return false;
+    }
+    k->cold = true;
+    return !lg_router_has_candidate(c->req.models, &c->req.tries.tried);
 }
 
 /*
@@ -475,14 +610,21 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
 {
     struct lg_admission_waiter *wt = c->req.sched.waiter;
     bool full = rc != LG_OK && c->req.att != NULL && c->req.att->pick.full; /* its pick's */
+    struct admission_bounds k;
 
     if (wt != NULL) {
         /* back from the queue */
-        if (rc == LG_OK || !full) {
+        if (rc == LG_OK && wt->cold) {
+            pthread_mutex_lock(&wt->aw->a->lock);
+            wt->m->woken_ns = 0; /* a replica is ready: the model's cold period is over */
+            pthread_mutex_unlock(&wt->aw->a->lock);
+        }
+        if (rc == LG_OK || (!full && !wt->cold)) {
             admission_drop(wt);
             return false;
         }
-        admission_insert(wt->aw, wt); /* lost the slot to a race: back to its place */
+        /* lost the slot to a race, or the replica went again: back to its place */
+        admission_insert(wt->aw, wt);
         return true;
     }
     if (rc == LG_OK) {
@@ -507,19 +649,22 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
             return true;
         }
         /* others wait for this model: no overtaking; they get the free slot first */
-        if (admission_enqueue(a, c, resume) == LG_OK) {
+        admission_busy_bounds(c, &k);
+        if (admission_enqueue(a, c, resume, &k) == LG_OK) {
             admission_wake(a, c->w->id); /* there is room: let the first in line take it */
         }
         return true;
     }
-    if (!full) {
+    if (full) {
+        if (admission_sheddable(c)) {
+            lg_admission_refuse(a, c, LG_SHED_SATURATED);
+            return true;
+        }
+        admission_busy_bounds(c, &k);
+    } else if (!admission_cold_bounds(c, &k)) {
         return false;
-    }
-    if (admission_sheddable(c)) {
-        lg_admission_refuse(a, c, LG_SHED_SATURATED);
-        return true;
-    }
-    admission_enqueue(a, c, resume);
+    } /* else no replica is ready: held for one, whatever its class */
+    admission_enqueue(a, c, resume, &k);
     return true;
 }
 
@@ -548,11 +693,40 @@ lg_admission_cancel(struct lg_client *c)
 }
 
 /*
+ * The model's next waiter, or NULL (under a->lock): its held ones first, by
+ * arrival (they wait for a replica to turn ready, which serves them before
+ * the scheduler's order of the others).
+ */
+static struct lg_sched_item *
+admission_head(const struct admission_model *m)
+{
+    struct lg_sched_item *head = lg_sched_head(&m->held_q);
+
+    return head != NULL ? head : lg_sched_head(&m->q);
+}
+
+/*
+ * The route a waiter would be dispatched to: its own, or when its worker
+ * adopted a newer fleet (a reload, DNS discovery adding replicas) and it
+ * has tried nothing yet, its model's route there (NULL: gone), which the
+ * proxy moves it to when it resumes.
+ */
+static const struct lg_model_route *
+admission_route(const struct lg_client *c)
+{
+    if (c->req.tries.n == 0 && c->req.fleet != c->w->fleet) {
+        return lg_fleet_find_model(c->w->fleet, c->req.info.model);
+    }
+    return c->req.models;
+}
+
+/*
  * This worker's next waiter to dispatch: of the models with waiters (not in
  * `skip`), the first whose head waits on this worker, is not being
- * dispatched already, and finds a backend with room now; the models seen
- * without room, or headed elsewhere, are noted in `skip` and not looked at
- * again in this pass. O(models with waiters).
+ * dispatched already, and finds a backend with room now (or whose model
+ * left the configuration); the models seen without room, or headed
+ * elsewhere, are noted in `skip` and not looked at again in this pass.
+ * O(models with waiters).
  */
 static struct lg_admission_waiter *
 admission_next(struct admission_worker *aw, const struct admission_model **skip, size_t *nskip,
@@ -565,7 +739,7 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
 
     pthread_mutex_lock(&a->lock);
     TAILQ_FOREACH (m, &a->active, active) {
-        struct lg_sched_item *head = lg_sched_head(&m->q);
+        struct lg_sched_item *head = admission_head(m);
         struct lg_admission_waiter *wt;
         bool known = false;
 
@@ -583,10 +757,10 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
     }
     pthread_mutex_unlock(&a->lock);
     for (size_t i = 0; i < nmine; i++) {
-        const struct lg_model_route *route = mine[i]->c->req.models;
+        const struct lg_model_route *route = admission_route(mine[i]->c);
 
-        if (route != NULL && lg_router_has_candidate(route, &mine[i]->c->req.tries.tried)) {
-            return mine[i];
+        if (route == NULL || lg_router_has_candidate(route, &mine[i]->c->req.tries.tried)) {
+            return mine[i]; /* room now, or its model left the configuration (the proxy says so) */
         }
         if (*nskip < cap) {
             skip[(*nskip)++] = mine[i]->m; /* no room for its model now */
@@ -652,6 +826,22 @@ lg_admission_released(struct lg_admission *a, unsigned worker, const char *model
     }
 }
 
+void
+lg_admission_model_stats(struct lg_admission *a, const char *model,
+                         struct lg_admission_model_stats *out)
+{
+    struct admission_model *m;
+
+    pthread_mutex_lock(&a->lock);
+    m = admission_model(a, model);
+    out->queued = m->queued;
+    out->held = m->held;
+    out->wakeups = m->wakeups;
+    out->held_full = m->held_full;
+    out->held_expired = m->held_expired;
+    pthread_mutex_unlock(&a->lock);
+}
+
 uint32_t
 lg_admission_queued(struct lg_admission *a, const char *model)
 {
@@ -691,10 +881,10 @@ lg_admission_settle(struct lg_admission *a, struct lg_client *c)
 {
     const struct lg_request *req = &c->req;
     struct lg_req_sched *rs = &c->req.sched;
-    int64_t out = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->sse)
-                                              : req->probe.completion_tokens;
-    int64_t prompt = (req->flags & LG_REQ_F_SSE) ? req->sse.probe.prompt_tokens
-                                                 : req->probe.prompt_tokens;
+    int64_t out = (req->flags & LG_REQ_F_SSE) ? lg_sse_completion_tokens(&req->scan.sse)
+                                              : req->scan.probe.completion_tokens;
+    int64_t prompt = (req->flags & LG_REQ_F_SSE) ? req->scan.sse.probe.prompt_tokens
+                                                 : req->scan.probe.prompt_tokens;
     double rest;
 
     if (rs->tenant == NULL) {
@@ -731,7 +921,7 @@ lg_admission_classes(struct lg_admission *a, struct lg_admission_class_view *out
     pthread_mutex_lock(&a->lock);
     TAILQ_FOREACH (m, &a->active, active) {
         for (int c = 0; c < LG_NCLASSES; c++) {
-            out[c].queued += m->q.queued[c];
+            out[c].queued += m->q.queued[c] + m->held_q.queued[c];
         }
     }
     pthread_mutex_unlock(&a->lock);
@@ -753,7 +943,8 @@ lg_admission_foreach_model(struct lg_admission *a, lg_admission_model_fn fn, voi
     }
     pthread_mutex_lock(&a->lock);
     TAILQ_FOREACH (m, &a->active, active) {
-        struct lg_sched_item *head = lg_sched_head(&m->q);
+        struct lg_sched_item *head = admission_head(m);
+        uint32_t queued[LG_NCLASSES];
         double wait = 0;
 
         if (head != NULL) {
@@ -763,7 +954,10 @@ lg_admission_foreach_model(struct lg_admission *a, lg_admission_model_fn fn, voi
 
             wait = (double)(now - wt->since_ns) / 1e6;
         }
-        fn(m->name, m->q.queued, wait, arg);
+        for (int c = 0; c < LG_NCLASSES; c++) {
+            queued[c] = m->q.queued[c] + m->held_q.queued[c];
+        }
+        fn(m->name, queued, wait, arg);
     }
     pthread_mutex_unlock(&a->lock);
 }

@@ -16,6 +16,17 @@
  * also re-checks, for capacity that returns another way (Retry-After over,
  * a backend back up). A request is never dispatched from inside another
  * request's callbacks: wake-ups are always deferred to the worker's loop.
+ *
+ * Scale from zero (scale_from_zero in the configuration): a new request for
+ * a model with no replica ready (none up, or none registered yet) is held
+ * apart from the scheduler's waiters (sched.h), by arrival, served before
+ * them, within bounds of its own (max_held, hold; whatever its class);
+ * past either it gets 503 with the configured Retry-After (reasons
+ * model_scaled_to_zero, no_replica_ready). The first held request of a cold
+ * period asks for the wake-up webhook (wakeup.c). A health check marking a
+ * backend up (through fleet/health_check.h's hook), a worker adopting a new
+ * fleet (discovery added a replica) and the slow tick dispatch the held
+ * requests in arrival order once a replica is ready.
  */
 #ifndef LG_ADMISSION_H
 #define LG_ADMISSION_H
@@ -140,6 +151,19 @@ struct lg_tenant_view {
  * them), in *out (free() it); returns how many.
  */
 size_t lg_admission_tenant_views(struct lg_admission *a, struct lg_tenant_view **out);
+
+/* A model's waiters and scale-from-zero counts (metrics). */
+struct lg_admission_model_stats {
+    uint32_t queued;       /* waiting now, both kinds */
+    uint32_t held;         /* of them, held for a replica to become ready */
+    uint64_t wakeups;      /* wake-ups asked (cold periods begun, or a hold passed in one) */
+    uint64_t held_full;    /* refused: the model's max_held were held already */
+    uint64_t held_expired; /* the hold passed with no replica ready */
+};
+
+/* `model`'s counts now, all workers; any thread. */
+void lg_admission_model_stats(struct lg_admission *a, const char *model,
+                              struct lg_admission_model_stats *out);
 
 /* Requests waiting for `model` now, all workers (tests, metrics). */
 uint32_t lg_admission_queued(struct lg_admission *a, const char *model);

@@ -30,6 +30,7 @@
 #include "route/tried.h"
 #include "serve/admission.h"
 #include "serve/client.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 
 const struct lg_model_route *
@@ -537,6 +538,9 @@ lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool
     lg_backend_unref(b);
     a->backend = NULL;
     a->fail = why;
+    if (req->tries.trace != NULL) {
+        lg_trace_attempt_end(c, a);
+    }
     lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_DONE);
     if (a != req->att) {
         attempt_retire(c, a);

@@ -76,6 +76,7 @@ struct lg_attempt {
     int8_t end_slot;            /* its slot in the backend's ends[] (H_END_SLOT) */
     int8_t seq_slot;            /* its slot in the backend's seqs[] (H_SEQ) */
     uint32_t ngaps;             /* gaps taken (gaps[ngaps % 8] is the next) */
+    uint64_t span_id;           /* its span in the request's trace (trace.c); 0: none */
     struct lg_backend *backend; /* one reference from launch to end; NULL otherwise */
     struct lg_upconn *up;       /* lent by the pool from launch to end */
     /* monotonic timestamps, ns; 0 = did not happen */

@@ -36,16 +36,24 @@ lg_auth_head(struct lg_keys *keys, struct lg_request *req, bool has_body,
 {
     const struct lg_hdr *h;
     uint32_t retry_ms;
+    bool ok = false;
 
     if (keys == NULL || !auth_needed(req)) {
         return LG_OK;
     }
+    /* OpenAI's clients send Authorization: Bearer KEY, Anthropic's x-api-key: KEY */
     h = lg_hdrs_find(&req->hdrs, "authorization");
-    if (h == NULL
-        || !lg_keys_authenticate(keys, lg_hdrs_value(&req->hdrs, h), h->value_len, &req->auth)) {
+    if (h != NULL) {
+        ok = lg_keys_authenticate(keys, lg_hdrs_value(&req->hdrs, h), h->value_len, &req->auth);
+    } else if ((h = lg_hdrs_find(&req->hdrs, "x-api-key")) != NULL) {
+        ok = lg_keys_authenticate_raw(keys, lg_hdrs_value(&req->hdrs, h), h->value_len,
+                                      &req->auth);
+    }
+    if (!ok) {
         req->flags |= LG_REQ_F_CLOSE; /* the body stays unread */
         snprintf(no->message, sizeof(no->message), "%s",
-                 h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY"
+                 h == NULL ? "no API key: send Authorization: Bearer YOUR_KEY (or x-api-key: "
+                             "YOUR_KEY)"
                            : "the API key is not valid");
         return auth_refuse(no, 401, "invalid_api_key");
     }

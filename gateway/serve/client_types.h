@@ -19,6 +19,7 @@
 #include "http/headcheck.h"
 #include "http/httphdr.h"
 #include "http/openai.h"
+#include "http/respid.h"
 #include "http/sse.h"
 #include "route/router.h"
 #include "route/tried.h"
@@ -36,6 +37,7 @@ struct lg_backend;
 struct lg_client;
 struct lg_fleet;
 struct lg_hedge;
+struct lg_trace;
 struct lg_model_route;
 struct lg_upconn;
 
@@ -65,6 +67,8 @@ enum lg_req_hedge {
 #define LG_REQ_F_RELAY_TMO   (1u << 16) /* relay timeouts still to set (proxy_on_up_read) */
 #define LG_REQ_F_EVENTS      (1u << 19) /* body relayed event by event (resume.c): a stream
                                            that may go on on another backend */
+#define LG_REQ_F_RESPID      (1u << 20) /* a Responses API answer: its id is learnt (relay.c) */
+#define LG_REQ_F_FOLLOW_UP   (1u << 21) /* its previous_response_id pins it to one backend */
 
 /* How a parser callback refused the request (reader.c): answered once llhttp stops. */
 struct lg_req_reject {
@@ -86,8 +90,20 @@ struct lg_req_tries {
                                     what it allocates is freed at the request's release) */
     struct lg_attempt_log *log;  /* owned: the ended ones no longer current, while the
                                     access log is on (attempt.c); NULL: none */
+    struct lg_trace *trace;      /* owned by trace.c: the trace its attempts carry on, and
+                                    its spans' context; NULL: tracing off or not traced */
     uint64_t resume_pause_ns;    /* the pauses the client saw, last token to first after */
     uint64_t resume_events;      /* content events relayed before the last continuation */
+};
+
+/* What a request's response body is read for, as it passes (relay.c). */
+struct lg_req_scan {
+    struct lg_sse sse;            /* a stream's events */
+    struct lg_json_probe probe;   /* non-streaming bodies */
+    struct lg_respid respid;      /* the Responses API: the answer's id (LG_REQ_F_RESPID) */
+    struct lg_sse_tap tap;        /* feeds respid a stream's events (when resume.c does not
+                                     listen: it never does on that route) */
+    bool learned;                 /* the id is in the gateway's respmap */
 };
 
 struct lg_request {
@@ -122,8 +138,7 @@ struct lg_request {
     struct lg_attempt own;        /* where its attempts run, but a hedge's duplicate (hedge.c) */
     struct lg_req_tries tries;
     struct event *timer;          /* owned: total deadline */
-    struct lg_sse sse;
-    struct lg_json_probe probe;   /* non-streaming bodies */
+    struct lg_req_scan scan;      /* what its response's body says */
     struct lg_resume *resume;     /* owned by resume.c: a stream it may continue; NULL: none */
     struct lg_hedge *hedge;       /* owned by hedge.c while hedging may act; NULL otherwise */
 

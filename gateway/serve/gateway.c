@@ -37,11 +37,14 @@ gateway_admit(struct lg_worker *w)
     lg_admission_wake_worker(w->gw->admission, w->id);
 }
 
-/* Closes idle pooled connections of backends the new fleet no longer has. */
+/* Closes idle pooled connections of backends the new fleet no longer has;
+ * waiters look again (the new fleet may have a replica they wait for). */
 static void
 gateway_adopted(struct lg_worker *w, struct lg_fleet *old)
 {
     const struct lg_fleet *f = w->fleet;
+
+    lg_admission_wake_worker(w->gw->admission, w->id);
 
     for (size_t i = 0; i < old->nbackends; i++) {
         bool kept = false;

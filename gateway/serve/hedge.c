@@ -54,6 +54,7 @@
 #include "serve/admission.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -356,12 +357,20 @@ hedge_send(struct lg_client *c, struct lg_hedge *h)
     struct lg_request *req = &c->req;
     const struct lg_model_route *route = lg_attempt_route(c);
     struct lg_attempt *a = &h->dup;
+    uint64_t t0 = req->tries.trace != NULL ? lg_now_ns() : 0;
+    int rc;
 
     lg_attempt_init(a, LG_ATTEMPT_HEDGE);
+    if (route == NULL) {
+        return false;
+    }
+    a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
     /* the tried set holds the request's attempt's backend (since its launch) */
-    if (route == NULL
-        || lg_router_pick(req->fleet->router, route, &req->route, &req->tries.tried, &a->pick)
-               != LG_OK) {
+    rc = lg_router_pick(req->fleet->router, route, &req->route, &req->tries.tried, &a->pick);
+    if (req->tries.trace != NULL) {
+        lg_trace_pick(c, a, rc, t0);
+    }
+    if (rc != LG_OK) {
         return false;
     }
     if (h->ops->launch(c, a) != LG_OK) {

@@ -778,23 +778,14 @@ lg_keys_count(struct lg_keys *k)
 
 /* ---- requests ----------------------------------------------------------- */
 
-bool
-lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len, struct lg_key_hold *hold)
+/* The key value[i, len) (trailing blanks cut) names, into hold. */
+static bool
+keys_find_token(struct lg_keys *k, const char *value, size_t i, size_t len,
+                struct lg_key_hold *hold)
 {
     uint8_t sha[SHA256_DIGEST_LENGTH];
     struct lg_key *key;
-    size_t i = 0;
 
-    memset(hold, 0, sizeof(*hold));
-    /* RFC 9110 section 11.4: the scheme is case-insensitive; RFC 6750 section 2.1 */
-    while (i < len && (value[i] == ' ' || value[i] == '\t')) {
-        i++;
-    }
-    if (len - i < 7 || !lg_mem_ieq(value + i, "Bearer ", 7)) {
-        return false;
-    }
-    for (i += 7; i < len && value[i] == ' '; i++) {
-    }
     while (len > i && (value[len - 1] == ' ' || value[len - 1] == '\t')) {
         len--;
     }
@@ -810,6 +801,37 @@ lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len, struct lg
     pthread_rwlock_unlock(&k->lock);
     OPENSSL_cleanse(sha, sizeof(sha));
     return key != NULL;
+}
+
+bool
+lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len, struct lg_key_hold *hold)
+{
+    size_t i = 0;
+
+    memset(hold, 0, sizeof(*hold));
+    /* RFC 9110 section 11.4: the scheme is case-insensitive; RFC 6750 section 2.1 */
+    while (i < len && (value[i] == ' ' || value[i] == '\t')) {
+        i++;
+    }
+    if (len - i < 7 || !lg_mem_ieq(value + i, "Bearer ", 7)) {
+        return false;
+    }
+    for (i += 7; i < len && value[i] == ' '; i++) {
+    }
+    return keys_find_token(k, value, i, len, hold);
+}
+
+bool
+lg_keys_authenticate_raw(struct lg_keys *k, const char *value, size_t len,
+                         struct lg_key_hold *hold)
+{
+    size_t i = 0;
+
+    memset(hold, 0, sizeof(*hold));
+    while (i < len && (value[i] == ' ' || value[i] == '\t')) {
+        i++;
+    }
+    return keys_find_token(k, value, i, len, hold);
 }
 
 bool

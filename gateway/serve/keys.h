@@ -74,6 +74,10 @@ size_t lg_keys_count(struct lg_keys *k);
 bool lg_keys_authenticate(struct lg_keys *k, const char *value, size_t len,
                           struct lg_key_hold *hold);
 
+/* The same for a header that holds the key alone (Anthropic's `x-api-key: KEY`). */
+bool lg_keys_authenticate_raw(struct lg_keys *k, const char *value, size_t len,
+                              struct lg_key_hold *hold);
+
 /* May the held key use `model`? */
 bool lg_keys_model_allowed(const struct lg_key_hold *hold, const char *model);
 

@@ -62,6 +62,7 @@
 #include "http/openai.h"
 #include "http/tls.h"
 #include "route/router.h"
+#include "route/tried.h"
 #include "serve/admission.h"
 #include "serve/attempt.h"
 #include "serve/auth.h"
@@ -70,7 +71,10 @@
 #include "serve/hedge.h"
 #include "serve/quota.h"
 #include "serve/relay.h"
+#include "serve/respmap.h"
 #include "serve/resume.h"
+#include "serve/session.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -184,7 +188,8 @@ proxy_dispatch(struct lg_client *c)
     default:
         break; /* proxied */
     }
-    if (lg_openai_inspect(req->body, lg_client_conf(c)->routing.prefix_bytes, &req->info, err,
+    /* the worker's fleet now (lg_client_conf()'s, req->fleet not set yet) */
+    if (lg_openai_inspect(req->body, lg_router_prefix_bytes(c->w->fleet->router), &req->info, err,
                           sizeof(err))
         != LG_OK) {
         lg_client_fail_param(c, req->info.status, req->info.code, req->info.param, "%s", err);
@@ -273,6 +278,65 @@ proxy_can_retry(struct lg_client *c, enum lg_fail why)
 
 /* ---- 4. router: a backend for the request -------------------------------- */
 
+/*
+ * The Responses API: an answer's id is learnt as it passes (relay.c), and a
+ * follow-up naming it (previous_response_id) may go only to the backend
+ * that made it, which holds it (the others are marked tried: the router,
+ * the admission queue and retries see that one alone). That backend gone
+ * from the model's route: 404 previous_response_not_found; there but not
+ * available (ejected, draining, unhealthy): 409
+ * previous_response_backend_unavailable; either way never another replica,
+ * which would answer without the conversation. An id the table does not
+ * know (never seen here, expired, evicted) is routed as usual: the engine
+ * that gets it decides. Returns LG_OK to go on, or LG_ERR once answered.
+ */
+static int
+proxy_follow_response(struct lg_client *c, const struct lg_model_route *route)
+{
+    struct lg_request *req = &c->req;
+    const char *url = req->hdrs.buf + req->hdrs.url_off;
+    const struct lg_endpoint *e = lg_endpoint_find(url, req->hdrs.url_len);
+    const char *prev = req->info.previous_response_id;
+    uint32_t bid;
+    size_t at = route->n;
+
+    if (e == NULL || e->id != LG_ENDPOINT_RESPONSES || c->w->gw->respmap == NULL) {
+        return LG_OK;
+    }
+    req->flags |= LG_REQ_F_RESPID;
+    if (prev[0] == '\0'
+        || lg_respmap_get(c->w->gw->respmap, prev, strlen(prev), lg_now_ns(), &bid) != LG_OK) {
+        return LG_OK;
+    }
+    for (size_t i = 0; i < route->n; i++) {
+        if (route->backends[i]->id == bid) {
+            at = i;
+        }
+    }
+    if (at == route->n) {
+        lg_client_fail_param(c, 404, "previous_response_not_found", "previous_response_id",
+                             "the response \"%s\" was made on a replica that no longer serves "
+                             "the model \"%s\"",
+                             prev, req->info.model);
+        return LG_ERR;
+    }
+    if (!lg_backend_is_available(route->backends[at], lg_now_ns())) {
+        lg_client_fail_param(c, 409, "previous_response_backend_unavailable",
+                             "previous_response_id",
+                             "the response \"%s\" is held by the replica \"%s\", which is not "
+                             "available now; retry later, or start without previous_response_id",
+                             prev, route->backends[at]->name);
+        return LG_ERR;
+    }
+    for (size_t i = 0; i < route->n; i++) {
+        if (i != at) {
+            lg_tried_add(&req->tries.tried, i, route->n);
+        }
+    }
+    req->flags |= LG_REQ_F_FOLLOW_UP;
+    return LG_OK;
+}
+
 static void
 proxy_start(struct lg_client *c)
 {
@@ -282,6 +346,7 @@ proxy_start(struct lg_client *c)
 
     req->fleet = lg_fleet_ref(c->w->fleet);
     conf = req->fleet->conf;
+    lg_trace_begin(c); /* nothing when tracing is off */
     proxy_retry_refill(c, 1.0); /* this request earns its share of retries */
     route = lg_fleet_find_model(req->fleet, req->info.model);
     req->models = route; /* the one look-up: lg_attempt_route() from now on */
@@ -296,15 +361,9 @@ proxy_start(struct lg_client *c)
     req->route.prompt_bytes = req->info.prompt_bytes;
     req->route.max_tokens = req->info.max_tokens > 0 ? (uint32_t)req->info.max_tokens : 0;
     req->route.prefix_hash = req->info.prefix_hash;
-    req->route.session_hash = 0;
-    if (conf->routing.session_header != NULL) {
-        const struct lg_hdr *h = lg_hdrs_find(&req->hdrs, conf->routing.session_header);
-
-        if (h != NULL && h->value_len > 0) {
-            req->route.session_hash =
-                lg_mix64(lg_hash64(lg_hdrs_value(&req->hdrs, h), h->value_len, LG_HASH64_INIT))
-                | 1;
-        }
+    req->route.session_hash = lg_session_hash(&conf->routing, &req->hdrs);
+    if (proxy_follow_response(c, route) != LG_OK) {
+        return; /* answered */
     }
     if (conf->timeouts.total_ms > 0) {
         struct timeval tv = { (time_t)(conf->timeouts.total_ms / 1000),
@@ -395,17 +454,42 @@ static void
 proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 {
     struct lg_request *req = &c->req;
-    struct lg_attempt *a = lg_attempt_next(c, kind);
-    int rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
-                            &a->pick);
+    struct lg_attempt *a;
+    uint64_t t0;
+    int rc;
 
+    if ((req->flags & LG_REQ_F_FOLLOW_UP) && req->att != NULL && req->tries.n == 0) {
+        /* a follow-up back from the admission queue: pinned again, on the route it is
+         * routed on now (a reload may have changed it; the tried set is its indices):
+         * its backend still there and available, or answered 404/409 now */
+        lg_tried_clear(&req->tries.tried);
+        req->flags &= ~LG_REQ_F_FOLLOW_UP;
+        if (proxy_follow_response(c, lg_attempt_route(c)) != LG_OK) {
+            return;
+        }
+    }
+    a = lg_attempt_next(c, kind);
+    a->pick.no_explain = c->w->alog == NULL; /* the access log is its only reader here */
+    t0 = req->tries.trace != NULL ? lg_now_ns() : 0;
+    rc = lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route, &req->tries.tried,
+                        &a->pick);
+
+    if (req->tries.trace != NULL) {
+        lg_trace_pick(c, a, rc, t0);
+    }
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
+        if (req->tries.trace != NULL && c->req.sched.waiter != NULL) {
+            lg_trace_held(c);
+        }
         return; /* waits for a backend slot (admission.c), or was refused */
     }
     if (rc == LG_OK && kind != LG_ATTEMPT_CONTINUATION && proxy_shed_ttft(c, a)) {
         return; /* refused: no backend meets its TTFT target */
+    }
+    if (rc == LG_OK && (req->flags & LG_REQ_F_FOLLOW_UP)) {
+        a->pick.reason = "previous_response_owner"; /* the only candidate it had */
     }
     if (rc == LG_OK) {
         lg_admission_charge(c->w->gw->admission, c);
@@ -430,11 +514,31 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     }
 }
 
-/* A request that waited in the admission queue may try for a backend now. */
+/*
+ * A request that waited in the admission queue (or was held for a replica)
+ * may try for a backend now. One that tried none yet moves to its worker's
+ * fleet when that is newer: a reload or DNS discovery brought the replica
+ * it waited for.
+ */
 static void
 proxy_admitted(struct lg_client *c)
 {
-    proxy_attempt(c, c->req.att->kind);
+    struct lg_request *req = &c->req;
+
+    if (req->tries.trace != NULL) {
+        lg_trace_admitted(c);
+    }
+    if (req->tries.n == 0 && req->fleet != c->w->fleet) {
+        lg_fleet_unref(req->fleet);
+        req->fleet = lg_fleet_ref(c->w->fleet);
+        req->models = lg_fleet_find_model(req->fleet, req->info.model);
+        if (req->models == NULL) {
+            lg_client_fail(c, 404, "model_not_found", "the model \"%s\" does not exist",
+                           req->info.model);
+            return;
+        }
+    }
+    proxy_attempt(c, req->att->kind);
 }
 
 /*
@@ -452,6 +556,10 @@ proxy_launch(struct lg_client *c, struct lg_attempt *a)
 
     lg_attempt_set_tried(c, b, true);
     lg_attempt_begin(c, a);
+    a->span_id = 0;
+    if (c->req.tries.trace != NULL) {
+        lg_trace_launch(c, a); /* its own span id, sent on as the engine's parent */
+    }
     /* 5. upstream: a pooled connection, or a new one, carries the request */
     if (lg_upstream_acquire(c->w, b, c, &u, &a->up_reused) != LG_OK) {
         LG_STAT_ADD(b, connect_failures, 1);
@@ -737,7 +845,7 @@ proxy_complete(struct lg_client *c, struct lg_attempt *a, bool reusable)
     if (a->t_first_token == 0) {
         a->t_first_token = req->t_end;
     }
-    if ((req->flags & LG_REQ_F_SSE) && req->sse.error_events > 0) {
+    if ((req->flags & LG_REQ_F_SSE) && req->scan.sse.error_events > 0) {
         /*
          * The engine failed after its 200 and said so in the stream (vLLM,
          * SGLang, TGI and llama.cpp write `data: {"error": ...}`, some with a
@@ -864,6 +972,10 @@ proxy_release(struct lg_client *c)
 
     lg_admission_cancel(c);
     proxy_abort(c, LG_FAIL_ABORTED);
+    if (req->tries.trace != NULL) {
+        lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
+        lg_trace_release(req);
+    }
     lg_resume_release(c);
     lg_hedge_free(c);
     req->att = NULL;

@@ -273,7 +273,7 @@ lg_quota_headers(const struct lg_request *req, char *buf, size_t cap)
 uint64_t
 lg_quota_used(const struct lg_request *req)
 {
-    const struct lg_json_probe *p = (req->flags & LG_REQ_F_SSE) ? &req->sse.probe : &req->probe;
+    const struct lg_json_probe *p = (req->flags & LG_REQ_F_SSE) ? &req->scan.sse.probe : &req->scan.probe;
     uint64_t prompt, completion;
 
     /* an answer that began: it ended (2xx), or its client left in the middle (499 after

@@ -27,10 +27,13 @@
 #include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/httphdr.h"
+#include "http/tracectx.h"
 #include "serve/attempt.h"
 #include "serve/client.h"
 #include "serve/quota.h"
+#include "serve/respmap.h"
 #include "serve/resume.h"
+#include "serve/trace.h"
 #include "serve/upstream.h"
 #include "serve/worker.h"
 
@@ -42,8 +45,16 @@
 struct relay_head {
     struct evbuffer *out;
     size_t n;
-    char buf[2048];
+    char buf[2048]; /* left uninitialised (relay_head_init): zeroing it cost 260
+                       instructions a head */
 };
+
+static inline void
+relay_head_init(struct relay_head *h, struct evbuffer *out)
+{
+    h->out = out;
+    h->n = 0;
+}
 
 static __attribute__((noinline)) void
 head_add_full(struct relay_head *h, const void *p, size_t n)
@@ -91,6 +102,26 @@ relay_quota_headers(struct relay_head *h, const struct lg_request *req)
     char buf[512];
 
     head_add(h, buf, lg_quota_headers(req, buf, sizeof(buf)));
+}
+
+/* The attempt's traceparent (and the client's tracestate), after a line's end:
+ * written in place when the head has room, else through a copy. */
+static __attribute__((noinline)) void
+relay_trace_headers(struct relay_head *h, const struct lg_request *req, const struct lg_attempt *a)
+{
+    char buf[2 + 13 + LG_TRACEPARENT_LEN + 2 + 12 + LG_TRACESTATE_MAX + 2];
+    char *at = h->n + sizeof(buf) <= sizeof(h->buf) ? h->buf + h->n : buf;
+    size_t n = lg_trace_headers(req, a, at + 2, sizeof(buf) - 2);
+
+    if (n == 0) {
+        return;
+    }
+    memcpy(at, "\r\n", 2); /* "\r\n" + the lines, the last one's CRLF dropped */
+    if (at == buf) {
+        head_add(h, buf, n);
+    } else {
+        h->n += n;
+    }
 }
 
 static void
@@ -150,6 +181,53 @@ relay_on_headers_complete(llhttp_t *p)
     return HPE_PAUSED; /* the read loop decides: relay, or retry elsewhere */
 }
 
+/* ---- the Responses API: where an answer was made ----------------------------- */
+
+static struct lg_client *
+relay_tap_client(struct lg_sse_tap *t)
+{
+    struct lg_req_scan *scan = (struct lg_req_scan *)(void *)((char *)t
+                                                                - offsetof(struct lg_req_scan, tap));
+    struct lg_request *req =
+        (struct lg_request *)(void *)((char *)scan - offsetof(struct lg_request, scan));
+
+    return (struct lg_client *)(void *)((char *)req - offsetof(struct lg_client, req));
+}
+
+/* Once the answer's id is read: it was made on the attempt's backend (serve/respmap.h). */
+static void
+relay_learn(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    const char *id = lg_respid_get(&req->scan.respid);
+
+    if (id == NULL || req->scan.learned || req->att == NULL || req->att->backend == NULL
+        || req->att->status != 200) {
+        return;
+    }
+    req->scan.learned = true;
+    lg_respmap_put(c->w->gw->respmap, id, strlen(id), req->att->backend->id, lg_now_ns());
+}
+
+static void
+relay_tap_data(struct lg_sse_tap *t, const char *p, size_t n)
+{
+    struct lg_client *c = relay_tap_client(t);
+
+    if (!c->req.scan.learned) {
+        lg_respid_feed(&c->req.scan.respid, p, n);
+        relay_learn(c);
+    }
+}
+
+static void
+relay_tap_event(struct lg_sse_tap *t, size_t end, unsigned what)
+{
+    (void)end;
+    (void)what;
+    lg_respid_event_end(&relay_tap_client(t)->req.scan.respid);
+}
+
 static int
 relay_on_body(llhttp_t *p, const char *at, size_t n)
 {
@@ -160,13 +238,17 @@ relay_on_body(llhttp_t *p, const char *at, size_t n)
     if (req->flags & LG_REQ_F_SSE) {
         /* a stream that may go on elsewhere is sent event by event (resume.c) */
         unsigned got = (req->flags & LG_REQ_F_EVENTS) ? lg_resume_feed(c, at, n)
-                                                     : lg_sse_feed(&req->sse, at, n);
+                                                     : lg_sse_feed(&req->scan.sse, at, n);
 
         if (got > 0) {
             lg_attempt_tokens(c, got); /* count, gaps, first token, engine model, end */
         }
     } else {
-        lg_json_probe_feed(&req->probe, at, n);
+        lg_json_probe_feed(&req->scan.probe, at, n);
+        if ((req->flags & LG_REQ_F_RESPID) && !req->scan.learned) {
+            lg_respid_feed(&req->scan.respid, at, n);
+            relay_learn(c);
+        }
     }
     if (req->flags & LG_REQ_F_DECHUNK) {
         evbuffer_add(bufferevent_get_output(c->bev), at, n);
@@ -291,7 +373,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     struct lg_hdrs *hs = &req->hdrs;
     const struct lg_backend_conf *bc = &u->b->conf;
     struct evbuffer *out = bufferevent_get_output(u->bev);
-    struct relay_head hb = { .out = out };
+    struct relay_head hb;
     const struct lg_hdr *xff = lg_hdrs_find(hs, "x-forwarded-for");
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
     size_t before = evbuffer_get_length(out), sent;
@@ -301,6 +383,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     char prio[48];
     size_t prio_len = 0;
 
+    relay_head_init(&hb, out);
     lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
 
     head_str(&hb, method);
@@ -321,8 +404,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))) {
-            continue;
+                && (lg_str_ieq(name, h->name_len, "authorization")
+                    || lg_str_ieq(name, h->name_len, "x-api-key")))) {
+            continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);
         head_add(&hb, ": ", 2);
@@ -348,6 +432,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     if (bc->priority_field != LG_PRIORITY_FIELD_OFF && body_bytes > 0
         && relay_priority_body(&body, &body_bytes, req->sched.cls, prio, sizeof(prio), &prio_len)) {
         own = body; /* the body less its "{", after the field (in the head's buffer) */
+    }
+    if (req->tries.trace != NULL) {
+        relay_trace_headers(&hb, req, u->attempt);
     }
     if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);
@@ -393,13 +480,14 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     struct lg_request *req = &c->req;
     struct lg_hdrs *hs = &u->hdrs;
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    struct relay_head hb = { .out = out };
+    struct relay_head hb;
     size_t before = evbuffer_get_length(out);
     int status = u->parser.status_code;
     bool bodiless = status == 204 || status == 304; /* no body whatever the head says */
     bool has_id = false, has_accel = false;
     const char *reason = hs->url_len ? hs->buf + hs->url_off : lg_http_reason(status);
 
+    relay_head_init(&hb, out);
     lg_hdrs_mark_hop_by_hop(hs);
     head_add(&hb, "HTTP/1.1 ", 9);
     head_u64(&hb, (uint64_t)status);
@@ -473,9 +561,17 @@ lg_relay_write_head(struct lg_client *c, struct lg_upconn *u)
     req->flags |= LG_REQ_F_STARTED;
     req->bytes_out += evbuffer_get_length(out) - before;
     if (req->flags & LG_REQ_F_SSE) {
-        lg_sse_init(&req->sse);
+        lg_sse_init(&req->scan.sse);
     }
-    lg_json_probe_init(&req->probe);
+    lg_json_probe_init(&req->scan.probe);
+    lg_respid_init(&req->scan.respid);
+    req->scan.learned = false;
+    if ((req->flags & (LG_REQ_F_RESPID | LG_REQ_F_SSE)) == (LG_REQ_F_RESPID | LG_REQ_F_SSE)) {
+        /* resume.c never listens to this route's streams: the tap is free */
+        req->scan.tap.data = relay_tap_data;
+        req->scan.tap.event = relay_tap_event;
+        req->scan.sse.tap = &req->scan.tap;
+    }
 }
 
 static void

@@ -218,7 +218,7 @@ resume_on_event(struct lg_sse_tap *t, size_t end, unsigned what)
          * on elsewhere once this attempt ends (lg_resume_failing()).
          */
         r->failing = true;
-        r->errors_before = req->sse.error_events - 1;
+        r->errors_before = req->scan.sse.error_events - 1;
         resume_drop(r, n);
         return;
     }
@@ -262,7 +262,7 @@ lg_resume_watch(struct lg_client *c, struct lg_upconn *u)
     r->chunked = req->http_minor != 0; /* relay.c chunks every stream for HTTP/1.1 */
     lg_ssetext_init(&r->text, req->fleet->conf->routing.resume.max_text);
     req->resume = r;
-    req->sse.tap = &r->tap;
+    req->scan.sse.tap = &r->tap;
     /* from now on the body's bytes come through lg_resume_feed(), framed here;
      * lg_relay_end() writes the last chunk */
     req->flags = (req->flags & ~LG_REQ_F_DECHUNK) | LG_REQ_F_EVENTS
@@ -278,7 +278,7 @@ lg_resume_feed(struct lg_client *c, const char *at, size_t n)
 
     r->at = at;
     r->span = r->front + evbuffer_get_length(r->stage);
-    got = lg_sse_feed(&c->req.sse, at, n); /* its tap sends the events that end here */
+    got = lg_sse_feed(&c->req.scan.sse, at, n); /* its tap sends the events that end here */
     /* what follows the last of them waits for its event's end */
     from = LG_MAX(r->front, r->span) - r->span;
     if (from < n) {
@@ -551,15 +551,15 @@ lg_resume_begin(struct lg_client *c, enum lg_fail why, bool (*take_budget)(struc
         /* the engine's error, and what followed it, never reached the client:
          * its backend counts a stream error (record.c counts the last backend's) */
         r->failing = false;
-        req->sse.error_events = r->errors_before;
-        req->sse.done = false;
-        req->sse.finished = false;
+        req->scan.sse.error_events = r->errors_before;
+        req->scan.sse.done = false;
+        req->scan.sse.finished = false;
         if (b != NULL) {
             __atomic_fetch_add(&b->metrics.stream_errors, 1, __ATOMIC_RELAXED);
         }
     }
     /* an event cut short never reaches the client: the next starts clean */
-    lg_sse_event_drop(&req->sse);
+    lg_sse_event_drop(&req->scan.sse);
     lg_ssetext_event_drop(&r->text);
     resume_drop(r, evbuffer_get_length(r->stage));
     fail = resume_check(c, r);
@@ -639,7 +639,7 @@ lg_resume_release(struct lg_client *c)
     if (r == NULL) {
         return;
     }
-    req->sse.tap = NULL;
+    req->scan.sse.tap = NULL;
     req->resume = NULL;
     lg_ssetext_free(&r->text);
     evbuffer_free(r->stage);

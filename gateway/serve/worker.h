@@ -31,9 +31,12 @@ struct lg_tls;
 struct lg_keys;
 struct lg_budgetstore;
 struct lg_admission;
+struct lg_wakeup;
+struct lg_otlp;
 struct lg_fleet;
 struct lg_config;
 struct lg_accesslog;
+struct lg_respmap;
 struct lg_alog_buf;
 struct lg_reload;
 struct lg_admin;
@@ -133,9 +136,13 @@ struct lg_gateway {
     bool budget_refuses;            /* atomic: the store is down and fails closed
                                        (budgetstore.c sets it, requests read it) */
     struct lg_admission *admission; /* owned: the admission queue */
+    struct lg_wakeup *wakeup;       /* owned: scale from zero's webhook (main thread's base) */
     struct lg_accesslog *alog;      /* owned; NULL when off */
+    struct lg_otlp *tracer;         /* owned: the span exporter; NULL: tracing off */
     struct lg_reload *reload;       /* owned: reloads, discovery (main thread) */
     struct lg_admin *admin;         /* owned: admin listener; NULL when off */
+    struct lg_respmap *respmap;     /* owned: where Responses API answers were made
+                                       (serve/respmap.h); NULL: not followed */
     bool draining;                  /* atomic: set by the main thread at SIGTERM */
     const struct lg_worker_ops *ops; /* what the workers run (serve/gateway.c) */
 };

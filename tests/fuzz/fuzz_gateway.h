@@ -31,6 +31,7 @@
 #include "fleet/fleet.h"
 #include "route/router.h"
 #include "serve/admission.h"
+#include "serve/respmap.h"
 #include "serve/client.h"
 #include "serve/gateway.h"
 #include "serve/keys.h"
@@ -120,6 +121,7 @@ fg_setup(void)
         abort();
     }
     f->gw.admission = lg_admission_new(&f->gw);
+    f->gw.respmap = lg_respmap_new(64, 60ull * 1000000000ull);
     f->client_fd = -1;
     ready = true;
     return f;

@@ -1,6 +1,7 @@
 /*
  * fuzz_llmsim_api.c: llmsim's OpenAI request inspection. The first byte picks
- * the endpoint and the prefix block size; the body is parsed both from memory
+ * the endpoint (chat, completions, embeddings; with its top bit set, the
+ * Responses API, Messages, count_tokens) and the prefix block size; the body is parsed both from memory
  * and from an evbuffer split at a point taken from the second byte, and the
  * two must agree. An accepted request is rendered (chunks and body).
  */
@@ -33,7 +34,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2) {
         return 0;
     }
-    kind = (enum lg_sim_api_kind)(data[0] % 3);
+    kind = (enum lg_sim_api_kind)(data[0] % 3 + ((data[0] & 0x80) ? 3 : 0));
     block = (uint32_t)(data[0] >> 2) % 9;
     split = size > 2 ? data[1] % (size - 2 + 1) : 0;
     data += 2;
@@ -64,7 +65,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         LG_BUG_ON(a.nblocks != 0 && memcmp(a.block_keys, b.block_keys, (size_t)a.nblocks * 8) != 0);
         LG_BUG_ON(block == 0 && a.nblocks != 0);
         LG_BUG_ON(kind == LG_SIM_API_EMBEDDING && a.ninputs == 0);
-        if (kind != LG_SIM_API_EMBEDDING) {
+        LG_BUG_ON((a.previous_response_id == NULL) != (b.previous_response_id == NULL)
+                  || (a.previous_response_id != NULL
+                      && strcmp(a.previous_response_id, b.previous_response_id) != 0));
+        if (kind == LG_SIM_API_COUNT_TOKENS) {
+            LG_BUG_ON(lg_sim_api_body_count_tokens(out, &a) != LG_OK);
+        } else if (kind == LG_SIM_API_RESPONSES || kind == LG_SIM_API_MESSAGES) {
+            LG_BUG_ON(lg_sim_api_events_start(out, &r) != LG_OK);
+            LG_BUG_ON(lg_sim_api_chunk_token(out, &r, 0) != LG_OK);
+            LG_BUG_ON(lg_sim_api_events_end(out, &r) != LG_OK);
+            r.text_len = 0;
+            LG_BUG_ON(lg_sim_api_body_completion(out, &r) != LG_OK);
+        } else if (kind != LG_SIM_API_EMBEDDING) {
             LG_BUG_ON(lg_sim_api_chunk_token(out, &r, 0) != LG_OK);
             LG_BUG_ON(lg_sim_api_chunk_finish(out, &r) != LG_OK);
             LG_BUG_ON(lg_sim_api_chunk_usage(out, &r) != LG_OK);

@@ -90,10 +90,40 @@ ref_add_text(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
     }
 }
 
+/* An input: a text, or an array whose objects may be messages (role, text, content). */
+static void
+ref_add_input(json_t *v, struct lg_openai_req *out, struct ref_prefix *pre)
+{
+    size_t i;
+    json_t *part;
+
+    if (!json_is_array(v)) {
+        ref_add_text(v, out, pre);
+        return;
+    }
+    json_array_foreach (v, i, part) {
+        if (json_is_object(part)) {
+            json_t *role = json_object_get(part, "role");
+
+            if (json_is_string(role)) {
+                ref_prefix_add(pre, json_string_value(role), json_string_length(role));
+            }
+            ref_add_text(json_object_get(part, "text"), out, pre);
+            ref_add_text(json_object_get(part, "content"), out, pre);
+        } else if (json_is_string(part)) {
+            ref_add_text(part, out, pre);
+        } else if (json_is_integer(part)) {
+            out->prompt_bytes += 4;
+        } else if (json_is_array(part)) {
+            out->prompt_bytes += 4 * json_array_size(part);
+        }
+    }
+}
+
 /* The top-level keys the gateway reads, which may not come twice. */
 static const char *const ref_watched[] = {
     "model",  "messages", "max_tokens", "stream", "stream_options", "max_completion_tokens",
-    "prompt", "input",    "user",
+    "prompt", "input",    "user", "max_output_tokens", "previous_response_id",
 };
 
 /* The keys of what a duplicate would cost: twice, and the costliest is taken. */
@@ -189,7 +219,8 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     struct ref_prefix pre = { .left = prefix_bytes };
     json_error_t jerr;
     json_t *root, *v;
-    static const char *const counts[] = { "max_tokens", "max_completion_tokens", "min_tokens" };
+    static const char *const counts[] = { "max_tokens", "max_completion_tokens",
+                                          "max_output_tokens", "min_tokens" };
     const char *mt = "max_completion_tokens";
     int rc = LG_EINVAL;
 
@@ -242,16 +273,30 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     }
     v = json_object_get(root, mt);
     if (v == NULL || json_is_null(v)) {
+        v = json_object_get(root, "max_output_tokens");
+    }
+    if (v == NULL || json_is_null(v)) {
         v = json_object_get(root, "max_tokens");
     }
     if (v != NULL && !json_is_null(v)) {
         out->max_tokens = json_integer_value(v);
+    }
+    v = json_object_get(root, "previous_response_id");
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_string(v) || json_string_length(v) == 0
+            || json_string_length(v) > LG_RESPONSE_ID_MAX) {
+            out->param = "previous_response_id";
+            goto out;
+        }
+        memcpy(out->previous_response_id, json_string_value(v), json_string_length(v) + 1);
     }
     v = json_object_get(root, "temperature");
     out->greedy = json_is_number(v) && json_number_value(v) == 0.0;
     out->seeded = json_is_integer(json_object_get(root, "seed"));
     v = json_object_get(root, "n");
     out->n = json_is_integer(v) ? json_integer_value(v) : 1;
+    ref_add_text(json_object_get(root, "instructions"), out, &pre);
+    ref_add_text(json_object_get(root, "system"), out, &pre);
     v = json_object_get(root, "messages");
     if (json_is_array(v)) {
         size_t i;
@@ -268,7 +313,7 @@ ref_inspect(const char *data, size_t len, size_t prefix_bytes, struct lg_openai_
     } else {
         json_t *prompt = json_object_get(root, "prompt");
 
-        ref_add_text(prompt ? prompt : json_object_get(root, "input"), out, &pre);
+        ref_add_input(prompt ? prompt : json_object_get(root, "input"), out, &pre);
     }
     out->prefix_hash = pre.any ? lg_mix64(lg_hstream_value(&pre.hash)) | 1 : 0;
     out->code = NULL;
@@ -324,7 +369,8 @@ check_same(const struct lg_openai_req *a, int rca, const struct lg_openai_req *b
         || a->include_usage != b->include_usage || a->max_tokens != b->max_tokens
         || a->greedy != b->greedy || a->seeded != b->seeded || a->n != b->n
         || a->prompt_bytes != b->prompt_bytes || a->prefix_hash != b->prefix_hash
-        || a->choices != b->choices || a->store != b->store) {
+        || a->choices != b->choices || a->store != b->store
+        || strcmp(a->previous_response_id, b->previous_response_id) != 0) {
         fprintf(stderr,
                 "%s, prefix %zu: fields differ: model %s/%s stream %d/%d usage %d/%d "
                 "max_tokens %lld/%lld prompt_bytes %llu/%llu hash %llx/%llx choices %u/%u "

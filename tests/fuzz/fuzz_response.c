@@ -22,6 +22,10 @@
  * waiting for an end that never comes, or reading its next answer as this
  * body (as when a backend's Connection header named Content-Length).
  * fuzz/response.dict holds what such hostile heads are made of.
+ *
+ * An input holding "resp" (and not a greedy stream) is answered to a
+ * request on /v1/responses: the Responses API's answer id is read as it
+ * passes and kept (serve/respmap.c).
  */
 #include <stdint.h>
 
@@ -117,7 +121,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct fg *f = fg_setup();
-    bool http10, stream, two, greedy;
+    bool http10, stream, two, greedy, responses;
     char req[512];
     char body[160];
     size_t split, n, blen;
@@ -135,14 +139,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     p = data + 1;
     n = size - 1;
     split = n * (data[0] & 0x1f) / 31;
+    /* an answer that looks like the Responses API's is asked for on its route, where
+     * its id is read as it passes (http/respid.c, serve/respmap.c) */
+    responses = !greedy && memmem(p, n, "resp", 4) != NULL;
     blen = (size_t)snprintf(body, sizeof(body),
                             "{\"model\":\"m\",\"stream\":%s,%s\"messages\":[{\"role\":\"user\","
                             "\"content\":\"hi\"}]}",
                             stream ? "true" : "false", greedy ? "\"temperature\":0," : "");
     rlen = snprintf(req, sizeof(req),
-                    "POST /v1/chat/completions HTTP/1.%d\r\nHost: gw\r\n%sContent-Length: %zu"
+                    "POST %s HTTP/1.%d\r\nHost: gw\r\n%sContent-Length: %zu"
                     "\r\n\r\n%s",
-                    http10 ? 0 : 1, http10 ? "Connection: keep-alive\r\n" : "", blen, body);
+                    responses ? "/v1/responses" : "/v1/chat/completions", http10 ? 0 : 1, http10 ? "Connection: keep-alive\r\n" : "", blen, body);
 
     fg_open_client(f);
     fg_send(f, req, (size_t)rlen);

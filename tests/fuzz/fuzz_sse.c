@@ -170,7 +170,8 @@ sse_reference(const char *p, size_t n, struct sse_run *r)
             if (has_data) {
                 r->events++;
                 what |= LG_SSE_EV_DATA;
-                if (probe.content && !ev_done && !probe.error) {
+                if ((probe.content || (probe.whole && r->content_events == 0)) && !ev_done
+                    && !probe.error) {
                     r->content_events++;
                     what |= LG_SSE_EV_CONTENT;
                 }

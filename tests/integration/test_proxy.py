@@ -591,8 +591,9 @@ class ProxyTest(Harness):
         p, gw, admin, r = self.piped_gateway(conf, self.path("stderr"))
         self.addCleanup(os.close, r)
         # the pipe (64 KiB), the writer's backlog and each worker's buffer (64 KiB each
-        # at a 4 KiB buffer) hold about 300 lines of ~700 bytes: 600 overflow them
-        slowest = self.fill_and_check(gw, admin, 600)
+        # at a 4 KiB buffer) hold a few hundred lines of ~900 bytes (how many depends on
+        # when the writer runs): 1,000 overflow them
+        slowest = self.fill_and_check(gw, admin, 1000)
         self.assertLess(slowest, 2.0 * harness.SLOW)
         dropped = wait_until(lambda: metric(harness.scrape(admin),
                                             "llmgate_access_log_dropped_total") or None,
@@ -613,7 +614,7 @@ class ProxyTest(Harness):
         self.assertTrue(lines[0].startswith("llmgate ready"), lines[0])
         recs = [json.loads(ln) for ln in lines[1:]]
         self.assertGreater(len(recs), 50)
-        self.assertLessEqual(len(recs) + dropped, 600)
+        self.assertLessEqual(len(recs) + dropped, 1000)
         # the lines still buffered at exit waited a second for the reader, then were dropped
         with open(self.path("stderr")) as f:
             self.assertRegex(f.read(), r"access log -: the reader took nothing for a second "

@@ -1,7 +1,8 @@
 /*
  * test_backend.c: a backend's live state as the policies see it: first-token
  * work ahead and slot ends counted request by request, and a slow replica's estimate
- * fading faster once it sits idle, so that it is tried again.
+ * fading faster once it sits idle, so that it is tried again; a view reused
+ * only while nothing it reads changed.
  */
 #include <math.h>
 #include <string.h>
@@ -502,7 +503,80 @@ test_step_per_seq(void)
     return 0;
 }
 
+/* What lg_backend_view_get() reuses: the view this thread filled, while
+ * nothing it reads changed and less than LG_VIEW_REUSE_NS passed; any change
+ * of the backend's state, the prior or the time past that is seen at once. */
+static bool
+same_view(const struct lg_backend_view *a, const struct lg_engine_model_view *am,
+          const struct lg_backend_view *b, const struct lg_engine_model_view *bm)
+{
+    return a->inflight == b->inflight && a->pending == b->pending
+           && a->engine_waiting == b->engine_waiting && a->ttft_fixed_ms == b->ttft_fixed_ms
+           && a->itl_ms == b->itl_ms && a->load == b->load && a->ramp == b->ramp
+           && a->pending_age_ms == b->pending_age_ms && a->flags == b->flags
+           && am->step_ms == bm->step_ms && am->wait_ms == bm->wait_ms
+           && am->prefill_ms_per_kib == bm->prefill_ms_per_kib;
+}
+
+static int
+test_view_reuse(void)
+{
+    struct lg_backend *b = lg_backend_new(&fleet->backends[0]->conf, 1);
+    struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
+    struct lg_backend_engine eng = { .waiting = 0, .running = 0, .kv_usage = 0.1 };
+    struct lg_backend_view v, w;
+    struct lg_engine_model_view m, n;
+    uint64_t t = lg_now_ns(), half = LG_VIEW_REUSE_NS / 2, slow = 10 * LG_NS_PER_S;
+
+#define GET(at) lg_backend_view_get(b, (at), &prior, 250 * LG_NS_PER_MS, slow, &v, &m)
+#define FILL(at) lg_backend_view_fill(b, (at), &prior, 250 * LG_NS_PER_MS, slow, &w, &n)
+    eng.t_ns = t;
+    lg_backend_publish_engine(b, &eng);
+    GET(t);
+    FILL(t);
+    LG_CHECK(same_view(&v, &m, &w, &n) && v.inflight == 0 && v.engine_waiting == 0);
+    /* an idle backend's view, read again within the reuse: the same */
+    GET(t + half);
+    LG_CHECK(same_view(&v, &m, &w, &n));
+    /* each change is seen at once, within the reuse */
+    lg_backend_inflight_add(b, 1);
+    GET(t + half);
+    LG_CHECK(v.inflight == 1);
+    LG_CHECK(lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, t));
+    GET(t + half);
+    LG_CHECK(v.pending == 1);
+    eng.waiting = 3;
+    lg_backend_publish_engine(b, &eng);
+    GET(t + half);
+    LG_CHECK(v.engine_waiting == 3);
+    note_first(b, &prior, 1024, 400, 0, -1, -1); /* the estimates: 400 ms first tokens */
+    GET(t + half);
+    FILL(t + half);
+    LG_CHECK(same_view(&v, &m, &w, &n) && v.ttft_fixed_ms > 30);
+    __atomic_store_n(&b->up_since_ns, t, __ATOMIC_RELAXED); /* slow start from t */
+    GET(t + half);
+    LG_CHECK(v.ramp < 1.0 && (v.flags & LG_VIEW_F_RAMPING));
+    prior.itl_ms = 25;
+    GET(t + half);
+    FILL(t + half);
+    LG_CHECK(same_view(&v, &m, &w, &n));
+    /* past the reuse, the view of that time */
+    GET(t + 3 * LG_VIEW_REUSE_NS);
+    FILL(t + 3 * LG_VIEW_REUSE_NS);
+    LG_CHECK(same_view(&v, &m, &w, &n) && v.pending_age_ms >= 2);
+    /* an earlier time than the one filled is never served from it */
+    GET(t);
+    FILL(t);
+    LG_CHECK(same_view(&v, &m, &w, &n));
+#undef GET
+#undef FILL
+    lg_backend_ages_del(b, LG_BACKEND_AGES_PENDING, t);
+    lg_backend_inflight_add(b, -1);
+    lg_backend_unref(b);
+    return 0;
+}
+
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
-             test_prefill_prior_scales_with_step, teardown)
+             test_prefill_prior_scales_with_step, test_view_reuse, teardown)

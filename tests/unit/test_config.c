@@ -845,6 +845,39 @@ test_tls_files(void)
     return 0;
 }
 
+/* Agent clients: session headers (each a header name, once) and the Responses API's table. */
+static int
+test_agent_routing(void)
+{
+    struct lg_config_errors errs;
+    char *text = with_top("\"routing\": {\"session_headers\": [\"x-session-affinity\", "
+                          "\"session-id\"], \"responses\": {\"table\": 100, \"ttl\": \"5m\"}},");
+    struct lg_config *c = load(text, &errs);
+
+    free(text);
+    LG_CHECK(c != NULL);
+    LG_CHECK(c->routing.nsession_headers == 2);
+    LG_CHECK_STR(c->routing.session_headers[1], "session-id");
+    LG_CHECK(c->routing.session_headers[2] == NULL);
+    LG_CHECK(c->routing.responses.table == 100 && c->routing.responses.ttl_ms == 300000);
+    lg_config_unref(c);
+    text = with_top("");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->routing.session_headers == NULL);
+    LG_CHECK(c->routing.responses.table == 65536 && c->routing.responses.ttl_ms == 3600000);
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"routing\": {\"session_headers\": [\"ok\", \"x y\"]},",
+                              "t.json:2:39: error: /routing/session_headers/1: not a valid HTTP "
+                              "header name (got \"x y\")")
+             == 0);
+    LG_CHECK(expect_top_error("\"routing\": {\"responses\": {\"table\": 8}},",
+                              "t.json:2:36: error: /routing/responses/table: must be between 16 "
+                              "and 1e+06 (got 8)")
+             == 0);
+    return 0;
+}
+
 static int
 test_strings_checked(void)
 {
@@ -1494,13 +1527,62 @@ test_budgets(void)
     return 0;
 }
 
+static int
+test_scale_from_zero(void)
+{
+    struct lg_config_errors errs;
+    struct lg_config *c;
+    char *text;
+    uint32_t max_held;
+    uint64_t hold_ms;
+
+    /* off by default, with its defaults */
+    text = with_top("");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL);
+    LG_CHECK(!c->scale_from_zero.enabled && c->scale_from_zero.max_held == 100);
+    LG_CHECK(c->scale_from_zero.hold_ms == 60000 && c->scale_from_zero.retry_after_ms == 10000);
+    LG_CHECK(c->scale_from_zero.webhook == NULL && c->scale_from_zero.webhook_timeout_ms == 2000);
+    LG_CHECK(!lg_config_sfz(c, "m", &max_held, &hold_ms));
+    lg_config_unref(c);
+    /* on for one model only (a string entry is its name), another with its own bounds */
+    text = with_top("\"scale_from_zero\": {\"max_held\": 5, \"hold\": \"30s\", \"webhook\": "
+                    "\"http://scaler.local:8080/wake?x=1\", \"models\": [\"a\", {\"model\": "
+                    "\"b\", \"max_held\": 7, \"hold\": \"2m\"}, {\"model\": \"c\", \"enabled\": "
+                    "false}]},");
+    c = load(text, &errs);
+    free(text);
+    LG_CHECK(c != NULL && c->scale_from_zero.nmodels == 3);
+    LG_CHECK_STR(c->scale_from_zero.webhook, "http://scaler.local:8080/wake?x=1");
+    LG_CHECK(!lg_config_sfz(c, "m", &max_held, &hold_ms));
+    LG_CHECK(lg_config_sfz(c, "a", &max_held, &hold_ms) && max_held == 5 && hold_ms == 30000);
+    LG_CHECK(lg_config_sfz(c, "b", &max_held, &hold_ms) && max_held == 7 && hold_ms == 120000);
+    LG_CHECK(!lg_config_sfz(c, "c", &max_held, &hold_ms));
+    lg_config_unref(c);
+    LG_CHECK(expect_top_error("\"scale_from_zero\": {\"webhook\": \"https://x/wake\"},",
+                              "t.json:2:32: error: /scale_from_zero/webhook: must be an http:// "
+                              "URL with a host (https is not supported)")
+             == 0);
+    LG_CHECK(expect_top_error("\"scale_from_zero\": {\"models\": [\"a\", \"a\"]},",
+                              "t.json:2:37: error: /scale_from_zero/models/1/model: model \"a\" "
+                              "is listed twice (also /models/0)")
+             == 0);
+    LG_CHECK(expect_top_error("\"scale_from_zero\": {\"max_held\": 0},",
+                              "t.json:2:33: error: /scale_from_zero/max_held: must be between 1 "
+                              "and 100000 (got 0)")
+             == 0);
+    return 0;
+}
+
 LG_TEST_MAIN(test_routing_retry_on, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
              test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
              test_parse_address, test_many_errors, test_several_error_classes,
              test_comments_ignored, test_shorthands, test_tls_files, test_strings_checked,
+             test_agent_routing,
              test_access_log, test_warnings, test_workers_auto, test_null_means_default, test_routing_pipeline,
              test_disabled_backends, test_health_cross_check, test_hedge_cross_check,
              test_example_files, test_io_error, test_refcount, test_no_resolve_flag,
-             test_routing_resume, test_admin_history)
+             test_routing_resume, test_admin_history, test_scale_from_zero)

@@ -29,7 +29,12 @@ test_find(void)
         { "/v1/models/m", LG_ENDPOINT_MODEL, HTTP_GET },
         { "/v1/models/", LG_ENDPOINT_MODEL, HTTP_GET },
         { "/healthz", LG_ENDPOINT_HEALTHZ, HTTP_GET },
-        { "/v1/responses", LG_ENDPOINT_OTHER_V1, HTTP_POST },
+        { "/v1/responses", LG_ENDPOINT_RESPONSES, HTTP_POST },
+        { "/v1/responses?x=1", LG_ENDPOINT_RESPONSES, HTTP_POST },
+        { "/v1/responses/resp_1/cancel", LG_ENDPOINT_OTHER_V1, HTTP_POST },
+        { "/v1/messages", LG_ENDPOINT_MESSAGES, HTTP_POST },
+        { "/v1/messages/count_tokens", LG_ENDPOINT_COUNT_TOKENS, HTTP_POST },
+        { "/v1/messages/batches", LG_ENDPOINT_OTHER_V1, HTTP_POST },
         { "/v1/chat/completionsX", LG_ENDPOINT_OTHER_V1, HTTP_POST },
         { "/v1/modelsX", LG_ENDPOINT_OTHER_V1, HTTP_POST },
         { "/v1/", LG_ENDPOINT_OTHER_V1, HTTP_POST },
@@ -62,7 +67,9 @@ test_routes(void)
     LG_CHECK(lg_endpoint_route("/v1/embeddings", 14) == LG_STATS_ROUTE_EMBEDDINGS);
     LG_CHECK(lg_endpoint_route("/v1/models/m", 12) == LG_STATS_ROUTE_MODELS);
     LG_CHECK(lg_endpoint_route("/healthz", 8) == LG_STATS_ROUTE_HEALTHZ);
-    LG_CHECK(lg_endpoint_route("/v1/responses", 13) == LG_STATS_ROUTE_OTHER);
+    LG_CHECK(lg_endpoint_route("/v1/responses", 13) == LG_STATS_ROUTE_RESPONSES);
+    LG_CHECK(lg_endpoint_route("/v1/messages/count_tokens", 25) == LG_STATS_ROUTE_MESSAGES);
+    LG_CHECK(lg_endpoint_route("/v1/files", 9) == LG_STATS_ROUTE_OTHER);
     LG_CHECK(lg_endpoint_route("/nope", 5) == LG_STATS_ROUTE_OTHER);
     /* a length short of the string: only those bytes count */
     LG_CHECK(lg_endpoint_route("/healthzXYZ", 8) == LG_STATS_ROUTE_HEALTHZ);

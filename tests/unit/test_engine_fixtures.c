@@ -179,6 +179,17 @@ static const struct sse_case sse_cases[] = {
     { "llamacpp/chat_stream_error_legacy.sse", 3, 1, 2, 1, true, false, -1, -1 },
     /* native /completion: running tokens_predicted, "stop": true, no [DONE] */
     { "llamacpp/completion_stream.sse", 5, 4, 1, 0, false, true, 4, 6 },
+    /* the Responses API: `type` last; the done events and response.completed repeat the
+     * text (no content), response.completed ends it with usage, no [DONE] */
+    { "vllm/responses_stream.sse", 15, 7, 5, 0, false, true, 7, 12 },
+    /* Anthropic's Messages API: message_start's usage, text_delta content, message_delta's
+     * output_tokens, message_stop, then vLLM's [DONE] */
+    { "vllm/messages_stream.sse", 13, 7, 3, 0, true, true, 7, 12 },
+    /* its error event after two tokens, then [DONE] */
+    { "vllm/messages_stream_error.sse", 6, 2, 3, 1, true, false, 0, 12 },
+    /* SGLang streams a plain model's answer whole in response.completed: that event is its
+     * first (and only) content event */
+    { "sglang/responses_stream.sse", 3, 1, 3, 0, false, true, 7, 12 },
 };
 
 struct sse_seen {
@@ -337,4 +348,24 @@ test_probe_error_bodies(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_metrics_fixtures, test_props_fixture, test_sse_fixtures, test_probe_error_bodies)
+/* The Responses and Messages APIs' whole answers: content and their usage. */
+static int
+test_probe_api_bodies(void)
+{
+    static const char *const files[] = { "vllm/responses.json", "vllm/messages.json" };
+
+    for (size_t i = 0; i < LG_ARRAY_SIZE(files); i++) {
+        struct lg_json_probe p;
+        long n = fixture_read(files[i]);
+
+        LG_CHECK(n > 0);
+        lg_json_probe_init(&p);
+        lg_json_probe_feed(&p, fixture_buf, (size_t)n);
+        LG_CHECK(p.content && !p.error);
+        LG_CHECK(p.completion_tokens == 7 && p.prompt_tokens == 12);
+    }
+    return 0;
+}
+
+LG_TEST_MAIN(test_metrics_fixtures, test_props_fixture, test_sse_fixtures, test_probe_error_bodies,
+             test_probe_api_bodies)

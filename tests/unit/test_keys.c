@@ -103,6 +103,16 @@ test_lookup_and_models(void)
     LG_CHECK(!lg_keys_authenticate(k, "Basic k1", 8, &h));
     LG_CHECK(!lg_keys_authenticate(k, "Bearer k1k1", 11, &h));
     LG_CHECK(!lg_keys_authenticate(k, "", 0, &h));
+    /* x-api-key: the key alone, blanks around it */
+    LG_CHECK(lg_keys_authenticate_raw(k, " k1 ", 4, &h));
+    LG_CHECK_STR(lg_keys_name(&h), "a");
+    lg_keys_release(&h);
+    LG_CHECK(lg_keys_authenticate_raw(k, "k2xyz", 2, &h));
+    LG_CHECK_STR(lg_keys_name(&h), "b");
+    lg_keys_release(&h);
+    LG_CHECK(!lg_keys_authenticate_raw(k, "Bearer k1", 9, &h) && h.key == NULL);
+    LG_CHECK(!lg_keys_authenticate_raw(k, "  ", 2, &h));
+    LG_CHECK(!lg_keys_authenticate_raw(k, "", 0, &h));
     lg_keys_free(k);
     return 0;
 }

@@ -91,6 +91,48 @@ test_completions_and_embeddings(void)
     return 0;
 }
 
+/* The Responses and Messages APIs: their system prompts and inputs are hashed as chat's. */
+static int
+test_responses_and_messages(void)
+{
+    struct lg_openai_req a, b, c, m;
+    char err[256];
+
+    LG_CHECK(inspect("{\"model\":\"m\",\"instructions\":\"0123456789abcdef\",\"input\":"
+                     "[{\"role\":\"user\",\"content\":\"one\"}],\"max_output_tokens\":5,"
+                     "\"previous_response_id\":\"resp_1\"}",
+                     &a, err)
+             == LG_OK);
+    LG_CHECK(a.max_tokens == 5);
+    LG_CHECK_STR(a.previous_response_id, "resp_1");
+    LG_CHECK(a.prompt_bytes == 16 + 3);
+    /* prefix_bytes 16: the instructions alone */
+    LG_CHECK(inspect("{\"model\":\"m\",\"instructions\":\"0123456789abcdef\",\"input\":"
+                     "[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":"
+                     "\"two\"}]},{\"type\":\"input_text\",\"text\":\"x\"}]}",
+                     &b, err)
+             == LG_OK);
+    LG_CHECK(a.prefix_hash == b.prefix_hash && a.prefix_hash != 0);
+    LG_CHECK(b.prompt_bytes == 16 + 3 + 1);
+    LG_CHECK(b.previous_response_id[0] == '\0');
+    /* the input's messages are hashed (no instructions: the first message's role and text) */
+    LG_CHECK(inspect("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"one\"}]}",
+                     &c, err)
+             == LG_OK);
+    LG_CHECK(c.prefix_hash != 0 && c.prefix_hash != a.prefix_hash);
+    /* Messages: system (a string or text blocks) first */
+    LG_CHECK(inspect("{\"model\":\"m\",\"max_tokens\":9,\"system\":[{\"type\":\"text\","
+                     "\"text\":\"0123456789abcdef\"}],\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"hi\"}]}",
+                     &m, err)
+             == LG_OK);
+    LG_CHECK(m.max_tokens == 9 && m.prompt_bytes == 16 + 2);
+    LG_CHECK(m.prefix_hash == a.prefix_hash);
+    LG_CHECK(inspect("{\"model\":\"m\",\"previous_response_id\":7}", &m, err) == LG_EINVAL);
+    LG_CHECK_STR(m.param, "previous_response_id");
+    return 0;
+}
+
 static int
 test_errors(void)
 {
@@ -132,4 +174,5 @@ test_error_body_escapes(void)
 }
 
 LG_TEST_MAIN(test_chat_fields, test_prefix_hash_covers_only_the_prefix,
-             test_completions_and_embeddings, test_errors, test_error_body_escapes)
+             test_completions_and_embeddings, test_responses_and_messages, test_errors,
+             test_error_body_escapes)

@@ -262,7 +262,8 @@ api_get_bool(json_t *root, const char *key, bool *out, struct lg_sim_api_error *
 static int
 api_get_max_tokens(json_t *root, uint32_t *out, struct lg_sim_api_error *err)
 {
-    static const char *const keys[] = { "max_completion_tokens", "max_tokens" };
+    static const char *const keys[] = { "max_completion_tokens", "max_output_tokens",
+                                        "max_tokens" };
 
     for (size_t i = 0; i < LG_ARRAY_SIZE(keys); i++) {
         json_t *v = json_object_get(root, keys[i]);
@@ -377,6 +378,18 @@ api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_erro
     if (rc == LG_OK && req->kind == LG_SIM_API_CHAT) {
         rc = api_get_continuation(root, req, err);
     }
+    if (rc == LG_OK && req->kind == LG_SIM_API_RESPONSES) {
+        json_t *prev = json_object_get(root, "previous_response_id");
+
+        if (prev != NULL && !json_is_null(prev)) {
+            if (!json_is_string(prev) || json_string_length(prev) == 0
+                || json_string_length(prev) > 256) {
+                return api_reject(err, "previous_response_id",
+                                  "'previous_response_id' must be a string of 1 to 256 bytes");
+            }
+            req->previous_response_id = lg_xstrdup(json_string_value(prev));
+        }
+    }
     if (rc != LG_OK) {
         return rc;
     }
@@ -387,6 +400,51 @@ api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_erro
         rc = api_get_bool(so, "include_usage", &req->include_usage, err);
     }
     return rc;
+}
+
+/* A system prompt (Responses' instructions, Messages' system): a string or text blocks,
+ * read as a first message of role "system". */
+static int
+api_scan_system(struct api_scan *sc, json_t *v, struct lg_sim_api_error *err)
+{
+    if (v == NULL || json_is_null(v)) {
+        return LG_OK;
+    }
+    lg_sim_prefix_hasher_feed(&sc->hasher, "system", 6);
+    api_context(sc, "system", 6);
+    api_context(sc, API_ROLE_SEP, strlen(API_ROLE_SEP));
+    if (api_scan_content(sc, v, err) != LG_OK) {
+        return api_reject(err, "system", "the system prompt must be a string or text blocks");
+    }
+    api_context(sc, API_MSG_END, strlen(API_MSG_END));
+    return LG_OK;
+}
+
+/* The Responses API's input: a string (one user message) or an array of items, its
+ * messages read as chat messages are. */
+static int
+api_scan_input(struct api_scan *sc, json_t *root, const struct lg_sim_request *req,
+               struct lg_sim_api_error *err)
+{
+    json_t *input = json_object_get(root, "input");
+    int rc = api_scan_system(sc, json_object_get(root, "instructions"), err);
+
+    if (rc != LG_OK) {
+        return rc;
+    }
+    if (json_is_string(input)) {
+        lg_sim_prefix_hasher_feed(&sc->hasher, "user", 4);
+        api_context(sc, "user", 4);
+        api_context(sc, API_ROLE_SEP, strlen(API_ROLE_SEP));
+        api_scan_text(sc, json_string_value(input), json_string_length(input));
+        api_context(sc, API_MSG_END, strlen(API_MSG_END));
+        api_context(sc, API_GEN_PROMPT, strlen(API_GEN_PROMPT));
+        return LG_OK;
+    }
+    if (!json_is_array(input) || json_array_size(input) == 0) {
+        return api_reject(err, "input", "'input' must be a string or a non-empty array");
+    }
+    return api_scan_messages(sc, input, req, err);
 }
 
 /* Fills req from a parsed document; consumes the reference to root. */
@@ -423,6 +481,16 @@ api_parse_root(enum lg_sim_api_kind kind, json_t *root, const json_error_t *jerr
             break;
         case LG_SIM_API_EMBEDDING:
             rc = api_scan_prompt(&sc, json_object_get(root, "input"), "input", req, err);
+            break;
+        case LG_SIM_API_RESPONSES:
+            rc = api_scan_input(&sc, root, req, err);
+            break;
+        case LG_SIM_API_MESSAGES:
+        case LG_SIM_API_COUNT_TOKENS:
+            rc = api_scan_system(&sc, json_object_get(root, "system"), err);
+            if (rc == LG_OK) {
+                rc = api_scan_messages(&sc, json_object_get(root, "messages"), req, err);
+            }
             break;
         }
     }
@@ -474,6 +542,7 @@ lg_sim_request_free(struct lg_sim_request *req)
     free(req->model);
     free(req->block_keys);
     free(req->input_hashes);
+    free(req->previous_response_id);
     memset(req, 0, sizeof(*req));
 }
 
@@ -581,13 +650,236 @@ api_chunk_object(const struct lg_sim_api_resp *r)
 #define API_HEAD_ARGS(r) \
     api_id_prefix(r), (r)->id, api_chunk_object(r), (r)->created, (r)->model_json
 
+/* ---- the Responses and Messages APIs, in vLLM's shapes (tests/fixtures/engines/vllm/) -- */
+
+/* The token's text kept for the final events (within LG_SIM_API_TEXT_MAX). */
+static void
+api_text_add(struct lg_sim_api_resp *r, const char *tok, size_t n)
+{
+    if (r->text_len + n <= sizeof(r->text)) {
+        memcpy(r->text + r->text_len, tok, n);
+        r->text_len += n;
+    }
+}
+
+/* One HTTP chunk holding what ev holds (emptied). */
+static int
+api_chunk_buffer(struct evbuffer *out, struct evbuffer *ev)
+{
+    size_t n = evbuffer_get_length(ev);
+    int rc = evbuffer_add_printf(out, "%zx\r\n", n) < 0;
+
+    rc |= evbuffer_add_buffer(out, ev);
+    rc |= evbuffer_add(out, "\r\n", 2);
+    return rc ? LG_ENOMEM : LG_OK;
+}
+
+/* The answer as a message output item (its text so far). */
+static void
+api_resp_item(struct evbuffer *b, const struct lg_sim_api_resp *r, bool done)
+{
+    if (!done) {
+        evbuffer_add_printf(b,
+                            "{\"id\":\"msg_%016" PRIx64 "\",\"content\":[],\"role\":\"assistant\","
+                            "\"status\":\"in_progress\",\"type\":\"message\"}",
+                            r->id);
+        return;
+    }
+    evbuffer_add_printf(b,
+                        "{\"id\":\"msg_%016" PRIx64 "\",\"content\":[{\"annotations\":[],"
+                        "\"text\":\"%.*s\",\"type\":\"output_text\",\"logprobs\":null}],"
+                        "\"role\":\"assistant\",\"status\":\"completed\",\"type\":\"message\"}",
+                        r->id, (int)r->text_len, r->text);
+}
+
+/* vLLM's ResponsesResponse: in progress (no output, no usage) or completed. */
+static void
+api_resp_object(struct evbuffer *b, const struct lg_sim_api_resp *r, bool done)
+{
+    evbuffer_add_printf(b,
+                        "{\"id\":\"resp_%016" PRIx64 "\",\"created_at\":%" PRId64
+                        ",\"incomplete_details\":null,\"instructions\":null,\"metadata\":null,"
+                        "\"model\":\"%s\",\"object\":\"response\",\"output\":[",
+                        r->resp_id, r->created, r->model_json);
+    if (done) {
+        api_resp_item(b, r, true);
+    }
+    evbuffer_add_printf(b,
+                        "],\"parallel_tool_calls\":true,\"temperature\":1.0,\"tool_choice\":\"auto\","
+                        "\"tools\":[],\"top_p\":1.0,\"background\":false,\"max_output_tokens\":%u,"
+                        "\"max_tool_calls\":null,\"previous_response_id\":null,\"prompt\":null,"
+                        "\"reasoning\":null,\"service_tier\":\"auto\",\"status\":\"%s\","
+                        "\"text\":null,\"top_logprobs\":null,\"truncation\":\"disabled\",\"usage\":",
+                        r->completion_tokens, done ? "completed" : "in_progress");
+    if (done) {
+        evbuffer_add_printf(b,
+                            "{\"input_tokens\":%u,\"input_tokens_details\":{\"cached_tokens\":0},"
+                            "\"output_tokens\":%u,\"output_tokens_details\":{\"reasoning_tokens\":0},"
+                            "\"total_tokens\":%" PRIu64 "}",
+                            r->prompt_tokens, r->completion_tokens,
+                            (uint64_t)r->prompt_tokens + r->completion_tokens);
+    } else {
+        evbuffer_add(b, "null", 4);
+    }
+    evbuffer_add(b, ",\"user\":null}", 13);
+}
+
+/* `event: TYPE\ndata: {"response": {...}, "sequence_number": N, "type": TYPE}\n\n` */
+static void
+api_resp_event(struct evbuffer *b, const struct lg_sim_api_resp *r, const char *type, uint32_t seq,
+               bool done)
+{
+    evbuffer_add_printf(b, "event: %s\ndata: {\"response\":", type);
+    api_resp_object(b, r, done);
+    evbuffer_add_printf(b, ",\"sequence_number\":%u,\"type\":\"%s\"}\n\n", seq, type);
+}
+
+int
+lg_sim_api_events_start(struct evbuffer *out, const struct lg_sim_api_resp *r)
+{
+    struct evbuffer *b = evbuffer_new();
+    int rc;
+
+    if (b == NULL) {
+        return LG_ENOMEM;
+    }
+    if (r->kind == LG_SIM_API_RESPONSES) {
+        api_resp_event(b, r, "response.created", 0, false);
+        api_resp_event(b, r, "response.in_progress", 1, false);
+        evbuffer_add_printf(b, "event: response.output_item.added\ndata: {\"item\":");
+        api_resp_item(b, r, false);
+        evbuffer_add_printf(b,
+                            ",\"output_index\":0,\"sequence_number\":2,"
+                            "\"type\":\"response.output_item.added\"}\n\n"
+                            "event: response.content_part.added\ndata: {\"content_index\":0,"
+                            "\"item_id\":\"msg_%016" PRIx64 "\",\"output_index\":0,"
+                            "\"part\":{\"annotations\":[],\"text\":\"\",\"type\":\"output_text\","
+                            "\"logprobs\":[]},\"sequence_number\":3,"
+                            "\"type\":\"response.content_part.added\"}\n\n",
+                            r->id);
+    } else {
+        evbuffer_add_printf(b,
+                            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
+                            "{\"id\":\"chatcmpl-%016" PRIx64 "\",\"content\":[],\"model\":\"%s\","
+                            "\"stop_reason\":null,\"stop_sequence\":null,\"usage\":"
+                            "{\"input_tokens\":%u,\"output_tokens\":0}}}\n\n"
+                            "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+                            "\"content_block\":{\"type\":\"text\",\"text\":\"\"},\"index\":0}\n\n",
+                            r->id, r->model_json, r->prompt_tokens);
+    }
+    rc = api_chunk_buffer(out, b);
+    evbuffer_free(b);
+    return rc;
+}
+
+int
+lg_sim_api_events_end(struct evbuffer *out, const struct lg_sim_api_resp *r)
+{
+    struct evbuffer *b = evbuffer_new();
+    uint32_t seq = 4 + r->completion_tokens;
+    int rc;
+
+    if (b == NULL) {
+        return LG_ENOMEM;
+    }
+    if (r->kind == LG_SIM_API_RESPONSES) {
+        evbuffer_add_printf(b,
+                            "event: response.output_text.done\ndata: {\"content_index\":0,"
+                            "\"item_id\":\"msg_%016" PRIx64 "\",\"logprobs\":[],\"output_index\":0,"
+                            "\"sequence_number\":%u,\"text\":\"%.*s\","
+                            "\"type\":\"response.output_text.done\"}\n\n"
+                            "event: response.content_part.done\ndata: {\"content_index\":0,"
+                            "\"item_id\":\"msg_%016" PRIx64 "\",\"output_index\":0,"
+                            "\"part\":{\"annotations\":[],\"text\":\"%.*s\",\"type\":\"output_text\","
+                            "\"logprobs\":null},\"sequence_number\":%u,"
+                            "\"type\":\"response.content_part.done\"}\n\n"
+                            "event: response.output_item.done\ndata: {\"item\":",
+                            r->id, seq, (int)r->text_len, r->text, r->id, (int)r->text_len,
+                            r->text, seq + 1);
+        api_resp_item(b, r, true);
+        evbuffer_add_printf(b,
+                            ",\"output_index\":0,\"sequence_number\":%u,"
+                            "\"type\":\"response.output_item.done\"}\n\n",
+                            seq + 2);
+        api_resp_event(b, r, "response.completed", seq + 3, true);
+    } else {
+        evbuffer_add_printf(b,
+                            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+                            "\"index\":0}\n\n"
+                            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+                            "{\"stop_reason\":\"%s\"},\"usage\":{\"input_tokens\":%u,"
+                            "\"output_tokens\":%u}}\n\n"
+                            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+                            "data: [DONE]\n\n",
+                            r->stopped ? "end_turn" : "max_tokens", r->prompt_tokens,
+                            r->completion_tokens);
+    }
+    rc = api_chunk_buffer(out, b);
+    evbuffer_free(b);
+    if (rc == LG_OK && evbuffer_add(out, "0\r\n\r\n", 5) != 0) {
+        rc = LG_ENOMEM;
+    }
+    return rc;
+}
+
+int
+lg_sim_api_body_count_tokens(struct evbuffer *out, const struct lg_sim_request *req)
+{
+    return evbuffer_add_printf(out, "{\"input_tokens\":%u}", req->prompt_tokens) < 0 ? LG_ENOMEM
+                                                                                    : LG_OK;
+}
+
+/* A whole answer of the Responses or Messages API. */
+static int
+api_body_agents(struct evbuffer *out, struct lg_sim_api_resp *r)
+{
+    char tok[32];
+
+    for (uint32_t i = 0; i < r->completion_tokens; i++) {
+        int n = lg_sim_api_next_token(r, i, tok, sizeof(tok));
+
+        api_text_add(r, tok, (size_t)n);
+    }
+    if (r->kind == LG_SIM_API_RESPONSES) {
+        api_resp_object(out, r, true);
+        return LG_OK;
+    }
+    return evbuffer_add_printf(out,
+                               "{\"id\":\"chatcmpl-%016" PRIx64 "\",\"type\":\"message\","
+                               "\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+                               "\"text\":\"%.*s\"}],\"model\":\"%s\",\"stop_reason\":\"%s\","
+                               "\"stop_sequence\":null,\"usage\":{\"input_tokens\":%u,"
+                               "\"output_tokens\":%u}}",
+                               r->id, (int)r->text_len, r->text, r->model_json,
+                               r->stopped ? "end_turn" : "max_tokens", r->prompt_tokens,
+                               r->completion_tokens)
+                   < 0
+               ? LG_ENOMEM
+               : LG_OK;
+}
+
 int
 lg_sim_api_chunk_token(struct evbuffer *out, struct lg_sim_api_resp *r, uint32_t index)
 {
     char tok[32];
-    int rc;
+    int rc, n;
 
-    lg_sim_api_next_token(r, index, tok, sizeof(tok));
+    n = lg_sim_api_next_token(r, index, tok, sizeof(tok));
+    if (r->kind == LG_SIM_API_RESPONSES) {
+        api_text_add(r, tok, (size_t)n);
+        return api_chunk(out,
+                         "event: response.output_text.delta\ndata: {\"content_index\":0,"
+                         "\"delta\":\"%s\",\"item_id\":\"msg_%016" PRIx64 "\",\"logprobs\":[],"
+                         "\"output_index\":0,\"sequence_number\":%u,"
+                         "\"type\":\"response.output_text.delta\"}\n\n",
+                         tok, r->id, 4 + index);
+    }
+    if (r->kind == LG_SIM_API_MESSAGES) {
+        return api_chunk(out,
+                         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+                         "\"delta\":{\"type\":\"text_delta\",\"text\":\"%s\"},\"index\":0}\n\n",
+                         tok);
+    }
     if (r->kind == LG_SIM_API_COMPLETION) {
         return api_chunk(out,
                          API_HEAD_FMT "\"choices\":[{\"index\":0,\"text\":\"%s\",\"logprobs\":null,"
@@ -652,6 +944,9 @@ lg_sim_api_body_completion(struct evbuffer *out, struct lg_sim_api_resp *r)
     char tok[32];
     int rc = 0;
 
+    if (r->kind == LG_SIM_API_RESPONSES || r->kind == LG_SIM_API_MESSAGES) {
+        return api_body_agents(out, r);
+    }
     rc |= evbuffer_add_printf(out,
                               "{\"id\":\"%s%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64
                               ",\"model\":\"%s\",\"choices\":[{\"index\":0,%s",

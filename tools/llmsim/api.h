@@ -18,7 +18,12 @@ enum lg_sim_api_kind {
     LG_SIM_API_CHAT = 0,   /* POST /v1/chat/completions */
     LG_SIM_API_COMPLETION, /* POST /v1/completions */
     LG_SIM_API_EMBEDDING,  /* POST /v1/embeddings */
+    LG_SIM_API_RESPONSES,  /* POST /v1/responses (OpenAI's Responses API, as vLLM serves it) */
+    LG_SIM_API_MESSAGES,   /* POST /v1/messages (Anthropic's Messages API, as vLLM serves it) */
+    LG_SIM_API_COUNT_TOKENS, /* POST /v1/messages/count_tokens */
 };
+
+#define LG_SIM_API_TEXT_MAX 2048 /* bytes of an answer's text repeated by its final events */
 
 #define LG_SIM_API_MODEL_MAX      256     /* bytes of a model name */
 #define LG_SIM_API_MAX_TOKENS     1000000 /* bound on max_tokens */
@@ -48,6 +53,7 @@ struct lg_sim_request {
     bool add_generation_prompt; /* chat: add_generation_prompt (default true) */
     struct lg_hstream context;  /* the prompt as the text generator reads it (api.c:
                                    chat messages rendered, prompt strings, token ids) */
+    char *previous_response_id; /* responses: the body's, or NULL */
 };
 
 /* A rejected request: HTTP status and the fields of an OpenAI error body. */
@@ -93,6 +99,9 @@ struct lg_sim_api_resp {
     bool role_chunk;         /* a role-only first chunk (content ""), as vLLM and SGLang */
     bool context;            /* each token a function of the text before it (--text context) */
     struct lg_hstream ctx;   /* context mode: the prompt and the tokens so far */
+    uint64_t resp_id;        /* responses: the answer's id (resp_<hex>), unique to the replica */
+    size_t text_len;         /* responses: the text so far, for the final events */
+    char text[LG_SIM_API_TEXT_MAX];
 };
 
 /*
@@ -116,6 +125,20 @@ int lg_sim_api_chunk_token(struct evbuffer *out, struct lg_sim_api_resp *r, uint
 int lg_sim_api_chunk_finish(struct evbuffer *out, const struct lg_sim_api_resp *r);
 int lg_sim_api_chunk_usage(struct evbuffer *out, const struct lg_sim_api_resp *r);
 int lg_sim_api_chunk_done(struct evbuffer *out);
+
+/*
+ * The Responses and Messages APIs' events before the first token
+ * (response.created, .in_progress, .output_item.added, .content_part.added;
+ * message_start, content_block_start) and after the last (the done events
+ * and response.completed; content_block_stop, message_delta, message_stop
+ * and vLLM's [DONE]), in vLLM's shapes (tests/fixtures/engines/vllm/), each
+ * one HTTP chunk. lg_sim_api_chunk_token() writes their deltas.
+ */
+int lg_sim_api_events_start(struct evbuffer *out, const struct lg_sim_api_resp *r);
+int lg_sim_api_events_end(struct evbuffer *out, const struct lg_sim_api_resp *r);
+
+/* The count_tokens answer: {"input_tokens": N}. */
+int lg_sim_api_body_count_tokens(struct evbuffer *out, const struct lg_sim_request *req);
 
 /* A whole non-streaming completion body (JSON, no HTTP framing). */
 int lg_sim_api_body_completion(struct evbuffer *out, struct lg_sim_api_resp *r);

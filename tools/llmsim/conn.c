@@ -242,6 +242,70 @@ conn_parse_api(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     return true;
 }
 
+/* ---- the Responses API's stored answers --------------------------------------- */
+
+static bool
+conn_resp_known(const struct lg_sim *sim, const char *id)
+{
+    uint64_t v;
+    char *end;
+
+    if (strncmp(id, "resp_", 5) != 0 || strlen(id) != 5 + 16) {
+        return false;
+    }
+    v = strtoull(id + 5, &end, 16);
+    if (*end != '\0') {
+        return false;
+    }
+    for (size_t i = 0; i < LG_ARRAY_SIZE(sim->resp_store); i++) {
+        if (sim->resp_store[i] == v && v != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+conn_resp_store(struct lg_sim *sim, uint64_t id)
+{
+    sim->resp_store[sim->resp_stored++ % LG_ARRAY_SIZE(sim->resp_store)] = id;
+}
+
+/* A previous_response_id this replica did not make: vLLM's 404. */
+static bool
+conn_resp_unknown(struct lg_sim_conn *c)
+{
+    char msg[320];
+
+    if (c->api.kind != LG_SIM_API_RESPONSES || c->api.previous_response_id == NULL
+        || conn_resp_known(c->sim, c->api.previous_response_id)) {
+        return false;
+    }
+    c->sim->counters.client_errors++;
+    snprintf(msg, sizeof(msg), "Response with id '%s' not found.", c->api.previous_response_id);
+    conn_respond_error(c, 404, "invalid_request_error", "previous_response_id", msg, NULL);
+    return true;
+}
+
+/* POST /v1/messages/count_tokens: answered at once. */
+static void
+conn_count_tokens(struct lg_sim_conn *c)
+{
+    struct evbuffer *body;
+
+    if (conn_status_fault(c) || !conn_parse_api(c, LG_SIM_API_COUNT_TOKENS)) {
+        return;
+    }
+    body = evbuffer_new();
+    if (body == NULL) {
+        lg_sim_conn_close(c);
+        return;
+    }
+    lg_sim_api_body_count_tokens(body, &c->api);
+    conn_respond(c, 200, "application/json", body, NULL);
+    evbuffer_free(body);
+}
+
 static void
 conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
 {
@@ -253,7 +317,7 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     c->in_load = true;
     sim->server_load++;
     c->load_format = (uint8_t)lg_sim_load_format_of(&c->req);
-    if (conn_status_fault(c) || !conn_parse_api(c, kind)) {
+    if (conn_status_fault(c) || !conn_parse_api(c, kind) || conn_resp_unknown(c)) {
         return;
     }
     max_tokens = c->api.max_tokens ? c->api.max_tokens : sim->conf->max_tokens_default;
@@ -277,6 +341,9 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
         .context = sim->conf->text_context,
         .ctx = c->api.context,
     };
+    /* unique to this replica: its name is in it */
+    c->resp.resp_id =
+        lg_mix64(c->resp.id ^ lg_hash64(sim->conf->name, strlen(sim->conf->name), LG_HASH64_INIT));
     if (c->resp.context) {
         /* the same model answers the same text on every replica */
         c->resp.seed = lg_sim_api_context_seed(c->model->name, &c->api);
@@ -301,6 +368,9 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
                                sizeof(extra) - strlen(extra));
         }
         conn_head(c, 200, "text/event-stream", -1, extra);
+        if (kind == LG_SIM_API_RESPONSES || kind == LG_SIM_API_MESSAGES) {
+            lg_sim_api_events_start(bufferevent_get_output(c->bev), &c->resp);
+        }
         conn_flush(c);
     }
     lg_sim_engine_submit(&sim->engine, &c->seq);
@@ -319,7 +389,14 @@ conn_on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
     }
     if (last) {
         sim->counters.requests_ok++;
-        if (c->stream) {
+        if (c->resp.kind == LG_SIM_API_RESPONSES) {
+            conn_resp_store(sim, c->resp.resp_id);
+        }
+        if (c->stream
+            && (c->resp.kind == LG_SIM_API_RESPONSES || c->resp.kind == LG_SIM_API_MESSAGES)) {
+            lg_sim_api_events_end(out, &c->resp);
+            conn_end_response(c);
+        } else if (c->stream) {
             lg_sim_api_chunk_finish(out, &c->resp);
             if (c->include_usage) {
                 lg_sim_api_chunk_usage(out, &c->resp);
@@ -634,6 +711,9 @@ conn_route(struct lg_sim_conn *c)
         { "/v1/chat/completions", LG_SIM_API_CHAT, NULL },
         { "/v1/completions", LG_SIM_API_COMPLETION, NULL },
         { "/v1/embeddings", LG_SIM_API_EMBEDDING, NULL },
+        { "/v1/responses", LG_SIM_API_RESPONSES, NULL },
+        { "/v1/messages", LG_SIM_API_MESSAGES, NULL },
+        { "/v1/messages/count_tokens", LG_SIM_API_COUNT_TOKENS, NULL },
         { "/v1/models", -1, conn_models },
         { "/health", -1, conn_health },
         { "/metrics", -1, conn_metrics },
@@ -658,6 +738,8 @@ conn_route(struct lg_sim_conn *c)
             conn_not_allowed(c, "POST");
         } else if (routes[i].kind == LG_SIM_API_EMBEDDING) {
             conn_embed(c);
+        } else if (routes[i].kind == LG_SIM_API_COUNT_TOKENS) {
+            conn_count_tokens(c);
         } else {
             conn_generate(c, (enum lg_sim_api_kind)routes[i].kind);
         }

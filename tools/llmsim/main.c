@@ -26,6 +26,7 @@ static const char llmsim_usage[] =
     "cache, engine-specific /metrics, and faults on a schedule.\n"
     "\n"
     "Endpoints: POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings,\n"
+    "POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens,\n"
     "GET /v1/models, GET /health, GET /metrics, GET /props (llamacpp flavor: its\n"
     "slots as total_slots), GET /load and GET /v1/loads (when asked, below); test\n"
     "control: GET /sim/state,\n"

@@ -103,6 +103,10 @@ struct lg_sim {
     uint32_t nconns;
     uint64_t next_conn_id;
     uint64_t next_response_id;
+    uint64_t resp_store[1024];  /* Responses API answers made here (their resp_id), a ring:
+                                   a previous_response_id not in it is not found, as an
+                                   engine keeps stored responses in its own process */
+    uint32_t resp_stored;
     uint64_t faults_added; /* seeds each random fault: --seed and its rank */
     struct lg_sim_counters counters;
     uint32_t server_load;       /* inference requests being served (vLLM's /load) */
