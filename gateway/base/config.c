@@ -652,6 +652,8 @@ static const struct lg_conf_table conf_backend_tls_table = { sizeof(struct lg_ba
                                                              conf_backend_tls_fields, NULL };
 
 #define BE(f) offsetof(struct lg_backend_conf, f)
+static const char *const conf_priority_fields[] = { "off", "vllm", NULL };
+
 static const struct lg_conf_field conf_backend_fields[] = {
     { "name", LG_CONF_STR, BE(name), .required = true, .check = lg_conf_check_name },
     { "url", LG_CONF_URL, BE(url), .required = true, .unless = "discover" },
@@ -660,6 +662,8 @@ static const struct lg_conf_field conf_backend_fields[] = {
       .max = 1024, .aux_offset = BE(nmodels) },
     { "weight", LG_CONF_UINT, BE(weight), .def = 1, .min = 1, .max = 1000 },
     { "max_inflight", LG_CONF_UINT, BE(max_inflight), .def = 0, .min = 0, .max = 1000000 },
+    { "priority_field", LG_CONF_ENUM, BE(priority_field), .def = LG_PRIORITY_FIELD_OFF,
+      .names = conf_priority_fields },
     { "flavor", LG_CONF_ENUM, BE(flavor), .def = LG_ENGINE_AUTO, .names = conf_flavors },
     { "metrics_path", LG_CONF_STR, BE(metrics_path), .def_str = "/metrics",
       .check = lg_conf_check_path },
@@ -749,6 +753,59 @@ static const struct lg_conf_field conf_budgets_fields[] = {
 static const struct lg_conf_table conf_budgets_table = { sizeof(struct lg_budgets_conf),
                                                          conf_budgets_fields, NULL };
 
+static const char *const conf_class_over[] = { "clamp", "refuse", NULL };
+
+#define CL(f) offsetof(struct lg_class_conf, f)
+static const struct lg_conf_field conf_class_fields[] = {
+    { "queue_deadline", LG_CONF_DURATION, CL(queue_deadline_ms), .def = 0, .min = 0,
+      .max = CONF_H(1) },
+    { "sheddable", LG_CONF_BOOL, CL(sheddable), .def = 0 },
+    { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
+    { "reserve", LG_CONF_DOUBLE, CL(reserve), .def = 0, .min = 0, .max = 0.95 },
+    { .name = NULL },
+};
+#undef CL
+static const struct lg_conf_table conf_class_table = { sizeof(struct lg_class_conf),
+                                                       conf_class_fields, NULL };
+
+#define SC(f) offsetof(struct lg_scheduling_conf, f)
+#define SC_CLASS(i) (SC(classes) + (i) * sizeof(struct lg_class_conf))
+static const struct lg_conf_field conf_scheduling_fields[] = {
+    { "fair", LG_CONF_BOOL, SC(fair), .def = 1 },
+    { "priority_header", LG_CONF_STR, SC(priority_header), .def_str = "x-llmgate-priority",
+      .check = lg_conf_check_header_name },
+    { "ttft_header", LG_CONF_STR, SC(ttft_header), .def_str = "x-llmgate-ttft-target-ms",
+      .check = lg_conf_check_header_name },
+    { "over_max_class", LG_CONF_ENUM, SC(over_max_class), .def = LG_CLASS_OVER_CLAMP,
+      .names = conf_class_over },
+    { "batch", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_BATCH), .sub = &conf_class_table },
+    { "default", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_DEFAULT), .sub = &conf_class_table },
+    { "interactive", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_INTERACTIVE), .sub = &conf_class_table },
+    { "system", LG_CONF_OBJECT, SC_CLASS(LG_CLASS_SYSTEM), .sub = &conf_class_table },
+    { .name = NULL },
+};
+#undef SC_CLASS
+#undef SC
+static const struct lg_conf_table conf_scheduling_table = { sizeof(struct lg_scheduling_conf),
+                                                            conf_scheduling_fields, NULL };
+
+/* Each tenant header is a header name. */
+static void
+conf_check_tenants(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_tenants_conf *t = base;
+    char why[256];
+
+    for (size_t i = 0; clean && i < t->nheaders; i++) {
+        if (!lg_conf_check_header_name(t->headers[i], why, sizeof(why))) {
+            char suffix[32];
+
+            snprintf(suffix, sizeof(suffix), "/headers/%zu", i);
+            conf_error_at(ctx, suffix, "%s", why);
+        }
+    }
+}
+
 /* The wake-up webhook: a plain http:// URL (called from the control thread, without TLS). */
 static bool
 conf_check_webhook(const char *s, char *why, size_t whysz)
@@ -785,6 +842,34 @@ conf_check_sfz(struct lg_conf_ctx *ctx, void *base, bool clean)
         }
     }
 }
+
+#define TB(f) offsetof(struct lg_tenant_budget_conf, f)
+static const struct lg_conf_field conf_tenant_budget_fields[] = {
+    { "tokens_per_minute", LG_CONF_UINT, TB(tokens_per_minute), .def = 0, .min = 0,
+      .max = 4000000000.0 },
+    { "tokens_per_day", LG_CONF_UINT, TB(tokens_per_day), .def = 0, .min = 0,
+      .max = 4000000000.0 },
+    { .name = NULL },
+};
+#undef TB
+static const struct lg_conf_table conf_tenant_budget_table = {
+    sizeof(struct lg_tenant_budget_conf), conf_tenant_budget_fields, NULL
+};
+
+#define TE(f) offsetof(struct lg_tenants_conf, f)
+static const struct lg_conf_field conf_tenants_fields[] = {
+    { "headers", LG_CONF_STRARRAY, TE(headers), .min = 0, .max = 8, .aux_offset = TE(nheaders) },
+    { "max", LG_CONF_UINT, TE(max), .def = 1000, .min = 1, .max = 100000 },
+    { "idle_expiry", LG_CONF_DURATION, TE(idle_expiry_ms), .def = CONF_M(10), .min = CONF_S(1),
+      .max = CONF_H(24 * 7) },
+    { "half_life", LG_CONF_DURATION, TE(half_life_ms), .def = CONF_S(60), .min = CONF_MS(100),
+      .max = CONF_H(24) },
+    { "budget", LG_CONF_OBJECT, TE(budget), .sub = &conf_tenant_budget_table },
+    { .name = NULL },
+};
+#undef TE
+static const struct lg_conf_table conf_tenants_table = { sizeof(struct lg_tenants_conf),
+                                                         conf_tenants_fields, conf_check_tenants };
 
 /* tracing.headers: {"name": "value"}, each name an HTTP token, each value printable. */
 static void
@@ -888,6 +973,8 @@ static const struct lg_conf_field conf_root_fields[] = {
     { "discovery", LG_CONF_OBJECT, CF(discovery), .sub = &conf_discovery_table },
     { "auth", LG_CONF_OBJECT, CF(auth), .sub = &conf_auth_table, .shorthand = "keys_file" },
     { "budgets", LG_CONF_OBJECT, CF(budgets), .sub = &conf_budgets_table },
+    { "scheduling", LG_CONF_OBJECT, CF(scheduling), .sub = &conf_scheduling_table },
+    { "tenants", LG_CONF_OBJECT, CF(tenants), .sub = &conf_tenants_table },
     { "scale_from_zero", LG_CONF_OBJECT, CF(scale_from_zero), .sub = &conf_sfz_table },
     { "tracing", LG_CONF_OBJECT, CF(tracing), .sub = &conf_tracing_table,
       .shorthand = "endpoint" },

@@ -40,6 +40,13 @@ struct lg_discover_conf {
     uint64_t interval_ms;   /* re-resolution period */
 };
 
+/* How a backend hears of a request's priority class (serve/relay.c). */
+enum lg_priority_field {
+    LG_PRIORITY_FIELD_OFF = 0,
+    LG_PRIORITY_FIELD_VLLM, /* vLLM's "priority" (lower first): batch 1, default 0,
+                               interactive -1, system -2 */
+};
+
 struct lg_backend_conf {
     char *name;
     char *url;            /* as written; NULL in a template */
@@ -68,6 +75,7 @@ struct lg_backend_conf {
     bool enabled;           /* "enabled": false backends are validated, then left out of
                                backends[]: always true in a loaded config */
     struct lg_discover_conf discover; /* dns != NULL: a template (in templates[]) */
+    int priority_field;     /* enum lg_priority_field: the request's class in its body */
 };
 
 struct lg_timeouts_conf {
@@ -254,6 +262,62 @@ struct lg_budgets_conf {
     struct lg_budget_redis_conf redis;
 };
 
+/*
+ * Priority classes (serve/sched.c), a fixed set, lowest first: the scheduler
+ * serves a higher class before a lower one. Their names are "batch",
+ * "default", "interactive" and "system" (lg_class_names).
+ */
+enum lg_prio_class {
+    LG_CLASS_BATCH = 0,
+    LG_CLASS_DEFAULT,
+    LG_CLASS_INTERACTIVE,
+    LG_CLASS_SYSTEM,
+    LG_NCLASSES
+};
+
+/* What a request header asking for more than its key's max_class gets. */
+enum lg_class_over {
+    LG_CLASS_OVER_CLAMP = 0, /* the key's max_class (logged) */
+    LG_CLASS_OVER_REFUSE,    /* 403 */
+};
+
+/* One priority class. */
+struct lg_class_conf {
+    uint64_t queue_deadline_ms; /* longest wait in the admission queue; 0: timeouts.queue */
+    bool sheddable;             /* refused at once (429) when it would have to wait, or when
+                                   the router predicts its TTFT target missed */
+    uint64_t ttft_target_ms;    /* the first token's target; 0: none */
+    double reserve;             /* sheddable: the share of a backend's max_inflight it
+                                   leaves to higher classes (0: none) */
+};
+
+/* Who shares the fleet, and how the admission queue orders them (serve/sched.c). */
+struct lg_scheduling_conf {
+    bool fair;                  /* classes, then fairness between tenants, then deadlines;
+                                   false: first come, first served (classes still shed) */
+    char *priority_header;      /* the request's class (up to its key's max_class) */
+    char *ttft_header;          /* the request's TTFT target in ms */
+    int over_max_class;         /* enum lg_class_over */
+    struct lg_class_conf classes[LG_NCLASSES];
+};
+
+/* Every tenant named by a header: tokens per minute and per day (0: none). */
+struct lg_tenant_budget_conf {
+    uint32_t tokens_per_minute;
+    uint32_t tokens_per_day;
+};
+
+/* Tenants: who a request counts for in fairness (serve/tenant.c). */
+struct lg_tenants_conf {
+    char **headers;             /* NULL-terminated: the first one present names the tenant;
+                                   none present (or none configured): the key's name */
+    size_t nheaders;
+    uint32_t max;               /* tenants remembered at once; more share "other" */
+    uint64_t idle_expiry_ms;    /* a tenant idle this long is forgotten */
+    uint64_t half_life_ms;      /* attained service halves over this time */
+    struct lg_tenant_budget_conf budget;
+};
+
 /* One model's entry of scale_from_zero.models: what it changes for that model. */
 struct lg_sfz_model_conf {
     char *model;
@@ -319,6 +383,8 @@ struct lg_config {
     struct lg_discovery_conf discovery;
     struct lg_auth_conf auth;
     struct lg_budgets_conf budgets;
+    struct lg_scheduling_conf scheduling;
+    struct lg_tenants_conf tenants;
     struct lg_sfz_conf scale_from_zero;
     struct lg_tracing_conf tracing;
     struct lg_backend_conf *backends;  /* backends with a URL, enabled */

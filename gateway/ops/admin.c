@@ -40,6 +40,7 @@
 #include "ops/statuspage.h"
 #include "route/router.h"
 #include "serve/budget.h"
+#include "serve/admission.h"
 #include "serve/budgetstore.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
@@ -696,6 +697,96 @@ admin_budgets(struct lg_admin *a, struct evhttp_request *req)
     admin_reply_json(req, 200, "OK", root);
 }
 
+/* ---- /admin/queues: the admission queue by model, class and tenant ------------------- */
+
+static void
+admin_queue_model(const char *model, const uint32_t *queued, double head_wait_ms, void *arg)
+{
+    json_t *models = arg;
+    json_t *o = json_object();
+    json_t *by = json_object();
+    uint32_t total = 0;
+
+    for (int c = LG_NCLASSES - 1; c >= 0; c--) {
+        json_object_set_new(by, lg_class_name(c), json_integer(queued[c]));
+        total += queued[c];
+    }
+    json_object_set_new(o, "model", json_string(model));
+    json_object_set_new(o, "queued", json_integer(total));
+    json_object_set_new(o, "by_class", by);
+    json_object_set_new(o, "head_wait_ms", json_real(round(head_wait_ms * 10) / 10));
+    json_array_append_new(models, o);
+}
+
+/* GET /admin/queues: the classes (configuration, waiting, refused), the models'
+ * queues and the tenants (most tokens first). */
+static void
+admin_queues(struct lg_admin *a, struct evhttp_request *req)
+{
+    const struct lg_config *conf = a->gw->conf;
+    struct lg_admission_class_view cv[LG_NCLASSES];
+    struct lg_tenant_view *v;
+    size_t n;
+    json_t *root = json_object();
+    json_t *classes = json_array();
+    json_t *models = json_array();
+    json_t *tenants = json_array();
+
+    lg_admission_classes(a->gw->admission, cv);
+    for (int c = LG_NCLASSES - 1; c >= 0; c--) {
+        const struct lg_class_conf *cc = &conf->scheduling.classes[c];
+        json_t *o = json_object();
+        json_t *refused = json_object();
+
+        json_object_set_new(o, "class", json_string(lg_class_name(c)));
+        json_object_set_new(o, "queue_deadline_ms",
+                            json_integer((json_int_t)(cc->queue_deadline_ms
+                                                          ? cc->queue_deadline_ms
+                                                          : conf->timeouts.queue_ms)));
+        json_object_set_new(o, "sheddable", json_boolean(cc->sheddable));
+        json_object_set_new(o, "ttft_target_ms",
+                            cc->ttft_target_ms ? json_integer((json_int_t)cc->ttft_target_ms)
+                                               : json_null());
+        json_object_set_new(o, "queued", json_integer(cv[c].queued));
+        for (int r = 1; r < LG_SHED_NREASONS; r++) {
+            json_object_set_new(refused, lg_shed_name((enum lg_shed)r),
+                                json_integer((json_int_t)cv[c].refused[r]));
+        }
+        json_object_set_new(o, "refused", refused);
+        json_array_append_new(classes, o);
+    }
+    lg_admission_foreach_model(a->gw->admission, admin_queue_model, models);
+    n = lg_admission_tenant_views(a->gw->admission, &v);
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_object();
+        uint64_t adm = 0, shed = 0, tok = 0, wait = 0;
+        uint32_t q = 0;
+
+        for (int c = 0; c < LG_NCLASSES; c++) {
+            adm += v[i].admitted[c];
+            shed += v[i].shed[c];
+            tok += v[i].tokens[c];
+            wait += v[i].wait_ms[c];
+            q += v[i].queued[c];
+        }
+        json_object_set_new(o, "tenant", json_string(v[i].name));
+        json_object_set_new(o, "service", json_real(round(v[i].service)));
+        json_object_set_new(o, "queued", json_integer(q));
+        json_object_set_new(o, "admitted", json_integer((json_int_t)adm));
+        json_object_set_new(o, "shed", json_integer((json_int_t)shed));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)tok));
+        json_object_set_new(o, "queue_wait_ms_total", json_integer((json_int_t)wait));
+        json_array_append_new(tenants, o);
+    }
+    free(v);
+    json_object_set_new(root, "fair", json_boolean(conf->scheduling.fair));
+    json_object_set_new(root, "waiting", json_integer(lg_admission_waiting(a->gw->admission)));
+    json_object_set_new(root, "classes", classes);
+    json_object_set_new(root, "models", models);
+    json_object_set_new(root, "tenants", tenants);
+    admin_reply_json(req, 200, "OK", root);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 static void
@@ -732,6 +823,12 @@ admin_on_request(struct evhttp_request *req, void *arg)
             return;
         }
         admin_history(a, req);
+    } else if (strcmp(path, "/admin/queues") == 0) {
+        if (!get) {
+            admin_error(req, 405, "Method Not Allowed", "use GET");
+            return;
+        }
+        admin_queues(a, req);
     } else if (strcmp(path, "/admin/budgets") == 0) {
         if (!get) {
             admin_error(req, 405, "Method Not Allowed", "use GET");

@@ -348,6 +348,101 @@ mx_hedges(struct evbuffer *out, const struct lg_gateway *gw)
                         n[LG_STATS_HEDGE_NO_BACKEND]);
 }
 
+/* Tenants with series of their own; the others add up under tenant="other". */
+#define MX_TENANTS_TOP 20
+
+/* One counter family per tenant and class: the top tenants, then "other" (the rest). */
+static void
+mx_tenant_family(struct evbuffer *out, const char *name, const struct lg_tenant_view *v, size_t n,
+                 size_t top, size_t field)
+{
+    uint64_t rest[LG_NCLASSES] = { 0 };
+
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t *x = (const uint64_t *)(const void *)((const char *)&v[i] + field);
+
+        if (i >= top || strcmp(v[i].name, "other") == 0) {
+            for (int c = 0; c < LG_NCLASSES; c++) {
+                rest[c] += x[c];
+            }
+            continue;
+        }
+        for (int c = 0; c < LG_NCLASSES; c++) {
+            evbuffer_add_printf(out, "%s{tenant=\"", name);
+            mx_value(out, v[i].name);
+            evbuffer_add_printf(out, "\",class=\"%s\"} %" PRIu64 "\n", lg_class_name(c), x[c]);
+        }
+    }
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        evbuffer_add_printf(out, "%s{tenant=\"other\",class=\"%s\"} %" PRIu64 "\n", name,
+                            lg_class_name(c), rest[c]);
+    }
+}
+
+/* The scheduler: the queue by class, refusals by reason, tenants' service. */
+static void
+mx_sched(struct evbuffer *out, struct lg_gateway *gw)
+{
+    struct lg_admission_class_view cv[LG_NCLASSES];
+    struct lg_tenant_view *v;
+    size_t n, top;
+
+    lg_admission_classes(gw->admission, cv);
+    mx_family(out, "llmgate_sched_queued", "gauge",
+              "Requests waiting in the admission queue, by priority class.");
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        evbuffer_add_printf(out, "llmgate_sched_queued{class=\"%s\"} %u\n", lg_class_name(c),
+                            cv[c].queued);
+    }
+    mx_family(out, "llmgate_sched_refused_total", "counter",
+              "Requests refused with 429 by the scheduler, by class and reason.");
+    for (int c = 0; c < LG_NCLASSES; c++) {
+        for (int r = 1; r < LG_SHED_NREASONS; r++) {
+            evbuffer_add_printf(out,
+                                "llmgate_sched_refused_total{class=\"%s\",reason=\"%s\"} %" PRIu64
+                                "\n",
+                                lg_class_name(c), lg_shed_name((enum lg_shed)r),
+                                cv[c].refused[r]);
+        }
+    }
+    n = lg_admission_tenant_views(gw->admission, &v);
+    /* the shared "other" never takes a place of its own among the top */
+    top = LG_MIN(n, (size_t)MX_TENANTS_TOP);
+    for (size_t i = 0; i < top; i++) {
+        if (strcmp(v[i].name, "other") == 0 && top < n) {
+            top++;
+            break;
+        }
+    }
+    mx_family(out, "llmgate_tenant_admitted_total", "counter",
+              "Requests sent to a backend, by tenant (the top ones by tokens; the rest as "
+              "\"other\") and class.");
+    mx_tenant_family(out, "llmgate_tenant_admitted_total", v, n, top,
+                     offsetof(struct lg_tenant_view, admitted));
+    mx_family(out, "llmgate_tenant_shed_total", "counter",
+              "Requests refused by the scheduler, by tenant and class.");
+    mx_tenant_family(out, "llmgate_tenant_shed_total", v, n, top,
+                     offsetof(struct lg_tenant_view, shed));
+    mx_family(out, "llmgate_tenant_tokens_total", "counter",
+              "Tokens served (prompt and completion), by tenant and class.");
+    mx_tenant_family(out, "llmgate_tenant_tokens_total", v, n, top,
+                     offsetof(struct lg_tenant_view, tokens));
+    mx_family(out, "llmgate_tenant_queue_wait_milliseconds_total", "counter",
+              "Time admitted requests waited in the admission queue, by tenant and class.");
+    mx_tenant_family(out, "llmgate_tenant_queue_wait_milliseconds_total", v, n, top,
+                     offsetof(struct lg_tenant_view, wait_ms));
+    mx_family(out, "llmgate_tenant_queued", "gauge",
+              "Requests waiting in the admission queue, by tenant (the top ones) and class.");
+    for (size_t i = 0; i < top; i++) {
+        for (int c = 0; c < LG_NCLASSES; c++) {
+            evbuffer_add_printf(out, "llmgate_tenant_queued{tenant=\"");
+            mx_value(out, v[i].name);
+            evbuffer_add_printf(out, "\",class=\"%s\"} %u\n", lg_class_name(c), v[i].queued[c]);
+        }
+    }
+    free(v);
+}
+
 /* Scale from zero, per model it is on for: what an autoscaler reads (KEDA's Prometheus scaler). */
 static void
 mx_scale_from_zero(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f)
@@ -457,6 +552,7 @@ mx_gateway(struct evbuffer *out, struct lg_gateway *gw, const struct lg_fleet *f
     mx_family(out, "llmgate_response_bytes_total", "counter", "Response bytes sent to clients.");
     evbuffer_add_printf(out, "llmgate_response_bytes_total %" PRIu64 "\n", sum.bytes_out);
     mx_decisions(out, gw);
+    mx_sched(out, gw);
     mx_family(out, "llmgate_config_reloads_total", "counter",
               "Reloads of the configuration file, by result.");
     evbuffer_add_printf(out,

@@ -27,6 +27,7 @@
 #include "fleet/fleet.h"
 #include "http/tls.h"
 #include "route/router.h"
+#include "serve/admission.h"
 #include "serve/budgetstore.h"
 #include "serve/keys.h"
 #include "serve/worker.h"
@@ -403,6 +404,7 @@ reload_commit(struct lg_reload *r, struct lg_config *conf, uint64_t ticket)
     if (gw->budgetstore != NULL) {
         lg_budgetstore_reconfigure(gw->budgetstore, &conf->budgets.redis);
     }
+    lg_admission_configure(gw->admission, conf);
     gen = __atomic_add_fetch(&r->stats.generation, 1, __ATOMIC_RELAXED);
     gw->conf = conf;
     __atomic_store_n(&lg_log_threshold, conf->log_level, __ATOMIC_RELAXED);

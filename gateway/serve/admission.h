@@ -19,7 +19,8 @@
  *
  * Scale from zero (scale_from_zero in the configuration): a new request for
  * a model with no replica ready (none up, or none registered yet) is held
- * in the same per-model order, within bounds of its own (max_held, hold);
+ * apart from the scheduler's waiters (sched.h), by arrival, served before
+ * them, within bounds of its own (max_held, hold; whatever its class);
  * past either it gets 503 with the configured Retry-After (reasons
  * model_scaled_to_zero, no_replica_ready). The first held request of a cold
  * period asks for the wake-up webhook (wakeup.c). A health check marking a
@@ -31,10 +32,12 @@
 #define LG_ADMISSION_H
 
 #include "base/lg_core.h"
+#include "serve/tenant.h"
 
 struct lg_admission;
 struct lg_admission_waiter;
 struct lg_client;
+struct lg_config;
 struct lg_gateway;
 struct lg_model_route;
 struct lg_tried;
@@ -86,6 +89,68 @@ void lg_admission_released(struct lg_admission *a, unsigned worker, const char *
  * waiters in its loop. On that worker's thread. NULL a is fine.
  */
 void lg_admission_wake_worker(struct lg_admission *a, unsigned worker);
+
+/* A reload: the tenants' table bounds and half-life. NULL a is fine. */
+void lg_admission_configure(struct lg_admission *a, const struct lg_config *conf);
+
+/* The tenants (tenant.h), or NULL for a NULL a. */
+struct lg_tenants *lg_admission_tenants(struct lg_admission *a);
+
+/*
+ * Refuses c with 429 rate_limit_exceeded for `why` (its access log's
+ * "shed"), with a Retry-After from the drain rate; counts it for its class
+ * and tenant. NULL a is fine.
+ */
+void lg_admission_refuse(struct lg_admission *a, struct lg_client *c, enum lg_shed why);
+
+/*
+ * The request goes to a backend: its prompt's estimate counts in its
+ * tenant's attained service now, its queue wait in its tenant's counters.
+ * Once per request.
+ */
+void lg_admission_charge(struct lg_admission *a, struct lg_client *c);
+
+/*
+ * The request ended: the rest of its cost (the prompt's real count less the
+ * estimate, and twice the output) counts in its tenant's service; its
+ * tenant reference is given back. Idempotent.
+ */
+void lg_admission_settle(struct lg_admission *a, struct lg_client *c);
+
+/* What the queues hold, for /admin/queues, the metrics and the status page. */
+struct lg_admission_class_view {
+    uint32_t queued;                     /* waiting now, all models */
+    uint64_t refused[LG_SHED_NREASONS];  /* refused since start, by reason */
+};
+
+/* Fills out[cls] for every class. NULL a: zeros. */
+void lg_admission_classes(struct lg_admission *a, struct lg_admission_class_view *out);
+
+typedef void (*lg_admission_model_fn)(const char *model, const uint32_t *queued,
+                                      double head_wait_ms, void *arg);
+/*
+ * Calls fn for each model with waiters: its waiters by class
+ * (queued[LG_NCLASSES]) and how long its head has waited (under the queue's
+ * lock: fn must not call into the queue).
+ */
+void lg_admission_foreach_model(struct lg_admission *a, lg_admission_model_fn fn, void *arg);
+
+/* A tenant's counters, copied. */
+struct lg_tenant_view {
+    char name[LG_TENANT_NAME_MAX + 1];
+    double service;                 /* attained service now (tokens, decayed) */
+    uint32_t queued[LG_NCLASSES];
+    uint64_t admitted[LG_NCLASSES];
+    uint64_t shed[LG_NCLASSES];
+    uint64_t tokens[LG_NCLASSES];
+    uint64_t wait_ms[LG_NCLASSES];
+};
+
+/*
+ * Every tenant's view, most tokens first ("other", the shared one, among
+ * them), in *out (free() it); returns how many.
+ */
+size_t lg_admission_tenant_views(struct lg_admission *a, struct lg_tenant_view **out);
 
 /* A model's waiters and scale-from-zero counts (metrics). */
 struct lg_admission_model_stats {

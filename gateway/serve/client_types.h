@@ -26,6 +26,7 @@
 #include "serve/attempt_types.h"
 #include "serve/keys.h"
 #include "serve/quota_types.h"
+#include "serve/tenant.h"
 #include "serve/worker.h"
 
 struct bufferevent;
@@ -125,7 +126,8 @@ struct lg_request {
     struct lg_quota *quota;       /* owned by quota.c: its tokens reserved in the key's
                                      budget, the key's limits for the x-ratelimit headers;
                                      NULL: a key with neither (or no key) */
-    struct lg_admission_waiter *waiter; /* owned by admission.c while queued */
+    struct lg_req_sched sched;    /* its tenant, class, TTFT target, queue wait (tenant.c,
+                                     admission.c) */
 
     /* the exchange with the backend (proxy.c, attempt.c, hedge.c, relay.c) */
     struct lg_fleet *fleet;       /* one reference while dispatched */

@@ -28,6 +28,7 @@
 #include "base/config_loc.h"
 #include "http/openai.h"
 #include "serve/budget.h"
+#include "serve/tenant.h"
 
 #define KEYS_MAX        100000
 #define KEYS_MAX_BYTES  (64u << 20)
@@ -52,6 +53,7 @@ struct lg_key {
     struct keys_counters *ctr;      /* one reference */
     struct lg_budget_limits budget; /* tokens per minute and per day; 0: none */
     struct lg_budget *account;      /* one reference when budget is limited; else NULL */
+    struct lg_key_sched sched;      /* class, max_class, ttft_target_ms */
 };
 
 struct keys_table {
@@ -366,11 +368,55 @@ keys_budget(struct keys_ctx *ctx, const char *ptr, json_t *budget, struct lg_key
     }
 }
 
+/* A class name at obj[member] (def when absent); -1 on error. */
+static int
+keys_class(struct keys_ctx *ctx, const char *ptr, json_t *obj, const char *member, int def)
+{
+    json_t *v = json_object_get(obj, member);
+    char p[256];
+    int cls;
+
+    if (v == NULL || json_is_null(v)) {
+        return def;
+    }
+    snprintf(p, sizeof(p), "%s/%s", ptr, member);
+    cls = json_is_string(v) ? lg_class_parse(json_string_value(v), json_string_length(v)) : -1;
+    if (cls < 0) {
+        keys_error(ctx, p, "expected a class: \"batch\", \"default\", \"interactive\" or "
+                           "\"system\"");
+    }
+    return cls;
+}
+
+/* "class", "max_class" (at least class; default: class), "ttft_target_ms". */
+static void
+keys_sched(struct keys_ctx *ctx, const char *ptr, json_t *e, struct lg_key *key)
+{
+    int cls = keys_class(ctx, ptr, e, "class", LG_CLASS_DEFAULT);
+    int max = keys_class(ctx, ptr, e, "max_class", cls < 0 ? LG_CLASS_DEFAULT : cls);
+    double t = keys_number(ctx, ptr, e, "ttft_target_ms", 1, 3600000, 0);
+    char p[256];
+
+    if (cls >= 0 && max >= 0 && max < cls) {
+        snprintf(p, sizeof(p), "%s/max_class", ptr);
+        keys_error(ctx, p, "must not be below class (\"%s\" < \"%s\")", lg_class_name(max),
+                   lg_class_name(cls));
+    }
+    if (t != floor(t)) {
+        snprintf(p, sizeof(p), "%s/ttft_target_ms", ptr);
+        keys_error(ctx, p, "must be a whole number of milliseconds");
+    }
+    key->sched.cls = (uint8_t)(cls < 0 ? LG_CLASS_DEFAULT : cls);
+    key->sched.max_class = (uint8_t)(max < 0 ? key->sched.cls : max);
+    key->sched.ttft_target_ms = (uint32_t)t;
+}
+
 static struct lg_key *
 keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
 {
-    static const char *const known[] = { "name", "sha256", "models", "max_concurrency",
-                                         "rate", "budget", NULL };
+    static const char *const known[] = { "name",   "sha256", "models",    "max_concurrency",
+                                         "rate",   "budget", "class",     "max_class",
+                                         "ttft_target_ms", NULL };
     struct lg_key *key;
     char ptr[64], p[128];
     const char *name, *sha;
@@ -443,6 +489,7 @@ keys_entry(struct keys_ctx *ctx, size_t idx, json_t *e)
     if (json_object_get(e, "budget") != NULL && !json_is_null(json_object_get(e, "budget"))) {
         keys_budget(ctx, ptr, json_object_get(e, "budget"), key);
     }
+    keys_sched(ctx, ptr, e, key);
     if (ctx->nerrors != before) {
         keys_unref(key);
         return NULL;
@@ -932,4 +979,14 @@ lg_keys_hash_hex(const void *data, size_t len, char out[65])
         out[2 * i + 1] = hex[sha[i] & 15];
     }
     out[64] = '\0';
+}
+
+bool
+lg_keys_sched(const struct lg_key_hold *hold, struct lg_key_sched *out)
+{
+    if (hold->key == NULL) {
+        return false;
+    }
+    *out = hold->key->sched;
+    return true;
 }

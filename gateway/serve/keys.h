@@ -118,6 +118,10 @@ typedef void (*lg_keys_budget_fn)(const char *name, const struct lg_budget_limit
  */
 void lg_keys_foreach_budget(struct lg_keys *k, lg_keys_budget_fn fn, void *arg);
 
+struct lg_key_sched;
+/* The held key's scheduling fields (tenant.h) in *out; false when no key is held. */
+bool lg_keys_sched(const struct lg_key_hold *hold, struct lg_key_sched *out);
+
 /* The held key's name (for the log), or NULL. */
 const char *lg_keys_name(const struct lg_key_hold *hold);
 

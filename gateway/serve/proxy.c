@@ -121,6 +121,34 @@ proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
 
 /* ---- 3. openai: the request is read -------------------------------------- */
 
+/* The request's tenant, class and TTFT target (tenant.c); LG_OK, or it is refused. */
+static int
+proxy_classify(struct lg_client *c)
+{
+    struct lg_request *req = &c->req;
+    struct lg_key_sched ks;
+    bool has_key = lg_keys_sched(&req->auth, &ks);
+    struct lg_tenant_refusal no;
+    int want;
+
+    if (lg_tenant_resolve(lg_admission_tenants(c->w->gw->admission), lg_client_conf(c),
+                          &req->hdrs, lg_keys_name(&req->auth), has_key ? &ks : NULL,
+                          req->t_start, &req->sched, &no)
+        != LG_OK) {
+        lg_client_fail_param(c, no.status, no.code, no.param, "%s", no.message);
+        return LG_EINVAL;
+    }
+    if (req->sched.clamped) {
+        const struct lg_hdr *h = lg_hdrs_find(&req->hdrs, lg_client_conf(c)->scheduling.priority_header);
+
+        want = h != NULL ? lg_class_parse(lg_hdrs_value(&req->hdrs, h), h->value_len) : -1;
+        LG_CONN_LOG(LG_LOG_INFO, c, "key \"%s\" asked for class %s, above its max_class: %s",
+                    lg_keys_name(&req->auth) ? lg_keys_name(&req->auth) : "-",
+                    lg_class_name(want), lg_class_name(req->sched.cls));
+    }
+    return LG_OK;
+}
+
 /* The request is read completely (client.c): answer it or route it. */
 static void
 proxy_dispatch(struct lg_client *c)
@@ -172,10 +200,16 @@ proxy_dispatch(struct lg_client *c)
                              "the request body has no \"model\" field");
         return;
     }
-    if (lg_auth_admit(&c->req, &no) != LG_OK
-        || (req->auth.key != NULL
-            && lg_quota_admit(req, &lg_client_conf(c)->budgets, &c->w->gw->budget_refuses, &no)
-                   != LG_OK)) {
+    if (lg_auth_admit(&c->req, &no) != LG_OK) {
+        lg_client_fail(c, no.status, no.code, "%s", no.message);
+        return;
+    }
+    if (proxy_classify(c) != LG_OK) {
+        return;
+    }
+    if (lg_quota_admit(req, &lg_client_conf(c)->budgets,
+                       lg_admission_tenants(c->w->gw->admission), &c->w->gw->budget_refuses, &no)
+        != LG_OK) {
         lg_client_fail(c, no.status, no.code, "%s", no.message);
         return;
     }
@@ -355,6 +389,63 @@ proxy_start(struct lg_client *c)
 }
 
 /*
+ * The router's predicted TTFT for its pick (ms), or -1 without one: the
+ * engine model's, else the measured terms', else its queueing plus its
+ * service where it learnt one.
+ */
+static double
+proxy_predicted_ttft_ms(const struct lg_route_result *p)
+{
+    if (p->model_pred_ms >= 0) {
+        return p->model_pred_ms;
+    }
+    if (p->meas_pred_ms >= 0) {
+        return p->meas_pred_ms;
+    }
+    return p->service_ms > 0 ? p->wait_ms + p->ahead_ms + p->service_ms : -1;
+}
+
+/*
+ * A sheddable class's request is refused now (true) where its pick's
+ * backend has no room left but the share its class's `reserve` leaves to
+ * higher classes, or where no backend is predicted to meet its TTFT target
+ * (its pick is the best candidate), rather than lengthening everyone's
+ * wait.
+ */
+static bool
+proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_scheduling_conf *sc = &req->fleet->conf->scheduling;
+    double pred, left_ms;
+    uint64_t now;
+
+    if (!sc->fair || !sc->classes[req->sched.cls].sheddable || req->tries.n > 0
+        || a->pick.probe) {
+        return false;
+    }
+    if (sc->classes[req->sched.cls].reserve > 0 && lg_backend_conf(a->pick.backend)->max_inflight > 0
+        && (double)(lg_backend_inflight(a->pick.backend) + 1)
+               > (double)lg_backend_conf(a->pick.backend)->max_inflight
+                     * (1.0 - sc->classes[req->sched.cls].reserve)) {
+        /* the room left there is reserved for higher classes */
+        lg_admission_refuse(c->w->gw->admission, c, LG_SHED_SATURATED);
+        return true;
+    }
+    if (req->sched.deadline_ns == 0) {
+        return false;
+    }
+    pred = proxy_predicted_ttft_ms(&a->pick);
+    now = lg_now_ns();
+    left_ms = req->sched.deadline_ns > now ? (double)(req->sched.deadline_ns - now) / 1e6 : 0;
+    if (pred < 0 || pred <= left_ms) {
+        return false;
+    }
+    lg_admission_refuse(c->w->gw->admission, c, LG_SHED_TTFT_TARGET);
+    return true;
+}
+
+/*
  * The request's next attempt, of `kind`: the router's pick, then the
  * launch; or a wait in the admission queue; or, with no backend to pick,
  * the request's end (a continuation's stream is cut).
@@ -389,15 +480,19 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
         && lg_admission_hold(c->w->gw->admission, c, rc, proxy_admitted)) {
-        if (req->tries.trace != NULL && c->req.waiter != NULL) {
+        if (req->tries.trace != NULL && c->req.sched.waiter != NULL) {
             lg_trace_held(c);
         }
         return; /* waits for a backend slot (admission.c), or was refused */
+    }
+    if (rc == LG_OK && kind != LG_ATTEMPT_CONTINUATION && proxy_shed_ttft(c, a)) {
+        return; /* refused: no backend meets its TTFT target */
     }
     if (rc == LG_OK && (req->flags & LG_REQ_F_FOLLOW_UP)) {
         a->pick.reason = "previous_response_owner"; /* the only candidate it had */
     }
     if (rc == LG_OK) {
+        lg_admission_charge(c->w->gw->admission, c);
         if (proxy_launch(c, a) != LG_OK) {
             proxy_attempt_failed(c, a, LG_FAIL_CONNECT);
         }
@@ -893,6 +988,7 @@ proxy_release(struct lg_client *c)
         req->timer = NULL;
     }
     lg_tried_clear(&req->tries.tried);
+    lg_admission_settle(c->w->gw->admission, c);
     lg_fleet_unref(req->fleet);
     req->fleet = NULL;
 }

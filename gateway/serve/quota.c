@@ -18,6 +18,7 @@
 #include "base/config_types.h"
 #include "serve/auth.h"
 #include "serve/client_types.h"
+#include "serve/tenant.h"
 
 static const char *const quota_period_names[LG_BUDGET_NPERIODS] = {
     [LG_BUDGET_MINUTE] = "tokens per min (TPM)",
@@ -80,66 +81,111 @@ lg_quota_note_rate(struct lg_request *req)
     }
 }
 
-int
-lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
-               const bool *store_refuses, struct lg_auth_refusal *no)
+/*
+ * Reserves `tokens` in account for the request (`who`: "key", "tenant"); on
+ * a refusal fills *no (429, the message in OpenAI's words) and returns its
+ * LG_EBUSY or LG_EINVAL.
+ */
+static int
+quota_reserve(struct lg_request *req, struct lg_budget *account,
+              const struct lg_budget_limits *lim, uint64_t tokens, const char *who,
+              const char *name, struct lg_auth_refusal *no)
 {
-    const struct lg_budget_limits *lim;
-    struct lg_budget *account;
-    struct lg_quota *q;
-    uint64_t tokens, prompt;
+    struct lg_quota *q = req->quota;
+    struct lg_budget_view v;
     char wait[32];
-    int rc;
+    int rc = lg_budget_reserve(account, lim, tokens, lg_wall_ns() / LG_NS_PER_MS, &v);
 
-    if (req->auth.key == NULL) {
-        return LG_OK;
+    /* the headers tell of the budget with the least left */
+    if (!(q->flags & LG_QUOTA_F_TOKENS) || rc != LG_OK || v.remaining < q->tokens.remaining) {
+        q->tokens = v;
     }
-    lg_quota_note_rate(req);
-    account = lg_keys_budget(&req->auth, &lim);
-    if (account == NULL || (req->quota != NULL && req->quota->account != NULL)) {
-        return LG_OK;
-    }
-    q = quota_of(req);
-    if (__atomic_load_n(store_refuses, __ATOMIC_RELAXED)) {
-        req->retry_after_ms = 1000;
-        no->status = 503;
-        no->code = "budget_store_unavailable";
-        snprintf(no->message, sizeof(no->message),
-                 "the key \"%s\" has a token budget shared with other gateways, and their store "
-                 "does not answer; try again later",
-                 lg_keys_name(&req->auth));
-        return LG_EINVAL;
-    }
-    tokens = lg_quota_estimate(req, conf, &prompt);
-    rc = lg_budget_reserve(account, lim, tokens, lg_wall_ns() / LG_NS_PER_MS, &q->tokens);
     q->flags |= LG_QUOTA_F_TOKENS;
     if (rc == LG_OK) {
-        q->account = account;
-        q->reserved = tokens;
-        q->prompt_estimate = prompt;
         return LG_OK;
     }
     no->status = 429;
     no->code = "rate_limit_exceeded";
     if (rc == LG_EINVAL) {
         q->flags |= LG_QUOTA_F_NEVER;
-        req->retry_after_ms = (uint32_t)LG_MIN(q->tokens.reset_ms, UINT64_C(86400000));
+        req->retry_after_ms = (uint32_t)LG_MIN(v.reset_ms, UINT64_C(86400000));
         snprintf(no->message, sizeof(no->message),
-                 "Request too large for key \"%s\" on %s: Limit %" PRIu64 ", Requested %" PRIu64
+                 "Request too large for %s \"%s\" on %s: Limit %" PRIu64 ", Requested %" PRIu64
                  " (the prompt's estimate and max_tokens for each choice). Lower max_tokens or "
                  "send a shorter prompt.",
-                 lg_keys_name(&req->auth), quota_period_names[q->tokens.period], q->tokens.limit,
-                 q->tokens.requested);
+                 who, name, quota_period_names[v.period], v.limit, v.requested);
         return LG_EINVAL;
     }
-    req->retry_after_ms = (uint32_t)LG_MIN(q->tokens.retry_ms, UINT64_C(86400000));
-    lg_quota_duration(q->tokens.retry_ms, wait, sizeof(wait));
+    req->retry_after_ms = (uint32_t)LG_MIN(v.retry_ms, UINT64_C(86400000));
+    lg_quota_duration(v.retry_ms, wait, sizeof(wait));
     snprintf(no->message, sizeof(no->message),
-             "Rate limit reached for key \"%s\" on %s: Limit %" PRIu64 ", Used %" PRIu64
+             "Rate limit reached for %s \"%s\" on %s: Limit %" PRIu64 ", Used %" PRIu64
              ", Requested %" PRIu64 ". Please try again in %s.",
-             lg_keys_name(&req->auth), quota_period_names[q->tokens.period], q->tokens.limit,
-             q->tokens.used, q->tokens.requested, wait);
-    return LG_EINVAL;
+             who, name, quota_period_names[v.period], v.limit, v.used, v.requested, wait);
+    return LG_EBUSY;
+}
+
+int
+lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
+               struct lg_tenants *tenants, const bool *store_refuses, struct lg_auth_refusal *no)
+{
+    const struct lg_budget_limits *lim = NULL;
+    struct lg_budget_limits tlim;
+    struct lg_budget *account = NULL, *taccount = NULL;
+    struct lg_quota *q;
+    uint64_t tokens, prompt;
+
+    if (req->auth.key != NULL) {
+        lg_quota_note_rate(req);
+        account = lg_keys_budget(&req->auth, &lim);
+    }
+    if (req->sched.by_header && req->sched.tenant != NULL && tenants != NULL) {
+        taccount = lg_tenants_budget(tenants, req->sched.tenant, &tlim);
+    }
+    if ((account == NULL && taccount == NULL)
+        || (req->quota != NULL && (req->quota->account != NULL || req->quota->tenant_account))) {
+        lg_budget_unref(taccount);
+        return LG_OK;
+    }
+    q = quota_of(req);
+    if (__atomic_load_n(store_refuses, __ATOMIC_RELAXED)) {
+        lg_budget_unref(taccount);
+        req->retry_after_ms = 1000;
+        no->status = 503;
+        no->code = "budget_store_unavailable";
+        snprintf(no->message, sizeof(no->message),
+                 "the %s \"%s\" has a token budget shared with other gateways, and their store "
+                 "does not answer; try again later",
+                 account != NULL ? "key" : "tenant",
+                 account != NULL ? lg_keys_name(&req->auth) : req->sched.tenant->name);
+        return LG_EINVAL;
+    }
+    tokens = lg_quota_estimate(req, conf, &prompt);
+    q->prompt_estimate = prompt;
+    if (account != NULL) {
+        if (quota_reserve(req, account, lim, tokens, "key", lg_keys_name(&req->auth), no)
+            != LG_OK) {
+            lg_budget_unref(taccount);
+            return LG_EINVAL;
+        }
+        q->account = account;
+        q->reserved = tokens;
+    }
+    if (taccount != NULL) {
+        if (quota_reserve(req, taccount, &tlim, tokens, "tenant", req->sched.tenant->name, no)
+            != LG_OK) {
+            lg_budget_unref(taccount);
+            if (q->account != NULL) {
+                /* the key's reservation goes back: the request does not run */
+                lg_budget_settle(q->account, q->reserved, 0, lg_wall_ns() / LG_NS_PER_MS);
+                q->account = NULL;
+            }
+            return LG_EINVAL;
+        }
+        q->tenant_account = taccount;
+        q->tenant_reserved = tokens;
+    }
+    return LG_OK;
 }
 
 size_t
@@ -199,7 +245,7 @@ lg_quota_headers(const struct lg_request *req, char *buf, size_t cap)
     }
     if (q->flags & LG_QUOTA_F_TOKENS) {
         /* refused: what is left for a request of any size (none was reserved) */
-        uint64_t left = q->account != NULL                  ? q->tokens.remaining
+        uint64_t left = q->account != NULL || q->tenant_account != NULL ? q->tokens.remaining
                         : q->tokens.used >= q->tokens.limit ? 0
                                                             : q->tokens.limit - q->tokens.used;
 
@@ -260,6 +306,11 @@ lg_quota_end(struct lg_request *req)
 
     if (q->account != NULL) {
         lg_budget_settle(q->account, q->reserved, lg_quota_used(req), lg_wall_ns() / LG_NS_PER_MS);
+    }
+    if (q->tenant_account != NULL) {
+        lg_budget_settle(q->tenant_account, q->tenant_reserved, lg_quota_used(req),
+                         lg_wall_ns() / LG_NS_PER_MS);
+        lg_budget_unref(q->tenant_account);
     }
     free(q);
     req->quota = NULL;

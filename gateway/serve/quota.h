@@ -19,6 +19,7 @@
 struct lg_auth_refusal;
 struct lg_budgets_conf;
 struct lg_request;
+struct lg_tenants;
 
 /*
  * The tokens a request reserves: its prompt's estimate (bytes over
@@ -39,7 +40,8 @@ uint64_t lg_quota_estimate(const struct lg_request *req, const struct lg_budgets
  * larger than a whole window's limit) or 503 budget_store_unavailable.
  */
 int lg_quota_admit(struct lg_request *req, const struct lg_budgets_conf *conf,
-                   const bool *store_refuses, struct lg_auth_refusal *no);
+                   struct lg_tenants *tenants, const bool *store_refuses,
+                   struct lg_auth_refusal *no);
 
 /*
  * Notes the held key's request rate for the headers of a refusal that came

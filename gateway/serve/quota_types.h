@@ -21,6 +21,9 @@ struct lg_quota {
                                    NULL: nothing reserved (or settled already) */
     uint64_t reserved;         /* tokens reserved in it */
     uint64_t prompt_estimate;  /* tokens the prompt was estimated at */
+    struct lg_budget *tenant_account; /* one reference: its tenant's budget (tenants.budget)
+                                         while tokens are reserved there; NULL: none */
+    uint64_t tenant_reserved;
     uint32_t flags;            /* LG_QUOTA_F_* */
     struct lg_budget_view tokens;
     struct lg_keys_rate_view requests;

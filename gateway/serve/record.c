@@ -570,8 +570,8 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     static const struct lg_attempt none;
     const struct lg_attempt *att = req->att != NULL ? req->att : &none; /* the last attempt */
     /* the fixed part and numbers (under 1 KiB), the explanation, the path,
-     * ten other strings and the attempts at their most: no line is ever cut */
-    char mem[1024 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 10 * ALOG_STR_MAX
+     * eleven other strings and the attempts at their most: no line is ever cut */
+    char mem[1280 + LG_ROUTE_EXPLAIN_BYTES + ALOG_PATH_MAX + 11 * ALOG_STR_MAX
              + (LG_ATTEMPT_LOG_MAX + 1) * ALOG_ATTEMPT_MAX];
     struct alog_line l = { mem, 0, sizeof(mem) - 2 };
 
@@ -583,6 +583,14 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_safe(&l, client_addr);
     line_lit(&l, ",\"key\":");
     line_cstr(&l, lg_keys_name(&req->auth)); /* the key's name, never the key */
+    line_lit(&l, ",\"tenant\":");
+    line_cstr(&l, req->sched.tenant != NULL ? req->sched.tenant->name : NULL);
+    line_lit(&l, ",\"class\":");
+    if (req->sched.tenant != NULL) { /* classified (tenant.c) */
+        line_safe(&l, lg_class_name(req->sched.cls));
+    } else {
+        line_lit(&l, "null");
+    }
     line_lit(&l, ",\"method\":");
     line_safe(&l, llhttp_method_name((llhttp_method_t)req->method));
     line_lit(&l, ",\"path\":");
@@ -633,6 +641,16 @@ record_line(struct lg_alog_buf *buf, const struct lg_request *req, const char *c
     line_ms(&l, req->t_start, req->t_read);
     line_lit(&l, ",\"queue\":");
     line_ms(&l, req->t_read, att->t_dispatch);
+    line_lit(&l, ",\"queue_wait\":");
+    line_ms(&l, req->sched.queue_ns ? 1 : 0, 1 + req->sched.queue_ns);
+    line_lit(&l, ",\"ttft_target\":");
+    if (req->sched.ttft_target_ms > 0) {
+        line_u64(&l, req->sched.ttft_target_ms);
+    } else {
+        line_lit(&l, "null");
+    }
+    line_lit(&l, ",\"shed\":");
+    line_cstr(&l, lg_shed_name((enum lg_shed)req->sched.shed));
     line_lit(&l, ",\"connect\":");
     line_ms(&l, att->t_dispatch, att->t_connect);
     line_lit(&l, ",\"ttfb\":");

@@ -294,6 +294,78 @@ lg_relay_start(struct lg_upconn *u)
     u->parser.data = u;
 }
 
+/*
+ * The request's class as the backend's priority field: the body (a JSON
+ * object: the proxy parsed it) goes as `{"priority":N,` written in `field`
+ * and the rest of the body after its "{" (`}` alone: no comma), copied into
+ * a new buffer (*body replaced; the original stays intact for a retry). A client's own "priority" comes later
+ * in the object, and wins with the engines' JSON parsers (the last one).
+ * False when the body does not start with "{" (nothing changed).
+ */
+static bool
+relay_priority_body(struct evbuffer **body, uint64_t *body_bytes, int cls, char *field,
+                    size_t cap, size_t *field_len)
+{
+    struct evbuffer *b = *body, *rest;
+    size_t len = evbuffer_get_length(b), i = 0, skip;
+    unsigned char ch = 0;
+    bool empty;
+
+    while (i < len) {
+        struct evbuffer_ptr p;
+
+        evbuffer_ptr_set(b, &p, i, EVBUFFER_PTR_SET);
+        if (evbuffer_copyout_from(b, &p, &ch, 1) != 1 || (ch != ' ' && ch != '\t' && ch != '\r'
+                                                          && ch != '\n')) {
+            break;
+        }
+        i++;
+    }
+    if (ch != '{') {
+        return false;
+    }
+    skip = i + 1;
+    for (i = skip, empty = false; i < len; i++) {
+        struct evbuffer_ptr p;
+
+        evbuffer_ptr_set(b, &p, i, EVBUFFER_PTR_SET);
+        if (evbuffer_copyout_from(b, &p, &ch, 1) != 1) {
+            break;
+        }
+        if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') {
+            empty = ch == '}';
+            break;
+        }
+    }
+    *field_len = (size_t)snprintf(field, cap, "{\"priority\":%d%s", LG_CLASS_DEFAULT - cls,
+                                  empty ? "" : ",");
+    /* a copy: the body's chains may be references already, which libevent does not
+     * reference again */
+    rest = evbuffer_new();
+    {
+        struct evbuffer_ptr p;
+        struct evbuffer_iovec v[16];
+        int n;
+
+        evbuffer_ptr_set(b, &p, skip, EVBUFFER_PTR_SET);
+        while (p.pos >= 0 && (size_t)p.pos < len
+               && (n = evbuffer_peek(b, -1, &p, v, (int)LG_ARRAY_SIZE(v))) > 0) {
+            size_t got = 0;
+
+            for (int k = 0; k < LG_MIN(n, (int)LG_ARRAY_SIZE(v)); k++) {
+                evbuffer_add(rest, v[k].iov_base, v[k].iov_len);
+                got += v[k].iov_len;
+            }
+            if (evbuffer_ptr_set(b, &p, got, EVBUFFER_PTR_ADD) != 0) {
+                break;
+            }
+        }
+    }
+    *body = rest;
+    *body_bytes = evbuffer_get_length(rest) + *field_len;
+    return true;
+}
+
 void
 lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
 {
@@ -306,7 +378,10 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     const char *method = llhttp_method_name((llhttp_method_t)req->method);
     size_t before = evbuffer_get_length(out), sent;
     struct evbuffer *body = req->body;
+    struct evbuffer *own = NULL;
     uint64_t body_bytes = req->body_bytes;
+    char prio[48];
+    size_t prio_len = 0;
 
     relay_head_init(&hb, out);
     lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
@@ -354,6 +429,10 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
         head_add(&hb, "\r\nAuthorization: Bearer ", 24);
         head_str(&hb, bc->api_key);
     }
+    if (bc->priority_field != LG_PRIORITY_FIELD_OFF && body_bytes > 0
+        && relay_priority_body(&body, &body_bytes, req->sched.cls, prio, sizeof(prio), &prio_len)) {
+        own = body; /* the body less its "{", after the field (in the head's buffer) */
+    }
     if (req->tries.trace != NULL) {
         relay_trace_headers(&hb, req, u->attempt);
     }
@@ -362,6 +441,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
         head_u64(&hb, body_bytes);
     }
     head_add(&hb, "\r\n\r\n", 4);
+    head_add(&hb, prio, prio_len);
     /*
      * Straight to the socket when nothing is queued (a pooled connection),
      * else queued; the body by reference either way, kept intact in
@@ -369,6 +449,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
      * already: then all of it is.
      */
     sent = lg_bevio_write_msg(u->bev, hb.buf, hb.n, body_bytes > 0 ? body : NULL);
+    if (own != NULL) {
+        evbuffer_free(own); /* the output holds its own reference to the bytes */
+    }
     LG_STAT_ADD(u->b, bytes_out, evbuffer_get_length(out) + sent - before);
 }
 

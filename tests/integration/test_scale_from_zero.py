@@ -23,7 +23,8 @@ import unittest
 
 import harness
 import test_discovery
-from harness import Harness, chat_body, free_port, metric, post_json, scrape, wait_until
+from harness import (Harness, chat_body, free_port, http_request, metric, post_json, scrape,
+                     wait_until)
 
 FAST = ["--decode-ms", "2", "--decode-ms-per-seq", "0", "--prefill-us-per-token", "1"]
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node")
@@ -68,14 +69,16 @@ class Webhook:
 class Async:
     """A request run in a thread; .result is (status, headers, body)."""
 
-    def __init__(self, port, body, timeout=60):
+    def __init__(self, port, body, timeout=60, headers=None):
         self.result = None
-        self.t = threading.Thread(target=self._run, args=(port, body, timeout), daemon=True)
+        self.t = threading.Thread(target=self._run, args=(port, body, timeout, headers),
+                                  daemon=True)
         self.t.start()
 
-    def _run(self, port, body, timeout):
+    def _run(self, port, body, timeout, headers):
         try:
-            self.result = post_json(port, "/v1/chat/completions", body, timeout=timeout)[:3]
+            self.result = post_json(port, "/v1/chat/completions", body, headers=headers,
+                                    timeout=timeout)[:3]
         except OSError as e:
             self.result = (None, {}, repr(e))
 
@@ -192,6 +195,42 @@ class ScaleFromZeroTest(Harness):
         self.assertEqual(status, 200)
         self.gw.signal(signal.SIGTERM)
         self.assertEqual(self.gw.wait(30), 0)
+
+    def test_held_requests_go_by_arrival_whatever_their_class(self):
+        # the scheduler orders the waiters of a busy replica by class; requests held for a
+        # replica go by arrival, a sheddable class's too (it is held, not refused)
+        port = self.gateway({"enabled": True, "max_held": 10, "hold": "60s"}, max_inflight=1,
+                            scheduling={"batch": {"sheddable": True}})
+        self.await_down()
+        reqs = []
+        for i, (content, cls) in enumerate([("a", "batch"), ("bb", "interactive"),
+                                            ("ccc", "default"), ("dddd", "batch")]):
+            reqs.append(Async(port, chat_body(max_tokens=3, content=content),
+                              headers={"x-llmgate-priority": cls}))
+            self.gw.wait_for(r'held for model "m" behind %d' % i)
+        wait_until(lambda: held(self.admin) == 4, what="4 requests held")
+        q = json.loads(http_request(self.admin, "GET", "/admin/queues")[2])
+        by = q["models"][0]["by_class"]
+        self.assertEqual((by["batch"], by["default"], by["interactive"], by["system"]),
+                         (2, 1, 1, 0), q)
+        m = scrape(self.admin)
+        self.assertEqual(metric(m, "llmgate_sched_queued", **{"class": "batch"}), 2)
+        self.assertEqual(metric(m, "llmgate_sched_refused_total",
+                                **{"class": "batch", "reason": "saturated"}), 0)
+        self.start_replica()
+        self.gw.wait_for(r"backend r1 is up")
+        results = [r.wait() for r in reqs]
+        self.assertEqual([r[0] for r in results], [200] * 4, results)
+        wait_until(lambda: held(self.admin) == 0, what="nothing held")
+        log = [r for r in harness.read_access_log(self.path("access.log"), 4)
+               if r["status"] == 200]
+        def dispatched(r):
+            t = datetime.datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).timestamp()
+            return t * 1000 + r["read"] + r["queue"]
+        ours = sorted(log, key=dispatched)
+        self.assertEqual([(r["prompt_bytes"], r["class"]) for r in ours],
+                         [(1, "batch"), (2, "interactive"), (3, "default"), (4, "batch")], ours)
+        self.assertTrue(all(r["queue_wait"] > 0 and r["shed"] is None for r in ours), ours)
 
     def test_hold_deadline_gives_503_with_retry_after(self):
         port = self.gateway({"enabled": True, "hold": "600ms", "retry_after": "7s"})

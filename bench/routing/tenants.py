@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""The `tenants` scenario: a shared fleet, three tenants, FIFO against classes.
+
+On an llmsim fleet (the routing benchmark's timing model, scenarios.SIM),
+three tenants send at once, each with its own API key and llmload:
+
+  interactive  40% of capacity, streamed, class "interactive", TTFT target 500 ms
+  agent        20% of capacity in bursts (3x for 2 s, then quieter), class "default"
+  batch       150% of capacity, class "batch", sheddable
+
+against llmgate as it is without classes ("fifo": scheduling.fair false, one
+first-come-first-served admission queue) and with them ("classes"); the
+interactive tenant alone through "classes" (its yardstick); "reserve":
+"classes" with batch's reserve (--reserve, 0.25: batch is refused where a
+backend has less than that share of its max_inflight free, left to the
+higher classes); and, with
+--runs, nginx ("nginx": least_conn, limit_req per key: batch held to the 40%
+of capacity the others leave, agent to its burst rate; over it 429) and
+HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
+HAProxy queues, http-request set-priority-class per key: interactive first,
+batch last; timeout queue 30s). Every backend has
+max_inflight = its engine's slots, so that the gateway, not the engine, holds
+what waits. Per tenant it prints p50 / p99 TTFT (llmload's, from the scheduled
+arrival), goodput (answered 200 within the target, of all sent; without a
+target: answered 200), tokens served and refusals (429) and other failures,
+and writes report.json in the run's folder. These are llmsim figures: the
+engines are simulated.
+
+  bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
+                           [--runs alone,fifo,classes,reserve,nginx,haproxy]
+                           [--reserve 0.25] [--out DIR]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import procs as P  # noqa: E402
+import scenarios as S  # noqa: E402
+
+TENANTS = [
+    # name, share of capacity, class, TTFT target (ms), burst, stream
+    ("interactive", 0.40, "interactive", 500, None, True),
+    ("agent", 0.20, "default", None, "3:2:4", True),
+    ("batch", 1.50, "batch", None, None, False),
+]
+
+
+def key_of(name):
+    return "sk-bench-%s-0123456789" % name
+
+
+class Fleet(P.Fleet):
+    """The routing benchmark's llmsim fleet; each backend at most its slots at once."""
+
+    def backends(self):
+        out = super().backends()
+        for b in out:
+            b["max_inflight"] = self.scen["sim"]["slots"]
+        return out
+
+
+def gateway_base(rundir, fair, reserve=0.0):
+    keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
+                      "models": "*", "class": cls}
+                     for n, _, cls, _, _, _ in TENANTS]}
+    path = os.path.join(rundir, "keys.json")
+    with open(path, "w") as f:
+        json.dump(keys, f, indent=2)
+    return {
+        "auth": {"keys_file": path},
+        "limits": {"queue_length": 4096},
+        "timeouts": {"queue": "30s"},
+        "scheduling": {"fair": fair,
+                       "interactive": {"ttft_target": "500ms"},
+                       "batch": {"sheddable": True, "reserve": reserve}},
+    }
+
+
+NGINX_TENANTS_CONF = """\
+worker_processes 1;
+error_log {prefix}/error.log warn;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    map $http_authorization $batch_key {{ "Bearer {batch}" $http_authorization; default ""; }}
+    map $http_authorization $agent_key {{ "Bearer {agent}" $http_authorization; default ""; }}
+    limit_req_zone $batch_key zone=batch:1m rate={batch_rate}r/s;
+    limit_req_zone $agent_key zone=agent:1m rate={agent_rate}r/s;
+    limit_req_status 429;
+    upstream fleet {{
+        least_conn;
+{servers}
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            limit_req zone=batch burst=20 nodelay;
+            limit_req zone=agent burst=20 nodelay;
+            proxy_pass http://fleet;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"""
+
+HAPROXY_TENANTS_CONF = """\
+global
+    maxconn 8000
+defaults
+    mode http
+    timeout connect 3s
+    timeout client 300s
+    timeout server 300s
+    timeout queue 30s
+    timeout http-keep-alive 75s
+    timeout http-request 10s
+    http-reuse always
+    option http-no-delay
+frontend fe
+    bind 127.0.0.1:{port}
+    default_backend fleet
+backend fleet
+    balance leastconn
+    http-request set-priority-class int(-10) if {{ req.hdr(authorization) -m str "Bearer {inter}" }}
+    http-request set-priority-class int(0) if {{ req.hdr(authorization) -m str "Bearer {agent}" }}
+    http-request set-priority-class int(10) if {{ req.hdr(authorization) -m str "Bearer {batch}" }}
+{servers}
+"""
+
+
+class Proxy:
+    """nginx or HAProxy with the tenants' settings, on a port free a moment before."""
+
+    def __init__(self, kind, rundir, fleet, cap):
+        self.kind, self.rundir, self.fleet, self.cap = kind, rundir, fleet, cap
+        self.procs, self.ports = [], []
+
+    def start(self):
+        port = P.free_port()
+        slots = self.fleet.scen["sim"]["slots"]
+        keys = {"inter": key_of("interactive"), "agent": key_of("agent"),
+                "batch": key_of("batch")}
+        if self.kind == "nginx":
+            prefix = os.path.join(self.rundir, "nginx")
+            os.makedirs(os.path.join(prefix, "tmp"), exist_ok=True)
+            conf = os.path.join(prefix, "nginx.conf")
+            servers = "\n".join("        server %s;" % a for a in self.fleet.addrs())
+            with open(conf, "w") as f:
+                f.write(NGINX_TENANTS_CONF.format(
+                    prefix=prefix, port=port, servers=servers,
+                    batch_rate=max(1, int(0.40 * self.cap)), agent_rate=max(1, int(0.60 * self.cap)),
+                    **keys))
+            argv = [P.which("nginx"), "-p", prefix, "-c", conf, "-g", "daemon off;"]
+        else:
+            conf = os.path.join(self.rundir, "haproxy.cfg")
+            servers = "\n".join("    server %s %s maxconn %d" % (n, a, slots)
+                                 for n, a in zip(self.fleet.names, self.fleet.addrs()))
+            with open(conf, "w") as f:
+                f.write(HAPROXY_TENANTS_CONF.format(port=port, servers=servers, **keys))
+            argv = [P.which("haproxy"), "-f", conf, "-db"]
+        p = P.Proc(argv, os.path.join(self.rundir, self.kind + ".log"))
+        p.wait_port(port)
+        self.procs, self.ports = [p], [port]
+
+    def stop(self):
+        for p in self.procs:
+            p.stop()
+
+
+def run_one(args, name, tenants, fair):
+    rundir = os.path.join(args.out, name)
+    os.makedirs(rundir, exist_ok=True)
+    scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
+    cap = S.capacity_rps(scen["sim"], scen["speeds"], S.PROMPT, S.MAX_TOKENS)
+    fleet = Fleet(args.build, rundir, rundir, scen)
+    fleet.start()
+    if name in ("nginx", "haproxy"):
+        gw = Proxy(name, rundir, fleet, cap)
+    else:
+        gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
+                       base=gateway_base(rundir, fair, args.reserve if name == "reserve" else 0.0))
+    loads = []
+    try:
+        gw.start()
+        time.sleep(1.0)  # a first scrape of the engines
+        for n, share, _, _, burst, stream in tenants:
+            argv = [os.path.join(args.build, "llmload"), "--url",
+                    "http://127.0.0.1:%d" % gw.ports[0], "--model", "m",
+                    "--rate", "%.3f" % (share * cap), "--duration", str(args.duration),
+                    "--prompt-bytes", S.PROMPT, "--max-tokens", S.MAX_TOKENS,
+                    "--seed", str(7 + len(loads)), "--timeout", "60", "--quiet",
+                    "--header", "Authorization: Bearer " + key_of(n),
+                    "--log", os.path.join(rundir, n + ".jsonl"),
+                    "--json", os.path.join(rundir, n + ".json")]
+            argv.append("--stream" if stream else "--no-stream")
+            if burst:
+                argv += ["--burst", burst]
+            loads.append(P.Proc(argv, os.path.join(rundir, n + ".out")))
+        for p in loads:
+            p.p.wait(timeout=args.duration + 120)
+    finally:
+        for p in loads:
+            p.stop()
+        gw.stop()
+        fleet.stop()
+    out = {"capacity_rps": cap}
+    for n, share, _, target, _, _ in tenants:
+        out[n] = summarize(os.path.join(rundir, n + ".jsonl"), target)
+        out[n]["rate_rps"] = share * cap
+    return out
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def summarize(path, target):
+    recs = [json.loads(line) for line in open(path)]
+    ok = [r for r in recs if r["status"] == 200 and r["error"] is None]
+    ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
+    good = [r for r in ok if target is None or (r["ttft_ms"] is not None and r["ttft_ms"] <= target)]
+    return {
+        "sent": len(recs),
+        "ok": len(ok),
+        "refused_429": sum(1 for r in recs if r["status"] == 429),
+        "failed_other": len(recs) - len(ok) - sum(1 for r in recs if r["status"] == 429),
+        "ttft_p50_ms": pct(ttft, 0.50),
+        "ttft_p99_ms": pct(ttft, 0.99),
+        "goodput": len(good) / len(recs) if recs else None,
+        "tokens": sum(r["tokens"] for r in ok),
+    }
+
+
+def fmt(v, d=0):
+    return "-" if v is None else ("%.*f" % (d, v))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--duration", type=int, default=40)
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--runs", default="alone,fifo,classes")
+    ap.add_argument("--reserve", type=float, default=0.25)
+    ap.add_argument("--out", default=os.path.join("bench", "out",
+                                                  "tenants-%d" % int(time.time())))
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    os.makedirs(args.out, exist_ok=True)
+    report = {}
+    for run in args.runs.split(","):
+        tenants = TENANTS[:1] if run == "alone" else TENANTS
+        report[run] = run_one(args, run, tenants, fair=run != "fifo")
+    with open(os.path.join(args.out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
+          "(llmsim figures, simulated engines)" % (args.replicas,
+                                                    next(iter(report.values()))["capacity_rps"],
+                                                    args.duration))
+    print("%-8s %-12s %7s %6s %6s %7s %9s %9s %8s %9s" % (
+        "run", "tenant", "rate/s", "sent", "ok", "not ok", "p50 ttft", "p99 ttft", "goodput",
+        "tokens"))
+    for run, r in report.items():
+        for n, *_ in TENANTS:
+            if n not in r:
+                continue
+            t = r[n]
+            print("%-8s %-12s %7.1f %6d %6d %7d %9s %9s %7s%% %9d" % (
+                run, n, t["rate_rps"], t["sent"], t["ok"], t["refused_429"] + t["failed_other"],
+                fmt(t["ttft_p50_ms"]), fmt(t["ttft_p99_ms"]),
+                fmt(None if t["goodput"] is None else 100 * t["goodput"], 1), t["tokens"]))
+
+
+if __name__ == "__main__":
+    main()
