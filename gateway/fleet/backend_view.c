@@ -44,6 +44,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
 {
     struct lg_backend_est est;
     struct lg_backend_engine eng;
+    struct lg_backend_report rep;
+    enum lg_load_source source;
     struct lg_est_value tv;
     struct lg_est_err_value me, ue, xe;
     uint64_t age;
@@ -51,6 +53,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
 
     lg_backend_read_est(b, &est);
     lg_backend_read_engine(b, &eng);
+    lg_backend_read_report(b, &rep);
+    source = lg_load_report_fold(&eng, &rep);
     lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
                      prior, &tv);
     age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
@@ -157,6 +161,9 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     }
     if (v->ramp < 1.0) {
         v->flags |= LG_VIEW_F_RAMPING;
+    }
+    if (source != LG_LOAD_SRC_SCRAPE) {
+        v->flags |= LG_VIEW_F_REPORTED;
     }
     if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
         v->flags |= LG_VIEW_F_STALE;

@@ -474,6 +474,9 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_put_num(o, "waiting", v->engine_waiting);
         router_put_num(o, "running", v->engine_running);
         router_put_num(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
+        if (v->flags & LG_VIEW_F_REPORTED) {
+            router_str(o, ",\"load_from\":\"report\"");
+        }
         if (v->engine_kv_usage >= 0) {
             router_put_num(o, "kv", round(v->engine_kv_usage * 1000) / 1000);
         }

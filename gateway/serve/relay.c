@@ -246,7 +246,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && lg_str_ieq(name, h->name_len, "authorization"))) {
+                && lg_str_ieq(name, h->name_len, "authorization"))
+            || (bc->load_header != LG_LOAD_HEADER_OFF
+                && lg_str_ieq(name, h->name_len, "endpoint-load-metrics-format"))) {
             continue;
         }
         head_add(&hb, name, h->name_len);
@@ -269,6 +271,12 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     if (bc->api_key != NULL) {
         head_add(&hb, "\r\nAuthorization: Bearer ", 24);
         head_str(&hb, bc->api_key);
+    }
+    if (bc->load_header != LG_LOAD_HEADER_OFF) {
+        /* the engine's load with the response (fleet/loadreport.h) */
+        head_str(&hb, bc->load_header == LG_LOAD_HEADER_JSON
+                          ? "\r\nEndpoint-Load-Metrics-Format: JSON"
+                          : "\r\nEndpoint-Load-Metrics-Format: TEXT");
     }
     if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);

@@ -161,6 +161,9 @@ struct lg_backend_view {
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
 #define LG_VIEW_F_RAMPING   (1u << 1) /* in slow start (ramp < 1) */
 #define LG_VIEW_F_STALE     (1u << 2) /* engine_* are too old to count (or never scraped) */
+#define LG_VIEW_F_REPORTED  (1u << 4) /* engine_* come from the engine's load report (a
+                                          response header, GET /load, /v1/loads) newer than
+                                          its last /metrics scrape; engine_age_ns is its age */
 #define LG_VIEW_F_CAP_GUESS (1u << 3) /* capacity is inferred (not seen full lately with a
                                           request of this gateway held in its queue), not
                                           measured */
