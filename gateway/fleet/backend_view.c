@@ -37,6 +37,27 @@ backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t infli
     return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
 }
 
+/*
+ * The tokens still to process on b (lg_backend_view.work_tokens): ours one
+ * by one where the engine model follows them, every other request there at
+ * their mean (else at the tokens a request's hold lasts).
+ */
+static double
+backend_work_tokens(const struct lg_backend *b, uint64_t now_ns, const struct lg_backend_view *v)
+{
+    struct lg_seq_info seqs[LG_BACKEND_END_SLOTS];
+    bool complete;
+    size_t n = lg_backend_seqs_read(b, now_ns, seqs, LG_ARRAY_SIZE(seqs), &complete);
+    double sum = 0, mean, others;
+
+    for (size_t i = 0; i < n; i++) {
+        sum += (double)seqs[i].left + (seqs[i].started ? 0.0 : (double)seqs[i].prompt_tokens);
+    }
+    mean = n > 0 ? sum / (double)n : v->hold_ms / LG_MAX(v->itl_ms, 0.1);
+    others = LG_MAX((double)v->inflight - (double)n, 0.0) + LG_MAX(v->foreign, 0.0);
+    return sum + others * mean;
+}
+
 void
 lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
                      uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
@@ -115,6 +136,9 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);
     }
+    v->work_tokens = backend_work_tokens(b, now_ns, v);
+    v->tokens_per_s = (v->capacity > 0 ? LG_MIN(v->load + 1, v->capacity) : v->load + 1) * 1000.0
+                      / LG_MAX(v->itl_ms, 0.1);
     if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &m->step_ms)) {
         m->flags |= LG_MODEL_F_STEP_GUESS;
     }
