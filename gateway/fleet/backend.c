@@ -319,6 +319,17 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
 }
 
 void
+lg_backend_note_reset(struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t until = now_ns + LG_BACKEND_RESET_HOLD_MS * LG_NS_PER_MS;
+    uint64_t was = __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED);
+
+    while (was < until && !__atomic_compare_exchange_n(&b->retry_after_until_ns, &was, until,
+                                                       true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+void
 lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p)
 {
     /* fleets' health threads overlap across a reload: one writer at a time */
@@ -549,6 +560,8 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
         lg_est_err_add(&b->est.model_used, now, ttft_ms,
                        pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0),
                        LG_EST_ERR_HALF_LIFE_S);
+        lg_est_late_add(&b->est.late, now, ttft_ms,
+                        pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0));
     }
     if (meas) {
         lg_est_err_add(&b->est.meas_err, now, ttft_ms, f->meas_pred_ms, LG_EST_ERR_HALF_LIFE_S);

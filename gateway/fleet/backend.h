@@ -61,6 +61,7 @@ struct lg_backend_est {
     struct lg_est_err model_used;  /* ... against them as used (calibrated by load) */
     struct lg_est_err meas_err;    /* ... against the measured terms' (the curve below) */
     struct lg_est_curve curve;     /* first tokens less their prefill, by the load sent into */
+    struct lg_est_late late;       /* first tokens later than predicted as used, lately */
     double measured;               /* 1 while the engine model misses here (its errors spread
                                      wider than the measured terms'), else 0 */
 };
@@ -288,6 +289,16 @@ lg_backend_inflight(const struct lg_backend *b)
  */
 void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
                             uint64_t retry_after_ns, unsigned flags);
+
+/*
+ * A connection to b was reset (RST) before or during a response: its engine
+ * process most likely died (a crash resets every connection it held, and
+ * then refuses new ones). b is held off for LG_BACKEND_RESET_HOLD_MS, as if
+ * it had said Retry-After, so no new request pays a connect to it; the
+ * first one after (one connect) is refused and ejects it, or finds it well.
+ */
+#define LG_BACKEND_RESET_HOLD_MS 1000
+void lg_backend_note_reset(struct lg_backend *b, uint64_t now_ns);
 
 /* The fleets' health threads (serialised by eng_lock). */
 void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);

@@ -153,6 +153,10 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     /* the model's bias at this load, shrunk toward its bias at every load */
     m->scale =
         exp(lg_est_bias_read(&est.model_bias, now_ns, v->load, me.bias, LG_EST_CURVE_HALF_LIFE_S));
+    /* ... times how much later than that its first tokens came lately, or
+     * the whole fleet's (lg_est_late): a fleet slower than it was learnt
+     * is noticed within seconds, not the calibration's tens */
+    m->scale *= exp(LG_MAX(lg_est_late_read(&est.late, now_ns), prior->late));
     m->err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
     m->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
     m->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
