@@ -253,12 +253,26 @@ class Fleet:
         self.events.append((wall, "control %s %s" % (self.names[i], json.dumps(body))))
         return wall
 
-    def backends(self):
-        """The fleet as llmgate's `backends` list."""
+    def backends(self, load_reports=False):
+        """The fleet as llmgate's `backends` list. load_reports: each backend
+        asks for the load reports its replica answers (run.py --load-reports;
+        the gateway's load_header and load_path, which a build before them
+        refuses)."""
         # the mismatch family hides the engines' vocabulary: "auto" detects it
         flavor = self.scen.get("gateway_flavor", "vllm")
-        return [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"], "flavor": flavor}
-                for n, p in zip(self.names, self.ports)]
+        out = [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"], "flavor": flavor}
+               for n, p in zip(self.names, self.ports)]
+        mode = self.scen.get("load_reports") if load_reports else None
+        for i, b in enumerate(out if mode else []):
+            sim = (self.scen.get("sims") or [self.scen.get("sim") or {}] * len(self.names))[i]
+            engine = sim.get("flavor", "vllm")
+            if mode == "all":
+                b.update(load_header="text", load_path="/v1/loads")
+            elif engine == "vllm":
+                b.update(load_header="text", load_path="/load")
+            elif engine == "sglang":
+                b["load_path"] = "/v1/loads"
+        return out
 
     def addrs(self):
         """HOST:PORT of each replica, for nginx's and HAProxy's server lines."""
@@ -351,7 +365,7 @@ class RealFleet(Fleet):
     def control(self, i, body):
         raise Unavailable("a real engine takes no faults")
 
-    def backends(self):
+    def backends(self, load_reports=False):
         return [dict(b, flavor=self.flavor) for b in super().backends()]
 
     def state(self, port):
@@ -370,8 +384,9 @@ class Llmgate:
     listen, workers, logs, routing and backends are the run's."""
 
     def __init__(self, build, rundir, fleet, routing, workers, instances=1, cpus=None,
-                 peers=True, peer_interval_ms=None, base=None):
+                 peers=True, peer_interval_ms=None, base=None, load_reports=False):
         self.build = build
+        self.load_reports = load_reports
         self.base = base or {}
         self.rundir = rundir
         self.fleet = fleet
@@ -395,7 +410,7 @@ class Llmgate:
             "log_level": "warn",
             "access_log": {"path": access, "flush": "1s"},
             "routing": self.routing,
-            "backends": self.fleet.backends(),
+            "backends": self.fleet.backends(self.load_reports),
         })
         if self.admin_ports:
             conf["admin"] = "127.0.0.1:%d" % self.admin_ports[k]

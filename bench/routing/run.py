@@ -367,7 +367,8 @@ def make_contender(name, scen, args, rundir, fleet, shm_dir, pins):
     return "llmgate", P.Llmgate(build, rundir, fleet, routing_for(name, scen, args.build,
                                                                   shm_dir),
                                 args.workers, instances=instances, cpus=pins["proxy"],
-                                peers=peers, peer_interval_ms=gopts.get("peer_interval"))
+                                peers=peers, peer_interval_ms=gopts.get("peer_interval"),
+                                load_reports=not split_ref(name)[1])
 
 
 # ---- one run -------------------------------------------------------------------------

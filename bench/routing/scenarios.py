@@ -39,6 +39,7 @@ LLMGATE_ROUTING = {
     "round_robin": {"policy": "round_robin"},
     "least_request": {"policy": "least_request"},
     "p2c": {"policy": "p2c"},
+    "least_load": {"policy": "least_load"},
     "ttft": {"policy": "ttft"},
     "prefix_affinity": {"pipeline": ["prefix_affinity", "ttft"]},
     "oracle": {"pipeline": [{"policy": "oracle", "options": {}}]},  # options filled per run

@@ -214,6 +214,10 @@ static const char *const conf_log_levels[] = { "error", "warn", "info", "debug",
 static const char *const conf_flavors[] = { "auto",     "vllm", "sglang", "tgi",
                                             "llamacpp", "none", NULL };
 
+static const char *const conf_load_headers[] = { "off", "text", "json", NULL };
+
+_Static_assert(LG_LOAD_HEADER_JSON == 2, "conf_load_headers follows enum lg_load_header");
+_Static_assert(sizeof(enum lg_load_header) == sizeof(int), "LG_CONF_ENUM stores an int");
 _Static_assert(LG_LOG_DEBUG == 3, "conf_log_levels follows enum lg_log_level");
 _Static_assert(LG_ENGINE_NONE == 5, "conf_flavors follows enum lg_engine_flavor");
 _Static_assert(sizeof(enum lg_log_level) == sizeof(int), "LG_CONF_ENUM stores an int");
@@ -506,6 +510,8 @@ static const struct lg_conf_field conf_health_fields[] = {
     { "fall", LG_CONF_UINT, HE(fall), .def = 3, .min = 1, .max = 100 },
     { "scrape_interval", LG_CONF_DURATION, HE(scrape_interval_ms), .def = CONF_MS(250), .min = 0,
       .max = CONF_H(1) },
+    { "load_interval", LG_CONF_DURATION, HE(load_interval_ms), .def = CONF_MS(100), .min = 10,
+      .max = CONF_H(1) },
     { "eject_consecutive", LG_CONF_UINT, HE(eject_consecutive), .def = 5, .min = 0, .max = 1000 },
     { "eject_base", LG_CONF_DURATION, HE(eject_base_ms), .def = CONF_S(5), .min = 1,
       .max = CONF_H(1) },
@@ -669,6 +675,9 @@ static const struct lg_conf_field conf_backend_fields[] = {
       .check = lg_conf_check_path },
     { "health_path", LG_CONF_STR, BE(health_path), .def_str = "/health",
       .check = lg_conf_check_path },
+    { "load_header", LG_CONF_ENUM, BE(load_header), .def = LG_LOAD_HEADER_OFF,
+      .names = conf_load_headers },
+    { "load_path", LG_CONF_STR, BE(load_path), .required = false, .check = lg_conf_check_path },
     { "api_key", LG_CONF_STR, BE(api_key), .required = false },
     { "enabled", LG_CONF_BOOL, BE(enabled), .def = 1 },
     { "tls", LG_CONF_OBJECT, 0, .sub = &conf_backend_tls_table },

@@ -21,6 +21,13 @@ enum lg_engine_flavor {
     LG_ENGINE_NONE, /* do not scrape */
 };
 
+/* The per-response load report a backend is asked for (fleet/loadreport.h). */
+enum lg_load_header {
+    LG_LOAD_HEADER_OFF = 0, /* not asked */
+    LG_LOAD_HEADER_TEXT,    /* endpoint-load-metrics-format: TEXT */
+    LG_LOAD_HEADER_JSON,    /* endpoint-load-metrics-format: JSON */
+};
+
 struct lg_listen_conf {
     char *address;                /* as written: "127.0.0.1:8080", "[::]:443" */
     struct sockaddr_storage addr; /* resolved at load time */
@@ -62,6 +69,9 @@ struct lg_backend_conf {
     enum lg_engine_flavor flavor;
     char *metrics_path;     /* default "/metrics" */
     char *health_path;      /* default "/health" */
+    enum lg_load_header load_header; /* ask each response for the engine's load; default off */
+    char *load_path;        /* polled for the engine's load (vLLM /load, SGLang /v1/loads)
+                               every health.scrape_interval; NULL: not polled */
     char *api_key;          /* sent as Authorization: Bearer to this backend; NULL: none */
     char *tls_ca_file;      /* https: PEM CAs the backend's certificate must chain to;
                                NULL: the system's default CAs */
@@ -194,6 +204,7 @@ struct lg_health_conf {
     uint32_t rise;               /* successes to mark up */
     uint32_t fall;               /* failures to mark down */
     uint64_t scrape_interval_ms; /* engine /metrics period; 0 = off */
+    uint64_t load_interval_ms;   /* backends' load_path poll period */
     uint32_t eject_consecutive;  /* passive: consecutive failures that eject */
     uint64_t eject_base_ms;      /* first ejection length; doubles each time */
     uint64_t eject_max_ms;

@@ -97,6 +97,7 @@ backend_conf_copy(struct lg_backend_conf *dst, const struct lg_backend_conf *src
     dst->path_prefix = lg_xstrdup(src->path_prefix ? src->path_prefix : "");
     dst->metrics_path = src->metrics_path ? lg_xstrdup(src->metrics_path) : NULL;
     dst->health_path = src->health_path ? lg_xstrdup(src->health_path) : NULL;
+    dst->load_path = src->load_path ? lg_xstrdup(src->load_path) : NULL;
     dst->api_key = src->api_key ? lg_xstrdup(src->api_key) : NULL;
     dst->tls_ca_file = src->tls_ca_file ? lg_xstrdup(src->tls_ca_file) : NULL;
     dst->tls_server_name = src->tls_server_name ? lg_xstrdup(src->tls_server_name) : NULL;
@@ -118,6 +119,7 @@ backend_conf_free(struct lg_backend_conf *c)
     free(c->path_prefix);
     free(c->metrics_path);
     free(c->health_path);
+    free(c->load_path);
     free(c->api_key);
     free(c->tls_ca_file);
     free(c->tls_server_name);
@@ -425,6 +427,17 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
 }
 
 void
+lg_backend_note_reset(struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t until = now_ns + LG_BACKEND_RESET_HOLD_MS * LG_NS_PER_MS;
+    uint64_t was = __atomic_load_n(&b->retry_after_until_ns, __ATOMIC_RELAXED);
+
+    while (was < until && !__atomic_compare_exchange_n(&b->retry_after_until_ns, &was, until,
+                                                       true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+void
 lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p)
 {
     /* fleets' health threads overlap across a reload: one writer at a time */
@@ -656,6 +669,8 @@ lg_backend_note_first_token(struct lg_backend *b, const struct lg_est_prior *pri
         lg_est_err_add(&b->est.model_used, now, ttft_ms,
                        pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0),
                        LG_EST_ERR_HALF_LIFE_S);
+        lg_est_late_add(&b->est.late, now, ttft_ms,
+                        pred_ms * (f->model_scale > 0 ? f->model_scale : 1.0));
     }
     if (meas) {
         lg_est_err_add(&b->est.meas_err, now, ttft_ms, f->meas_pred_ms, LG_EST_ERR_HALF_LIFE_S);
@@ -715,6 +730,67 @@ lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_engine *
     pthread_mutex_lock(&b->eng_lock);
     backend_seq_publish(&b->eng_seq, &b->eng_pub, e, sizeof(*e));
     pthread_mutex_unlock(&b->eng_lock);
+}
+
+void
+lg_backend_read_report(const struct lg_backend *b, struct lg_backend_report *out)
+{
+    backend_seq_read(&b->rep_seq, out, &b->rep_pub, sizeof(*out));
+}
+
+void
+lg_backend_publish_report(struct lg_backend *b, const struct lg_backend_report *r)
+{
+    pthread_mutex_lock(&b->eng_lock);
+    if (r->t_ns >= b->rep_pub.t_ns) {
+        backend_seq_publish(&b->rep_seq, &b->rep_pub, r, sizeof(*r));
+    }
+    pthread_mutex_unlock(&b->eng_lock);
+}
+
+enum lg_load_source
+lg_load_report_fold(struct lg_backend_engine *e, const struct lg_backend_report *rep)
+{
+    const struct lg_load_report *r = &rep->r;
+    double slots = 0, waiting, running;
+
+    if (rep->t_ns == 0 || rep->t_ns <= e->t_ns) {
+        return LG_LOAD_SRC_SCRAPE;
+    }
+    lg_backend_engine_slots(e, &slots);
+    if (r->waiting >= 0 && r->running >= 0) {
+        waiting = r->waiting;
+        running = r->running;
+    } else if (r->total >= 0) {
+        if (slots > 0) {
+            running = LG_MIN(r->total, slots);
+        } else {
+            running = r->total - LG_MIN(LG_MAX(e->waiting, 0), r->total);
+        }
+        waiting = r->total - running;
+    } else if (r->waiting >= 0 && e->t_ns != 0 && e->running >= 0) {
+        waiting = r->waiting;
+        running = LG_MAX((double)e->running + (double)rep->inflight_at
+                             - (double)e->inflight_at_scrape,
+                         0.0);
+        if (slots > 0) {
+            /* a queue means every slot is taken */
+            running = waiting > 0 ? slots : LG_MIN(running, slots);
+        }
+    } else {
+        return LG_LOAD_SRC_SCRAPE; /* nothing to count requests by */
+    }
+    e->waiting = (int32_t)LG_MIN(waiting, 1e7);
+    e->running = (int32_t)LG_MIN(running, 1e7);
+    if (r->kv_usage >= 0) {
+        e->kv_usage = r->kv_usage;
+    }
+    if (r->slots > 0 && e->slots_declared <= 0) {
+        e->slots_declared = r->slots;
+    }
+    e->t_ns = rep->t_ns;
+    e->inflight_at_scrape = rep->inflight_at;
+    return (enum lg_load_source)rep->source;
 }
 
 void

@@ -18,6 +18,7 @@
 #include "base/lg_core.h"
 #include "base/stats.h"
 #include "fleet/estimate.h"
+#include "fleet/loadreport.h"
 
 struct lg_upconn;
 struct lg_health;
@@ -61,6 +62,7 @@ struct lg_backend_est {
     struct lg_est_err model_used;  /* ... against them as used (calibrated by load) */
     struct lg_est_err meas_err;    /* ... against the measured terms' (the curve below) */
     struct lg_est_curve curve;     /* first tokens less their prefill, by the load sent into */
+    struct lg_est_late late;       /* first tokens later than predicted as used, lately */
     double measured;               /* 1 while the engine model misses here (its errors spread
                                      wider than the measured terms'), else 0 */
 };
@@ -102,6 +104,24 @@ struct lg_backend_engine {
 #define LG_ENGINE_RUN_MAX_TTL_S 60
 /* KV-cache usage at which an engine stops admitting for lack of cache. */
 #define LG_ENGINE_KV_FULL 0.9
+
+/*
+ * The engine's latest load report (loadreport.h): per response (vLLM's
+ * endpoint-load-metrics header, any worker) or polled (GET /load,
+ * /v1/loads, the health thread). Newer than the last scrape, it stands in
+ * for the scrape's counts (lg_load_report_fold).
+ */
+enum lg_load_source {
+    LG_LOAD_SRC_SCRAPE = 0, /* the /metrics scrape (no report, or an older one) */
+    LG_LOAD_SRC_HEADER,     /* an endpoint-load-metrics response header */
+    LG_LOAD_SRC_POLL,       /* GET load_path */
+};
+struct lg_backend_report {
+    struct lg_load_report r;
+    uint64_t t_ns;        /* when it arrived (monotonic); 0 = never */
+    uint32_t inflight_at; /* this gateway's in-flight there then */
+    int32_t source;       /* enum lg_load_source */
+};
 
 /*
  * Peer gateways' requests on a backend (peers.c fetches them, the fleet's
@@ -221,6 +241,8 @@ struct lg_backend {
      * them a while after (lg_backend_gone_since) */
     uint64_t gone[LG_BACKEND_GONE_SLOTS];
     uint32_t gone_next;
+    uint32_t rep_seq;                  /* atomic: odd while rep_pub is being written */
+    struct lg_backend_report rep_pub;  /* the latest load report (writers: eng_lock) */
     uint32_t peers_seq;                /* atomic: odd while peers_pub is being written */
     struct lg_backend_peers peers_pub; /* peer gateways' requests there (health.c) */
 };
@@ -315,6 +337,16 @@ lg_backend_inflight(const struct lg_backend *b)
 void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
                             uint64_t retry_after_ns, unsigned flags);
 
+/*
+ * A connection to b was reset (RST) before or during a response: its engine
+ * process most likely died (a crash resets every connection it held, and
+ * then refuses new ones). b is held off for LG_BACKEND_RESET_HOLD_MS, as if
+ * it had said Retry-After, so no new request pays a connect to it; the
+ * first one after (one connect) is refused and ejects it, or finds it well.
+ */
+#define LG_BACKEND_RESET_HOLD_MS 1000
+void lg_backend_note_reset(struct lg_backend *b, uint64_t now_ns);
+
 /* The fleets' health threads (serialised by eng_lock). */
 void lg_backend_publish_peers(struct lg_backend *b, const struct lg_backend_peers *p);
 void lg_backend_read_peers(const struct lg_backend *b, struct lg_backend_peers *out);
@@ -367,6 +399,24 @@ void lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior
 void lg_backend_read_est(const struct lg_backend *b, struct lg_backend_est *out);
 void lg_backend_read_engine(const struct lg_backend *b, struct lg_backend_engine *out);
 void lg_backend_publish_engine(struct lg_backend *b, const struct lg_backend_engine *e);
+
+/* The latest load report: read (any thread, no lock), and published (any
+ * thread: workers for headers, the health thread for polls; a report older
+ * than the one published is dropped). */
+void lg_backend_read_report(const struct lg_backend *b, struct lg_backend_report *out);
+void lg_backend_publish_report(struct lg_backend *b, const struct lg_backend_report *r);
+
+/*
+ * The engine state routing reads: the scrape e, or where the report r is
+ * newer, e with the report's counts and time (source says which): waiting
+ * and running where said; a total alone (vLLM's /load) split at the slots
+ * known (else at the scrape's waiting); waiting alone (vLLM's header) with
+ * the scrape's running moved by our requests dispatched or ended since
+ * (inflight_now: ours at the report), at most the slots known. Returns
+ * the source used.
+ */
+enum lg_load_source lg_load_report_fold(struct lg_backend_engine *e,
+                                        const struct lg_backend_report *r);
 
 /* The route's prior (any thread, no lock) and its update (health.c). */
 void lg_route_read_prior(const struct lg_model_route *r, struct lg_est_prior *out);

@@ -40,6 +40,27 @@ backend_est_read_ns(const struct lg_est_ttft *e, uint64_t now_ns, uint32_t infli
     return now_ns + (LG_EST_IDLE_SPEEDUP - 1) * (now_ns - e->t_ns - idle_ns);
 }
 
+/*
+ * The tokens still to process on b (lg_backend_view.work_tokens): ours one
+ * by one where the engine model follows them, every other request there at
+ * their mean (else at the tokens a request's hold lasts).
+ */
+static double
+backend_work_tokens(const struct lg_backend *b, uint64_t now_ns, const struct lg_backend_view *v)
+{
+    struct lg_seq_info seqs[LG_BACKEND_END_SLOTS];
+    bool complete;
+    size_t n = lg_backend_seqs_read(b, now_ns, seqs, LG_ARRAY_SIZE(seqs), &complete);
+    double sum = 0, mean, others;
+
+    for (size_t i = 0; i < n; i++) {
+        sum += (double)seqs[i].left + (seqs[i].started ? 0.0 : (double)seqs[i].prompt_tokens);
+    }
+    mean = n > 0 ? sum / (double)n : v->hold_ms / LG_MAX(v->itl_ms, 0.1);
+    others = LG_MAX((double)v->inflight - (double)n, 0.0) + LG_MAX(v->foreign, 0.0);
+    return sum + others * mean;
+}
+
 void
 lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct lg_est_prior *prior,
                      uint64_t scrape_interval_ns, uint64_t slow_start_ns, struct lg_backend_view *v,
@@ -48,6 +69,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     const struct lg_backend_conf *bc = lg_backend_conf(b);
     struct lg_backend_est est;
     struct lg_backend_engine eng;
+    struct lg_backend_report rep;
+    enum lg_load_source source;
     struct lg_est_value tv;
     struct lg_est_err_value me, ue, xe;
     uint64_t age;
@@ -55,6 +78,8 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
 
     lg_backend_read_est(b, &est);
     lg_backend_read_engine(b, &eng);
+    lg_backend_read_report(b, &rep);
+    source = lg_load_report_fold(&eng, &rep);
     lg_est_ttft_read(&est.ttft, backend_est_read_ns(&est.ttft, now_ns, lg_backend_inflight(b)),
                      prior, &tv);
     age = eng.t_ns != 0 && now_ns >= eng.t_ns ? now_ns - eng.t_ns : (eng.t_ns ? 0 : UINT64_MAX);
@@ -115,6 +140,9 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
             lg_backend_end_wait_ms(b, now_ns, (unsigned)ceil(v->load + 1 - v->capacity), v->itl_ms),
             0.0);
     }
+    v->work_tokens = backend_work_tokens(b, now_ns, v);
+    v->tokens_per_s = (v->capacity > 0 ? LG_MIN(v->load + 1, v->capacity) : v->load + 1) * 1000.0
+                      / LG_MAX(v->itl_ms, 0.1);
     if (!lg_backend_pace_ms(b, now_ns, v->itl_ms, &m->step_ms)) {
         m->flags |= LG_MODEL_F_STEP_GUESS;
     }
@@ -129,6 +157,10 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     /* the model's bias at this load, shrunk toward its bias at every load */
     m->scale =
         exp(lg_est_bias_read(&est.model_bias, now_ns, v->load, me.bias, LG_EST_CURVE_HALF_LIFE_S));
+    /* ... times how much later than that its first tokens came lately, or
+     * the whole fleet's (lg_est_late): a fleet slower than it was learnt
+     * is noticed within seconds, not the calibration's tens */
+    m->scale *= exp(LG_MAX(lg_est_late_read(&est.late, now_ns), prior->late));
     m->err = ue.weight > 0 ? lg_est_err_rms(&ue) : 0;
     m->measured_err = xe.weight > 0 ? lg_est_err_rms(&xe) : 0;
     m->measured_ms = lg_est_curve_read(&est.curve, now_ns, v->load, NULL);
@@ -161,6 +193,9 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     }
     if (v->ramp < 1.0) {
         v->flags |= LG_VIEW_F_RAMPING;
+    }
+    if (source != LG_LOAD_SRC_SCRAPE) {
+        v->flags |= LG_VIEW_F_REPORTED;
     }
     if (scrape_interval_ns == 0 || age >= 4 * scrape_interval_ns) {
         v->flags |= LG_VIEW_F_STALE;

@@ -470,6 +470,26 @@ lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, doub
     return (d * b->s[k] + LG_EST_BIAS_PRIOR * overall) / (d * b->w[k] + LG_EST_BIAS_PRIOR);
 }
 
+void
+lg_est_late_add(struct lg_est_late *l, uint64_t now_ns, double observed_ms, double used_ms)
+{
+    double r;
+
+    if (!(observed_ms > 0) || !(used_ms > 0) || !isfinite(observed_ms) || !isfinite(used_ms)) {
+        return;
+    }
+    r = LG_MAX(-log(LG_EST_ERR_MAX), LG_MIN(log(observed_ms / used_ms), log(LG_EST_ERR_MAX)));
+    l->v = LG_MIN(LG_MAX(lg_est_late_read(l, now_ns) + LG_EST_LATE_GAIN * r, 0.0),
+                  log(LG_EST_LATE_MAX));
+    l->t_ns = now_ns;
+}
+
+double
+lg_est_late_read(const struct lg_est_late *l, uint64_t now_ns)
+{
+    return l->t_ns == 0 ? 0.0 : l->v * est_decay_since(l->t_ns, now_ns, LG_EST_LATE_HALF_LIFE_S);
+}
+
 double
 lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape, uint64_t age_ns,
                     uint64_t interval_ns)

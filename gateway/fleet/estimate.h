@@ -68,6 +68,9 @@ struct lg_est_prior {
     double slots;      /* engine slots, where confirmed by a queue; 0 = none known */
     double prefill_per_step; /* prefill ms per KiB per ms of decode step, from the
                                 backends that have prefilled enough; 0 = none yet */
+    double late;       /* the fleet's lateness (lg_est_late): the least of its backends'
+                          where two or more had first tokens lately and all came late;
+                          else 0 */
 };
 
 /* Defaults before any backend of the model has answered. */
@@ -204,6 +207,28 @@ void lg_est_bias_add(struct lg_est_bias *b, uint64_t now_ns, double load, double
                      double predicted_ms, double half_life_s);
 double lg_est_bias_read(const struct lg_est_bias *b, uint64_t now_ns, double load, double overall,
                         double half_life_s);
+
+/*
+ * Lateness: how much later than predicted (as used, calibration included)
+ * a replica's first tokens come lately, as a log factor >= 0 that the
+ * pick's calibration multiplies in. The calibration by load learns over
+ * tens of seconds (LG_EST_CURVE_HALF_LIFE_S), which a fleet that turns
+ * slower than the router learnt pays in queues; this integrates each first
+ * token's log(observed / used) with gain LG_EST_LATE_GAIN (a dozen late
+ * first tokens raise it within a second), never below 0 nor above
+ * log(LG_EST_LATE_MAX), and fades with half-life LG_EST_LATE_HALF_LIFE_S as
+ * the slow calibration catches up (then first tokens come sooner than used,
+ * and each one lowers it).
+ */
+#define LG_EST_LATE_GAIN        0.3
+#define LG_EST_LATE_MAX         4.0
+#define LG_EST_LATE_HALF_LIFE_S 5.0
+struct lg_est_late {
+    double v; /* log factor as of t_ns */
+    uint64_t t_ns;
+};
+void lg_est_late_add(struct lg_est_late *l, uint64_t now_ns, double observed_ms, double used_ms);
+double lg_est_late_read(const struct lg_est_late *l, uint64_t now_ns);
 
 /* The TTFT model read at a given time. */
 struct lg_est_value {

@@ -271,11 +271,66 @@ health_on_scrape_timer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* A GET of load_path answered (loadreport.h): the report, with its time. */
+static void
+health_on_load_done(struct evhttp_request *req, void *arg)
+{
+    struct lg_health_target *t = arg;
+    struct lg_backend_report rep = { .source = LG_LOAD_SRC_POLL };
+    struct evbuffer *body;
+    size_t len;
+
+    t->scrape.load_out = false;
+    if (req == NULL || evhttp_request_get_response_code(req) != 200) {
+        return;
+    }
+    body = evhttp_request_get_input_buffer(req);
+    len = evbuffer_get_length(body);
+    if (lg_load_report_body_parse(len ? (const char *)evbuffer_pullup(body, -1) : "", len, &rep.r)
+        != LG_OK) {
+        if (lg_log_ratelimit(&t->scrape.load_warn_ns, 60 * LG_NS_PER_S)) {
+            LG_WARN("backend %s: %s is no load report this gateway reads (vLLM's /load, "
+                    "SGLang's /v1/loads)",
+                    t->b->name, t->conf->load_path);
+        }
+        return;
+    }
+    /* the engine counted its load when it answered, half a round trip ago
+     * at most: the time it was asked is never later than that */
+    rep.t_ns = t->scrape.load_sent_ns;
+    rep.inflight_at = lg_backend_inflight(t->b);
+    lg_backend_publish_report(t->b, &rep);
+}
+
+/* Polls load_path every health.load_interval. */
+static void
+health_on_load_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct lg_health_target *t = arg;
+    struct timeval tv = lg_health_tv(t->h->f.conf->health.load_interval_ms);
+
+    (void)fd;
+    (void)what;
+    event_add(t->scrape.load_ev, &tv);
+    if (t->scrape.load_out) {
+        return;
+    }
+    t->scrape.load_out = true;
+    t->scrape.load_sent_ns = lg_now_ns();
+    if (lg_health_get(t, t->conf->load_path, health_on_load_done) != LG_OK) {
+        t->scrape.load_out = false;
+    }
+}
+
 void
 lg_health_scrape_start(struct lg_health_target *t)
 {
     t->scrape.ev = event_new(t->h->base, -1, 0, health_on_scrape_timer, t);
     event_active(t->scrape.ev, EV_TIMEOUT, 0); /* the first sample now; it re-arms */
+    if (t->conf->load_path != NULL && t->conf->load_path[0]) {
+        t->scrape.load_ev = event_new(t->h->base, -1, 0, health_on_load_timer, t);
+        event_active(t->scrape.load_ev, EV_TIMEOUT, 0);
+    }
 }
 
 void
@@ -284,5 +339,9 @@ lg_health_scrape_stop(struct lg_health_target *t)
     if (t->scrape.ev != NULL) {
         event_free(t->scrape.ev);
         t->scrape.ev = NULL;
+    }
+    if (t->scrape.load_ev != NULL) {
+        event_free(t->scrape.load_ev);
+        t->scrape.load_ev = NULL;
     }
 }

@@ -51,6 +51,11 @@ struct lg_health_scrape {
     uint32_t failures;            /* answers without metrics in a row: scrapes back off */
     uint64_t warn_ns;             /* rate limit for scrape warnings */
     uint64_t slots_warn_ns;       /* rate limit for warnings about its slot count */
+    struct event *load_ev;        /* owned: the load_path poll (every
+                                     health.load_interval); NULL: none */
+    bool load_out;                /* a poll is in flight */
+    uint64_t load_sent_ns;        /* when it was sent */
+    uint64_t load_warn_ns;        /* rate limit for poll warnings */
 };
 
 /* One checked or scraped backend. */

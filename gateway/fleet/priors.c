@@ -15,6 +15,10 @@
 #include "fleet/estimate.h"
 #include "fleet/health_types.h"
 
+/* A backend's lateness counts toward the fleet's while its last first token
+ * is this recent. */
+#define PRIORS_LATE_RECENT_NS (5 * LG_NS_PER_S)
+
 static double
 priors_median(double *v, size_t n)
 {
@@ -42,7 +46,8 @@ lg_priors_update(const struct lg_health_fleet *f, uint64_t now)
         struct lg_model_route *r = &f->models[m];
         struct lg_est_prior p;
         double fixed[64], slope[64], itl[64], hold[64], slots[64], prefill[64];
-        size_t nf = 0, ni = 0, nh = 0, ns = 0, np = 0;
+        double late = -1;
+        size_t nf = 0, ni = 0, nh = 0, ns = 0, np = 0, nl = 0;
 
         lg_route_read_prior(r, &p);
         for (size_t i = 0; i < r->n && i < 64; i++) {
@@ -57,6 +62,12 @@ lg_priors_update(const struct lg_health_fleet *f, uint64_t now)
             }
             lg_backend_read_est(r->backends[i], &est);
             lg_est_ttft_read(&est.ttft, now, &p, &v);
+            if (est.late.t_ns != 0 && now < est.late.t_ns + PRIORS_LATE_RECENT_NS) {
+                /* first tokens there lately: the least lateness among them */
+                double l = lg_est_late_read(&est.late, now);
+
+                late = nl++ == 0 ? l : LG_MIN(late, l);
+            }
             if (v.samples >= 1) {
                 fixed[nf] = v.fixed_ms / v.peak;
                 slope[nf++] = v.ms_per_kib / v.peak;
@@ -94,6 +105,9 @@ lg_priors_update(const struct lg_health_fleet *f, uint64_t now)
         if (np > 0) {
             p.prefill_per_step = priors_median(prefill, np);
         }
+        /* every replica with first tokens lately late: the fleet is slower
+         * than learnt, the replicas without any too */
+        p.late = nl >= 2 ? late : 0;
         lg_route_publish_prior(r, &p);
     }
 }

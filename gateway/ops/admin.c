@@ -183,6 +183,9 @@ admin_live_json(json_t *o, const struct lg_live *lv)
                         lv->engine_others < 0 ? json_null() : json_boolean(lv->engine_others));
     json_object_set_new(json_object_get(o, "engine"), "gauge_lag_ms",
                         admin_num(lv->gauge_lag_ms, lv->engine_others == 0));
+    /* where the counts come from: a load report newer than the scrape, or the scrape */
+    json_object_set_new(json_object_get(o, "engine"), "load_from",
+                        json_string((v->flags & LG_VIEW_F_REPORTED) ? "report" : "scrape"));
     /* where the slot count comes from: the engine's word, a queue of ours, a guess */
     json_object_set_new(json_object_get(o, "engine"), "capacity_from",
                         json_string(lv->slots_declared > 0    ? "engine"

@@ -8,6 +8,8 @@
  *   least_request     fewest requests in flight from this gateway
  *   p2c               power of two choices: two random candidates, then the
  *                     one with fewer in flight
+ *   least_load        least expected wait by token work over token rate (no
+ *                     engine model)
  *   ttft              predicted time to first token (the default)
  *   prefix_affinity   rendezvous hashing of the prompt prefix, bounded load
  *   session_affinity  the same on the session header's value
@@ -264,6 +266,82 @@ static const struct lg_policy_ops p2c_ops = {
 
 static const struct lg_plugin_desc p2c_desc = {
     LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "p2c", "1", &p2c_ops,
+};
+
+/* ---- least_load ---------------------------------------------------------- */
+
+/*
+ * Model-free expected wait, the form of SGLang's gateway least_load: the
+ * tokens queued and in flight there (the view's work_tokens) plus this
+ * request's own (its prompt, bytes / 4, times prompt_weight, and its
+ * expected output: max_tokens, else output_tokens), over the replica's
+ * measured token rate (tokens_per_s: its gap between tokens at the batch
+ * it would run), plus kv_ms * k / (1 - k) for a KV cache k full (k at most
+ * 0.95; unknown: 0). No slots, steps or queues modelled: a floor that needs
+ * no engine model at all.
+ */
+struct ll_state {
+    double prompt_weight; /* a prompt token's work, in output tokens (1: SGLang's) */
+    double output_tokens; /* expected output where max_tokens is not given */
+    double kv_ms;         /* the KV cache's pressure at half full */
+};
+
+static const struct policy_num ll_options[] = {
+    { "prompt_weight", offsetof(struct ll_state, prompt_weight), 0, 100 },
+    { "output_tokens", offsetof(struct ll_state, output_tokens), 1, 1e6 },
+    { "kv_ms", offsetof(struct ll_state, kv_ms), 0, 1e6 },
+};
+
+static int
+ll_create(const struct lg_host_api *host, struct lg_options *opts, void **state, char *err,
+          size_t errlen)
+{
+    struct ll_state s = { .prompt_weight = 1, .output_tokens = 128, .kv_ms = 150 };
+
+    (void)err;
+    (void)errlen;
+    if (policy_numbers(host, opts, &s, ll_options, LG_ARRAY_SIZE(ll_options)) != 0) {
+        return -1;
+    }
+    *state = lg_xmalloc(sizeof(s));
+    memcpy(*state, &s, sizeof(s));
+    return 0;
+}
+
+static void
+ll_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
+         size_t n, double *cost, const char **why)
+{
+    const struct ll_state *s = state;
+    double own = s->prompt_weight * (double)req->prompt_bytes / 4.0
+                 + (req->max_tokens > 0 ? (double)req->max_tokens : s->output_tokens);
+
+    for (size_t i = 0; i < n; i++) {
+        const struct lg_backend_view *v = c[i];
+        /* a view from a host before 2.1 has no token work: the requests there */
+        bool has = v->size >= offsetof(struct lg_backend_view, tokens_per_s) + sizeof(double)
+                   && v->tokens_per_s > 0;
+        double k = LG_MIN(LG_MAX(v->engine_kv_usage, 0.0), 0.95);
+
+        cost[i] = has ? 1000.0 * (LG_MAX(v->work_tokens, 0.0) + own) / v->tokens_per_s
+                      : (double)v->inflight * 100.0;
+        if (!(v->flags & LG_VIEW_F_STALE)) {
+            cost[i] += s->kv_ms * k / (1 - k);
+        }
+        cost[i] /= policy_weight(v);
+    }
+    *why = "least_expected_load";
+}
+
+static const struct lg_policy_ops ll_ops = {
+    .size = sizeof(struct lg_policy_ops),
+    .create = ll_create,
+    .destroy = policy_free,
+    .score = ll_score,
+};
+
+static const struct lg_plugin_desc ll_desc = {
+    LG_PLUGIN_ABI_MAJOR, LG_PLUGIN_ABI_MINOR, LG_PLUGIN_POLICY, "least_load", "1", &ll_ops,
 };
 
 /* ---- ttft --------------------------------------------------------------- */
@@ -1207,6 +1285,6 @@ static const struct lg_plugin_desc session_desc = {
 /* ---- the table ---------------------------------------------------------- */
 
 const struct lg_plugin_desc *const lg_builtin_policies[] = {
-    &ttft_desc, &rr_desc, &lr_desc, &p2c_desc, &prefix_desc, &session_desc,
+    &ttft_desc, &rr_desc, &lr_desc, &p2c_desc, &ll_desc, &prefix_desc, &session_desc,
 };
 const size_t lg_builtin_npolicies = LG_ARRAY_SIZE(lg_builtin_policies);

@@ -610,6 +610,9 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
         ROUTER_PUT_NUM(o, "running", v->engine_running);
         ROUTER_PUT_NUM(o, "scrape_age_ms", (double)(v->engine_age_ns / LG_NS_PER_MS));
+        if (v->flags & LG_VIEW_F_REPORTED) {
+            router_str(o, ",\"load_from\":\"report\"");
+        }
         if (v->engine_kv_usage >= 0) {
             ROUTER_PUT_ROUND(o, "kv", v->engine_kv_usage, 1000);
         }

@@ -484,6 +484,22 @@ lg_attempt_tokens(struct lg_client *c, unsigned got)
     }
 }
 
+/* The engine's load, as its response's endpoint-load-metrics header says. */
+static void
+attempt_note_load(struct lg_backend *b, const struct lg_hdrs *hs, uint64_t now_ns)
+{
+    const struct lg_hdr *h = lg_hdrs_find(hs, "endpoint-load-metrics");
+    struct lg_backend_report rep = { .source = LG_LOAD_SRC_HEADER };
+
+    if (h == NULL
+        || lg_load_report_header_parse(lg_hdrs_value(hs, h), h->value_len, &rep.r) != LG_OK) {
+        return;
+    }
+    rep.t_ns = now_ns ? now_ns : lg_now_ns();
+    rep.inflight_at = lg_backend_inflight(b);
+    lg_backend_publish_report(b, &rep);
+}
+
 void
 lg_attempt_note_head(struct lg_client *c, struct lg_attempt *a, int status, uint64_t retry_after_ns)
 {
@@ -491,6 +507,9 @@ lg_attempt_note_head(struct lg_client *c, struct lg_attempt *a, int status, uint
 
     a->status = (uint16_t)status;
     lg_backend_note_result(a->backend, &req->fleet->conf->health, status, retry_after_ns, 0);
+    if (lg_backend_conf(a->backend)->load_header != LG_LOAD_HEADER_OFF && a->up != NULL) {
+        attempt_note_load(a->backend, &a->up->hdrs, req->t_now);
+    }
     if (lg_fail_of_status(status) != LG_FAIL_NONE) {
         lg_router_note_result(req->fleet->router, lg_attempt_route(c), &req->route, a->backend,
                               status, 0, 0);

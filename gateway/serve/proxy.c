@@ -648,6 +648,9 @@ proxy_st_wait_head(struct lg_client *c, struct lg_attempt *a, short what)
         proxy_attempt(c, a->kind);
         return;
     }
+    if ((what & BEV_EVENT_ERROR) && !(what & BEV_EVENT_EOF)) {
+        lg_backend_note_reset(u->b, lg_now_ns()); /* reset: most likely gone (backend.h) */
+    }
     proxy_attempt_failed(c, a, LG_FAIL_CLOSED);
 }
 
@@ -670,6 +673,9 @@ proxy_st_relay(struct lg_client *c, struct lg_attempt *a, short what)
             proxy_complete(c, a, false);
             return;
         }
+    }
+    if (!(what & BEV_EVENT_EOF)) {
+        lg_backend_note_reset(u->b, lg_now_ns()); /* reset: most likely gone (backend.h) */
     }
     proxy_failed_midway(c, (what & BEV_EVENT_EOF) ? LG_FAIL_CLOSED_MIDWAY : LG_FAIL_RESET);
 }

@@ -405,7 +405,9 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
             || lg_str_ieq(name, h->name_len, "x-request-id")
             || ((bc->api_key != NULL || c->w->gw->keys != NULL)
                 && (lg_str_ieq(name, h->name_len, "authorization")
-                    || lg_str_ieq(name, h->name_len, "x-api-key")))) {
+                    || lg_str_ieq(name, h->name_len, "x-api-key")))
+            || (bc->load_header != LG_LOAD_HEADER_OFF
+                && lg_str_ieq(name, h->name_len, "endpoint-load-metrics-format"))) {
             continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);
@@ -435,6 +437,12 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     }
     if (req->tries.trace != NULL) {
         relay_trace_headers(&hb, req, u->attempt);
+    }
+    if (bc->load_header != LG_LOAD_HEADER_OFF) {
+        /* the engine's load with the response (fleet/loadreport.h) */
+        head_str(&hb, bc->load_header == LG_LOAD_HEADER_JSON
+                          ? "\r\nEndpoint-Load-Metrics-Format: JSON"
+                          : "\r\nEndpoint-Load-Metrics-Format: TEXT");
     }
     if (req->method != HTTP_GET || body_bytes > 0) {
         head_add(&hb, "\r\nContent-Length: ", 18);

@@ -160,6 +160,10 @@ fixed_at(struct lg_backend *b, uint64_t now)
     return v.ttft_fixed_ms;
 }
 
+/* The calibration the picks applied to the engine model's predictions in
+ * note_first() (the view's scale then). */
+static double note_scale = 1;
+
 /* A first token with no measured terms and no load known. */
 static void
 note_first(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prompt_bytes,
@@ -170,6 +174,7 @@ note_first(struct lg_backend *b, const struct lg_est_prior *prior, uint64_t prom
                                   .wait_ms = wait_ms,
                                   .model_ms = model_ms,
                                   .pred_ms = pred_ms,
+                                  .model_scale = note_scale,
                                   .meas_pred_ms = -1,
                                   .load = -1 };
 
@@ -460,20 +465,30 @@ test_engine_model_scale(void)
     LG_CHECK(m.scale == 1); /* nothing seen: unbiased */
     LG_CHECK(m.flags & LG_MODEL_F_STEP_GUESS);
     LG_CHECK(m.step_ms == v.itl_ms);
+    /* twice what it predicted, as the picks used it calibrated (no later
+     * than used: no lateness) */
+    note_scale = 2;
     for (int i = 0; i < 30; i++) {
-        note_first(b, NULL, 0, 100, -1, -1, 50); /* twice what it predicted */
+        note_first(b, NULL, 0, 100, -1, -1, 50);
     }
     note_first(b, NULL, 0, -1, -1, -1, 50); /* no first token: not a sample */
     note_first(b, NULL, 0, 100, -1, -1, 0);
     t = lg_now_ns();
     lg_backend_view_fill(b, t, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
     LG_CHECK(m.scale > 1.8 && m.scale <= 2.0 + 1e-9); /* 4 prior pseudo-samples at 1 */
-    /* a first token 100x late is a stall: it counts as 8x, no more */
+    /* a first token 100x late is a stall: the calibration counts it as 8x,
+     * no more; used at 8x it still came 12.5x later: lateness, at most 4x */
+    note_scale = 8;
     for (int i = 0; i < 200; i++) {
         note_first(b, NULL, 0, 1000, -1, -1, 10);
     }
+    note_scale = 1;
     lg_backend_view_fill(b, lg_now_ns(), &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
-    LG_CHECK(m.scale > 6.0 && m.scale <= 8.0 + 1e-9);
+    LG_CHECK(m.scale > 6.0 * LG_EST_LATE_MAX && m.scale <= 8.0 * LG_EST_LATE_MAX + 1e-9);
+    /* lateness fades within seconds (LG_EST_LATE_HALF_LIFE_S), the calibration in tens */
+    lg_backend_view_fill(b, lg_now_ns() + 30 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v,
+                         &m);
+    LG_CHECK(m.scale > 1.5 && m.scale < 8.0 * 1.1);
     /* it fades back to 1 */
     lg_backend_view_fill(b, lg_now_ns() + 300 * LG_NS_PER_S, &prior, 250 * LG_NS_PER_MS, 0, &v, &m);
     LG_CHECK(fabs(m.scale - 1) < 0.01);

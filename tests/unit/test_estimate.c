@@ -644,6 +644,49 @@ test_bias_by_load(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/*
+ * Lateness: first tokens 1.5x later than the pick used raise the factor
+ * within a dozen samples; used at the raised factor and on time, it holds;
+ * sooner, it falls back (never below 1); idle, it fades in seconds.
+ */
+static int
+test_late(void)
+{
+    struct lg_est_late l = { 0 };
+    uint64_t t = 1000 * LG_NS_PER_S, ms = LG_NS_PER_MS;
+    double f;
+
+    LG_CHECK(lg_est_late_read(&l, t) == 0);
+    for (int i = 0; i < 12; i++) { /* 12 first tokens in 1.2 s, 1.5x late */
+        t += 100 * ms;
+        lg_est_late_add(&l, t, 150, 100 * exp(lg_est_late_read(&l, t)));
+    }
+    f = exp(lg_est_late_read(&l, t));
+    LG_CHECK(f > 1.3 && f < 1.6);
+    for (int i = 0; i < 30; i++) { /* as used, on time: stays about there */
+        t += 100 * ms;
+        lg_est_late_add(&l, t, 150, 100 * exp(lg_est_late_read(&l, t)));
+    }
+    f = exp(lg_est_late_read(&l, t));
+    LG_CHECK(f > 1.3 && f < 1.6);
+    for (int i = 0; i < 30; i++) { /* sooner than used: back toward 1, never below */
+        t += 100 * ms;
+        lg_est_late_add(&l, t, 50, 100);
+    }
+    LG_CHECK(lg_est_late_read(&l, t) == 0);
+    for (int i = 0; i < 100; i++) { /* a stall: at most LG_EST_LATE_MAX */
+        t += 10 * ms;
+        lg_est_late_add(&l, t, 100000, 10);
+    }
+    LG_CHECK(fabs(exp(lg_est_late_read(&l, t)) - LG_EST_LATE_MAX) < 1e-9);
+    /* idle for two half-lives: a quarter of the log factor left */
+    t += (uint64_t)(2 * LG_EST_LATE_HALF_LIFE_S * LG_NS_PER_S);
+    LG_CHECK(fabs(lg_est_late_read(&l, t) - 0.25 * log(LG_EST_LATE_MAX)) < 1e-6);
+    lg_est_late_add(&l, t, NAN, 10); /* not a sample */
+    LG_CHECK(fabs(lg_est_late_read(&l, t) - 0.25 * log(LG_EST_LATE_MAX)) < 1e-6);
+    return 0;
+}
+
+LG_TEST_MAIN(test_late, test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait, test_engine_run, test_line)

@@ -1015,7 +1015,56 @@ test_ttft_interference(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_ttft, test_ttft_engine_model,
+/* least_load: token work over token rate, with the KV cache's pressure. */
+static int
+test_least_load(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy ll, opt;
+    struct lg_route_info r = req_of(400, 100, 0, 0); /* 100 prompt tokens, 100 out */
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *a = add(&f, "a"), *b = add(&f, "b"), *c = add(&f, "c");
+
+    /* a: 1000 tokens to go at 500 a second; b: 3000 at 2000 a second (a
+     * replica four times as fast, with more work); c: idle but slow */
+    a->work_tokens = 1000;
+    a->tokens_per_s = 500;
+    b->work_tokens = 3000;
+    b->tokens_per_s = 2000;
+    c->work_tokens = 0;
+    c->tokens_per_s = 50;
+    LG_CHECK(open_policy(&ll, "least_load", "{}") == 0);
+    LG_CHECK(pick(&ll, &r, &f, cost, &why) == 1);
+    LG_CHECK_STR(why, "least_expected_load");
+    LG_CHECK(fabs(cost[0] - 2400) < 1e-9 && fabs(cost[1] - 1600) < 1e-9);
+    LG_CHECK(fabs(cost[2] - 4000) < 1e-9);
+    /* a fresh KV cache half full costs 150 ms, 90% full 150 ms x 9 */
+    b->engine_kv_usage = 0.5;
+    b->flags &= ~LG_VIEW_F_STALE;
+    LG_CHECK(pick(&ll, &r, &f, cost, &why) == 1 && fabs(cost[1] - 1750) < 1e-6);
+    b->engine_kv_usage = 0.9;
+    LG_CHECK(pick(&ll, &r, &f, cost, &why) == 0 && fabs(cost[1] - 2950) < 1e-6);
+    b->engine_kv_usage = 0.9;
+    b->flags |= LG_VIEW_F_STALE; /* a stale sample does not count */
+    LG_CHECK(pick(&ll, &r, &f, cost, &why) == 1);
+    /* prompts weighed less: the request's own work shrinks everywhere */
+    LG_CHECK(open_policy(&opt, "least_load", "{\"prompt_weight\": 0, \"kv_ms\": 0}") == 0);
+    LG_CHECK(pick(&opt, &r, &f, cost, &why) == 1 && fabs(cost[1] - 1550) < 1e-9);
+    /* a host without token work (an older view): requests in flight */
+    set_load(a, 3, 0);
+    set_load(b, 1, 0);
+    set_load(c, 2, 0);
+    for (size_t i = 0; i < f.n; i++) {
+        f.v[i].size = offsetof(struct lg_backend_view, work_tokens);
+    }
+    LG_CHECK(pick(&opt, &r, &f, cost, &why) == 1 && cost[1] == 100);
+    ll.p->ops->destroy(ll.state);
+    opt.p->ops->destroy(opt.state);
+    return 0;
+}
+
+LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_least_load, test_ttft, test_ttft_engine_model,
              test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference,
              test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
              test_prefix_rejoin, test_session_affinity)

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define LG_PLUGIN_ABI_MAJOR 2 /* bump on removal, reorder or retype */
-#define LG_PLUGIN_ABI_MINOR 0 /* bump when appending members or ops */
+#define LG_PLUGIN_ABI_MINOR 1 /* bump when appending members or ops */
 
 /*
  * History:
@@ -68,6 +68,9 @@ extern "C" {
  *        the host refuses options no getter asked for. A 1.x plugin is
  *        refused (major differs): rebuild it against this header
  *        (plugins/README.md says what moved).
+ *   2.1  the view's token work there and the replica's token rate
+ *        (work_tokens, tokens_per_s: what the least_load policy weighs),
+ *        and LG_VIEW_F_REPORTED (the engine's counts from its load report).
  */
 
 enum lg_plugin_kind {
@@ -156,11 +159,24 @@ struct lg_backend_view {
      * (LG_POLICY_WANTS_MODEL with this gateway's LG_ENGINE_MODEL_VERSION);
      * NULL for every other policy */
     const struct lg_engine_model_view *model;
+
+    /* token work (2.1): no model of slots or steps */
+    double work_tokens;        /* tokens still to process there: this gateway's streamed
+                                  requests with max_tokens one by one (a prompt not yet
+                                  prefilled, about bytes / 4, and the tokens still to come),
+                                  every other request there (other clients', ours it cannot
+                                  follow) at the mean of those, or of hold_ms / itl_ms */
+    double tokens_per_s;       /* tokens it generates a second with one more request there:
+                                  min(load + 1, capacity) streams at its gap between tokens
+                                  (itl_ms); the capacity unknown, load + 1 */
 };
 
 #define LG_VIEW_F_HALF_OPEN (1u << 0) /* ejected, back-off over: this would be its probe */
 #define LG_VIEW_F_RAMPING   (1u << 1) /* in slow start (ramp < 1) */
 #define LG_VIEW_F_STALE     (1u << 2) /* engine_* are too old to count (or never scraped) */
+#define LG_VIEW_F_REPORTED  (1u << 4) /* engine_* come from the engine's load report (a
+                                          response header, GET /load, /v1/loads) newer than
+                                          its last /metrics scrape; engine_age_ns is its age */
 #define LG_VIEW_F_CAP_GUESS (1u << 3) /* capacity is inferred (not seen full lately with a
                                           request of this gateway held in its queue), not
                                           measured */
