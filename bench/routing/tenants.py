@@ -57,7 +57,7 @@ def key_of(name):
 class Fleet(P.Fleet):
     """The routing benchmark's llmsim fleet; each backend at most its slots at once."""
 
-    def backends(self):
+    def backends(self, load_reports=False):
         out = super().backends()
         for b in out:
             b["max_inflight"] = self.scen["sim"]["slots"]

@@ -349,7 +349,7 @@ class ReplayFleet(P.Fleet):
         return [r.get("url") or "http://127.0.0.1:%d" % p
                 for r, p in zip(self.replicas, self.ports)]
 
-    def backends(self):
+    def backends(self, load_reports=False):
         return [{"name": r["name"], "url": u, "models": r["models"],
                  "flavor": r.get("flavor", "vllm")}
                 for r, u in zip(self.replicas, self.urls())]
