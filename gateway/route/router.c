@@ -48,6 +48,7 @@ struct lg_router {
     uint64_t down_retry_ns; /* Retry-After hint for a down backend */
     size_t prefix_bytes;
     bool reads_prefix; /* a stage may read the prompt prefix's hash (lg_router_prefix_bytes) */
+    bool reads_session; /* a stage may read the session's hash (lg_router_reads_session) */
 };
 
 /* ---- construction ------------------------------------------------------- */
@@ -232,6 +233,8 @@ lg_router_new(const struct lg_config *conf, struct lg_router **out)
         r->reads_prefix |= r->stages[i].plugin->path != NULL
                            || strcmp(name, "prefix_affinity") == 0
                            || strcmp(name, "session_affinity") == 0;
+        r->reads_session |= r->stages[i].plugin->path != NULL
+                            || strcmp(name, "session_affinity") == 0;
     }
     *out = r;
     return LG_OK;
@@ -273,6 +276,12 @@ size_t
 lg_router_prefix_bytes(const struct lg_router *r)
 {
     return r->reads_prefix ? r->prefix_bytes : 0;
+}
+
+bool
+lg_router_reads_session(const struct lg_router *r)
+{
+    return r->reads_session;
 }
 
 /* ---- candidates --------------------------------------------------------- */

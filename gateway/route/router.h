@@ -122,6 +122,13 @@ void lg_router_note_result(struct lg_router *r, const struct lg_model_route *rou
  */
 size_t lg_router_prefix_bytes(const struct lg_router *r);
 
+/*
+ * Whether a stage of the pipeline may read lg_route_req.session_hash
+ * (session_affinity, a loaded plugin): a request does not look for session
+ * headers that no stage reads.
+ */
+bool lg_router_reads_session(const struct lg_router *r);
+
 /* The policy label ("prefix_affinity+ttft"). */
 const char *lg_router_policy(const struct lg_router *r);
 
