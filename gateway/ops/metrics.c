@@ -380,6 +380,28 @@ mx_tenant_family(struct evbuffer *out, const char *name, const struct lg_tenant_
 }
 
 /* The scheduler: the queue by class, refusals by reason, tenants' service. */
+
+/* The per-tenant counters: each a family by tenant (the top ones; the rest as "other") and class. */
+struct mx_tenant_counter {
+    const char *name;
+    const char *help;
+    size_t offset; /* of its uint64_t[LG_NCLASSES] in struct lg_tenant_view */
+};
+
+static const struct mx_tenant_counter mx_tenant_counters[] = {
+    { "llmgate_tenant_admitted_total",
+      "Requests sent to a backend, by tenant (the top ones by tokens; the rest as \"other\") and "
+      "class.",
+      offsetof(struct lg_tenant_view, admitted) },
+    { "llmgate_tenant_shed_total", "Requests refused by the scheduler, by tenant and class.",
+      offsetof(struct lg_tenant_view, shed) },
+    { "llmgate_tenant_tokens_total", "Tokens served (prompt and completion), by tenant and class.",
+      offsetof(struct lg_tenant_view, tokens) },
+    { "llmgate_tenant_queue_wait_milliseconds_total",
+      "Time admitted requests waited in the admission queue, by tenant and class.",
+      offsetof(struct lg_tenant_view, wait_ms) },
+};
+
 static void
 mx_sched(struct evbuffer *out, struct lg_gateway *gw)
 {
@@ -414,23 +436,12 @@ mx_sched(struct evbuffer *out, struct lg_gateway *gw)
             break;
         }
     }
-    mx_family(out, "llmgate_tenant_admitted_total", "counter",
-              "Requests sent to a backend, by tenant (the top ones by tokens; the rest as "
-              "\"other\") and class.");
-    mx_tenant_family(out, "llmgate_tenant_admitted_total", v, n, top,
-                     offsetof(struct lg_tenant_view, admitted));
-    mx_family(out, "llmgate_tenant_shed_total", "counter",
-              "Requests refused by the scheduler, by tenant and class.");
-    mx_tenant_family(out, "llmgate_tenant_shed_total", v, n, top,
-                     offsetof(struct lg_tenant_view, shed));
-    mx_family(out, "llmgate_tenant_tokens_total", "counter",
-              "Tokens served (prompt and completion), by tenant and class.");
-    mx_tenant_family(out, "llmgate_tenant_tokens_total", v, n, top,
-                     offsetof(struct lg_tenant_view, tokens));
-    mx_family(out, "llmgate_tenant_queue_wait_milliseconds_total", "counter",
-              "Time admitted requests waited in the admission queue, by tenant and class.");
-    mx_tenant_family(out, "llmgate_tenant_queue_wait_milliseconds_total", v, n, top,
-                     offsetof(struct lg_tenant_view, wait_ms));
+    for (size_t k = 0; k < sizeof(mx_tenant_counters) / sizeof(mx_tenant_counters[0]); k++) {
+        const struct mx_tenant_counter *tc = &mx_tenant_counters[k];
+
+        mx_family(out, tc->name, "counter", tc->help);
+        mx_tenant_family(out, tc->name, v, n, top, tc->offset);
+    }
     mx_family(out, "llmgate_tenant_queued", "gauge",
               "Requests waiting in the admission queue, by tenant (the top ones) and class.");
     for (size_t i = 0; i < top; i++) {
