@@ -129,7 +129,6 @@ proxy_classify(struct lg_client *c)
     struct lg_key_sched ks;
     bool has_key = lg_keys_sched(&req->auth, &ks);
     struct lg_tenant_refusal no;
-    int want;
 
     if (lg_tenant_resolve(lg_admission_tenants(c->w->gw->admission), lg_client_conf(c),
                           &req->hdrs, lg_keys_name(&req->auth), has_key ? &ks : NULL,
@@ -138,13 +137,10 @@ proxy_classify(struct lg_client *c)
         lg_client_fail_param(c, no.status, no.code, no.param, "%s", no.message);
         return LG_EINVAL;
     }
-    if (req->sched.clamped) {
-        const struct lg_hdr *h = lg_hdrs_find(&req->hdrs, lg_client_conf(c)->scheduling.priority_header);
-
-        want = h != NULL ? lg_class_parse(lg_hdrs_value(&req->hdrs, h), h->value_len) : -1;
+    if (req->sched.asked >= 0) {
         LG_CONN_LOG(LG_LOG_INFO, c, "key \"%s\" asked for class %s, above its max_class: %s",
                     lg_keys_name(&req->auth) ? lg_keys_name(&req->auth) : "-",
-                    lg_class_name(want), lg_class_name(req->sched.cls));
+                    lg_class_name(req->sched.asked), lg_class_name(req->sched.cls));
     }
     return LG_OK;
 }

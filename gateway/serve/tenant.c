@@ -291,6 +291,7 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const stru
     uint32_t target = 0;
 
     memset(out, 0, sizeof(*out));
+    out->asked = -1;
     for (size_t i = 0; i < conf->tenants.nheaders; i++) {
         h = lg_hdrs_find(hdrs, conf->tenants.headers[i]);
         if (h == NULL) {
@@ -331,7 +332,7 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const stru
                      lg_class_name(want));
             return LG_EINVAL;
         }
-        out->clamped = want > max;
+        out->asked = (int8_t)(want > max ? want : -1);
         cls = LG_MIN(want, max);
     }
     if (sc->ttft_header != NULL && (h = lg_hdrs_find(hdrs, sc->ttft_header)) != NULL) {

@@ -107,7 +107,8 @@ struct lg_req_sched {
     struct lg_tenant *tenant;           /* one reference; NULL: no tenant */
     uint8_t cls;                        /* enum lg_prio_class */
     uint8_t shed;                       /* enum lg_shed: why it was refused */
-    bool clamped;                       /* its header asked for more than its key's max_class */
+    int8_t asked;                       /* the class its header asked for above its key's
+                                           max_class (clamped to it), else -1 */
     bool charged;                       /* its prompt counts in its tenant's service */
     bool by_header;                     /* its tenant was named by a tenants.headers header */
     uint32_t ttft_target_ms;            /* 0: none */
