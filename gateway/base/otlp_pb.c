@@ -42,13 +42,19 @@
 #define PB_FIXED64 1
 #define PB_BYTES   2
 
+/* A varint's bytes: 7 bits each (1 for 0..127, 10 for a negative int64). */
 static inline size_t
 pb_vlen(uint64_t v)
 {
-    size_t n = 1;
+    size_t n = 3;
 
-    while (v >= 0x80) {
-        v >>= 7;
+    if (__builtin_expect(v < 0x80, 1)) {
+        return 1;
+    }
+    if (v < 0x4000) {
+        return 2;
+    }
+    for (v >>= 21; v != 0; v >>= 7) {
         n++;
     }
     return n;
@@ -57,6 +63,10 @@ pb_vlen(uint64_t v)
 static inline uint8_t *
 pb_varint(uint8_t *p, uint64_t v)
 {
+    if (__builtin_expect(v < 0x80, 1)) {
+        *p = (uint8_t)v;
+        return p + 1;
+    }
     while (v >= 0x80) {
         *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
@@ -65,12 +75,14 @@ pb_varint(uint8_t *p, uint64_t v)
     return p;
 }
 
+/* fixed64: little-endian */
 static inline uint8_t *
 pb_fixed64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
     return p + 8;
 }
 
@@ -159,16 +171,17 @@ pb_str(uint8_t *p, uint8_t tag, const char *s, size_t n)
 static inline uint8_t *
 pb_span_id(uint8_t *p, uint8_t tag, uint64_t id)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    id = __builtin_bswap64(id);
+#endif
     p[0] = tag;
     p[1] = 8;
-    for (int i = 0; i < 8; i++) {
-        p[2 + i] = (uint8_t)(id >> (56 - 8 * i));
-    }
+    memcpy(p + 2, &id, 8);
     return p + 10;
 }
 
 /* AnyValue's size */
-static size_t
+static inline size_t
 pb_value_len(const struct lg_span_attr *a)
 {
     switch (a->type) {

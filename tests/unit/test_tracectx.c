@@ -27,6 +27,16 @@ test_traceparent(void)
     LG_CHECK(tc.parent_id == 0x00f067aa0ba902b7ull && tc.flags == 1);
     lg_tracectx_format(out, tc.trace_id, 0x1122334455667788ull, 0);
     LG_CHECK_STR(out, "00-4bf92f3577b34da6a3ce929d0e0e4736-1122334455667788-00");
+    {
+        /* every digit, each place */
+        static const uint8_t id[16] = { 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                                        0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10 };
+
+        lg_tracectx_format(out, id, 0xf0e1d2c3b4a59687ull, 0xa9);
+        LG_CHECK_STR(out, "00-0123456789abcdeffedcba9876543210-f0e1d2c3b4a59687-a9");
+        lg_tracectx_format(out, id, 0xffffffffffffffffull, 0);
+        LG_CHECK_STR(out, "00-0123456789abcdeffedcba9876543210-ffffffffffffffff-00");
+    }
     /* a later version: longer, after a '-'; its flags other than sampled are not ours */
     LG_CHECK(parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-xyz", &tc) == LG_OK);
     LG_CHECK(tc.flags == 1);
