@@ -231,12 +231,14 @@ tracectx_hex64(char *out, uint64_t v)
 void
 lg_tracectx_format(char *out, const uint8_t trace_id[16], uint64_t span_id, uint8_t flags)
 {
-    uint64_t hi = 0, lo = 0;
+    uint64_t hi, lo;
 
-    for (int i = 0; i < 8; i++) {
-        hi = (hi << 8) | trace_id[i];
-        lo = (lo << 8) | trace_id[8 + i];
-    }
+    memcpy(&hi, trace_id, 8);
+    memcpy(&lo, trace_id + 8, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    hi = __builtin_bswap64(hi); /* the id's first byte, the first two digits */
+    lo = __builtin_bswap64(lo);
+#endif
     memcpy(out, "00-", 3);
     tracectx_hex64(out + 3, hi);
     tracectx_hex64(out + 19, lo);

@@ -7,7 +7,8 @@
  * (CLIENT), named and attributed after OpenTelemetry's HTTP and GenAI
  * conventions, filled on the worker and copied into the exporter's queue
  * (base/otlp.c), which never waits on the network.
- * Owns: struct lg_trace, from lg_trace_begin() to lg_trace_release().
+ * Owns: struct lg_trace, from lg_trace_begin() to lg_trace_release() (then
+ * one is kept as the worker's spare, freed with the worker).
  * Borrows: the request, its attempts, the gateway's exporter.
  */
 #include "serve/trace.h"
@@ -171,7 +172,9 @@ lg_trace_begin(struct lg_client *c)
             return; /* not sampled, nothing to continue or replace: no trace */
         }
     }
-    t = lg_xmalloc(sizeof(*t)); /* all but the state's bytes set here (state_len says how many) */
+    /* all but the state's bytes set here (state_len says how many) */
+    t = c->w->trace_spare != NULL ? c->w->trace_spare : lg_xmalloc(sizeof(*t));
+    c->w->trace_spare = NULL;
     t->parent_id = 0;
     t->state_len = 0;
     t->t_hold = 0;
@@ -203,9 +206,13 @@ lg_trace_begin(struct lg_client *c)
 }
 
 void
-lg_trace_release(struct lg_request *req)
+lg_trace_release(struct lg_worker *w, struct lg_request *req)
 {
-    free(req->tries.trace);
+    if (w->trace_spare == NULL) {
+        w->trace_spare = req->tries.trace; /* the next request's, without malloc and free */
+    } else {
+        free(req->tries.trace);
+    }
     req->tries.trace = NULL;
 }
 

@@ -272,6 +272,8 @@ lg_worker_destroy(struct lg_worker *w)
         close(w->cmd_fd);
     }
     lg_fleet_unref(w->fleet);
+    free(w->trace_spare);
+    w->trace_spare = NULL;
     if (w->base != NULL) {
         event_base_free(w->base);
     }

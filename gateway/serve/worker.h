@@ -111,6 +111,8 @@ struct lg_worker {
     double retry_tokens; /* retry budget (proxy.c) */
     uint64_t retry_refill_ns;
     struct lg_hedge_budget hedge_budget; /* hedge.c */
+    struct lg_trace *trace_spare;        /* owned: a request's trace kept for the next
+                                            (trace.c); NULL: none */
     struct lg_worker_stats stats;     /* atomic reads from other threads */
     struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
     struct lg_worker_timeout timeouts[LG_WORKER_TIMEOUTS]; /* lg_worker_timeout() */
