@@ -8,7 +8,8 @@
  * conventions, filled on the worker and copied into the exporter's queue
  * (base/otlp.c), which never waits on the network.
  * Owns: struct lg_trace, from lg_trace_begin() to lg_trace_release() (then
- * one is kept as the worker's spare, freed with the worker).
+ * kept in the worker's list for a next request, up to TRACE_KEEP; the
+ * worker frees that list at its end).
  * Borrows: the request, its attempts, the gateway's exporter.
  */
 #include "serve/trace.h"
@@ -25,6 +26,7 @@
 #include "serve/worker.h"
 
 struct lg_trace {
+    struct lg_free_node link;   /* first: in the worker's list of kept traces */
     uint8_t trace_id[16];
     uint64_t parent_id;     /* the client's span; 0: the trace starts here */
     uint64_t span_id;       /* the request's (SERVER) span */
@@ -173,8 +175,13 @@ lg_trace_begin(struct lg_client *c)
         }
     }
     /* all but the state's bytes set here (state_len says how many) */
-    t = c->w->trace_spare != NULL ? c->w->trace_spare : lg_xmalloc(sizeof(*t));
-    c->w->trace_spare = NULL;
+    if (c->w->trace_free != NULL) {
+        t = (struct lg_trace *)c->w->trace_free;
+        c->w->trace_free = t->link.next;
+        c->w->ntrace_free--;
+    } else {
+        t = lg_xmalloc(sizeof(*t));
+    }
     t->parent_id = 0;
     t->state_len = 0;
     t->t_hold = 0;
@@ -205,13 +212,21 @@ lg_trace_begin(struct lg_client *c)
     }
 }
 
+/* Traces a worker keeps for its next requests: as many as it has requests in
+ * flight, up to this (about 600 bytes each). */
+#define TRACE_KEEP 256
+
 void
 lg_trace_release(struct lg_worker *w, struct lg_request *req)
 {
-    if (w->trace_spare == NULL) {
-        w->trace_spare = req->tries.trace; /* the next request's, without malloc and free */
+    struct lg_trace *t = req->tries.trace;
+
+    if (w->ntrace_free < TRACE_KEEP) {
+        t->link.next = w->trace_free; /* the next request's, without malloc and free */
+        w->trace_free = &t->link;
+        w->ntrace_free++;
     } else {
-        free(req->tries.trace);
+        free(t);
     }
     req->tries.trace = NULL;
 }
