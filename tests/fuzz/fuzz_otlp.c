@@ -140,8 +140,8 @@ static void
 check_json(const char *out, size_t len, const struct lg_span *s)
 {
     json_error_t err;
-    json_t *doc = json_loadb(out, len, 0, &err);
-    json_t *span;
+    json_t *doc = json_loadb(out, len, JSON_ALLOW_NUL, &err); /* a NUL byte is \u0000 */
+    json_t *span, *jname;
     const char *name;
     size_t k = 0;
 
@@ -156,7 +156,8 @@ check_json(const char *out, size_t len, const struct lg_span *s)
                 0),
             "spans"),
         0);
-    name = json_string_value(json_object_get(span, "name"));
+    jname = json_object_get(span, "name");
+    name = json_string_value(jname);
     if (name == NULL) {
         abort();
     }
@@ -171,7 +172,7 @@ check_json(const char *out, size_t len, const struct lg_span *s)
         }
         k += c < 0x80 ? 1 : 2;
     }
-    if (name[k] != '\0') {
+    if (k != json_string_length(jname)) {
         abort();
     }
     json_decref(doc);
