@@ -160,6 +160,42 @@ lg_span_put_event(struct lg_span *s, const char *name, size_t name_len, uint64_t
     }
 }
 
+/*
+ * The bytes of the valid UTF-8 character at p[0..n) (1 to 4; 1 for ASCII),
+ * or 0 when none starts there (a stray continuation byte, a sequence cut
+ * short, an overlong form, a surrogate, past U+10FFFF). A span's text is not
+ * checked as UTF-8 (a request's bytes, or cut at a limit inside a
+ * character): both encoders send each byte where no character starts as '?'.
+ */
+static inline size_t
+lg_otlp_utf8_len(const uint8_t *p, size_t n)
+{
+    uint8_t c = p[0];
+    size_t len, k;
+    uint32_t cp, min;
+
+    if (c < 0x80) {
+        return 1;
+    }
+    if ((c & 0xe0) == 0xc0) {
+        len = 2, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+        len = 3, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+        len = 4, min = 0x10000;
+    } else {
+        return 0;
+    }
+    cp = c & (0x7fu >> len);
+    for (k = 1; k < len && k < n && (p[k] & 0xc0) == 0x80; k++) {
+        cp = (cp << 6) | (p[k] & 0x3fu);
+    }
+    if (k < len || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        return 0;
+    }
+    return len;
+}
+
 /* What the exporter did, for /metrics (atomic reads). */
 struct lg_otlp_stats {
     uint64_t submitted; /* spans queued */

@@ -109,13 +109,15 @@ ob_double(struct obuf *b, double d)
     }
 }
 
-/* A JSON string of n bytes: quotes, escapes, control bytes and bytes past
- * ASCII (names are not checked as UTF-8) as \u00XX. */
-/* The bytes a JSON string escapes here: controls, '"', '\\', DEL and past ASCII. */
+/* The bytes a JSON string escapes here: controls, '"', '\\', DEL; and past ASCII,
+ * where a character is checked as UTF-8. */
 static const bool ob_escaped[256] = {
     [0x00 ... 0x1f] = true, ['"'] = true, ['\\'] = true, [0x7f ... 0xff] = true,
 };
 
+/* A JSON string of n bytes: quotes, escapes, control bytes and DEL as
+ * \u00XX; UTF-8 characters as they are, a byte where none starts as '?'
+ * (as the protobuf encoder). */
 static void
 ob_str(struct obuf *b, const char *s, size_t n)
 {
@@ -127,6 +129,18 @@ ob_str(struct obuf *b, const char *s, size_t n)
         unsigned char ch = (unsigned char)s[i];
 
         if (__builtin_expect(!ob_escaped[ch], 1)) {
+            continue;
+        }
+        if (ch >= 0x80) {
+            size_t len = lg_otlp_utf8_len((const uint8_t *)s + i, n - i);
+
+            if (len > 0) {
+                i += len - 1; /* kept in the run */
+                continue;
+            }
+            ob_put(b, s + run, i - run);
+            run = i + 1;
+            OB_LIT(b, "?");
             continue;
         }
         ob_put(b, s + run, i - run);

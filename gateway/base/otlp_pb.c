@@ -102,45 +102,22 @@ pb_bytes(uint8_t *p, uint8_t tag, const void *s, size_t n)
     return p + n;
 }
 
-/*
- * A protobuf string is UTF-8 (strict decoders refuse a message with a string
- * that is not): a span's text is not checked as such (a request's bytes, or
- * cut at a limit inside a character), so each byte of a sequence that is not
- * valid UTF-8 becomes '?' (the length kept: sizes were counted before).
- */
+/* A protobuf string is UTF-8 (strict decoders refuse a message with a string
+ * that is not): each byte where no character starts becomes '?' (the length
+ * kept: sizes were counted before). */
 static void
 pb_utf8_fix(uint8_t *p, size_t n)
 {
     size_t i = 0;
 
     while (i < n) {
-        uint8_t c = p[i];
-        size_t len, k;
-        uint32_t cp, min;
+        size_t len = lg_otlp_utf8_len(p + i, n - i);
 
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xe0) == 0xc0) {
-            len = 2, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4, min = 0x10000;
+        if (len == 0) {
+            p[i++] = '?';
         } else {
-            p[i++] = '?';
-            continue;
+            i += len;
         }
-        cp = c & (0x7fu >> len);
-        for (k = 1; k < len && i + k < n && (p[i + k] & 0xc0) == 0x80; k++) {
-            cp = (cp << 6) | (p[i + k] & 0x3fu);
-        }
-        if (k < len || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            p[i++] = '?';
-            continue;
-        }
-        i += len;
     }
 }
 

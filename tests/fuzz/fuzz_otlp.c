@@ -5,9 +5,10 @@
  * string attributes (with an integer, a double and a bool between them).
  * The first byte picks the encoding: even, protobuf; odd, JSON. The
  * protobuf read back by a wire reader of its own has the message's shape,
- * the name and every string valid UTF-8 of the same length as the span's
- * bytes (an invalid byte is sent as one '?'); the JSON parses (jansson) with
- * the name as given (each byte past ASCII as \u00XX, a code point < 256).
+ * and its strings (name, tracestate, an attribute) are the span's bytes
+ * with each byte where no UTF-8 character starts as '?' (found by a strict
+ * UTF-8 reader of this file's own); the JSON parses (jansson) with the name
+ * the same.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -18,34 +19,59 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* strict UTF-8: no overlong form, no surrogate, nothing past U+10FFFF */
-static bool
-utf8_ok(const uint8_t *p, size_t n)
+/* The character at p[0..n) under strict UTF-8 (no overlong form, no surrogate,
+ * nothing past U+10FFFF): its bytes, 0 when none starts there. Written apart
+ * from the encoders' lg_otlp_utf8_len(), as a reference. */
+static size_t
+utf8_at(const uint8_t *p, size_t n)
+{
+    uint8_t c = p[0];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    uint32_t cp;
+
+    if (len == 0 || len > n) {
+        return 0;
+    }
+    cp = len == 1 ? c : (uint32_t)(c & (0x7f >> len));
+    for (size_t k = 1; k < len; k++) {
+        if ((p[k] & 0xc0) != 0x80) {
+            return 0;
+        }
+        cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
+        || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        return 0;
+    }
+    return len;
+}
+
+/* What a string of the span's text must be sent as: its characters, '?' for each
+ * byte where none starts (same length). */
+static void
+expected(const char *in, size_t n, uint8_t *out)
 {
     size_t i = 0;
 
+    memcpy(out, in, n);
     while (i < n) {
-        uint8_t c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        uint32_t cp;
+        size_t len = utf8_at(out + i, n - i);
 
-        if (len == 0 || i + len > n) {
-            return false;
+        if (len == 0) {
+            out[i++] = '?';
+        } else {
+            i += len;
         }
-        cp = len == 1 ? c : (uint32_t)(c & (0x7f >> len));
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) {
-                return false;
-            }
-            cp = (cp << 6) | (p[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)
-            || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            return false;
-        }
-        i += len;
     }
-    return true;
+}
+
+static bool
+same(const uint8_t *got, size_t gn, const char *in, size_t n)
+{
+    uint8_t want[LG_SPAN_TEXT];
+
+    expected(in, n, want);
+    return gn == n && memcmp(got, want, n) == 0;
 }
 
 static bool
@@ -108,7 +134,7 @@ walk(const uint8_t *m, size_t n, unsigned want, const uint8_t **sub, size_t *sub
     return true;
 }
 
-/* The span's strings (name 5, trace_state 3, each attribute's string value) valid UTF-8. */
+/* The span's strings (name 5, trace_state 3, the first attribute's string value) as expected. */
 static void
 check_pb(const char *out, size_t len, const struct lg_span *s)
 {
@@ -120,17 +146,18 @@ check_pb(const char *out, size_t len, const struct lg_span *s)
         || sp == NULL || !walk(sp, spn, 5, &f, &fn)) {
         abort();
     }
-    if (f == NULL || fn != s->name_len || !utf8_ok(f, fn)) {
+    if (f == NULL || !same(f, fn, s->text + s->name_off, s->name_len)) {
         abort();
     }
     if (!walk(sp, spn, 3, &f, &fn) || (s->state_len > 0) != (f != NULL)
-        || (f != NULL && (fn != s->state_len || !utf8_ok(f, fn)))) {
+        || (f != NULL && !same(f, fn, s->text + s->state_off, s->state_len))) {
         abort();
     }
     /* the first attribute is a string */
     if (s->nattrs > 0) {
         if (!walk(sp, spn, 9, &kv, &kvn) || kv == NULL || !walk(kv, kvn, 2, &v, &vn) || v == NULL
-            || !walk(v, vn, 1, &f, &fn) || f == NULL || fn != s->attrs[0].len || !utf8_ok(f, fn)) {
+            || !walk(v, vn, 1, &f, &fn) || f == NULL
+            || !same(f, fn, s->text + s->attrs[0].off, s->attrs[0].len)) {
             abort();
         }
     }
@@ -143,7 +170,6 @@ check_json(const char *out, size_t len, const struct lg_span *s)
     json_t *doc = json_loadb(out, len, JSON_ALLOW_NUL, &err); /* a NUL byte is \u0000 */
     json_t *span, *jname;
     const char *name;
-    size_t k = 0;
 
     if (doc == NULL) {
         abort();
@@ -161,18 +187,9 @@ check_json(const char *out, size_t len, const struct lg_span *s)
     if (name == NULL) {
         abort();
     }
-    /* each byte came out as one code point: ASCII as itself, the rest in two bytes */
-    for (size_t i = 0; i < s->name_len; i++) {
-        uint8_t c = (uint8_t)s->text[s->name_off + i];
-
-        if (c < 0x80 ? (uint8_t)name[k] != c
-                     : ((uint8_t)name[k] != (0xc0 | (c >> 6))
-                        || (uint8_t)name[k + 1] != (0x80 | (c & 0x3f)))) {
-            abort();
-        }
-        k += c < 0x80 ? 1 : 2;
-    }
-    if (k != json_string_length(jname)) {
+    /* as the protobuf's: its characters, '?' for a byte where none starts */
+    if (!same((const uint8_t *)name, json_string_length(jname), s->text + s->name_off,
+              s->name_len)) {
         abort();
     }
     json_decref(doc);

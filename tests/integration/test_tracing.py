@@ -223,6 +223,32 @@ class ExportCases:
         self.assertGreater(int(queue["endTimeUnixNano"]) - int(queue["startTimeUnixNano"]),
                            100 * 1000 * 1000)
 
+    def test_a_character_cut_at_the_span_limit_is_sent_as_valid_utf8(self):
+        # a span's text holds 1 KiB: the request's name (method and path, 256 bytes
+        # of it), its tracestate (512), url.path and then the model, here cut 3 bytes
+        # in, inside its second character. A protobuf string must be UTF-8 (the
+        # receiver refuses the whole export otherwise); JSON gets the same text
+        model = "\u00e9" * 128  # 256 bytes, the most a request's model may have
+        col = self.collector()
+        rec = self.replica("r1")
+        backends = [{"name": "r1", "url": "http://127.0.0.1:%d" % rec.port, "models": [model]}]
+        tracing = {"endpoint": "http://127.0.0.1:%d" % col.port, "interval": "20ms"}
+        if self.encoding is not None:
+            tracing["encoding"] = self.encoding
+        conf = self.base_config(backends, workers=1, tracing=tracing)
+        _, port = self.start_gateway(conf)
+        state = "a0=" + "v" * 250 + ",a1=" + "v" * 255  # 512 bytes, the most kept
+        post_json(port, "/v1/" + "x" * 246, harness.chat_body(model=model), headers={
+            "traceparent": "00-%s-%s-01" % (TRACE, PARENT), "tracestate": state})
+        spans = self.wait_trace(col, TRACE, 2)
+        self.assertEqual(col.errors, [])
+        (server,) = self.by_kind(spans, SERVER)
+        self.assertEqual(server["traceState"], state)
+        cut = attrs(server)["gen_ai.request.model"]
+        self.assertEqual(cut, "\u00e9?")  # the character cut short sent as '?'
+        (attempt,) = self.by_kind(spans, CLIENT)
+        self.assertEqual(attrs(attempt)["gen_ai.request.model"], model)  # whole, as it came
+
 
 class Tracing(ExportCases, TracingBase):
     """The export cases in the default encoding (protobuf), and the rest."""

@@ -156,6 +156,15 @@ test_encode(void)
     LG_CHECK(json_integer_value(json_object_get(json_object_get(span, "status"), "code")) == 2);
     json_decref(doc);
     free(out);
+
+    /* UTF-8 goes as it is; a byte where no character starts (a character cut
+     * short at a limit) as '?', as in the protobuf */
+    s.text_len = 0;
+    s.nattrs = 0;
+    s.name_off = lg_span_text(&s, "caf\xc3\xa9 \xe2\x82", 8, &s.name_len);
+    lg_otlp_encode(&s, 1, "svc", LG_OTLP_JSON, &out, &len);
+    LG_CHECK(strstr(out, "\"name\":\"caf\xc3\xa9 ??\"") != NULL);
+    free(out);
     return 0;
 }
 
