@@ -945,6 +945,8 @@ static const struct lg_conf_field conf_sfz_fields[] = {
 #undef ZF
 static const struct lg_conf_table conf_sfz_table = { sizeof(struct lg_sfz_conf), conf_sfz_fields,
                                                      conf_check_sfz };
+static const char *const conf_otlp_encodings[] = { "protobuf", "json", NULL };
+
 #define TR(f) offsetof(struct lg_tracing_conf, f)
 static const struct lg_conf_field conf_tracing_fields[] = {
     { "endpoint", LG_CONF_STR, TR(endpoint), .required = false, .check = lg_otlp_check_url },
@@ -957,6 +959,8 @@ static const struct lg_conf_field conf_tracing_fields[] = {
       .max = CONF_M(1) },
     { "timeout", LG_CONF_DURATION, TR(timeout_ms), .def = CONF_S(2), .min = CONF_MS(10),
       .max = CONF_M(1) },
+    { "encoding", LG_CONF_ENUM, TR(encoding), .def = LG_OTLP_PROTOBUF,
+      .names = conf_otlp_encodings },
     { .name = NULL },
 };
 #undef TR

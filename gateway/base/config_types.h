@@ -353,7 +353,13 @@ struct lg_sfz_conf {
     size_t nmodels;
 };
 
-/* Traces exported over OTLP/HTTP JSON (base/otlp.c, serve/trace.c); read at start. */
+/* How spans are written to the collector (OTLP/HTTP's two encodings). */
+enum lg_otlp_encoding {
+    LG_OTLP_PROTOBUF = 0, /* application/x-protobuf, OTLP's default */
+    LG_OTLP_JSON,         /* application/json, OTLP's JSON mapping */
+};
+
+/* Traces exported over OTLP/HTTP (base/otlp.c, serve/trace.c); read at start. */
 struct lg_tracing_conf {
     char *endpoint;          /* the collector's URL, "http://host:port[/path]" (no path:
                                 /v1/traces); NULL: tracing off */
@@ -366,6 +372,7 @@ struct lg_tracing_conf {
     uint32_t batch;          /* spans in one export at most */
     uint64_t interval_ms;    /* spans waiting leave at least this often */
     uint64_t timeout_ms;     /* one export: connect, send and the answer */
+    enum lg_otlp_encoding encoding;
 };
 
 #define LG_CONFIG_MAX_WORKERS 256

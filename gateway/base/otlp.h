@@ -1,9 +1,9 @@
 /*
- * otlp.h: spans exported over OTLP/HTTP JSON. A worker fills a struct
+ * otlp.h: spans exported over OTLP/HTTP (protobuf or JSON). A worker fills a struct
  * lg_span (fixed size, static keys, its strings in the span's own text) and
  * hands it to lg_otlp_submit(), which copies it into a bounded queue or
  * counts it dropped: it never waits on the network. The exporter's thread
- * sends the queue in batches (POST, JSON body, Connection: close) to the
+ * sends the queue in batches (POST, one ExportTraceServiceRequest) to the
  * collector, within a timeout; a batch it could not send is counted failed.
  */
 #ifndef LG_OTLP_H
@@ -40,13 +40,13 @@ enum lg_span_attr_type {
 #define LG_SPAN_TEXT   1024
 
 /*
- * An attribute holds its JSON up to its value, rendered by the compiler
- * from a literal key ({"key":"K","value":{"stringValue":), so that the
- * exporter copies it whole; an event, its JSON after its time.
+ * An attribute's key and an event's name are static (string literals): the
+ * span holds a pointer to them, the exporter's thread writes them out in
+ * the configured encoding (protobuf or JSON).
  */
 struct lg_span_attr {
-    const char *pre;  /* static: the attribute's JSON before its value */
-    uint8_t pre_len;
+    const char *key;  /* static */
+    uint8_t key_len;
     uint8_t type;     /* enum lg_span_attr_type */
     uint16_t off;     /* STR: its bytes in the span's text */
     uint16_t len;
@@ -57,8 +57,8 @@ struct lg_span_attr {
 };
 
 struct lg_span_event {
-    const char *post; /* static: the event's JSON after its time */
-    uint8_t post_len;
+    const char *name; /* static */
+    uint8_t name_len;
     uint64_t t_unix_ns;
 };
 
@@ -97,27 +97,20 @@ lg_span_text(struct lg_span *s, const char *p, size_t n, uint16_t *len)
 /*
  * Attributes (dropped once LG_SPAN_ATTRS are set) and events (once
  * LG_SPAN_EVENTS are). KEY and NAME are string literals without quotes,
- * backslashes or control bytes: lg_span_str(s, "gen_ai.request.model", p, n).
+ * backslashes or control bytes, under 128 bytes:
+ * lg_span_str(s, "gen_ai.request.model", p, n).
  */
-#define LG_SPAN_PRE(key, kind) "{\"key\":\"" key "\",\"value\":{\"" kind "\":"
-#define lg_span_str(s, key, p, n)                                                          \
-    lg_span_put_str((s), LG_SPAN_PRE(key, "stringValue"),                                 \
-                    sizeof(LG_SPAN_PRE(key, "stringValue")) - 1, (p), (n))
+#define lg_span_str(s, key, p, n) lg_span_put_str((s), "" key, sizeof(key) - 1, (p), (n))
 #define lg_span_int(s, key, x)                                                             \
-    lg_span_put_num((s), LG_SPAN_PRE(key, "intValue") "\"",                               \
-                    sizeof(LG_SPAN_PRE(key, "intValue") "\"") - 1, LG_SPAN_A_INT, (int64_t)(x), 0)
+    lg_span_put_num((s), "" key, sizeof(key) - 1, LG_SPAN_A_INT, (int64_t)(x), 0)
 #define lg_span_double(s, key, x)                                                          \
-    lg_span_put_num((s), LG_SPAN_PRE(key, "doubleValue"),                                 \
-                    sizeof(LG_SPAN_PRE(key, "doubleValue")) - 1, LG_SPAN_A_DOUBLE, 0, (x))
+    lg_span_put_num((s), "" key, sizeof(key) - 1, LG_SPAN_A_DOUBLE, 0, (x))
 #define lg_span_bool(s, key, x)                                                            \
-    lg_span_put_num((s), LG_SPAN_PRE(key, "boolValue"),                                   \
-                    sizeof(LG_SPAN_PRE(key, "boolValue")) - 1, LG_SPAN_A_BOOL, (x) ? 1 : 0, 0)
-#define lg_span_event(s, name, t)                                                          \
-    lg_span_put_event((s), "\",\"name\":\"" name "\"}",                                   \
-                      sizeof("\",\"name\":\"" name "\"}") - 1, (t))
+    lg_span_put_num((s), "" key, sizeof(key) - 1, LG_SPAN_A_BOOL, (x) ? 1 : 0, 0)
+#define lg_span_event(s, name, t) lg_span_put_event((s), "" name, sizeof(name) - 1, (t))
 
 static inline struct lg_span_attr *
-lg_span_attr(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type)
+lg_span_attr(struct lg_span *s, const char *key, size_t key_len, uint8_t type)
 {
     struct lg_span_attr *a;
 
@@ -125,16 +118,16 @@ lg_span_attr(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type)
         return NULL;
     }
     a = &s->attrs[s->nattrs++];
-    a->pre = pre;
-    a->pre_len = (uint8_t)pre_len;
+    a->key = key;
+    a->key_len = (uint8_t)key_len;
     a->type = type;
     return a;
 }
 
 static inline void
-lg_span_put_str(struct lg_span *s, const char *pre, size_t pre_len, const char *p, size_t n)
+lg_span_put_str(struct lg_span *s, const char *key, size_t key_len, const char *p, size_t n)
 {
-    struct lg_span_attr *a = lg_span_attr(s, pre, pre_len, LG_SPAN_A_STR);
+    struct lg_span_attr *a = lg_span_attr(s, key, key_len, LG_SPAN_A_STR);
 
     if (a != NULL) {
         a->off = lg_span_text(s, p, n, &a->len);
@@ -142,10 +135,10 @@ lg_span_put_str(struct lg_span *s, const char *pre, size_t pre_len, const char *
 }
 
 static inline void
-lg_span_put_num(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type, int64_t i,
+lg_span_put_num(struct lg_span *s, const char *key, size_t key_len, uint8_t type, int64_t i,
                 double d)
 {
-    struct lg_span_attr *a = lg_span_attr(s, pre, pre_len, type);
+    struct lg_span_attr *a = lg_span_attr(s, key, key_len, type);
 
     if (a != NULL) {
         if (type == LG_SPAN_A_DOUBLE) {
@@ -157,14 +150,50 @@ lg_span_put_num(struct lg_span *s, const char *pre, size_t pre_len, uint8_t type
 }
 
 static inline void
-lg_span_put_event(struct lg_span *s, const char *post, size_t post_len, uint64_t t_unix_ns)
+lg_span_put_event(struct lg_span *s, const char *name, size_t name_len, uint64_t t_unix_ns)
 {
     if (s->nevents < LG_SPAN_EVENTS) {
-        s->events[s->nevents].post = post;
-        s->events[s->nevents].post_len = (uint8_t)post_len;
+        s->events[s->nevents].name = name;
+        s->events[s->nevents].name_len = (uint8_t)name_len;
         s->events[s->nevents].t_unix_ns = t_unix_ns;
         s->nevents++;
     }
+}
+
+/*
+ * The bytes of the valid UTF-8 character at p[0..n) (1 to 4; 1 for ASCII),
+ * or 0 when none starts there (a stray continuation byte, a sequence cut
+ * short, an overlong form, a surrogate, past U+10FFFF). A span's text is not
+ * checked as UTF-8 (a request's bytes, or cut at a limit inside a
+ * character): both encoders send each byte where no character starts as '?'.
+ */
+static inline size_t
+lg_otlp_utf8_len(const uint8_t *p, size_t n)
+{
+    uint8_t c = p[0];
+    size_t len, k;
+    uint32_t cp, min;
+
+    if (c < 0x80) {
+        return 1;
+    }
+    if ((c & 0xe0) == 0xc0) {
+        len = 2, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+        len = 3, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+        len = 4, min = 0x10000;
+    } else {
+        return 0;
+    }
+    cp = c & (0x7fu >> len);
+    for (k = 1; k < len && k < n && (p[k] & 0xc0) == 0x80; k++) {
+        cp = (cp << 6) | (p[k] & 0x3fu);
+    }
+    if (k < len || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        return 0;
+    }
+    return len;
 }
 
 /* What the exporter did, for /metrics (atomic reads). */
@@ -209,10 +238,15 @@ double lg_otlp_sample_ratio(const struct lg_otlp *o);
 void lg_otlp_get_stats(struct lg_otlp *o, struct lg_otlp_stats *st);
 
 /*
- * Writes spans[0..n) as one OTLP ExportTraceServiceRequest in JSON into
- * a malloc'd buffer (*out, *outlen); service names the resource.
+ * Writes spans[0..n) as one OTLP ExportTraceServiceRequest into a malloc'd
+ * buffer (*out, *outlen; NUL-terminated past its length): protobuf
+ * (base/otlp_pb.c) or JSON (base/otlp_json.c); service names the resource.
  */
-void lg_otlp_encode(const struct lg_span *spans, size_t n, const char *service, char **out,
-                    size_t *outlen);
+void lg_otlp_encode(const struct lg_span *spans, size_t n, const char *service,
+                    enum lg_otlp_encoding enc, char **out, size_t *outlen);
+void lg_otlp_encode_json(const struct lg_span *spans, size_t n, const char *service, char **out,
+                         size_t *outlen);
+void lg_otlp_encode_pb(const struct lg_span *spans, size_t n, const char *service, char **out,
+                       size_t *outlen);
 
 #endif /* LG_OTLP_H */

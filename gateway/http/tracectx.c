@@ -199,18 +199,51 @@ lg_tracectx_hex(char *out, const uint8_t *p, size_t n)
     }
 }
 
+/*
+ * v's 16 hex digits, most significant first, eight at a time in a word:
+ * each nibble spread into a byte of its own, then '0'+n or 'a'+n-10 in
+ * all bytes at once (a traceparent is formatted for every attempt).
+ */
+static inline void
+tracectx_hex32(char *out, uint32_t v)
+{
+    uint64_t x = v;
+    uint64_t letters;
+
+    x = (x | (x << 16)) & 0x0000ffff0000ffffull;
+    x = (x | (x << 8)) & 0x00ff00ff00ff00ffull;
+    x = (x | (x << 4)) & 0x0f0f0f0f0f0f0f0full; /* nibble k (from the top) in byte 7-k */
+    letters = ((x + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull; /* 1 where >= 10 */
+    x += 0x3030303030303030ull + letters * ('a' - '0' - 10);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    memcpy(out, &x, 8);
+}
+
+static inline void
+tracectx_hex64(char *out, uint64_t v)
+{
+    tracectx_hex32(out, (uint32_t)(v >> 32));
+    tracectx_hex32(out + 8, (uint32_t)v);
+}
+
 void
 lg_tracectx_format(char *out, const uint8_t trace_id[16], uint64_t span_id, uint8_t flags)
 {
-    uint8_t sid[8];
+    uint64_t hi, lo;
 
-    for (int i = 0; i < 8; i++) {
-        sid[i] = (uint8_t)(span_id >> (56 - 8 * i));
-    }
+    memcpy(&hi, trace_id, 8);
+    memcpy(&lo, trace_id + 8, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    hi = __builtin_bswap64(hi); /* the id's first byte, the first two digits */
+    lo = __builtin_bswap64(lo);
+#endif
     memcpy(out, "00-", 3);
-    lg_tracectx_hex(out + 3, trace_id, 16);
+    tracectx_hex64(out + 3, hi);
+    tracectx_hex64(out + 19, lo);
     out[35] = '-';
-    lg_tracectx_hex(out + 36, sid, 8);
+    tracectx_hex64(out + 36, span_id);
     out[52] = '-';
     lg_tracectx_hex(out + 53, &flags, 1);
 }

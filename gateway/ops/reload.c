@@ -242,7 +242,7 @@ reload_same_tracing(const struct lg_tracing_conf *a, const struct lg_tracing_con
     return reload_same_str(a->endpoint, b->endpoint) && a->sample_ratio == b->sample_ratio
            && reload_same_str(a->service_name, b->service_name) && a->queue == b->queue
            && a->batch == b->batch && a->interval_ms == b->interval_ms
-           && a->timeout_ms == b->timeout_ms
+           && a->timeout_ms == b->timeout_ms && a->encoding == b->encoding
            && ((a->headers == NULL && b->headers == NULL)
                || (a->headers != NULL && b->headers != NULL && json_equal(a->headers, b->headers)));
 }

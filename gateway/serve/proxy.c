@@ -979,7 +979,7 @@ proxy_release(struct lg_client *c)
     proxy_abort(c, LG_FAIL_ABORTED);
     if (req->tries.trace != NULL) {
         lg_trace_request_end(c->w, req); /* its attempts ended: the request's span */
-        lg_trace_release(req);
+        lg_trace_release(c->w, req);
     }
     lg_resume_release(c);
     lg_hedge_free(c);

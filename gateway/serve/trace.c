@@ -7,7 +7,9 @@
  * (CLIENT), named and attributed after OpenTelemetry's HTTP and GenAI
  * conventions, filled on the worker and copied into the exporter's queue
  * (base/otlp.c), which never waits on the network.
- * Owns: struct lg_trace, from lg_trace_begin() to lg_trace_release().
+ * Owns: struct lg_trace, from lg_trace_begin() to lg_trace_release() (then
+ * kept in the worker's list for a next request, up to TRACE_KEEP; the
+ * worker frees that list at its end).
  * Borrows: the request, its attempts, the gateway's exporter.
  */
 #include "serve/trace.h"
@@ -24,6 +26,7 @@
 #include "serve/worker.h"
 
 struct lg_trace {
+    struct lg_free_node link;   /* first: in the worker's list of kept traces */
     uint8_t trace_id[16];
     uint64_t parent_id;     /* the client's span; 0: the trace starts here */
     uint64_t span_id;       /* the request's (SERVER) span */
@@ -171,7 +174,14 @@ lg_trace_begin(struct lg_client *c)
             return; /* not sampled, nothing to continue or replace: no trace */
         }
     }
-    t = lg_xmalloc(sizeof(*t)); /* all but the state's bytes set here (state_len says how many) */
+    /* all but the state's bytes set here (state_len says how many) */
+    if (c->w->trace_free != NULL) {
+        t = (struct lg_trace *)c->w->trace_free;
+        c->w->trace_free = t->link.next;
+        c->w->ntrace_free--;
+    } else {
+        t = lg_xmalloc(sizeof(*t));
+    }
     t->parent_id = 0;
     t->state_len = 0;
     t->t_hold = 0;
@@ -202,10 +212,22 @@ lg_trace_begin(struct lg_client *c)
     }
 }
 
+/* Traces a worker keeps for its next requests: as many as it has requests in
+ * flight, up to this (about 600 bytes each). */
+#define TRACE_KEEP 256
+
 void
-lg_trace_release(struct lg_request *req)
+lg_trace_release(struct lg_worker *w, struct lg_request *req)
 {
-    free(req->tries.trace);
+    struct lg_trace *t = req->tries.trace;
+
+    if (w->ntrace_free < TRACE_KEEP) {
+        t->link.next = w->trace_free; /* the next request's, without malloc and free */
+        w->trace_free = &t->link;
+        w->ntrace_free++;
+    } else {
+        free(t);
+    }
     req->tries.trace = NULL;
 }
 

@@ -37,8 +37,8 @@ void lg_trace_attempt_end(struct lg_client *c, const struct lg_attempt *a);
  * never admitted. */
 void lg_trace_request_end(struct lg_worker *w, const struct lg_request *req);
 
-/* Frees the request's trace. */
-void lg_trace_release(struct lg_request *req);
+/* Frees the request's trace (or keeps it for the worker's next). */
+void lg_trace_release(struct lg_worker *w, struct lg_request *req);
 
 /* The headers attempt a sends on ("traceparent: ...\r\n", then the
  * tracestate's if any) into buf; their bytes (0 when they do not fit). */

@@ -272,6 +272,12 @@ lg_worker_destroy(struct lg_worker *w)
         close(w->cmd_fd);
     }
     lg_fleet_unref(w->fleet);
+    while (w->trace_free != NULL) {
+        struct lg_free_node *next = w->trace_free->next;
+
+        free(w->trace_free);
+        w->trace_free = next;
+    }
     if (w->base != NULL) {
         event_base_free(w->base);
     }

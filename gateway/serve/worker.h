@@ -85,6 +85,11 @@ struct lg_hedge_budget {
     uint64_t refill_ns; /* 0: not started (it starts empty) */
 };
 
+/* A block kept for reuse, in a list through its first member (free() frees it). */
+struct lg_free_node {
+    struct lg_free_node *next;
+};
+
 struct lg_worker {
     unsigned id;
     struct lg_gateway *gw; /* borrowed */
@@ -111,6 +116,9 @@ struct lg_worker {
     double retry_tokens; /* retry budget (proxy.c) */
     uint64_t retry_refill_ns;
     struct lg_hedge_budget hedge_budget; /* hedge.c */
+    struct lg_free_node *trace_free;     /* owned: traces of ended requests kept for the
+                                            next ones (trace.c); NULL: none */
+    uint32_t ntrace_free;
     struct lg_worker_stats stats;     /* atomic reads from other threads */
     struct lg_worker_metrics metrics; /* atomic: requests by route and status, decisions */
     struct lg_worker_timeout timeouts[LG_WORKER_TIMEOUTS]; /* lg_worker_timeout() */

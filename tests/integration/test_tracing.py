@@ -1,8 +1,9 @@
 """Traces through the gateway: an inbound W3C traceparent continued (or a
 trace started, sampled by tracing.sample_ratio), each attempt's own span id
 sent on to the engine as its parent, and the spans of the request, its
-picks and its attempts exported as OTLP/HTTP JSON to a collector, checked
-against OTLP's schema (otlp_receiver.py). A collector that is down or never
+picks and its attempts exported over OTLP/HTTP to a collector, checked
+against OTLP's schema (otlp_receiver.py), in both encodings: protobuf (the
+default; class Tracing) and JSON (class TracingJSON, the same export cases). A collector that is down or never
 answers costs the requests nothing: the spans are counted failed or dropped.
 
 The replicas are llmsim, each behind a RecordingProxy that keeps what the
@@ -28,8 +29,9 @@ TP_RE = re.compile(rb"\r\ntraceparent: (00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-
 SERVER, CLIENT, INTERNAL = 2, 3, 1
 
 
-class Tracing(Harness):
+class TracingBase(Harness):
     quiet_backends = True
+    encoding = None  # tracing.encoding set in the config; None: the default (protobuf)
 
     def replica(self, name, args=()):
         _, port = self.start_llmsim(name, args=FAST + list(args))
@@ -42,6 +44,8 @@ class Tracing(Harness):
                      "models": ["m"], "weight": (weights or [1] * len(recs))[i],
                      "max_inflight": 1 if "limits" in extra else 0}
                     for i, r in enumerate(recs)]
+        if self.encoding is not None and isinstance(tracing, dict):
+            tracing = dict(tracing, encoding=self.encoding)
         conf = self.base_config(backends, workers=1, tracing=tracing, admin="127.0.0.1:0")
         conf.update(extra)
         conf["health"] = {"interval": "1h", "scrape_interval": 0, "eject_consecutive": 0}
@@ -50,7 +54,8 @@ class Tracing(Harness):
         return port, admin
 
     def collector(self, **kw):
-        r = Receiver(**kw)
+        # the receiver refuses the other encoding: the default must be protobuf
+        r = Receiver(encoding=self.encoding or "protobuf", **kw)
         self.addCleanup(r.close)
         return r
 
@@ -69,6 +74,10 @@ class Tracing(Harness):
     def by_kind(self, spans, kind):
         return [s for s in spans if s["kind"] == kind]
 
+
+class ExportCases:
+    """What the collector gets, run once per encoding."""
+
     def test_inbound_traceparent_continued_to_the_engine(self):
         col = self.collector()
         rec = self.replica("r1")
@@ -83,6 +92,8 @@ class Tracing(Harness):
         spans = self.wait_trace(col, TRACE, 3)
         self.assertEqual(col.errors, [])
         self.assertEqual(col.posts[0].get("x-collector-key"), "k1")
+        self.assertEqual(set(col.content_types), {"application/json" if self.encoding == "json"
+                                                  else "application/x-protobuf"})
         (server,) = self.by_kind(spans, SERVER)
         (attempt,) = self.by_kind(spans, CLIENT)
         (pick,) = [s for s in spans if s["name"] == "pick"]
@@ -212,6 +223,36 @@ class Tracing(Harness):
         self.assertGreater(int(queue["endTimeUnixNano"]) - int(queue["startTimeUnixNano"]),
                            100 * 1000 * 1000)
 
+    def test_a_character_cut_at_the_span_limit_is_sent_as_valid_utf8(self):
+        # a span's text holds 1 KiB: the request's name (method and path, 256 bytes
+        # of it), its tracestate (512), url.path and then the model, here cut 3 bytes
+        # in, inside its second character. A protobuf string must be UTF-8 (the
+        # receiver refuses the whole export otherwise); JSON gets the same text
+        model = "\u00e9" * 128  # 256 bytes, the most a request's model may have
+        col = self.collector()
+        rec = self.replica("r1")
+        backends = [{"name": "r1", "url": "http://127.0.0.1:%d" % rec.port, "models": [model]}]
+        tracing = {"endpoint": "http://127.0.0.1:%d" % col.port, "interval": "20ms"}
+        if self.encoding is not None:
+            tracing["encoding"] = self.encoding
+        conf = self.base_config(backends, workers=1, tracing=tracing)
+        _, port = self.start_gateway(conf)
+        state = "a0=" + "v" * 250 + ",a1=" + "v" * 255  # 512 bytes, the most kept
+        post_json(port, "/v1/" + "x" * 246, harness.chat_body(model=model), headers={
+            "traceparent": "00-%s-%s-01" % (TRACE, PARENT), "tracestate": state})
+        spans = self.wait_trace(col, TRACE, 2)
+        self.assertEqual(col.errors, [])
+        (server,) = self.by_kind(spans, SERVER)
+        self.assertEqual(server["traceState"], state)
+        cut = attrs(server)["gen_ai.request.model"]
+        self.assertEqual(cut, "\u00e9?")  # the character cut short sent as '?'
+        (attempt,) = self.by_kind(spans, CLIENT)
+        self.assertEqual(attrs(attempt)["gen_ai.request.model"], model)  # whole, as it came
+
+
+class Tracing(ExportCases, TracingBase):
+    """The export cases in the default encoding (protobuf), and the rest."""
+
     def test_sampling_ratio_zero_exports_nothing(self):
         col = self.collector()
         rec = self.replica("r1")
@@ -287,14 +328,19 @@ class Tracing(Harness):
     def test_config_errors_point_at_the_key(self):
         conf = self.base_config([{"name": "r1", "url": "http://127.0.0.1:1", "models": ["m"]}],
                                 tracing={"endpoint": "https://c:4318", "sample_ratio": 2,
-                                         "headers": {"bad name": "v"}})
+                                         "headers": {"bad name": "v"}, "encoding": "xml"})
         path = self.write_config(conf)
         p = self.start([harness.binary("llmgate"), "--check-config", path], name="check")
         self.assertEqual(p.wait(), 2)
         out = p.output()
         for what in ("/tracing/endpoint: https is not supported", "/tracing/sample_ratio",
-                     "/tracing/headers/bad name"):
+                     "/tracing/headers/bad name", "/tracing/encoding"):
             self.assertRegex(out, r"llmgate\.json:\d+:\d+: error: " + re.escape(what))
+
+
+class TracingJSON(ExportCases, TracingBase):
+    """The export cases with tracing.encoding "json"."""
+    encoding = "json"
 
 
 if __name__ == "__main__":
