@@ -50,17 +50,47 @@ TENANTS = [
 ]
 
 
+def reserve_of(args, name, fleet):
+    """Batch's reserve: --reserve in "reserve"; in "prio" the headroom's share
+    of a backend's max_inflight (slots + headroom), which holds batch to the
+    engine's slots while the higher classes may go above them."""
+    if name == "reserve":
+        return args.reserve
+    if name == "prio":
+        slots = fleet.scen["sim"]["slots"]
+        return args.headroom / float(slots + args.headroom) - 1e-9
+    return 0.0
+
+
 def key_of(name):
     return "sk-bench-%s-0123456789" % name
 
 
 class Fleet(P.Fleet):
-    """The routing benchmark's llmsim fleet; each backend at most its slots at once."""
+    """The routing benchmark's llmsim fleet; each backend at most its slots at once.
+    With `prio`: the engines schedule by the body's "priority" and preempt for
+    it (llmsim --scheduling-policy priority --priority-preemption-threshold 0),
+    the gateway forwards the class (priority_field "vllm") and lets a backend
+    hold `headroom` more than its slots, so that a higher class reaches an
+    engine whose slots are all taken and takes one."""
+
+    def __init__(self, *a, prio=False, headroom=0, **kw):
+        super().__init__(*a, **kw)
+        self.prio = prio
+        self.headroom = headroom if prio else 0
+
+    def replica_args(self, i):
+        argv = super().replica_args(i)
+        if self.prio:
+            argv += ["--scheduling-policy", "priority", "--priority-preemption-threshold", "0"]
+        return argv
 
     def backends(self, load_reports=False):
         out = super().backends()
         for b in out:
-            b["max_inflight"] = self.scen["sim"]["slots"]
+            b["max_inflight"] = self.scen["sim"]["slots"] + self.headroom
+            if self.prio:
+                b["priority_field"] = "vllm"
         return out
 
 
@@ -187,13 +217,13 @@ def run_one(args, name, tenants, fair):
     os.makedirs(rundir, exist_ok=True)
     scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
     cap = S.capacity_rps(scen["sim"], scen["speeds"], S.PROMPT, S.MAX_TOKENS)
-    fleet = Fleet(args.build, rundir, rundir, scen)
+    fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio", headroom=args.headroom)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
-                       base=gateway_base(rundir, fair, args.reserve if name == "reserve" else 0.0))
+                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet)))
     loads = []
     try:
         gw.start()
@@ -260,6 +290,8 @@ def main():
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--runs", default="alone,fifo,classes")
     ap.add_argument("--reserve", type=float, default=0.25)
+    ap.add_argument("--headroom", type=int, default=8,
+                    help="prio: requests a backend may hold above its engine's slots")
     ap.add_argument("--out", default=os.path.join("bench", "out",
                                                   "tenants-%d" % int(time.time())))
     args = ap.parse_args()
