@@ -18,7 +18,13 @@ higher classes); and, with
 of capacity the others leave, agent to its burst rate; over it 429) and
 HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
 HAProxy queues, http-request set-priority-class per key: interactive first,
-batch last; timeout queue 30s). Every backend has
+batch last; timeout queue 30s); and "prio": "classes" on engines that
+schedule and preempt by priority (llmsim --scheduling-policy priority
+--priority-preemption-threshold 0, SGLang's behaviour), the class forwarded
+(priority_field "vllm"), each backend at max_inflight = slots + --headroom
+(8) and batch's reserve the headroom's share of it, so that batch fills the
+slots and a higher class goes past them to the engine, which preempts a
+batch request for it (recomputed later). Every other backend has
 max_inflight = its engine's slots, so that the gateway, not the engine, holds
 what waits. Per tenant it prints p50 / p99 TTFT (llmload's, from the scheduled
 arrival), goodput (answered 200 within the target, of all sent; without a
@@ -27,8 +33,8 @@ and writes report.json in the run's folder. These are llmsim figures: the
 engines are simulated.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
-                           [--runs alone,fifo,classes,reserve,nginx,haproxy]
-                           [--reserve 0.25] [--out DIR]
+                           [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
+                           [--reserve 0.25] [--headroom 8] [--out DIR]
 """
 
 import argparse
@@ -243,12 +249,15 @@ def run_one(args, name, tenants, fair):
             loads.append(P.Proc(argv, os.path.join(rundir, n + ".out")))
         for p in loads:
             p.p.wait(timeout=args.duration + 120)
+        engines = [fleet.state(port) for port in fleet.ports]
     finally:
         for p in loads:
             p.stop()
         gw.stop()
         fleet.stop()
-    out = {"capacity_rps": cap}
+    out = {"capacity_rps": cap,
+           "preempted": sum(e.get("preempted", 0) for e in engines),
+           "engine_completed": sum(e.get("completed", 0) for e in engines)}
     for n, share, _, target, _, _ in tenants:
         out[n] = summarize(os.path.join(rundir, n + ".jsonl"), target)
         out[n]["rate_rps"] = share * cap
@@ -319,6 +328,10 @@ def main():
                 run, n, t["rate_rps"], t["sent"], t["ok"], t["refused_429"] + t["failed_other"],
                 fmt(t["ttft_p50_ms"]), fmt(t["ttft_p99_ms"]),
                 fmt(None if t["goodput"] is None else 100 * t["goodput"], 1), t["tokens"]))
+    for run, r in report.items():
+        if r.get("preempted"):
+            print("%s: the engines preempted %d times (%d answers completed)" % (
+                run, r["preempted"], r["engine_completed"]))
 
 
 if __name__ == "__main__":
