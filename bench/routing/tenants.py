@@ -228,7 +228,7 @@ def run_one(args, name, tenants, fair):
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
-        gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
+        gw = P.Llmgate(args.build, rundir, fleet, {"policy": args.policy}, workers=1,
                        base=gateway_base(rundir, fair, reserve_of(args, name, fleet)))
     loads = []
     try:
@@ -299,6 +299,7 @@ def main():
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--runs", default="alone,fifo,classes")
     ap.add_argument("--reserve", type=float, default=0.25)
+    ap.add_argument("--policy", default="ttft", help="llmgate's routing policy")
     ap.add_argument("--headroom", type=int, default=8,
                     help="prio: requests a backend may hold above its engine's slots")
     ap.add_argument("--out", default=os.path.join("bench", "out",
