@@ -92,17 +92,26 @@ class BenchRoutingSmoke(unittest.TestCase):
         """bench/routing/tenants.py: a few seconds of the tenants scenario with classes."""
         with tempfile.TemporaryDirectory(prefix="lgbench-tenants-") as tmp:
             argv = [sys.executable, os.path.join(os.path.dirname(RUN), "tenants.py"),
-                    "--duration", "3", "--runs", "classes", "--build", BUILD, "--out", tmp]
+                    "--duration", "3", "--runs", "classes,prio", "--build", BUILD, "--out", tmp]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
             with open(os.path.join(tmp, "report.json")) as f:
-                rep = json.load(f)["classes"]
-            for t in ("interactive", "agent", "batch"):
-                self.assertGreater(rep[t]["sent"], 0, rep)
-                # every request answered: a 200 or (batch, sheddable) a 429, nothing else
-                self.assertEqual(rep[t]["failed_other"], 0, rep)
-            self.assertEqual(rep["interactive"]["refused_429"], 0, rep)
+                report = json.load(f)
+            for run in ("classes", "prio"):
+                rep = report[run]
+                for t in ("interactive", "agent", "batch"):
+                    self.assertGreater(rep[t]["sent"], 0, rep)
+                    # every request answered: a 200 or (batch, sheddable) a 429, nothing else
+                    self.assertEqual(rep[t]["failed_other"], 0, rep)
+                self.assertEqual(rep["interactive"]["refused_429"], 0, rep)
+            self.assertEqual(report["classes"]["preempted"], 0, report)
+            # prio: batch fills the engines' slots, the higher classes take them back
+            self.assertGreater(report["prio"]["preempted"], 0, report)
             self.assertIn("llmsim figures", r.stdout)
+            with open(os.path.join(tmp, "prio", "llmgate.json")) as f:
+                conf = json.load(f)
+            self.assertEqual({(b["max_inflight"], b["priority_field"]) for b in conf["backends"]},
+                             {(24, "vllm")})
 
     def test_fresh_traces(self):
         """--fresh-traces: round 2 replays its own trace (another seed), pooled with round 1."""
