@@ -56,6 +56,21 @@ TENANTS = [
 ]
 
 
+class RealFleet(P.RealFleet):
+    """The routing benchmark's real llama.cpp fleet (scenario "real":
+    tools/realengine, r1 Q8_0 and r2 F32 prefilling 8 tokens a step, 4
+    sequences each, one CPU each); each backend at most its sequences at once."""
+
+    def backends(self, load_reports=False):
+        out = super().backends()
+        for b in out:
+            b["max_inflight"] = REAL_SEQUENCES
+        return out
+
+
+REAL_SEQUENCES = 4
+
+
 def reserve_of(args, name, fleet):
     """Batch's reserve: --reserve in "reserve"; in "prio" the headroom's share
     of a backend's max_inflight (slots + headroom), which holds batch to the
@@ -188,7 +203,8 @@ class Proxy:
 
     def start(self):
         port = P.free_port()
-        slots = self.fleet.scen["sim"]["slots"]
+        slots = (REAL_SEQUENCES if isinstance(self.fleet, RealFleet)
+                 else self.fleet.scen["sim"]["slots"])
         keys = {"inter": key_of("interactive"), "agent": key_of("agent"),
                 "batch": key_of("batch")}
         if self.kind == "nginx":
@@ -221,9 +237,18 @@ class Proxy:
 def run_one(args, name, tenants, fair):
     rundir = os.path.join(args.out, name)
     os.makedirs(rundir, exist_ok=True)
-    scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
-    cap = S.capacity_rps(scen["sim"], scen["speeds"], S.PROMPT, S.MAX_TOKENS)
-    fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio", headroom=args.headroom)
+    if args.real:
+        if name == "prio":
+            raise P.Unavailable("prio: llama.cpp does not schedule by priority")
+        scen = {"sim": dict(S.SIM), "replicas": S.REAL_REPLICAS, "speeds": [1.0, 0.4]}
+        cap, prompt, max_tokens = S.REAL_CAPACITY_RPS, S.REAL_PROMPT, S.REAL_MAX_TOKENS
+        fleet = RealFleet(args.build, rundir, rundir, scen)
+    else:
+        scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
+        prompt, max_tokens = S.PROMPT, S.MAX_TOKENS
+        cap = S.capacity_rps(scen["sim"], scen["speeds"], prompt, max_tokens)
+        fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio",
+                      headroom=args.headroom)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
@@ -238,7 +263,7 @@ def run_one(args, name, tenants, fair):
             argv = [os.path.join(args.build, "llmload"), "--url",
                     "http://127.0.0.1:%d" % gw.ports[0], "--model", "m",
                     "--rate", "%.3f" % (share * cap), "--duration", str(args.duration),
-                    "--prompt-bytes", S.PROMPT, "--max-tokens", S.MAX_TOKENS,
+                    "--prompt-bytes", prompt, "--max-tokens", max_tokens,
                     "--seed", str(7 + len(loads)), "--timeout", "60", "--quiet",
                     "--header", "Authorization: Bearer " + key_of(n),
                     "--log", os.path.join(rundir, n + ".jsonl"),
@@ -249,7 +274,7 @@ def run_one(args, name, tenants, fair):
             loads.append(P.Proc(argv, os.path.join(rundir, n + ".out")))
         for p in loads:
             p.p.wait(timeout=args.duration + 120)
-        engines = [fleet.state(port) for port in fleet.ports]
+        engines = [] if args.real else [fleet.state(port) for port in fleet.ports]
     finally:
         for p in loads:
             p.stop()
@@ -300,6 +325,9 @@ def main():
     ap.add_argument("--runs", default="alone,fifo,classes")
     ap.add_argument("--reserve", type=float, default=0.25)
     ap.add_argument("--policy", default="ttft", help="llmgate's routing policy")
+    ap.add_argument("--real", action="store_true",
+                    help="the real llama.cpp fleet of the routing benchmark's scenario "
+                         "\"real\" (tools/realengine) instead of llmsim")
     ap.add_argument("--headroom", type=int, default=8,
                     help="prio: requests a backend may hold above its engine's slots")
     ap.add_argument("--out", default=os.path.join("bench", "out",
@@ -310,13 +338,20 @@ def main():
     report = {}
     for run in args.runs.split(","):
         tenants = TENANTS[:1] if run == "alone" else TENANTS
-        report[run] = run_one(args, run, tenants, fair=run != "fifo")
+        try:
+            report[run] = run_one(args, run, tenants, fair=run != "fifo")
+        except P.Unavailable as e:
+            print("%s: not run (%s)" % (run, e), file=sys.stderr)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
-    print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
-          "(llmsim figures, simulated engines)" % (args.replicas,
-                                                    next(iter(report.values()))["capacity_rps"],
-                                                    args.duration))
+    if args.real:
+        print("real llama.cpp fleet (tools/realengine: r1 Q8_0, r2 F32, 4 sequences each), "
+              "capacity %.1f req/s as measured for scenario real; %d s of arrivals per run"
+              % (S.REAL_CAPACITY_RPS, args.duration))
+    else:
+        print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
+              "(llmsim figures, simulated engines)" % (
+                  args.replicas, next(iter(report.values()))["capacity_rps"], args.duration))
     print("%-8s %-12s %7s %6s %6s %7s %9s %9s %8s %9s" % (
         "run", "tenant", "rate/s", "sent", "ok", "not ok", "p50 ttft", "p99 ttft", "goodput",
         "tokens"))
