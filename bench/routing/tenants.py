@@ -30,11 +30,16 @@ what waits. Per tenant it prints p50 / p99 TTFT (llmload's, from the scheduled
 arrival), goodput (answered 200 within the target, of all sent; without a
 target: answered 200), tokens served and refusals (429) and other failures,
 and writes report.json in the run's folder. These are llmsim figures: the
-engines are simulated.
+engines are simulated. With --real the fleet is the routing benchmark's real
+llama.cpp one instead (scenario "real": tools/realengine, r1 Q8_0 and r2 F32,
+4 sequences each, every backend at max_inflight 4), its capacity the 2.5
+requests/s measured there, its prompts and answers that scenario's
+(prio is not run: llama.cpp does not schedule by priority).
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
-                           [--reserve 0.25] [--headroom 8] [--out DIR]
+                           [--reserve 0.25] [--headroom 8] [--policy ttft] [--real]
+                           [--out DIR]
 """
 
 import argparse
