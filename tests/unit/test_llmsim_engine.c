@@ -539,6 +539,7 @@ test_priority_preemption(void)
         LG_CHECK(engine.stats.preempted == 1);
         /* the prompts, and what the preempted one had generated, computed again */
         LG_CHECK(engine.stats.prefilled_tokens > 3 * 100 + 50);
+        LG_CHECK(engine.stats.prompt_tokens == 3 * 100 + 50); /* each prompt counted once */
         LG_CHECK(engine.nrunning == 0 && engine.nwaiting == 0);
         LG_CHECK(engine.remaining_decode_tokens == 0 && engine.queued_prefill_tokens == 0);
         LG_CHECK(shm.map->wait_head == shm.map->wait_tail);

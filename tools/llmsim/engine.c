@@ -198,7 +198,9 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     seq->uncached_tokens = seq->prompt_tokens - seq->cached_tokens;
     e->stats.prefix_queries += seq->prompt_tokens;
     e->stats.prefix_hits += cached;
-    e->stats.prompt_tokens += seq->prompt_tokens;
+    if (seq->generated == 0) {
+        e->stats.prompt_tokens += seq->prompt_tokens; /* a preempted one counted once */
+    }
     e->stats.prefilled_tokens += seq->uncached_tokens;
     e->queued_prefill_tokens += seq->uncached_tokens;
     /* a preempted sequence computes again what it had generated (vLLM's recompute) */
