@@ -18,17 +18,28 @@ higher classes); and, with
 of capacity the others leave, agent to its burst rate; over it 429) and
 HAProxy ("haproxy": leastconn, each server at maxconn = its slots so that
 HAProxy queues, http-request set-priority-class per key: interactive first,
-batch last; timeout queue 30s). Every backend has
+batch last; timeout queue 30s); and "prio": "classes" on engines that
+schedule and preempt by priority (llmsim --scheduling-policy priority
+--priority-preemption-threshold 0, SGLang's behaviour), the class forwarded
+(priority_field "vllm"), each backend at max_inflight = slots + --headroom
+(8) and batch's reserve the headroom's share of it, so that batch fills the
+slots and a higher class goes past them to the engine, which preempts a
+batch request for it (recomputed later). Every other backend has
 max_inflight = its engine's slots, so that the gateway, not the engine, holds
 what waits. Per tenant it prints p50 / p99 TTFT (llmload's, from the scheduled
 arrival), goodput (answered 200 within the target, of all sent; without a
 target: answered 200), tokens served and refusals (429) and other failures,
 and writes report.json in the run's folder. These are llmsim figures: the
-engines are simulated.
+engines are simulated. With --real the fleet is the routing benchmark's real
+llama.cpp one instead (scenario "real": tools/realengine, r1 Q8_0 and r2 F32,
+4 sequences each, every backend at max_inflight 4), its capacity the 2.5
+requests/s measured there, its prompts and answers that scenario's
+(prio is not run: llama.cpp does not schedule by priority).
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
-                           [--runs alone,fifo,classes,reserve,nginx,haproxy]
-                           [--reserve 0.25] [--out DIR]
+                           [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
+                           [--reserve 0.25] [--headroom 8] [--policy ttft] [--real]
+                           [--out DIR]
 """
 
 import argparse
@@ -50,17 +61,62 @@ TENANTS = [
 ]
 
 
+class RealFleet(P.RealFleet):
+    """The routing benchmark's real llama.cpp fleet (scenario "real":
+    tools/realengine, r1 Q8_0 and r2 F32 prefilling 8 tokens a step, 4
+    sequences each, one CPU each); each backend at most its sequences at once."""
+
+    def backends(self, load_reports=False):
+        out = super().backends()
+        for b in out:
+            b["max_inflight"] = REAL_SEQUENCES
+        return out
+
+
+REAL_SEQUENCES = 4
+
+
+def reserve_of(args, name, fleet):
+    """Batch's reserve: --reserve in "reserve"; in "prio" the headroom's share
+    of a backend's max_inflight (slots + headroom), which holds batch to the
+    engine's slots while the higher classes may go above them."""
+    if name == "reserve":
+        return args.reserve
+    if name == "prio":
+        slots = fleet.scen["sim"]["slots"]
+        return args.headroom / float(slots + args.headroom) - 1e-9
+    return 0.0
+
+
 def key_of(name):
     return "sk-bench-%s-0123456789" % name
 
 
 class Fleet(P.Fleet):
-    """The routing benchmark's llmsim fleet; each backend at most its slots at once."""
+    """The routing benchmark's llmsim fleet; each backend at most its slots at once.
+    With `prio`: the engines schedule by the body's "priority" and preempt for
+    it (llmsim --scheduling-policy priority --priority-preemption-threshold 0),
+    the gateway forwards the class (priority_field "vllm") and lets a backend
+    hold `headroom` more than its slots, so that a higher class reaches an
+    engine whose slots are all taken and takes one."""
+
+    def __init__(self, *a, prio=False, headroom=0, **kw):
+        super().__init__(*a, **kw)
+        self.prio = prio
+        self.headroom = headroom if prio else 0
+
+    def replica_args(self, i):
+        argv = super().replica_args(i)
+        if self.prio:
+            argv += ["--scheduling-policy", "priority", "--priority-preemption-threshold", "0"]
+        return argv
 
     def backends(self, load_reports=False):
         out = super().backends()
         for b in out:
-            b["max_inflight"] = self.scen["sim"]["slots"]
+            b["max_inflight"] = self.scen["sim"]["slots"] + self.headroom
+            if self.prio:
+                b["priority_field"] = "vllm"
         return out
 
 
@@ -152,7 +208,8 @@ class Proxy:
 
     def start(self):
         port = P.free_port()
-        slots = self.fleet.scen["sim"]["slots"]
+        slots = (REAL_SEQUENCES if isinstance(self.fleet, RealFleet)
+                 else self.fleet.scen["sim"]["slots"])
         keys = {"inter": key_of("interactive"), "agent": key_of("agent"),
                 "batch": key_of("batch")}
         if self.kind == "nginx":
@@ -185,15 +242,24 @@ class Proxy:
 def run_one(args, name, tenants, fair):
     rundir = os.path.join(args.out, name)
     os.makedirs(rundir, exist_ok=True)
-    scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
-    cap = S.capacity_rps(scen["sim"], scen["speeds"], S.PROMPT, S.MAX_TOKENS)
-    fleet = Fleet(args.build, rundir, rundir, scen)
+    if args.real:
+        if name == "prio":
+            raise P.Unavailable("prio: llama.cpp does not schedule by priority")
+        scen = {"sim": dict(S.SIM), "replicas": S.REAL_REPLICAS, "speeds": [1.0, 0.4]}
+        cap, prompt, max_tokens = S.REAL_CAPACITY_RPS, S.REAL_PROMPT, S.REAL_MAX_TOKENS
+        fleet = RealFleet(args.build, rundir, rundir, scen)
+    else:
+        scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
+        prompt, max_tokens = S.PROMPT, S.MAX_TOKENS
+        cap = S.capacity_rps(scen["sim"], scen["speeds"], prompt, max_tokens)
+        fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio",
+                      headroom=args.headroom)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
-        gw = P.Llmgate(args.build, rundir, fleet, {"policy": "ttft"}, workers=1,
-                       base=gateway_base(rundir, fair, args.reserve if name == "reserve" else 0.0))
+        gw = P.Llmgate(args.build, rundir, fleet, {"policy": args.policy}, workers=1,
+                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet)))
     loads = []
     try:
         gw.start()
@@ -202,7 +268,7 @@ def run_one(args, name, tenants, fair):
             argv = [os.path.join(args.build, "llmload"), "--url",
                     "http://127.0.0.1:%d" % gw.ports[0], "--model", "m",
                     "--rate", "%.3f" % (share * cap), "--duration", str(args.duration),
-                    "--prompt-bytes", S.PROMPT, "--max-tokens", S.MAX_TOKENS,
+                    "--prompt-bytes", prompt, "--max-tokens", max_tokens,
                     "--seed", str(7 + len(loads)), "--timeout", "60", "--quiet",
                     "--header", "Authorization: Bearer " + key_of(n),
                     "--log", os.path.join(rundir, n + ".jsonl"),
@@ -213,12 +279,15 @@ def run_one(args, name, tenants, fair):
             loads.append(P.Proc(argv, os.path.join(rundir, n + ".out")))
         for p in loads:
             p.p.wait(timeout=args.duration + 120)
+        engines = [] if args.real else [fleet.state(port) for port in fleet.ports]
     finally:
         for p in loads:
             p.stop()
         gw.stop()
         fleet.stop()
-    out = {"capacity_rps": cap}
+    out = {"capacity_rps": cap,
+           "preempted": sum(e.get("preempted", 0) for e in engines),
+           "engine_completed": sum(e.get("completed", 0) for e in engines)}
     for n, share, _, target, _, _ in tenants:
         out[n] = summarize(os.path.join(rundir, n + ".jsonl"), target)
         out[n]["rate_rps"] = share * cap
@@ -260,6 +329,12 @@ def main():
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--runs", default="alone,fifo,classes")
     ap.add_argument("--reserve", type=float, default=0.25)
+    ap.add_argument("--policy", default="ttft", help="llmgate's routing policy")
+    ap.add_argument("--real", action="store_true",
+                    help="the real llama.cpp fleet of the routing benchmark's scenario "
+                         "\"real\" (tools/realengine) instead of llmsim")
+    ap.add_argument("--headroom", type=int, default=8,
+                    help="prio: requests a backend may hold above its engine's slots")
     ap.add_argument("--out", default=os.path.join("bench", "out",
                                                   "tenants-%d" % int(time.time())))
     args = ap.parse_args()
@@ -268,13 +343,20 @@ def main():
     report = {}
     for run in args.runs.split(","):
         tenants = TENANTS[:1] if run == "alone" else TENANTS
-        report[run] = run_one(args, run, tenants, fair=run != "fifo")
+        try:
+            report[run] = run_one(args, run, tenants, fair=run != "fifo")
+        except P.Unavailable as e:
+            print("%s: not run (%s)" % (run, e), file=sys.stderr)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
-    print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
-          "(llmsim figures, simulated engines)" % (args.replicas,
-                                                    next(iter(report.values()))["capacity_rps"],
-                                                    args.duration))
+    if args.real:
+        print("real llama.cpp fleet (tools/realengine: r1 Q8_0, r2 F32, 4 sequences each), "
+              "capacity %.1f req/s as measured for scenario real; %d s of arrivals per run"
+              % (S.REAL_CAPACITY_RPS, args.duration))
+    else:
+        print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
+              "(llmsim figures, simulated engines)" % (
+                  args.replicas, next(iter(report.values()))["capacity_rps"], args.duration))
     print("%-8s %-12s %7s %6s %6s %7s %9s %9s %8s %9s" % (
         "run", "tenant", "rate/s", "sent", "ok", "not ok", "p50 ttft", "p99 ttft", "goodput",
         "tokens"))
@@ -287,6 +369,10 @@ def main():
                 run, n, t["rate_rps"], t["sent"], t["ok"], t["refused_429"] + t["failed_other"],
                 fmt(t["ttft_p50_ms"]), fmt(t["ttft_p99_ms"]),
                 fmt(None if t["goodput"] is None else 100 * t["goodput"], 1), t["tokens"]))
+    for run, r in report.items():
+        if r.get("preempted"):
+            print("%s: the engines preempted %d times (%d answers completed)" % (
+                run, r["preempted"], r["engine_completed"]))
 
 
 if __name__ == "__main__":

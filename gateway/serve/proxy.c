@@ -403,12 +403,61 @@ proxy_predicted_ttft_ms(const struct lg_route_result *p)
     return p->service_ms > 0 ? p->wait_ms + p->ahead_ms + p->service_ms : -1;
 }
 
+/* Would one more request on b go past the share `reserve` leaves to higher classes? */
+static bool
+proxy_over_reserve(const struct lg_backend *b, double reserve)
+{
+    uint32_t max = lg_backend_conf(b)->max_inflight;
+
+    return max > 0 && (double)(lg_backend_inflight(b) + 1) > (double)max * (1.0 - reserve);
+}
+
+#define PROXY_RESERVE_REPICKS 16
+
 /*
- * A sheddable class's request is refused now (true) where its pick's
- * backend has no room left but the share its class's `reserve` leaves to
- * higher classes, or where no backend is predicted to meet its TTFT target
- * (its pick is the best candidate), rather than lengthening everyone's
- * wait.
+ * A class with a reserve: its pick's backend if it has room under the
+ * share, else the router's next pick among the others (the backends passed
+ * over are tried for the new pick only, then forgotten); false when none
+ * of the first PROXY_RESERVE_REPICKS + 1 has. So a replica with room serves
+ * the class while another, the router's first choice, is full to its share.
+ */
+static bool
+proxy_pick_under_reserve(struct lg_client *c, struct lg_attempt *a, double reserve)
+{
+    struct lg_request *req = &c->req;
+    const struct lg_backend *over[PROXY_RESERVE_REPICKS];
+    size_t n = 0;
+    bool ok = true;
+
+    while (proxy_over_reserve(a->pick.backend, reserve)) {
+        if (n == PROXY_RESERVE_REPICKS) {
+            ok = false;
+            break;
+        }
+        over[n++] = a->pick.backend;
+        lg_attempt_set_tried(c, a->pick.backend, true);
+        if (lg_router_pick(req->fleet->router, lg_attempt_route(c), &req->route,
+                           &req->tries.tried, &a->pick)
+                != LG_OK) {
+            ok = false;
+            break;
+        }
+        if (a->pick.probe) {
+            break; /* a half-open probe: it goes there (a single request) */
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        lg_attempt_set_tried(c, over[i], false);
+    }
+    return ok;
+}
+
+/*
+ * A sheddable class's request is refused now (true) where no backend has
+ * room left but the share its class's `reserve` leaves to higher classes
+ * (its pick's, or another's), or where no backend is predicted to meet its
+ * TTFT target (its pick is the best candidate), rather than lengthening
+ * everyone's wait.
  */
 static bool
 proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
@@ -422,11 +471,9 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
         || a->pick.probe) {
         return false;
     }
-    if (sc->classes[req->sched.cls].reserve > 0 && lg_backend_conf(a->pick.backend)->max_inflight > 0
-        && (double)(lg_backend_inflight(a->pick.backend) + 1)
-               > (double)lg_backend_conf(a->pick.backend)->max_inflight
-                     * (1.0 - sc->classes[req->sched.cls].reserve)) {
-        /* the room left there is reserved for higher classes */
+    if (sc->classes[req->sched.cls].reserve > 0
+        && !proxy_pick_under_reserve(c, a, sc->classes[req->sched.cls].reserve)) {
+        /* the room left is reserved for higher classes */
         lg_admission_refuse(c->w->gw->admission, c, LG_SHED_SATURATED);
         return true;
     }

@@ -40,6 +40,12 @@ lg_sim_schedule_name(uint32_t schedule)
     return "fcfs";
 }
 
+const char *
+lg_sim_policy_name(uint32_t policy)
+{
+    return "fcfs";
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

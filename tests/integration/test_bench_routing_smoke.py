@@ -92,17 +92,49 @@ class BenchRoutingSmoke(unittest.TestCase):
         """bench/routing/tenants.py: a few seconds of the tenants scenario with classes."""
         with tempfile.TemporaryDirectory(prefix="lgbench-tenants-") as tmp:
             argv = [sys.executable, os.path.join(os.path.dirname(RUN), "tenants.py"),
-                    "--duration", "3", "--runs", "classes", "--build", BUILD, "--out", tmp]
+                    "--duration", "3", "--runs", "classes,prio", "--build", BUILD, "--out", tmp]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
             with open(os.path.join(tmp, "report.json")) as f:
-                rep = json.load(f)["classes"]
+                report = json.load(f)
+            for run in ("classes", "prio"):
+                rep = report[run]
+                for t in ("interactive", "agent", "batch"):
+                    self.assertGreater(rep[t]["sent"], 0, rep)
+                    # every request answered: a 200 or (batch, sheddable) a 429, nothing else
+                    self.assertEqual(rep[t]["failed_other"], 0, rep)
+                self.assertEqual(rep["interactive"]["refused_429"], 0, rep)
+            self.assertEqual(report["classes"]["preempted"], 0, report)
+            # prio: batch fills the engines' slots, the higher classes take them back
+            self.assertGreater(report["prio"]["preempted"], 0, report)
+            self.assertIn("llmsim figures", r.stdout)
+            with open(os.path.join(tmp, "prio", "llmgate.json")) as f:
+                conf = json.load(f)
+            self.assertEqual({(b["max_inflight"], b["priority_field"]) for b in conf["backends"]},
+                             {(24, "vllm")})
+
+    @unittest.skipIf(procs.realengine_missing(), procs.realengine_missing() or "")
+    def test_tenants_real(self):
+        """tenants.py --real: a few seconds of classes on the real llama.cpp fleet."""
+        with tempfile.TemporaryDirectory(prefix="lgbench-tenants-real-") as tmp:
+            argv = [sys.executable, os.path.join(os.path.dirname(RUN), "tenants.py"), "--real",
+                    "--duration", "3", "--runs", "classes,prio", "--build", BUILD, "--out", tmp]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            with open(os.path.join(tmp, "report.json")) as f:
+                report = json.load(f)
+            self.assertEqual(list(report), ["classes"])  # prio: llama.cpp has no priority
+            self.assertIn("prio: not run", r.stderr)
+            rep = report["classes"]
             for t in ("interactive", "agent", "batch"):
                 self.assertGreater(rep[t]["sent"], 0, rep)
-                # every request answered: a 200 or (batch, sheddable) a 429, nothing else
                 self.assertEqual(rep[t]["failed_other"], 0, rep)
-            self.assertEqual(rep["interactive"]["refused_429"], 0, rep)
-            self.assertIn("llmsim figures", r.stdout)
+            self.assertGreater(rep["interactive"]["ok"], 0, rep)
+            self.assertIn("real llama.cpp fleet", r.stdout)
+            with open(os.path.join(tmp, "classes", "llmgate.json")) as f:
+                conf = json.load(f)
+            self.assertEqual({(b["max_inflight"], b["flavor"]) for b in conf["backends"]},
+                             {(4, "llamacpp")})
 
     def test_fresh_traces(self):
         """--fresh-traces: round 2 replays its own trace (another seed), pooled with round 1."""

@@ -371,6 +371,50 @@ class LlmsimEngine(harness.Harness):
         self.assertLess(abs(st["last_abort_wall_ns"] - t_close), 1e9)
         self.assertEqual(metric(scrape(port), "llmsim_aborted_total"), 2)
 
+    def test_priority_policy_orders_the_queue_and_may_preempt(self):
+        # one slot, 20 ms a token: a long answer holds it
+        args = ["--slots", "1", "--decode-ms", "20", "--decode-ms-per-seq", "0",
+                "--prefill-us-per-token", "0", "--scheduling-policy", "priority"]
+
+        def first(s):
+            return s.events[0][0]
+
+        def last(s):
+            return s.events[-1][0]
+
+        # vLLM's priority policy: the queue by priority, then arrival; nothing preempted
+        _, port = self.start_llmsim("r1", args=args)
+        a = self.stream(port, "POST", CHAT, chat("a", 30, priority=1))
+        a.next_event(5)
+        low = self.stream(port, "POST", CHAT, chat("low", 2, priority=5))
+        wait_until(lambda: state(port)["waiting"] == 1, 5, what="low waiting")
+        high = self.stream(port, "POST", CHAT, chat("high", 2, priority=-1))
+        wait_until(lambda: state(port)["waiting"] == 2, 5, what="high waiting")
+        harness.read_concurrently([a, low, high], 20)
+        self.assertEqual([len(token_events(x.events)) for x in (a, low, high)], [30, 2, 2])
+        self.assertLess(last(a), first(high))  # it waited for the slot
+        self.assertLess(last(high), first(low))  # and went first
+        st = state(port)
+        self.assertEqual((st["scheduling_policy"], st["preempted"], st["completed"]),
+                         ("priority", 0, 3))
+
+        # with a preemption threshold (SGLang's): a waiter better by more takes the slot
+        _, port = self.start_llmsim("r2", args=args + ["--priority-preemption-threshold", "0"])
+        a = self.stream(port, "POST", CHAT, chat("a", 30, priority=0))
+        a.next_event(5)
+        same = self.stream(port, "POST", CHAT, chat("same", 2, priority=0))
+        wait_until(lambda: state(port)["waiting"] == 1, 5, what="same waiting")  # no better
+        high = self.stream(port, "POST", CHAT, chat("high", 2, priority=-1))
+        harness.read_concurrently([a, same, high], 20)
+        self.assertEqual([len(token_events(x.events)) for x in (a, same, high)], [30, 2, 2])
+        self.assertLess(first(high), last(a))  # a was preempted, then ended whole
+        self.assertLess(last(a), first(same))  # a, back in the queue, kept its arrival
+        st = state(port)
+        self.assertEqual((st["preempted"], st["completed"]), (1, 3))
+        self.assertEqual(metric(scrape(port), "vllm:num_preemptions_total", model_name="m"), 1)
+        status, _, body, _ = post_json(port, CHAT, chat("x", 2, stream=False, priority="high"))
+        self.assertEqual((status, body["error"]["param"]), (400, "priority"), body)
+
     def test_metrics_under_load_every_flavor(self):
         for flavor, (running, waiting) in FLAVORS.items():
             with self.subTest(flavor=flavor):
@@ -641,13 +685,15 @@ class LlmsimProcess(harness.Harness):
                      "--schedule", "--step-tokens", "--prefill-fixed-ms", "--decode-batch-exp",
                      "--jitter", "--gauge-lag-ms", "prefill-first", "chunked",
                      "--endpoint-load-metrics", "--enable-server-load-tracking", "--v1-loads",
-                     "crash@T[:reset]"):
+                     "crash@T[:reset]", "--scheduling-policy",
+                     "--priority-preemption-threshold"):
             self.assertIn(flag, out)
         for bad in (["--slots", "0"], ["--fault", "slow@x"], ["--flavor", "foo"], ["--bogus"],
                     ["--schedule", "lifo"], ["--step-tokens", "512"],  # without chunked
                     ["--schedule", "chunked", "--slots", "16", "--step-tokens", "8"],
                     ["--jitter", "-0.1"], ["--decode-batch-exp", "5"], ["--gauge-lag-ms", "-1"],
-                    ["--prefill-fixed-ms", "x"]):
+                    ["--prefill-fixed-ms", "x"], ["--scheduling-policy", "lottery"],
+                    ["--priority-preemption-threshold", "0"]):  # without priority
             p = self.start([harness.binary("llmsim")] + bad, name="bad")
             self.assertEqual(p.wait(5), 2, bad)
 

@@ -86,10 +86,12 @@ class SchedTest(Harness):
         os.rename(self.keys_path + ".tmp", self.keys_path)
 
     def gateway(self, scheduling=None, tenants=None, queue_length=16, workers=2, sims=1,
-                sim_args=SLOW, max_inflight=1, **extra):
+                sim_args=SLOW, max_inflight=1, weights=None, **extra):
         ports = [self.start_llmsim("r%d" % i, args=sim_args)[1] for i in range(sims)]
         backends = [{"name": "r%d" % i, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
                      "max_inflight": max_inflight} for i, p in enumerate(ports)]
+        for b, w in zip(backends, weights or []):
+            b["weight"] = w
         conf = self.base_config(backends, workers=workers, access_log=self.path("access.log"),
                                 limits={"queue_length": queue_length},
                                 timeouts={"queue": "20s"}, admin="127.0.0.1:0",
@@ -237,6 +239,30 @@ class SchedTest(Harness):
         self.assertEqual(status, 200)  # below the reserve again
         shed = [r for r in self.log(None) if r["status"] == 429]
         self.assertEqual([(r["shed"], r["class"]) for r in shed], [("saturated", "batch")])
+
+    def test_a_sheddable_class_goes_where_its_reserve_leaves_it_room(self):
+        # least_request, r0 weighted 100: r0 is the first pick while it holds
+        # fewer than 100 times r1's requests (share for batch: 4 of 8 each)
+        args = ["--slots", "8", "--decode-ms", "20", "--decode-ms-per-seq", "0"]
+        gwp, gw = self.gateway(scheduling={"batch": {"sheddable": True, "reserve": 0.5}},
+                               sim_args=args, max_inflight=8, sims=2, weights=[100, 1],
+                               routing={"policy": "least_request"})
+        holds = [self.hold_slot(gw, tokens=400) for _ in range(5)]  # r0 4 (its share), r1 1
+        for _ in range(2):
+            status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                          headers=bearer("batch"))
+            self.assertEqual(status, 200, obj)  # on r1, which has room under the share
+        holds += [self.hold_slot(gw, tokens=400) for _ in range(7)]  # r0 full (8), r1 4
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                         headers=bearer("batch"))
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        for h in holds:
+            h.close()
+        batch = [r for r in self.log(None) if r["class"] == "batch"]
+        self.assertEqual(sorted((r["status"], r["backend"] or "", r["shed"] or "") for r in batch),
+                         [(200, "r1", ""), (200, "r1", ""), (429, "", "saturated")])
+        plain = [r["backend"] for r in self.log(None) if r["key"] == "plain"]
+        self.assertEqual((plain.count("r0"), plain.count("r1")), (8, 4))
 
     def test_past_its_class_queue_deadline_a_request_gets_429(self):
         gwp, gw = self.gateway(scheduling={"batch": {"queue_deadline": "400ms"}})

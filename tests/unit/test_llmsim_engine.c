@@ -486,5 +486,70 @@ test_jitter(void)
     return 0;
 }
 
+/*
+ * Priority with a preemption threshold, under every schedule and with the
+ * shared state: a better waiter takes a running sequence's slot at once, the
+ * one of the same priority waits, the preempted one ends whole later (its
+ * tokens computed again), and the engine's counts come back to zero.
+ */
+static int
+test_priority_preemption(void)
+{
+    for (uint32_t sch = 0; sch < 3; sch++) {
+        struct lg_sim_engine_conf conf = sched_base;
+        char path[] = "/tmp/llmsim-engine-test-XXXXXX";
+        struct lg_sim_shm shm;
+        struct req lo[3];
+        struct req hi;
+        struct timeval tv = { 0, 20000 };
+        int fd = mkstemp(path);
+
+        LG_CHECK(fd >= 0);
+        close(fd);
+        conf.slots = 2;
+        conf.schedule = sch;
+        conf.step_tokens = sch == LLMSIM_SHM_SCHED_CHUNKED ? 64 : 0;
+        conf.policy = LG_SIM_POLICY_PRIORITY;
+        conf.preempt_threshold = 0;
+        memset(lo, 0, sizeof(lo));
+        memset(&hi, 0, sizeof(hi));
+        base = event_base_new();
+        finished = 0;
+        expected = 4;
+        LG_CHECK(lg_sim_shm_open(&shm, path, "t", conf.slots, 64, 16) == LG_OK);
+        LG_CHECK(lg_sim_engine_init(&engine, base, &conf, &ops, &shm) == LG_OK);
+        lg_sim_shm_publish_ready(&shm);
+        for (int i = 0; i < 3; i++) {
+            lo[i].seq = (struct lg_sim_seq){ .owner = &lo[i], .prompt_tokens = 100,
+                                             .max_tokens = 20, .priority = 1 };
+            lg_sim_engine_submit(&engine, &lo[i].seq);
+        }
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+        LG_CHECK(lo[0].tokens > 0 && lo[1].tokens > 0 && lo[1].tokens < 20 && lo[2].tokens == 0);
+        hi.seq = (struct lg_sim_seq){ .owner = &hi, .prompt_tokens = 50, .max_tokens = 2,
+                                      .priority = -1 };
+        lg_sim_engine_submit(&engine, &hi.seq);
+        event_base_dispatch(base); /* until all four end */
+        LG_CHECK(hi.done && hi.tokens == 2);
+        for (int i = 0; i < 3; i++) {
+            LG_CHECK(lo[i].done && lo[i].tokens == 20);
+        }
+        LG_CHECK(hi.first_ns < lo[1].tok_ns[19] && hi.first_ns < lo[2].first_ns);
+        LG_CHECK(engine.stats.preempted == 1);
+        /* the prompts, and what the preempted one had generated, computed again */
+        LG_CHECK(engine.stats.prefilled_tokens > 3 * 100 + 50);
+        LG_CHECK(engine.stats.prompt_tokens == 3 * 100 + 50); /* each prompt counted once */
+        LG_CHECK(engine.nrunning == 0 && engine.nwaiting == 0);
+        LG_CHECK(engine.remaining_decode_tokens == 0 && engine.queued_prefill_tokens == 0);
+        LG_CHECK(shm.map->wait_head == shm.map->wait_tail);
+        lg_sim_engine_free(&engine);
+        lg_sim_shm_close(&shm);
+        event_base_free(base);
+        unlink(path);
+    }
+    return 0;
+}
+
 LG_TEST_MAIN(test_engine_matches_predictor, test_abort_and_stall, test_predictor_every_schedule,
-             test_schedules_closed_form, test_jitter)
+             test_schedules_closed_form, test_jitter, test_priority_preemption)

@@ -324,6 +324,23 @@ api_get_seed(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *
     return LG_OK;
 }
 
+/* The body's "priority": an integer (vLLM's; read by --scheduling-policy priority). */
+static int
+api_get_priority(json_t *root, struct lg_sim_request *req, struct lg_sim_api_error *err)
+{
+    json_t *v = json_object_get(root, "priority");
+
+    if (v == NULL || json_is_null(v)) {
+        return LG_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN
+        || json_integer_value(v) > INT32_MAX) {
+        return api_reject(err, "priority", "'priority' must be an integer");
+    }
+    req->priority = (int32_t)json_integer_value(v);
+    return LG_OK;
+}
+
 /* Chat: continue_final_message and add_generation_prompt, checked as vLLM
  * checks them (both may not be true; the second is true unless given). */
 static int
@@ -374,6 +391,9 @@ api_get_options(json_t *root, struct lg_sim_request *req, struct lg_sim_api_erro
     }
     if (rc == LG_OK) {
         rc = api_get_seed(root, req, err);
+    }
+    if (rc == LG_OK) {
+        rc = api_get_priority(root, req, err);
     }
     if (rc == LG_OK && req->kind == LG_SIM_API_CHAT) {
         rc = api_get_continuation(root, req, err);

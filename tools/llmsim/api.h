@@ -48,6 +48,7 @@ struct lg_sim_request {
     uint64_t *input_hashes; /* embeddings: one hash per input */
     uint32_t ninputs;
     bool has_seed;          /* the body's "seed" */
+    int32_t priority;       /* the body's "priority" (vLLM's: lower first; default 0) */
     int64_t seed;
     bool continue_final;    /* chat: continue_final_message (the last message left open) */
     bool add_generation_prompt; /* chat: add_generation_prompt (default true) */

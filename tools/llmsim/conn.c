@@ -354,6 +354,7 @@ conn_generate(struct lg_sim_conn *c, enum lg_sim_api_kind kind)
     c->seq.max_tokens = tokens;
     c->seq.block_keys = c->api.block_keys;
     c->seq.nblocks = c->api.nblocks;
+    c->seq.priority = c->api.priority;
     hold = lg_sim_faults_first_hold(&sim->faults, now, sim->counters.requests);
     c->seq.park_until_ns = hold > 0 ? now + hold : 0;
     c->state = LG_SIM_CONN_ST_GENERATE;

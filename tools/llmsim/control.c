@@ -169,6 +169,8 @@ lg_sim_control_state(const struct lg_sim *sim, struct evbuffer *out)
     json_object_set_new(doc, "steps", json_integer((json_int_t)st->steps));
     json_object_set_new(doc, "schedule", json_string(lg_sim_schedule_name(e->conf.schedule)));
     json_object_set_new(doc, "step_tokens", json_integer((json_int_t)e->conf.step_tokens));
+    json_object_set_new(doc, "scheduling_policy", json_string(lg_sim_policy_name(e->conf.policy)));
+    json_object_set_new(doc, "preempted", json_integer((json_int_t)e->stats.preempted));
     json_object_set_new(doc, "prefill_us_per_token", json_real(e->conf.prefill_us_per_token));
     json_object_set_new(doc, "prefill_fixed_ms", json_real(e->conf.prefill_fixed_ms));
     json_object_set_new(doc, "decode_ms", json_real(e->conf.decode_ms));

@@ -198,10 +198,15 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     seq->uncached_tokens = seq->prompt_tokens - seq->cached_tokens;
     e->stats.prefix_queries += seq->prompt_tokens;
     e->stats.prefix_hits += cached;
-    e->stats.prompt_tokens += seq->prompt_tokens;
+    if (seq->generated == 0) {
+        e->stats.prompt_tokens += seq->prompt_tokens; /* a preempted one counted once */
+    }
     e->stats.prefilled_tokens += seq->uncached_tokens;
     e->queued_prefill_tokens += seq->uncached_tokens;
-    seq->prefill_left = seq->uncached_tokens;
+    /* a preempted sequence computes again what it had generated (vLLM's recompute) */
+    seq->prefill_left = seq->uncached_tokens + seq->generated;
+    e->stats.prefilled_tokens += seq->generated;
+    e->queued_prefill_tokens += seq->generated;
     seq->emits = false;
     seq->slot = e->free_slots[--e->nfree];
     seq->state = LG_SIM_SEQ_ST_RUNNING;
@@ -218,11 +223,81 @@ engine_prefill(struct lg_sim_engine *e, struct lg_sim_seq *seq, uint32_t tokens)
     seq->emits = seq->prefill_left == 0;
 }
 
-/* Admits the first waiting sequence and prefills all of its prompt. */
+/*
+ * The waiting sequence served next: the first (fcfs), or the one of the
+ * lowest priority value, then the earliest arrival (priority: vLLM's order;
+ * a linear scan, the queue an engine holds being short).
+ */
+static struct lg_sim_seq *
+engine_next_waiter(const struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *best = TAILQ_FIRST(&e->waiting);
+    struct lg_sim_seq *seq;
+
+    if (e->conf.policy != LG_SIM_POLICY_PRIORITY || best == NULL) {
+        return best;
+    }
+    TAILQ_FOREACH (seq, &e->waiting, link) {
+        if (seq->priority < best->priority
+            || (seq->priority == best->priority && seq->arrival_ns < best->arrival_ns)) {
+            best = seq;
+        }
+    }
+    return best;
+}
+
+/* The running sequence preempted first: the largest priority value, then the latest arrival. */
+static struct lg_sim_seq *
+engine_victim(const struct lg_sim_engine *e)
+{
+    struct lg_sim_seq *worst = TAILQ_FIRST(&e->running);
+    struct lg_sim_seq *seq;
+
+    TAILQ_FOREACH (seq, &e->running, link) {
+        if (seq->priority > worst->priority
+            || (seq->priority == worst->priority && seq->arrival_ns > worst->arrival_ns)) {
+            worst = seq;
+        }
+    }
+    return worst;
+}
+
+static void engine_wait(struct lg_sim_engine *e, struct lg_sim_seq *seq);
+
+/*
+ * Priority with a preemption threshold (SGLang's priority preemption): while
+ * the waiters whose priority beats the lowest running one's by more than the
+ * threshold outnumber the free slots, that running sequence goes back to
+ * wait, keeping its tokens (recomputed when it is admitted again).
+ */
+static void
+engine_preempt(struct lg_sim_engine *e)
+{
+    if (e->conf.policy != LG_SIM_POLICY_PRIORITY || e->conf.preempt_threshold < 0) {
+        return;
+    }
+    while (e->nwaiting > 0 && e->nrunning > 0) {
+        struct lg_sim_seq *victim = engine_victim(e);
+        struct lg_sim_seq *seq;
+        uint32_t better = 0;
+
+        TAILQ_FOREACH (seq, &e->waiting, link) {
+            better += (int64_t)victim->priority - seq->priority > e->conf.preempt_threshold;
+        }
+        if (better <= e->conf.slots - e->nrunning) {
+            return;
+        }
+        engine_release(e, victim);
+        e->stats.preempted++;
+        engine_wait(e, victim);
+    }
+}
+
+/* Admits the waiting sequence served next and prefills all of its prompt. */
 static void
 engine_admit_whole(struct lg_sim_engine *e)
 {
-    struct lg_sim_seq *seq = TAILQ_FIRST(&e->waiting);
+    struct lg_sim_seq *seq = engine_next_waiter(e);
 
     engine_admit(e, seq);
     engine_prefill(e, seq, seq->prefill_left);
@@ -236,6 +311,7 @@ engine_schedule(struct lg_sim_engine *e)
     uint32_t batch = 0;
     uint32_t room;
 
+    engine_preempt(e);
     switch (e->conf.schedule) {
     case LLMSIM_SHM_SCHED_PREFILL_FIRST:
         if (e->nwaiting > 0 && e->nrunning < e->conf.slots) {
@@ -280,7 +356,7 @@ engine_schedule(struct lg_sim_engine *e)
         while (e->nrunning < e->conf.slots && !TAILQ_EMPTY(&e->waiting) && room > 0) {
             uint32_t chunk;
 
-            seq = TAILQ_FIRST(&e->waiting);
+            seq = engine_next_waiter(e);
             engine_admit(e, seq);
             chunk = LG_MIN(seq->prefill_left, room);
             engine_prefill(e, seq, chunk);
@@ -511,28 +587,35 @@ engine_on_step(evutil_socket_t fd, short what, void *arg)
 
 /* ---- queue and parked sequences (stall-first) ------------------------------ */
 
-/* seq joins the waiting queue (its arrival time set already). */
+/* seq joins the waiting queue (its arrival time set already; a preempted
+ * one with the tokens it generated, computed again once admitted). */
 static void
-engine_enqueue(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+engine_wait(struct lg_sim_engine *e, struct lg_sim_seq *seq)
 {
     uint32_t hits = lg_sim_prefix_match(&e->prefix, seq->block_keys, seq->nblocks);
     uint64_t cached =
         LG_MIN((uint64_t)hits * e->conf.prefix_block_tokens, (uint64_t)seq->prompt_tokens - 1);
 
-    engine_shm_begin(e);
     seq->uncached_tokens = seq->prompt_tokens - (uint32_t)cached; /* estimate until admitted */
     seq->wait_published = false;
     seq->state = LG_SIM_SEQ_ST_WAITING;
     TAILQ_INSERT_TAIL(&e->waiting, seq, link);
     e->nwaiting++;
     e->queued_prefill_tokens += seq->uncached_tokens;
-    e->remaining_decode_tokens += seq->max_tokens;
+    e->remaining_decode_tokens += seq->max_tokens - seq->generated;
     if (engine_ring_on(e)) {
         if (e->wait_unpublished == NULL) {
             e->wait_unpublished = seq;
         }
         engine_ring_fill(e);
     }
+}
+
+static void
+engine_enqueue(struct lg_sim_engine *e, struct lg_sim_seq *seq)
+{
+    engine_shm_begin(e);
+    engine_wait(e, seq);
     engine_kick(e);
     engine_shm_end(e);
 }
@@ -609,6 +692,26 @@ lg_sim_schedule_parse(const char *s, uint32_t *out)
 {
     for (uint32_t i = 0; i < LG_ARRAY_SIZE(engine_schedules); i++) {
         if (strcmp(s, engine_schedules[i]) == 0) {
+            *out = i;
+            return LG_OK;
+        }
+    }
+    return LG_EINVAL;
+}
+
+static const char *const engine_policies[] = { "fcfs", "priority" };
+
+const char *
+lg_sim_policy_name(uint32_t policy)
+{
+    return policy < LG_ARRAY_SIZE(engine_policies) ? engine_policies[policy] : "?";
+}
+
+int
+lg_sim_policy_parse(const char *s, uint32_t *out)
+{
+    for (uint32_t i = 0; i < LG_ARRAY_SIZE(engine_policies); i++) {
+        if (strcmp(s, engine_policies[i]) == 0) {
             *out = i;
             return LG_OK;
         }
@@ -705,7 +808,7 @@ lg_sim_engine_abort(struct lg_sim_engine *e, struct lg_sim_seq *seq)
         TAILQ_REMOVE(&e->waiting, seq, link);
         e->nwaiting--;
         e->queued_prefill_tokens -= seq->uncached_tokens;
-        e->remaining_decode_tokens -= seq->max_tokens;
+        e->remaining_decode_tokens -= seq->max_tokens - seq->generated;
         seq->state = LG_SIM_SEQ_ST_IDLE;
         if (engine_ring_on(e)) {
             engine_ring_fill(e);

@@ -73,6 +73,15 @@ static const char llmsim_usage[] =
     "  --step-tokens N             chunked: tokens one step computes at most, one\n"
     "                              per decoding sequence and the rest prefill; at\n"
     "                              least --slots (default 2048)\n"
+    "  --scheduling-policy P       the waiting queue's order, as vLLM's flag: fcfs\n"
+    "                              (default) or priority (the body's \"priority\",\n"
+    "                              lower first, then arrival)\n"
+    "  --priority-preemption-threshold N\n"
+    "                              priority: a waiting request whose priority is\n"
+    "                              lower by more than N than a running one's takes\n"
+    "                              its slot when none is free (SGLang's priority\n"
+    "                              preemption; the preempted one waits and later\n"
+    "                              computes its tokens again); default: never\n"
     "  --speed F                   relative speed of the replica: every duration\n"
     "                              is divided by F; 1 = baseline, 0.5 = half as\n"
     "                              fast (a slower GPU or a bigger model), 2 =\n"
@@ -178,6 +187,8 @@ enum {
     OPT_DECODE_PER_SEQ,
     OPT_SCHEDULE,
     OPT_STEP_TOKENS,
+    OPT_POLICY,
+    OPT_PREEMPT,
     OPT_PREFILL_FIXED,
     OPT_DECODE_EXP,
     OPT_JITTER,
@@ -215,6 +226,8 @@ static const struct option llmsim_options[] = {
     { "decode-ms-per-seq", required_argument, NULL, OPT_DECODE_PER_SEQ },
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "step-tokens", required_argument, NULL, OPT_STEP_TOKENS },
+    { "scheduling-policy", required_argument, NULL, OPT_POLICY },
+    { "priority-preemption-threshold", required_argument, NULL, OPT_PREEMPT },
     { "prefill-fixed-ms", required_argument, NULL, OPT_PREFILL_FIXED },
     { "decode-batch-exp", required_argument, NULL, OPT_DECODE_EXP },
     { "jitter", required_argument, NULL, OPT_JITTER },
@@ -431,6 +444,17 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
             ok = main_uint("step-tokens", optarg, 1, 1u << 24, &u);
             conf->step_tokens = (uint32_t)u;
             break;
+        case OPT_POLICY:
+            if (lg_sim_policy_parse(optarg, &conf->policy) != LG_OK) {
+                fprintf(stderr, "llmsim: --scheduling-policy %s: expected fcfs or priority\n",
+                        optarg);
+                ok = false;
+            }
+            break;
+        case OPT_PREEMPT:
+            ok = main_uint("priority-preemption-threshold", optarg, 0, INT32_MAX, &u);
+            conf->preempt_threshold = (int32_t)u;
+            break;
         case OPT_PREFILL_FIXED:
             ok = main_double("prefill-fixed-ms", optarg, 0, 1e6, false, &conf->prefill_fixed_ms);
             break;
@@ -543,6 +567,11 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
     if (conf->nmodels == 0 && !main_add_model(conf, "m")) {
         return 2;
     }
+    if (conf->preempt_threshold >= 0 && conf->policy != LG_SIM_POLICY_PRIORITY) {
+        fprintf(stderr,
+                "llmsim: --priority-preemption-threshold: only with --scheduling-policy priority\n");
+        return 2;
+    }
     if (conf->schedule != LLMSIM_SHM_SCHED_CHUNKED && conf->step_tokens != 0) {
         fprintf(stderr, "llmsim: --step-tokens: only with --schedule chunked\n");
         return 2;
@@ -574,6 +603,7 @@ main(int argc, char **argv)
         .decode_ms_per_seq = 0.5,
         .decode_batch_exp = 1.0,
         .schedule = LLMSIM_SHM_SCHED_FCFS,
+        .preempt_threshold = -1,
         .max_tokens_default = 16,
         .prefix_block_tokens = 16,
         .prefix_cache_blocks = 8192,
@@ -593,8 +623,9 @@ main(int argc, char **argv)
         main_conf_free(&conf);
         return 1;
     }
-    LG_INFO("replica %s: %zu model(s), %u slots, schedule %s, speed %g, flavor %s", conf.name,
-            conf.nmodels, conf.slots, lg_sim_schedule_name(conf.schedule), conf.speed,
+    LG_INFO("replica %s: %zu model(s), %u slots, schedule %s, policy %s, speed %g, flavor %s",
+            conf.name, conf.nmodels, conf.slots, lg_sim_schedule_name(conf.schedule),
+            lg_sim_policy_name(conf.policy), conf.speed,
             lg_sim_flavor_name(conf.flavor));
     rc = lg_sim_run(&sim);
     lg_sim_free(&sim);

@@ -310,7 +310,7 @@ metrics_vllm(struct evbuffer *out, const struct lg_sim *sim)
     metrics_counter(&m, "vllm:prefix_cache_hits_total",
                     "Prefix cache hits, in terms of number of cached tokens.", st->prefix_hits);
     metrics_counter(&m, "vllm:num_preemptions_total",
-                    "Cumulative number of preemption from the engine.", 0);
+                    "Cumulative number of preemption from the engine.", st->preempted);
     metrics_counter(&m, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
                     st->prompt_tokens);
     metrics_counter(&m, "vllm:generation_tokens_total", "Number of generation tokens processed.",

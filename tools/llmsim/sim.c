@@ -296,6 +296,8 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
         .slots = conf->slots,
         .schedule = conf->schedule,
         .step_tokens = conf->step_tokens,
+        .policy = conf->policy,
+        .preempt_threshold = conf->preempt_threshold,
         .prefill_us_per_token = conf->prefill_us_per_token,
         .prefill_fixed_ms = conf->prefill_fixed_ms,
         .decode_ms = conf->decode_ms,

@@ -50,6 +50,8 @@ struct lg_sim_conf {
     double jitter;
     double gauge_lag_ms;  /* an ended sequence stays in /metrics' running count this long */
     uint32_t schedule;    /* LLMSIM_SHM_SCHED_* */
+    uint32_t policy;      /* LG_SIM_POLICY_*: the waiting queue's order */
+    int32_t preempt_threshold; /* priority: preempts for a waiter better by more; < 0: never */
     uint32_t step_tokens; /* chunked: budget of a step */
     uint32_t max_tokens_default;
     bool text_context; /* --text context: each token a function of the text before it */
