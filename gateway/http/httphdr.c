@@ -45,6 +45,17 @@ lg_hdrs_release(struct lg_hdrs *hs)
     lg_hdrs_reset(hs);
 }
 
+void
+lg_hdrs_recycle(struct lg_hdrs *hs, uint32_t max_bytes, uint32_t max_fields)
+{
+    if (hs->cap > LG_HDRS_KEEP_BYTES || hs->cap_h > LG_HDRS_KEEP_FIELDS) {
+        lg_hdrs_release(hs);
+    }
+    lg_hdrs_reset(hs);
+    hs->max_bytes = max_bytes;
+    hs->max_fields = max_fields;
+}
+
 /* Appends n bytes plus a NUL (replacing the previous piece's NUL when `extend`). */
 static int
 hdrs_append(struct lg_hdrs *hs, const char *at, size_t n, bool extend)

@@ -88,7 +88,18 @@ client_set_timeouts(struct lg_client *c, uint64_t read_ms, uint64_t write_ms, bo
     c->read_tmo_ms = read_ms;
     c->write_tmo_ms = write_ms;
     c->read_armed_ns = lg_now_ns();
-    lg_bevio_timeouts(c->bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
+    /*
+     * The keep-alive idle timeout, which every connection holds between
+     * requests and libevent re-arms at each read, is the worker's common
+     * timeout of that duration: the re-arm is an append to its queue, not
+     * a min-heap erase and insert. The others (a head's or a body's
+     * remainder, the linger) vary by connection: plain timevals.
+     */
+    lg_bevio_timeouts(c->bev,
+                      read_ms == lg_client_conf(c)->timeouts.client_idle_ms
+                          ? lg_worker_timeout(c->w, read_ms, &r)
+                          : lg_timeval_ms(read_ms, &r),
+                      lg_timeval_ms(write_ms, &w));
 }
 
 void
@@ -179,7 +190,7 @@ client_log(struct lg_client *c)
 
 /* Releases the request's resources; the connection stays. */
 static void
-client_end_request(struct lg_client *c)
+client_end_request_keep_head(struct lg_client *c)
 {
     struct lg_request *req = &c->req;
 
@@ -192,7 +203,13 @@ client_end_request(struct lg_client *c)
         evbuffer_free(req->body);
         req->body = NULL;
     }
-    lg_hdrs_release(&req->hdrs);
+}
+
+static void
+client_end_request(struct lg_client *c)
+{
+    client_end_request_keep_head(c);
+    lg_hdrs_release(&c->req.hdrs);
 }
 
 static void __attribute__((format(printf, 5, 0)))
@@ -552,13 +569,15 @@ client_next_request(struct lg_client *c)
     bool close_after = (req->flags & LG_REQ_F_CLOSE) || !(req->flags & LG_REQ_F_KEEPALIVE)
                        || c->w->draining;
     uint64_t idle_ms = lg_client_conf(c)->timeouts.client_idle_ms, took_ns, end_ns;
+    struct lg_hdrs hdrs;
 
     client_log(c);
     end_ns = req->t_end;
     took_ns = req->t_read != 0 && req->t_end > req->t_read ? req->t_end - req->t_read : 0;
-    client_end_request(c);
+    client_end_request_keep_head(c);
     c->requests++;
     if (close_after) {
+        lg_hdrs_release(&req->hdrs);
         c->linger = !(req->flags & LG_REQ_F_COMPLETE)
                     || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
         lg_client_set_state(c, LG_CLIENT_ST_FLUSH);
@@ -570,9 +589,12 @@ client_next_request(struct lg_client *c)
         }
         return;
     }
+    /* the head's arena stays for the next request (released when parked or closed) */
+    hdrs = req->hdrs;
     memset(req, 0, sizeof(*req));
-    lg_hdrs_init(&req->hdrs, (uint32_t)lg_client_conf(c)->limits.max_header_bytes,
-                 lg_client_conf(c)->limits.max_headers);
+    req->hdrs = hdrs;
+    lg_hdrs_recycle(&req->hdrs, (uint32_t)lg_client_conf(c)->limits.max_header_bytes,
+                    lg_client_conf(c)->limits.max_headers);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     lg_client_set_state(c, LG_CLIENT_ST_READ_HEAD);
     /*
