@@ -47,7 +47,8 @@ const char *lg_shed_name(enum lg_shed why);
 /* A tenant; its counters are atomic, `key` and `flows` the scheduler's (under its lock). */
 struct lg_tenant {
     char name[LG_TENANT_NAME_MAX + 1];
-    uint32_t refcnt;        /* under the table's lock: the table does not count */
+    uint32_t refcnt;        /* atomic; taken under the table's lock, given back without
+                               it; the table does not count */
     uint64_t last_ns;       /* last request (under the table's lock) */
     struct lg_tenant *next; /* hash chain */
     /* the scheduler's (sched.c), under the admission queue's lock */
