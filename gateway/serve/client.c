@@ -629,6 +629,16 @@ lg_client_write_buffer(struct lg_client *c, struct evbuffer *src, size_t n)
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* v as 16 lower-case hex digits, the most significant first (no NUL). */
+static void
+client_hex64(char *out, uint64_t v)
+{
+    for (int i = 15; i >= 0; i--) {
+        out[i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    }
+}
+
 /* Picks the request id: the client's if it is sane, else a fresh one. */
 static void
 client_set_request_id(struct lg_client *c)
@@ -650,17 +660,9 @@ client_set_request_id(struct lg_client *c)
         }
     }
     /* 32 hex digits: connection id, then a mix of time and request count */
-    {
-        uint64_t v[2] = { c->id, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests) };
-
-        for (int i = 0; i < 16; i++) {
-            unsigned byte = (unsigned)(v[i / 8] >> (56 - 8 * (i % 8))) & 0xff;
-
-            req->id[2 * i] = "0123456789abcdef"[byte >> 4];
-            req->id[2 * i + 1] = "0123456789abcdef"[byte & 15];
-        }
-        req->id[32] = '\0';
-    }
+    client_hex64(req->id, c->id);
+    client_hex64(req->id + 16, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests));
+    req->id[32] = '\0';
 }
 
 /* The head is in: check it before reading any body byte. */
