@@ -661,7 +661,8 @@ client_set_request_id(struct lg_client *c)
     }
     /* 32 hex digits: connection id, then a mix of time and request count */
     client_hex64(req->id, c->id);
-    client_hex64(req->id + 16, lg_mix64(lg_wall_ns() ^ (c->id << 20) ^ c->requests));
+    client_hex64(req->id + 16, lg_mix64((req->wall_start ? req->wall_start : lg_wall_ns())
+                                        ^ (c->id << 20) ^ c->requests));
     req->id[32] = '\0';
 }
 

@@ -173,7 +173,7 @@ tenants_sweep(struct lg_tenants *t, uint64_t now, bool force)
             struct lg_tenant *tn = *pp;
 
             /* no reference: no waiter either (each holds one), so no flow */
-            if (__atomic_load_n(&tn->refcnt, __ATOMIC_ACQUIRE) == 0
+            if (__atomic_load_n(&tn->refcnt, __ATOMIC_ACQUIRE) == 0 && now > tn->last_ns
                 && now - tn->last_ns > t->expiry_ns) {
                 *pp = tn->next;
                 lg_budget_unref(tn->account);
@@ -368,7 +368,7 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const stru
         tlen = strlen(tname);
     }
     if (t != NULL) {
-        out->tenant = lg_tenants_get(t, tname, tlen, lg_now_ns());
+        out->tenant = lg_tenants_get(t, tname, tlen, t_start); /* its last use: no clock read */
     }
     return LG_OK;
 }

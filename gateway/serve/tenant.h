@@ -75,7 +75,11 @@ void lg_tenants_configure(struct lg_tenants *t, const struct lg_tenants_conf *co
 /* After every reference is given back. NULL is fine. */
 void lg_tenants_free(struct lg_tenants *t);
 
-/* One reference to the tenant of that name (created; "other" when the table is full). */
+/*
+ * One reference to the tenant of that name (created; "other" when the table
+ * is full); now_ns (monotonic, a moment ago will do) stamps its last use
+ * and dates the sweep of idle ones (one used after it is not idle).
+ */
 struct lg_tenant *lg_tenants_get(struct lg_tenants *t, const char *name, size_t len,
                                  uint64_t now_ns);
 /* Gives back a reference; NULL is fine. */
