@@ -110,19 +110,13 @@ proxy_first_byte_ms(const struct lg_client *c, const struct lg_attempt *a)
     return lg_attempt_first_byte_ms(&proxy_conf(c)->timeouts, a);
 }
 
-/*
- * The first-byte timeout starts now (a pooled connection keeps its
- * stream-idle write timeout). It is the worker's common timeout of that
- * duration (a setting): arming it, its re-arm at each read of the answer
- * and the move to the pool's idle timeout are appends and unlinks in
- * libevent's queues, not min-heap operations.
- */
+/* The first-byte timeout starts now (a pooled connection keeps its stream-idle write timeout). */
 static void
-proxy_set_timeouts(struct lg_upconn *u, uint64_t read_ms, uint64_t write_ms)
+proxy_set_timeouts(struct bufferevent *bev, uint64_t read_ms, uint64_t write_ms)
 {
     struct timeval r, w;
 
-    lg_bevio_timeouts(u->bev, lg_worker_timeout(u->w, read_ms, &r), lg_timeval_ms(write_ms, &w));
+    lg_bevio_timeouts(bev, lg_timeval_ms(read_ms, &r), lg_timeval_ms(write_ms, &w));
 }
 
 /* ---- 3. openai: the request is read -------------------------------------- */
@@ -580,7 +574,7 @@ proxy_launch(struct lg_client *c, struct lg_attempt *a)
         lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_CONNECT);
     } else {
         a->t_connect = a->t_dispatch;
-        proxy_set_timeouts(u, proxy_first_byte_ms(c, a),
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
                            proxy_conf(c)->timeouts.stream_idle_ms);
         lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
     }
@@ -603,7 +597,7 @@ proxy_st_connect(struct lg_client *c, struct lg_attempt *a, short what)
         u->state = LG_UPCONN_ST_ACTIVE;
         lg_bevio_own_reads(u->bev); /* connected: reads without FIONREAD from now on */
         a->t_connect = lg_now_ns();
-        proxy_set_timeouts(u, proxy_first_byte_ms(c, a),
+        proxy_set_timeouts(u->bev, proxy_first_byte_ms(c, a),
                            proxy_conf(c)->timeouts.stream_idle_ms);
         lg_attempt_set_phase(c, a, LG_ATTEMPT_PH_WAIT_HEAD);
         return;
