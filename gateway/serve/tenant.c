@@ -215,7 +215,9 @@ lg_tenants_get(struct lg_tenants *t, const char *name, size_t len, uint64_t now_
     t->n++;
 found:
     __atomic_add_fetch(&tn->refcnt, 1, __ATOMIC_RELAXED);
-    tn->last_ns = now_ns;
+    if (now_ns > tn->last_ns) {
+        tn->last_ns = now_ns; /* a slow request's start is older than the last use */
+    }
     pthread_mutex_unlock(&t->lock);
     return tn;
 }
