@@ -6,6 +6,8 @@ Usage:
   python3 bench/proxy/profile.py callgrind [--conns 64] [--requests 5000] [--sse] [--no-log]
                                            [--body-bytes N] [--top N] [--defaults] [--stages]
   python3 bench/proxy/profile.py ttft [--backends 1,4,16,64,256] [--requests 2000]
+  python3 bench/proxy/profile.py syscalls [--conns 64] [--seconds 5]
+                                          [--contenders nginx,haproxy,llmgate-defaults]
 
 Starts the pbench backend and llmgate (1 worker, pinned as in run.py), puts
 load on it (wrk with small POSTs, or --sse: pbench sse with 200 streams),
@@ -17,7 +19,10 @@ even on a noisy machine. --stages splits a request's instructions by stage
 (parse, scan, route, record, log, relay...). `ttft` counts the instructions
 of the router's decisions with ttftbench (build/ttftbench) under callgrind:
 per pick (every candidate changed since the last: no view reused), per view
-of every backend, per policy score over them all.
+of every backend, per policy score over them all. `syscalls` counts each
+contender's system calls per request (perf stat on the syscalls tracepoints,
+every thread and process of it) under wrk at saturation, each with its access
+log on as in run.py's `defaults` measure.
 """
 
 import argparse
@@ -34,7 +39,8 @@ import run  # noqa: E402  (the benchmark's process helpers)
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("tool", choices=("perf", "callgrind", "ttft"))
+    ap.add_argument("tool", choices=("perf", "callgrind", "ttft", "syscalls"))
+    ap.add_argument("--contenders", default="nginx,haproxy,llmgate-defaults")
     ap.add_argument("--backends", default="1,4,16,64,256")
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10)
@@ -64,6 +70,9 @@ def main():
     run.ARGS = argparse.Namespace(sched="other", load_cpus="0", proxy_cpus="1")
     if a.tool == "ttft":
         ttft_instructions(a)
+        return
+    if a.tool == "syscalls":
+        syscalls(a)
         return
     if a.sse:
         be = run.start_pbench_backend("backend", sse=True, events=64, gap_us=10000)
@@ -166,6 +175,72 @@ def ttft_instructions(a):
             n, cand, got["pick"], got["pick"] / cand, got["views"], got["score"],
             got["score"] / n), flush=True)
     with open(os.path.join(run.OUT, "ttft.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+# ---- system calls per request ---------------------------------------------------
+
+def switches(pids):
+    """Context switches (voluntary and not) of every thread of pids."""
+    n = 0
+    for text in run.thread_stats(pids, "status"):
+        n += sum(int(v) for v in re.findall(r"ctxt_switches:\s+(\d+)", text))
+    return n
+
+
+def syscalls(a):
+    """System calls per request of each contender under wrk (a.conns, saturation)."""
+    rows = {}
+    for kind in a.contenders.split(","):
+        be = run.start_pbench_backend("backend-" + kind)
+        c = None
+        try:
+            c = run.start_contender(kind, 1, be.port, log_on=True)
+            load(a, c.port, warm_only=True)
+            pids = run.tree_pids(c.pids[0]) if kind == "nginx" else c.pids
+            data = os.path.join(run.OUT, "syscalls-%s.txt" % kind)
+            perf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", data, "-e",
+                                     "syscalls:sys_enter_*", "-p", ",".join(map(str, pids))],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
+            cpu0, user0, cs0 = run.cpu_ns(pids), run.user_ns(pids), switches(pids)
+            out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c%d" % a.conns,
+                                  "-d%gs" % a.seconds, "-s", run.wrk_script(a.body_bytes),
+                                  "http://127.0.0.1:%d/v1/chat/completions" % c.port],
+                                 stdout=subprocess.PIPE).stdout.decode()
+            cpu, user = run.cpu_ns(pids) - cpu0, run.user_ns(pids) - user0
+            cs = switches(pids) - cs0
+            perf.send_signal(2)
+            perf.wait(60)
+            n = int(re.search(r"(\d+) requests in", out).group(1))
+            counts = {}
+            with open(data) as f:
+                for ln in f:
+                    parts = ln.strip().split(",")
+                    if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") \
+                            and parts[0].isdigit() and int(parts[0]) > 0:
+                        counts[parts[2][len("syscalls:sys_enter_"):]] = int(parts[0])
+            rows[kind] = {"requests": n, "per_request": {k: v / n for k, v in counts.items()},
+                          "cpu_us": cpu / n / 1e3, "user_us": user / n / 1e3,
+                          "switches": cs / n}
+            print("%s: %d requests; per request %.2f system calls, %.3f context switches, "
+                  "CPU %.1f us (user %.1f)" % (kind, n, sum(counts.values()) / n, cs / n,
+                                              cpu / n / 1e3, user / n / 1e3), flush=True)
+        finally:
+            if c:
+                c.stop()
+            be.stop()
+    names = sorted({k for r in rows.values() for k in r["per_request"]},
+                   key=lambda k: -max(r["per_request"].get(k, 0) for r in rows.values()))
+    kinds = list(rows)
+    print("\n%-18s" % "per request" + "".join("%18s" % k for k in kinds))
+    for k in names:
+        vals = [rows[x]["per_request"].get(k, 0) for x in kinds]
+        if max(vals) >= 0.005:
+            print("%-18s" % k + "".join("%18.3f" % v for v in vals))
+    print("%-18s" % "total" + "".join("%18.3f" % sum(rows[x]["per_request"].values())
+                                      for x in kinds))
+    with open(os.path.join(run.OUT, "syscalls.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 

@@ -28,10 +28,13 @@
 #define ALOG_STALL_MS 1000
 /* Writer's backlog, in per-worker buffer sizes, past which it stops taking the workers'. */
 #define ALOG_BACKLOG 16
+/* A worker's buffer grows by chains of this size (at most its `buffer`): lines share them. */
+#define ALOG_CHAIN (16 * 1024)
 
 struct lg_alog_buf {
     pthread_mutex_t lock;
     struct evbuffer *buf;          /* owned: lines not yet written */
+    size_t room;                   /* bytes free for certain at buf's end (0: unknown) */
     struct lg_accesslog *log;      /* borrowed */
 };
 
@@ -173,6 +176,7 @@ alog_flush(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
 
         pthread_mutex_lock(&b->lock);
         evbuffer_add_buffer(tmp, b->buf);
+        b->room = 0; /* its chains went with the lines */
         pthread_mutex_unlock(&b->lock);
     }
     alog_write(log, tmp, wait_ms);
@@ -192,6 +196,7 @@ alog_flush_last(struct lg_accesslog *log, struct evbuffer *tmp)
         if (evbuffer_get_length(tmp) > 0) {
             for (unsigned i = 0; i < log->nbufs; i++) {
                 evbuffer_add_buffer(tmp, log->bufs[i].buf);
+                log->bufs[i].room = 0;
             }
             alog_drop(log, tmp, "the reader took nothing for a second while llmgate stopped");
             return;
@@ -408,6 +413,25 @@ lg_accesslog_dropped(const struct lg_accesslog *log)
     return log ? __atomic_load_n(&log->dropped, __ATOMIC_RELAXED) : 0;
 }
 
+/*
+ * Appends a line to a worker's buffer. libevent sizes a chain to what is
+ * added (the next power of two): a line of 1 to 2 KiB would take a chain,
+ * a malloc and a free of its own. Instead, when the room known to be free
+ * at the buffer's end is short of the line, a chain of ALOG_CHAIN bytes (at
+ * most the buffer's size) is made ready first, and lines share it.
+ */
+static void
+alog_add(struct lg_alog_buf *buf, const char *line, size_t n, size_t limit)
+{
+    size_t grow = LG_MIN(limit, (size_t)ALOG_CHAIN);
+
+    if (buf->room < n && grow > n && evbuffer_expand(buf->buf, grow) == 0) {
+        buf->room = grow;
+    }
+    evbuffer_add(buf->buf, line, n);
+    buf->room = buf->room >= n ? buf->room - n : 0;
+}
+
 void
 lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n)
 {
@@ -416,7 +440,7 @@ lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n)
     pthread_mutex_lock(&buf->lock);
     limit = __atomic_load_n(&buf->log->buffer_bytes, __ATOMIC_RELAXED);
     if (evbuffer_get_length(buf->buf) < ALOG_BACKLOG * limit) {
-        evbuffer_add(buf->buf, line, n);
+        alog_add(buf, line, n, limit);
     } else {
         __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
     }

@@ -375,8 +375,7 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
 {
     int cls = (status >= 100 && status < 600) ? status / 100 : 0;
     bool failed = cls == 0 || cls == 5 || status == 429;
-    uint64_t now = lg_now_ns();
-    uint64_t until;
+    uint64_t now, until;
 
     if (!(flags & LG_BACKEND_R_MIDWAY)) {
         LG_STAT_ADD(b, responses[cls], 1); /* a cut after the head was counted with it */
@@ -389,16 +388,19 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
         retry_after_ns = LG_NS_PER_S;
     }
     if (retry_after_ns > 0) {
-        __atomic_store_n(&b->retry_after_until_ns, now + retry_after_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->retry_after_until_ns, lg_now_ns() + retry_after_ns,
+                         __ATOMIC_RELAXED);
     }
     if (cls == 2 && !(flags & LG_BACKEND_R_MIDWAY)
         && __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) == 0
         && __atomic_load_n(&b->consecutive_failures, __ATOMIC_RELAXED) == 0) {
         /* the common case, nothing to reset: the success is counted in the
          * error rate with the rest of the response's learning when it ends
-         * (lg_backend_note_done), one lock per response instead of two */
+         * (lg_backend_note_done), one lock per response instead of two (and
+         * no clock read) */
         return;
     }
+    now = lg_now_ns();
     pthread_mutex_lock(&b->lock);
     lg_est_mean_add(&b->est.err, now, failed ? 1.0 : 0.0, 2 * LG_EST_MEAN_HALF_LIFE_S);
     backend_seq_publish(&b->est_seq, &b->est_pub, &b->est, sizeof(b->est));

@@ -45,6 +45,17 @@ lg_hdrs_release(struct lg_hdrs *hs)
     lg_hdrs_reset(hs);
 }
 
+void
+lg_hdrs_recycle(struct lg_hdrs *hs, uint32_t max_bytes, uint32_t max_fields)
+{
+    if (hs->cap > LG_HDRS_KEEP_BYTES || hs->cap_h > LG_HDRS_KEEP_FIELDS) {
+        lg_hdrs_release(hs);
+    }
+    lg_hdrs_reset(hs);
+    hs->max_bytes = max_bytes;
+    hs->max_fields = max_fields;
+}
+
 /* Appends n bytes plus a NUL (replacing the previous piece's NUL when `extend`). */
 static int
 hdrs_append(struct lg_hdrs *hs, const char *at, size_t n, bool extend)
@@ -209,6 +220,13 @@ static const struct {
     HDRS_NAME("upgrade"),
 };
 #undef HDRS_NAME
+/* The lengths among them (bit n: a name of n bytes): most fields are none of them. */
+#define HDRS_LEN_BIT(s) (UINT32_C(1) << (sizeof(s) - 1))
+static const uint32_t hdrs_hop_lens = HDRS_LEN_BIT("connection") | HDRS_LEN_BIT("keep-alive")
+                                      | HDRS_LEN_BIT("proxy-connection") | HDRS_LEN_BIT("te")
+                                      | HDRS_LEN_BIT("trailer") | HDRS_LEN_BIT("transfer-encoding")
+                                      | HDRS_LEN_BIT("upgrade");
+#undef HDRS_LEN_BIT
 
 void
 lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)
@@ -220,7 +238,9 @@ lg_hdrs_mark_hop_by_hop(struct lg_hdrs *hs)
         const char *name = hs->buf + h->name_off;
 
         h->hop = false;
-        for (size_t k = 0; k < LG_ARRAY_SIZE(hdrs_hop_names); k++) {
+        for (size_t k = 0; k < LG_ARRAY_SIZE(hdrs_hop_names) && h->name_len < 32
+                           && ((hdrs_hop_lens >> h->name_len) & 1) != 0;
+             k++) {
             if (h->name_len == hdrs_hop_names[k].len
                 && lg_mem_ieq(name, hdrs_hop_names[k].name, h->name_len)) {
                 h->hop = true;

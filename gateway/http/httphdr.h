@@ -44,6 +44,16 @@ void lg_hdrs_init(struct lg_hdrs *hs, uint32_t max_bytes, uint32_t max_fields);
 void lg_hdrs_reset(struct lg_hdrs *hs);
 /* Releases the arena and index (the idle-connection state costs no memory). */
 void lg_hdrs_release(struct lg_hdrs *hs);
+/*
+ * For the next message on the same connection: forgets the content and
+ * takes the new limits, keeping the arena and index when they are small
+ * (LG_HDRS_KEEP_BYTES, LG_HDRS_KEEP_FIELDS; else released as by
+ * lg_hdrs_release()), so that a keep-alive connection's next head costs no
+ * malloc and free.
+ */
+#define LG_HDRS_KEEP_BYTES  4096
+#define LG_HDRS_KEEP_FIELDS 64
+void lg_hdrs_recycle(struct lg_hdrs *hs, uint32_t max_bytes, uint32_t max_fields);
 
 int lg_hdrs_on_url(struct lg_hdrs *hs, const char *at, size_t n);
 int lg_hdrs_on_field(struct lg_hdrs *hs, const char *at, size_t n);

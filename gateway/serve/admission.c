@@ -806,9 +806,9 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 }
 
 void
-lg_admission_released(struct lg_admission *a, unsigned worker, const char *model)
+lg_admission_released(struct lg_admission *a, unsigned worker, const char *model, uint64_t now_ns)
 {
-    uint64_t now_s = lg_now_ns() / LG_NS_PER_S;
+    uint64_t now_s = now_ns / LG_NS_PER_S;
     struct admission_model *m;
     size_t slot = now_s % ADMISSION_WINDOW;
 
@@ -903,7 +903,9 @@ lg_admission_settle(struct lg_admission *a, struct lg_client *c)
         __atomic_add_fetch(&rs->tenant->tokens[rs->cls], (uint64_t)prompt + (uint64_t)out,
                            __ATOMIC_RELAXED);
         pthread_mutex_lock(&a->lock);
-        lg_sched_charge(rs->tenant, rest, (double)lg_now_ns() / 1e9, a->half_life_s);
+        /* the request ended a moment ago (its end stamped): no clock read */
+        lg_sched_charge(rs->tenant, rest, (double)(req->t_end ? req->t_end : lg_now_ns()) / 1e9,
+                        a->half_life_s);
         pthread_mutex_unlock(&a->lock);
     }
     lg_tenant_release(a != NULL ? a->tenants : NULL, rs);

@@ -78,11 +78,12 @@ bool lg_admission_can_wait(const struct lg_model_route *route, const struct lg_t
 void lg_admission_cancel(struct lg_client *c);
 
 /*
- * A request of `model` on worker `worker` gave back its backend slot: counts
- * it for the drain rate and wakes the workers that have waiters. On worker
- * `worker`'s thread.
+ * A request of `model` on worker `worker` gave back its backend slot at
+ * now_ns (monotonic): counts it for the drain rate and wakes the workers
+ * that have waiters. On worker `worker`'s thread.
  */
-void lg_admission_released(struct lg_admission *a, unsigned worker, const char *model);
+void lg_admission_released(struct lg_admission *a, unsigned worker, const char *model,
+                           uint64_t now_ns);
 
 /*
  * Worker `worker` received LG_WORKER_CMD_ADMIT: schedules a look at its

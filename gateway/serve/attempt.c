@@ -523,6 +523,7 @@ lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool
 {
     struct lg_request *req = &c->req;
     struct lg_backend *b = a->backend;
+    uint64_t t_end;
 
     if (b == NULL) {
         return; /* never launched, or ended already */
@@ -552,7 +553,7 @@ lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool
         a->holds &= ~LG_ATTEMPT_H_PROBE;
         lg_backend_release_probe(b);
     }
-    a->t_end = lg_now_ns();
+    a->t_end = t_end = lg_now_ns();
     lg_backend_inflight_end(b, a->t_end);
     lg_backend_unref(b);
     a->backend = NULL;
@@ -564,5 +565,5 @@ lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool
     if (a != req->att) {
         attempt_retire(c, a);
     }
-    lg_admission_released(c->w->gw->admission, c->w->id, req->info.model);
+    lg_admission_released(c->w->gw->admission, c->w->id, req->info.model, t_end);
 }

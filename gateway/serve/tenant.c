@@ -173,7 +173,8 @@ tenants_sweep(struct lg_tenants *t, uint64_t now, bool force)
             struct lg_tenant *tn = *pp;
 
             /* no reference: no waiter either (each holds one), so no flow */
-            if (tn->refcnt == 0 && now - tn->last_ns > t->expiry_ns) {
+            if (__atomic_load_n(&tn->refcnt, __ATOMIC_ACQUIRE) == 0 && now > tn->last_ns
+                && now - tn->last_ns > t->expiry_ns) {
                 *pp = tn->next;
                 lg_budget_unref(tn->account);
                 free(tn);
@@ -213,22 +214,30 @@ lg_tenants_get(struct lg_tenants *t, const char *name, size_t len, uint64_t now_
     t->buckets[b] = tn;
     t->n++;
 found:
-    tn->refcnt++;
-    tn->last_ns = now_ns;
+    __atomic_add_fetch(&tn->refcnt, 1, __ATOMIC_RELAXED);
+    if (now_ns > tn->last_ns) {
+        tn->last_ns = now_ns; /* a slow request's start is older than the last use */
+    }
     pthread_mutex_unlock(&t->lock);
     return tn;
 }
 
+/*
+ * Without the table's lock: the count is atomic, and the sweep (under the
+ * lock) frees a tenant only when it reads no reference, after which nobody
+ * holds one to give back; a new reference is taken under the lock only.
+ */
 void
 lg_tenants_put(struct lg_tenants *t, struct lg_tenant *tn)
 {
+    uint32_t was;
+
+    (void)t;
     if (tn == NULL) {
         return;
     }
-    pthread_mutex_lock(&t->lock);
-    LG_BUG_ON(tn->refcnt == 0);
-    tn->refcnt--;
-    pthread_mutex_unlock(&t->lock);
+    was = __atomic_fetch_sub(&tn->refcnt, 1, __ATOMIC_RELEASE);
+    LG_BUG_ON(was == 0);
 }
 
 struct lg_budget *
@@ -361,7 +370,7 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const stru
         tlen = strlen(tname);
     }
     if (t != NULL) {
-        out->tenant = lg_tenants_get(t, tname, tlen, lg_now_ns());
+        out->tenant = lg_tenants_get(t, tname, tlen, t_start); /* its last use: no clock read */
     }
     return LG_OK;
 }

@@ -47,7 +47,8 @@ const char *lg_shed_name(enum lg_shed why);
 /* A tenant; its counters are atomic, `key` and `flows` the scheduler's (under its lock). */
 struct lg_tenant {
     char name[LG_TENANT_NAME_MAX + 1];
-    uint32_t refcnt;        /* under the table's lock: the table does not count */
+    uint32_t refcnt;        /* atomic; taken under the table's lock, given back without
+                               it; the table does not count */
     uint64_t last_ns;       /* last request (under the table's lock) */
     struct lg_tenant *next; /* hash chain */
     /* the scheduler's (sched.c), under the admission queue's lock */
@@ -74,7 +75,11 @@ void lg_tenants_configure(struct lg_tenants *t, const struct lg_tenants_conf *co
 /* After every reference is given back. NULL is fine. */
 void lg_tenants_free(struct lg_tenants *t);
 
-/* One reference to the tenant of that name (created; "other" when the table is full). */
+/*
+ * One reference to the tenant of that name (created; "other" when the table
+ * is full); now_ns (monotonic, a moment ago will do) stamps its last use
+ * and dates the sweep of idle ones (one used after it is not idle).
+ */
 struct lg_tenant *lg_tenants_get(struct lg_tenants *t, const char *name, size_t len,
                                  uint64_t now_ns);
 /* Gives back a reference; NULL is fine. */
