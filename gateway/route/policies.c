@@ -375,6 +375,7 @@ struct ttft_state {
     double e2e_slack_ms;
     double e2e_slack_load;
     double interference;
+    double queue_guard;
     int engine_model;     /* predict by the engine model where it runs */
     int model_needs_pace; /* ... only where a stream timed its step lately */
     int model_calibrate;  /* ... scaled by what it missed there lately */
@@ -401,6 +402,7 @@ static const struct policy_num ttft_options[] = {
     { "e2e_slack_ms", offsetof(struct ttft_state, e2e_slack_ms), 0, 1e7 },
     { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
     { "interference", offsetof(struct ttft_state, interference), 0, 100 },
+    { "queue_guard", offsetof(struct ttft_state, queue_guard), 0, 1000 },
 };
 
 static int
@@ -426,6 +428,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
                             .interference = 0,
+                            .queue_guard = 2,
                             .engine_model = 1,
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
@@ -766,6 +769,53 @@ ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
     return raised;
 }
 
+/*
+ * queue_guard (0: off): a candidate whose slots are all taken, one more
+ * request there waiting for a slot (its capacity said by the engine or
+ * seen with a queue, not guessed), loses to one with a slot free whose
+ * prediction is at most queue_guard times its own: raised above that one
+ * (and above tolerance_ms, so the tolerance moves nothing back). A wait
+ * for a slot is the prediction that misses most (it rests on how soon the
+ * answers there end, at a pace a busier machine slows), and a fast replica
+ * the router keeps full tips into a queue that the others would have
+ * drained (bench/routing/NOTES.md 59). True when the cheapest was raised.
+ */
+static bool
+ttft_queue_guard(const struct ttft_state *s, const struct lg_backend_view *const *c, size_t n,
+                 double *cost)
+{
+    double free_best = 0;
+    size_t at = 0;
+    bool any = false, raised = false;
+
+    if (s->queue_guard <= 0 || n < 2) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c[i]->load + 1 <= policy_slots(c[i], s->slots) && (!any || cost[i] < free_best)) {
+            free_best = cost[i];
+            any = true;
+        }
+        if (cost[i] < cost[at]) {
+            at = i;
+        }
+    }
+    if (!any) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
+                    && c[i]->load + 1 > c[i]->capacity;
+
+        if (full && free_best <= s->queue_guard * cost[i]
+            && cost[i] < free_best + s->tolerance_ms * 1.001 + 0.001) {
+            raised = raised || i == at;
+            cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
+        }
+    }
+    return raised;
+}
+
 static void
 ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
            size_t n, double *cost, const char **why)
@@ -790,6 +840,9 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
     *why = best_used == TTFT_EST_MEASURED ? "lowest_measured_ttft" : "lowest_predicted_ttft";
     if (ttft_finish_guard(s, req, c, n, cost)) {
         *why = "lowest_ttft_ending_in_time";
+    }
+    if (ttft_queue_guard(s, c, n, cost)) {
+        *why = "free_slot_over_queue";
     }
     if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
         *why = "least_loaded_near_lowest_ttft";
