@@ -329,6 +329,8 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * SGLang's batch limits are larger; 16 is what a small GPU runs at once):
  * ttft's `slots` default, and the engine model's least guess. */
 #define LG_EST_ASSUMED_SLOTS 16
+/* Prompt tokens in a KiB of prompt text (about 4 bytes a token). */
+#define LG_EST_TOKENS_PER_KIB 256.0
 struct lg_est_queued {
     uint32_t prompt_tokens; /* to prefill */
     uint32_t max_tokens;    /* tokens it will generate (at least 1) */

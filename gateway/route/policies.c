@@ -490,14 +490,37 @@ ttft_choose(const struct ttft_state *s, const struct lg_backend_view *v, bool ru
 }
 
 /*
- * The engine model: (wait_ms + prefill_ms_per_kib * kib) * scale. No
- * margin: it ran the replica forward over everything there; the scale is
- * what it missed there lately (model_calibrate).
+ * Chunked prefill: an engine whose step carries at most prefill_chunk
+ * tokens, one for each sequence decoding first, prefills a prompt of
+ * `tokens` over ceil(tokens / (prefill_chunk - decoding)) steps; the model's
+ * wait holds one, each further one costs a step of the batch there and the
+ * fixed part of a step that prefills (its tokens are in the prefill per
+ * KiB already). 0 where the engine prefills a prompt in one step.
+ */
+static double
+ttft_chunks_ms(const struct lg_engine_model_view *m, double kib)
+{
+    double room, steps;
+
+    if (m->size < offsetof(struct lg_engine_model_view, decoding) + sizeof(m->decoding)
+        || !(m->prefill_chunk >= 1)) {
+        return 0;
+    }
+    room = LG_MAX(m->prefill_chunk - LG_MAX(m->decoding, 0.0), 1.0);
+    steps = ceil(kib * LG_EST_TOKENS_PER_KIB / room);
+    return steps > 1 ? (steps - 1) * (m->step_ms + LG_MAX(m->prefill_fixed_ms, 0.0)) : 0;
+}
+
+/*
+ * The engine model: (wait_ms + prefill_ms_per_kib * kib + the further
+ * steps of a chunked prefill) * scale. No margin: it ran the replica forward
+ * over everything there; the scale is what it missed there lately
+ * (model_calibrate).
  */
 static double
 ttft_model(const struct ttft_state *s, const struct lg_engine_model_view *m, double kib)
 {
-    double pred = m->wait_ms + m->prefill_ms_per_kib * kib;
+    double pred = m->wait_ms + m->prefill_ms_per_kib * kib + ttft_chunks_ms(m, kib);
 
     if (s->model_calibrate && m->scale > 0) {
         pred *= m->scale;

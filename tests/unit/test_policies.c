@@ -1064,7 +1064,55 @@ test_least_load(void)
     return 0;
 }
 
+/*
+ * Chunked prefill: a step there carries 16 tokens, one for each of the 3
+ * sequences decoding first, so a 1 KiB prompt (256 tokens) takes
+ * ceil(256 / 13) = 20 steps: 19 more than the model's wait holds, each a
+ * step (15 ms) and a prefilling step's fixed part (5 ms). Unchunked (0) or
+ * with room for the whole prompt, as before.
+ */
+static int
+test_ttft_chunked(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *a, *b;
+    struct lg_route_info r = req_of(1024, 16, 0, 0), small = req_of(40, 16, 0, 0);
+
+    a = add(&f, "chunked");
+    b = add(&f, "whole");
+    M(a)->wait_ms = M(b)->wait_ms = 30;
+    M(a)->prefill_fixed_ms = M(b)->prefill_fixed_ms = 5;
+    M(a)->scale = M(b)->scale = 1;
+    M(a)->prefill_chunk = 16;
+    M(a)->decoding = 3;
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[1] - 50) < 1e-9);               /* 30 + 20 ms a KiB */
+    LG_CHECK(fabs(cost[0] - (50 + 19 * 20)) < 1e-9); /* 19 more steps */
+    /* 10 tokens fit one step: no further step */
+    LG_CHECK(pick(&pol, &small, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - cost[1]) < 1e-9);
+    /* nothing decoding: 16 a step, 16 steps */
+    M(a)->decoding = 0;
+    pick(&pol, &r, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - (50 + 15 * 20)) < 1e-9);
+    /* more decoding than the chunk holds: a token a step at least */
+    M(a)->decoding = 40;
+    M(a)->prefill_chunk = 8;
+    pick(&pol, &small, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - (30 + 20 * 40.0 / 1024 + 9 * 20)) < 1e-9);
+    /* a model view from before these members (size short of them): unchunked */
+    M(a)->size = offsetof(struct lg_engine_model_view, prefill_chunk);
+    pick(&pol, &r, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 50) < 1e-9);
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
 LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_least_load, test_ttft, test_ttft_engine_model,
-             test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference,
+             test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference, test_ttft_chunked,
              test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
              test_prefix_rejoin, test_session_affinity)
