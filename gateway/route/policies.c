@@ -489,26 +489,15 @@ ttft_choose(const struct ttft_state *s, const struct lg_backend_view *v, bool ru
     return runs ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
 }
 
-/*
- * Chunked prefill: an engine whose step carries at most prefill_chunk
- * tokens, one for each sequence decoding first, prefills a prompt of
- * `tokens` over ceil(tokens / (prefill_chunk - decoding)) steps; the model's
- * wait holds one, each further one costs a step of the batch there and the
- * fixed part of a step that prefills (its tokens are in the prefill per
- * KiB already). 0 where the engine prefills a prompt in one step.
- */
+/* Chunked prefill's further steps for this prompt there (lg_est_chunks_ms();
+ * 0 from a model view without them). */
 static double
 ttft_chunks_ms(const struct lg_engine_model_view *m, double kib)
 {
-    double room, steps;
-
-    if (m->size < offsetof(struct lg_engine_model_view, decoding) + sizeof(m->decoding)
-        || !(m->prefill_chunk >= 1)) {
+    if (m->size < offsetof(struct lg_engine_model_view, decoding) + sizeof(m->decoding)) {
         return 0;
     }
-    room = LG_MAX(m->prefill_chunk - LG_MAX(m->decoding, 0.0), 1.0);
-    steps = ceil(kib * LG_EST_TOKENS_PER_KIB / room);
-    return steps > 1 ? (steps - 1) * (m->step_ms + LG_MAX(m->prefill_fixed_ms, 0.0)) : 0;
+    return lg_est_chunks_ms(m->prefill_chunk, m->decoding, m->step_ms, m->prefill_fixed_ms, kib);
 }
 
 /*
