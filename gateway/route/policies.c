@@ -781,45 +781,61 @@ ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
     return raised;
 }
 
+/* Whether the answer at candidate j takes at most tolerance_decode_ms
+ * longer than at i (max_tokens x the difference in gaps between tokens; an
+ * unknown length: no slower at all), as ttft_tolerate() asks. */
+static bool
+ttft_decodes_near(const struct ttft_state *s, const struct lg_route_info *req,
+                  const struct lg_backend_view *j, const struct lg_backend_view *i)
+{
+    double slower = LG_MAX(0.0, j->itl_ms - i->itl_ms);
+
+    return req->max_tokens > 0 ? (double)req->max_tokens * slower <= s->tolerance_decode_ms
+                               : slower <= 0;
+}
+
 /*
  * queue_guard (0: off): a candidate whose slots are all taken, one more
  * request there waiting for a slot (its capacity said by the engine or
  * seen with a queue, not guessed), loses to one with a slot free whose
- * prediction is at most queue_guard times its own: raised above that one
- * (and above tolerance_ms, so the tolerance moves nothing back). A wait
- * for a slot is the prediction that misses most (it rests on how soon the
- * answers there end, at a pace a busier machine slows), and a fast replica
- * the router keeps full tips into a queue that the others would have
- * drained (bench/routing/NOTES.md 59). True when the cheapest was raised.
+ * prediction is at most queue_guard times its own and whose answer takes
+ * at most tolerance_decode_ms longer (ttft_decodes_near()): raised above
+ * that one (and above tolerance_ms, so the tolerance moves nothing back).
+ * A wait for a slot is the prediction that misses most (it rests on how
+ * soon the answers there end, at a pace a busier machine slows), and a
+ * fast replica the router keeps full tips into a queue that the others
+ * would have drained (bench/routing/NOTES.md 59). True when the cheapest
+ * was raised.
  */
 static bool
-ttft_queue_guard(const struct ttft_state *s, const struct lg_backend_view *const *c, size_t n,
-                 double *cost)
+ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
+                 const struct lg_backend_view *const *c, size_t n, double *cost)
 {
-    double free_best = 0;
     size_t at = 0;
-    bool any = false, raised = false;
+    bool raised = false;
 
     if (s->queue_guard <= 0 || n < 2) {
         return false;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (c[i]->load + 1 <= policy_slots(c[i], s->slots) && (!any || cost[i] < free_best)) {
-            free_best = cost[i];
-            any = true;
-        }
+    for (size_t i = 1; i < n; i++) {
         if (cost[i] < cost[at]) {
             at = i;
         }
     }
-    if (!any) {
-        return false;
-    }
     for (size_t i = 0; i < n; i++) {
         bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
                     && c[i]->load + 1 > c[i]->capacity;
+        double free_best = 0;
+        bool any = false;
 
-        if (full && free_best <= s->queue_guard * cost[i]
+        for (size_t j = 0; full && j < n; j++) {
+            if (j != i && c[j]->load + 1 <= policy_slots(c[j], s->slots)
+                && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
+                free_best = cost[j];
+                any = true;
+            }
+        }
+        if (any && free_best <= s->queue_guard * cost[i]
             && cost[i] < free_best + s->tolerance_ms * 1.001 + 0.001) {
             raised = raised || i == at;
             cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
@@ -853,7 +869,7 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
     if (ttft_finish_guard(s, req, c, n, cost)) {
         *why = "lowest_ttft_ending_in_time";
     }
-    if (ttft_queue_guard(s, c, n, cost)) {
+    if (ttft_queue_guard(s, req, c, n, cost)) {
         *why = "free_slot_over_queue";
     }
     if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
