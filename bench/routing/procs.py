@@ -366,7 +366,15 @@ class RealFleet(Fleet):
         raise Unavailable("a real engine takes no faults")
 
     def backends(self, load_reports=False):
-        return [dict(b, flavor=self.flavor) for b in super().backends()]
+        """Each replica's backend entry, with the tokens a step of it carries
+        (the scenario's prefill_chunks: its engine's batch) where given, for
+        this build's gateway (load_reports: an @ref build may refuse the key)."""
+        chunks = self.scen.get("prefill_chunks") if load_reports else None
+        out = [dict(b, flavor=self.flavor) for b in super().backends()]
+        for b, chunk in zip(out, chunks or []):
+            if chunk:
+                b["prefill_chunk"] = chunk
+        return out
 
     def state(self, port):
         """The replica's llamacpp:* samples."""

@@ -264,6 +264,9 @@ REAL_REPLICAS = [
 SCENARIOS.append(
     _s(id="real", scenario="real", title="Real llama.cpp replicas, one slower",
        engine="real", replicas=REAL_REPLICAS, speeds=[1.0, 0.4],
+       # the tokens a llama_decode() step carries at most (the step logs:
+       # r1 up to 435 of its 512, r2 16: node-llama-cpp's batch is at least 16)
+       prefill_chunks=[512, 16],
        capacity_rps=REAL_CAPACITY_RPS, prompt_bytes=REAL_PROMPT, max_tokens=REAL_MAX_TOKENS,
        load=0.7, duration=60, quick=10,
        contenders=["round_robin", "ttft", "nginx", "haproxy"],

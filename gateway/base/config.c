@@ -678,6 +678,7 @@ static const struct lg_conf_field conf_backend_fields[] = {
     { "load_header", LG_CONF_ENUM, BE(load_header), .def = LG_LOAD_HEADER_OFF,
       .names = conf_load_headers },
     { "load_path", LG_CONF_STR, BE(load_path), .required = false, .check = lg_conf_check_path },
+    { "prefill_chunk", LG_CONF_UINT, BE(prefill_chunk), .def = 0, .min = 0, .max = 1000000 },
     { "api_key", LG_CONF_STR, BE(api_key), .required = false },
     { "enabled", LG_CONF_BOOL, BE(enabled), .def = 1 },
     { "tls", LG_CONF_OBJECT, 0, .sub = &conf_backend_tls_table },

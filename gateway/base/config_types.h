@@ -70,6 +70,9 @@ struct lg_backend_conf {
     char *metrics_path;     /* default "/metrics" */
     char *health_path;      /* default "/health" */
     enum lg_load_header load_header; /* ask each response for the engine's load; default off */
+    uint32_t prefill_chunk; /* prompt tokens a step of the engine carries at most, its decodes
+                               included (llama.cpp's --batch-size, vLLM's
+                               max_num_batched_tokens); 0 = a prompt in one step */
     char *load_path;        /* polled for the engine's load (vLLM /load, SGLang /v1/loads)
                                every health.scrape_interval; NULL: not polled */
     char *api_key;          /* sent as Authorization: Bearer to this backend; NULL: none */

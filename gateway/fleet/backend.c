@@ -170,7 +170,7 @@ backend_conf_same(const struct lg_backend_conf *a, const struct lg_backend_conf 
         || !backend_str_same(a->health_path, b->health_path)
         || !backend_str_same(a->api_key, b->api_key) || !lg_backend_conf_same_tls(a, b)
         || a->addrlen != b->addrlen || memcmp(&a->addr, &b->addr, a->addrlen) != 0
-        || a->enabled != b->enabled) {
+        || a->enabled != b->enabled || a->prefill_chunk != b->prefill_chunk) {
         return false;
     }
     for (size_t i = 0; i < a->nmodels; i++) {

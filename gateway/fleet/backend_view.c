@@ -178,14 +178,16 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
     } else {
         m->slots = LG_MAX(v->capacity, LG_EST_ASSUMED_SLOTS);
     }
+    m->prefill_chunk = bc->prefill_chunk;
+    m->decoding = LG_MAX(0.0, LG_MIN(v->load, m->slots) - (double)v->pending);
     if (residual < 0.5) {
         /* only our requests and our peers' there: the model sees the whole
          * batch and line */
         unsigned joined;
 
-        m->wait_ms = lg_backend_engine_model_ms(b, now_ns, m->slots, m->step_ms,
-                                                m->step_ms_per_seq, m->prefill_ms_per_kib / 256.0,
-                                                m->prefill_fixed_ms, &joined);
+        m->wait_ms = lg_backend_engine_model_ms(
+            b, now_ns, m->slots, m->step_ms, m->step_ms_per_seq,
+            m->prefill_ms_per_kib / LG_EST_TOKENS_PER_KIB, m->prefill_fixed_ms, &joined);
         m->joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {

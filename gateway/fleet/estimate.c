@@ -491,6 +491,19 @@ lg_est_late_read(const struct lg_est_late *l, uint64_t now_ns)
 }
 
 double
+lg_est_chunks_ms(double chunk, double decoding, double step_ms, double prefill_fixed_ms, double kib)
+{
+    double room, steps;
+
+    if (!(chunk >= 1) || !(kib > 0) || !(step_ms >= 0)) {
+        return 0;
+    }
+    room = LG_MAX(chunk - LG_MAX(decoding, 0.0), 1.0);
+    steps = ceil(kib * LG_EST_TOKENS_PER_KIB / room);
+    return steps > 1 ? (steps - 1) * (step_ms + LG_MAX(prefill_fixed_ms, 0.0)) : 0;
+}
+
+double
 lg_est_foreign_load(int32_t waiting, int32_t running, uint32_t inflight_at_scrape, uint64_t age_ns,
                     uint64_t interval_ns)
 {

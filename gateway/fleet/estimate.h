@@ -329,6 +329,19 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * SGLang's batch limits are larger; 16 is what a small GPU runs at once):
  * ttft's `slots` default, and the engine model's least guess. */
 #define LG_EST_ASSUMED_SLOTS 16
+/* Prompt tokens in a KiB of prompt text (about 4 bytes a token). */
+#define LG_EST_TOKENS_PER_KIB 256.0
+
+/*
+ * Chunked prefill: an engine whose step carries at most `chunk` tokens,
+ * one for each of the `decoding` sequences first, prefills a prompt of
+ * `kib` over ceil(tokens / (chunk - decoding)) steps (at least a token a
+ * step). What the steps after the first cost: each a step of the batch
+ * (step_ms) and the fixed part of a step that prefills (its tokens are in
+ * the prefill per KiB already). 0 where chunk < 1 (a prompt in one step).
+ */
+double lg_est_chunks_ms(double chunk, double decoding, double step_ms, double prefill_fixed_ms,
+                        double kib);
 struct lg_est_queued {
     uint32_t prompt_tokens; /* to prefill */
     uint32_t max_tokens;    /* tokens it will generate (at least 1) */

@@ -375,6 +375,7 @@ struct ttft_state {
     double e2e_slack_ms;
     double e2e_slack_load;
     double interference;
+    double queue_guard;
     int engine_model;     /* predict by the engine model where it runs */
     int model_needs_pace; /* ... only where a stream timed its step lately */
     int model_calibrate;  /* ... scaled by what it missed there lately */
@@ -401,6 +402,7 @@ static const struct policy_num ttft_options[] = {
     { "e2e_slack_ms", offsetof(struct ttft_state, e2e_slack_ms), 0, 1e7 },
     { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
     { "interference", offsetof(struct ttft_state, interference), 0, 100 },
+    { "queue_guard", offsetof(struct ttft_state, queue_guard), 0, 1000 },
 };
 
 static int
@@ -426,6 +428,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
                             .interference = 0,
+                            .queue_guard = 2,
                             .engine_model = 1,
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
@@ -486,15 +489,27 @@ ttft_choose(const struct ttft_state *s, const struct lg_backend_view *v, bool ru
     return runs ? TTFT_EST_MODEL : TTFT_EST_FORMULA;
 }
 
+/* Chunked prefill's further steps for this prompt there (lg_est_chunks_ms();
+ * 0 from a model view without them). */
+static double
+ttft_chunks_ms(const struct lg_engine_model_view *m, double kib)
+{
+    if (m->size < offsetof(struct lg_engine_model_view, decoding) + sizeof(m->decoding)) {
+        return 0;
+    }
+    return lg_est_chunks_ms(m->prefill_chunk, m->decoding, m->step_ms, m->prefill_fixed_ms, kib);
+}
+
 /*
- * The engine model: (wait_ms + prefill_ms_per_kib * kib) * scale. No
- * margin: it ran the replica forward over everything there; the scale is
- * what it missed there lately (model_calibrate).
+ * The engine model: (wait_ms + prefill_ms_per_kib * kib + the further
+ * steps of a chunked prefill) * scale. No margin: it ran the replica forward
+ * over everything there; the scale is what it missed there lately
+ * (model_calibrate).
  */
 static double
 ttft_model(const struct ttft_state *s, const struct lg_engine_model_view *m, double kib)
 {
-    double pred = m->wait_ms + m->prefill_ms_per_kib * kib;
+    double pred = m->wait_ms + m->prefill_ms_per_kib * kib + ttft_chunks_ms(m, kib);
 
     if (s->model_calibrate && m->scale > 0) {
         pred *= m->scale;
@@ -766,6 +781,69 @@ ttft_finish_guard(const struct ttft_state *s, const struct lg_route_info *req,
     return raised;
 }
 
+/* Whether the answer at candidate j takes at most tolerance_decode_ms
+ * longer than at i (max_tokens x the difference in gaps between tokens; an
+ * unknown length: no slower at all), as ttft_tolerate() asks. */
+static bool
+ttft_decodes_near(const struct ttft_state *s, const struct lg_route_info *req,
+                  const struct lg_backend_view *j, const struct lg_backend_view *i)
+{
+    double slower = LG_MAX(0.0, j->itl_ms - i->itl_ms);
+
+    return req->max_tokens > 0 ? (double)req->max_tokens * slower <= s->tolerance_decode_ms
+                               : slower <= 0;
+}
+
+/*
+ * queue_guard (0: off): a candidate whose slots are all taken, one more
+ * request there waiting for a slot (its capacity said by the engine or
+ * seen with a queue, not guessed), loses to one with a slot free whose
+ * prediction is at most queue_guard times its own and whose answer takes
+ * at most tolerance_decode_ms longer (ttft_decodes_near()): raised above
+ * that one (and above tolerance_ms, so the tolerance moves nothing back).
+ * A wait for a slot is the prediction that misses most (it rests on how
+ * soon the answers there end, at a pace a busier machine slows), and a
+ * fast replica the router keeps full tips into a queue that the others
+ * would have drained (bench/routing/NOTES.md 59). True when the cheapest
+ * was raised.
+ */
+static bool
+ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
+                 const struct lg_backend_view *const *c, size_t n, double *cost)
+{
+    size_t at = 0;
+    bool raised = false;
+
+    if (s->queue_guard <= 0 || n < 2) {
+        return false;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if (cost[i] < cost[at]) {
+            at = i;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
+                    && c[i]->load + 1 > c[i]->capacity;
+        double free_best = 0;
+        bool any = false;
+
+        for (size_t j = 0; full && j < n; j++) {
+            if (j != i && c[j]->load + 1 <= policy_slots(c[j], s->slots)
+                && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
+                free_best = cost[j];
+                any = true;
+            }
+        }
+        if (any && free_best <= s->queue_guard * cost[i]
+            && cost[i] < free_best + s->tolerance_ms * 1.001 + 0.001) {
+            raised = raised || i == at;
+            cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
+        }
+    }
+    return raised;
+}
+
 static void
 ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
            size_t n, double *cost, const char **why)
@@ -790,6 +868,9 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
     *why = best_used == TTFT_EST_MEASURED ? "lowest_measured_ttft" : "lowest_predicted_ttft";
     if (ttft_finish_guard(s, req, c, n, cost)) {
         *why = "lowest_ttft_ending_in_time";
+    }
+    if (ttft_queue_guard(s, req, c, n, cost)) {
+        *why = "free_slot_over_queue";
     }
     if (s->tolerance_ms > 0 && n > 1 && ttft_tolerate(s, req, c, n, cost)) {
         *why = "least_loaded_near_lowest_ttft";

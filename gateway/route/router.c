@@ -568,7 +568,8 @@ router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 static double
 router_model_ms(const struct lg_engine_model_view *m, double kib)
 {
-    return m->wait_ms + m->prefill_ms_per_kib * kib;
+    return m->wait_ms + m->prefill_ms_per_kib * kib
+           + lg_est_chunks_ms(m->prefill_chunk, m->decoding, m->step_ms, m->prefill_fixed_ms, kib);
 }
 
 /* The estimators' part of a candidate's explanation. */
@@ -689,9 +690,12 @@ router_learn(const struct lg_backend_view *v, const struct lg_engine_model_view 
     if (m->wait_ms >= 0) {
         out->model_pred_ms = router_model_ms(m, kib);
         if (v->load + 1 <= v->capacity) {
-            /* its wait, the fixed part of its step's prefill left out: what
-             * the first token takes beyond it is the prefill to learn */
-            out->model_ms = LG_MAX(m->wait_ms - m->prefill_fixed_ms, 0.0);
+            /* its wait, the fixed part of its step's prefill left out, and
+             * a chunked prefill's further steps: what the first token takes
+             * beyond it is the prefill to learn */
+            out->model_ms = LG_MAX(m->wait_ms - m->prefill_fixed_ms, 0.0)
+                            + lg_est_chunks_ms(m->prefill_chunk, m->decoding, m->step_ms,
+                                               m->prefill_fixed_ms, kib);
         }
     }
 }

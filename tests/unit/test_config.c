@@ -200,6 +200,7 @@ test_defaults(void)
     LG_CHECK(c->admin.listen == NULL && c->admin.token == NULL && c->admin.addrlen == 0);
     b = &c->backends[0];
     LG_CHECK(b->weight == 1 && b->max_inflight == 0 && b->flavor == LG_ENGINE_AUTO);
+    LG_CHECK(b->prefill_chunk == 0);
     LG_CHECK_STR(b->metrics_path, "/metrics");
     LG_CHECK_STR(b->health_path, "/health");
     LG_CHECK(b->api_key == NULL);
@@ -229,7 +230,7 @@ test_every_field_set(void)
         " \"backends\": [{\"name\": \"a\", \"url\": \"HTTPS://[::1]/v1base/\", \"models\": "
         "[\"m\", \"n\"], \"weight\": 1000, \"max_inflight\": 7, \"flavor\": \"llamacpp\", "
         "\"metrics_path\": \"/m\", \"health_path\": \"/h?x=1\", \"api_key\": \"k\", "
-        "\"enabled\": true}]}";
+        "\"enabled\": true, \"prefill_chunk\": 512}]}";
     struct lg_config_errors errs;
     struct lg_config *c = load(text, &errs);
     const struct lg_backend_conf *b;
@@ -264,6 +265,7 @@ test_every_field_set(void)
     LG_CHECK_STR(b->host_header, "[::1]");
     LG_CHECK_STR(b->path_prefix, "/v1base");
     LG_CHECK(b->weight == 1000 && b->max_inflight == 7 && b->flavor == LG_ENGINE_LLAMACPP);
+    LG_CHECK(b->prefill_chunk == 512);
     LG_CHECK_STR(b->health_path, "/h?x=1");
     LG_CHECK_STR(b->api_key, "k");
     lg_config_unref(c);

@@ -687,6 +687,23 @@ test_late(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_late, test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
+/* Chunked prefill: the steps after the first, each a step and a prefilling
+ * step's fixed part; none unchunked, nor where the prompt fits one chunk. */
+static int
+test_chunks(void)
+{
+    /* 1 KiB = 256 tokens, 16 a step less 3 decoding: 20 steps, 19 more */
+    LG_CHECK(fabs(lg_est_chunks_ms(16, 3, 12, 2, 1.0) - 19 * 14) < 1e-9);
+    /* llama.cpp's default 512: one step */
+    LG_CHECK(lg_est_chunks_ms(512, 3, 12, 2, 1.0) == 0);
+    LG_CHECK(lg_est_chunks_ms(0, 3, 12, 2, 1.0) == 0);   /* unchunked */
+    LG_CHECK(lg_est_chunks_ms(16, 3, 12, 2, 0) == 0);    /* no prompt */
+    /* a batch fuller than the chunk: a token a step (10 tokens, 9 more) */
+    LG_CHECK(fabs(lg_est_chunks_ms(8, 20, 12, 0, 10.0 / 256) - 9 * 12) < 1e-9);
+    LG_CHECK(lg_est_chunks_ms(16, 3, NAN, 2, 1.0) == 0); /* no step known */
+    return 0;
+}
+
+LG_TEST_MAIN(test_chunks, test_late, test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
              test_foreign_load, test_queue_wait, test_engine_run, test_line)

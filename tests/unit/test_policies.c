@@ -253,7 +253,7 @@ test_ttft_engine_model(void)
     M(a)->scale = M(b)->scale = 1;
     /* the model is on by default (the pick's tolerance is off here: the
      * costs are the predictions) */
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"queue_guard\": 0}") == 0);
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
     /* the model's wait plus this prompt's prefill; no margin, no prefill
      * share, no decode charge */
@@ -267,7 +267,7 @@ test_ttft_engine_model(void)
     M(b)->scale = 1.5;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 105) < 1e-9);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_calibrate\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"model_calibrate\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -277,7 +277,7 @@ test_ttft_engine_model(void)
     M(a)->flags |= LG_MODEL_F_STEP_GUESS;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"model_needs_pace\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     off.p->ops->destroy(off.state);
@@ -287,7 +287,7 @@ test_ttft_engine_model(void)
     M(a)->joined = 2;
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 45) < 1e-9);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_prefill_share\": 0}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"model_prefill_share\": 0}")
              == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
@@ -298,20 +298,20 @@ test_ttft_engine_model(void)
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     LG_CHECK(open_policy(&off, "ttft",
-                         "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_ahead_weight\": 1.5}")
+                         "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"model_ahead_weight\": 1.5}")
              == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 65) < 1e-9);
     off.p->ops->destroy(off.state);
     a->work_ahead_ms = 0;
     /* model_decode_weight charges the slow decoder: 0.01 x 2000 x (60 - 1.75 x 15) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"model_decode_weight\": 0.01}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"model_decode_weight\": 0.01}")
              == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[1] - 70 - 0.01 * 2000 * (60 - 26.25)) < 1e-6);
     off.p->ops->destroy(off.state);
     /* by default the pick tolerates 20 ms: not enough for b (35 ms dearer) */
-    LG_CHECK(open_policy(&off, "ttft", "{}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK_STR(why, "lowest_predicted_ttft"); /* the cheapest leads */
     off.p->ops->destroy(off.state);
@@ -319,7 +319,7 @@ test_ttft_engine_model(void)
      * share of its slots taken wins; costs stay in [best, best + 40]. 16
      * tokens at b's gap (45 ms more than a's) take 720 ms longer: within
      * tolerance_decode_ms (2500) */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 1);
     LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
     LG_CHECK(cost[1] >= 35 && cost[1] < cost[0] && cost[0] <= 75);
@@ -329,35 +329,35 @@ test_ttft_engine_model(void)
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     few.max_tokens = 16;
     off.p->ops->destroy(off.state);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_decode_ms\": 1e6}")
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40, \"tolerance_decode_ms\": 1e6}")
              == 0);
     LG_CHECK(pick(&off, &shrt, &f, cost, &why) == 1);
     off.p->ops->destroy(off.state);
     /* beyond it, the soonest still wins */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 30}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 30}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(fabs(cost[1] - 70) < 1e-9 && cost[0] >= 35 && cost[0] <= 65);
     off.p->ops->destroy(off.state);
     /* b with 6 of its 8 slots taken (tolerance_load 0.75): only the soonest
      * qualifies, however full */
     set_load(b, 6, 0);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(cost[1] > cost[0] && cost[1] > 35 + 40);
     off.p->ops->destroy(off.state);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40, \"tolerance_load\": 0.8}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40, \"tolerance_load\": 0.8}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 1);
     off.p->ops->destroy(off.state);
     /* equally loaded, the sooner one wins within the tolerance */
     set_load(a, 3, 0);
     set_load(b, 3, 0);
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 40}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40}") == 0);
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(cost[0] < cost[1] && cost[1] <= 75);
     off.p->ops->destroy(off.state);
     set_load(a, 8, 0);
     /* turned off, the formula decides: a is full and dearer than its model said */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 0}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 0}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
@@ -373,12 +373,12 @@ test_ttft_engine_model(void)
     pick(&pol, &shrt, &f, cost, &why);
     LG_CHECK(fabs(cost[0] - 35) < 1e-9);
     /* a model run with other slots than `slots` set here is not used */
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 16.5}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 16.5}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
     M(a)->slots = 16;
-    LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 1, \"slots\": 12}") == 0);
     pick(&off, &shrt, &f, cost, &why);
     LG_CHECK(cost[0] > 35);
     off.p->ops->destroy(off.state);
@@ -472,7 +472,7 @@ test_ttft(void)
     slow->hold_ms = 4000;
     /* the model's terms at unit weights (the default weighs the wait 1.6x:
      * checked below) */
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"decode_weight\": 0, \"wait_weight\": 1}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"decode_weight\": 0, \"wait_weight\": 1}") == 0);
 
     /* idle: the fast one */
     LG_CHECK(pick(&pol, &shrt, &f, cost, &why) == 0);
@@ -985,7 +985,7 @@ test_ttft_interference(void)
     M(slow)->prefill_fixed_ms = 5;
     slow->capacity = 16;
     slow->load = 2;
-    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0, \"interference\": 0.3}") == 0);
+    LG_CHECK(open_policy(&pol, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"interference\": 0.3}") == 0);
     LG_CHECK(open_policy(&off, "ttft", "{\"tolerance_ms\": 0}") == 0); /* off by default */
     /* first tokens 100 against 150 ms; their prefills, 45 ms to 10 answers
      * and 65 ms to 2, charge 0.3 x 450 and 0.3 x 130 */
@@ -1064,7 +1064,55 @@ test_least_load(void)
     return 0;
 }
 
+/*
+ * Chunked prefill: a step there carries 16 tokens, one for each of the 3
+ * sequences decoding first, so a 1 KiB prompt (256 tokens) takes
+ * ceil(256 / 13) = 20 steps: 19 more than the model's wait holds, each a
+ * step (15 ms) and a prefilling step's fixed part (5 ms). Unchunked (0) or
+ * with room for the whole prompt, as before.
+ */
+static int
+test_ttft_chunked(void)
+{
+    struct fleet f = { .n = 0 };
+    struct policy pol;
+    double cost[N_MAX];
+    const char *why;
+    struct lg_backend_view *a, *b;
+    struct lg_route_info r = req_of(1024, 16, 0, 0), small = req_of(40, 16, 0, 0);
+
+    a = add(&f, "chunked");
+    b = add(&f, "whole");
+    M(a)->wait_ms = M(b)->wait_ms = 30;
+    M(a)->prefill_fixed_ms = M(b)->prefill_fixed_ms = 5;
+    M(a)->scale = M(b)->scale = 1;
+    M(a)->prefill_chunk = 16;
+    M(a)->decoding = 3;
+    LG_CHECK(open_policy(&pol, "ttft", "{\"tolerance_ms\": 0}") == 0);
+    LG_CHECK(pick(&pol, &r, &f, cost, &why) == 1);
+    LG_CHECK(fabs(cost[1] - 50) < 1e-9);               /* 30 + 20 ms a KiB */
+    LG_CHECK(fabs(cost[0] - (50 + 19 * 20)) < 1e-9); /* 19 more steps */
+    /* 10 tokens fit one step: no further step */
+    LG_CHECK(pick(&pol, &small, &f, cost, &why) == 0);
+    LG_CHECK(fabs(cost[0] - cost[1]) < 1e-9);
+    /* nothing decoding: 16 a step, 16 steps */
+    M(a)->decoding = 0;
+    pick(&pol, &r, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - (50 + 15 * 20)) < 1e-9);
+    /* more decoding than the chunk holds: a token a step at least */
+    M(a)->decoding = 40;
+    M(a)->prefill_chunk = 8;
+    pick(&pol, &small, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - (30 + 20 * 40.0 / 1024 + 9 * 20)) < 1e-9);
+    /* a model view from before these members (size short of them): unchunked */
+    M(a)->size = offsetof(struct lg_engine_model_view, prefill_chunk);
+    pick(&pol, &r, &f, cost, &why);
+    LG_CHECK(fabs(cost[0] - 50) < 1e-9);
+    pol.p->ops->destroy(pol.state);
+    return 0;
+}
+
 LG_TEST_MAIN(test_round_robin, test_least_request_and_p2c, test_least_load, test_ttft, test_ttft_engine_model,
-             test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference,
+             test_ttft_measured_terms, test_ttft_finish_guard, test_ttft_interference, test_ttft_chunked,
              test_prefix_affinity, test_prefix_key_balance, test_prefix_slow_start,
              test_prefix_rejoin, test_session_affinity)

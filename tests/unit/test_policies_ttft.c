@@ -7,6 +7,7 @@
  * change each term (16 sets, defaults included).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,19 @@ same(double a, double b)
     return a == b || fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
 }
 
+/* The options with queue_guard off: the table predates the guard, which
+ * raises a full replica's cost after every estimator has run (its own test
+ * below). */
+static int
+guard_off(const struct lg_plugin *p, const char *opts, void **state, char *err, size_t errlen)
+{
+    char text[512];
+
+    snprintf(text, sizeof(text), "{\"queue_guard\": 0%s%s", strcmp(opts, "{}") == 0 ? "" : ", ",
+             opts + 1);
+    return lg_plugin_create_text(p, text, state, err, errlen);
+}
+
 static int
 test_pinned_cases(void)
 {
@@ -216,7 +230,7 @@ test_pinned_cases(void)
 
     LG_CHECK(p != NULL);
     for (size_t i = 0; i < NOPT; i++) {
-        LG_CHECK(lg_plugin_create_text(p, options[i], &states[i], err, sizeof(err)) == LG_OK);
+        LG_CHECK(guard_off(p, options[i], &states[i], err, sizeof(err)) == LG_OK);
     }
     rng = 12345;
     for (long index = 0; k < LG_ARRAY_SIZE(pinned); index++) {
@@ -288,4 +302,153 @@ test_pinned_coverage(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases)
+static bool
+would_queue(const struct lg_backend_view *v)
+{
+    return v->capacity > 0 && !(v->flags & LG_VIEW_F_CAP_GUESS) && v->load + 1 > v->capacity;
+}
+
+/* The slots ttft counts there at its default `slots` (16). */
+static double
+slots_of(const struct lg_backend_view *v)
+{
+    if (v->capacity <= 0) {
+        return 16;
+    }
+    return (v->flags & LG_VIEW_F_CAP_GUESS) ? LG_MAX(v->capacity, 16) : v->capacity;
+}
+
+static bool
+any_free(const struct tc_fleet *f)
+{
+    for (size_t j = 0; j < f->n; j++) {
+        if (f->p[j]->load + 1 <= slots_of(f->p[j])) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * queue_guard on the random states (default options, the guard on and
+ * off): wherever it moves the pick, it moves it off a replica where the
+ * request would wait for a slot (its capacity known), nearly always onto
+ * one where it would not, predicted at most queue_guard (2) times as late,
+ * and says so (or the tolerance's reason, where the free one was nearly as
+ * soon); it moves some, and one with a slot free is always there.
+ */
+static int
+test_queue_guard_random(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    void *on, *off;
+    char err[256];
+    size_t moved = 0, to_free = 0;
+    struct tcase c;
+
+    LG_CHECK(lg_plugin_create_text(p, "{}", &on, err, sizeof(err)) == LG_OK);
+    LG_CHECK(guard_off(p, "{}", &off, err, sizeof(err)) == LG_OK);
+    rng = 777;
+    for (int index = 0; index < 20000; index++) {
+        double c_on[NMAX], c_off[NMAX];
+        const char *why_on = NULL, *why_off = NULL;
+        size_t a = 0, b = 0;
+
+        case_gen(&c);
+        for (size_t j = 0; j < c.f.n; j++) {
+            c.f.v[j].model = &c.f.m[j];
+            c.f.p[j] = &c.f.v[j];
+        }
+        p->ops->score(on, &c.req, c.f.p, c.f.n, c_on, &why_on);
+        p->ops->score(off, &c.req, c.f.p, c.f.n, c_off, &why_off);
+        for (size_t j = 1; j < c.f.n; j++) {
+            a = c_on[j] < c_on[a] ? j : a;
+            b = c_off[j] < c_off[b] ? j : b;
+        }
+        if (a == b) {
+            continue;
+        }
+        moved++;
+        LG_CHECK(would_queue(c.f.p[b]));
+        /* onto one that would not queue, or (rarely) onto another full one
+         * whose answer no free candidate comes near in pace */
+        to_free += !would_queue(c.f.p[a]);
+        LG_CHECK(c_off[a] <= 2 * c_off[b]);
+        LG_CHECK(any_free(&c.f));
+        LG_CHECK(why_on != NULL
+                 && (strcmp(why_on, "free_slot_over_queue") == 0
+                     || strcmp(why_on, "least_loaded_near_lowest_ttft") == 0));
+    }
+    LG_CHECK(moved >= 100);
+    LG_CHECK(to_free * 10 >= moved * 9);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
+    return 0;
+}
+
+/* Two replicas, the fast one's 4 slots taken (said by its engine): one
+ * more goes to the slower one with a slot free while that is predicted at
+ * most twice as late and its answer would not take far longer there, else
+ * it waits for the fast one's slot. */
+static int
+test_queue_guard_pair(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 1024, .max_tokens = 32, .attempt = 1 };
+    struct lg_backend_view v[2];
+    const struct lg_backend_view *c[2] = { &v[0], &v[1] };
+    double cost[2];
+    const char *why = NULL;
+    void *st;
+    char err[256];
+
+    LG_CHECK(lg_plugin_create_text(p, "{\"engine_model\": 0}", &st, err, sizeof(err)) == LG_OK);
+    memset(v, 0, sizeof(v));
+    for (int i = 0; i < 2; i++) {
+        v[i].size = sizeof(v[i]);
+        v[i].name = i == 0 ? "fast" : "slow";
+        v[i].id = (uint32_t)i + 1;
+        v[i].weight = 1;
+        v[i].ramp = 1;
+        v[i].capacity = 4;
+        v[i].hold_ms = 400;
+        v[i].itl_ms = 10;
+        v[i].engine_waiting = -1;
+        v[i].engine_running = -1;
+        v[i].engine_kv_usage = -1;
+    }
+    v[0].inflight = 4; /* full: one more waits for a slot */
+    v[0].load = 4;
+    v[0].ttft_fixed_ms = 20;
+    v[0].slot_wait_ms = 50; /* its soonest end */
+    v[1].inflight = 1;
+    v[1].load = 1;
+    v[1].ttft_fixed_ms = 120; /* 120 + a KiB's prefill */
+    v[1].ttft_ms_per_kib = 30;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "free_slot_over_queue");
+    v[1].ttft_fixed_ms = 600; /* far later than the queue: the queue it is */
+    why = NULL;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    LG_CHECK(why == NULL || strcmp(why, "free_slot_over_queue") != 0);
+    /* soon enough again, but a long answer there would take far longer
+     * (512 tokens x 30 ms more a token, over tolerance_decode_ms): the
+     * queue; a short one (32 x 30 ms) goes to the free slot */
+    v[1].ttft_fixed_ms = 120;
+    v[1].itl_ms = 40;
+    req.max_tokens = 512;
+    why = NULL;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    req.max_tokens = 32;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "free_slot_over_queue");
+    p->ops->destroy(st);
+    return 0;
+}
+
+LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair)

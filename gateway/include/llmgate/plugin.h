@@ -243,6 +243,13 @@ struct lg_engine_model_view {
                                    slope of its TTFT against prompt size (ttft_ms_per_kib
                                    without its peak), whose fixed part the curve holds */
     double measured_err;       /* how far measured_ms has been off there (as err, uncalibrated) */
+
+    /* chunked prefill (appended: read them only where size covers them) */
+    double prefill_chunk;      /* tokens a step there carries at most, one for each sequence
+                                  decoding first, the prompts the rest (the backend's
+                                  prefill_chunk); 0 = a prompt is prefilled in one step */
+    double decoding;           /* sequences generating there now (past their first token, at
+                                  most its slots): each takes a token of every chunk */
 };
 
 #define LG_MODEL_F_STEP_GUESS (1u << 0) /* step_ms is the view's itl_ms: no stream there moved
