@@ -294,6 +294,26 @@ openai_choices(const struct lg_jsonscan *s, uint32_t v)
 }
 
 /*
+ * Whether a JSON number (the scanner checked its grammar) is zero, as
+ * strtod(num) == 0.0: without an exponent, when its digits are all '0' (no
+ * strtod call: a tenth of the scan's instructions went there); with one,
+ * strtod decides (1e-400 is 0.0 to it).
+ */
+static bool
+openai_num_is_zero(const char *num)
+{
+    bool zero = true;
+
+    for (const char *c = num; *c != '\0'; c++) {
+        if (*c == 'e' || *c == 'E') {
+            return strtod(num, NULL) == 0.0;
+        }
+        zero &= *c < '1' || *c > '9';
+    }
+    return zero;
+}
+
+/*
  * What says whether the answer repeats (serve/resume.c): temperature 0, a
  * seed, one choice. Never refused (duplicates included, the last read as
  * jansson does): the engine judges the values, and a wrong guess here only
@@ -311,7 +331,7 @@ openai_read_sampling(const struct lg_jsonscan *s, const uint32_t *f, struct lg_o
         const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
 
         num[lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num) - 1)] = '\0';
-        out->greedy = t->len < sizeof(num) && strtod(num, NULL) == 0.0;
+        out->greedy = t->len < sizeof(num) && openai_num_is_zero(num);
     }
     v = f[OPENAI_F_SEED];
     out->seeded = v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT;
