@@ -87,20 +87,25 @@ struct lg_jsonscan_want {
  * the table cannot miss a key the list has.
  */
 #define LG_JSONSCAN_LEN_IF(n, k, lit) (sizeof(lit) - 1 == (n) ? 1u << (k) : 0u) |
-#define LG_JSONSCAN_LEN_ROW(LIST, n) LIST(LG_JSONSCAN_LEN_IF, n) 0u
-#define LG_JSONSCAN_BY_LEN(LIST)                                                                 \
-    {                                                                                            \
-        LG_JSONSCAN_LEN_ROW(LIST, 0), LG_JSONSCAN_LEN_ROW(LIST, 1), LG_JSONSCAN_LEN_ROW(LIST, 2),    \
-        LG_JSONSCAN_LEN_ROW(LIST, 3), LG_JSONSCAN_LEN_ROW(LIST, 4), LG_JSONSCAN_LEN_ROW(LIST, 5),    \
-        LG_JSONSCAN_LEN_ROW(LIST, 6), LG_JSONSCAN_LEN_ROW(LIST, 7), LG_JSONSCAN_LEN_ROW(LIST, 8),    \
-        LG_JSONSCAN_LEN_ROW(LIST, 9), LG_JSONSCAN_LEN_ROW(LIST, 10), LG_JSONSCAN_LEN_ROW(LIST, 11),  \
-        LG_JSONSCAN_LEN_ROW(LIST, 12), LG_JSONSCAN_LEN_ROW(LIST, 13), LG_JSONSCAN_LEN_ROW(LIST, 14), \
-        LG_JSONSCAN_LEN_ROW(LIST, 15), LG_JSONSCAN_LEN_ROW(LIST, 16), LG_JSONSCAN_LEN_ROW(LIST, 17), \
-        LG_JSONSCAN_LEN_ROW(LIST, 18), LG_JSONSCAN_LEN_ROW(LIST, 19), LG_JSONSCAN_LEN_ROW(LIST, 20), \
-        LG_JSONSCAN_LEN_ROW(LIST, 21), LG_JSONSCAN_LEN_ROW(LIST, 22), LG_JSONSCAN_LEN_ROW(LIST, 23), \
-        LG_JSONSCAN_LEN_ROW(LIST, 24), LG_JSONSCAN_LEN_ROW(LIST, 25), LG_JSONSCAN_LEN_ROW(LIST, 26), \
-        LG_JSONSCAN_LEN_ROW(LIST, 27), LG_JSONSCAN_LEN_ROW(LIST, 28), LG_JSONSCAN_LEN_ROW(LIST, 29), \
-        LG_JSONSCAN_LEN_ROW(LIST, 30), LG_JSONSCAN_LEN_ROW(LIST, 31), LG_JSONSCAN_LEN_ROW(LIST, 32)  \
+#define LG_JSONSCAN_LEN_ROW(LIST, n)  LIST(LG_JSONSCAN_LEN_IF, n) 0u
+#define LG_JSONSCAN_BY_LEN(LIST)                                                                  \
+    {                                                                                             \
+        LG_JSONSCAN_LEN_ROW(LIST, 0), LG_JSONSCAN_LEN_ROW(LIST, 1), LG_JSONSCAN_LEN_ROW(LIST, 2), \
+            LG_JSONSCAN_LEN_ROW(LIST, 3), LG_JSONSCAN_LEN_ROW(LIST, 4),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 5), LG_JSONSCAN_LEN_ROW(LIST, 6),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 7), LG_JSONSCAN_LEN_ROW(LIST, 8),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 9), LG_JSONSCAN_LEN_ROW(LIST, 10),                          \
+            LG_JSONSCAN_LEN_ROW(LIST, 11), LG_JSONSCAN_LEN_ROW(LIST, 12),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 13), LG_JSONSCAN_LEN_ROW(LIST, 14),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 15), LG_JSONSCAN_LEN_ROW(LIST, 16),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 17), LG_JSONSCAN_LEN_ROW(LIST, 18),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 19), LG_JSONSCAN_LEN_ROW(LIST, 20),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 21), LG_JSONSCAN_LEN_ROW(LIST, 22),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 23), LG_JSONSCAN_LEN_ROW(LIST, 24),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 25), LG_JSONSCAN_LEN_ROW(LIST, 26),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 27), LG_JSONSCAN_LEN_ROW(LIST, 28),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 29), LG_JSONSCAN_LEN_ROW(LIST, 30),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 31), LG_JSONSCAN_LEN_ROW(LIST, 32)                          \
     }
 
 struct lg_jsonscan {

@@ -84,30 +84,29 @@ enum {
     OPENAI_F_COUNT
 };
 /* The members' names, as X(a, index, "name") for each (LG_JSONSCAN_BY_LEN). */
-#define OPENAI_FIELD_LIST(X, a) \
-    X(a, OPENAI_F_MODEL, "model") \
-    X(a, OPENAI_F_MESSAGES, "messages") \
-    X(a, OPENAI_F_MAX_TOKENS, "max_tokens") \
-    X(a, OPENAI_F_STREAM, "stream") \
-    X(a, OPENAI_F_STREAM_OPTIONS, "stream_options") \
+#define OPENAI_FIELD_LIST(X, a)                                   \
+    X(a, OPENAI_F_MODEL, "model")                                 \
+    X(a, OPENAI_F_MESSAGES, "messages")                           \
+    X(a, OPENAI_F_MAX_TOKENS, "max_tokens")                       \
+    X(a, OPENAI_F_STREAM, "stream")                               \
+    X(a, OPENAI_F_STREAM_OPTIONS, "stream_options")               \
     X(a, OPENAI_F_MAX_COMPLETION_TOKENS, "max_completion_tokens") \
-    X(a, OPENAI_F_PROMPT, "prompt") \
-    X(a, OPENAI_F_INPUT, "input") \
-    X(a, OPENAI_F_USER, "user") \
-    X(a, OPENAI_F_MAX_OUTPUT_TOKENS, "max_output_tokens") \
-    X(a, OPENAI_F_PREVIOUS_RESPONSE_ID, "previous_response_id") \
-    X(a, OPENAI_F_MIN_TOKENS, "min_tokens") \
-    X(a, OPENAI_F_TEMPERATURE, "temperature") \
-    X(a, OPENAI_F_SEED, "seed") \
-    X(a, OPENAI_F_N, "n") \
-    X(a, OPENAI_F_BEST_OF, "best_of") \
-    X(a, OPENAI_F_STORE, "store") \
-    X(a, OPENAI_F_INSTRUCTIONS, "instructions") \
+    X(a, OPENAI_F_PROMPT, "prompt")                               \
+    X(a, OPENAI_F_INPUT, "input")                                 \
+    X(a, OPENAI_F_USER, "user")                                   \
+    X(a, OPENAI_F_MAX_OUTPUT_TOKENS, "max_output_tokens")         \
+    X(a, OPENAI_F_PREVIOUS_RESPONSE_ID, "previous_response_id")   \
+    X(a, OPENAI_F_MIN_TOKENS, "min_tokens")                       \
+    X(a, OPENAI_F_TEMPERATURE, "temperature")                     \
+    X(a, OPENAI_F_SEED, "seed")                                   \
+    X(a, OPENAI_F_N, "n")                                         \
+    X(a, OPENAI_F_BEST_OF, "best_of")                             \
+    X(a, OPENAI_F_STORE, "store")                                 \
+    X(a, OPENAI_F_INSTRUCTIONS, "instructions")                   \
     X(a, OPENAI_F_SYSTEM, "system")
 #define OPENAI_FIELD_KEY(a, k, lit) [k] = LG_JSONSCAN_KEY(lit),
-static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
-    OPENAI_FIELD_LIST(OPENAI_FIELD_KEY, 0)
-};
+static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = { OPENAI_FIELD_LIST(
+    OPENAI_FIELD_KEY, 0) };
 _Static_assert(OPENAI_F_COUNT <= 32, "by_len holds a key per bit");
 static const uint32_t openai_fields_by_len[LG_JSONSCAN_KEY_MAX + 1] =
     LG_JSONSCAN_BY_LEN(OPENAI_FIELD_LIST);

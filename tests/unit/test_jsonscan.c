@@ -334,9 +334,10 @@ test_allocation_failure(void)
  * length (none, one of the keys', two keys of one length, longer than any),
  * escaped or cut across chains.
  */
-#define LEN_KEYS(X, a)                                                                  \
-    X(a, 0, "ab") X(a, 1, "cd") X(a, 2, "xyz") X(a, 3, "e")                             \
-        X(a, 4, "abcdefghijklmnopqrstuvwxyz012345") X(a, 5, "cd")
+#define LEN_KEYS(X, a)                                                                    \
+    X(a, 0, "ab")                                                                         \
+    X(a, 1, "cd") X(a, 2, "xyz") X(a, 3, "e") X(a, 4, "abcdefghijklmnopqrstuvwxyz012345") \
+        X(a, 5, "cd")
 #define LEN_KEY(a, k, lit) [k] = LG_JSONSCAN_KEY(lit),
 static const struct lg_jsonscan_key len_keys[6] = { LEN_KEYS(LEN_KEY, 0) };
 static const uint32_t len_by_len[LG_JSONSCAN_KEY_MAX + 1] = LG_JSONSCAN_BY_LEN(LEN_KEYS);

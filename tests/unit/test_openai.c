@@ -106,9 +106,9 @@ test_sampling_fields(void)
         const char *t;
         bool greedy;
     } zeros[] = {
-        { "0.000", true }, { "-0", true },      { "0e-7", true },  { "1e-400", true },
-        { "0.001", false }, { "10", false },    { "-0.5", false }, { "2E-3", false },
-        { "0.0000000000000000000000000000001", false },
+        { "0.000", true },  { "-0", true },     { "0e-7", true },
+        { "1e-400", true }, { "0.001", false }, { "10", false },
+        { "-0.5", false },  { "2E-3", false },  { "0.0000000000000000000000000000001", false },
     };
     for (size_t i = 0; i < sizeof(zeros) / sizeof(zeros[0]); i++) {
         char body[96];
