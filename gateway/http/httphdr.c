@@ -157,10 +157,8 @@ lg_hdrs_on_value(struct lg_hdrs *hs, const char *at, size_t n)
 }
 
 const struct lg_hdr *
-lg_hdrs_find(const struct lg_hdrs *hs, const char *name)
+lg_hdrs_find_n(const struct lg_hdrs *hs, const char *name, size_t n)
 {
-    size_t n = strlen(name);
-
     for (uint32_t i = 0; i < hs->n; i++) {
         const struct lg_hdr *h = &hs->h[i];
 

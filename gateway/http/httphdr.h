@@ -71,8 +71,16 @@ lg_hdrs_value(const struct lg_hdrs *hs, const struct lg_hdr *h)
     return hs->buf + h->value_off;
 }
 
-/* First header named `name` (case-insensitive), or NULL. */
-const struct lg_hdr *lg_hdrs_find(const struct lg_hdrs *hs, const char *name);
+/* First header named by the n bytes at `name` (case-insensitive), or NULL. */
+const struct lg_hdr *lg_hdrs_find_n(const struct lg_hdrs *hs, const char *name, size_t n);
+
+/* First header named `name` (case-insensitive), or NULL: inline, so that a
+ * literal's length is the compiler's constant, not a strlen call per lookup. */
+static inline const struct lg_hdr *
+lg_hdrs_find(const struct lg_hdrs *hs, const char *name)
+{
+    return lg_hdrs_find_n(hs, name, strlen(name));
+}
 
 /*
  * Marks the hop-by-hop fields: the fixed list (Connection, Keep-Alive,

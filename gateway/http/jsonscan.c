@@ -629,6 +629,23 @@ js_key_find(const struct lg_jsonscan *s, const struct js_str *name,
     char buf[LG_JSONSCAN_KEY_MAX];
     const char *bytes = NULL;
 
+    if (want->by_len != NULL) {
+        /* the keys of the name's length alone, in the same order */
+        if (name->dlen > LG_JSONSCAN_KEY_MAX) {
+            return LG_JSONSCAN_NO_KEY;
+        }
+        for (uint32_t m = want->by_len[name->dlen]; m != 0; m &= m - 1) {
+            uint32_t k = (uint32_t)__builtin_ctz(m);
+
+            if (bytes == NULL) {
+                bytes = js_name_bytes(s, name, buf);
+            }
+            if (memcmp(bytes, want->keys[k].name, name->dlen) == 0) {
+                return (uint8_t)k;
+            }
+        }
+        return LG_JSONSCAN_NO_KEY;
+    }
     for (uint32_t k = 0; k < want->nkeys; k++) {
         if (want->keys[k].len != name->dlen) {
             continue;

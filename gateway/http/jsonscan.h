@@ -75,7 +75,38 @@ struct lg_jsonscan_want {
     uint32_t nkeys;                            /* fewer than LG_JSONSCAN_NO_KEY */
     uint32_t elem_types;                       /* array: LG_JSONSCAN_M() of the types recorded */
     const struct lg_jsonscan_want *elem;       /* array: what of each element recorded */
+    /* object, optional: [n] the keys named by n bytes (bit k: keys[k]; at most
+     * 32 keys), n up to LG_JSONSCAN_KEY_MAX: a name is compared with those
+     * alone (LG_JSONSCAN_BY_LEN builds it); NULL: with every key */
+    const uint32_t *by_len;
 };
+
+/*
+ * A by_len table from an X-macro list of a want's keys, LIST(X, n) expanding
+ * X(n, index, "name") for each: 33 entries of constant expressions, so that
+ * the table cannot miss a key the list has.
+ */
+#define LG_JSONSCAN_LEN_IF(n, k, lit) (sizeof(lit) - 1 == (n) ? 1u << (k) : 0u) |
+#define LG_JSONSCAN_LEN_ROW(LIST, n)  LIST(LG_JSONSCAN_LEN_IF, n) 0u
+#define LG_JSONSCAN_BY_LEN(LIST)                                                                  \
+    {                                                                                             \
+        LG_JSONSCAN_LEN_ROW(LIST, 0), LG_JSONSCAN_LEN_ROW(LIST, 1), LG_JSONSCAN_LEN_ROW(LIST, 2), \
+            LG_JSONSCAN_LEN_ROW(LIST, 3), LG_JSONSCAN_LEN_ROW(LIST, 4),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 5), LG_JSONSCAN_LEN_ROW(LIST, 6),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 7), LG_JSONSCAN_LEN_ROW(LIST, 8),                           \
+            LG_JSONSCAN_LEN_ROW(LIST, 9), LG_JSONSCAN_LEN_ROW(LIST, 10),                          \
+            LG_JSONSCAN_LEN_ROW(LIST, 11), LG_JSONSCAN_LEN_ROW(LIST, 12),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 13), LG_JSONSCAN_LEN_ROW(LIST, 14),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 15), LG_JSONSCAN_LEN_ROW(LIST, 16),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 17), LG_JSONSCAN_LEN_ROW(LIST, 18),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 19), LG_JSONSCAN_LEN_ROW(LIST, 20),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 21), LG_JSONSCAN_LEN_ROW(LIST, 22),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 23), LG_JSONSCAN_LEN_ROW(LIST, 24),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 25), LG_JSONSCAN_LEN_ROW(LIST, 26),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 27), LG_JSONSCAN_LEN_ROW(LIST, 28),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 29), LG_JSONSCAN_LEN_ROW(LIST, 30),                         \
+            LG_JSONSCAN_LEN_ROW(LIST, 31), LG_JSONSCAN_LEN_ROW(LIST, 32)                          \
+    }
 
 struct lg_jsonscan {
     const struct evbuffer_iovec *vec;

@@ -83,27 +83,33 @@ enum {
     OPENAI_F_SYSTEM,       /* the Messages API's */
     OPENAI_F_COUNT
 };
-static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = {
-    [OPENAI_F_MODEL] = LG_JSONSCAN_KEY("model"),
-    [OPENAI_F_MESSAGES] = LG_JSONSCAN_KEY("messages"),
-    [OPENAI_F_MAX_TOKENS] = LG_JSONSCAN_KEY("max_tokens"),
-    [OPENAI_F_STREAM] = LG_JSONSCAN_KEY("stream"),
-    [OPENAI_F_STREAM_OPTIONS] = LG_JSONSCAN_KEY("stream_options"),
-    [OPENAI_F_MAX_COMPLETION_TOKENS] = LG_JSONSCAN_KEY("max_completion_tokens"),
-    [OPENAI_F_PROMPT] = LG_JSONSCAN_KEY("prompt"),
-    [OPENAI_F_INPUT] = LG_JSONSCAN_KEY("input"),
-    [OPENAI_F_USER] = LG_JSONSCAN_KEY("user"),
-    [OPENAI_F_MAX_OUTPUT_TOKENS] = LG_JSONSCAN_KEY("max_output_tokens"),
-    [OPENAI_F_PREVIOUS_RESPONSE_ID] = LG_JSONSCAN_KEY("previous_response_id"),
-    [OPENAI_F_MIN_TOKENS] = LG_JSONSCAN_KEY("min_tokens"),
-    [OPENAI_F_TEMPERATURE] = LG_JSONSCAN_KEY("temperature"),
-    [OPENAI_F_SEED] = LG_JSONSCAN_KEY("seed"),
-    [OPENAI_F_N] = LG_JSONSCAN_KEY("n"),
-    [OPENAI_F_BEST_OF] = LG_JSONSCAN_KEY("best_of"),
-    [OPENAI_F_STORE] = LG_JSONSCAN_KEY("store"),
-    [OPENAI_F_INSTRUCTIONS] = LG_JSONSCAN_KEY("instructions"),
-    [OPENAI_F_SYSTEM] = LG_JSONSCAN_KEY("system"),
-};
+/* The members' names, as X(a, index, "name") for each (LG_JSONSCAN_BY_LEN). */
+#define OPENAI_FIELD_LIST(X, a)                                   \
+    X(a, OPENAI_F_MODEL, "model")                                 \
+    X(a, OPENAI_F_MESSAGES, "messages")                           \
+    X(a, OPENAI_F_MAX_TOKENS, "max_tokens")                       \
+    X(a, OPENAI_F_STREAM, "stream")                               \
+    X(a, OPENAI_F_STREAM_OPTIONS, "stream_options")               \
+    X(a, OPENAI_F_MAX_COMPLETION_TOKENS, "max_completion_tokens") \
+    X(a, OPENAI_F_PROMPT, "prompt")                               \
+    X(a, OPENAI_F_INPUT, "input")                                 \
+    X(a, OPENAI_F_USER, "user")                                   \
+    X(a, OPENAI_F_MAX_OUTPUT_TOKENS, "max_output_tokens")         \
+    X(a, OPENAI_F_PREVIOUS_RESPONSE_ID, "previous_response_id")   \
+    X(a, OPENAI_F_MIN_TOKENS, "min_tokens")                       \
+    X(a, OPENAI_F_TEMPERATURE, "temperature")                     \
+    X(a, OPENAI_F_SEED, "seed")                                   \
+    X(a, OPENAI_F_N, "n")                                         \
+    X(a, OPENAI_F_BEST_OF, "best_of")                             \
+    X(a, OPENAI_F_STORE, "store")                                 \
+    X(a, OPENAI_F_INSTRUCTIONS, "instructions")                   \
+    X(a, OPENAI_F_SYSTEM, "system")
+#define OPENAI_FIELD_KEY(a, k, lit) [k] = LG_JSONSCAN_KEY(lit),
+static const struct lg_jsonscan_key openai_fields[OPENAI_F_COUNT] = { OPENAI_FIELD_LIST(
+    OPENAI_FIELD_KEY, 0) };
+_Static_assert(OPENAI_F_COUNT <= 32, "by_len holds a key per bit");
+static const uint32_t openai_fields_by_len[LG_JSONSCAN_KEY_MAX + 1] =
+    LG_JSONSCAN_BY_LEN(OPENAI_FIELD_LIST);
 
 /* The members of a message, in the order they are hashed. */
 enum { OPENAI_MSG_ROLE = 0, OPENAI_MSG_CONTENT, OPENAI_MSG_N };
@@ -180,6 +186,7 @@ static const struct lg_jsonscan_want openai_want_body = {
     .keys = openai_fields,
     .sub = openai_body_sub,
     .nkeys = OPENAI_F_COUNT,
+    .by_len = openai_fields_by_len,
 };
 
 /* Adds a text value (string or array of parts) to the size and prefix. */
@@ -294,6 +301,26 @@ openai_choices(const struct lg_jsonscan *s, uint32_t v)
 }
 
 /*
+ * Whether a JSON number (the scanner checked its grammar) is zero, as
+ * strtod(num) == 0.0: without an exponent, when its digits are all '0' (no
+ * strtod call: a tenth of the scan's instructions went there); with one,
+ * strtod decides (1e-400 is 0.0 to it).
+ */
+static bool
+openai_num_is_zero(const char *num)
+{
+    bool zero = true;
+
+    for (const char *c = num; *c != '\0'; c++) {
+        if (*c == 'e' || *c == 'E') {
+            return strtod(num, NULL) == 0.0;
+        }
+        zero &= *c < '1' || *c > '9';
+    }
+    return zero;
+}
+
+/*
  * What says whether the answer repeats (serve/resume.c): temperature 0, a
  * seed, one choice. Never refused (duplicates included, the last read as
  * jansson does): the engine judges the values, and a wrong guess here only
@@ -311,7 +338,7 @@ openai_read_sampling(const struct lg_jsonscan *s, const uint32_t *f, struct lg_o
         const struct lg_jsonscan_tok *t = LG_JSONSCAN_T(s, v);
 
         num[lg_jsonscan_raw_copy(s, t->off, t->len, num, sizeof(num) - 1)] = '\0';
-        out->greedy = t->len < sizeof(num) && strtod(num, NULL) == 0.0;
+        out->greedy = t->len < sizeof(num) && openai_num_is_zero(num);
     }
     v = f[OPENAI_F_SEED];
     out->seeded = v != 0 && LG_JSONSCAN_T(s, v)->type == LG_JSONSCAN_INT;

@@ -401,7 +401,26 @@ line_ms(struct alog_line *l, uint64_t from, uint64_t to)
     }
     us = (to - from) / 1000;
     if (__builtin_expect(l->cap - l->len >= sizeof(b), 1)) {
-        size_t n = alog_ndigits(us / 1000) + 4;
+        size_t n;
+
+        if (us < 100000) {
+            /* under 100 ms, most of a line's times: "d.ddd" or "dd.ddd" stored at once */
+            unsigned whole = (unsigned)us / 1000, frac = (unsigned)us % 1000;
+
+            p = l->p + l->len;
+            if (whole < 10) {
+                *p++ = (char)('0' + whole);
+            } else {
+                memcpy(p, alog_digits2 + 2 * whole, 2);
+                p += 2;
+            }
+            p[0] = '.';
+            memcpy(p + 1, alog_digits2 + 2 * (frac / 10), 2);
+            p[3] = (char)('0' + frac % 10);
+            l->len = (size_t)(p + 4 - l->p);
+            return;
+        }
+        n = alog_ndigits(us / 1000) + 4;
 
         p = alog_digits(l->p + l->len + n, us % 1000, 3);
         *--p = '.';

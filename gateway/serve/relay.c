@@ -366,6 +366,41 @@ relay_priority_body(struct evbuffer **body, uint64_t *body_bytes, int cls, char 
     return true;
 }
 
+/*
+ * Whether a client's field is one the request out writes itself or drops:
+ * Host, Content-Length, Expect, X-Forwarded-For and -Proto (ours, not a
+ * client's), X-Request-Id; with keys (auth: the gateway's or the backend's)
+ * Authorization and X-Api-Key; with load reports their format's field. One
+ * switch on the name's length, then one compare (at most two).
+ */
+static inline bool
+relay_field_replaced(const char *name, size_t n, bool auth, enum lg_load_header load_header)
+{
+    switch (n) {
+    case 4:
+        return lg_mem_ieq(name, "host", 4);
+    case 6:
+        return lg_mem_ieq(name, "expect", 6);
+    case 9:
+        return auth && lg_mem_ieq(name, "x-api-key", 9);
+    case 12:
+        return lg_mem_ieq(name, "x-request-id", 12);
+    case 13:
+        return auth && lg_mem_ieq(name, "authorization", 13);
+    case 14:
+        return lg_mem_ieq(name, "content-length", 14);
+    case 15:
+        return lg_mem_ieq(name, "x-forwarded-for", 15);
+    case 17:
+        return lg_mem_ieq(name, "x-forwarded-proto", 17);
+    case 28:
+        return load_header != LG_LOAD_HEADER_OFF
+               && lg_mem_ieq(name, "endpoint-load-metrics-format", 28);
+    default:
+        return false;
+    }
+}
+
 void
 lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
 {
@@ -382,6 +417,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     uint64_t body_bytes = req->body_bytes;
     char prio[48];
     size_t prio_len = 0;
+    bool auth = bc->api_key != NULL || c->w->gw->keys != NULL; /* keys checked: not forwarded */
 
     relay_head_init(&hb, out);
     lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
@@ -397,17 +433,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
         const struct lg_hdr *h = &hs->h[i];
         const char *name = lg_hdrs_name(hs, h);
 
-        if (h->hop || lg_str_ieq(name, h->name_len, "host")
-            || lg_str_ieq(name, h->name_len, "content-length")
-            || lg_str_ieq(name, h->name_len, "expect")
-            || lg_str_ieq(name, h->name_len, "x-forwarded-for")
-            || lg_str_ieq(name, h->name_len, "x-forwarded-proto") /* ours, not a client's */
-            || lg_str_ieq(name, h->name_len, "x-request-id")
-            || ((bc->api_key != NULL || c->w->gw->keys != NULL)
-                && (lg_str_ieq(name, h->name_len, "authorization")
-                    || lg_str_ieq(name, h->name_len, "x-api-key")))
-            || (bc->load_header != LG_LOAD_HEADER_OFF
-                && lg_str_ieq(name, h->name_len, "endpoint-load-metrics-format"))) {
+        if (h->hop || relay_field_replaced(name, h->name_len, auth, bc->load_header)) {
             continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);

@@ -328,7 +328,69 @@ test_allocation_failure(void)
 #endif
 }
 
+/*
+ * A want's by_len table (LG_JSONSCAN_BY_LEN) finds the keys the plain walk
+ * over every key finds: the same tape, key for key, for names of every
+ * length (none, one of the keys', two keys of one length, longer than any),
+ * escaped or cut across chains.
+ */
+#define LEN_KEYS(X, a)                                                                    \
+    X(a, 0, "ab")                                                                         \
+    X(a, 1, "cd") X(a, 2, "xyz") X(a, 3, "e") X(a, 4, "abcdefghijklmnopqrstuvwxyz012345") \
+        X(a, 5, "cd")
+#define LEN_KEY(a, k, lit) [k] = LG_JSONSCAN_KEY(lit),
+static const struct lg_jsonscan_key len_keys[6] = { LEN_KEYS(LEN_KEY, 0) };
+static const uint32_t len_by_len[LG_JSONSCAN_KEY_MAX + 1] = LG_JSONSCAN_BY_LEN(LEN_KEYS);
+
+static int
+test_by_len(void)
+{
+    static const char body[] =
+        "{\"\":1,\"e\":2,\"ab\":3,\"cd\":4,\"c\\u0064\":5,\"xy\":6,\"xyz\":7,\"xyzw\":8,"
+        "\"abcdefghijklmnopqrstuvwxyz012345\":9,\"abcdefghijklmnopqrstuvwxyz0123456\":10,"
+        "\"abcdefghijklmnopqrstuvwxyz01234\\u0035\":11,\"E\":12,\"ba\":13}";
+    static const size_t steps[] = { 0, 1, 2, 5 };
+    const struct lg_jsonscan_want plain = { .keys = len_keys, .nkeys = 6 };
+    const struct lg_jsonscan_want indexed = { .keys = len_keys, .nkeys = 6, .by_len = len_by_len };
+
+    LG_CHECK(len_by_len[2] == (1u << 0 | 1u << 1 | 1u << 5) && len_by_len[1] == 1u << 3);
+    LG_CHECK(len_by_len[3] == 1u << 2 && len_by_len[32] == 1u << 4 && len_by_len[4] == 0);
+    for (size_t k = 0; k < LG_ARRAY_SIZE(steps); k++) {
+        struct scan a, b;
+        uint32_t f[6], second[6];
+
+        for (int w = 0; w < 2; w++) {
+            struct scan *sc = w == 0 ? &a : &b;
+            struct evbuffer_iovec *vec = sc->vec;
+            int n = 0;
+
+            for (size_t off = 0; off < sizeof(body) - 1 && n < 64; n++) {
+                size_t len = sizeof(body) - 1 - off;
+                size_t m = steps[k] == 0 || n == 63 ? len : LG_MIN(steps[k], len);
+
+                vec[n].iov_base = (void *)(uintptr_t)(body + off);
+                vec[n].iov_len = m;
+                off += m;
+            }
+            sc->rc = lg_jsonscan_run(&sc->s, vec, n, w == 0 ? &plain : &indexed, &sc->stack,
+                                     sc->err, sizeof(sc->err));
+            LG_CHECK(sc->rc == LG_OK);
+        }
+        /* the root, 3 (ab), 4 and 5 (cd, the first of the two), 7, 2 (e), 9 and 11 */
+        LG_CHECK(a.s.ntok == 8 && b.s.ntok == a.s.ntok);
+        for (uint32_t i = 0; i < a.s.ntok; i++) {
+            LG_CHECK(a.s.tok[i].key == b.s.tok[i].key);
+            LG_CHECK(a.s.tok[i].off == b.s.tok[i].off && a.s.tok[i].type == b.s.tok[i].type);
+        }
+        lg_jsonscan_members(&b.s, 1, 6, f, second);
+        LG_CHECK(f[0] != 0 && f[1] != 0 && f[2] != 0 && f[3] != 0 && f[4] != 0 && f[5] == 0);
+        lg_jsonscan_done(&a.s);
+        lg_jsonscan_done(&b.s);
+    }
+    return 0;
+}
+
 /* test_allocation_failure first: before any test frees a large block that
  * the allocator would keep, and the child could use without asking */
 LG_TEST_MAIN(test_allocation_failure, test_records_what_is_wanted, test_unread_values_cost_nothing,
-             test_unread_values_checked, test_tape_bound)
+             test_unread_values_checked, test_tape_bound, test_by_len)

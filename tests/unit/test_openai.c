@@ -101,6 +101,22 @@ test_sampling_fields(void)
     LG_CHECK(inspect("{\"temperature\":1,\"n\":2,\"temperature\":0,\"n\":1}", 2048, &r, err)
              == LG_OK);
     LG_CHECK(r.greedy && r.n == 1);
+    /* zero as strtod reads it: every digit 0, or an exponent that underflows */
+    static const struct {
+        const char *t;
+        bool greedy;
+    } zeros[] = {
+        { "0.000", true },  { "-0", true },     { "0e-7", true },
+        { "1e-400", true }, { "0.001", false }, { "10", false },
+        { "-0.5", false },  { "2E-3", false },  { "0.0000000000000000000000000000001", false },
+    };
+    for (size_t i = 0; i < sizeof(zeros) / sizeof(zeros[0]); i++) {
+        char body[96];
+
+        snprintf(body, sizeof(body), "{\"temperature\":%s}", zeros[i].t);
+        LG_CHECK(inspect(body, 2048, &r, err) == LG_OK);
+        LG_CHECK(r.greedy == zeros[i].greedy);
+    }
     return 0;
 }
 
