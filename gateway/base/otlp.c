@@ -271,11 +271,19 @@ otlp_connect(struct lg_otlp *o, uint64_t deadline)
     return fd;
 }
 
+/*
+ * At most this much a send: over loopback the sender's CPU also runs the
+ * receiver's TCP work, in one stretch the scheduler cannot break, and this
+ * thread shares its CPU with the workers: a batch's 200 KiB in one call held
+ * a worker off for hundreds of microseconds.
+ */
+#define OTLP_SEND_STEP (16 * 1024)
+
 static bool
 otlp_send_all(struct lg_otlp *o, int fd, const char *p, size_t n, uint64_t deadline)
 {
     while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        ssize_t w = send(fd, p, LG_MIN(n, (size_t)OTLP_SEND_STEP), MSG_NOSIGNAL);
 
         if (w > 0) {
             p += w;
