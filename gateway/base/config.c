@@ -167,6 +167,10 @@ conf_check_root(struct lg_conf_ctx *ctx, void *base, bool clean)
     char q[CONF_QBUF];
     size_t enabled = 0;
 
+    c->scheduling.priority_header_len =
+        c->scheduling.priority_header != NULL ? strlen(c->scheduling.priority_header) : 0;
+    c->scheduling.ttft_header_len =
+        c->scheduling.ttft_header != NULL ? strlen(c->scheduling.ttft_header) : 0;
     for (size_t i = 0; i < c->nlisten; i++) {
         for (size_t j = 0; j < i; j++) {
             if (conf_same_addr(&c->listen[i].addr, c->listen[i].addrlen, &c->listen[j].addr,

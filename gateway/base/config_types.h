@@ -311,6 +311,8 @@ struct lg_scheduling_conf {
                                    false: first come, first served (classes still shed) */
     char *priority_header;      /* the request's class (up to its key's max_class) */
     char *ttft_header;          /* the request's TTFT target in ms */
+    size_t priority_header_len; /* their lengths (0: none), for the relay, which drops both */
+    size_t ttft_header_len;
     int over_max_class;         /* enum lg_class_over */
     struct lg_class_conf classes[LG_NCLASSES];
 };

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "base/ttltable.h"
 #include "fleet/estimate.h"
 #include "route/plugin.h"
 
@@ -910,7 +911,7 @@ static const struct lg_plugin_desc ttft_desc = {
  * (moved later only to level the counts: aff_rebalance): the first
  * candidate in hash order that owns fewer than ceil(key_bound * keys *
  * weight / total weight) of the live keys, keys counting the new one.
- * The assignment is kept in a small table (`keys` entries, 4-way sets,
+ * The assignment is kept in a small table (base/ttltable.h: `keys` entries, 4-way sets,
  * least recently seen evicted; a key unseen for `key_ttl_s` stops
  * counting) under a mutex taken once per request. A key whose owner is no
  * longer a candidate (removed, ejected) is reassigned on a first attempt.
@@ -946,14 +947,7 @@ static const struct lg_plugin_desc ttft_desc = {
  * against 27 ms at 6 and at 4.5).
  */
 #define AFF_MAX_CANDS  64
-#define AFF_WAYS       4
 #define AFF_MAX_OWNERS 128
-
-struct aff_key {
-    uint64_t key; /* 0 = empty */
-    uint64_t seen_ns;
-    uint32_t owner; /* backend id */
-};
 
 struct aff_owner {
     uint32_t id;
@@ -962,9 +956,7 @@ struct aff_owner {
 
 struct aff_table {
     pthread_mutex_t lock;
-    struct aff_key *slot; /* nsets * AFF_WAYS */
-    size_t nsets;         /* a power of two */
-    uint64_t ttl_ns;
+    struct lg_ttltable keys; /* value: the owner's backend id */
     uint64_t swept_ns;
     uint32_t live; /* keys seen within ttl (as of the last sweep, plus new ones) */
     size_t nowners;
@@ -996,7 +988,7 @@ aff_destroy(void *state)
 
     if (s->table != NULL) {
         pthread_mutex_destroy(&s->table->lock);
-        free(s->table->slot);
+        lg_ttltable_fini(&s->table->keys);
         free(s->table);
     }
     free(s);
@@ -1050,12 +1042,7 @@ aff_create_common(const struct lg_host_api *host, struct lg_options *opts, void 
     if (s.balance_keys) {
         struct aff_table *t = lg_xcalloc(1, sizeof(*t));
 
-        t->nsets = 16;
-        while (t->nsets * AFF_WAYS < (size_t)s.keys) {
-            t->nsets *= 2;
-        }
-        t->slot = lg_xcalloc(t->nsets * AFF_WAYS, sizeof(*t->slot));
-        t->ttl_ns = (uint64_t)(s.key_ttl_s * 1e9);
+        lg_ttltable_init(&t->keys, (size_t)s.keys, (uint64_t)(s.key_ttl_s * 1e9));
         pthread_mutex_init(&t->lock, NULL);
         out->table = t;
     }
@@ -1126,14 +1113,14 @@ aff_sweep(struct aff_table *t, uint64_t now)
     t->swept_ns = now;
     t->nowners = 0;
     t->live = 0;
-    for (size_t i = 0; i < t->nsets * AFF_WAYS; i++) {
-        struct aff_key *e = &t->slot[i];
+    for (size_t i = 0; i < lg_ttltable_size(&t->keys); i++) {
+        struct lg_ttl_entry *e = &t->keys.slot[i];
 
-        if (e->key != 0 && now - e->seen_ns > t->ttl_ns) {
+        if (lg_ttltable_expired(&t->keys, e, now)) {
             e->key = 0;
         }
         if (e->key != 0) {
-            aff_count(t, e->owner, +1);
+            aff_count(t, e->value, +1);
         }
     }
 }
@@ -1203,26 +1190,16 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
 {
     struct aff_table *t = s->table;
     uint64_t now = s->host->now_ns(), key = req->prefix_hash;
-    struct aff_key *set, *e = NULL, *victim;
+    struct lg_ttl_entry *e, *victim;
     ssize_t owner = -1;
     double total;
 
     pthread_mutex_lock(&t->lock);
     aff_sweep(t, now);
-    set = &t->slot[(lg_mix64(key) & (t->nsets - 1)) * AFF_WAYS];
-    victim = &set[0];
-    for (size_t w = 0; w < AFF_WAYS; w++) {
-        if (set[w].key == key) {
-            e = &set[w];
-            break;
-        }
-        if (set[w].key == 0 || (victim->key != 0 && set[w].seen_ns < victim->seen_ns)) {
-            victim = &set[w];
-        }
-    }
+    e = lg_ttltable_find(&t->keys, key, &victim);
     if (e != NULL) {
         for (size_t i = 0; i < n && owner < 0; i++) {
-            if (c[i]->id == e->owner) {
+            if (c[i]->id == e->value) {
                 owner = (ssize_t)i;
             }
         }
@@ -1234,15 +1211,15 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
                 ssize_t to = aff_rebalance(s, t, c, n, order, weights, top_ramp, owner);
 
                 if (to >= 0) {
-                    aff_count(t, e->owner, -1);
-                    e->owner = c[to]->id;
-                    aff_count(t, e->owner, +1);
+                    aff_count(t, e->value, -1);
+                    e->value = c[to]->id;
+                    aff_count(t, e->value, +1);
                     owner = to;
                 }
             }
             goto unlock;
         }
-        aff_count(t, e->owner, -1); /* its owner is gone: reassign */
+        aff_count(t, e->value, -1); /* its owner is gone: reassign */
     }
     /* the first in hash order under its share of the keys, this one counted;
      * one in slow start only as the hash's first (below) */
@@ -1261,13 +1238,13 @@ aff_table_owner(const struct aff_state *s, const struct lg_route_info *req,
     if (e == NULL) {
         e = victim;
         if (e->key != 0) {
-            aff_count(t, e->owner, -1); /* every entry counts until evicted or swept */
+            aff_count(t, e->value, -1); /* every entry counts until evicted or swept */
         }
         e->key = key;
     }
-    e->owner = c[owner]->id;
+    e->value = c[owner]->id;
     e->seen_ns = now;
-    aff_count(t, e->owner, +1);
+    aff_count(t, e->value, +1);
 unlock:
     pthread_mutex_unlock(&t->lock);
     return owner;

@@ -370,12 +370,22 @@ relay_priority_body(struct evbuffer **body, uint64_t *body_bytes, int cls, char 
  * Whether a client's field is one the request out writes itself or drops:
  * Host, Content-Length, Expect, X-Forwarded-For and -Proto (ours, not a
  * client's), X-Request-Id; with keys (auth: the gateway's or the backend's)
- * Authorization and X-Api-Key; with load reports their format's field. One
- * switch on the name's length, then one compare (at most two).
+ * Authorization and X-Api-Key; with load reports their format's field; the
+ * gateway's own scheduling fields (scheduling.priority_header and
+ * ttft_header: read by the admission queue, meant for no engine). Their
+ * lengths compared first, then one switch on the name's length, then one
+ * compare (at most two).
  */
 static inline bool
-relay_field_replaced(const char *name, size_t n, bool auth, enum lg_load_header load_header)
+relay_field_replaced(const char *name, size_t n, bool auth, enum lg_load_header load_header,
+                     const struct lg_scheduling_conf *sc)
 {
+    if (n == sc->priority_header_len && lg_mem_ieq(name, sc->priority_header, n)) {
+        return true;
+    }
+    if (n == sc->ttft_header_len && lg_mem_ieq(name, sc->ttft_header, n)) {
+        return true;
+    }
     switch (n) {
     case 4:
         return lg_mem_ieq(name, "host", 4);
@@ -418,6 +428,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
     char prio[48];
     size_t prio_len = 0;
     bool auth = bc->api_key != NULL || c->w->gw->keys != NULL; /* keys checked: not forwarded */
+    const struct lg_scheduling_conf *sched = &req->fleet->conf->scheduling;
 
     relay_head_init(&hb, out);
     lg_resume_request_body(c, &body, &body_bytes); /* a continuation's, once one began */
@@ -433,7 +444,7 @@ lg_relay_send_request(struct lg_client *c, struct lg_upconn *u)
         const struct lg_hdr *h = &hs->h[i];
         const char *name = lg_hdrs_name(hs, h);
 
-        if (h->hop || relay_field_replaced(name, h->name_len, auth, bc->load_header)) {
+        if (h->hop || relay_field_replaced(name, h->name_len, auth, bc->load_header, sched)) {
             continue; /* (a traced request's context is marked hop: its attempt's goes below) */
         }
         head_add(&hb, name, h->name_len);

@@ -448,17 +448,24 @@ class PriorityFieldTest(Harness):
 
     quiet_backends = True
 
-    def test_the_class_goes_to_the_engine_as_vllm_priority(self):
-        _, sim = self.start_llmsim("r1")
+    def proxied(self, scheduling=None, name="r1"):
+        """One replica behind a RecordingProxy, one gateway with keys: (the proxy, its port)."""
+        _, sim = self.start_llmsim(name)
         rec = harness.RecordingProxy(sim)
         self.addCleanup(rec.close)
         keys = self.path("keys.json")
         with open(keys, "w") as f:
             json.dump(keys_doc(), f)
-        conf = self.base_config([{"name": "r1", "url": "http://127.0.0.1:%d" % rec.port,
+        conf = self.base_config([{"name": name, "url": "http://127.0.0.1:%d" % rec.port,
                                   "models": ["m"], "priority_field": "vllm"}],
                                 workers=1, auth={"keys_file": keys})
-        _, gw = self.start_gateway(conf)
+        if scheduling is not None:
+            conf["scheduling"] = scheduling
+        _, gw = self.start_gateway(conf, name="llmgate-" + name)
+        return rec, gw
+
+    def test_the_class_goes_to_the_engine_as_vllm_priority(self):
+        rec, gw = self.proxied()
         sent = []
         for key, hdr in (("inter", None), ("batch", None), ("plain", None),
                          ("sys", "system")):
@@ -481,6 +488,33 @@ class PriorityFieldTest(Harness):
         self.assertEqual([b["priority"] for b in bodies], [-1, 1, 7, -2])
         self.assertTrue(all(b["model"] == "m" for b in bodies))
 
+    def one_request_upstream(self, scheduling, name, headers):
+        """The head (lower-cased) and body a replica got for one request with these headers."""
+        rec, gw = self.proxied(scheduling, name)
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=1),
+                                      headers=dict(bearer("sys"), **headers))
+        self.assertEqual(status, 200, obj)
+        raw = b"".join(bytes(d) for d in rec.downstream)
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n"), raw)
+        return head.lower().decode() + "\r\n", json.loads(rest)
+
+    def test_the_scheduling_headers_stay_in_the_gateway(self):
+        """The class and TTFT target headers steer the gateway's queue; no engine gets them."""
+        for name, sched, prio, ttft in (
+                ("r1", None, "X-LLMGate-Priority", "x-llmgate-ttft-target-ms"),
+                ("r2", {"priority_header": "x-tier", "ttft_header": "X-Ttft"}, "X-Tier", "x-ttft")):
+            # other names of the same lengths go on
+            others = {"x-llmgate-priorit0": "1", "x-llmgate-ttft-target-m0": "2",
+                      "x-tie0": "3", "x-ttf0": "4"}
+            head, body = self.one_request_upstream(sched, name,
+                                                   dict({prio: "system", ttft: "5000"}, **others))
+            self.assertNotIn("\r\n%s:" % prio.lower(), head)
+            self.assertNotIn("\r\n%s:" % ttft.lower(), head)
+            for name, value in others.items():
+                self.assertIn("\r\n%s: %s\r\n" % (name, value), head)
+            # read all the same: the class reached the engine as vllm's priority
+            self.assertEqual(body["priority"], -2)
 
 
 if __name__ == "__main__":

@@ -551,5 +551,25 @@ test_priority_preemption(void)
     return 0;
 }
 
+/* The schedules' and policies' names (--schedule, --scheduling-policy) both ways. */
+static int
+test_names(void)
+{
+    uint32_t v = 99;
+
+    LG_CHECK(lg_sim_schedule_parse("chunked", &v) == LG_OK && v == LLMSIM_SHM_SCHED_CHUNKED);
+    LG_CHECK(lg_sim_schedule_parse("fcfs", &v) == LG_OK && v == LLMSIM_SHM_SCHED_FCFS);
+    LG_CHECK_STR(lg_sim_schedule_name(LLMSIM_SHM_SCHED_PREFILL_FIRST), "prefill-first");
+    LG_CHECK_STR(lg_sim_schedule_name(3), "?");
+    v = 99;
+    LG_CHECK(lg_sim_schedule_parse("priority", &v) == LG_EINVAL && v == 99);
+    LG_CHECK(lg_sim_policy_parse("priority", &v) == LG_OK && v == LG_SIM_POLICY_PRIORITY);
+    LG_CHECK_STR(lg_sim_policy_name(LG_SIM_POLICY_FCFS), "fcfs");
+    LG_CHECK_STR(lg_sim_policy_name(2), "?");
+    LG_CHECK(lg_sim_policy_parse("chunked", &v) == LG_EINVAL);
+    LG_CHECK(lg_sim_policy_parse("", &v) == LG_EINVAL);
+    return 0;
+}
+
 LG_TEST_MAIN(test_engine_matches_predictor, test_abort_and_stall, test_predictor_every_schedule,
-             test_schedules_closed_form, test_jitter, test_priority_preemption)
+             test_schedules_closed_form, test_jitter, test_priority_preemption, test_names)

@@ -679,24 +679,38 @@ engine_on_park(evutil_socket_t fd, short what, void *arg)
 
 /* ---- API ------------------------------------------------------------------- */
 
-static const char *const engine_schedules[] = { "fcfs", "prefill-first", "chunked" };
-
-const char *
-lg_sim_schedule_name(uint32_t schedule)
+/* A value's name in a table of names indexed by value, "?" past its end. */
+static const char *
+engine_name_of(const char *const *names, size_t n, uint32_t v)
 {
-    return schedule < LG_ARRAY_SIZE(engine_schedules) ? engine_schedules[schedule] : "?";
+    return v < n ? names[v] : "?";
 }
 
-int
-lg_sim_schedule_parse(const char *s, uint32_t *out)
+/* The index of name s in names[0 .. n) into *out; LG_EINVAL if absent. */
+static int
+engine_name_parse(const char *const *names, size_t n, const char *s, uint32_t *out)
 {
-    for (uint32_t i = 0; i < LG_ARRAY_SIZE(engine_schedules); i++) {
-        if (strcmp(s, engine_schedules[i]) == 0) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
             *out = i;
             return LG_OK;
         }
     }
     return LG_EINVAL;
+}
+
+static const char *const engine_schedules[] = { "fcfs", "prefill-first", "chunked" };
+
+const char *
+lg_sim_schedule_name(uint32_t schedule)
+{
+    return engine_name_of(engine_schedules, LG_ARRAY_SIZE(engine_schedules), schedule);
+}
+
+int
+lg_sim_schedule_parse(const char *s, uint32_t *out)
+{
+    return engine_name_parse(engine_schedules, LG_ARRAY_SIZE(engine_schedules), s, out);
 }
 
 static const char *const engine_policies[] = { "fcfs", "priority" };
@@ -704,19 +718,13 @@ static const char *const engine_policies[] = { "fcfs", "priority" };
 const char *
 lg_sim_policy_name(uint32_t policy)
 {
-    return policy < LG_ARRAY_SIZE(engine_policies) ? engine_policies[policy] : "?";
+    return engine_name_of(engine_policies, LG_ARRAY_SIZE(engine_policies), policy);
 }
 
 int
 lg_sim_policy_parse(const char *s, uint32_t *out)
 {
-    for (uint32_t i = 0; i < LG_ARRAY_SIZE(engine_policies); i++) {
-        if (strcmp(s, engine_policies[i]) == 0) {
-            *out = i;
-            return LG_OK;
-        }
-    }
-    return LG_EINVAL;
+    return engine_name_parse(engine_policies, LG_ARRAY_SIZE(engine_policies), s, out);
 }
 
 int
