@@ -812,16 +812,23 @@ static bool
 ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
                  const struct lg_backend_view *const *c, size_t n, double *cost)
 {
-    size_t at = 0;
+    size_t at = 0, cheapest_free = n;
     bool raised = false;
 
     if (s->queue_guard <= 0 || n < 2) {
         return false;
     }
-    for (size_t i = 1; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (cost[i] < cost[at]) {
             at = i;
         }
+        if (c[i]->load + 1 <= policy_slots(c[i], s->slots)
+            && (cheapest_free == n || cost[i] < cost[cheapest_free])) {
+            cheapest_free = i;
+        }
+    }
+    if (cheapest_free == n) {
+        return false; /* no slot free anywhere: nothing to move toward */
     }
     for (size_t i = 0; i < n; i++) {
         bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
@@ -829,6 +836,14 @@ ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
         double free_best = 0;
         bool any = false;
 
+        /* the cheapest free candidate, where its answer is near enough, is
+         * the least of them all (free ones are never raised here): one test
+         * instead of a pass over every candidate for each full one */
+        if (full && cheapest_free != i && ttft_decodes_near(s, req, c[cheapest_free], c[i])) {
+            free_best = cost[cheapest_free];
+            any = true;
+            full = false;
+        }
         for (size_t j = 0; full && j < n; j++) {
             if (j != i && c[j]->load + 1 <= policy_slots(c[j], s->slots)
                 && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
