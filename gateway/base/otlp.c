@@ -463,6 +463,18 @@ otlp_main(void *arg)
     return NULL;
 }
 
+/* what lg_otlp_start() made, the thread gone or never started */
+static void
+otlp_free(struct lg_otlp *o)
+{
+    pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->wake);
+    free(o->slots);
+    free(o->service);
+    free(o->extra);
+    free(o);
+}
+
 int
 lg_otlp_start(const struct lg_tracing_conf *conf, struct lg_otlp **out)
 {
@@ -501,12 +513,7 @@ lg_otlp_start(const struct lg_tracing_conf *conf, struct lg_otlp **out)
     pthread_condattr_destroy(&ca);
     if (pthread_create(&o->thread, NULL, otlp_main, o) != 0) {
         LG_ERROR("tracing: cannot start the exporter's thread");
-        pthread_mutex_destroy(&o->lock);
-        pthread_cond_destroy(&o->wake);
-        free(o->slots);
-        free(o->service);
-        free(o->extra);
-        free(o);
+        otlp_free(o);
         return LG_ERR;
     }
     *out = o;
@@ -525,10 +532,5 @@ lg_otlp_stop(struct lg_otlp *o)
     pthread_cond_signal(&o->wake);
     pthread_mutex_unlock(&o->lock);
     pthread_join(o->thread, NULL);
-    pthread_mutex_destroy(&o->lock);
-    pthread_cond_destroy(&o->wake);
-    free(o->slots);
-    free(o->service);
-    free(o->extra);
-    free(o);
+    otlp_free(o);
 }
