@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "base/cpus.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -31,15 +32,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len;
     int rc;
 
-    if (size == 0) {
-        return 0;
-    }
-    len = size - 1;
-    text = malloc(len ? len : 1); /* exactly len bytes: ASan sees a read past them */
+    text = fuzz_input_rest(data, size, &len);
     if (text == NULL) {
         return 0;
     }
-    memcpy(text, data + 1, len);
     switch (data[0] % 5) {
     case 0:
         if (lg_cpus_parse_cpu_max(text, len, &q) == LG_OK) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "http/tracectx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,15 +22,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *text, out[LG_TRACEPARENT_LEN];
     size_t len;
 
-    if (size == 0) {
-        return 0;
-    }
-    len = size - 1;
-    text = malloc(len ? len : 1); /* exactly len bytes: ASan sees a read past them */
+    text = fuzz_input_rest(data, size, &len);
     if (text == NULL) {
         return 0;
     }
-    memcpy(text, data + 1, len);
     if ((data[0] & 1) == 0) {
         if (lg_tracectx_parse(text, len, &tc) == LG_OK) {
             bool zero = true;
