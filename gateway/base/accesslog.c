@@ -3,9 +3,14 @@
  *
  * Owns: the log file descriptor, one struct lg_alog_buf per worker (each an
  * evbuffer guarded by its own mutex), and the writer thread.
- * Invariant: workers only append under their buffer's lock; only the writer
- * thread touches the file descriptor, and it never waits on a stream (pipe,
- * socket, terminal) for longer than ALOG_STALL_MS at a time.
+ * Invariant: workers only append under their buffer's lock; the descriptor is
+ * written under the log's wlock alone: by the writer thread, and by a worker
+ * whose full buffer goes to a regular file (alog_direct: one writev of its
+ * buffer, as nginx's `buffer=64k`, no wake-up of the writer). The writer never
+ * waits on a stream (pipe, socket, terminal) for longer than ALOG_STALL_MS at
+ * a time; a worker never writes to a stream, nor waits for the wlock.
+ * Lock order: wlock, then a buffer's lock (a worker holding its buffer's lock
+ * only tries the wlock).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,13 +40,16 @@ struct lg_alog_buf {
     pthread_mutex_t lock;
     struct evbuffer *buf;          /* owned: lines not yet written */
     size_t room;                   /* bytes free for certain at buf's end (0: unknown) */
+    bool signalled;                /* the writer was woken for this buffer and has not taken it */
     struct lg_accesslog *log;      /* borrowed */
 };
 
 struct lg_accesslog {
     char *path;                    /* "-" = stdout; the writer's: the file in use */
-    int fd;
-    bool stream;                   /* the writer's: fd is no regular file (see alog_write) */
+    int fd;                        /* under wlock */
+    bool stream;                   /* under wlock: fd is no regular file (see alog_write) */
+    bool direct;                   /* atomic: workers may write their full buffers to fd */
+    pthread_mutex_t wlock;         /* guards fd, stream and writes to fd */
     uint64_t flush_ms;             /* atomic; 0: a flush after every line */
     size_t buffer_bytes;           /* atomic */
     char *asked_path;              /* the path last asked for (lg_accesslog_update's caller) */
@@ -51,9 +59,10 @@ struct lg_accesslog {
     unsigned nbufs;
     struct lg_alog_buf *bufs;      /* owned [nbufs] */
     pthread_t thread;
-    pthread_mutex_t lock;          /* guards stop and the condition */
+    pthread_mutex_t lock;          /* guards stop, kick and the condition */
     pthread_cond_t cond;
     bool stop;
+    bool kick;                     /* a worker asked for a flush before the timer's */
     int reopen;                    /* atomic: set by SIGUSR1 */
     uint64_t dropped;              /* atomic: lines */
     uint64_t warn_ns;              /* the writer's: rate limit of its error messages */
@@ -165,9 +174,14 @@ alog_write(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
     }
 }
 
-/* Moves the workers' lines into tmp (while its backlog allows) and writes them out. */
+/*
+ * Moves the workers' lines into tmp (while its backlog allows) and writes them
+ * out; the caller holds wlock. Workers write their full buffers themselves
+ * only while tmp is empty after a flush and fd is a regular file: a line never
+ * overtakes an older one of its worker still in tmp.
+ */
 static void
-alog_flush(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
+alog_flush_locked(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
 {
     size_t backlog = ALOG_BACKLOG * __atomic_load_n(&log->buffer_bytes, __ATOMIC_RELAXED);
 
@@ -177,9 +191,20 @@ alog_flush(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
         pthread_mutex_lock(&b->lock);
         evbuffer_add_buffer(tmp, b->buf);
         b->room = 0; /* its chains went with the lines */
+        b->signalled = false;
         pthread_mutex_unlock(&b->lock);
     }
     alog_write(log, tmp, wait_ms);
+    __atomic_store_n(&log->direct, !log->stream && evbuffer_get_length(tmp) == 0,
+                     __ATOMIC_RELAXED);
+}
+
+static void
+alog_flush(struct lg_accesslog *log, struct evbuffer *tmp, int wait_ms)
+{
+    pthread_mutex_lock(&log->wlock);
+    alog_flush_locked(log, tmp, wait_ms);
+    pthread_mutex_unlock(&log->wlock);
 }
 
 /* At exit: writes what is left, waiting for a stalled reader once; drops the rest. */
@@ -189,7 +214,7 @@ alog_flush_last(struct lg_accesslog *log, struct evbuffer *tmp)
     for (;;) {
         bool more = false;
 
-        alog_flush(log, tmp, ALOG_STALL_MS);
+        alog_flush(log, tmp, ALOG_STALL_MS); /* the workers have stopped: no direct writes */
         for (unsigned i = 0; i < log->nbufs; i++) {
             more |= evbuffer_get_length(log->bufs[i].buf) > 0; /* the workers have stopped */
         }
@@ -211,10 +236,13 @@ alog_flush_last(struct lg_accesslog *log, struct evbuffer *tmp)
 static void
 alog_switch(struct lg_accesslog *log, struct evbuffer *tmp, int fd, bool stream)
 {
-    alog_flush(log, tmp, ALOG_STALL_MS); /* lines so far belong to the old file */
+    pthread_mutex_lock(&log->wlock);
+    alog_flush_locked(log, tmp, ALOG_STALL_MS); /* lines so far belong to the old file */
     close(log->fd);
     log->fd = fd;
     log->stream = stream;
+    __atomic_store_n(&log->direct, !stream && evbuffer_get_length(tmp) == 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&log->wlock);
 }
 
 static void *
@@ -233,16 +261,17 @@ alog_writer(void *arg)
         char *next_path;
 
         if (flush_ms == 0) {
-            flush_ms = 100; /* each line wakes the writer; this is the backstop */
+            flush_ms = 100; /* each line is written or wakes the writer; the backstop */
         }
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)((flush_ms % 1000) * 1000000);
         ts.tv_sec += (time_t)(flush_ms / 1000) + ts.tv_nsec / 1000000000;
         ts.tv_nsec %= 1000000000;
         pthread_mutex_lock(&log->lock);
-        if (!log->stop && log->next_fd < 0) {
+        if (!log->stop && log->next_fd < 0 && !log->kick) {
             pthread_cond_timedwait(&log->cond, &log->lock, &ts);
         }
+        log->kick = false;
         stop = log->stop;
         next_fd = log->next_fd;
         next_stream = log->next_stream;
@@ -320,6 +349,8 @@ lg_accesslog_open(const struct lg_access_log_conf *conf, unsigned nworkers,
         log->bufs[i].buf = evbuffer_new();
         log->bufs[i].log = log;
     }
+    log->direct = !log->stream;
+    pthread_mutex_init(&log->wlock, NULL);
     pthread_mutex_init(&log->lock, NULL);
     pthread_cond_init(&log->cond, NULL);
     if (pthread_create(&log->thread, NULL, alog_writer, log) != 0) {
@@ -357,6 +388,7 @@ lg_accesslog_close(struct lg_accesslog *log)
     free(log->asked_path);
     pthread_cond_destroy(&log->cond);
     pthread_mutex_destroy(&log->lock);
+    pthread_mutex_destroy(&log->wlock);
     free(log->path);
     free(log);
 }
@@ -432,10 +464,45 @@ alog_add(struct lg_alog_buf *buf, const char *line, size_t n, size_t limit)
     buf->room = buf->room >= n ? buf->room - n : 0;
 }
 
+/*
+ * A worker's full buffer written by the worker itself, to a regular file:
+ * one writev of its chains (a page-cache copy), where waking the writer
+ * would cost two context switches and a futex or more (the writer and the
+ * worker often share a CPU). Only when the writer is not writing (the wlock
+ * is free) and fd allows it (alog_flush_locked); what a write leaves (a full
+ * disk, an error) stays for the writer, whose errors are the log's. Caller
+ * holds buf's lock. True: the buffer was emptied.
+ */
+static bool
+alog_direct(struct lg_alog_buf *buf)
+{
+    struct lg_accesslog *log = buf->log;
+    bool done = false;
+
+    if (!__atomic_load_n(&log->direct, __ATOMIC_RELAXED)
+        || pthread_mutex_trylock(&log->wlock) != 0) {
+        return false;
+    }
+    if (__atomic_load_n(&log->direct, __ATOMIC_RELAXED)) {
+        while (evbuffer_get_length(buf->buf) > 0) {
+            int k = evbuffer_write(buf->buf, log->fd);
+
+            if (k <= 0 && !(k < 0 && errno == EINTR)) {
+                break;
+            }
+        }
+        done = evbuffer_get_length(buf->buf) == 0;
+        buf->room = 0; /* its chains went with the lines */
+    }
+    pthread_mutex_unlock(&log->wlock);
+    return done;
+}
+
 void
 lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n)
 {
     size_t limit;
+    bool wake = false;
 
     pthread_mutex_lock(&buf->lock);
     limit = __atomic_load_n(&buf->log->buffer_bytes, __ATOMIC_RELAXED);
@@ -444,9 +511,18 @@ lg_accesslog_append(struct lg_alog_buf *buf, const char *line, size_t n)
     } else {
         __atomic_fetch_add(&buf->log->dropped, 1, __ATOMIC_RELAXED);
     }
-    if (evbuffer_get_length(buf->buf) >= limit
-        || __atomic_load_n(&buf->log->flush_ms, __ATOMIC_RELAXED) == 0) {
-        pthread_cond_signal(&buf->log->cond); /* flush early */
+    if ((evbuffer_get_length(buf->buf) >= limit
+         || __atomic_load_n(&buf->log->flush_ms, __ATOMIC_RELAXED) == 0)
+        && !alog_direct(buf) && !buf->signalled) {
+        buf->signalled = true; /* once until the writer takes the buffer */
+        wake = true;
     }
     pthread_mutex_unlock(&buf->lock);
+    if (wake) {
+        /* outside the buffer's lock: the writer, woken on this CPU, would wait for it */
+        pthread_mutex_lock(&buf->log->lock);
+        buf->log->kick = true;
+        pthread_cond_signal(&buf->log->cond); /* flush early */
+        pthread_mutex_unlock(&buf->log->lock);
+    }
 }

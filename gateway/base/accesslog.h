@@ -3,8 +3,11 @@
  *
  * Workers format the line on their loop (serve/record.c) into their own
  * buffer (a mutex that only the writer thread contends); a writer thread
- * flushes every buffer on a timer, or early when one fills, so no event loop
- * ever waits on the disk or on standard output (the default: "-"). The writer
+ * flushes every buffer on a timer. A buffer that fills goes out early: to a
+ * regular file, written by its worker at once (one writev into the page
+ * cache, as nginx's `buffer`; not while the writer is writing); otherwise the
+ * worker wakes the writer, so no event loop ever waits on standard output
+ * (the default: "-") or on the writer. The writer
  * itself never blocks on a stream for long: it writes whole lines as its
  * reader makes room, so a stalled or closed stdout costs dropped lines, never
  * a stalled worker or a hung exit. SIGUSR1 reopens the file (logrotate). If

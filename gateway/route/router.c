@@ -441,10 +441,9 @@ router_put2(char *p, unsigned v)
  * counted first (no copy through a scratch array).
  */
 static inline char *
-router_dec_put(char *p, uint64_t milli)
+router_int_put(char *p, uint64_t whole)
 {
-    uint64_t whole = milli / 1000, t;
-    unsigned frac = (unsigned)(milli % 1000);
+    uint64_t t;
     size_t nd;
     char *e;
 
@@ -470,7 +469,15 @@ router_dec_put(char *p, uint64_t milli)
     } else {
         e[-1] = (char)('0' + whole);
     }
-    p += nd;
+    return p + nd;
+}
+
+static inline char *
+router_dec_put(char *p, uint64_t milli)
+{
+    unsigned frac = (unsigned)(milli % 1000);
+
+    p = router_int_put(p, milli / 1000);
     if (frac != 0) {
         p[0] = '.';
         router_put2(p + 1, frac / 10);
@@ -545,9 +552,60 @@ router_dec_round(struct router_buf *o, double v, double scale, uint64_t per)
     router_dec_milli(o, t < 0, (uint64_t)fabs(t) * per);
 }
 
+
+/*
+ * ,"key":v rounded to 1 / scale (1, 10, 100 or 1000: a constant where
+ * inlined), the same text as router_raw and router_dec_round: t, the
+ * rounded v * scale, is written as t / scale and, unless zero, "." and
+ * t % scale's digits without their trailing zeros. The key and the number
+ * go in place under one bound check; what could not fit (or |t| >= 1e12,
+ * or not finite) takes router_dec_round's way.
+ */
+static inline __attribute__((always_inline)) void
+router_put_round(struct router_buf *o, const char *key, size_t klen, double v, unsigned scale)
+{
+    double t = router_round(v * scale);
+    uint64_t u;
+    unsigned f;
+    char *p;
+
+    if (o->full || o->cap - o->len <= klen + 32 || !(fabs(t) < 1e12)) {
+        router_raw(o, key, klen);
+        router_dec_round(o, v, scale, 1000 / scale);
+        return;
+    }
+    p = o->p + o->len;
+    memcpy(p, key, klen);
+    p += klen;
+    if (t < 0) {
+        *p++ = '-';
+    }
+    u = (uint64_t)fabs(t);
+    p = router_int_put(p, u / scale);
+    f = (unsigned)(u % scale);
+    if (f != 0) {
+        *p++ = '.';
+        if (scale == 10) {
+            *p++ = (char)('0' + f);
+        } else if (scale == 100) {
+            router_put2(p, f);
+            p += p[1] != '0' ? 2 : 1;
+        } else if (scale == 1000) {
+            router_put2(p, f / 10);
+            p[2] = (char)('0' + f % 10);
+            p += p[2] != '0' ? 3 : p[1] != '0' ? 2 : 1;
+        }
+    }
+    o->len = (size_t)(p - o->p);
+}
+
 static inline void
 router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 {
+    if (v >= 0 && v < 1e9) { /* router_dec's text (which writes -0 for a tiny negative) */
+        router_put_round(o, pre, n, v, 1000);
+        return;
+    }
     router_raw(o, pre, n);
     router_dec(o, v);
 }
@@ -556,12 +614,9 @@ router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 #define ROUTER_PUT_NUM(o, key, v) \
     router_put_num_pre((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v))
 
-/* ,"key":v rounded to 1 / scale (router_dec_round) */
-#define ROUTER_PUT_ROUND(o, key, v, scale)                                           \
-    do {                                                                             \
-        router_raw((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1);                \
-        router_dec_round((o), (v), (scale), (uint64_t)(1000 / (scale)));             \
-    } while (0)
+/* ,"key":v rounded to 1 / scale (router_put_round) */
+#define ROUTER_PUT_ROUND(o, key, v, scale) \
+    router_put_round((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (v), (scale))
 
 /* A request's TTFT there by the engine model (wait_ms >= 0): the wait for
  * a step to admit it, and its own prefill. */

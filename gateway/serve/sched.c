@@ -197,6 +197,7 @@ sched_flow(struct lg_sched *s, struct lg_tenant *tenant, int cls)
     f->tenant = tenant;
     f->cls = (uint8_t)cls;
     if (tenant != NULL) {
+        lg_sched_key(tenant); /* its first flow: a heap reads the key from now on */
         f->tnext = tenant->flows;
         if (f->tnext != NULL) {
             f->tnext->tprev = &f->tnext;
@@ -310,6 +311,16 @@ lg_sched_service(const struct lg_tenant *tn, double now_s, double half_life_s)
     return tn->service * exp2(-(now_s - tn->service_t) / half_life_s);
 }
 
+double
+lg_sched_key(struct lg_tenant *tn)
+{
+    if (tn->key_h > 0) { /* as lg_sched_charge would have: the same operands */
+        tn->key = log2(tn->service) + tn->service_t / tn->key_h;
+        tn->key_h = 0;
+    }
+    return tn->key;
+}
+
 void
 lg_sched_charge(struct lg_tenant *tn, double tokens, double now_s, double half_life_s)
 {
@@ -318,6 +329,11 @@ lg_sched_charge(struct lg_tenant *tn, double tokens, double now_s, double half_l
     }
     tn->service = lg_sched_service(tn, now_s, half_life_s) + tokens;
     tn->service_t = now_s;
+    if (tn->flows == NULL) {
+        tn->key_h = half_life_s; /* nothing orders it now: its first flow computes it */
+        return;
+    }
+    tn->key_h = 0;
     /* every tenant decays alike: log2(service) + t / half-life orders them for good */
     tn->key = log2(tn->service) + now_s / half_life_s;
     for (struct lg_sched_flow *f = tn->flows; f != NULL; f = f->tnext) {

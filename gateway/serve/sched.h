@@ -74,5 +74,7 @@ uint32_t lg_sched_above(const struct lg_sched *s, int cls);
 void lg_sched_charge(struct lg_tenant *tn, double tokens, double now_s, double half_life_s);
 /* The tenant's attained service now (decayed). */
 double lg_sched_service(const struct lg_tenant *tn, double now_s, double half_life_s);
+/* The key that orders the tenant's flows (struct lg_tenant's key), computed if not yet. */
+double lg_sched_key(struct lg_tenant *tn);
 
 #endif /* LG_SCHED_H */

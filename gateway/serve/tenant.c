@@ -28,7 +28,11 @@ struct lg_tenants {
     uint64_t expiry_ns;
     uint64_t swept_ns;              /* last sweep of idle tenants */
     struct lg_budget_limits budget; /* tenants.budget */
+    size_t anon_b;                  /* "anonymous"'s bucket, hashed once */
 };
+
+/* The tenant of a request with no tenant header and no key: one for all of them. */
+static const char tenant_anon[] = "anonymous";
 
 static const char *const class_names[LG_NCLASSES] = {
     [LG_CLASS_BATCH] = "batch",
@@ -123,6 +127,7 @@ lg_tenants_new(const struct lg_tenants_conf *conf)
     snprintf(t->other.name, sizeof(t->other.name), "other");
     t->other.service_t = 0;
     t->other.key = -INFINITY;
+    t->anon_b = lg_hash64(tenant_anon, sizeof(tenant_anon) - 1, LG_HASH64_INIT) % TENANT_BUCKETS;
     lg_tenants_configure(t, conf);
     return t;
 }
@@ -186,14 +191,12 @@ tenants_sweep(struct lg_tenants *t, uint64_t now, bool force)
     }
 }
 
-struct lg_tenant *
-lg_tenants_get(struct lg_tenants *t, const char *name, size_t len, uint64_t now_ns)
+/* The tenant of name (len bytes, at most LG_TENANT_NAME_MAX), in bucket b. */
+static struct lg_tenant *
+tenants_get_in(struct lg_tenants *t, const char *name, size_t len, size_t b, uint64_t now_ns)
 {
-    size_t b;
     struct lg_tenant *tn;
 
-    len = LG_MIN(len, (size_t)LG_TENANT_NAME_MAX);
-    b = lg_hash64(name, len, LG_HASH64_INIT) % TENANT_BUCKETS;
     pthread_mutex_lock(&t->lock);
     for (tn = t->buckets[b]; tn != NULL; tn = tn->next) {
         if (strlen(tn->name) == len && memcmp(tn->name, name, len) == 0) {
@@ -220,6 +223,14 @@ found:
     }
     pthread_mutex_unlock(&t->lock);
     return tn;
+}
+
+struct lg_tenant *
+lg_tenants_get(struct lg_tenants *t, const char *name, size_t len, uint64_t now_ns)
+{
+    len = LG_MIN(len, (size_t)LG_TENANT_NAME_MAX);
+    return tenants_get_in(t, name, len, lg_hash64(name, len, LG_HASH64_INIT) % TENANT_BUCKETS,
+                          now_ns);
 }
 
 /*
@@ -365,12 +376,10 @@ lg_tenant_resolve(struct lg_tenants *t, const struct lg_config *conf, const stru
     out->cls = (uint8_t)cls;
     out->ttft_target_ms = target;
     out->deadline_ns = target > 0 ? t_start + (uint64_t)target * LG_NS_PER_MS : 0;
-    if (tlen == 0) {
-        tname = "anonymous"; /* no header, no key: one tenant for all of them */
-        tlen = strlen(tname);
-    }
-    if (t != NULL) {
-        out->tenant = lg_tenants_get(t, tname, tlen, t_start); /* its last use: no clock read */
+    if (t != NULL) { /* its last use: the request's start, no clock read */
+        out->tenant = tlen == 0 ? tenants_get_in(t, tenant_anon, sizeof(tenant_anon) - 1,
+                                                 t->anon_b, t_start)
+                                : lg_tenants_get(t, tname, tlen, t_start);
     }
     return LG_OK;
 }

@@ -56,6 +56,8 @@ struct lg_tenant {
     double service_t;            /* when (seconds), for the half-life */
     double key;                  /* log2(service) + service_t / half-life: what orders
                                     tenants (their decay does not change its order) */
+    double key_h;                /* > 0: key is not computed yet, for this half-life
+                                    (lg_sched_key: only a tenant with flows needs it) */
     struct lg_sched_flow *flows; /* its flows with waiters */
     struct lg_budget *account;   /* its token budget's (tenants.budget), made on first use
                                     under the table's lock; NULL: none yet */

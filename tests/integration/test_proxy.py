@@ -524,6 +524,30 @@ class ProxyTest(Harness):
         self.assertEqual(len(read_log(path, 1)), 1)
         self.assertEqual(len(read_log(path + ".1", 1)), 1)
 
+    def test_access_log_full_buffers_go_out_before_the_timer_the_rest_at_exit(self):
+        """A file: a worker's full buffer (4 KiB, a few ~900-byte lines) is written at once,
+        long before the flush timer (1 min); what the buffers still hold at SIGTERM is
+        written on the way out; every line once, in its worker's order."""
+        ports = self.fleet(1)
+        path = self.path("access.log")
+        conf = self.base_config(
+            [{"name": "r1", "url": "http://127.0.0.1:%d" % ports[0], "models": ["m"]}],
+            access_log={"path": path, "buffer": "4KiB", "flush": "1m"},
+            health={"scrape_interval": 0, "interval": "1h"})
+        gwp, gw = self.start_gateway(conf)
+        ids = ["full-%03d" % i for i in range(61)]
+        for rid in ids:
+            status, _, _, _ = post_json(gw, "/v1/chat/completions", chat_body(),
+                                        headers={"X-Request-Id": rid})
+            self.assertEqual(status, 200)
+        early = read_log(path, 20, timeout=20 * harness.SLOW)
+        self.assertLess(len(early), len(ids) + 1)
+        gwp.signal(signal.SIGTERM)
+        self.assertEqual(gwp.wait(30 * harness.SLOW), 0)
+        got = [rec["id"] for rec in read_log(path, len(ids), timeout=1)]
+        self.assertEqual(sorted(got), ids)  # each once
+        self.assertEqual(got[:len(early)], [rec["id"] for rec in early])
+
     def test_access_log_on_stdout_by_default_and_off_with_false(self):
         (port,) = self.fleet(1)
         backends = [{"name": "r1", "url": "http://127.0.0.1:%d" % port, "models": ["m"]}]
