@@ -28,6 +28,8 @@ struct lg_route_req {
     uint32_t max_tokens;   /* 0 = not given */
     uint64_t prefix_hash;  /* hash of the first prefix_bytes of the prompt; 0 = none */
     uint64_t session_hash; /* hash of the session header's value; 0 = none */
+    uint8_t cls;           /* its priority class (enum lg_prio_class; 0, the lowest, counts
+                              every request there ahead of it) */
 };
 
 /* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */

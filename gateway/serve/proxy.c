@@ -357,6 +357,7 @@ proxy_start(struct lg_client *c)
     req->route.prompt_bytes = req->info.prompt_bytes;
     req->route.max_tokens = req->info.max_tokens > 0 ? (uint32_t)req->info.max_tokens : 0;
     req->route.prefix_hash = req->info.prefix_hash;
+    req->route.cls = req->sched.cls;
     req->route.session_hash = lg_router_reads_session(req->fleet->router)
                                   ? lg_session_hash(&conf->routing, &req->hdrs)
                                   : 0;

@@ -49,8 +49,8 @@ test_work_ahead_per_request(void)
     int s1, s2, s3;
 
     LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 0 && longest == 0);
-    s1 = lg_backend_due_add(b, t, 100, 0);
-    s2 = lg_backend_due_add(b, t, 40, 0); /* same hint: the next free slot */
+    s1 = lg_backend_due_add(b, t, 100, 0, 0);
+    s2 = lg_backend_due_add(b, t, 40, 0, 0); /* same hint: the next free slot */
     LG_CHECK(s1 >= 0 && s2 >= 0 && s1 != s2);
     LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 140 && longest == 100);
     /* 60 ms later: 40 left of the first; the second is overdue and has a
@@ -65,9 +65,9 @@ test_work_ahead_per_request(void)
     LG_CHECK(late_at(b, t + 60 * LG_NS_PER_MS) == 0); /* none pending */
     /* every slot taken: the next is not counted, and says so */
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
-        LG_CHECK(lg_backend_due_add(b, t, 1, (uint32_t)i * 7) >= 0);
+        LG_CHECK(lg_backend_due_add(b, t, 1, 0, (uint32_t)i * 7) >= 0);
     }
-    s3 = lg_backend_due_add(b, t, 1, 3);
+    s3 = lg_backend_due_add(b, t, 1, 0, 3);
     LG_CHECK(s3 == -1);
     LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL, NULL) == LG_BACKEND_DUE_SLOTS);
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
@@ -124,10 +124,10 @@ test_slot_ends(void)
     int s[4];
 
     LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == -1); /* nothing known */
-    s[0] = lg_backend_end_add(b, t + 300 * ms, 0);
-    s[1] = lg_backend_end_add(b, t + 100 * ms, 0);
-    s[2] = lg_backend_end_add(b, t + 200 * ms, 0);
-    s[3] = lg_backend_end_add(b, t - 50 * ms, 0); /* overdue: about to end */
+    s[0] = lg_backend_end_add(b, t + 300 * ms, 0, 0);
+    s[1] = lg_backend_end_add(b, t + 100 * ms, 0, 0);
+    s[2] = lg_backend_end_add(b, t + 200 * ms, 0, 0);
+    s[3] = lg_backend_end_add(b, t - 50 * ms, 0, 0); /* overdue: about to end */
     for (int i = 0; i < 4; i++) {
         LG_CHECK(s[i] >= 0);
     }
