@@ -562,7 +562,8 @@ ttft_formula(const struct ttft_state *s, const struct lg_backend_view *v, double
     double wait = s->wait_weight
                   * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
                                         v->inflight > 0 ? v->inflight_age_ms : -1);
-    double batch = s->batch_weight * v->itl_ms * LG_MIN(step_load, slots) / slots;
+    /* (step_load with the same margin for others' load as load) */
+    double batch = s->batch_weight * v->itl_ms * LG_MIN(step_load + load - v->load, slots) / slots;
 
     return service + wait + batch + s->ahead_weight * v->work_ahead_ms;
 }

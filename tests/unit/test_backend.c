@@ -149,6 +149,121 @@ test_slot_ends(void)
     return 0;
 }
 
+/*
+ * By class (an engine that preempts for priority): a request of class c
+ * counts ahead of it only ours of c and above, in flight, awaiting a first
+ * token with their work, and their ends for the slot it waits for.
+ */
+static int
+test_by_class(void)
+{
+    static const char two[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"p\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"], "
+        "\"priority_field\": \"vllm\", \"engine_priority\": \"preempt\"}]}";
+    struct lg_config *c2;
+    struct lg_fleet *f2;
+    struct lg_backend *b;
+    struct lg_backend_by_class k;
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    int due[4], ends[4];
+
+    LG_CHECK(lg_test_fleet_load(two, &c2, &f2) == 0);
+    b = f2->backends[0];
+    LG_CHECK(lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT);
+    /* two batch requests (long, 0.8 s awaiting their whole answer), one
+     * default and one interactive, each awaiting its first token */
+    for (int i = 0; i < 2; i++) {
+        lg_backend_class_add(b, LG_CLASS_BATCH, 1);
+        due[i] = lg_backend_due_add(b, t - 800 * ms, 100, LG_CLASS_BATCH, 0);
+        ends[i] = lg_backend_end_add(b, t + (uint64_t)(100 + 100 * i) * ms, LG_CLASS_BATCH, 0);
+    }
+    lg_backend_class_add(b, LG_CLASS_DEFAULT, 1);
+    due[2] = lg_backend_due_add(b, t, 80, LG_CLASS_DEFAULT, 0);
+    ends[2] = lg_backend_end_add(b, t + 900 * ms, LG_CLASS_DEFAULT, 0);
+    lg_backend_class_add(b, LG_CLASS_INTERACTIVE, 1);
+    due[3] = lg_backend_due_add(b, t, 30, LG_CLASS_INTERACTIVE, 0);
+    ends[3] = lg_backend_end_add(b, t + 600 * ms, LG_CLASS_INTERACTIVE, 0);
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(due[i] >= 0 && ends[i] >= 0);
+    }
+    /* batch counts everything: 2 x 800 / 4 overdue + 80 + 30 */
+    lg_backend_class_read(b, t, LG_CLASS_BATCH, 0, 10, &k);
+    LG_CHECK(k.inflight == 4 && k.pending == 4);
+    LG_CHECK(k.work_ahead_ms == 200 + 200 + 80 + 30);
+    LG_CHECK(fabs(k.pending_age_ms - 400) <= 1);
+    LG_CHECK(k.work_ahead_ms == lg_backend_work_ahead_ms(b, t, NULL, NULL));
+    /* interactive: only its own class (and system) */
+    lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
+    LG_CHECK(k.inflight == 1 && k.pending == 1 && k.work_ahead_ms == 30);
+    LG_CHECK(k.slot_wait_ms == 0); /* no capacity known: no wait told */
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 0, 10, &k);
+    LG_CHECK(k.inflight == 2 && k.pending == 2 && k.work_ahead_ms == 110);
+    lg_backend_class_read(b, t, LG_CLASS_SYSTEM, 0, 10, &k);
+    LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
+    /* two slots: the default request waits for the sooner end of the two of
+     * its class and above (the interactive one, 600 ms), not for batch's
+     * 100 ms (batch gives its slot up at once); with three slots it has one */
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 2, 10, &k);
+    LG_CHECK(fabs(k.slot_wait_ms - 600) <= 1);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 3, 10, &k);
+    LG_CHECK(k.slot_wait_ms == 0);
+    /* class-blind, the first end is batch's */
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 1, 10) - 100) <= 1);
+    /* a moved end keeps its class */
+    lg_backend_end_move(b, ends[3], t + 700 * ms);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 2, 10, &k);
+    LG_CHECK(fabs(k.slot_wait_ms - 700) <= 1);
+    for (int i = 0; i < 4; i++) {
+        lg_backend_due_del(b, due[i]);
+        lg_backend_end_del(b, ends[i]);
+    }
+    lg_backend_class_add(b, LG_CLASS_BATCH, -2);
+    lg_backend_class_add(b, LG_CLASS_DEFAULT, -1);
+    lg_backend_class_add(b, LG_CLASS_INTERACTIVE, -1);
+    lg_backend_class_read(b, t, LG_CLASS_BATCH, 0, 10, &k);
+    LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
+    return lg_test_fleet_free(c2, f2);
+}
+
+/*
+ * A whole (not streamed) answer's time teaches the TTFT fit only where no
+ * stream was timed there lately: a first token and every token after it
+ * would read as a replica many times slower than it is.
+ */
+static int
+test_whole_answer_teaches_only_without_streams(void)
+{
+    static const char one[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"w\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]}]}";
+    struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
+    struct lg_config *c2;
+    struct lg_fleet *f2;
+    struct lg_backend *b;
+    struct lg_backend_est e0, e1;
+
+    LG_CHECK(lg_test_fleet_load(one, &c2, &f2) == 0);
+    b = f2->backends[0];
+    /* no stream there: a whole answer is all it has to go by */
+    lg_backend_read_est(b, &e0);
+    lg_backend_note_done(b, &prior, 1024, 2000, 0, -1, 2000);
+    lg_backend_read_est(b, &e1);
+    LG_CHECK(e1.ttft.w > e0.ttft.w && e1.ttft.sy > e0.ttft.sy);
+    /* streams end there (their gaps between tokens timed, their first
+     * tokens taught the fit): whole answers teach it no more */
+    for (int i = 0; i < 3; i++) {
+        lg_backend_note_done(b, NULL, 1024, 0, 0, 15, 1000);
+    }
+    lg_backend_read_est(b, &e0);
+    lg_backend_note_done(b, &prior, 1024, 2000, 0, -1, 2000);
+    lg_backend_read_est(b, &e1);
+    LG_CHECK(e1.ttft.w == e0.ttft.w && e1.ttft.sy == e0.ttft.sy);
+    /* what whole answers measure honestly still counts: the slot's hold */
+    LG_CHECK(e1.hold.w > e0.hold.w);
+    return lg_test_fleet_free(c2, f2);
+}
+
 static double
 fixed_at(struct lg_backend *b, uint64_t now)
 {
@@ -678,6 +793,7 @@ test_view_reuse(void)
 }
 
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
+             test_by_class, test_whole_answer_teaches_only_without_streams,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, test_view_reuse,
