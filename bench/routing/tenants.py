@@ -93,7 +93,7 @@ def reserve_of(args, name, fleet):
         return args.reserve
     if name == "prio":
         slots = fleet.scen["sim"]["slots"]
-        return args.headroom / float(slots + args.headroom) - 1e-9
+        return max(0.0, args.headroom / float(slots + args.headroom) - 1e-9)
     return 0.0
 
 

@@ -330,6 +330,21 @@ lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta)
     lg_backend_touch(b);
 }
 
+uint32_t
+lg_backend_inflight_from(const struct lg_backend *b, unsigned cls)
+{
+    uint32_t n = 0;
+
+    if (cls == 0 || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
+        return lg_backend_inflight(b);
+    }
+    for (size_t k = LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1);
+         k < LG_ARRAY_SIZE(b->inflight_cls); k++) {
+        n += __atomic_load_n(&b->inflight_cls[k], __ATOMIC_RELAXED);
+    }
+    return n;
+}
+
 void
 lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls, double capacity,
                       double gap_ms, struct lg_backend_by_class *out)

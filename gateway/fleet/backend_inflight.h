@@ -94,6 +94,10 @@ struct lg_backend_by_class {
     double slot_wait_ms;
 };
 void lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta);
+/* What max_inflight bounds for a request of class cls: on a backend whose
+ * engine preempts for priority, ours there of cls and above (a lower
+ * class's give their slots up to it); elsewhere every request of ours. */
+uint32_t lg_backend_inflight_from(const struct lg_backend *b, unsigned cls);
 void lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
                            double capacity, double gap_ms, struct lg_backend_by_class *out);
 

@@ -289,7 +289,7 @@ lg_router_reads_session(const struct lg_router *r)
 
 static bool
 router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried *tried,
-                    uint64_t now)
+                    uint64_t now, unsigned cls)
 {
     if (lg_tried_has(tried, i)) {
         return false;
@@ -299,11 +299,12 @@ router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried 
     }
     uint32_t max = lg_backend_conf(b)->max_inflight;
 
-    return max == 0 || lg_backend_inflight(b) < max;
+    return max == 0 || lg_backend_inflight_from(b, cls) < max;
 }
 
 bool
-lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried)
+lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried,
+                        unsigned cls)
 {
     uint64_t now = lg_now_ns();
 
@@ -311,7 +312,7 @@ lg_router_has_candidate(const struct lg_model_route *route, const struct lg_trie
         return false;
     }
     for (size_t i = 0; i < route->n; i++) {
-        if (router_is_candidate(route->backends[i], i, tried, now)) {
+        if (router_is_candidate(route->backends[i], i, tried, now, cls)) {
             return true;
         }
     }
@@ -1112,7 +1113,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         }
         uint32_t max = lg_backend_conf(b)->max_inflight;
 
-        if (max != 0 && lg_backend_inflight(b) >= max) {
+        if (max != 0 && lg_backend_inflight_from(b, req->cls) >= max) {
             nfull++;
             continue;
         }

@@ -105,8 +105,10 @@ int lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
                    const struct lg_route_req *req, const struct lg_tried *tried,
                    struct lg_route_result *out);
 
-/* Is any backend of route still a candidate (available, not tried)? */
-bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried);
+/* Is any backend of route still a candidate (available, not tried, under
+ * its max_inflight for a request of class cls: lg_backend_inflight_from())? */
+bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried,
+                             unsigned cls);
 
 /*
  * Tells the stages that have on_result how an attempt on b ended (status 0:

@@ -201,6 +201,16 @@ test_by_class(void)
     LG_CHECK(k.inflight == 2 && k.pending == 2 && k.work_ahead_ms == 110);
     lg_backend_class_read(b, t, LG_CLASS_SYSTEM, 0, 10, &k);
     LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
+    /* max_inflight there bounds a class and those above it; the lowest
+     * class, every request (and elsewhere every class) */
+    lg_backend_inflight_add(b, 4);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_INTERACTIVE) == 1);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_DEFAULT) == 2);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_BATCH) == 4);
+    lg_backend_inflight_add(fleet->backends[0], 3);
+    LG_CHECK(lg_backend_inflight_from(fleet->backends[0], LG_CLASS_INTERACTIVE) == 3);
+    lg_backend_inflight_add(fleet->backends[0], -3);
+    lg_backend_inflight_add(b, -4);
     /* two slots: the default request waits for the sooner end of the two of
      * its class and above (the interactive one, 600 ms), not for batch's
      * 100 ms (batch gives its slot up at once); with three slots it has one */
