@@ -177,7 +177,9 @@ class SchedTest(Harness):
         self.assertGreaterEqual(sim_state(self.sims[0])["preempted"], 1)
         log = self.log(3)
         inter = [r for r in log if r["class"] == "interactive"][0]
-        self.assertIsNone(inter["queue_wait"])  # never waited in the gateway
+        # it found room at once: at most a pass through the queue (batch-2 waits
+        # there, and a higher class goes first)
+        self.assertLess(inter["queue_wait"] or 0, 100, inter)
         batch = [r for r in log if r["class"] == "batch"]
         self.assertTrue(any(r["queue_wait"] is not None for r in batch), batch)
 
