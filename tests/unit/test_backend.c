@@ -434,6 +434,29 @@ test_kept_backend_takes_new_settings(void)
     before = lg_backend_conf(b);
     lg_fleet_adopt(f1);
     LG_CHECK(lg_backend_conf(b) == before);
+    /* the class to the engine, and what it does with it: new settings too */
+    {
+        static const char prio_text[] =
+            "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+            "[{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\", \"m2\"],"
+            "  \"weight\": 7, \"max_inflight\": 3, \"metrics_path\": \"/stats\", "
+            "  \"api_key\": \"k\", \"priority_field\": \"vllm\", \"engine_priority\": \"preempt\"}]}";
+        struct lg_config *c2;
+        struct lg_fleet *f2;
+
+        memset(&errs, 0, sizeof(errs));
+        LG_CHECK(lg_config_load_buffer(prio_text, sizeof(prio_text) - 1, "t.json", &c2, &errs)
+                 == LG_OK);
+        lg_config_errors_free(&errs);
+        LG_CHECK(lg_router_fleet_new(c2, 1, f1, &f2) == LG_OK);
+        LG_CHECK(f2->backends[0] == b);
+        lg_fleet_adopt(f2);
+        LG_CHECK(lg_backend_conf(b) != before);
+        LG_CHECK(lg_backend_conf(b)->priority_field == LG_PRIORITY_FIELD_VLLM
+                 && lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT);
+        lg_fleet_unref(f2);
+        lg_config_unref(c2);
+    }
     lg_fleet_unref(f0);
     lg_config_unref(c0);
     /* https verified otherwise: another backend (its client context is made once) */
