@@ -2,8 +2,9 @@
  * backend_inflight.c: this gateway's requests on each backend, one by one:
  * how many and how old, when each should have its first token and its end,
  * the sequences the engine model runs (ours, and the peers' that health.c
- * publishes), the pace of its streams, and the model itself; and the count
- * of changes that peers waiting for news compare.
+ * publishes), the pace of its streams, and the model itself; the same by
+ * class where the engine preempts for priority; and the count of changes
+ * that peers waiting for news compare.
  *
  * Owns nothing: the slots are fields of struct lg_backend (backend.h).
  * Invariant: every slot is a relaxed atomic word, claimed with a
@@ -201,7 +202,7 @@ lg_backend_due_del(struct lg_backend *b, int slot)
 }
 
 /* What is left of a due word's prediction at now (ms on the ages clock),
- * and its age (backend_work_ahead). */
+ * and its age (lg_backend_work_ahead_ms(), lg_backend_class_read()). */
 static uint64_t
 due_left(uint64_t w, uint64_t now, uint64_t *service_out, uint64_t *age_out)
 {
@@ -240,7 +241,6 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
     }
     return (double)sum;
 }
-
 
 int
 lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, unsigned cls, uint32_t hint)
