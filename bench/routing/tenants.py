@@ -43,12 +43,14 @@ requests, with its ratio to alone's pooled p99 and batch's answers over
 what the others leave (the capacity less interactive's and the agent's
 rates, for the rounds' arrivals). In prio the backends get
 engine_priority --engine-priority ("preempt": the router counts ahead of a
-request only ours of its class and above there; "none": every request).
+request only ours of its class and above there; "none": every request), and
+--batch-slots (default: all of an engine's slots) is how many of them batch
+may fill, its reserve leaving the rest and the headroom to the others.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
                            [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
-                           [--engine-priority preempt] [--real] [--out DIR]
+                           [--engine-priority preempt] [--batch-slots 16] [--real] [--out DIR]
 """
 
 import argparse
@@ -93,7 +95,8 @@ def reserve_of(args, name, fleet):
         return args.reserve
     if name == "prio":
         slots = fleet.scen["sim"]["slots"]
-        return max(0.0, args.headroom / float(slots + args.headroom) - 1e-9)
+        held = slots if args.batch_slots is None else args.batch_slots
+        return max(0.0, (slots + args.headroom - held) / float(slots + args.headroom) - 1e-9)
     return 0.0
 
 
@@ -391,6 +394,10 @@ def main():
                          "\"real\" (tools/realengine) instead of llmsim")
     ap.add_argument("--headroom", type=int, default=8,
                     help="prio: requests a backend may hold above its engine's slots")
+    ap.add_argument("--batch-slots", type=int, default=None,
+                    help="prio: how many of an engine's slots batch may fill (its reserve "
+                         "leaves the rest and the headroom to the higher classes); "
+                         "default all of them")
     ap.add_argument("--engine-priority", default="preempt", choices=("none", "preempt"),
                     help="prio: the backends' engine_priority (what the router counts ahead)")
     ap.add_argument("--out", default=os.path.join("bench", "out",
