@@ -193,10 +193,10 @@ bench_state(struct lg_backend *b, size_t i, const struct lg_est_prior *prior, ui
 
         lg_backend_inflight_add(b, 1);
         if (k % 3 == 0 && lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, t)) {
-            (void)lg_backend_due_add(b, t, speed * 150, (uint32_t)(t >> 10));
+            (void)lg_backend_due_add(b, t, speed * 150, 0, (uint32_t)(t >> 10));
         }
         (void)lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, t);
-        (void)lg_backend_end_add(b, now + (uint64_t)(k + 1) * 700 * LG_NS_PER_MS,
+        (void)lg_backend_end_add(b, now + (uint64_t)(k + 1) * 700 * LG_NS_PER_MS, 0,
                                  (uint32_t)(t >> 10));
         (void)lg_backend_seq_add(b, t, bytes, 200 + 40 * k, (uint32_t)(t >> 10));
     }

@@ -36,10 +36,21 @@ llama.cpp one instead (scenario "real": tools/realengine, r1 Q8_0 and r2 F32,
 requests/s measured there, its prompts and answers that scenario's
 (prio is not run: llama.cpp does not schedule by priority).
 
+With --rounds N the whole list runs N times (each round in roundK/ of the
+output folder), and a pooled table follows the rounds': each run's requests
+of all rounds together, so that the interactive p99 rests on ~1000
+requests, with its ratio to alone's pooled p99 and batch's answers over
+what the others leave (the capacity less interactive's and the agent's
+rates, for the rounds' arrivals). In prio the backends get
+engine_priority --engine-priority ("preempt": the router counts ahead of a
+request only ours of its class and above there; "none": every request), and
+--batch-slots (default: all of an engine's slots) is how many of them batch
+may fill, its reserve leaving the rest and the headroom to the others.
+
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
-                           [--reserve 0.25] [--headroom 8] [--policy ttft] [--real]
-                           [--out DIR]
+                           [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
+                           [--engine-priority preempt] [--batch-slots 16] [--real] [--out DIR]
 """
 
 import argparse
@@ -84,7 +95,8 @@ def reserve_of(args, name, fleet):
         return args.reserve
     if name == "prio":
         slots = fleet.scen["sim"]["slots"]
-        return args.headroom / float(slots + args.headroom) - 1e-9
+        held = slots if args.batch_slots is None else args.batch_slots
+        return max(0.0, (slots + args.headroom - held) / float(slots + args.headroom) - 1e-9)
     return 0.0
 
 
@@ -100,10 +112,11 @@ class Fleet(P.Fleet):
     hold `headroom` more than its slots, so that a higher class reaches an
     engine whose slots are all taken and takes one."""
 
-    def __init__(self, *a, prio=False, headroom=0, **kw):
+    def __init__(self, *a, prio=False, headroom=0, engine_priority="preempt", **kw):
         super().__init__(*a, **kw)
         self.prio = prio
         self.headroom = headroom if prio else 0
+        self.engine_priority = engine_priority
 
     def replica_args(self, i):
         argv = super().replica_args(i)
@@ -117,6 +130,7 @@ class Fleet(P.Fleet):
             b["max_inflight"] = self.scen["sim"]["slots"] + self.headroom
             if self.prio:
                 b["priority_field"] = "vllm"
+                b["engine_priority"] = self.engine_priority
         return out
 
 
@@ -239,8 +253,8 @@ class Proxy:
             p.stop()
 
 
-def run_one(args, name, tenants, fair):
-    rundir = os.path.join(args.out, name)
+def run_one(args, name, tenants, fair, out_dir):
+    rundir = os.path.join(out_dir, name)
     os.makedirs(rundir, exist_ok=True)
     if args.real:
         if name == "prio":
@@ -253,7 +267,7 @@ def run_one(args, name, tenants, fair):
         prompt, max_tokens = S.PROMPT, S.MAX_TOKENS
         cap = S.capacity_rps(scen["sim"], scen["speeds"], prompt, max_tokens)
         fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio",
-                      headroom=args.headroom)
+                      headroom=args.headroom, engine_priority=args.engine_priority)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
@@ -289,8 +303,9 @@ def run_one(args, name, tenants, fair):
            "preempted": sum(e.get("preempted", 0) for e in engines),
            "engine_completed": sum(e.get("completed", 0) for e in engines)}
     for n, share, _, target, _, _ in tenants:
-        out[n] = summarize(os.path.join(rundir, n + ".jsonl"), target)
+        out[n] = summarize([os.path.join(rundir, n + ".jsonl")], target)
         out[n]["rate_rps"] = share * cap
+        out[n]["log"] = os.path.join(rundir, n + ".jsonl")
     return out
 
 
@@ -301,8 +316,8 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def summarize(path, target):
-    recs = [json.loads(line) for line in open(path)]
+def summarize(paths, target):
+    recs = [json.loads(line) for path in paths for line in open(path)]
     ok = [r for r in recs if r["status"] == 200 and r["error"] is None]
     ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
     good = [r for r in ok if target is None or (r["ttft_ms"] is not None and r["ttft_ms"] <= target)]
@@ -322,41 +337,7 @@ def fmt(v, d=0):
     return "-" if v is None else ("%.*f" % (d, v))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--duration", type=int, default=40)
-    ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--runs", default="alone,fifo,classes")
-    ap.add_argument("--reserve", type=float, default=0.25)
-    ap.add_argument("--policy", default="ttft", help="llmgate's routing policy")
-    ap.add_argument("--real", action="store_true",
-                    help="the real llama.cpp fleet of the routing benchmark's scenario "
-                         "\"real\" (tools/realengine) instead of llmsim")
-    ap.add_argument("--headroom", type=int, default=8,
-                    help="prio: requests a backend may hold above its engine's slots")
-    ap.add_argument("--out", default=os.path.join("bench", "out",
-                                                  "tenants-%d" % int(time.time())))
-    args = ap.parse_args()
-    args.build = os.path.abspath(args.build)
-    os.makedirs(args.out, exist_ok=True)
-    report = {}
-    for run in args.runs.split(","):
-        tenants = TENANTS[:1] if run == "alone" else TENANTS
-        try:
-            report[run] = run_one(args, run, tenants, fair=run != "fifo")
-        except P.Unavailable as e:
-            print("%s: not run (%s)" % (run, e), file=sys.stderr)
-    with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    if args.real:
-        print("real llama.cpp fleet (tools/realengine: r1 Q8_0, r2 F32, 4 sequences each), "
-              "capacity %.1f req/s as measured for scenario real; %d s of arrivals per run"
-              % (S.REAL_CAPACITY_RPS, args.duration))
-    else:
-        print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
-              "(llmsim figures, simulated engines)" % (
-                  args.replicas, next(iter(report.values()))["capacity_rps"], args.duration))
+def print_table(report):
     print("%-8s %-12s %7s %6s %6s %7s %9s %9s %8s %9s" % (
         "run", "tenant", "rate/s", "sent", "ok", "not ok", "p50 ttft", "p99 ttft", "goodput",
         "tokens"))
@@ -373,6 +354,101 @@ def main():
         if r.get("preempted"):
             print("%s: the engines preempted %d times (%d answers completed)" % (
                 run, r["preempted"], r["engine_completed"]))
+
+
+def pooled(rounds):
+    """Per run and tenant, the rounds' requests together: p50 / p99 over all of
+    them (a p99 over ~1000 interactive requests instead of ~300), and the
+    interactive p99 over alone's pooled p99."""
+    out = {}
+    for run in rounds[0]:
+        runs = [r[run] for r in rounds if run in r]
+        out[run] = {"rounds": len(runs),
+                    "preempted": sum(r.get("preempted", 0) for r in runs),
+                    "engine_completed": sum(r.get("engine_completed", 0) for r in runs)}
+        for n, share, _, target, _, _ in TENANTS:
+            if n not in runs[0]:
+                continue
+            t = summarize([r[n]["log"] for r in runs], target)
+            t["rate_rps"] = runs[0][n]["rate_rps"]
+            out[run][n] = t
+    alone = out.get("alone", {}).get("interactive", {}).get("ttft_p99_ms")
+    for run, r in out.items():
+        if "interactive" in r and alone:
+            r["interactive"]["p99_over_alone"] = r["interactive"]["ttft_p99_ms"] / alone
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--duration", type=int, default=40)
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--runs", default="alone,fifo,classes")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole list this many times, and pool each run's requests")
+    ap.add_argument("--reserve", type=float, default=0.25)
+    ap.add_argument("--policy", default="ttft", help="llmgate's routing policy")
+    ap.add_argument("--real", action="store_true",
+                    help="the real llama.cpp fleet of the routing benchmark's scenario "
+                         "\"real\" (tools/realengine) instead of llmsim")
+    ap.add_argument("--headroom", type=int, default=8,
+                    help="prio: requests a backend may hold above its engine's slots")
+    ap.add_argument("--batch-slots", type=int, default=None,
+                    help="prio: how many of an engine's slots batch may fill (its reserve "
+                         "leaves the rest and the headroom to the higher classes); "
+                         "default all of them")
+    ap.add_argument("--engine-priority", default="preempt", choices=("none", "preempt"),
+                    help="prio: the backends' engine_priority (what the router counts ahead)")
+    ap.add_argument("--out", default=os.path.join("bench", "out",
+                                                  "tenants-%d" % int(time.time())))
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    os.makedirs(args.out, exist_ok=True)
+    rounds = []
+    for k in range(args.rounds):
+        out_dir = args.out if args.rounds == 1 else os.path.join(args.out, "round%d" % (k + 1))
+        report = {}
+        for run in args.runs.split(","):
+            tenants = TENANTS[:1] if run == "alone" else TENANTS
+            try:
+                report[run] = run_one(args, run, tenants, fair=run != "fifo", out_dir=out_dir)
+            except P.Unavailable as e:
+                print("%s: not run (%s)" % (run, e), file=sys.stderr)
+        rounds.append(report)
+    with open(os.path.join(args.out, "report.json"), "w") as f:
+        json.dump(rounds[0] if args.rounds == 1 else {"rounds": rounds, "pooled": pooled(rounds)},
+                  f, indent=1)
+    if args.real:
+        print("real llama.cpp fleet (tools/realengine: r1 Q8_0, r2 F32, 4 sequences each), "
+              "capacity %.1f req/s as measured for scenario real; %d s of arrivals per run"
+              % (S.REAL_CAPACITY_RPS, args.duration))
+    else:
+        print("llmsim fleet: %d replicas, capacity %.1f req/s; %d s of arrivals per run "
+              "(llmsim figures, simulated engines); routing %s%s" % (
+                  args.replicas, next(iter(rounds[0].values()))["capacity_rps"], args.duration,
+                  args.policy,
+                  ", prio's engine_priority %s" % args.engine_priority
+                  if "prio" in args.runs.split(",") else ""))
+    for k, report in enumerate(rounds):
+        if args.rounds > 1:
+            print("round %d" % (k + 1))
+        print_table(report)
+    if args.rounds > 1:
+        pool = pooled(rounds)
+        print("pooled over %d rounds (p50 / p99 over every round's requests)" % args.rounds)
+        print_table(pool)
+        for run, r in pool.items():
+            t = r.get("interactive", {})
+            if "p99_over_alone" in t:
+                print("%s: interactive p99 %s ms, %.2fx alone's pooled p99; %.1f%% within target"
+                      % (run, fmt(t["ttft_p99_ms"]), t["p99_over_alone"], 100 * t["goodput"]))
+            b = r.get("batch")
+            if b:
+                left = (b["rate_rps"] / TENANTS[2][1]) * (1 - TENANTS[0][1] - TENANTS[1][1])
+                print("%s: batch answered %d, %.0f%% of the %.0f the others leave"
+                      % (run, b["ok"], 100 * b["ok"] / (left * args.duration * r["rounds"]),
+                         left * args.duration * r["rounds"]))
 
 
 if __name__ == "__main__":

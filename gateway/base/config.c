@@ -644,6 +644,10 @@ conf_check_backend(struct lg_conf_ctx *ctx, void *base, bool clean)
                       "a client certificate needs both cert and key");
     } else if (b->tls_insecure && b->tls_ca_file != NULL) {
         conf_error_at(ctx, "/tls/insecure_skip_verify", "contradicts ca_file: choose one");
+    } else if (b->engine_priority != LG_ENGINE_PRIORITY_NONE
+               && b->priority_field == LG_PRIORITY_FIELD_OFF) {
+        conf_error_at(ctx, "/engine_priority",
+                      "the engine hears no class: set priority_field too");
     }
 }
 
@@ -663,6 +667,8 @@ static const struct lg_conf_table conf_backend_tls_table = { sizeof(struct lg_ba
 
 #define BE(f) offsetof(struct lg_backend_conf, f)
 static const char *const conf_priority_fields[] = { "off", "vllm", NULL };
+static const char *const conf_engine_priorities[] = { "none", "preempt", NULL };
+_Static_assert(LG_ENGINE_PRIORITY_PREEMPT == 1, "conf_engine_priorities follows the enum");
 
 static const struct lg_conf_field conf_backend_fields[] = {
     { "name", LG_CONF_STR, BE(name), .required = true, .check = lg_conf_check_name },
@@ -674,6 +680,8 @@ static const struct lg_conf_field conf_backend_fields[] = {
     { "max_inflight", LG_CONF_UINT, BE(max_inflight), .def = 0, .min = 0, .max = 1000000 },
     { "priority_field", LG_CONF_ENUM, BE(priority_field), .def = LG_PRIORITY_FIELD_OFF,
       .names = conf_priority_fields },
+    { "engine_priority", LG_CONF_ENUM, BE(engine_priority), .def = LG_ENGINE_PRIORITY_NONE,
+      .names = conf_engine_priorities },
     { "flavor", LG_CONF_ENUM, BE(flavor), .def = LG_ENGINE_AUTO, .names = conf_flavors },
     { "metrics_path", LG_CONF_STR, BE(metrics_path), .def_str = "/metrics",
       .check = lg_conf_check_path },

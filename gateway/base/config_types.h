@@ -54,6 +54,14 @@ enum lg_priority_field {
                                interactive -1, system -2 */
 };
 
+/* What a backend's engine does with the class it hears (routing's estimate). */
+enum lg_engine_priority {
+    LG_ENGINE_PRIORITY_NONE = 0, /* nothing known: every request there counts ahead */
+    LG_ENGINE_PRIORITY_PREEMPT,  /* it serves by class and takes a lower class's slot for a
+                                    higher one: only the requests of a class and above
+                                    delay its first token */
+};
+
 struct lg_backend_conf {
     char *name;
     char *url;            /* as written; NULL in a template */
@@ -89,6 +97,7 @@ struct lg_backend_conf {
                                backends[]: always true in a loaded config */
     struct lg_discover_conf discover; /* dns != NULL: a template (in templates[]) */
     int priority_field;     /* enum lg_priority_field: the request's class in its body */
+    int engine_priority;    /* enum lg_engine_priority: what its engine does with it */
 };
 
 struct lg_timeouts_conf {

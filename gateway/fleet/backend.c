@@ -170,7 +170,8 @@ backend_conf_same(const struct lg_backend_conf *a, const struct lg_backend_conf 
         || !backend_str_same(a->health_path, b->health_path)
         || !backend_str_same(a->api_key, b->api_key) || !lg_backend_conf_same_tls(a, b)
         || a->addrlen != b->addrlen || memcmp(&a->addr, &b->addr, a->addrlen) != 0
-        || a->enabled != b->enabled || a->prefill_chunk != b->prefill_chunk) {
+        || a->enabled != b->enabled || a->prefill_chunk != b->prefill_chunk
+        || a->priority_field != b->priority_field || a->engine_priority != b->engine_priority) {
         return false;
     }
     for (size_t i = 0; i < a->nmodels; i++) {
@@ -698,7 +699,16 @@ lg_backend_note_done(struct lg_backend *b, const struct lg_est_prior *prior, uin
     uint64_t now = lg_now_ns();
 
     pthread_mutex_lock(&b->lock);
-    if (prior != NULL) {
+    /*
+     * A whole response's time is its first token only where nothing better
+     * times them: where streams ran there lately (their gaps between tokens
+     * are what they leave), their first tokens teach the fit, and whole
+     * answers, a first token and every token after it, would read as a
+     * replica many times slower than it is, by the share of such answers it
+     * happened to get.
+     */
+    if (prior != NULL
+        && lg_est_mean_weight(&b->est.itl, now, LG_EST_MEAN_HALF_LIFE_S) < LG_EST_WHOLE_STREAMS) {
         lg_est_ttft_add(&b->est.ttft, now, prior, (double)prompt_bytes / 1024.0,
                         backend_ttft_sample(ttft_ms, wait_ms));
     }

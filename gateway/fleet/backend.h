@@ -177,6 +177,8 @@ struct lg_backend {
     int refcnt;                  /* atomic: fleets and in-flight requests */
 
     uint32_t inflight;                 /* atomic: requests dispatched and not finished */
+    uint32_t inflight_cls[LG_NCLASSES]; /* atomic: of them, by class, where the engine preempts
+                                          for priority (lg_backend_class_add) */
     uint64_t ages[2];                  /* atomic: LG_BACKEND_AGES_* request counts and ages,
                                       packed (see backend_inflight.c) */
     int health;                        /* atomic enum lg_backend_health (UP/DOWN: health.c) */
@@ -376,7 +378,8 @@ uint32_t lg_backend_peer_inflight(const struct lg_backend *b, uint64_t now_ns);
  * Then, at the end of a 2xx response, the gap between tokens (itl_ms < 0:
  * unknown), the time the request held its slot and a success for the error
  * rate, with the TTFT sample when prior is not NULL (a whole response: one
- * lock instead of two).
+ * lock instead of two), unless streams there were timed lately
+ * (LG_EST_WHOLE_STREAMS: then their first tokens teach the fit).
  */
 struct lg_backend_first {
     uint64_t prompt_bytes;

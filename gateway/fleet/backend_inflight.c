@@ -2,8 +2,9 @@
  * backend_inflight.c: this gateway's requests on each backend, one by one:
  * how many and how old, when each should have its first token and its end,
  * the sequences the engine model runs (ours, and the peers' that health.c
- * publishes), the pace of its streams, and the model itself; and the count
- * of changes that peers waiting for news compare.
+ * publishes), the pace of its streams, and the model itself; the same by
+ * class where the engine preempts for priority; and the count of changes
+ * that peers waiting for news compare.
  *
  * Owns nothing: the slots are fields of struct lg_backend (backend.h).
  * Invariant: every slot is a relaxed atomic word, claimed with a
@@ -104,13 +105,32 @@ lg_backend_started(const struct lg_backend *b, uint64_t now_ns)
 /* ---- first-token work ahead, request by request ---------------------------- */
 
 /*
- * A slot holds (due << DUE_SERVICE_BITS) | service: due is when the
- * request's predicted service TTFT ends (ms on the ages clock, + 1 so a
- * taken slot is never 0), service that prediction in ms (capped).
+ * A slot holds (cls << SLOT_CLS_SHIFT) | (due << DUE_SERVICE_BITS) |
+ * service: cls the request's class (enum lg_prio_class), due when its
+ * predicted service TTFT ends (ms on the ages clock, + 1 so a taken slot is
+ * never 0; 42 bits), service that prediction in ms (capped). An end's slot
+ * holds its class the same way above its time.
  */
 #define DUE_SERVICE_BITS 20
 #define DUE_SERVICE_MAX  ((1u << DUE_SERVICE_BITS) - 1)
 #define DUE_OVERDUE_DIV  4 /* an overdue request has age / 4 left */
+#define SLOT_CLS_SHIFT   62
+#define SLOT_MS_MASK     ((1ull << SLOT_CLS_SHIFT) - 1)
+#define DUE_MS_MASK      ((1ull << (SLOT_CLS_SHIFT - DUE_SERVICE_BITS)) - 1)
+
+_Static_assert(LG_NCLASSES <= 4, "a class fits the slots' top two bits");
+
+static uint64_t
+slot_cls_bits(unsigned cls)
+{
+    return (uint64_t)LG_MIN(cls, 3u) << SLOT_CLS_SHIFT;
+}
+
+static unsigned
+slot_cls(uint64_t w)
+{
+    return (unsigned)(w >> SLOT_CLS_SHIFT);
+}
 
 /*
  * Claims a free slot of slots[n] for word, the first from hint on: its bit
@@ -160,12 +180,13 @@ backend_slot_free(uint64_t *slots, uint64_t *used, int i)
             if (w != 0)
 
 int
-lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint)
+lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, unsigned cls,
+                   uint32_t hint)
 {
     uint64_t service = service_ms > 0 ? (uint64_t)LG_MIN(service_ms, (double)DUE_SERVICE_MAX) : 0;
-    uint64_t due = pending_ms(t_ns) + service + 1;
+    uint64_t due = (pending_ms(t_ns) + service + 1) & DUE_MS_MASK;
     int slot = backend_slot_claim(b->due, b->due_used, LG_BACKEND_DUE_SLOTS,
-                                  (due << DUE_SERVICE_BITS) | service, hint);
+                                  slot_cls_bits(cls) | (due << DUE_SERVICE_BITS) | service, hint);
 
     lg_backend_touch(b);
     return slot;
@@ -180,6 +201,25 @@ lg_backend_due_del(struct lg_backend *b, int slot)
     }
 }
 
+/* What is left of a due word's prediction at now (ms on the ages clock),
+ * and its age (lg_backend_work_ahead_ms(), lg_backend_class_read()). */
+static uint64_t
+due_left(uint64_t w, uint64_t now, uint64_t *service_out, uint64_t *age_out)
+{
+    uint64_t due = (w >> DUE_SERVICE_BITS) & DUE_MS_MASK;
+    uint64_t service = w & DUE_SERVICE_MAX;
+    uint64_t start = due - 1 - service;
+    uint64_t age = now > start ? now - start : 0;
+
+    *service_out = service;
+    *age_out = age;
+    /* what is left of its prediction; once nearly used up, a share of the
+     * time it has taken: a request past its prediction is behind something
+     * the model did not see, and the longer it has waited the longer it is
+     * likely to wait still */
+    return LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
+}
+
 double
 lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *longest_ms,
                          double *late_ms)
@@ -187,17 +227,9 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
     uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
 
     BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
-        uint64_t due, service, start, age;
+        uint64_t service, age;
 
-        due = w >> DUE_SERVICE_BITS;
-        service = w & DUE_SERVICE_MAX;
-        start = due - 1 - service;
-        age = now > start ? now - start : 0;
-        /* what is left of its prediction; once nearly used up, a share of
-         * the time it has taken: a request past its prediction is behind
-         * something the model did not see, and the longer it has waited the
-         * longer it is likely to wait still */
-        sum += LG_MAX(service > age ? service - age : 0, age / DUE_OVERDUE_DIV);
+        sum += due_left(w, now, &service, &age);
         longest = LG_MAX(longest, service);
         late = LG_MAX(late, age > service ? age - service : 0);
     }
@@ -211,10 +243,11 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 }
 
 int
-lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint)
+lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, unsigned cls, uint32_t hint)
 {
     int slot = backend_slot_claim(b->ends, b->ends_used, LG_BACKEND_END_SLOTS,
-                                  pending_ms(end_ns) + 1, hint);
+                                  slot_cls_bits(cls) | ((pending_ms(end_ns) + 1) & SLOT_MS_MASK),
+                                  hint);
 
     lg_backend_touch(b);
     return slot;
@@ -224,7 +257,11 @@ void
 lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns)
 {
     if (slot >= 0 && slot < LG_BACKEND_END_SLOTS) {
-        __atomic_store_n(&b->ends[slot], pending_ms(end_ns) + 1, __ATOMIC_RELAXED);
+        /* the request's owner is the only writer of its slot: its class stays */
+        uint64_t cls = __atomic_load_n(&b->ends[slot], __ATOMIC_RELAXED) & ~SLOT_MS_MASK;
+
+        __atomic_store_n(&b->ends[slot], cls | ((pending_ms(end_ns) + 1) & SLOT_MS_MASK),
+                         __ATOMIC_RELAXED);
         lg_backend_touch(b);
     }
 }
@@ -238,8 +275,10 @@ lg_backend_end_del(struct lg_backend *b, int slot)
     }
 }
 
-double
-lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms)
+/* lg_backend_end_wait_ms() over the ends of class min_cls and above. */
+static double
+backend_end_wait(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms,
+                 unsigned min_cls)
 {
     uint64_t now = pending_ms(now_ns) + 1, gap = gap_ms > 1 ? (uint64_t)gap_ms : 1;
     uint64_t best[8];
@@ -250,10 +289,13 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
     }
     /* the k soonest, kept sorted in best[0..n) */
     BACKEND_SLOTS_EACH(b->ends, b->ends_used, LG_BACKEND_END_SLOTS, i, w) {
-        uint64_t left;
+        uint64_t left, t = w & SLOT_MS_MASK;
         unsigned j;
 
-        left = w > now ? LG_MAX(w - now, gap) : gap;
+        if (slot_cls(w) < min_cls) {
+            continue;
+        }
+        left = t > now ? LG_MAX(t - now, gap) : gap;
         if (n == k && left >= best[k - 1]) {
             continue;
         }
@@ -265,6 +307,74 @@ lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, 
         best[j] = left;
     }
     return n == k ? (double)best[k - 1] : -1;
+}
+
+double
+lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k, double gap_ms)
+{
+    return backend_end_wait(b, now_ns, k, gap_ms, 0);
+}
+
+/* ---- by class: an engine that preempts for priority ----------------------- */
+
+void
+lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta)
+{
+    uint32_t *n = &b->inflight_cls[LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1)];
+
+    if (delta > 0) {
+        __atomic_fetch_add(n, (uint32_t)delta, __ATOMIC_RELAXED);
+    } else {
+        __atomic_fetch_sub(n, (uint32_t)-delta, __ATOMIC_RELAXED);
+    }
+    lg_backend_touch(b);
+}
+
+uint32_t
+lg_backend_inflight_from(const struct lg_backend *b, unsigned cls)
+{
+    uint32_t n = 0;
+
+    if (cls == 0 || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
+        return lg_backend_inflight(b);
+    }
+    for (size_t k = LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1);
+         k < LG_ARRAY_SIZE(b->inflight_cls); k++) {
+        n += __atomic_load_n(&b->inflight_cls[k], __ATOMIC_RELAXED);
+    }
+    return n;
+}
+
+void
+lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls, double capacity,
+                      double gap_ms, struct lg_backend_by_class *out)
+{
+    uint64_t now = pending_ms(now_ns), sum = 0, ages = 0;
+    uint32_t inflight = 0, pending = 0;
+
+    for (size_t k = LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1);
+         k < LG_ARRAY_SIZE(b->inflight_cls); k++) {
+        inflight += __atomic_load_n(&b->inflight_cls[k], __ATOMIC_RELAXED);
+    }
+    BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
+        uint64_t service, age;
+
+        if (slot_cls(w) < cls) {
+            continue;
+        }
+        sum += due_left(w, now, &service, &age);
+        ages += age;
+        pending++;
+    }
+    out->inflight = inflight;
+    out->pending = LG_MIN(pending, inflight);
+    out->pending_age_ms = pending > 0 ? (double)ages / pending : 0;
+    out->work_ahead_ms = (double)sum;
+    out->slot_wait_ms = 0;
+    if (capacity > 0 && inflight + 1 > capacity) {
+        out->slot_wait_ms = LG_MAX(
+            backend_end_wait(b, now_ns, (unsigned)ceil(inflight + 1 - capacity), gap_ms, cls), 0.0);
+    }
 }
 
 /* ---- sequences: the engine model's view of our requests ------------------- */

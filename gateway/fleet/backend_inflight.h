@@ -42,7 +42,8 @@ uint32_t lg_backend_started(const struct lg_backend *b, uint64_t now_ns);
  * the slot to pass to lg_backend_due_del(), or -1 when all are taken (the
  * request is then not counted). Lock-free, any thread; ms resolution.
  */
-int lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, uint32_t hint);
+int lg_backend_due_add(struct lg_backend *b, uint64_t t_ns, double service_ms, unsigned cls,
+                       uint32_t hint);
 void lg_backend_due_del(struct lg_backend *b, int slot);
 /* ... and sets (each when not NULL) *longest_ms to the longest predicted
  * service among them, overdue or not: a long prefill may still hold the
@@ -63,12 +64,42 @@ double lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, dou
  * early stops (EOS) the real wait is shorter, never longer. Same slot rules
  * as due[]: lock-free, any thread, ms resolution.
  */
-int lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, uint32_t hint);
+int lg_backend_end_add(struct lg_backend *b, uint64_t end_ns, unsigned cls, uint32_t hint);
 /* Moves the end held in a slot lg_backend_end_add() gave (no new claim). */
 void lg_backend_end_move(struct lg_backend *b, int slot, uint64_t end_ns);
 void lg_backend_end_del(struct lg_backend *b, int slot);
 double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsigned k,
                               double gap_ms);
+
+/*
+ * By class, for a backend whose engine serves by priority class and takes a
+ * lower class's slot for a higher one (engine_priority "preempt"): there a
+ * request waits only for the requests of its class and above. Each request
+ * awaiting a first token (due) and each end carries its class (cls: enum
+ * lg_prio_class, passed to lg_backend_due_add() and lg_backend_end_add());
+ * lg_backend_class_add() counts ours in flight there by class (only where
+ * the engine preempts: a pick elsewhere pays nothing for it).
+ * lg_backend_class_read() returns, for a request of class cls, ours there of
+ * cls and above: in flight, awaiting a first token (and their mean age),
+ * their first-token work still ahead (as lg_backend_work_ahead_ms()), and,
+ * when they fill the engine's capacity, the wait for the slot one of them
+ * frees (as lg_backend_end_wait_ms(), from their ends; 0 when not full or
+ * unknown).
+ */
+struct lg_backend_by_class {
+    uint32_t inflight;
+    uint32_t pending;
+    double pending_age_ms;
+    double work_ahead_ms;
+    double slot_wait_ms;
+};
+void lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta);
+/* What max_inflight bounds for a request of class cls: on a backend whose
+ * engine preempts for priority, ours there of cls and above (a lower
+ * class's give their slots up to it); elsewhere every request of ours. */
+uint32_t lg_backend_inflight_from(const struct lg_backend *b, unsigned cls);
+void lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
+                           double capacity, double gap_ms, struct lg_backend_by_class *out);
 
 /*
  * Sequences: each streamed request of ours on b with a known output length

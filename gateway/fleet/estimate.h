@@ -55,6 +55,10 @@
 #define LG_EST_FORGET_BELOW 0.5
 /* Largest sample the fit takes, as a multiple of its prediction (a robust fit). */
 #define LG_EST_FIT_MAX 4.0
+/* A whole (not streamed) response's time teaches the TTFT fit only where
+ * the decayed count of streams timed there lately (their gaps between
+ * tokens) is under this: else streams' first tokens teach it (backend.c). */
+#define LG_EST_WHOLE_STREAMS 1.0
 /* Decayed means (inter-token gap, hold time, errors). */
 #define LG_EST_MEAN_HALF_LIFE_S  5.0
 #define LG_EST_MEAN_PRIOR_WEIGHT 4.0

@@ -539,12 +539,14 @@ ttft_measured(const struct ttft_state *s, const struct lg_engine_model_view *m, 
  *             at load plus foreign_margin deviations of others' load since
  *             the scrape (a queue's length varies more than a service time)
  *   batch   = batch_weight * itl * min(load, slots) / slots (steps grow
- *             with the batch)
+ *             with the batch: every request there, whatever the class
+ *             counted ahead of it, step_load)
  *   ahead   = ahead_weight * work_ahead_ms (a prefill ahead that runs long
  *             is the tail)
  */
 static double
-ttft_formula(const struct ttft_state *s, const struct lg_backend_view *v, double kib)
+ttft_formula(const struct ttft_state *s, const struct lg_backend_view *v, double kib,
+             double step_load)
 {
     double slots = policy_slots(v, s->slots);
     double service = v->ttft_fixed_ms + v->ttft_ms_per_kib * kib;
@@ -560,7 +562,8 @@ ttft_formula(const struct ttft_state *s, const struct lg_backend_view *v, double
     double wait = s->wait_weight
                   * lg_est_slot_wait_ms(known, load, slots, v->hold_ms,
                                         v->inflight > 0 ? v->inflight_age_ms : -1);
-    double batch = s->batch_weight * v->itl_ms * LG_MIN(load, slots) / slots;
+    /* (step_load with the same margin for others' load as load) */
+    double batch = s->batch_weight * v->itl_ms * LG_MIN(step_load + load - v->load, slots) / slots;
 
     return service + wait + batch + s->ahead_weight * v->work_ahead_ms;
 }
@@ -633,7 +636,8 @@ ttft_decode(const struct ttft_state *s, const struct lg_route_info *req,
 
 static double
 ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
-             const struct lg_backend_view *v, double min_itl, enum ttft_est *used)
+             const struct lg_backend_view *v, double min_itl, double step_load,
+             enum ttft_est *used)
 {
     double kib = (double)req->prompt_bytes / 1024.0;
     bool runs = ttft_model_runs(s, v);
@@ -648,7 +652,7 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
         pred = ttft_model(s, v->model, kib);
         break;
     default:
-        pred = ttft_formula(s, v, kib);
+        pred = ttft_formula(s, v, kib, step_load);
         break;
     }
     pred = ttft_observed(s, v, pred);
@@ -860,11 +864,90 @@ ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
     return raised;
 }
 
+/* Whether the host counted v's requests by class (LG_MODEL_F_BY_CLASS). */
+static bool
+ttft_by_class(const struct lg_backend_view *v)
+{
+    const struct lg_engine_model_view *m = v->model;
+
+    return m != NULL
+           && m->size >= offsetof(struct lg_engine_model_view, class_slot_wait_ms)
+                             + sizeof(m->class_slot_wait_ms)
+           && (m->flags & LG_MODEL_F_BY_CLASS);
+}
+
+/*
+ * v as the request sees it where the engine serves by class and preempts:
+ * ours there of its class and above are the load, the requests awaiting a
+ * first token, the work ahead and the slot wait; a lower class's give way
+ * to it (the steps still run them all: ttft_formula()'s step_load).
+ */
+static void
+ttft_class_view(const struct lg_backend_view *v, struct lg_backend_view *out)
+{
+    const struct lg_engine_model_view *m = v->model;
+
+    *out = *v;
+    out->inflight = (uint32_t)m->class_inflight;
+    out->load = m->class_inflight + v->foreign;
+    out->pending = (uint32_t)m->class_pending;
+    out->pending_age_ms = m->class_pending_age_ms;
+    out->work_ahead_ms = m->class_work_ahead_ms;
+    out->slot_wait_ms = m->class_slot_wait_ms;
+}
+
+#define TTFT_CLASS_STACK 16 /* candidates whose class views fit on the stack */
+
+static void
+ttft_score_views(const struct ttft_state *s, const struct lg_route_info *req,
+                 const struct lg_backend_view *const *c, const double *step_load, size_t n,
+                 double *cost, const char **why);
+
 static void
 ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend_view *const *c,
            size_t n, double *cost, const char **why)
 {
     const struct ttft_state *s = state;
+    struct lg_backend_view stack[TTFT_CLASS_STACK], *cv;
+    const struct lg_backend_view *stackp[TTFT_CLASS_STACK], **cp;
+    double stack_load[TTFT_CLASS_STACK], *load;
+    bool any = false;
+
+    for (size_t i = 0; i < n && !any; i++) {
+        any = ttft_by_class(c[i]);
+    }
+    if (!any) {
+        /* no engine here preempts: nothing to copy (the common pick) */
+        ttft_score_views(s, req, c, NULL, n, cost, why);
+        return;
+    }
+    cv = n <= TTFT_CLASS_STACK ? stack : lg_xmalloc(n * sizeof(*cv));
+    cp = n <= TTFT_CLASS_STACK ? stackp : lg_xmalloc(n * sizeof(*cp));
+    load = n <= TTFT_CLASS_STACK ? stack_load : lg_xmalloc(n * sizeof(*load));
+    for (size_t i = 0; i < n; i++) {
+        load[i] = c[i]->load;
+        if (ttft_by_class(c[i])) {
+            ttft_class_view(c[i], &cv[i]);
+            cp[i] = &cv[i];
+        } else {
+            cp[i] = c[i];
+        }
+    }
+    ttft_score_views(s, req, cp, load, n, cost, why);
+    if (n > TTFT_CLASS_STACK) {
+        free(cv);
+        free(cp);
+        free(load);
+    }
+}
+
+/* ttft_score() on the candidates as the request sees them; step_load[i]:
+ * every request at c[i] (NULL: c[i]->load). */
+static void
+ttft_score_views(const struct ttft_state *s, const struct lg_route_info *req,
+                 const struct lg_backend_view *const *c, const double *step_load, size_t n,
+                 double *cost, const char **why)
+{
     double min_itl = n > 0 ? c[0]->itl_ms : 0;
     enum ttft_est used, best_used = TTFT_EST_FORMULA;
     size_t best = 0;
@@ -873,7 +956,8 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
         min_itl = LG_MIN(min_itl, c[i]->itl_ms);
     }
     for (size_t i = 0; i < n; i++) {
-        cost[i] = ttft_predict(s, req, c[i], min_itl, &used);
+        cost[i] = ttft_predict(s, req, c[i], min_itl, step_load ? step_load[i] : c[i]->load,
+                               &used);
         if (i == 0 || cost[i] < cost[best]) {
             best = i;
             best_used = used;

@@ -25,6 +25,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/backend_view.h"
 #include "fleet/fleet.h"
 #include "route/plugin.h"
@@ -288,7 +289,7 @@ lg_router_reads_session(const struct lg_router *r)
 
 static bool
 router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried *tried,
-                    uint64_t now)
+                    uint64_t now, unsigned cls)
 {
     if (lg_tried_has(tried, i)) {
         return false;
@@ -298,11 +299,12 @@ router_is_candidate(const struct lg_backend *b, size_t i, const struct lg_tried 
     }
     uint32_t max = lg_backend_conf(b)->max_inflight;
 
-    return max == 0 || lg_backend_inflight(b) < max;
+    return max == 0 || lg_backend_inflight_from(b, cls) < max;
 }
 
 bool
-lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried)
+lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried,
+                        unsigned cls)
 {
     uint64_t now = lg_now_ns();
 
@@ -310,7 +312,7 @@ lg_router_has_candidate(const struct lg_model_route *route, const struct lg_trie
         return false;
     }
     for (size_t i = 0; i < route->n; i++) {
-        if (router_is_candidate(route->backends[i], i, tried, now)) {
+        if (router_is_candidate(route->backends[i], i, tried, now, cls)) {
             return true;
         }
     }
@@ -657,6 +659,16 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
     if (m->flags & LG_MODEL_F_MISSES) {
         router_str(o, ",\"est\":\"measured\"");
     }
+    if (m->flags & LG_MODEL_F_BY_CLASS) {
+        /* what a request of its class waits for there (router_by_class) */
+        ROUTER_PUT_NUM(o, "class_inflight", m->class_inflight);
+        if (m->class_slot_wait_ms > 0) {
+            ROUTER_PUT_ROUND(o, "class_slot_wait_ms", m->class_slot_wait_ms, 1);
+        }
+        if (m->class_work_ahead_ms >= 1) {
+            ROUTER_PUT_ROUND(o, "class_work_ahead_ms", m->class_work_ahead_ms, 1);
+        }
+    }
 }
 
 /* Names are config-validated ([A-Za-z0-9._-]), so they need no escaping. */
@@ -753,6 +765,31 @@ router_learn(const struct lg_backend_view *v, const struct lg_engine_model_view 
                                                m->prefill_fixed_ms, kib);
         }
     }
+}
+
+/*
+ * A backend whose engine serves by class and preempts a lower class for a
+ * higher one (engine_priority "preempt"): the model view says what delays a
+ * request of class cls there, ours of its class and above
+ * (lg_backend_class_read()); the engine model, which runs every request
+ * there in arrival order, and the measured terms, learnt at the whole load,
+ * step aside.
+ */
+static void
+router_by_class(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
+                const struct lg_backend_view *v, struct lg_engine_model_view *m)
+{
+    struct lg_backend_by_class k;
+
+    lg_backend_class_read(b, now_ns, cls, v->capacity, v->itl_ms, &k);
+    m->flags = (m->flags & ~LG_MODEL_F_MISSES) | LG_MODEL_F_BY_CLASS;
+    m->wait_ms = -1;
+    m->joined = 0;
+    m->class_inflight = k.inflight;
+    m->class_pending = k.pending;
+    m->class_pending_age_ms = k.pending_age_ms;
+    m->class_work_ahead_ms = k.work_ahead_ms;
+    m->class_slot_wait_ms = k.slot_wait_ms;
 }
 
 /*
@@ -1131,7 +1168,7 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
         }
         uint32_t max = lg_backend_conf(b)->max_inflight;
 
-        if (max != 0 && lg_backend_inflight(b) >= max) {
+        if (max != 0 && lg_backend_inflight_from(b, req->cls) >= max) {
             nfull++;
             continue;
         }
@@ -1145,6 +1182,9 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
              * would cost without a hit */
             lg_backend_view_fill(b, now, &prior, r->scrape_interval_ns, r->slow_start_ns,
                                  &pk->v[pk->n], &pk->m[pk->n]);
+        }
+        if (lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT) {
+            router_by_class(b, now, req->cls, &pk->v[pk->n], &pk->m[pk->n]);
         }
         pk->vp[pk->n] = &pk->v[pk->n];
         pk->dropped[pk->n] = NULL;
@@ -1194,18 +1234,31 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->service_ms =
         pk->v[best].ttft_fixed_ms + pk->v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
     out->itl_ms = pk->v[best].itl_ms;
-    if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
-        const struct lg_backend_view *w = &pk->v[best];
+    if (pk->m[best].flags & LG_MODEL_F_BY_CLASS) {
+        const struct lg_engine_model_view *k = &pk->m[best];
+        double load = k->class_inflight + pk->v[best].foreign;
 
-        /* only a capacity seen with a queue says a request will wait for a
-         * slot: with a guess (the most it was seen running, which a replica
-         * that gets few requests keeps low) every request to it would count
-         * as queued, and its TTFT would never be learnt */
-        out->wait_ms = lg_est_slot_wait_ms(w->slot_wait_ms, w->load, w->capacity, w->hold_ms,
-                                           w->inflight > 0 ? w->inflight_age_ms : -1);
-        out->queued = w->load + 1 > w->capacity;
+        /* what waits ahead of it there: its class and above (router_by_class) */
+        if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
+            out->wait_ms = lg_est_slot_wait_ms(k->class_slot_wait_ms, load, pk->v[best].capacity,
+                                               pk->v[best].hold_ms, -1);
+            out->queued = load + 1 > pk->v[best].capacity;
+        }
+        out->ahead_ms = k->class_work_ahead_ms;
+    } else {
+        if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
+            const struct lg_backend_view *w = &pk->v[best];
+
+            /* only a capacity seen with a queue says a request will wait
+             * for a slot: with a guess (the most it was seen running, which
+             * a replica that gets few requests keeps low) every request to
+             * it would count as queued, and its TTFT would never be learnt */
+            out->wait_ms = lg_est_slot_wait_ms(w->slot_wait_ms, w->load, w->capacity, w->hold_ms,
+                                               w->inflight > 0 ? w->inflight_age_ms : -1);
+            out->queued = w->load + 1 > w->capacity;
+        }
+        out->ahead_ms = pk->v[best].work_ahead_ms;
     }
-    out->ahead_ms = pk->v[best].work_ahead_ms;
     out->load = pk->v[best].load;
     router_learn(&pk->v[best], &pk->m[best], (double)req->prompt_bytes / 1024.0, out);
     if (!out->no_explain) {

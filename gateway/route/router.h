@@ -28,6 +28,8 @@ struct lg_route_req {
     uint32_t max_tokens;   /* 0 = not given */
     uint64_t prefix_hash;  /* hash of the first prefix_bytes of the prompt; 0 = none */
     uint64_t session_hash; /* hash of the session header's value; 0 = none */
+    uint8_t cls;           /* its priority class (enum lg_prio_class; 0, the lowest, counts
+                              every request there ahead of it) */
 };
 
 /* Bytes of the access log's "candidates" array (longer ones end in {"more":N}). */
@@ -103,8 +105,10 @@ int lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
                    const struct lg_route_req *req, const struct lg_tried *tried,
                    struct lg_route_result *out);
 
-/* Is any backend of route still a candidate (available, not tried)? */
-bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried);
+/* Is any backend of route still a candidate (available, not tried, under
+ * its max_inflight for a request of class cls: lg_backend_inflight_from())? */
+bool lg_router_has_candidate(const struct lg_model_route *route, const struct lg_tried *tried,
+                             unsigned cls);
 
 /*
  * Tells the stages that have on_result how an attempt on b ended (status 0:

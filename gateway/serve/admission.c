@@ -25,6 +25,7 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/fleet.h"
 #include "fleet/health_check.h"
 #include "route/router.h"
@@ -521,7 +522,7 @@ admission_cold_bounds(const struct lg_client *c, struct admission_bounds *k)
         return false;
     }
     k->cold = true;
-    return !lg_router_has_candidate(c->req.models, &c->req.tries.tried);
+    return !lg_router_has_candidate(c->req.models, &c->req.tries.tried, c->req.sched.cls);
 }
 
 /*
@@ -669,7 +670,8 @@ lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
 }
 
 bool
-lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried)
+lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried,
+                      unsigned cls)
 {
     uint64_t now = lg_now_ns();
 
@@ -679,7 +681,7 @@ lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried 
         uint32_t max = lg_backend_conf(b)->max_inflight;
 
         if (!lg_tried_has(tried, i) && lg_backend_is_available(b, now) && max != 0
-            && lg_backend_inflight(b) >= max) {
+            && lg_backend_inflight_from(b, cls) >= max) {
             return true;
         }
     }
@@ -761,7 +763,9 @@ admission_next(struct admission_worker *aw, const struct admission_model **skip,
     for (size_t i = 0; i < nmine; i++) {
         const struct lg_model_route *route = admission_route(mine[i]->c);
 
-        if (route == NULL || lg_router_has_candidate(route, &mine[i]->c->req.tries.tried)) {
+        if (route == NULL
+            || lg_router_has_candidate(route, &mine[i]->c->req.tries.tried,
+                                       mine[i]->c->req.sched.cls)) {
             return mine[i]; /* room now, or its model left the configuration (the proxy says so) */
         }
         if (*nskip < cap) {

@@ -68,11 +68,13 @@ bool lg_admission_hold(struct lg_admission *a, struct lg_client *c, int rc,
                        lg_admission_resume_fn resume);
 
 /*
- * Could a request wait in the queue for one of route's backends not in
- * `tried` (one that is up but at max_inflight)? A retry may then wait
- * for it rather than fail.
+ * Could a request of class cls wait in the queue for one of route's
+ * backends not in `tried` (one that is up but at max_inflight for it,
+ * lg_backend_inflight_from())? A retry may then wait for it rather than
+ * fail.
  */
-bool lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried);
+bool lg_admission_can_wait(const struct lg_model_route *route, const struct lg_tried *tried,
+                           unsigned cls);
 
 /* Takes c out of the queue if it is there (request ending); idempotent. */
 void lg_admission_cancel(struct lg_client *c);

@@ -235,7 +235,8 @@ attempt_end_slot_set(const struct lg_request *req, struct lg_attempt *a, uint64_
         lg_backend_end_move(a->backend, a->end_slot, end_ns);
         return;
     }
-    a->end_slot = (int8_t)lg_backend_end_add(a->backend, end_ns, (uint32_t)(from_ns >> 10));
+    a->end_slot = (int8_t)lg_backend_end_add(a->backend, end_ns, req->sched.cls,
+                                             (uint32_t)(from_ns >> 10));
     if (a->end_slot >= 0) {
         a->holds |= LG_ATTEMPT_H_END_SLOT;
     }
@@ -270,7 +271,11 @@ lg_attempt_begin(struct lg_client *c, struct lg_attempt *a)
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_PENDING, a->t_dispatch)) {
         a->holds |= LG_ATTEMPT_H_TOKEN_WAIT;
         a->due_slot = (int8_t)lg_backend_due_add(b, a->t_dispatch, a->pick.service_ms,
-                                                 (uint32_t)(a->t_dispatch >> 10));
+                                                 req->sched.cls, (uint32_t)(a->t_dispatch >> 10));
+    }
+    if (lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_NONE) {
+        lg_backend_class_add(b, req->sched.cls, 1);
+        a->holds |= LG_ATTEMPT_H_CLASS;
     }
     if (lg_backend_ages_add(b, LG_BACKEND_AGES_INFLIGHT, a->t_dispatch)) {
         a->holds |= LG_ATTEMPT_H_AGED;
@@ -548,6 +553,10 @@ lg_attempt_end(struct lg_client *c, struct lg_attempt *a, enum lg_fail why, bool
     if (a->holds & LG_ATTEMPT_H_AGED) {
         a->holds &= ~LG_ATTEMPT_H_AGED;
         lg_backend_ages_del(b, LG_BACKEND_AGES_INFLIGHT, a->t_dispatch);
+    }
+    if (a->holds & LG_ATTEMPT_H_CLASS) {
+        a->holds &= ~LG_ATTEMPT_H_CLASS;
+        lg_backend_class_add(b, req->sched.cls, -1); /* set before its dispatch, kept */
     }
     if (a->holds & LG_ATTEMPT_H_PROBE) {
         a->holds &= ~LG_ATTEMPT_H_PROBE;

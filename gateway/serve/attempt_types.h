@@ -64,6 +64,7 @@ enum lg_attempt_phase {
 #define LG_ATTEMPT_H_AGED       (1u << 2) /* counted in the backend's in-flight ages */
 #define LG_ATTEMPT_H_END_SLOT   (1u << 3) /* its predicted end is in the backend's ends[] */
 #define LG_ATTEMPT_H_SEQ        (1u << 4) /* followed in the backend's seqs[] (engine model) */
+#define LG_ATTEMPT_H_CLASS      (1u << 5) /* counted by class there (engine_priority) */
 
 struct lg_attempt {
     enum lg_attempt_kind kind : 8;

@@ -432,7 +432,7 @@ hedge_new(struct lg_client *c, struct lg_attempt *a, const struct lg_hedge_ops *
     if (req->tries.n <= 1) { /* the request's share of the budget, at its first */
         lg_hedge_budget_update(&c->w->hedge_budget, hc, c->w->gw->nworkers, lg_now_ns(), 1, false);
     }
-    if (!lg_router_has_candidate(route, &req->tries.tried)) { /* a's backend in it (launched) */
+    if (!lg_router_has_candidate(route, &req->tries.tried, req->sched.cls)) { /* a's in it */
         return NULL; /* no other backend could take a duplicate: nothing to hold for */
     }
     h = lg_xcalloc(1, sizeof(*h));

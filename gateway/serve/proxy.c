@@ -57,6 +57,7 @@
 #include "base/endpoint.h"
 #include "base/stats.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
 #include "fleet/fleet.h"
 #include "http/bevio.h"
 #include "http/openai.h"
@@ -265,8 +266,8 @@ proxy_can_retry(struct lg_client *c, enum lg_fail why)
         return false;
     }
     route = lg_attempt_route(c);
-    if (!lg_router_has_candidate(route, &req->tries.tried)
-        && !lg_admission_can_wait(route, &req->tries.tried)) {
+    if (!lg_router_has_candidate(route, &req->tries.tried, req->sched.cls)
+        && !lg_admission_can_wait(route, &req->tries.tried, req->sched.cls)) {
         return false; /* nobody left to try, now or after a wait in the queue */
     }
     return proxy_take_retry_token(c);
@@ -357,6 +358,7 @@ proxy_start(struct lg_client *c)
     req->route.prompt_bytes = req->info.prompt_bytes;
     req->route.max_tokens = req->info.max_tokens > 0 ? (uint32_t)req->info.max_tokens : 0;
     req->route.prefix_hash = req->info.prefix_hash;
+    req->route.cls = req->sched.cls;
     req->route.session_hash = lg_router_reads_session(req->fleet->router)
                                   ? lg_session_hash(&conf->routing, &req->hdrs)
                                   : 0;
@@ -403,13 +405,15 @@ proxy_predicted_ttft_ms(const struct lg_route_result *p)
     return p->service_ms > 0 ? p->wait_ms + p->ahead_ms + p->service_ms : -1;
 }
 
-/* Would one more request on b go past the share `reserve` leaves to higher classes? */
+/* Would one more request of class cls on b go past the share `reserve`
+ * leaves to higher classes? */
 static bool
-proxy_over_reserve(const struct lg_backend *b, double reserve)
+proxy_over_reserve(const struct lg_backend *b, double reserve, unsigned cls)
 {
     uint32_t max = lg_backend_conf(b)->max_inflight;
 
-    return max > 0 && (double)(lg_backend_inflight(b) + 1) > (double)max * (1.0 - reserve);
+    return max > 0
+           && (double)(lg_backend_inflight_from(b, cls) + 1) > (double)max * (1.0 - reserve);
 }
 
 #define PROXY_RESERVE_REPICKS 16
@@ -429,7 +433,7 @@ proxy_pick_under_reserve(struct lg_client *c, struct lg_attempt *a, double reser
     size_t n = 0;
     bool ok = true;
 
-    while (proxy_over_reserve(a->pick.backend, reserve)) {
+    while (proxy_over_reserve(a->pick.backend, reserve, c->req.sched.cls)) {
         if (n == PROXY_RESERVE_REPICKS) {
             ok = false;
             break;

@@ -527,7 +527,7 @@ resume_check(struct lg_client *c, struct lg_resume *r)
     if (req->info.max_tokens > 0 && req->content_events >= (uint64_t)req->info.max_tokens) {
         return LG_STATS_RESUME_COMPLETE;
     }
-    if (!lg_router_has_candidate(req->models, &req->tries.tried)) {
+    if (!lg_router_has_candidate(req->models, &req->tries.tried, req->sched.cls)) {
         return LG_STATS_RESUME_NO_BACKEND;
     }
     if (!resume_continuable(c, r)) {

@@ -89,14 +89,25 @@ class BenchRoutingSmoke(unittest.TestCase):
                 self.assertTrue(os.path.getsize(os.path.join(out, "plots", "cdf_1a.svg")) > 1000)
 
     def test_tenants(self):
-        """bench/routing/tenants.py: a few seconds of the tenants scenario with classes."""
+        """bench/routing/tenants.py: a few seconds of the tenants scenario with classes,
+        two rounds pooled."""
         with tempfile.TemporaryDirectory(prefix="lgbench-tenants-") as tmp:
             argv = [sys.executable, os.path.join(os.path.dirname(RUN), "tenants.py"),
-                    "--duration", "3", "--runs", "classes,prio", "--build", BUILD, "--out", tmp]
+                    "--duration", "3", "--runs", "classes,prio", "--rounds", "2",
+                    "--build", BUILD, "--out", tmp]
             r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
             with open(os.path.join(tmp, "report.json")) as f:
-                report = json.load(f)
+                both = json.load(f)
+            self.assertEqual(len(both["rounds"]), 2)
+            report = both["rounds"][1]
+            # pooled: each run's requests of both rounds together
+            for run in ("classes", "prio"):
+                for t in ("interactive", "agent", "batch"):
+                    self.assertEqual(both["pooled"][run][t]["sent"],
+                                     sum(rd[run][t]["sent"] for rd in both["rounds"]))
+            self.assertIn("pooled over 2 rounds", r.stdout)
+            self.assertIn("prio: batch answered", r.stdout)
             for run in ("classes", "prio"):
                 rep = report[run]
                 for t in ("interactive", "agent", "batch"):
@@ -108,10 +119,21 @@ class BenchRoutingSmoke(unittest.TestCase):
             # prio: batch fills the engines' slots, the higher classes take them back
             self.assertGreater(report["prio"]["preempted"], 0, report)
             self.assertIn("llmsim figures", r.stdout)
-            with open(os.path.join(tmp, "prio", "llmgate.json")) as f:
+            with open(os.path.join(tmp, "round2", "prio", "llmgate.json")) as f:
                 conf = json.load(f)
-            self.assertEqual({(b["max_inflight"], b["priority_field"]) for b in conf["backends"]},
-                             {(24, "vllm")})
+            self.assertEqual({(b["max_inflight"], b["priority_field"], b["engine_priority"])
+                              for b in conf["backends"]}, {(24, "vllm", "preempt")})
+            # the ttft policy counted by class there: what the access log shows of it
+            with open(os.path.join(tmp, "round2", "prio", "access.log")) as f:
+                recs = [json.loads(line) for line in f if line.startswith("{")]
+            inter = [c for rec in recs if rec.get("class") == "interactive"
+                     for c in rec.get("candidates") or []]
+            self.assertTrue(inter and all("class_inflight" in c for c in inter), inter[:2])
+            # classes: engines that do not preempt, nothing counted by class
+            with open(os.path.join(tmp, "round2", "classes", "access.log")) as f:
+                recs = [json.loads(line) for line in f if line.startswith("{")]
+            self.assertFalse(any("class_inflight" in c for rec in recs
+                                 for c in rec.get("candidates") or []))
 
     @unittest.skipIf(procs.realengine_missing(), procs.realengine_missing() or "")
     def test_tenants_real(self):

@@ -86,10 +86,11 @@ class SchedTest(Harness):
         os.rename(self.keys_path + ".tmp", self.keys_path)
 
     def gateway(self, scheduling=None, tenants=None, queue_length=16, workers=2, sims=1,
-                sim_args=SLOW, max_inflight=1, weights=None, **extra):
+                sim_args=SLOW, max_inflight=1, weights=None, backend_extra=None, **extra):
         ports = [self.start_llmsim("r%d" % i, args=sim_args)[1] for i in range(sims)]
-        backends = [{"name": "r%d" % i, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
-                     "max_inflight": max_inflight} for i, p in enumerate(ports)]
+        backends = [dict({"name": "r%d" % i, "url": "http://127.0.0.1:%d" % p, "models": ["m"],
+                          "max_inflight": max_inflight}, **(backend_extra or {}))
+                    for i, p in enumerate(ports)]
         for b, w in zip(backends, weights or []):
             b["weight"] = w
         conf = self.base_config(backends, workers=workers, access_log=self.path("access.log"),
@@ -150,6 +151,37 @@ class SchedTest(Harness):
         self.assertEqual(by_class["interactive"]["ttft_target"], 2000)
         self.assertGreater(by_class["batch"]["queue_wait"], 50)
         self.assertIsNone(by_class["system"]["shed"])
+
+    def test_a_preempting_engine_takes_a_higher_class_past_max_inflight(self):
+        """engine_priority "preempt": there max_inflight bounds a class and those above
+        it, so a higher class goes past a lower one's requests at once, and the engine
+        (llmsim preempting for priority) gives it their slot; the lowest class still
+        counts every request."""
+        prio = SLOW + ["--scheduling-policy", "priority", "--priority-preemption-threshold", "0"]
+        gwp, gw = self.gateway(sim_args=prio, backend_extra={"priority_field": "vllm",
+                                                             "engine_priority": "preempt"})
+        # batch holds the only slot: 100 tokens of 20 ms
+        b1 = Async(gw, chat_body(max_tokens=100, content="batch-long"), headers=bearer("batch"))
+        wait_until(lambda: sim_state(self.sims[0])["running"] == 1, what="batch running")
+        # another batch request waits for it in the gateway's queue
+        b2 = self.queue(gwp, gw, "batch", "batch-2", n_before=0)
+        t0 = time.monotonic()
+        status, _, obj, _ = post_json(gw, "/v1/chat/completions",
+                                      chat_body(max_tokens=2, content="interactive"),
+                                      headers=bearer("inter"))
+        took = time.monotonic() - t0
+        self.assertEqual(status, 200, obj)
+        self.assertLess(took, 1.0)  # batch's answer alone takes 2 s
+        self.assertEqual(b1.wait()[0], 200)
+        self.assertEqual(b2.wait()[0], 200)
+        self.assertGreaterEqual(sim_state(self.sims[0])["preempted"], 1)
+        log = self.log(3)
+        inter = [r for r in log if r["class"] == "interactive"][0]
+        # it found room at once: at most a pass through the queue (batch-2 waits
+        # there, and a higher class goes first)
+        self.assertLess(inter["queue_wait"] or 0, 100, inter)
+        batch = [r for r in log if r["class"] == "batch"]
+        self.assertTrue(any(r["queue_wait"] is not None for r in batch), batch)
 
     def test_a_header_above_max_class_is_clamped_or_refused(self):
         gwp, gw = self.gateway()

@@ -49,8 +49,8 @@ test_work_ahead_per_request(void)
     int s1, s2, s3;
 
     LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 0 && longest == 0);
-    s1 = lg_backend_due_add(b, t, 100, 0);
-    s2 = lg_backend_due_add(b, t, 40, 0); /* same hint: the next free slot */
+    s1 = lg_backend_due_add(b, t, 100, 0, 0);
+    s2 = lg_backend_due_add(b, t, 40, 0, 0); /* same hint: the next free slot */
     LG_CHECK(s1 >= 0 && s2 >= 0 && s1 != s2);
     LG_CHECK(lg_backend_work_ahead_ms(b, t, &longest, NULL) == 140 && longest == 100);
     /* 60 ms later: 40 left of the first; the second is overdue and has a
@@ -65,9 +65,9 @@ test_work_ahead_per_request(void)
     LG_CHECK(late_at(b, t + 60 * LG_NS_PER_MS) == 0); /* none pending */
     /* every slot taken: the next is not counted, and says so */
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
-        LG_CHECK(lg_backend_due_add(b, t, 1, (uint32_t)i * 7) >= 0);
+        LG_CHECK(lg_backend_due_add(b, t, 1, 0, (uint32_t)i * 7) >= 0);
     }
-    s3 = lg_backend_due_add(b, t, 1, 3);
+    s3 = lg_backend_due_add(b, t, 1, 0, 3);
     LG_CHECK(s3 == -1);
     LG_CHECK(lg_backend_work_ahead_ms(b, t, NULL, NULL) == LG_BACKEND_DUE_SLOTS);
     for (int i = 0; i < LG_BACKEND_DUE_SLOTS; i++) {
@@ -124,10 +124,10 @@ test_slot_ends(void)
     int s[4];
 
     LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == -1); /* nothing known */
-    s[0] = lg_backend_end_add(b, t + 300 * ms, 0);
-    s[1] = lg_backend_end_add(b, t + 100 * ms, 0);
-    s[2] = lg_backend_end_add(b, t + 200 * ms, 0);
-    s[3] = lg_backend_end_add(b, t - 50 * ms, 0); /* overdue: about to end */
+    s[0] = lg_backend_end_add(b, t + 300 * ms, 0, 0);
+    s[1] = lg_backend_end_add(b, t + 100 * ms, 0, 0);
+    s[2] = lg_backend_end_add(b, t + 200 * ms, 0, 0);
+    s[3] = lg_backend_end_add(b, t - 50 * ms, 0, 0); /* overdue: about to end */
     for (int i = 0; i < 4; i++) {
         LG_CHECK(s[i] >= 0);
     }
@@ -147,6 +147,131 @@ test_slot_ends(void)
     }
     LG_CHECK(lg_backend_end_wait_ms(b, t, 1, 10) == -1);
     return 0;
+}
+
+/*
+ * By class (an engine that preempts for priority): a request of class c
+ * counts ahead of it only ours of c and above, in flight, awaiting a first
+ * token with their work, and their ends for the slot it waits for.
+ */
+static int
+test_by_class(void)
+{
+    static const char two[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"p\", \"url\": \"http://127.0.0.1:9002\", \"models\": [\"m\"], "
+        "\"priority_field\": \"vllm\", \"engine_priority\": \"preempt\"}]}";
+    struct lg_config *c2;
+    struct lg_fleet *f2;
+    struct lg_backend *b;
+    struct lg_backend_by_class k;
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    int due[4], ends[4];
+
+    LG_CHECK(lg_test_fleet_load(two, &c2, &f2) == 0);
+    b = f2->backends[0];
+    LG_CHECK(lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT);
+    /* two batch requests (long, 0.8 s awaiting their whole answer), one
+     * default and one interactive, each awaiting its first token */
+    for (int i = 0; i < 2; i++) {
+        lg_backend_class_add(b, LG_CLASS_BATCH, 1);
+        due[i] = lg_backend_due_add(b, t - 800 * ms, 100, LG_CLASS_BATCH, 0);
+        ends[i] = lg_backend_end_add(b, t + (uint64_t)(100 + 100 * i) * ms, LG_CLASS_BATCH, 0);
+    }
+    lg_backend_class_add(b, LG_CLASS_DEFAULT, 1);
+    due[2] = lg_backend_due_add(b, t, 80, LG_CLASS_DEFAULT, 0);
+    ends[2] = lg_backend_end_add(b, t + 900 * ms, LG_CLASS_DEFAULT, 0);
+    lg_backend_class_add(b, LG_CLASS_INTERACTIVE, 1);
+    due[3] = lg_backend_due_add(b, t, 30, LG_CLASS_INTERACTIVE, 0);
+    ends[3] = lg_backend_end_add(b, t + 600 * ms, LG_CLASS_INTERACTIVE, 0);
+    for (int i = 0; i < 4; i++) {
+        LG_CHECK(due[i] >= 0 && ends[i] >= 0);
+    }
+    /* batch counts everything: 2 x 800 / 4 overdue + 80 + 30 */
+    lg_backend_class_read(b, t, LG_CLASS_BATCH, 0, 10, &k);
+    LG_CHECK(k.inflight == 4 && k.pending == 4);
+    LG_CHECK(k.work_ahead_ms == 200 + 200 + 80 + 30);
+    LG_CHECK(fabs(k.pending_age_ms - 400) <= 1);
+    LG_CHECK(k.work_ahead_ms == lg_backend_work_ahead_ms(b, t, NULL, NULL));
+    /* interactive: only its own class (and system) */
+    lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
+    LG_CHECK(k.inflight == 1 && k.pending == 1 && k.work_ahead_ms == 30);
+    LG_CHECK(k.slot_wait_ms == 0); /* no capacity known: no wait told */
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 0, 10, &k);
+    LG_CHECK(k.inflight == 2 && k.pending == 2 && k.work_ahead_ms == 110);
+    lg_backend_class_read(b, t, LG_CLASS_SYSTEM, 0, 10, &k);
+    LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
+    /* max_inflight there bounds a class and those above it; the lowest
+     * class, every request (and elsewhere every class) */
+    lg_backend_inflight_add(b, 4);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_INTERACTIVE) == 1);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_DEFAULT) == 2);
+    LG_CHECK(lg_backend_inflight_from(b, LG_CLASS_BATCH) == 4);
+    lg_backend_inflight_add(fleet->backends[0], 3);
+    LG_CHECK(lg_backend_inflight_from(fleet->backends[0], LG_CLASS_INTERACTIVE) == 3);
+    lg_backend_inflight_add(fleet->backends[0], -3);
+    lg_backend_inflight_add(b, -4);
+    /* two slots: the default request waits for the sooner end of the two of
+     * its class and above (the interactive one, 600 ms), not for batch's
+     * 100 ms (batch gives its slot up at once); with three slots it has one */
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 2, 10, &k);
+    LG_CHECK(fabs(k.slot_wait_ms - 600) <= 1);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 3, 10, &k);
+    LG_CHECK(k.slot_wait_ms == 0);
+    /* class-blind, the first end is batch's */
+    LG_CHECK(fabs(lg_backend_end_wait_ms(b, t, 1, 10) - 100) <= 1);
+    /* a moved end keeps its class */
+    lg_backend_end_move(b, ends[3], t + 700 * ms);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 2, 10, &k);
+    LG_CHECK(fabs(k.slot_wait_ms - 700) <= 1);
+    for (int i = 0; i < 4; i++) {
+        lg_backend_due_del(b, due[i]);
+        lg_backend_end_del(b, ends[i]);
+    }
+    lg_backend_class_add(b, LG_CLASS_BATCH, -2);
+    lg_backend_class_add(b, LG_CLASS_DEFAULT, -1);
+    lg_backend_class_add(b, LG_CLASS_INTERACTIVE, -1);
+    lg_backend_class_read(b, t, LG_CLASS_BATCH, 0, 10, &k);
+    LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
+    return lg_test_fleet_free(c2, f2);
+}
+
+/*
+ * A whole (not streamed) answer's time teaches the TTFT fit only where no
+ * stream was timed there lately: a first token and every token after it
+ * would read as a replica many times slower than it is.
+ */
+static int
+test_whole_answer_teaches_only_without_streams(void)
+{
+    static const char one[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"w\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"]}]}";
+    struct lg_est_prior prior = { .fixed_ms = 30, .ms_per_kib = 10, .itl_ms = 15, .hold_ms = 500 };
+    struct lg_config *c2;
+    struct lg_fleet *f2;
+    struct lg_backend *b;
+    struct lg_backend_est e0, e1;
+
+    LG_CHECK(lg_test_fleet_load(one, &c2, &f2) == 0);
+    b = f2->backends[0];
+    /* no stream there: a whole answer is all it has to go by */
+    lg_backend_read_est(b, &e0);
+    lg_backend_note_done(b, &prior, 1024, 2000, 0, -1, 2000);
+    lg_backend_read_est(b, &e1);
+    LG_CHECK(e1.ttft.w > e0.ttft.w && e1.ttft.sy > e0.ttft.sy);
+    /* streams end there (their gaps between tokens timed, their first
+     * tokens taught the fit): whole answers teach it no more */
+    for (int i = 0; i < 3; i++) {
+        lg_backend_note_done(b, NULL, 1024, 0, 0, 15, 1000);
+    }
+    lg_backend_read_est(b, &e0);
+    lg_backend_note_done(b, &prior, 1024, 2000, 0, -1, 2000);
+    lg_backend_read_est(b, &e1);
+    LG_CHECK(e1.ttft.w == e0.ttft.w && e1.ttft.sy == e0.ttft.sy);
+    /* what whole answers measure honestly still counts: the slot's hold */
+    LG_CHECK(e1.hold.w > e0.hold.w);
+    return lg_test_fleet_free(c2, f2);
 }
 
 static double
@@ -309,6 +434,29 @@ test_kept_backend_takes_new_settings(void)
     before = lg_backend_conf(b);
     lg_fleet_adopt(f1);
     LG_CHECK(lg_backend_conf(b) == before);
+    /* the class to the engine, and what it does with it: new settings too */
+    {
+        static const char prio_text[] =
+            "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+            "[{\"name\": \"r1\", \"url\": \"http://127.0.0.1:9001\", \"models\": [\"m\", \"m2\"],"
+            "  \"weight\": 7, \"max_inflight\": 3, \"metrics_path\": \"/stats\", "
+            "  \"api_key\": \"k\", \"priority_field\": \"vllm\", \"engine_priority\": \"preempt\"}]}";
+        struct lg_config *c2;
+        struct lg_fleet *f2;
+
+        memset(&errs, 0, sizeof(errs));
+        LG_CHECK(lg_config_load_buffer(prio_text, sizeof(prio_text) - 1, "t.json", &c2, &errs)
+                 == LG_OK);
+        lg_config_errors_free(&errs);
+        LG_CHECK(lg_router_fleet_new(c2, 1, f1, &f2) == LG_OK);
+        LG_CHECK(f2->backends[0] == b);
+        lg_fleet_adopt(f2);
+        LG_CHECK(lg_backend_conf(b) != before);
+        LG_CHECK(lg_backend_conf(b)->priority_field == LG_PRIORITY_FIELD_VLLM
+                 && lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT);
+        lg_fleet_unref(f2);
+        lg_config_unref(c2);
+    }
     lg_fleet_unref(f0);
     lg_config_unref(c0);
     /* https verified otherwise: another backend (its client context is made once) */
@@ -678,6 +826,7 @@ test_view_reuse(void)
 }
 
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
+             test_by_class, test_whole_answer_teaches_only_without_streams,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, test_view_reuse,

@@ -1577,7 +1577,48 @@ test_scale_from_zero(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_routing_retry_on, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
+/* engine_priority: read, and refused without priority_field (the engine
+ * would hear no class), at the field. */
+static int
+test_engine_priority(void)
+{
+    struct lg_config_errors errs = { 0 };
+    struct lg_config *c = NULL;
+    const char *ok = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                     "\"http://127.0.0.1:1\", \"models\": [\"m\"], \"priority_field\": \"vllm\", "
+                     "\"engine_priority\": \"preempt\"}, {\"name\": \"b\", \"url\": "
+                     "\"http://127.0.0.1:2\", \"models\": [\"m\"]}]}";
+    const char *bad = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                      "\"http://127.0.0.1:1\", \"models\": [\"m\"], "
+                      "\"engine_priority\": \"preempt\"}]}";
+
+    LG_CHECK(lg_config_load_buffer(ok, strlen(ok), "t.json", &c, &errs) == LG_OK);
+    LG_CHECK(c->backends[0].engine_priority == LG_ENGINE_PRIORITY_PREEMPT);
+    LG_CHECK(c->backends[1].engine_priority == LG_ENGINE_PRIORITY_NONE);
+    lg_config_unref(c);
+    c = NULL;
+    LG_CHECK(lg_config_load_buffer(bad, strlen(bad), "t.json", &c, &errs) != LG_OK);
+    LG_CHECK(errs.n == 1);
+    LG_CHECK(strstr(errs.msgs[0], "t.json:1:") == errs.msgs[0]);
+    LG_CHECK(strstr(errs.msgs[0], ": error: /backends/0/engine_priority: the engine hears no "
+                                  "class: set priority_field too")
+             != NULL);
+    lg_config_errors_free(&errs);
+    /* a kind it does not know */
+    {
+        const char *unknown = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", "
+                              "\"url\": \"http://127.0.0.1:1\", \"models\": [\"m\"], "
+                              "\"priority_field\": \"vllm\", \"engine_priority\": \"order\"}]}";
+
+        memset(&errs, 0, sizeof(errs));
+        LG_CHECK(lg_config_load_buffer(unknown, strlen(unknown), "t.json", &c, &errs) != LG_OK);
+        LG_CHECK(errs.n == 1 && strstr(errs.msgs[0], "/backends/0/engine_priority") != NULL);
+        lg_config_errors_free(&errs);
+    }
+    return 0;
+}
+
+LG_TEST_MAIN(test_routing_retry_on, test_engine_priority, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
              test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,

@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,4 +452,133 @@ test_queue_guard_pair(void)
     return 0;
 }
 
-LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair)
+/* A candidate for the by-class tests: 16 slots, 20 requests there. */
+static void
+class_view(struct lg_backend_view *v, struct lg_engine_model_view *m, uint32_t id)
+{
+    memset(v, 0, sizeof(*v));
+    memset(m, 0, sizeof(*m));
+    v->size = sizeof(*v);
+    v->name = "r";
+    v->id = id;
+    v->weight = 1;
+    v->ramp = 1;
+    v->capacity = 16;
+    v->hold_ms = 2000;
+    v->itl_ms = 15;
+    v->ttft_fixed_ms = 40;
+    v->engine_waiting = -1;
+    v->engine_running = -1;
+    v->engine_kv_usage = -1;
+    v->inflight = 20;
+    v->load = 20;
+    v->model = m;
+    m->size = sizeof(*m);
+    m->version = LG_ENGINE_MODEL_VERSION;
+    m->wait_ms = -1;
+    m->measured_ms = -1;
+    m->scale = 1;
+    m->step_ms = 15;
+}
+
+/*
+ * On engines that preempt for priority (LG_MODEL_F_BY_CLASS) the ttft
+ * policy counts ahead of the request only its class and above: a replica
+ * whose many requests are a lower class's long answers wins over one busy
+ * with the request's own class, which it loses to class-blind; the step
+ * still runs the whole batch.
+ */
+static int
+test_by_class(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 1024, .max_tokens = 64, .attempt = 1 };
+    struct lg_backend_view v[20], flat;
+    struct lg_engine_model_view m[20];
+    const struct lg_backend_view *c[20];
+    double cost[20], by_class;
+    const char *why = NULL;
+    void *st, *raw;
+    char err[256];
+
+    LG_CHECK(lg_plugin_create_text(p, "{}", &st, err, sizeof(err)) == LG_OK);
+    for (uint32_t i = 0; i < 2; i++) {
+        class_view(&v[i], &m[i], i + 1);
+        c[i] = &v[i];
+    }
+    /* A: its own class's short answers, 14 of them (4 awaiting a first token) */
+    v[0].pending = 14;
+    v[0].pending_age_ms = 30;
+    v[0].work_ahead_ms = 200;
+    v[0].slot_wait_ms = 100;
+    m[0].class_inflight = 14;
+    m[0].class_pending = 4;
+    m[0].class_pending_age_ms = 20;
+    m[0].class_work_ahead_ms = 120;
+    /* B: 18 of a lower class's whole answers (awaiting them for seconds) */
+    v[1].pending = 18;
+    v[1].pending_age_ms = 1500;
+    v[1].work_ahead_ms = 6000;
+    v[1].slot_wait_ms = 80;
+    m[1].class_inflight = 2;
+    m[1].class_pending = 1;
+    m[1].class_pending_age_ms = 10;
+    m[1].class_work_ahead_ms = 20;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]); /* class-blind: B's work ahead */
+    m[0].flags = m[1].flags = LG_MODEL_F_BY_CLASS;
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    /* a plugin view without the members (an older host) is read class-blind */
+    m[0].size = m[1].size = offsetof(struct lg_engine_model_view, class_inflight);
+    p->ops->score(st, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    m[0].size = m[1].size = sizeof(m[0]);
+    p->ops->destroy(st);
+
+    /* the step: B by class costs what a view of its class's counts costs,
+     * plus the batch term at every request there (20 of 16 slots) rather
+     * than at 2: batch_weight 1 x itl 15 x (16 - 2) / 16 */
+    LG_CHECK(lg_plugin_create_text(p, "{\"tolerance_ms\": 0, \"queue_guard\": 0}", &raw, err,
+                                   sizeof(err))
+             == LG_OK);
+    p->ops->score(raw, &req, &c[1], 1, cost, &why);
+    by_class = cost[0];
+    flat = v[1];
+    flat.model = NULL;
+    flat.inflight = 2;
+    flat.load = 2;
+    flat.pending = 1;
+    flat.pending_age_ms = 10;
+    flat.work_ahead_ms = 20;
+    flat.slot_wait_ms = 0;
+    c[1] = &flat;
+    p->ops->score(raw, &req, &c[1], 1, cost, &why);
+    LG_CHECK(fabs(by_class - cost[0] - 15.0 * 14 / 16) < 1e-9);
+    c[1] = &v[1];
+
+    /* more candidates than the policy's stack holds: the same by class */
+    for (uint32_t i = 0; i < 20; i++) {
+        class_view(&v[i], &m[i], i + 1);
+        v[i].pending = 10;
+        v[i].work_ahead_ms = 500;
+        m[i].flags = LG_MODEL_F_BY_CLASS;
+        m[i].class_inflight = 10;
+        m[i].class_pending = 3;
+        m[i].class_work_ahead_ms = 100 + 10 * i;
+        c[i] = &v[i];
+    }
+    m[13].class_inflight = 1;
+    m[13].class_pending = 0;
+    m[13].class_work_ahead_ms = 0;
+    p->ops->score(raw, &req, c, 20, cost, &why);
+    for (size_t i = 0; i < 20; i++) {
+        LG_CHECK(i == 13 || cost[13] < cost[i]);
+    }
+    p->ops->destroy(raw);
+    return 0;
+}
+
+LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
+             test_by_class)

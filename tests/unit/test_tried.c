@@ -125,12 +125,12 @@ test_router_picks_past_64(void)
                 lg_tried_add(&t, i, route->n);
             }
         }
-        LG_CHECK(lg_router_has_candidate(route, &t));
+        LG_CHECK(lg_router_has_candidate(route, &t, 0));
         LG_CHECK(lg_router_pick(fleet->router, route, &req, &t, &out) == LG_OK);
         LG_CHECK(out.backend == route->backends[left]);
         LG_CHECK(strcmp(out.reason, "only_candidate") == 0);
         lg_tried_add(&t, left, route->n);
-        LG_CHECK(!lg_router_has_candidate(route, &t));
+        LG_CHECK(!lg_router_has_candidate(route, &t, 0));
         LG_CHECK(lg_router_pick(fleet->router, route, &req, &t, &out) == LG_EBUSY);
         LG_CHECK(strcmp(out.reason, "all_backends_tried") == 0);
         lg_tried_clear(&t);

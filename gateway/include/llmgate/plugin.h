@@ -250,10 +250,26 @@ struct lg_engine_model_view {
                                   prefill_chunk); 0 = a prompt is prefilled in one step */
     double decoding;           /* sequences generating there now (past their first token, at
                                   most its slots): each takes a token of every chunk */
+
+    /* by class (appended; read them only where size covers them and
+     * LG_MODEL_F_BY_CLASS is set): the backend's engine serves by priority
+     * class and gives a higher class a lower one's slot (the backend's
+     * engine_priority "preempt"), so only this gateway's requests there of
+     * the routed request's class and above delay its first token; the
+     * view's counts hold every class (the batch its steps run). The
+     * engine model does not follow preemption: wait_ms is -1 there */
+    double class_inflight;     /* ours there of its class and above */
+    double class_pending;      /* of them, awaiting a first token */
+    double class_pending_age_ms; /* their mean age */
+    double class_work_ahead_ms;  /* their first-token work still ahead (as work_ahead_ms) */
+    double class_slot_wait_ms;   /* where they fill its slots: ms until one of them ends
+                                    (as slot_wait_ms); 0 = not full, or unknown */
 };
 
 #define LG_MODEL_F_STEP_GUESS (1u << 0) /* step_ms is the view's itl_ms: no stream there moved
                                             lately */
+#define LG_MODEL_F_BY_CLASS   (1u << 2) /* the class_* members hold (engine_priority
+                                            "preempt") */
 #define LG_MODEL_F_MISSES     (1u << 1) /* the engine model misses there lately: its errors,
                                             calibrated, spread wider than the measured terms'
                                             (err against measured_err); a policy leans on
