@@ -357,7 +357,7 @@ test_engine_model(void)
     unsigned joined = 99;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
              == 10); /* idle: one step */
     LG_CHECK(joined == 0);
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
@@ -365,7 +365,7 @@ test_engine_model(void)
     LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
     __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED);
     /* a third request in flight it has no word for: it cannot tell */
-    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
+    LG_CHECK(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
     s[2] = lg_backend_seq_add(b, t + 8 * ms, 40, 5, 0);
     LG_CHECK(s[2] >= 0);
     /*
@@ -376,7 +376,7 @@ test_engine_model(void)
      * third in (10 tokens: 0.5 ms), which leaves after 5 more: the new one
      * starts then.
      */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL)
+    LG_CHECK(fabs(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL)
                   - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
              < 1e-6);
     /* the first two have their first tokens, 2 and 1 to come, 3 ms ago
@@ -386,19 +386,19 @@ test_engine_model(void)
      * that step and the new one follows */
     lg_backend_seq_left(b, s[0], 2, t + 7 * ms);
     lg_backend_seq_left(b, s[1], 1, t + 7 * ms);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(fabs(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (7 + 10.5 + 10))
              < 1e-6);
     LG_CHECK(joined == 0); /* the third went in a step before */
     /* three slots: the third is admitted with the new one (so the new
      * one's prefill holds up its first token) */
     LG_CHECK(
-        fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
+        fabs(engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
         < 1e-6);
     LG_CHECK(joined == 1);
     /* no token for longer than a plain step: where the step stands is unknown
      * (half of it left, on average) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 30 * ms, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(fabs(engine_model_ms(b, t + 30 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (5 + 10.5 + 10))
              < 1e-6);
     /* a token that came a moment later than the caller's clock: a step just
@@ -406,15 +406,15 @@ test_engine_model(void)
      * prefill); the new one follows */
     lg_backend_seq_left(b, s[1], 1, t + 12 * ms);
     LG_CHECK(
-        fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
+        fabs(engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
         < 1e-6);
     LG_CHECK(joined == 0);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
     }
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, NULL) == 10);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0, 0.05, 0, NULL) == -1); /* no step known */
+    LG_CHECK(engine_model_ms(b, t, 2, 10, 0, 0.05, 0, NULL) == 10);
+    LG_CHECK(engine_model_ms(b, t, 2, 0, 0, 0.05, 0, NULL) == -1); /* no step known */
     return 0;
 }
 
