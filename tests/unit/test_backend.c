@@ -677,8 +677,41 @@ test_view_reuse(void)
     return 0;
 }
 
+/*
+ * An ejection that began with a refused connection ends its back-off as
+ * soon as something answers HTTP there again (a scrape, a check): the
+ * backend is half-open, and the probe's success closes it; one for failing
+ * answers keeps its back-off (such an engine answers its metrics all along).
+ * Last: it leaves the backend ejected.
+ */
+static int
+test_listening_ends_refused_ejection(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    const struct lg_health_conf *hc = &conf->health;
+
+    lg_backend_note_result(b, hc, 0, 0, LG_BACKEND_R_REFUSED);
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    LG_CHECK(!lg_backend_is_half_open(b, lg_now_ns()));
+    lg_backend_note_listening(b, lg_now_ns());
+    LG_CHECK(lg_backend_is_half_open(b, lg_now_ns()));
+    /* the probe answers: closed, slow start begins */
+    lg_backend_note_result(b, hc, 200, 0, 0);
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) == 0);
+    LG_CHECK(__atomic_load_n(&b->up_since_ns, __ATOMIC_RELAXED) != 0);
+    /* failing answers in a row: ejected, and answering says nothing new */
+    for (uint32_t i = 0; i < hc->eject_consecutive; i++) {
+        lg_backend_note_result(b, hc, 503, 0, 0);
+    }
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    lg_backend_note_listening(b, lg_now_ns());
+    LG_CHECK(!lg_backend_is_half_open(b, lg_now_ns()));
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    return 0;
+}
+
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, test_view_reuse,
-             test_kept_backend_takes_new_settings, teardown)
+             test_kept_backend_takes_new_settings, test_listening_ends_refused_ejection, teardown)
