@@ -427,7 +427,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500,
-                            .tolerance_count = 0,
+                            .tolerance_count = 1,
                             .e2e_slack = 0,
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
