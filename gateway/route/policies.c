@@ -661,8 +661,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
 
 /*
  * tolerance_ms: of the candidates predicted within tolerance_ms of the
- * soonest first token, the one with the smallest share of its slots taken
- * wins (the prediction breaks ties); besides the soonest, only those with
+ * soonest first token, the one with the fewest requests there wins
+ * (tolerance_count 1; at 0, the smallest share of its slots taken; the
+ * prediction breaks ties); besides the soonest, only those with
  * under tolerance_load of their slots taken qualify, and where the answer
  * would take at most tolerance_decode_ms longer (max_tokens x the
  * difference in gaps between tokens). Greedy placement fills the fast
