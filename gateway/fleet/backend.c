@@ -442,7 +442,7 @@ lg_backend_note_listening(struct lg_backend *b, uint64_t now_ns)
     until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
     if (until != 0 && now_ns < until && __atomic_load_n(&b->eject_refused, __ATOMIC_RELAXED)) {
         __atomic_store_n(&b->eject_until_ns, LG_MAX(now_ns, 1), __ATOMIC_RELAXED);
-        LG_INFO("backend %s answers again: half-open after %" PRIu64 " ms of ejection %u left",
+        LG_INFO("backend %s answers again: half-open now, %" PRIu64 " ms before ejection %u ends",
                 b->name, (uint64_t)((until - now_ns) / LG_NS_PER_MS), b->ejections);
     }
     __atomic_store_n(&b->eject_refused, 0, __ATOMIC_RELAXED);
