@@ -695,8 +695,8 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
          * 0..1): where every replica runs at one pace, each prompt a
          * replica admits stalls every answer generating there, so equal
          * counts keep the answers' pace even */
-        double taken = (1 - s->tolerance_count) * share
-                       + s->tolerance_count * LG_MIN(1.0, c[i]->load / most);
+        double taken =
+            (1 - s->tolerance_count) * share + s->tolerance_count * LG_MIN(1.0, c[i]->load / most);
         /* its answer there takes at most tolerance_decode_ms longer than
          * at the cheapest (an unknown length: no slower at all) */
         double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
