@@ -23,7 +23,8 @@ Policies:
   greedy      the soonest exact first token (what the benchmark's oracle does)
   least_conn  the fewest requests in flight, ties in turn (nginx least_conn)
   tolerant    of those within --tolerance-ms of the soonest, the one with the
-              smallest share of its slots taken, under --tolerance-load, whose
+              fewest requests (--tolerance-count 1; 0: the smallest share of its
+              slots taken), under --tolerance-load of its slots taken, whose
               answer takes at most --tolerance-decode-ms longer (the `ttft`
               policy's pick, gateway/route/policies.c ttft_tolerate())
   e2e[:K=V...] end to end: of those whose exact first token is within
@@ -379,21 +380,28 @@ def pick_by_prediction(fleet, r, args, rng, hide=None, tolerant=None):
 def tolerant_pick(xs, cost, best, tol, r, args, hide=None):
     """The `ttft` pick's tolerance (gateway/route/policies.c ttft_tolerate())
     over replicas xs costing cost, xs[best] the cheapest: of those within tol
-    of it, the one with the smallest share of its slots taken, each other
-    than the cheapest under --tolerance-load and its answer at most
-    --tolerance-decode-ms longer there."""
+    of it, the one with the fewest requests over the most slots among them
+    (--tolerance-count 1) or the smallest share of its slots taken (0), or a
+    blend, each other than the cheapest under --tolerance-load of its slots
+    taken and its answer at most --tolerance-decode-ms longer there."""
     def itl(x):
         return x.step_ms(0, min(x.slots, x.in_flight(hide) + 1))
 
-    def taken(x):
+    def share(x):
         return min(1.0, x.in_flight(hide) / x.slots)
+
+    most = max([1] + [x.slots for x in xs])
+
+    def taken(x):
+        return ((1 - args.tolerance_count) * share(x)
+                + args.tolerance_count * min(1.0, x.in_flight(hide) / most))
 
     ok = []
     for i, x in enumerate(xs):
         slower = max(0.0, itl(x) - itl(xs[best]))
         if cost[i] > cost[best] + tol:
             continue
-        if i == best or (taken(x) < args.tolerance_load
+        if i == best or (share(x) < args.tolerance_load
                          and r.max_tokens * slower <= args.tolerance_decode_ms):
             ok.append(i)
     return xs[min(ok, key=lambda i: (taken(xs[i]), cost[i]))]
@@ -635,6 +643,9 @@ def main(argv=None):
                     "first token (0: --tolerance-ms alone; tried in the gateway and not kept, "
                     "NOTES.md 53)")
     ap.add_argument("--tolerance-load", type=float, default=0.75)
+    ap.add_argument("--tolerance-count", type=float, default=1.0,
+                    help="tolerant: rank by requests (1, the gateway's default) or by share "
+                    "of slots taken (0), or a blend")
     ap.add_argument("--tolerance-decode-ms", type=float, default=2500.0)
     ap.add_argument("--noise", help="comma list: standard deviation (ms) of the prediction's "
                     "error on each replica (greedy, tolerant)")

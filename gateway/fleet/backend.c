@@ -349,9 +349,10 @@ lg_backend_available_at(const struct lg_backend *b, uint64_t now_ns, uint64_t do
     return LG_MAX(at, t);
 }
 
-/* Starts (or extends) an ejection; b->lock held. */
+/* Starts (or extends) an ejection, `refused` when a refused connection
+ * began it; b->lock held. */
 static void
-backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t now)
+backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t now, bool refused)
 {
     uint64_t len_ms = hc->eject_base_ms;
 
@@ -365,6 +366,7 @@ backend_eject(struct lg_backend *b, const struct lg_health_conf *hc, uint64_t no
     b->ejections++;
     __atomic_fetch_add(&b->ejections_total, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&b->consecutive_failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->eject_refused, refused ? 1u : 0u, __ATOMIC_RELAXED);
     __atomic_store_n(&b->eject_until_ns, now + len_ms * LG_NS_PER_MS, __ATOMIC_RELAXED);
     __atomic_store_n(&b->up_since_ns, 0, __ATOMIC_RELAXED);
     LG_WARN("backend %s ejected for %" PRIu64 " ms (ejection %u)", b->name, len_ms, b->ejections);
@@ -423,9 +425,28 @@ lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, in
                              + ((flags & LG_BACKEND_R_REFUSED) ? hc->eject_consecutive : 1),
                          __ATOMIC_RELAXED);
         if (until != 0 || b->consecutive_failures >= hc->eject_consecutive) {
-            backend_eject(b, hc, now);
+            backend_eject(b, hc, now, (flags & LG_BACKEND_R_REFUSED) != 0);
         }
     }
+    pthread_mutex_unlock(&b->lock);
+}
+
+void
+lg_backend_note_listening(struct lg_backend *b, uint64_t now_ns)
+{
+    uint64_t until;
+
+    if (__atomic_load_n(&b->eject_refused, __ATOMIC_RELAXED) == 0) {
+        return; /* the common case: not ejected, or not for a refusal */
+    }
+    pthread_mutex_lock(&b->lock);
+    until = __atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED);
+    if (until != 0 && now_ns < until && __atomic_load_n(&b->eject_refused, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&b->eject_until_ns, LG_MAX(now_ns, 1), __ATOMIC_RELAXED);
+        LG_INFO("backend %s answers again: half-open now, %" PRIu64 " ms before ejection %u ends",
+                b->name, (uint64_t)((until - now_ns) / LG_NS_PER_MS), b->ejections);
+    }
+    __atomic_store_n(&b->eject_refused, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&b->lock);
 }
 

@@ -188,6 +188,8 @@ struct lg_backend {
     uint64_t eject_until_ns;           /* atomic: passive ejection; 0 = not ejected; once
                                        past, the backend is half-open */
     uint32_t probe_busy;               /* atomic: the half-open probe is in flight */
+    uint32_t eject_refused;            /* atomic: the ejection in force began with a
+                                      refused connection (lg_backend_note_listening()) */
     uint64_t up_since_ns;              /* atomic: slow start began then; 0 = full share */
     uint64_t ejections_total;          /* atomic: passive ejections since it joined (metrics) */
     uint64_t warn_ratelimit_ns;        /* for lg_log_ratelimit() */
@@ -338,6 +340,18 @@ lg_backend_inflight(const struct lg_backend *b)
  */
 void lg_backend_note_result(struct lg_backend *b, const struct lg_health_conf *hc, int status,
                             uint64_t retry_after_ns, unsigned flags);
+
+/*
+ * Something answers HTTP on b again (an engine scrape or an active check got
+ * a response). An ejection that began with a refused connection (nothing
+ * listened: an engine that crashed or was stopped) ends its back-off now: b
+ * is half-open, its next request the probe, which closes the ejection and
+ * starts slow start, or ejects it again. An engine restarted on its port is
+ * back within a scrape, not when a back-off that doubled with each refused
+ * probe runs out. An ejection for failing answers keeps its back-off (such
+ * an engine answers its metrics all along).
+ */
+void lg_backend_note_listening(struct lg_backend *b, uint64_t now_ns);
 
 /*
  * A connection to b was reset (RST) before or during a response: its engine

@@ -627,10 +627,10 @@ backend_model_add(uint64_t w, uint64_t now, double step_ms, bool peer, uint32_t 
 }
 
 double
-lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                           double step_ms, double step_per_seq, double prefill_ms_per_token,
-                           double prefill_fixed_ms, unsigned *joined)
+lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns,
+                           const struct lg_est_steps *how, unsigned *joined)
 {
+    double step_ms = how->step_ms, prefill_fixed_ms = how->prefill_fixed_ms;
     enum { MAX_SEQS = LG_BACKEND_END_SLOTS + LG_BACKEND_PEER_SEQS };
     uint32_t left[MAX_SEQS];
     struct lg_est_queued queue[MAX_SEQS];
@@ -645,7 +645,7 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     if (joined != NULL) {
         *joined = 0;
     }
-    if (!(capacity >= 1) || !(step_ms > 0)) {
+    if (how->slots < 1 || !(step_ms > 0)) {
         return -1;
     }
     /* the peers' words are copied only where peers have requests */
@@ -678,13 +678,14 @@ lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double c
     }
     batch = (struct lg_est_batch){ .left = left, .nleft = nleft, .queue = queue, .nqueue = nqueue };
     steps = (struct lg_est_steps){
-        .slots = (unsigned)capacity,
+        .slots = how->slots,
         .step_ms = step_ms,
-        .step_per_seq = step_per_seq,
-        .prefill_ms = prefill_ms_per_token > 0 ? prefill_ms_per_token : 0,
+        .step_per_seq = how->step_per_seq,
+        .prefill_ms = how->prefill_ms > 0 ? how->prefill_ms : 0,
         .prefill_fixed_ms = prefill_fixed_ms > 0 ? prefill_fixed_ms : 0,
         .resid_ms = step_ms / 2,
         .begun_ms = backend_step_begun_ms(b, now_ns),
+        .chunk = how->chunk,
     };
     return lg_est_engine_run(&batch, &steps, joined);
 }

@@ -9,6 +9,8 @@
 
 #include "base/lg_core.h"
 
+struct lg_est_steps;
+
 struct event;
 struct lg_backend;
 
@@ -159,14 +161,14 @@ size_t lg_backend_seqs_read(const struct lg_backend *b, uint64_t now_ns, struct 
                             size_t max, bool *complete);
 /* The word lg_backend_engine_model_ms() reads for a peer's sequence, as of now_ns. */
 uint64_t lg_backend_seq_word(const struct lg_seq_info *s, uint64_t now_ns);
-/* The engine model's wait for a request with an empty prompt (ms), steps
- * of step_ms at the batch now and step_per_seq more for each sequence
- * more, prefilling steps prefill_fixed_ms more (its own too), or -1 when it
- * cannot tell (lg_engine_model_view.wait_ms);
- * *joined (when not NULL): how many of ours there would be admitted with it
- * (lg_engine_model_view.joined). */
-double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns, double capacity,
-                                  double step_ms, double step_per_seq, double prefill_ms_per_token,
-                                  double prefill_fixed_ms, unsigned *joined);
+/* The engine model's wait for a request with an empty prompt (ms), run
+ * as `how` says (its slots, steps of step_ms at the batch now and
+ * step_per_seq more for each sequence more, prefill_ms per prompt token,
+ * prefilling steps prefill_fixed_ms more, its own too, and chunk; where the
+ * step in progress stands is read here), or -1 when it cannot tell
+ * (lg_engine_model_view.wait_ms); *joined (when not NULL): how many of
+ * ours there would be admitted with it (lg_engine_model_view.joined). */
+double lg_backend_engine_model_ms(const struct lg_backend *b, uint64_t now_ns,
+                                  const struct lg_est_steps *how, unsigned *joined);
 
 #endif /* LG_BACKEND_INFLIGHT_H */

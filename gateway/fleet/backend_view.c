@@ -185,9 +185,16 @@ lg_backend_view_fill(const struct lg_backend *b, uint64_t now_ns, const struct l
          * batch and line */
         unsigned joined;
 
-        m->wait_ms = lg_backend_engine_model_ms(
-            b, now_ns, m->slots, m->step_ms, m->step_ms_per_seq,
-            m->prefill_ms_per_kib / LG_EST_TOKENS_PER_KIB, m->prefill_fixed_ms, &joined);
+        struct lg_est_steps how = {
+            .slots = m->slots >= 1 ? (unsigned)m->slots : 0,
+            .step_ms = m->step_ms,
+            .step_per_seq = m->step_ms_per_seq,
+            .prefill_ms = m->prefill_ms_per_kib / LG_EST_TOKENS_PER_KIB,
+            .prefill_fixed_ms = m->prefill_fixed_ms,
+            .chunk = m->prefill_chunk,
+        };
+
+        m->wait_ms = lg_backend_engine_model_ms(b, now_ns, &how, &joined);
         m->joined = joined;
     }
     if (lg_backend_is_half_open(b, now_ns)) {

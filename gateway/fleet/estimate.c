@@ -562,6 +562,15 @@ est_step_at(double step_ms, double per_seq, size_t batch, size_t batch0)
     return LG_MAX(step_ms + per_seq * ((double)batch - (double)batch0), 0.25 * step_ms);
 }
 
+/* A chunked prefill's further steps for `tokens` admitted together beside
+ * `decoding` sequences (lg_est_chunks_ms(); 0 unchunked). */
+static double
+est_chunks_tokens_ms(const struct lg_est_steps *steps, double decoding, double tokens)
+{
+    return lg_est_chunks_ms(steps->chunk, decoding, steps->step_ms, steps->prefill_fixed_ms,
+                            tokens / LG_EST_TOKENS_PER_KIB);
+}
+
 double
 lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *steps,
                   unsigned *joined)
@@ -611,6 +620,8 @@ lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *s
                 ends[r++] = queue[q].max_tokens - 1;
             }
         }
+        /* chunked: the prompts it took run on for further steps */
+        fixed += est_chunks_tokens_ms(steps, (double)nleft, prefill);
         placed = step_ms + fixed + prefill_ms * prefill > begun_ms;
         if (placed) {
             t = step_ms + fixed + prefill_ms * prefill - begun_ms;
@@ -630,8 +641,9 @@ lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *s
      */
     while (!placed && q < nqueue && held < slots && queue[q].age_ms >= step_ms / 2
            && (q == 0 || queue[q].age_ms >= started)) {
-        double own =
-            step_ms / 2 + step_ms + prefill_fixed_ms + prefill_ms * queue[q].prompt_tokens;
+        double own = step_ms / 2 + step_ms + prefill_fixed_ms
+                     + prefill_ms * queue[q].prompt_tokens
+                     + est_chunks_tokens_ms(steps, (double)nleft, queue[q].prompt_tokens);
         double first = own - queue[q].age_ms;
 
         /*
@@ -657,18 +669,19 @@ lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *s
     for (;;) {
         double prefill = 0;
         uint64_t first = UINT64_MAX, m;
-        size_t kept = 0, q0 = q;
+        size_t kept = 0, q0 = q, r0 = r;
 
         /* the step starting now admits the line while slots are free */
         while (r < slots) {
             if (q == nqueue) {
                 /* the new one is admitted, with q - q0 of the line: they
-                 * wait for its prefill as it waits for theirs */
+                 * wait for its prefill as it waits for theirs (chunked: the
+                 * line's chunks go first) */
                 if (joined != NULL) {
                     *joined = (unsigned)(q - q0);
                 }
                 return t + est_step_at(step_ms, step_per_seq, r + 1, nleft) + prefill_fixed_ms
-                       + prefill_ms * prefill;
+                       + prefill_ms * prefill + est_chunks_tokens_ms(steps, (double)r0, prefill);
             }
             prefill += queue[q].prompt_tokens;
             ends[r++] = k + LG_MAX(queue[q].max_tokens, 1u);
@@ -681,7 +694,8 @@ lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *s
         }
         m = first > k ? first - k : 1;
         t += (double)m * est_step_at(step_ms, step_per_seq, r, nleft)
-             + (q > q0 ? prefill_fixed_ms : 0) + prefill_ms * prefill;
+             + (q > q0 ? prefill_fixed_ms : 0) + prefill_ms * prefill
+             + est_chunks_tokens_ms(steps, (double)r0, prefill);
         k += m;
         for (size_t i = 0; i < r; i++) {
             if (ends[i] > k) {

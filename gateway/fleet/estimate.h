@@ -326,7 +326,12 @@ double lg_est_slot_wait_ms(double known_ms, double load, double capacity, double
  * with its batch (llama.cpp on a CPU: about a one-sequence step for each).
  * A step that prefills anything costs prefill_fixed_ms more, however many
  * prompts it takes (launch and scheduling costs); the new one's step always
- * does, so the ms returned hold that part of its own prefill.
+ * does, so the ms returned hold that part of its own prefill. Where
+ * `chunk` >= 1 (chunked prefill), the prompts a step admits are prefilled
+ * over as many steps as lg_est_chunks_ms() counts for their tokens together
+ * beside the sequences decoding there, and each step after the first delays
+ * what comes after them (the new one's own further steps are the caller's:
+ * lg_est_chunks_ms() for its prompt).
  */
 #define LG_EST_ENGINE_MAX 256
 /* The engine slots assumed where a replica was never seen full (vLLM's and
@@ -367,6 +372,9 @@ struct lg_est_steps {
     double prefill_fixed_ms; /* per step that prefills anything */
     double resid_ms;         /* left of the step in progress */
     double begun_ms;         /* since the step in progress began; < 0: unknown */
+    double chunk;            /* tokens a step carries at most, a token for each
+                              * sequence decoding first (lg_est_chunks_ms());
+                              * 0: a step admits any prompt whole */
 };
 double lg_est_engine_run(const struct lg_est_batch *batch, const struct lg_est_steps *steps,
                          unsigned *joined);

@@ -48,6 +48,9 @@ health_check_result(struct lg_health_target *t, bool ok, int code)
     struct lg_backend *b = t->b;
     int state = __atomic_load_n(&b->health, __ATOMIC_RELAXED);
 
+    if (code != 0) {
+        lg_backend_note_listening(b, lg_now_ns()); /* a refused engine is back */
+    }
     if (ok) {
         t->check.fail_run = 0;
         t->check.ok_run++;

@@ -179,6 +179,9 @@ health_on_scrape_done(struct evhttp_request *req, void *arg)
     int rc;
 
     t->scrape.out = false;
+    if (code != 0) {
+        lg_backend_note_listening(b, lg_now_ns()); /* a refused engine is back */
+    }
     if (code != 200) {
         char why[256];
 

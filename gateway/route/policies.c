@@ -372,6 +372,7 @@ struct ttft_state {
     double tolerance_ms;
     double tolerance_load;
     double tolerance_decode_ms;
+    double tolerance_count;
     double e2e_slack;
     double e2e_slack_ms;
     double e2e_slack_load;
@@ -399,6 +400,7 @@ static const struct policy_num ttft_options[] = {
     { "tolerance_ms", offsetof(struct ttft_state, tolerance_ms), 0, 1e6 },
     { "tolerance_load", offsetof(struct ttft_state, tolerance_load), 0, 1 },
     { "tolerance_decode_ms", offsetof(struct ttft_state, tolerance_decode_ms), 0, 1e7 },
+    { "tolerance_count", offsetof(struct ttft_state, tolerance_count), 0, 1 },
     { "e2e_slack", offsetof(struct ttft_state, e2e_slack), 0, 1000 },
     { "e2e_slack_ms", offsetof(struct ttft_state, e2e_slack_ms), 0, 1e7 },
     { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
@@ -425,6 +427,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .tolerance_ms = 20,
                             .tolerance_load = 0.75,
                             .tolerance_decode_ms = 2500,
+                            .tolerance_count = 1,
                             .e2e_slack = 0,
                             .e2e_slack_ms = 1000,
                             .e2e_slack_load = 0,
@@ -662,8 +665,9 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
 
 /*
  * tolerance_ms: of the candidates predicted within tolerance_ms of the
- * soonest first token, the one with the smallest share of its slots taken
- * wins (the prediction breaks ties); besides the soonest, only those with
+ * soonest first token, the one with the fewest requests there wins
+ * (tolerance_count 1; at 0, the smallest share of its slots taken; the
+ * prediction breaks ties); besides the soonest, only those with
  * under tolerance_load of their slots taken qualify, and where the answer
  * would take at most tolerance_decode_ms longer (max_tokens x the
  * difference in gaps between tokens). Greedy placement fills the fast
@@ -677,18 +681,26 @@ static bool
 ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
               const struct lg_backend_view *const *c, size_t n, double *cost)
 {
-    double best = cost[0];
+    double best = cost[0], most = 1;
     size_t at = 0;
     bool moved = false;
 
-    for (size_t i = 1; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (cost[i] < best) {
             best = cost[i];
             at = i;
         }
+        most = LG_MAX(most, policy_slots(c[i], s->slots));
     }
     for (size_t i = 0; i < n; i++) {
-        double taken = LG_MIN(1.0, c[i]->load / policy_slots(c[i], s->slots));
+        double share = LG_MIN(1.0, c[i]->load / policy_slots(c[i], s->slots));
+        /* what ranks them: the share of its slots taken, or with
+         * tolerance_count its requests (over the most slots, to stay in
+         * 0..1): where every replica runs at one pace, each prompt a
+         * replica admits stalls every answer generating there, so equal
+         * counts keep the answers' pace even */
+        double taken =
+            (1 - s->tolerance_count) * share + s->tolerance_count * LG_MIN(1.0, c[i]->load / most);
         /* its answer there takes at most tolerance_decode_ms longer than
          * at the cheapest (an unknown length: no slower at all) */
         double slower = LG_MAX(0.0, c[i]->itl_ms - c[at]->itl_ms);
@@ -699,7 +711,7 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
         if (cost[i] > best + s->tolerance_ms) {
             continue;
         }
-        if (i != at && (taken >= s->tolerance_load || !decodes)) {
+        if (i != at && (share >= s->tolerance_load || !decodes)) {
             cost[i] = LG_MAX(cost[i], best + s->tolerance_ms * 1.001);
             continue;
         }

@@ -4,7 +4,9 @@ checks): the reset holds it off at once and the first connect after is
 refused and ejects it, so no request pays more than one connect attempt on
 it before going elsewhere, and the fleet pays one or two in all; restarted
 on its port, it is back after its ejection's back-off and takes a share
-that ramps up over health.slow_start.
+that ramps up over health.slow_start; where the back-off is long, it is
+back as soon as its metrics answer again (a scrape), not when the back-off
+runs out.
 """
 
 import socket
@@ -21,6 +23,14 @@ def chat(port, max_tokens=4):
     status, hdrs, _, _ = post_json(port, "/v1/chat/completions",
                                    chat_body(max_tokens=max_tokens))
     return status, hdrs.get("x-llmsim-replica")
+
+
+def refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except ConnectionRefusedError:
+        return True
 
 
 class CrashRoutingTest(Harness):
@@ -47,14 +57,7 @@ class CrashRoutingTest(Harness):
         self.assertEqual(post_json(ports["r1"], "/sim/control",
                                    {"fault": "crash@0.05:reset"})[0], 200)
 
-        def refused():
-            try:
-                socket.create_connection(("127.0.0.1", ports["r1"]), timeout=1).close()
-                return False
-            except ConnectionRefusedError:
-                return True
-
-        wait_until(refused, what="r1's crash")
+        wait_until(lambda: refused(ports["r1"]), what="r1's crash")
         t_crash = time.monotonic()
         before = len(harness.read_access_log(self.path("access.log")))
         # traffic through the crash, from two clients
@@ -104,6 +107,33 @@ class CrashRoutingTest(Harness):
         ramps = [c["ramp"] for e in harness.read_access_log(self.path("access.log"))
                  for c in e.get("candidates", []) if c["backend"] == "r1" and "ramp" in c]
         self.assertTrue(ramps and min(ramps) < 0.5, "no slow start in the access log")
+
+    def test_back_when_it_answers_not_when_the_back_off_ends(self):
+        ports = {}
+        for n in ("r1", "r2"):
+            _, ports[n] = self.start_llmsim(n, args=FAST)
+        conf = self.base_config(
+            [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
+             for n, p in ports.items()],
+            workers=1, routing={"policy": "ttft"},
+            health={"interval": "1h", "scrape_interval": "100ms", "eject_base": "60s",
+                    "eject_max": "60s", "slow_start": "1s"})
+        gp, gw = self.start_gateway(conf)
+        for _ in range(10):
+            self.assertEqual(chat(gw)[0], 200)
+        self.assertEqual(post_json(ports["r1"], "/sim/control",
+                                   {"fault": "crash@0.05:reset"})[0], 200)
+        wait_until(lambda: refused(ports["r1"]), what="r1's crash")
+        t0 = time.monotonic()
+        while not any("backend r1 ejected" in ln for ln in gp.lines):
+            self.assertEqual(chat(gw)[0], 200)
+            self.assertLess(time.monotonic() - t0, 10, "r1 never ejected")
+        self.start_llmsim("r1", args=FAST + ["--listen", "127.0.0.1:%d" % ports["r1"]])
+        t1 = time.monotonic()
+        while not any("backend r1 is back after ejection" in ln for ln in gp.lines):
+            self.assertEqual(chat(gw)[0], 200)
+            self.assertLess(time.monotonic() - t1, 10, "r1 not back within 10 s of 60")
+        self.assertTrue(any("backend r1 answers again" in ln for ln in gp.lines))
 
 
 if __name__ == "__main__":

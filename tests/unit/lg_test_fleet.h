@@ -9,6 +9,8 @@
 
 #include "base/config.h"
 #include "fleet/backend.h"
+#include "fleet/backend_inflight.h"
+#include "fleet/estimate.h"
 #include "fleet/fleet.h"
 #include "lg_test.h"
 #include "route/router.h"
@@ -31,6 +33,21 @@ lg_test_fleet_free(struct lg_config *c, struct lg_fleet *f)
     lg_fleet_unref(f);
     lg_config_unref(c);
     return 0;
+}
+
+/* lg_backend_engine_model_ms() with the steps in a list: slots, step, step
+ * per sequence, prefill per token, per prefilling step; unchunked. */
+static inline double
+engine_model_ms(const struct lg_backend *b, uint64_t now_ns, unsigned slots, double step_ms,
+                double step_per_seq, double prefill_ms, double prefill_fixed_ms, unsigned *joined)
+{
+    struct lg_est_steps how = { .slots = slots,
+                                .step_ms = step_ms,
+                                .step_per_seq = step_per_seq,
+                                .prefill_ms = prefill_ms,
+                                .prefill_fixed_ms = prefill_fixed_ms };
+
+    return lg_backend_engine_model_ms(b, now_ns, &how, joined);
 }
 
 #endif /* LG_TEST_FLEET_H */

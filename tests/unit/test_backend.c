@@ -505,7 +505,7 @@ test_engine_model(void)
     unsigned joined = 99;
     int s[3];
 
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(engine_model_ms(b, t, 2, 10, 0, 0.05, 0, &joined)
              == 10); /* idle: one step */
     LG_CHECK(joined == 0);
     s[0] = lg_backend_seq_add(b, t, 4000, 20, 0); /* 1000 tokens to prefill, 20 to come */
@@ -513,7 +513,7 @@ test_engine_model(void)
     LG_CHECK(s[0] >= 0 && s[1] >= 0 && s[0] != s[1]);
     __atomic_store_n(&b->inflight, 3, __ATOMIC_RELAXED);
     /* a third request in flight it has no word for: it cannot tell */
-    LG_CHECK(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
+    LG_CHECK(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
     s[2] = lg_backend_seq_add(b, t + 8 * ms, 40, 5, 0);
     LG_CHECK(s[2] >= 0);
     /*
@@ -524,7 +524,7 @@ test_engine_model(void)
      * third in (10 tokens: 0.5 ms), which leaves after 5 more: the new one
      * starts then.
      */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL)
+    LG_CHECK(fabs(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL)
                   - (55 + 2 * 10 + 10.5 + 4 * 10 + 10))
              < 1e-6);
     /* the first two have their first tokens, 2 and 1 to come, 3 ms ago
@@ -534,19 +534,19 @@ test_engine_model(void)
      * that step and the new one follows */
     lg_backend_seq_left(b, s[0], 2, t + 7 * ms);
     lg_backend_seq_left(b, s[1], 1, t + 7 * ms);
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(fabs(engine_model_ms(b, t + 10 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (7 + 10.5 + 10))
              < 1e-6);
     LG_CHECK(joined == 0); /* the third went in a step before */
     /* three slots: the third is admitted with the new one (so the new
      * one's prefill holds up its first token) */
     LG_CHECK(
-        fabs(lg_backend_engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
+        fabs(engine_model_ms(b, t + 10 * ms, 3, 10, 0, 0.05, 0, &joined) - (7 + 10.5))
         < 1e-6);
     LG_CHECK(joined == 1);
     /* no token for longer than a plain step: where the step stands is unknown
      * (half of it left, on average) */
-    LG_CHECK(fabs(lg_backend_engine_model_ms(b, t + 30 * ms, 2, 10, 0, 0.05, 0, &joined)
+    LG_CHECK(fabs(engine_model_ms(b, t + 30 * ms, 2, 10, 0, 0.05, 0, &joined)
                   - (5 + 10.5 + 10))
              < 1e-6);
     /* a token that came a moment later than the caller's clock: a step just
@@ -554,15 +554,15 @@ test_engine_model(void)
      * prefill); the new one follows */
     lg_backend_seq_left(b, s[1], 1, t + 12 * ms);
     LG_CHECK(
-        fabs(lg_backend_engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
+        fabs(engine_model_ms(b, t + 11 * ms, 3, 10, 0, 0.05, 0, &joined) - (10.5 + 10))
         < 1e-6);
     LG_CHECK(joined == 0);
     for (int i = 0; i < 3; i++) {
         lg_backend_seq_del(b, s[i]);
     }
     __atomic_store_n(&b->inflight, 0, __ATOMIC_RELAXED);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 10, 0, 0.05, 0, NULL) == 10);
-    LG_CHECK(lg_backend_engine_model_ms(b, t, 2, 0, 0, 0.05, 0, NULL) == -1); /* no step known */
+    LG_CHECK(engine_model_ms(b, t, 2, 10, 0, 0.05, 0, NULL) == 10);
+    LG_CHECK(engine_model_ms(b, t, 2, 0, 0, 0.05, 0, NULL) == -1); /* no step known */
     return 0;
 }
 
@@ -825,9 +825,42 @@ test_view_reuse(void)
     return 0;
 }
 
+/*
+ * An ejection that began with a refused connection ends its back-off as
+ * soon as something answers HTTP there again (a scrape, a check): the
+ * backend is half-open, and the probe's success closes it; one for failing
+ * answers keeps its back-off (such an engine answers its metrics all along).
+ * Last: it leaves the backend ejected.
+ */
+static int
+test_listening_ends_refused_ejection(void)
+{
+    struct lg_backend *b = fleet->backends[0];
+    const struct lg_health_conf *hc = &conf->health;
+
+    lg_backend_note_result(b, hc, 0, 0, LG_BACKEND_R_REFUSED);
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    LG_CHECK(!lg_backend_is_half_open(b, lg_now_ns()));
+    lg_backend_note_listening(b, lg_now_ns());
+    LG_CHECK(lg_backend_is_half_open(b, lg_now_ns()));
+    /* the probe answers: closed, slow start begins */
+    lg_backend_note_result(b, hc, 200, 0, 0);
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) == 0);
+    LG_CHECK(__atomic_load_n(&b->up_since_ns, __ATOMIC_RELAXED) != 0);
+    /* failing answers in a row: ejected, and answering says nothing new */
+    for (uint32_t i = 0; i < hc->eject_consecutive; i++) {
+        lg_backend_note_result(b, hc, 503, 0, 0);
+    }
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    lg_backend_note_listening(b, lg_now_ns());
+    LG_CHECK(!lg_backend_is_half_open(b, lg_now_ns()));
+    LG_CHECK(__atomic_load_n(&b->eject_until_ns, __ATOMIC_RELAXED) > lg_now_ns());
+    return 0;
+}
+
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
              test_by_class, test_whole_answer_teaches_only_without_streams,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, test_view_reuse,
-             test_kept_backend_takes_new_settings, teardown)
+             test_kept_backend_takes_new_settings, test_listening_ends_refused_ejection, teardown)

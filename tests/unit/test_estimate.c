@@ -16,7 +16,14 @@
                    joined)                                                                         \
     lg_est_engine_run(&(struct lg_est_batch){ (left), (nleft), (queue), (nqueue) },                \
                       &(struct lg_est_steps){ (slots), (step), (per_seq), (prefill), (fixed),      \
-                                              (resid), (begun) },                                  \
+                                              (resid), (begun), 0 },                               \
+                      (joined))
+/* ... with chunked prefill: a step carries at most `chunk` tokens */
+#define ENGINE_RUN_CHUNKED(left, nleft, queue, nqueue, slots, step, prefill, fixed, resid, begun, \
+                           chunk, joined)                                                         \
+    lg_est_engine_run(&(struct lg_est_batch){ (left), (nleft), (queue), (nqueue) },               \
+                      &(struct lg_est_steps){ (slots), (step), 0, (prefill), (fixed), (resid),    \
+                                              (begun), (chunk) },                                 \
                       (joined))
 
 #define S(x) ((uint64_t)((x)*1e9))
@@ -458,6 +465,51 @@ test_engine_run(void)
     return 0;
 }
 
+/*
+ * The line's prompts under chunked prefill: the prompts a step admits run
+ * on for as many steps as their tokens together need beside the sequences
+ * decoding (lg_est_chunks_ms()), each a step and a prefilling step's fixed
+ * part, and what comes after them waits for those steps; a chunk that
+ * holds them all changes nothing.
+ */
+static int
+test_engine_run_chunked(void)
+{
+    uint32_t left[4] = { 5, 3, 9, 2 };
+    struct lg_est_queued q[3] = { { 100, 4, 0 }, { 300, 1, 0 }, { 50, 10, 0 } };
+    unsigned joined = 99;
+
+    /* free slots, two decoding: the line (450 tokens) goes with the new one,
+     * 62 tokens a step: 8 steps, 7 more of 10 + 2 ms before its first token */
+    LG_CHECK(near(ENGINE_RUN_CHUNKED(left, 2, q, 3, 8, 10, 0.05, 2, 0, -1, 64, &joined),
+                  10 + 2 + 0.05 * 450 + 7 * 12, 1e-9));
+    LG_CHECK(joined == 3);
+    LG_CHECK(near(ENGINE_RUN_CHUNKED(left, 2, q, 3, 8, 10, 0.05, 2, 0, -1, 2048, NULL),
+                  10 + 2 + 0.05 * 450, 1e-9)); /* one step holds them all */
+    LG_CHECK(near(ENGINE_RUN_CHUNKED(left, 2, q, 3, 8, 10, 0.05, 2, 0, -1, 0, NULL),
+                  ENGINE_RUN(left, 2, q, 3, 8, 10, 0, 0.05, 2, 0, -1, NULL), 1e-12));
+    /* full (4 of 4), two in line, 50 tokens a step beside three decoding:
+     * the first (100 tokens) takes 2 steps, the second (300) 6, each step
+     * after the first 10 + 20 ms (unchunked: 10 + 35 + 45 + 30) */
+    LG_CHECK(near(ENGINE_RUN_CHUNKED(left, 4, q, 2, 4, 10, 0.05, 20, 0, -1, 53, NULL),
+                  10 + (35 + 30) + (45 + 5 * 30) + 30, 1e-9));
+    {
+        uint32_t one[1] = { 7 };
+        struct lg_est_queued head = { 200, 3, 12 };
+
+        /* the step in progress began 4 ms ago with the head's 200 tokens in
+         * it: 100 a step beside one decoding, one step more (unchunked: 16
+         * left, then the new one's 10) */
+        LG_CHECK(near(ENGINE_RUN_CHUNKED(one, 1, &head, 1, 4, 10, 0.05, 0, 5, 4, 101, NULL),
+                      16 + 10 + 10, 1e-9));
+        /* not known when it began: the head admitted into the step in
+         * progress has its further step still to run (unchunked: 13 + 10) */
+        LG_CHECK(near(ENGINE_RUN_CHUNKED(one, 1, &head, 1, 4, 10, 0.05, 0, 5, -1, 101, NULL),
+                      13 + 10 + 10, 1e-9));
+    }
+    return 0;
+}
+
 /* slope of a line read at t with prior (0, prior_slope) */
 static double
 line_slope(const struct lg_est_line *l, uint64_t t, double prior_slope, double *fixed)
@@ -706,4 +758,4 @@ test_chunks(void)
 
 LG_TEST_MAIN(test_chunks, test_late, test_err, test_curve, test_bias_by_load, test_recovery_forgets, test_outlier_is_bounded, test_fit_recovers_line, test_long_prompt_does_not_look_slow,
              test_slow_replica_slope_scales, test_decay_function, test_decay_toward_prior, test_peak_reaction, test_mean,
-             test_foreign_load, test_queue_wait, test_engine_run, test_line)
+             test_foreign_load, test_queue_wait, test_engine_run, test_engine_run_chunked, test_line)

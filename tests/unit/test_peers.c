@@ -166,20 +166,20 @@ test_merged_peer_is_as_our_own(void)
     /* the step in progress: place it the same on both (a token of ours
      * on r2 at the same moment as r1's last) */
     __atomic_store_n(&theirs->token_t_ns, t + 6 * ms, __ATOMIC_RELAXED);
-    own_ms = lg_backend_engine_model_ms(ours, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL);
-    peer_ms = lg_backend_engine_model_ms(theirs, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL);
+    own_ms = engine_model_ms(ours, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL);
+    peer_ms = engine_model_ms(theirs, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL);
     LG_CHECK(own_ms > 10 && fabs(own_ms - peer_ms) < 1.5); /* ms clock resolution */
     /* a step later, the started one has a token fewer by the peer's count */
-    LG_CHECK(lg_backend_engine_model_ms(theirs, t + 30 * ms, 2, 10, 0, 0.05, 0, NULL) > 0);
+    LG_CHECK(engine_model_ms(theirs, t + 30 * ms, 2, 10, 0, 0.05, 0, NULL) > 0);
     /* stale: the peer's requests are unknown, so r2 looks idle to the model
      * (the view's residual from the scrape then keeps the model off) */
     LG_CHECK(lg_backend_peer_inflight(theirs, t + 9 * ms + ttl) == 0);
-    LG_CHECK(lg_backend_engine_model_ms(theirs, t + 9 * ms + ttl, 2, 10, 0, 0.05, 0, NULL) == 10);
+    LG_CHECK(engine_model_ms(theirs, t + 9 * ms + ttl, 2, 10, 0, 0.05, 0, NULL) == 10);
     /* a peer request without a length: the model declines */
     pb.complete = false;
     lg_peers_merge(states, recv, 1, "[::1]:9002", t + 9 * ms, ttl, &merged);
     lg_backend_publish_peers(theirs, &merged);
-    LG_CHECK(lg_backend_engine_model_ms(theirs, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
+    LG_CHECK(engine_model_ms(theirs, t + 10 * ms, 2, 10, 0, 0.05, 0, NULL) == -1);
     /* a peer without that backend, and one not heard from: nothing merged */
     lg_peers_merge(states, recv, 1, "127.0.0.1:1", t + 9 * ms, ttl, &merged);
     LG_CHECK(merged.inflight == 0 && merged.n == 0 && merged.gateways == 1);

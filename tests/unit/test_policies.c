@@ -355,6 +355,27 @@ test_ttft_engine_model(void)
     LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
     LG_CHECK(cost[0] < cost[1] && cost[1] <= 75);
     off.p->ops->destroy(off.state);
+    /* tolerance_count (1 by default): a with 6 of its 32 slots taken, b
+     * with 4 of 8; by share (0) the sooner a (0.19 against 0.5), by
+     * requests b (4 against 6) */
+    a->capacity = 32;
+    M(a)->slots = 32;
+    set_load(a, 6, 0);
+    set_load(b, 4, 0);
+    LG_CHECK(open_policy(&off, "ttft",
+                         "{\"queue_guard\": 0, \"tolerance_ms\": 40, \"tolerance_count\": 0}")
+             == 0);
+    LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
+    off.p->ops->destroy(off.state);
+    LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 40}") == 0);
+    LG_CHECK(pick(&off, &few, &f, cost, &why) == 1);
+    LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
+    /* b at 6 of 8 (tolerance_load 0.75) no longer qualifies, by either rank */
+    set_load(b, 6, 0);
+    LG_CHECK(pick(&off, &few, &f, cost, &why) == 0);
+    off.p->ops->destroy(off.state);
+    a->capacity = 8;
+    M(a)->slots = 8;
     set_load(a, 8, 0);
     /* turned off, the formula decides: a is full and dearer than its model said */
     LG_CHECK(open_policy(&off, "ttft", "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"engine_model\": 0}") == 0);
