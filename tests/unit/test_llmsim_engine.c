@@ -37,6 +37,7 @@ static struct lg_sim_engine engine;
 static struct event_base *base;
 static int finished;
 static int expected; /* the loop stops once this many have finished */
+static struct req *break_req; /* and once this one has its first token, where set */
 
 static bool
 on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
@@ -50,6 +51,9 @@ on_token(struct lg_sim_seq *seq, uint32_t index, bool last)
         r->tok_ns[index] = engine.emit_step_end_ns;
     }
     r->tokens++;
+    if (r == break_req && r->tokens == 1) {
+        event_base_loopbreak(base);
+    }
     if (last) {
         r->done = true;
         if (++finished == expected) {
@@ -501,7 +505,6 @@ test_priority_preemption(void)
         struct lg_sim_shm shm;
         struct req lo[3];
         struct req hi;
-        struct timeval tv = { 0, 20000 };
         int fd = mkstemp(path);
 
         LG_CHECK(fd >= 0);
@@ -524,8 +527,10 @@ test_priority_preemption(void)
                                              .max_tokens = 20, .priority = 1 };
             lg_sim_engine_submit(&engine, &lo[i].seq);
         }
-        event_base_loopexit(base, &tv);
+        /* until the second holds its slot and has begun (a timer would race the machine) */
+        break_req = &lo[1];
         event_base_dispatch(base);
+        break_req = NULL;
         LG_CHECK(lo[0].tokens > 0 && lo[1].tokens > 0 && lo[1].tokens < 20 && lo[2].tokens == 0);
         hi.seq = (struct lg_sim_seq){ .owner = &hi, .prompt_tokens = 50, .max_tokens = 2,
                                       .priority = -1 };
