@@ -330,14 +330,12 @@ lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta)
     lg_backend_touch(b);
 }
 
-uint32_t
-lg_backend_inflight_from(const struct lg_backend *b, unsigned cls)
+/* Our requests on b of class cls and above. */
+static uint32_t
+class_inflight(const struct lg_backend *b, unsigned cls)
 {
     uint32_t n = 0;
 
-    if (cls == 0 || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
-        return lg_backend_inflight(b);
-    }
     for (size_t k = LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1);
          k < LG_ARRAY_SIZE(b->inflight_cls); k++) {
         n += __atomic_load_n(&b->inflight_cls[k], __ATOMIC_RELAXED);
@@ -345,17 +343,22 @@ lg_backend_inflight_from(const struct lg_backend *b, unsigned cls)
     return n;
 }
 
+uint32_t
+lg_backend_inflight_from(const struct lg_backend *b, unsigned cls)
+{
+    if (cls == 0 || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
+        return lg_backend_inflight(b);
+    }
+    return class_inflight(b, cls);
+}
+
 void
 lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls, double capacity,
                       double gap_ms, struct lg_backend_by_class *out)
 {
     uint64_t now = pending_ms(now_ns), sum = 0, ages = 0;
-    uint32_t inflight = 0, pending = 0;
+    uint32_t inflight = class_inflight(b, cls), pending = 0;
 
-    for (size_t k = LG_MIN((size_t)cls, LG_ARRAY_SIZE(b->inflight_cls) - 1);
-         k < LG_ARRAY_SIZE(b->inflight_cls); k++) {
-        inflight += __atomic_load_n(&b->inflight_cls[k], __ATOMIC_RELAXED);
-    }
     BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
         uint64_t service, age;
 

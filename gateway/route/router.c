@@ -1234,30 +1234,25 @@ lg_router_pick(struct lg_router *r, const struct lg_model_route *route,
     out->service_ms =
         pk->v[best].ttft_fixed_ms + pk->v[best].ttft_ms_per_kib * (double)req->prompt_bytes / 1024.0;
     out->itl_ms = pk->v[best].itl_ms;
-    if (pk->m[best].flags & LG_MODEL_F_BY_CLASS) {
+    {
+        const struct lg_backend_view *w = &pk->v[best];
         const struct lg_engine_model_view *k = &pk->m[best];
-        double load = k->class_inflight + pk->v[best].foreign;
+        bool by_class = (k->flags & LG_MODEL_F_BY_CLASS) != 0; /* router_by_class */
+        double load = by_class ? k->class_inflight + w->foreign : w->load;
 
-        /* what waits ahead of it there: its class and above (router_by_class) */
-        if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
-            out->wait_ms = lg_est_slot_wait_ms(k->class_slot_wait_ms, load, pk->v[best].capacity,
-                                               pk->v[best].hold_ms, -1);
-            out->queued = load + 1 > pk->v[best].capacity;
+        /* only a capacity seen with a queue says a request will wait for a
+         * slot: with a guess (the most it was seen running, which a replica
+         * that gets few requests keeps low) every request to it would count
+         * as queued, and its TTFT would never be learnt; by class, what waits
+         * ahead of it is its class and above */
+        if (w->capacity > 0 && !(w->flags & LG_VIEW_F_CAP_GUESS)) {
+            out->wait_ms = lg_est_slot_wait_ms(by_class ? k->class_slot_wait_ms : w->slot_wait_ms,
+                                               load, w->capacity, w->hold_ms,
+                                               !by_class && w->inflight > 0 ? w->inflight_age_ms
+                                                                            : -1);
+            out->queued = load + 1 > w->capacity;
         }
-        out->ahead_ms = k->class_work_ahead_ms;
-    } else {
-        if (pk->v[best].capacity > 0 && !(pk->v[best].flags & LG_VIEW_F_CAP_GUESS)) {
-            const struct lg_backend_view *w = &pk->v[best];
-
-            /* only a capacity seen with a queue says a request will wait
-             * for a slot: with a guess (the most it was seen running, which
-             * a replica that gets few requests keeps low) every request to
-             * it would count as queued, and its TTFT would never be learnt */
-            out->wait_ms = lg_est_slot_wait_ms(w->slot_wait_ms, w->load, w->capacity, w->hold_ms,
-                                               w->inflight > 0 ? w->inflight_age_ms : -1);
-            out->queued = w->load + 1 > w->capacity;
-        }
-        out->ahead_ms = pk->v[best].work_ahead_ms;
+        out->ahead_ms = by_class ? k->class_work_ahead_ms : w->work_ahead_ms;
     }
     out->load = pk->v[best].load;
     router_learn(&pk->v[best], &pk->m[best], (double)req->prompt_bytes / 1024.0, out);
