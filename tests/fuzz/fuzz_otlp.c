@@ -4,17 +4,19 @@
  * pieces, gives the span's name, its tracestate, its status message and
  * string attributes (with an integer, a double and a bool between them).
  * The first byte picks the encoding: even, protobuf; odd, JSON. The
- * protobuf read back by a wire reader of its own has the message's shape,
+ * protobuf read back by the tests' wire reader (tests/unit/lg_pbread.h) has the message's shape,
  * and its strings (name, tracestate, an attribute) are the span's bytes
  * with each byte where no UTF-8 character starts as '?' (found by a strict
  * UTF-8 reader of this file's own); the JSON parses (jansson) with the name
  * the same.
  */
-#include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "../unit/lg_pbread.h"
 #include "base/otlp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -74,21 +76,6 @@ same(const uint8_t *got, size_t gn, const char *in, size_t n)
     return gn == n && memcmp(got, want, n) == 0;
 }
 
-static bool
-rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /*
  * Walks a message: every field well formed and inside it; the length-delimited
  * one numbered `want` (the first of them) into *sub. false when malformed.
@@ -97,38 +84,16 @@ static bool
 walk(const uint8_t *m, size_t n, unsigned want, const uint8_t **sub, size_t *subn)
 {
     const uint8_t *p = m, *end = m + n;
+    struct lg_pbf f;
 
     *sub = NULL;
     while (p < end) {
-        uint64_t tag, v;
-
-        if (!rd_varint(&p, end, &tag)) {
+        if (!lg_pb_next(&p, end, &f)) {
             return false;
         }
-        switch (tag & 7) {
-        case 0:
-            if (!rd_varint(&p, end, &v)) {
-                return false;
-            }
-            break;
-        case 1:
-            if (end - p < 8) {
-                return false;
-            }
-            p += 8;
-            break;
-        case 2:
-            if (!rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) {
-                return false;
-            }
-            if ((tag >> 3) == want && *sub == NULL) {
-                *sub = p;
-                *subn = (size_t)v;
-            }
-            p += v;
-            break;
-        default:
-            return false;
+        if (f.wt == 2 && f.field == want && *sub == NULL) {
+            *sub = f.p;
+            *subn = f.n;
         }
     }
     return true;
@@ -141,9 +106,8 @@ check_pb(const char *out, size_t len, const struct lg_span *s)
     const uint8_t *rs, *ss, *sp, *f, *kv, *v;
     size_t rsn, ssn, spn, fn, kvn, vn;
 
-    if (!walk((const uint8_t *)out, len, 1, &rs, &rsn) || rs == NULL
-        || !walk(rs, rsn, 2, &ss, &ssn) || ss == NULL || !walk(ss, ssn, 2, &sp, &spn)
-        || sp == NULL || !walk(sp, spn, 5, &f, &fn)) {
+    if (!walk((const uint8_t *)out, len, 1, &rs, &rsn) || rs == NULL || !walk(rs, rsn, 2, &ss, &ssn)
+        || ss == NULL || !walk(ss, ssn, 2, &sp, &spn) || sp == NULL || !walk(sp, spn, 5, &f, &fn)) {
         abort();
     }
     if (f == NULL || !same(f, fn, s->text + s->name_off, s->name_len)) {
@@ -176,10 +140,9 @@ check_json(const char *out, size_t len, const struct lg_span *s)
     }
     span = json_array_get(
         json_object_get(
-            json_array_get(
-                json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
-                                "scopeSpans"),
-                0),
+            json_array_get(json_object_get(json_array_get(json_object_get(doc, "resourceSpans"), 0),
+                                           "scopeSpans"),
+                           0),
             "spans"),
         0);
     jname = json_object_get(span, "name");

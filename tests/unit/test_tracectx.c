@@ -7,6 +7,7 @@
 
 #include "base/otlp.h"
 #include "http/tracectx.h"
+#include "lg_pbread.h"
 #include "lg_test.h"
 
 static int
@@ -168,86 +169,17 @@ test_encode(void)
     return 0;
 }
 
-/* ---- protobuf: a small wire reader to decode the encoder's output ---- */
-
-struct pbf {
-    unsigned wt;
-    uint64_t v;         /* varint or fixed64 */
-    const uint8_t *p;   /* bytes */
-    size_t n;
-};
-
-static bool
-rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 70 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The nth occurrence of field in the message m[0..n); false when absent or malformed. */
-static bool
-pb_get(const uint8_t *m, size_t n, unsigned field, unsigned nth, struct pbf *f)
-{
-    const uint8_t *p = m, *end = m + n;
-
-    while (p < end) {
-        uint64_t tag, len;
-
-        if (!rd_varint(&p, end, &tag)) {
-            return false;
-        }
-        f->wt = (unsigned)(tag & 7);
-        switch (f->wt) {
-        case 0:
-            if (!rd_varint(&p, end, &f->v)) {
-                return false;
-            }
-            break;
-        case 1:
-            if (end - p < 8) {
-                return false;
-            }
-            f->v = 0;
-            for (int i = 0; i < 8; i++) {
-                f->v |= (uint64_t)p[i] << (8 * i);
-            }
-            p += 8;
-            break;
-        case 2:
-            if (!rd_varint(&p, end, &len) || len > (uint64_t)(end - p)) {
-                return false;
-            }
-            f->p = p;
-            f->n = (size_t)len;
-            p += len;
-            break;
-        default:
-            return false;
-        }
-        if ((tag >> 3) == field && nth-- == 0) {
-            return true;
-        }
-    }
-    return false;
-}
+/* ---- protobuf: read back with lg_pbread.h ---- */
 
 /* A sub-message or string field: its bytes. */
 static bool
-pb_sub(const struct pbf *in, unsigned field, unsigned nth, struct pbf *f)
+pb_sub(const struct lg_pbf *in, unsigned field, unsigned nth, struct lg_pbf *f)
 {
-    return pb_get(in->p, in->n, field, nth, f) && f->wt == 2;
+    return lg_pb_get(in->p, in->n, field, nth, f) && f->wt == 2;
 }
 
 static bool
-pb_is(const struct pbf *f, const char *s)
+pb_is(const struct lg_pbf *f, const char *s)
 {
     return f->wt == 2 && f->n == strlen(s) && memcmp(f->p, s, f->n) == 0;
 }
@@ -257,7 +189,7 @@ static int
 test_encode_pb(void)
 {
     struct lg_span s[2];
-    struct pbf top, rs, res, kv, v, ss, f, span, a;
+    struct lg_pbf top, rs, res, kv, v, ss, f, span, a;
     char *out;
     size_t len;
     double d;
@@ -294,7 +226,7 @@ test_encode_pb(void)
     lg_otlp_encode(s, 2, "svc", LG_OTLP_PROTOBUF, &out, &len);
     LG_CHECK(out[len] == '\0');
     /* ExportTraceServiceRequest.resource_spans = 1, once */
-    LG_CHECK(pb_get((const uint8_t *)out, len, 1, 0, &top) && top.wt == 2);
+    LG_CHECK(lg_pb_get((const uint8_t *)out, len, 1, 0, &top) && top.wt == 2);
     LG_CHECK(top.p + top.n == (const uint8_t *)out + len); /* the whole body */
     rs = top;
     /* ResourceSpans.resource = 1 -> Resource.attributes = 1 -> KeyValue */
@@ -312,37 +244,37 @@ test_encode_pb(void)
     LG_CHECK(pb_sub(&span, 3, 0, &f) && pb_is(&f, "rojo=1"));
     LG_CHECK(pb_sub(&span, 4, 0, &f) && f.n == 8 && f.p[7] == 1 && f.p[0] == 0);
     LG_CHECK(pb_sub(&span, 5, 0, &f) && pb_is(&f, "chat \"m\"\n"));
-    LG_CHECK(pb_get(span.p, span.n, 6, 0, &f) && f.wt == 0 && f.v == LG_SPAN_CLIENT);
-    LG_CHECK(pb_get(span.p, span.n, 7, 0, &f) && f.wt == 1 && f.v == 1765000000123456789ull);
-    LG_CHECK(pb_get(span.p, span.n, 8, 0, &f) && f.wt == 1 && f.v == 1765000000223456789ull);
+    LG_CHECK(lg_pb_get(span.p, span.n, 6, 0, &f) && f.wt == 0 && f.v == LG_SPAN_CLIENT);
+    LG_CHECK(lg_pb_get(span.p, span.n, 7, 0, &f) && f.wt == 1 && f.v == 1765000000123456789ull);
+    LG_CHECK(lg_pb_get(span.p, span.n, 8, 0, &f) && f.wt == 1 && f.v == 1765000000223456789ull);
     /* attributes = 9: KeyValue { key 1, value 2: AnyValue { string 1, bool 2, int 3, double 4 } } */
     LG_CHECK(pb_sub(&span, 9, 0, &a) && pb_sub(&a, 1, 0, &f) && pb_is(&f, "gen_ai.request.model"));
     LG_CHECK(pb_sub(&a, 2, 0, &v) && pb_sub(&v, 1, 0, &f) && pb_is(&f, "m"));
     LG_CHECK(pb_sub(&span, 9, 1, &a) && pb_sub(&a, 2, 0, &v));
-    LG_CHECK(pb_get(v.p, v.n, 3, 0, &f) && f.wt == 0 && f.v == 300);
+    LG_CHECK(lg_pb_get(v.p, v.n, 3, 0, &f) && f.wt == 0 && f.v == 300);
     LG_CHECK(pb_sub(&span, 9, 2, &a) && pb_sub(&a, 2, 0, &v));
-    LG_CHECK(pb_get(v.p, v.n, 4, 0, &f) && f.wt == 1);
+    LG_CHECK(lg_pb_get(v.p, v.n, 4, 0, &f) && f.wt == 1);
     memcpy(&d, &f.v, 8);
     LG_CHECK(d == 0.25);
     LG_CHECK(pb_sub(&span, 9, 3, &a) && pb_sub(&a, 2, 0, &v));
-    LG_CHECK(pb_get(v.p, v.n, 2, 0, &f) && f.wt == 0 && f.v == 1);
+    LG_CHECK(lg_pb_get(v.p, v.n, 2, 0, &f) && f.wt == 0 && f.v == 1);
     LG_CHECK(pb_sub(&span, 9, 4, &a) && pb_sub(&a, 2, 0, &v));
-    LG_CHECK(pb_get(v.p, v.n, 3, 0, &f) && f.wt == 0 && (int64_t)f.v == -2);
+    LG_CHECK(lg_pb_get(v.p, v.n, 3, 0, &f) && f.wt == 0 && (int64_t)f.v == -2);
     LG_CHECK(pb_sub(&span, 9, 5, &a) && pb_sub(&a, 2, 0, &v));
-    LG_CHECK(pb_get(v.p, v.n, 2, 0, &f) && f.wt == 0 && f.v == 0); /* false, still there */
+    LG_CHECK(lg_pb_get(v.p, v.n, 2, 0, &f) && f.wt == 0 && f.v == 0); /* false, still there */
     LG_CHECK(!pb_sub(&span, 9, 6, &a));
     /* events = 11: Event { time_unix_nano 1 fixed64, name 2 } */
     LG_CHECK(pb_sub(&span, 11, 0, &a));
-    LG_CHECK(pb_get(a.p, a.n, 1, 0, &f) && f.wt == 1 && f.v == 1765000000173456789ull);
+    LG_CHECK(lg_pb_get(a.p, a.n, 1, 0, &f) && f.wt == 1 && f.v == 1765000000173456789ull);
     LG_CHECK(pb_sub(&a, 2, 0, &f) && pb_is(&f, "first_token"));
     /* status = 15: Status { message 2, code 3 } */
     LG_CHECK(pb_sub(&span, 15, 0, &a) && pb_sub(&a, 2, 0, &f) && pb_is(&f, "bad"));
-    LG_CHECK(pb_get(a.p, a.n, 3, 0, &f) && f.wt == 0 && f.v == LG_SPAN_ERROR);
+    LG_CHECK(lg_pb_get(a.p, a.n, 3, 0, &f) && f.wt == 0 && f.v == LG_SPAN_ERROR);
     /* the second span: no parent, no state, no status, no attributes */
     LG_CHECK(pb_sub(&ss, 2, 1, &span) && !pb_sub(&ss, 2, 2, &f));
     LG_CHECK(pb_sub(&span, 5, 0, &f) && pb_is(&f, "chat \"m\"\n"));
-    LG_CHECK(!pb_get(span.p, span.n, 3, 0, &f) && !pb_get(span.p, span.n, 4, 0, &f));
-    LG_CHECK(!pb_get(span.p, span.n, 9, 0, &f) && !pb_get(span.p, span.n, 15, 0, &f));
+    LG_CHECK(!lg_pb_get(span.p, span.n, 3, 0, &f) && !lg_pb_get(span.p, span.n, 4, 0, &f));
+    LG_CHECK(!lg_pb_get(span.p, span.n, 9, 0, &f) && !lg_pb_get(span.p, span.n, 15, 0, &f));
     free(out);
 
     /* strings not valid UTF-8 (a raw byte, a character cut short, a surrogate, an
@@ -354,7 +286,7 @@ test_encode_pb(void)
         s[1].text_len = 0;
         s[1].name_off = lg_span_text(&s[1], bad, sizeof(bad) - 1, &s[1].name_len);
         lg_otlp_encode(&s[1], 1, "svc", LG_OTLP_PROTOBUF, &out, &len);
-        LG_CHECK(pb_get((const uint8_t *)out, len, 1, 0, &rs) && pb_sub(&rs, 2, 0, &ss));
+        LG_CHECK(lg_pb_get((const uint8_t *)out, len, 1, 0, &rs) && pb_sub(&rs, 2, 0, &ss));
         LG_CHECK(pb_sub(&ss, 2, 0, &span) && pb_sub(&span, 5, 0, &f) && pb_is(&f, fixed));
         free(out);
     }
@@ -369,10 +301,10 @@ test_encode_pb(void)
             many[i].start_unix_ns = (uint64_t)i;
         }
         lg_otlp_encode(many, N, "svc", LG_OTLP_PROTOBUF, &out, &len);
-        LG_CHECK(pb_get((const uint8_t *)out, len, 1, 0, &rs) && pb_sub(&rs, 2, 0, &ss));
+        LG_CHECK(lg_pb_get((const uint8_t *)out, len, 1, 0, &rs) && pb_sub(&rs, 2, 0, &ss));
         for (int i = 0; i < N; i++) {
             LG_CHECK(pb_sub(&ss, 2, (unsigned)i, &span));
-            LG_CHECK(pb_get(span.p, span.n, 7, 0, &f) && f.v == (uint64_t)i);
+            LG_CHECK(lg_pb_get(span.p, span.n, 7, 0, &f) && f.v == (uint64_t)i);
         }
         LG_CHECK(!pb_sub(&ss, 2, N, &span));
         free(out);
