@@ -1,24 +1,26 @@
 /*
- * evmem.c: libevent's allocations through a per-thread cache of its small
- * buffer chains.
+ * evmem.c: libevent's allocations through a per-thread cache of small
+ * chunks.
  *
  * libevent allocates a 1 KiB chain (its smallest on 64-bit, header
  * included) for every read reserved into a bufferevent's input and for
- * every small message queued to an output, and frees it once drained:
- * about three allocations and four frees per proxied request. A worker
- * frees them in bursts (a loop pass serves many connections), more than
- * glibc's per-thread cache of 7 chunks per size holds, so most of them went
- * through the arena: about 210 instructions a malloc and 150 a free. Here
- * each thread keeps up to EVMEM_CACHE_MAX freed chunks of that size and
- * hands them back to libevent's next allocation of it, LIFO (the one just
- * freed is still in the cache).
+ * every small message queued to an output, and frees it once drained, and
+ * a request's body buffer (its struct evbuffer) is allocated and freed per
+ * request too: about four allocations and five frees per proxied request.
+ * A worker frees them in bursts (a loop pass serves many connections), more
+ * than glibc's per-thread cache of 7 chunks per size holds, so most of them
+ * went through the arena: about 210 instructions a malloc and 150 a free.
+ * Here each thread keeps freed chunks of up to a chain's size, by glibc's
+ * chunk size (EVMEM_BIN_MAX of a size, EVMEM_BYTES_MAX in all), and hands
+ * them back to libevent's next allocation of that size, LIFO (the one just
+ * freed first).
  *
  * Every block is glibc's own (malloc's, its usable size read back with
  * malloc_usable_size), so memory libevent returns to its caller (a line of
  * evbuffer_readln) may still go to free(), and a block allocated on one
  * thread may be freed on another (it joins that thread's cache). A thread's
- * cache is freed when it exits. Under AddressSanitizer nothing is installed:
- * a reused chunk would hide a use after free.
+ * cache is freed when it exits. Under AddressSanitizer and ThreadSanitizer
+ * nothing is installed: a reused chunk would hide a use after free.
  *
  * Owns: each thread's cached chunks until that thread exits.
  */
@@ -27,6 +29,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <event2/event.h>
@@ -40,21 +43,44 @@
 #endif
 
 #define EVMEM_SIZE      1024 /* libevent's MIN_BUFFER_SIZE on 64-bit: a chain's allocation */
-#define EVMEM_CACHE_MAX 128  /* chunks a thread keeps (about 130 KiB at most) */
+#define EVMEM_BINS      66   /* one per glibc chunk size up to a chain's: (usable + 8) / 16 */
+#define EVMEM_BIN_MAX   128  /* chunks a thread keeps of one size */
+#define EVMEM_BYTES_MAX (192 * 1024) /* and of all sizes together */
 
 struct evmem_free {
     struct evmem_free *next;
 };
 
 struct evmem_cache {
-    struct evmem_free *head;
-    unsigned n;
+    struct evmem_free *head[EVMEM_BINS];
+    uint16_t n[EVMEM_BINS];
+    size_t bytes;
     bool keyed; /* the exit destructor is set for this thread */
 };
 
 static __thread struct evmem_cache evmem_cache;
 static pthread_key_t evmem_key;
-static size_t evmem_usable; /* malloc_usable_size() of a malloc(EVMEM_SIZE) */
+static size_t evmem_usable; /* malloc_usable_size() of a malloc(EVMEM_SIZE): the largest kept */
+
+/*
+ * The bin of a usable size (glibc's chunk size less its 8-byte header: 24,
+ * 40, 56 ... bytes), or EVMEM_BINS for one not kept.
+ */
+static inline unsigned
+evmem_bin(size_t usable)
+{
+    return usable <= evmem_usable && (usable + 8) % 16 == 0 ? (unsigned)((usable + 8) / 16)
+                                                           : EVMEM_BINS;
+}
+
+/* What malloc(n) would give: its usable size (glibc's request2size, less the header). */
+static inline size_t
+evmem_usable_of(size_t n)
+{
+    size_t chunk = (n + 8 + 15) & ~(size_t)15;
+
+    return (chunk < 32 ? 32 : chunk) - 8;
+}
 
 /* A thread's cached chunks back to malloc, when the thread exits. */
 static void
@@ -62,13 +88,16 @@ evmem_thread_exit(void *arg)
 {
     struct evmem_cache *c = arg;
 
-    while (c->head != NULL) {
-        struct evmem_free *f = c->head;
+    for (unsigned b = 0; b < EVMEM_BINS; b++) {
+        while (c->head[b] != NULL) {
+            struct evmem_free *f = c->head[b];
 
-        c->head = f->next;
-        free(f);
+            c->head[b] = f->next;
+            free(f);
+        }
+        c->n[b] = 0;
     }
-    c->n = 0;
+    c->bytes = 0;
 }
 
 static void *
@@ -76,12 +105,18 @@ evmem_malloc(size_t n)
 {
     struct evmem_cache *c = &evmem_cache;
 
-    if (n > EVMEM_SIZE / 2 && n <= evmem_usable && c->head != NULL) {
-        struct evmem_free *f = c->head;
+    if (n <= evmem_usable) {
+        size_t usable = evmem_usable_of(n);
+        unsigned b = evmem_bin(usable);
 
-        c->head = f->next;
-        c->n--;
-        return f;
+        if (b < EVMEM_BINS && c->head[b] != NULL) {
+            struct evmem_free *f = c->head[b];
+
+            c->head[b] = f->next;
+            c->n[b]--;
+            c->bytes -= usable;
+            return f;
+        }
     }
     return malloc(n);
 }
@@ -96,11 +131,15 @@ static void
 evmem_release(void *p)
 {
     struct evmem_cache *c = &evmem_cache;
+    size_t usable;
+    unsigned b;
 
     if (p == NULL) {
         return;
     }
-    if (c->n < EVMEM_CACHE_MAX && malloc_usable_size(p) == evmem_usable) {
+    usable = malloc_usable_size(p);
+    b = evmem_bin(usable);
+    if (b < EVMEM_BINS && c->n[b] < EVMEM_BIN_MAX && c->bytes + usable <= EVMEM_BYTES_MAX) {
         struct evmem_free *f = p;
 
         if (!c->keyed) {
@@ -111,9 +150,10 @@ evmem_release(void *p)
             }
             c->keyed = true;
         }
-        f->next = c->head;
-        c->head = f;
-        c->n++;
+        f->next = c->head[b];
+        c->head[b] = f;
+        c->n[b]++;
+        c->bytes += usable;
         return;
     }
     free(p);
