@@ -58,7 +58,10 @@ struct evmem_cache {
     bool keyed; /* the exit destructor is set for this thread */
 };
 
-static __thread struct evmem_cache evmem_cache;
+/* initial-exec: lg_core is linked into executables only, and its code is
+ * PIC; the general model's __tls_get_addr sequence costs each call here a
+ * frame of saved registers even where the linker relaxes it */
+static __thread struct evmem_cache evmem_cache __attribute__((tls_model("initial-exec")));
 static pthread_key_t evmem_key;
 static size_t evmem_usable; /* malloc_usable_size() of a malloc(EVMEM_SIZE): the largest kept */
 
@@ -127,6 +130,17 @@ evmem_realloc(void *p, size_t n)
     return realloc(p, n);
 }
 
+/* The first chunk a thread keeps: its cache is freed at its exit. False: keep nothing. */
+static __attribute__((noinline)) bool
+evmem_key_thread(struct evmem_cache *c)
+{
+    if (pthread_setspecific(evmem_key, c) != 0) {
+        return false;
+    }
+    c->keyed = true;
+    return true;
+}
+
 static void
 evmem_release(void *p)
 {
@@ -139,17 +153,10 @@ evmem_release(void *p)
     }
     usable = malloc_usable_size(p);
     b = evmem_bin(usable);
-    if (b < EVMEM_BINS && c->n[b] < EVMEM_BIN_MAX && c->bytes + usable <= EVMEM_BYTES_MAX) {
+    if (b < EVMEM_BINS && c->n[b] < EVMEM_BIN_MAX && c->bytes + usable <= EVMEM_BYTES_MAX
+        && (c->keyed || evmem_key_thread(c))) {
         struct evmem_free *f = p;
 
-        if (!c->keyed) {
-            /* the first chunk this thread keeps: free them all at its exit */
-            if (pthread_setspecific(evmem_key, c) != 0) {
-                free(p);
-                return;
-            }
-            c->keyed = true;
-        }
         f->next = c->head[b];
         c->head[b] = f;
         c->n[b]++;
