@@ -42,6 +42,7 @@
 #endif
 #endif
 
+#ifndef EVMEM_OFF
 #define EVMEM_SIZE      1024 /* libevent's MIN_BUFFER_SIZE on 64-bit: a chain's allocation */
 #define EVMEM_BINS      66   /* one per glibc chunk size up to a chain's: (usable + 8) / 16 */
 #define EVMEM_BIN_MAX   128  /* chunks a thread keeps of one size */
@@ -165,6 +166,8 @@ evmem_release(void *p)
     }
     free(p);
 }
+
+#endif /* EVMEM_OFF */
 
 bool
 lg_evmem_install(void)
