@@ -74,7 +74,7 @@ static inline unsigned
 evmem_bin(size_t usable)
 {
     return usable <= evmem_usable && (usable + 8) % 16 == 0 ? (unsigned)((usable + 8) / 16)
-                                                           : EVMEM_BINS;
+                                                            : EVMEM_BINS;
 }
 
 /* What malloc(n) would give: its usable size (glibc's request2size, less the header). */
