@@ -27,6 +27,7 @@
 #include "base/accesslog.h"
 #include "base/config.h"
 #include "base/cpus.h"
+#include "base/evmem.h"
 #include "fleet/backend.h"
 #include "fleet/fleet.h"
 #include "http/tls.h"
@@ -566,6 +567,7 @@ main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     main_raise_nofile();
     main_tune_malloc();
+    lg_evmem_install(); /* before libevent allocates anything */
     if (evthread_use_pthreads() != 0) {
         fprintf(stderr, "llmgate: libevent has no pthreads support\n");
         return 1;

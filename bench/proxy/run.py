@@ -494,19 +494,19 @@ backend be
                  stdout_path=access)
         wait_port(port, p)
         return Contender(kind, port, [p], [p.pid], access)
-    if kind in ("llmgate-defaults", "llmgate-bare", "llmgate-ref-defaults"):
+    if kind in ("llmgate-defaults", "llmgate-bare", "llmgate-ref-defaults", "llmgate-ref-bare"):
         # what a user gets: the defaults (ttft, health checks and /metrics
         # scrapes, whose answers pbench gives as vLLM does), the access log
         # to a file, the workers left to "auto"; -bare: the same without the
         # access log and with the layout's workers (the ready line says what
         # auto chose)
         conf = os.path.join(d, "llmgate.json")
-        binary = os.path.join(ARGS.ref_build if kind == "llmgate-ref-defaults" else BUILD,
+        binary = os.path.join(ARGS.ref_build if kind.startswith("llmgate-ref") else BUILD,
                               "llmgate")
         gw = {"listen": "127.0.0.1:0",
               "backends": [{"name": "b1", "url": "http://127.0.0.1:%d" % backend_port,
                             "models": ["m"]}]}
-        if kind == "llmgate-bare":
+        if kind in ("llmgate-bare", "llmgate-ref-bare"):
             gw["access_log"] = False
             gw["workers"] = workers
         else:
@@ -1098,6 +1098,11 @@ DEFAULTS_CONNS = [64, 512]
 def defaults_rows():
     rows = [r for r in DEFAULTS_ROWS if r[1].split("-")[0] in ARGS.contenders]
     if ARGS.ref_build:
+        # the other build's bare path beside its defaults (a change to the
+        # request's path shows there without the log's share)
+        rows.insert(rows.index(("llmgate bare", "llmgate-bare", False)) + 1
+                    if ("llmgate bare", "llmgate-bare", False) in rows else len(rows),
+                    ("llmgate-ref bare", "llmgate-ref-bare", False))
         rows.append(("llmgate-ref defaults", "llmgate-ref-defaults", True))
     return rows
 

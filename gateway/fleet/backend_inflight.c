@@ -226,6 +226,15 @@ lg_backend_work_ahead_ms(const struct lg_backend *b, uint64_t now_ns, double *lo
 {
     uint64_t now = pending_ms(now_ns), sum = 0, longest = 0, late = 0;
 
+    if (longest_ms == NULL && late_ms == NULL) {
+        /* the sum alone (a routing view's, at every pick): the same terms */
+        BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
+            uint64_t service, age;
+
+            sum += due_left(w, now, &service, &age);
+        }
+        return (double)sum;
+    }
     BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
         uint64_t service, age;
 

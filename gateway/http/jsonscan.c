@@ -114,7 +114,7 @@ js_ws(struct lg_jsonscan *s)
 }
 
 /* Doubles the tape, up to LG_JSONSCAN_MAX_TOKS; LG_ENOMEM past it or without memory. */
-static int
+static __attribute__((noinline)) int
 js_grow(struct lg_jsonscan *s)
 {
     struct lg_jsonscan_tok *n;
@@ -143,12 +143,12 @@ js_grow(struct lg_jsonscan *s)
 }
 
 /* A token at the tape's end, or NULL (LG_ENOMEM: js_grow). */
-static struct lg_jsonscan_tok *
+static inline struct lg_jsonscan_tok *
 js_push(struct lg_jsonscan *s, uint8_t type, uint32_t off, uint8_t key)
 {
     struct lg_jsonscan_tok *t;
 
-    if (s->ntok == s->cap && js_grow(s) != LG_OK) {
+    if (__builtin_expect(s->ntok == s->cap, 0) && js_grow(s) != LG_OK) {
         return NULL;
     }
     t = &s->tok[s->ntok++];
@@ -307,20 +307,37 @@ js_plain_run_avx2(const unsigned char *p, const unsigned char *end)
  * Skips plain string bytes (printable ASCII other than '"' and '\\'), 64
  * (AVX2, where the CPU has it), sixteen (SSE2) or eight at a time while none
  * of them needs a look: prompts are mostly such bytes, and a long prompt's
- * scan is most of the work of reading its body.
+ * scan is most of the work of reading its body. The first sixteen are
+ * looked at alone first: a member's name and a short value end there, and
+ * the AVX2 loop's call and setup cost more than the string.
  */
 static const unsigned char *
 js_plain_run(const unsigned char *p, const unsigned char *end)
 {
+#ifdef __SSE2__
+    const __m128i v_space = _mm_set1_epi8(0x20), v_quote = _mm_set1_epi8('"');
+    const __m128i v_bslash = _mm_set1_epi8('\\');
+
+    /* the first 16 bytes: most names and many values end there */
+    if (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i m =
+            _mm_or_si128(_mm_cmplt_epi8(x, v_space),
+                         _mm_or_si128(_mm_cmpeq_epi8(x, v_quote), _mm_cmpeq_epi8(x, v_bslash)));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+
+        if (bits != 0) {
+            return p + __builtin_ctz(bits);
+        }
+        p += 16;
+    }
+#endif
 #ifdef JS_AVX2
     if (end - p >= 64 && __builtin_cpu_supports("avx2")) {
         p = js_plain_run_avx2(p, end);
     }
 #endif
 #ifdef __SSE2__
-    const __m128i v_space = _mm_set1_epi8(0x20), v_quote = _mm_set1_epi8('"');
-    const __m128i v_bslash = _mm_set1_epi8('\\');
-
     while (end - p >= 16) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
         /* a signed compare: bytes >= 0x80 are negative, below ' ' as well */

@@ -559,15 +559,20 @@ lg_openai_inspect(struct evbuffer *body, size_t prefix_bytes, struct lg_openai_r
     struct evbuffer_iovec stackvec[16], *vec = stackvec;
     int n, rc;
 
-    n = evbuffer_peek(body, -1, NULL, NULL, 0);
-    if (n > (int)LG_ARRAY_SIZE(stackvec) && (vec = calloc((size_t)n, sizeof(*vec))) == NULL) {
-        openai_init(out);
-        out->status = 503;
-        out->code = "out_of_memory";
-        snprintf(err, errlen, "no memory to read the request body");
-        return LG_ENOMEM;
+    /* one peek where the body's extents fit the stack's (a small body's);
+     * a length, not -1, so that the count is every extent's when more */
+    n = evbuffer_peek(body, (ev_ssize_t)evbuffer_get_length(body), NULL, stackvec,
+                      (int)LG_ARRAY_SIZE(stackvec));
+    if (n > (int)LG_ARRAY_SIZE(stackvec)) {
+        if ((vec = calloc((size_t)n, sizeof(*vec))) == NULL) {
+            openai_init(out);
+            out->status = 503;
+            out->code = "out_of_memory";
+            snprintf(err, errlen, "no memory to read the request body");
+            return LG_ENOMEM;
+        }
+        n = evbuffer_peek(body, (ev_ssize_t)evbuffer_get_length(body), NULL, vec, n);
     }
-    n = evbuffer_peek(body, -1, NULL, vec, n);
     rc = openai_inspect_vec(vec, n, prefix_bytes, out, err, errlen);
     if (vec != stackvec) {
         free(vec);
