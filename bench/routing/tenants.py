@@ -93,11 +93,16 @@ def reserve_of(args, name, fleet):
     engine's slots while the higher classes may go above them."""
     if name == "reserve":
         return args.reserve
-    if name == "prio":
+    if name in PRIO_RUNS:
         slots = fleet.scen["sim"]["slots"]
         held = slots if args.batch_slots is None else args.batch_slots
         return max(0.0, (slots + args.headroom - held) / float(slots + args.headroom) - 1e-9)
     return 0.0
+
+
+# runs on engines that preempt for priority: "yield" is "prio" with batch's
+# yield_prefill (not sent where a higher class's request awaits its first token)
+PRIO_RUNS = ("prio", "yield")
 
 
 def key_of(name):
@@ -112,14 +117,18 @@ class Fleet(P.Fleet):
     hold `headroom` more than its slots, so that a higher class reaches an
     engine whose slots are all taken and takes one."""
 
-    def __init__(self, *a, prio=False, headroom=0, engine_priority="preempt", **kw):
+    def __init__(self, *a, prio=False, headroom=0, engine_priority="preempt", step_log=False,
+                 **kw):
         super().__init__(*a, **kw)
         self.prio = prio
         self.headroom = headroom if prio else 0
         self.engine_priority = engine_priority
+        self.step_log = step_log
 
     def replica_args(self, i):
         argv = super().replica_args(i)
+        if self.step_log:
+            argv += ["--step-log", os.path.join(self.rundir, self.names[i] + ".steps.jsonl")]
         if self.prio:
             argv += ["--scheduling-policy", "priority", "--priority-preemption-threshold", "0"]
         return argv
@@ -134,7 +143,7 @@ class Fleet(P.Fleet):
         return out
 
 
-def gateway_base(rundir, fair, reserve=0.0):
+def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
     keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
                       "models": "*", "class": cls}
                      for n, _, cls, _, _, _ in TENANTS]}
@@ -147,7 +156,8 @@ def gateway_base(rundir, fair, reserve=0.0):
         "timeouts": {"queue": "30s"},
         "scheduling": {"fair": fair,
                        "interactive": {"ttft_target": "500ms"},
-                       "batch": {"sheddable": True, "reserve": reserve}},
+                       "batch": {"sheddable": True, "reserve": reserve,
+                                 "yield_prefill": yield_prefill}},
     }
 
 
@@ -257,8 +267,8 @@ def run_one(args, name, tenants, fair, out_dir):
     rundir = os.path.join(out_dir, name)
     os.makedirs(rundir, exist_ok=True)
     if args.real:
-        if name == "prio":
-            raise P.Unavailable("prio: llama.cpp does not schedule by priority")
+        if name in PRIO_RUNS:
+            raise P.Unavailable("%s: llama.cpp does not schedule by priority" % name)
         scen = {"sim": dict(S.SIM), "replicas": S.REAL_REPLICAS, "speeds": [1.0, 0.4]}
         cap, prompt, max_tokens = S.REAL_CAPACITY_RPS, S.REAL_PROMPT, S.REAL_MAX_TOKENS
         fleet = RealFleet(args.build, rundir, rundir, scen)
@@ -266,14 +276,16 @@ def run_one(args, name, tenants, fair, out_dir):
         scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
         prompt, max_tokens = S.PROMPT, S.MAX_TOKENS
         cap = S.capacity_rps(scen["sim"], scen["speeds"], prompt, max_tokens)
-        fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio",
-                      headroom=args.headroom, engine_priority=args.engine_priority)
+        fleet = Fleet(args.build, rundir, rundir, scen, prio=name in PRIO_RUNS,
+                      headroom=args.headroom, engine_priority=args.engine_priority,
+                      step_log=args.step_log)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         gw = P.Llmgate(args.build, rundir, fleet, {"policy": args.policy}, workers=1,
-                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet)))
+                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
+                                         yield_prefill=name == "yield"))
     loads = []
     try:
         gw.start()
@@ -400,6 +412,9 @@ def main():
                          "default all of them")
     ap.add_argument("--engine-priority", default="preempt", choices=("none", "preempt"),
                     help="prio: the backends' engine_priority (what the router counts ahead)")
+    ap.add_argument("--step-log", action="store_true",
+                    help="llmsim: each replica logs its steps (rN.steps.jsonl in the run's "
+                         "folder; bench/routing/steplog.py reads them)")
     ap.add_argument("--out", default=os.path.join("bench", "out",
                                                   "tenants-%d" % int(time.time())))
     args = ap.parse_args()
@@ -429,7 +444,7 @@ def main():
                   args.replicas, next(iter(rounds[0].values()))["capacity_rps"], args.duration,
                   args.policy,
                   ", prio's engine_priority %s" % args.engine_priority
-                  if "prio" in args.runs.split(",") else ""))
+                  if set(PRIO_RUNS) & set(args.runs.split(",")) else ""))
     for k, report in enumerate(rounds):
         if args.rounds > 1:
             print("round %d" % (k + 1))

@@ -380,6 +380,17 @@ lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
     }
 }
 
+uint32_t
+lg_backend_pending_above(const struct lg_backend *b, unsigned cls)
+{
+    uint32_t n = 0;
+
+    BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
+        n += w != 0 && slot_cls(w) > cls;
+    }
+    return n;
+}
+
 /* ---- sequences: the engine model's view of our requests ------------------- */
 
 /*

@@ -102,6 +102,9 @@ void lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta);
 uint32_t lg_backend_inflight_from(const struct lg_backend *b, unsigned cls);
 void lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
                            double capacity, double gap_ms, struct lg_backend_by_class *out);
+/* Ours on b of a class above cls awaiting their first token (a whole answer
+ * until it ends): a scan of the due slots, for a class's yield_prefill. */
+uint32_t lg_backend_pending_above(const struct lg_backend *b, unsigned cls);
 
 /*
  * Sequences: each streamed request of ours on b with a known output length
