@@ -101,8 +101,11 @@ def reserve_of(args, name, fleet):
 
 
 # runs on engines that preempt for priority: "yield" is "prio" with batch's
-# yield_prefill (not sent where a higher class's request awaits its first token)
-PRIO_RUNS = ("prio", "yield")
+# yield_prefill (not sent where a higher class's request awaits its first
+# token); "aware", "prio" with the ttft policy's lower_prefill_weight 1 (the
+# lower classes' prefill in progress counted ahead of a higher class's
+# request); "both", the two
+PRIO_RUNS = ("prio", "yield", "aware", "both")
 
 
 def key_of(name):
@@ -283,9 +286,12 @@ def run_one(args, name, tenants, fair, out_dir):
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
-        gw = P.Llmgate(args.build, rundir, fleet, {"policy": args.policy}, workers=1,
+        routing = {"policy": args.policy}
+        if name in ("aware", "both"):
+            routing["options"] = {args.policy: {"lower_prefill_weight": 1}}
+        gw = P.Llmgate(args.build, rundir, fleet, routing, workers=1,
                        base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
-                                         yield_prefill=name == "yield"))
+                                         yield_prefill=name in ("yield", "both")))
     loads = []
     try:
         gw.start()

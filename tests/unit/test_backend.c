@@ -199,6 +199,16 @@ test_by_class(void)
     LG_CHECK(lg_backend_pending_above(b, LG_CLASS_BATCH) == 2);
     LG_CHECK(lg_backend_pending_above(b, LG_CLASS_DEFAULT) == 1);
     LG_CHECK(lg_backend_pending_above(b, LG_CLASS_INTERACTIVE) == 0);
+    /* the lower classes' prefill left, the longest of those not past their
+     * prediction: for interactive the default request's 80 ms (batch's are
+     * overdue: done or stuck, no prefill of theirs is counted); for default,
+     * none; for batch, no lower class */
+    lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 80);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 0);
+    lg_backend_class_read(b, t, LG_CLASS_SYSTEM, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 80);
     /* interactive: only its own class (and system) */
     lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
     LG_CHECK(k.inflight == 1 && k.pending == 1 && k.work_ahead_ms == 30);
