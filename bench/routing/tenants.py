@@ -46,11 +46,18 @@ engine_priority --engine-priority ("preempt": the router counts ahead of a
 request only ours of its class and above there; "none": every request), and
 --batch-slots (default: all of an engine's slots) is how many of them batch
 may fill, its reserve leaving the rest and the headroom to the others.
+"yield", "aware" and "both" are "prio" with batch's yield_prefill (not sent
+where a higher class's request awaits its first token), with the ttft
+policy's lower_prefill_weight 1 (a lower class's prefill that the engine may
+be running counts ahead of a higher class's request), and with both.
+--step-log has each llmsim replica log its steps (rN.steps.jsonl in the
+run's folder), which bench/routing/steplog.py reads.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
                            [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
-                           [--engine-priority preempt] [--batch-slots 16] [--real] [--out DIR]
+                           [--engine-priority preempt] [--batch-slots 16] [--real]
+                           [--step-log] [--out DIR]
 """
 
 import argparse
