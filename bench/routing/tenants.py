@@ -48,8 +48,9 @@ request only ours of its class and above there; "none": every request), and
 may fill, its reserve leaving the rest and the headroom to the others.
 "yield", "aware" and "both" are "prio" with batch's yield_prefill (not sent
 where a higher class's request awaits its first token), with the ttft
-policy's lower_prefill_weight 1 (a lower class's prefill that the engine may
-be running counts ahead of a higher class's request), and with both.
+policy's lower_prefill_weight (--lower-prefill-weight, 1: a lower class's
+prefill that the engine may be running counts ahead of a higher class's
+request), and with both.
 --step-log has each llmsim replica log its steps (rN.steps.jsonl in the
 run's folder), which bench/routing/steplog.py reads.
 
@@ -57,7 +58,7 @@ run's folder), which bench/routing/steplog.py reads.
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
                            [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
                            [--engine-priority preempt] [--batch-slots 16] [--real]
-                           [--step-log] [--out DIR]
+                           [--lower-prefill-weight 1] [--step-log] [--out DIR]
 """
 
 import argparse
@@ -295,7 +296,7 @@ def run_one(args, name, tenants, fair, out_dir):
     else:
         routing = {"policy": args.policy}
         if name in ("aware", "both"):
-            routing["options"] = {args.policy: {"lower_prefill_weight": 1}}
+            routing["options"] = {args.policy: {"lower_prefill_weight": args.lower_prefill_weight}}
         gw = P.Llmgate(args.build, rundir, fleet, routing, workers=1,
                        base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
                                          yield_prefill=name in ("yield", "both")))
@@ -425,6 +426,8 @@ def main():
                          "default all of them")
     ap.add_argument("--engine-priority", default="preempt", choices=("none", "preempt"),
                     help="prio: the backends' engine_priority (what the router counts ahead)")
+    ap.add_argument("--lower-prefill-weight", type=float, default=1.0,
+                    help="aware, both: the ttft policy's lower_prefill_weight")
     ap.add_argument("--step-log", action="store_true",
                     help="llmsim: each replica logs its steps (rN.steps.jsonl in the run's "
                          "folder; bench/routing/steplog.py reads them)")
