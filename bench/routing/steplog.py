@@ -123,6 +123,11 @@ def analyse(run_dir, tenant):
         adm = eng["last_admit"][f["f"]]
         own = eng["steps"][adm["s"]]
         infl = step_at(eng, f["arrival"])
+        if infl is not None and infl["s"] >= adm["s"]:
+            # admitted into the step "running" at its arrival: a step starts
+            # at its predecessor's planned end, a moment before its timer
+            # fires, and admits what arrived meanwhile
+            infl = None
         infl_end = infl["end"] if infl else f["arrival"]
         row = {
             "id": f["f"], "arrival": f["arrival"], "own_step": adm["s"],
