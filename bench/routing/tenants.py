@@ -46,11 +46,19 @@ engine_priority --engine-priority ("preempt": the router counts ahead of a
 request only ours of its class and above there; "none": every request), and
 --batch-slots (default: all of an engine's slots) is how many of them batch
 may fill, its reserve leaving the rest and the headroom to the others.
+"yield", "aware" and "both" are "prio" with batch's yield_prefill (not sent
+where a higher class's request awaits its first token), with the ttft
+policy's lower_prefill_weight (--lower-prefill-weight, 1: a lower class's
+prefill that the engine may be running counts ahead of a higher class's
+request), and with both.
+--step-log has each llmsim replica log its steps (rN.steps.jsonl in the
+run's folder), which bench/routing/steplog.py reads.
 
   bench/routing/tenants.py [--build build] [--duration 40] [--replicas 2]
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
                            [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
-                           [--engine-priority preempt] [--batch-slots 16] [--real] [--out DIR]
+                           [--engine-priority preempt] [--batch-slots 16] [--real]
+                           [--lower-prefill-weight 1] [--step-log] [--out DIR]
 """
 
 import argparse
@@ -93,11 +101,19 @@ def reserve_of(args, name, fleet):
     engine's slots while the higher classes may go above them."""
     if name == "reserve":
         return args.reserve
-    if name == "prio":
+    if name in PRIO_RUNS:
         slots = fleet.scen["sim"]["slots"]
         held = slots if args.batch_slots is None else args.batch_slots
         return max(0.0, (slots + args.headroom - held) / float(slots + args.headroom) - 1e-9)
     return 0.0
+
+
+# runs on engines that preempt for priority: "yield" is "prio" with batch's
+# yield_prefill (not sent where a higher class's request awaits its first
+# token); "aware", "prio" with the ttft policy's lower_prefill_weight 1 (the
+# lower classes' prefill in progress counted ahead of a higher class's
+# request); "both", the two
+PRIO_RUNS = ("prio", "yield", "aware", "both")
 
 
 def key_of(name):
@@ -112,14 +128,18 @@ class Fleet(P.Fleet):
     hold `headroom` more than its slots, so that a higher class reaches an
     engine whose slots are all taken and takes one."""
 
-    def __init__(self, *a, prio=False, headroom=0, engine_priority="preempt", **kw):
+    def __init__(self, *a, prio=False, headroom=0, engine_priority="preempt", step_log=False,
+                 **kw):
         super().__init__(*a, **kw)
         self.prio = prio
         self.headroom = headroom if prio else 0
         self.engine_priority = engine_priority
+        self.step_log = step_log
 
     def replica_args(self, i):
         argv = super().replica_args(i)
+        if self.step_log:
+            argv += ["--step-log", os.path.join(self.rundir, self.names[i] + ".steps.jsonl")]
         if self.prio:
             argv += ["--scheduling-policy", "priority", "--priority-preemption-threshold", "0"]
         return argv
@@ -134,7 +154,7 @@ class Fleet(P.Fleet):
         return out
 
 
-def gateway_base(rundir, fair, reserve=0.0):
+def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
     keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
                       "models": "*", "class": cls}
                      for n, _, cls, _, _, _ in TENANTS]}
@@ -147,7 +167,8 @@ def gateway_base(rundir, fair, reserve=0.0):
         "timeouts": {"queue": "30s"},
         "scheduling": {"fair": fair,
                        "interactive": {"ttft_target": "500ms"},
-                       "batch": {"sheddable": True, "reserve": reserve}},
+                       "batch": {"sheddable": True, "reserve": reserve,
+                                 "yield_prefill": yield_prefill}},
     }
 
 
@@ -257,8 +278,8 @@ def run_one(args, name, tenants, fair, out_dir):
     rundir = os.path.join(out_dir, name)
     os.makedirs(rundir, exist_ok=True)
     if args.real:
-        if name == "prio":
-            raise P.Unavailable("prio: llama.cpp does not schedule by priority")
+        if name in PRIO_RUNS:
+            raise P.Unavailable("%s: llama.cpp does not schedule by priority" % name)
         scen = {"sim": dict(S.SIM), "replicas": S.REAL_REPLICAS, "speeds": [1.0, 0.4]}
         cap, prompt, max_tokens = S.REAL_CAPACITY_RPS, S.REAL_PROMPT, S.REAL_MAX_TOKENS
         fleet = RealFleet(args.build, rundir, rundir, scen)
@@ -266,14 +287,19 @@ def run_one(args, name, tenants, fair, out_dir):
         scen = {"sim": dict(S.SIM), "speeds": [1.0] * args.replicas}
         prompt, max_tokens = S.PROMPT, S.MAX_TOKENS
         cap = S.capacity_rps(scen["sim"], scen["speeds"], prompt, max_tokens)
-        fleet = Fleet(args.build, rundir, rundir, scen, prio=name == "prio",
-                      headroom=args.headroom, engine_priority=args.engine_priority)
+        fleet = Fleet(args.build, rundir, rundir, scen, prio=name in PRIO_RUNS,
+                      headroom=args.headroom, engine_priority=args.engine_priority,
+                      step_log=args.step_log)
     fleet.start()
     if name in ("nginx", "haproxy"):
         gw = Proxy(name, rundir, fleet, cap)
     else:
-        gw = P.Llmgate(args.build, rundir, fleet, {"policy": args.policy}, workers=1,
-                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet)))
+        routing = {"policy": args.policy}
+        if name in ("aware", "both"):
+            routing["options"] = {args.policy: {"lower_prefill_weight": args.lower_prefill_weight}}
+        gw = P.Llmgate(args.build, rundir, fleet, routing, workers=1,
+                       base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
+                                         yield_prefill=name in ("yield", "both")))
     loads = []
     try:
         gw.start()
@@ -400,6 +426,11 @@ def main():
                          "default all of them")
     ap.add_argument("--engine-priority", default="preempt", choices=("none", "preempt"),
                     help="prio: the backends' engine_priority (what the router counts ahead)")
+    ap.add_argument("--lower-prefill-weight", type=float, default=1.0,
+                    help="aware, both: the ttft policy's lower_prefill_weight")
+    ap.add_argument("--step-log", action="store_true",
+                    help="llmsim: each replica logs its steps (rN.steps.jsonl in the run's "
+                         "folder; bench/routing/steplog.py reads them)")
     ap.add_argument("--out", default=os.path.join("bench", "out",
                                                   "tenants-%d" % int(time.time())))
     args = ap.parse_args()
@@ -429,7 +460,7 @@ def main():
                   args.replicas, next(iter(rounds[0].values()))["capacity_rps"], args.duration,
                   args.policy,
                   ", prio's engine_priority %s" % args.engine_priority
-                  if "prio" in args.runs.split(",") else ""))
+                  if set(PRIO_RUNS) & set(args.runs.split(",")) else ""))
     for k, report in enumerate(rounds):
         if args.rounds > 1:
             print("round %d" % (k + 1))

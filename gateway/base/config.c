@@ -784,11 +784,23 @@ static const struct lg_conf_field conf_class_fields[] = {
     { "sheddable", LG_CONF_BOOL, CL(sheddable), .def = 0 },
     { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
     { "reserve", LG_CONF_DOUBLE, CL(reserve), .def = 0, .min = 0, .max = 0.95 },
+    { "yield_prefill", LG_CONF_BOOL, CL(yield_prefill), .def = 0 },
     { .name = NULL },
 };
 #undef CL
+
+static void
+conf_class_check(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_class_conf *k = base;
+
+    if (clean && k->yield_prefill && !k->sheddable) {
+        conf_error_at(ctx, "/yield_prefill", "only for a sheddable class: set sheddable too");
+    }
+}
+
 static const struct lg_conf_table conf_class_table = { sizeof(struct lg_class_conf),
-                                                       conf_class_fields, NULL };
+                                                       conf_class_fields, conf_class_check };
 
 #define SC(f) offsetof(struct lg_scheduling_conf, f)
 #define SC_CLASS(i) (SC(classes) + (i) * sizeof(struct lg_class_conf))

@@ -365,13 +365,17 @@ void
 lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls, double capacity,
                       double gap_ms, struct lg_backend_by_class *out)
 {
-    uint64_t now = pending_ms(now_ns), sum = 0, ages = 0;
+    uint64_t now = pending_ms(now_ns), sum = 0, ages = 0, lower = 0;
     uint32_t inflight = class_inflight(b, cls), pending = 0;
 
     BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
         uint64_t service, age;
 
         if (slot_cls(w) < cls) {
+            if (w != 0) {
+                due_left(w, now, &service, &age);
+                lower = LG_MAX(lower, service > age ? service - age : 0);
+            }
             continue;
         }
         sum += due_left(w, now, &service, &age);
@@ -382,11 +386,23 @@ lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
     out->pending = LG_MIN(pending, inflight);
     out->pending_age_ms = pending > 0 ? (double)ages / pending : 0;
     out->work_ahead_ms = (double)sum;
+    out->lower_prefill_ms = (double)lower;
     out->slot_wait_ms = 0;
     if (capacity > 0 && inflight + 1 > capacity) {
         out->slot_wait_ms = LG_MAX(
             backend_end_wait(b, now_ns, (unsigned)ceil(inflight + 1 - capacity), gap_ms, cls), 0.0);
     }
+}
+
+uint32_t
+lg_backend_pending_above(const struct lg_backend *b, unsigned cls)
+{
+    uint32_t n = 0;
+
+    BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
+        n += w != 0 && slot_cls(w) > cls;
+    }
+    return n;
 }
 
 /* ---- sequences: the engine model's view of our requests ------------------- */

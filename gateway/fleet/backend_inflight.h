@@ -86,7 +86,11 @@ double lg_backend_end_wait_ms(const struct lg_backend *b, uint64_t now_ns, unsig
  * their first-token work still ahead (as lg_backend_work_ahead_ms()), and,
  * when they fill the engine's capacity, the wait for the slot one of them
  * frees (as lg_backend_end_wait_ms(), from their ends; 0 when not full or
- * unknown).
+ * unknown); and the longest of what is left of the lower classes'
+ * predicted first-token work (those not past their prediction only): the
+ * prefill an engine may be running for them, in one step, which it
+ * finishes before it serves the request (it preempts a slot, never a step
+ * in progress).
  */
 struct lg_backend_by_class {
     uint32_t inflight;
@@ -94,6 +98,7 @@ struct lg_backend_by_class {
     double pending_age_ms;
     double work_ahead_ms;
     double slot_wait_ms;
+    double lower_prefill_ms;
 };
 void lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta);
 /* What max_inflight bounds for a request of class cls: on a backend whose
@@ -102,6 +107,9 @@ void lg_backend_class_add(struct lg_backend *b, unsigned cls, int delta);
 uint32_t lg_backend_inflight_from(const struct lg_backend *b, unsigned cls);
 void lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
                            double capacity, double gap_ms, struct lg_backend_by_class *out);
+/* Ours on b of a class above cls awaiting their first token (a whole answer
+ * until it ends): a scan of the due slots, for a class's yield_prefill. */
+uint32_t lg_backend_pending_above(const struct lg_backend *b, unsigned cls);
 
 /*
  * Sequences: each streamed request of ours on b with a known output length

@@ -378,6 +378,7 @@ struct ttft_state {
     double e2e_slack_load;
     double interference;
     double queue_guard;
+    double lower_prefill_weight; /* by class: the lower classes' prefill in progress, as work ahead */
     int engine_model;     /* predict by the engine model where it runs */
     int model_needs_pace; /* ... only where a stream timed its step lately */
     int model_calibrate;  /* ... scaled by what it missed there lately */
@@ -406,6 +407,7 @@ static const struct policy_num ttft_options[] = {
     { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
     { "interference", offsetof(struct ttft_state, interference), 0, 100 },
     { "queue_guard", offsetof(struct ttft_state, queue_guard), 0, 1000 },
+    { "lower_prefill_weight", offsetof(struct ttft_state, lower_prefill_weight), 0, 100 },
 };
 
 static int
@@ -433,6 +435,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .e2e_slack_load = 0,
                             .interference = 0,
                             .queue_guard = 2,
+                            .lower_prefill_weight = 0,
                             .engine_model = 1,
                             .model_needs_pace = 1,
                             .model_calibrate = 1,
@@ -895,7 +898,8 @@ ttft_by_class(const struct lg_backend_view *v)
  * to it (the steps still run them all: ttft_formula()'s step_load).
  */
 static void
-ttft_class_view(const struct lg_backend_view *v, struct lg_backend_view *out)
+ttft_class_view(const struct ttft_state *s, const struct lg_backend_view *v,
+                struct lg_backend_view *out)
 {
     const struct lg_engine_model_view *m = v->model;
 
@@ -906,6 +910,13 @@ ttft_class_view(const struct lg_backend_view *v, struct lg_backend_view *out)
     out->pending_age_ms = m->class_pending_age_ms;
     out->work_ahead_ms = m->class_work_ahead_ms;
     out->slot_wait_ms = m->class_slot_wait_ms;
+    if (s->lower_prefill_weight > 0
+        && m->size >= offsetof(struct lg_engine_model_view, class_lower_prefill_ms)
+                          + sizeof(m->class_lower_prefill_ms)) {
+        /* a step in progress is not preempted: the lower classes' prefill
+         * the engine may be running comes first */
+        out->work_ahead_ms += s->lower_prefill_weight * m->class_lower_prefill_ms;
+    }
 }
 
 #define TTFT_CLASS_STACK 16 /* candidates whose class views fit on the stack */
@@ -939,7 +950,7 @@ ttft_score(void *state, const struct lg_route_info *req, const struct lg_backend
     for (size_t i = 0; i < n; i++) {
         load[i] = c[i]->load;
         if (ttft_by_class(c[i])) {
-            ttft_class_view(c[i], &cv[i]);
+            ttft_class_view(s, c[i], &cv[i]);
             cp[i] = &cv[i];
         } else {
             cp[i] = c[i];

@@ -668,6 +668,9 @@ router_explain_model(struct router_buf *o, const struct lg_backend_view *v,
         if (m->class_work_ahead_ms >= 1) {
             ROUTER_PUT_ROUND(o, "class_work_ahead_ms", m->class_work_ahead_ms, 1);
         }
+        if (m->class_lower_prefill_ms >= 1) {
+            ROUTER_PUT_ROUND(o, "class_lower_prefill_ms", m->class_lower_prefill_ms, 1);
+        }
     }
 }
 
@@ -790,6 +793,7 @@ router_by_class(const struct lg_backend *b, uint64_t now_ns, unsigned cls,
     m->class_pending_age_ms = k.pending_age_ms;
     m->class_work_ahead_ms = k.work_ahead_ms;
     m->class_slot_wait_ms = k.slot_wait_ms;
+    m->class_lower_prefill_ms = k.lower_prefill_ms;
 }
 
 /*

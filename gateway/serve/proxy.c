@@ -405,35 +405,42 @@ proxy_predicted_ttft_ms(const struct lg_route_result *p)
     return p->service_ms > 0 ? p->wait_ms + p->ahead_ms + p->service_ms : -1;
 }
 
-/* Would one more request of class cls on b go past the share `reserve`
- * leaves to higher classes? */
+/* Would one more request of class k (cls) on b go past the share its
+ * `reserve` leaves to higher classes, or, with its `yield_prefill`, share the
+ * prefill step of a higher class's request that awaits its first token
+ * there on an engine that preempts for priority? */
 static bool
-proxy_over_reserve(const struct lg_backend *b, double reserve, unsigned cls)
+proxy_over_reserve(const struct lg_backend *b, const struct lg_class_conf *k, unsigned cls)
 {
     uint32_t max = lg_backend_conf(b)->max_inflight;
 
-    return max > 0
-           && (double)(lg_backend_inflight_from(b, cls) + 1) > (double)max * (1.0 - reserve);
+    if (max > 0 && k->reserve > 0
+        && (double)(lg_backend_inflight_from(b, cls) + 1) > (double)max * (1.0 - k->reserve)) {
+        return true;
+    }
+    return k->yield_prefill && lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT
+           && lg_backend_pending_above(b, cls) > 0;
 }
 
 #define PROXY_RESERVE_REPICKS 16
 
 /*
- * A class with a reserve: its pick's backend if it has room under the
- * share, else the router's next pick among the others (the backends passed
- * over are tried for the new pick only, then forgotten); false when none
- * of the first PROXY_RESERVE_REPICKS + 1 has. So a replica with room serves
- * the class while another, the router's first choice, is full to its share.
+ * A class with a reserve (or yield_prefill): its pick's backend if it has
+ * room under the share (and no prefill to yield to), else the router's next
+ * pick among the others (the backends passed over are tried for the new
+ * pick only, then forgotten); false when none of the first
+ * PROXY_RESERVE_REPICKS + 1 has. So a replica with room serves the class
+ * while another, the router's first choice, is full to its share.
  */
 static bool
-proxy_pick_under_reserve(struct lg_client *c, struct lg_attempt *a, double reserve)
+proxy_pick_under_reserve(struct lg_client *c, struct lg_attempt *a, const struct lg_class_conf *k)
 {
     struct lg_request *req = &c->req;
     const struct lg_backend *over[PROXY_RESERVE_REPICKS];
     size_t n = 0;
     bool ok = true;
 
-    while (proxy_over_reserve(a->pick.backend, reserve, c->req.sched.cls)) {
+    while (proxy_over_reserve(a->pick.backend, k, c->req.sched.cls)) {
         if (n == PROXY_RESERVE_REPICKS) {
             ok = false;
             break;
@@ -475,9 +482,9 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
         || a->pick.probe) {
         return false;
     }
-    if (sc->classes[req->sched.cls].reserve > 0
-        && !proxy_pick_under_reserve(c, a, sc->classes[req->sched.cls].reserve)) {
-        /* the room left is reserved for higher classes */
+    if ((sc->classes[req->sched.cls].reserve > 0 || sc->classes[req->sched.cls].yield_prefill)
+        && !proxy_pick_under_reserve(c, a, &sc->classes[req->sched.cls])) {
+        /* the room left is reserved for higher classes, or their prefills */
         lg_admission_refuse(c->w->gw->admission, c, LG_SHED_SATURATED);
         return true;
     }

@@ -135,6 +135,35 @@ class BenchRoutingSmoke(unittest.TestCase):
             self.assertFalse(any("class_inflight" in c for rec in recs
                                  for c in rec.get("candidates") or []))
 
+    def test_tenants_step_log(self):
+        """tenants.py --step-log: the run "both" (batch's yield_prefill, the ttft
+        policy's lower_prefill_weight) with each replica's step log, which
+        steplog.py matches to every interactive request and splits."""
+        with tempfile.TemporaryDirectory(prefix="lgbench-steplog-") as tmp:
+            argv = [sys.executable, os.path.join(os.path.dirname(RUN), "tenants.py"),
+                    "--duration", "3", "--runs", "both", "--step-log", "--build", BUILD,
+                    "--out", tmp]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            run = os.path.join(tmp, "both")
+            with open(os.path.join(run, "llmgate.json")) as f:
+                conf = json.load(f)
+            self.assertTrue(conf["scheduling"]["batch"]["yield_prefill"])
+            self.assertEqual(conf["routing"]["options"]["ttft"]["lower_prefill_weight"], 1)
+            kinds = set()
+            for name in ("r1", "r2"):
+                with open(os.path.join(run, name + ".steps.jsonl")) as f:
+                    for line in f:
+                        kinds |= {k for k in ("s", "a", "p", "f") if k in json.loads(line)}
+            self.assertTrue({"s", "a", "f"} <= kinds, kinds)  # steps, admissions, first tokens
+            with open(os.path.join(tmp, "report.json")) as f:
+                sent = json.load(f)["both"]["interactive"]["ok"]
+            r = subprocess.run([sys.executable, os.path.join(os.path.dirname(RUN), "steplog.py"),
+                                run, "--top", "5"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertIn("interactive: %d of %d requests matched" % (sent, sent), r.stdout)
+            self.assertIn("slowest 1%", r.stdout)
+
     @unittest.skipIf(procs.realengine_missing(), procs.realengine_missing() or "")
     def test_tenants_real(self):
         """tenants.py --real: a few seconds of classes on the real llama.cpp fleet."""

@@ -296,6 +296,65 @@ class SchedTest(Harness):
         plain = [r["backend"] for r in self.log(None) if r["key"] == "plain"]
         self.assertEqual((plain.count("r0"), plain.count("r1")), (8, 4))
 
+    YIELD_SIM = ["--slots", "4", "--decode-ms", "20", "--decode-ms-per-seq", "0",
+                 "--prefill-us-per-token", "3000", "--scheduling-policy", "priority",
+                 "--priority-preemption-threshold", "0"]
+
+    def yield_gateway(self, sims):
+        return self.gateway(scheduling={"batch": {"sheddable": True, "yield_prefill": True}},
+                            sim_args=self.YIELD_SIM, max_inflight=4, sims=sims,
+                            weights=[100, 1][:sims], routing={"policy": "least_request"},
+                            backend_extra={"priority_field": "vllm",
+                                           "engine_priority": "preempt"})
+
+    def long_prefill(self, gw, sim):
+        """An interactive stream whose first token takes 1.5 s (some 500 prompt
+        tokens of 3 ms), once its prefill runs on the replica at port sim."""
+        n = sim_state(sim)["running"]
+        s = self.stream(gw, "POST", "/v1/chat/completions",
+                        chat_body(stream=True, max_tokens=4, content="i" * 2000),
+                        headers=bearer("inter"))
+        self.assertEqual(s.read_head(), 200)
+        wait_until(lambda: sim_state(sim)["running"] == n + 1, what="the prefill")
+        return s
+
+    def batch(self, gw):
+        return post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2, content="b"),
+                         headers=bearer("batch"))
+
+    def test_a_yielding_class_stays_off_a_replica_whose_higher_class_awaits_a_first_token(self):
+        """yield_prefill on engines that preempt for priority: while an interactive
+        request on r0 awaits its first token (a long prompt's prefill), batch goes
+        to r1 although r0 is the router's first pick (its prompt would share that
+        prefill's step on r0); once the token came, to r0 again."""
+        gwp, gw = self.yield_gateway(sims=2)
+        # least_request, r0 weighted 100: one stream each, then r0 is the first pick
+        holds = [self.hold_slot(gw, tokens=400) for _ in range(2)]
+        inter = self.long_prefill(gw, self.sims[0])
+        self.assertEqual(self.batch(gw)[0], 200)  # r1
+        inter.read_all()
+        self.assertEqual(self.batch(gw)[0], 200)  # r0
+        for h in holds:
+            h.close()
+        log = self.log(5)
+        self.assertEqual(sorted(r["backend"] for r in log if r["key"] == "plain"), ["r0", "r1"])
+        self.assertEqual([r["backend"] for r in log if r["class"] == "interactive"], ["r0"])
+        self.assertEqual([(r["status"], r["backend"]) for r in log if r["class"] == "batch"],
+                         [(200, "r1"), (200, "r0")])
+
+    def test_a_yielding_class_is_refused_where_every_replica_has_a_first_token_due(self):
+        gwp, gw = self.yield_gateway(sims=1)
+        inter = self.long_prefill(gw, self.sims[0])
+        t0 = time.monotonic()
+        status, hdrs, obj, _ = self.batch(gw)
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertLess(time.monotonic() - t0, 1.0 * harness.SLOW)  # at once, not after it
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        inter.read_all()
+        self.assertEqual(self.batch(gw)[0], 200)
+        got = [(r["status"], r["shed"]) for r in self.log(3) if r["class"] == "batch"]
+        self.assertEqual(got, [(429, "saturated"), (200, None)])
+
     def test_past_its_class_queue_deadline_a_request_gets_429(self):
         gwp, gw = self.gateway(scheduling={"batch": {"queue_deadline": "400ms"}})
         hold = self.hold_slot(gw, tokens=200)

@@ -193,6 +193,22 @@ test_by_class(void)
     LG_CHECK(k.work_ahead_ms == 200 + 200 + 80 + 30);
     LG_CHECK(fabs(k.pending_age_ms - 400) <= 1);
     LG_CHECK(k.work_ahead_ms == lg_backend_work_ahead_ms(b, t, NULL, NULL));
+    /* yield_prefill's question: ours of a class above it awaiting a first
+     * token (batch: the default and the interactive request; none above
+     * interactive) */
+    LG_CHECK(lg_backend_pending_above(b, LG_CLASS_BATCH) == 2);
+    LG_CHECK(lg_backend_pending_above(b, LG_CLASS_DEFAULT) == 1);
+    LG_CHECK(lg_backend_pending_above(b, LG_CLASS_INTERACTIVE) == 0);
+    /* the lower classes' prefill left, the longest of those not past their
+     * prediction: for interactive the default request's 80 ms (batch's are
+     * overdue: done or stuck, no prefill of theirs is counted); for default,
+     * none; for batch, no lower class */
+    lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 80);
+    lg_backend_class_read(b, t, LG_CLASS_DEFAULT, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 0);
+    lg_backend_class_read(b, t, LG_CLASS_SYSTEM, 0, 10, &k);
+    LG_CHECK(k.lower_prefill_ms == 80);
     /* interactive: only its own class (and system) */
     lg_backend_class_read(b, t, LG_CLASS_INTERACTIVE, 0, 10, &k);
     LG_CHECK(k.inflight == 1 && k.pending == 1 && k.work_ahead_ms == 30);
@@ -231,6 +247,7 @@ test_by_class(void)
     lg_backend_class_add(b, LG_CLASS_BATCH, -2);
     lg_backend_class_add(b, LG_CLASS_DEFAULT, -1);
     lg_backend_class_add(b, LG_CLASS_INTERACTIVE, -1);
+    LG_CHECK(lg_backend_pending_above(b, LG_CLASS_BATCH) == 0);
     lg_backend_class_read(b, t, LG_CLASS_BATCH, 0, 10, &k);
     LG_CHECK(k.inflight == 0 && k.pending == 0 && k.work_ahead_ms == 0);
     return lg_test_fleet_free(c2, f2);

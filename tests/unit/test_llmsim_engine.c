@@ -490,11 +490,48 @@ test_jitter(void)
     return 0;
 }
 
+/* Counts the step log's lines of each kind into n[4] (steps, admissions,
+ * preemptions, first tokens), and the admissions that recompute tokens. */
+static void
+step_log_count(const char *path, unsigned n[4], unsigned *recomputes, uint64_t *preempted_id)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    memset(n, 0, 4 * sizeof(*n));
+    *recomputes = 0;
+    if (f == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long id, s;
+        unsigned re;
+        int prio;
+
+        if (sscanf(line, "{\"a\":%llu,\"s\":%llu,\"prio\":%d,\"prefill\":%*u,\"re\":%u}", &id,
+                   &s, &prio, &re)
+            == 4) {
+            n[1]++;
+            *recomputes += re > 0 && id == *preempted_id;
+        } else if (sscanf(line, "{\"p\":%llu,\"s\":%llu,\"prio\":%d", &id, &s, &prio) == 3) {
+            n[2]++;
+            *preempted_id = prio == 1 ? id : UINT64_MAX;
+        } else if (strncmp(line, "{\"f\":", 5) == 0) {
+            n[3]++;
+        } else if (strncmp(line, "{\"s\":", 5) == 0 && strstr(line, "\"batch\":") != NULL) {
+            n[0]++;
+        }
+    }
+    fclose(f);
+}
+
 /*
  * Priority with a preemption threshold, under every schedule and with the
  * shared state: a better waiter takes a running sequence's slot at once, the
  * one of the same priority waits, the preempted one ends whole later (its
- * tokens computed again), and the engine's counts come back to zero.
+ * tokens computed again), and the engine's counts come back to zero; and
+ * the step log (--step-log) tells each step, admission, preemption and
+ * first token.
  */
 static int
 test_priority_preemption(void)
@@ -502,13 +539,19 @@ test_priority_preemption(void)
     for (uint32_t sch = 0; sch < 3; sch++) {
         struct lg_sim_engine_conf conf = sched_base;
         char path[] = "/tmp/llmsim-engine-test-XXXXXX";
+        char logp[] = "/tmp/llmsim-engine-steps-XXXXXX";
         struct lg_sim_shm shm;
         struct req lo[3];
         struct req hi;
         int fd = mkstemp(path);
+        int lfd = mkstemp(logp);
+        unsigned n[4], recomputes;
+        uint64_t preempted_id = UINT64_MAX, steps;
 
-        LG_CHECK(fd >= 0);
+        LG_CHECK(fd >= 0 && lfd >= 0);
         close(fd);
+        close(lfd);
+        conf.step_log = sch == LLMSIM_SHM_SCHED_FCFS ? logp : NULL;
         conf.slots = 2;
         conf.schedule = sch;
         conf.step_tokens = sch == LLMSIM_SHM_SCHED_CHUNKED ? 64 : 0;
@@ -548,10 +591,21 @@ test_priority_preemption(void)
         LG_CHECK(engine.nrunning == 0 && engine.nwaiting == 0);
         LG_CHECK(engine.remaining_decode_tokens == 0 && engine.queued_prefill_tokens == 0);
         LG_CHECK(shm.map->wait_head == shm.map->wait_tail);
-        lg_sim_engine_free(&engine);
+        steps = engine.stats.steps;
+        lg_sim_engine_free(&engine); /* closes the log */
+        step_log_count(logp, n, &recomputes, &preempted_id);
+        if (sch == LLMSIM_SHM_SCHED_FCFS) {
+            /* every step; 4 first admissions and the preempted one's return,
+             * recomputing; one preemption of a batch-priority sequence; 4 first tokens */
+            LG_CHECK(n[0] == steps && n[1] == 5 && n[2] == 1 && n[3] == 4);
+            LG_CHECK(preempted_id != UINT64_MAX && recomputes == 1);
+        } else {
+            LG_CHECK(n[0] + n[1] + n[2] + n[3] == 0); /* no log: nothing written */
+        }
         lg_sim_shm_close(&shm);
         event_base_free(base);
         unlink(path);
+        unlink(logp);
     }
     return 0;
 }

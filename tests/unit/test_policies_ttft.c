@@ -580,5 +580,57 @@ test_by_class(void)
     return 0;
 }
 
+/*
+ * lower_prefill_weight: by class, a lower class's prefill that the engine may
+ * be running counts ahead of the request (a step is not preempted): off by
+ * default (the replica with more of it still wins on its own class's
+ * work), on it loses; each ms of it costs ahead_weight x the weight.
+ */
+static int
+test_lower_prefill(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 1024, .max_tokens = 64, .attempt = 1 };
+    struct lg_backend_view v[2];
+    struct lg_engine_model_view m[2];
+    const struct lg_backend_view *c[2] = { &v[0], &v[1] };
+    double cost[2], base0;
+    const char *why = NULL;
+    void *off, *on;
+    char err[256];
+
+    for (uint32_t i = 0; i < 2; i++) {
+        class_view(&v[i], &m[i], i + 1);
+        m[i].flags = LG_MODEL_F_BY_CLASS;
+        m[i].class_inflight = 4;
+        m[i].class_pending = 1;
+        m[i].class_work_ahead_ms = 10;
+    }
+    m[1].class_work_ahead_ms = 20;      /* B: more of its own class's work ahead */
+    m[0].class_lower_prefill_ms = 40;   /* A: a batch prompt's prefill running */
+    LG_CHECK(lg_plugin_create_text(p, "{\"tolerance_ms\": 0, \"queue_guard\": 0}", &off, err,
+                                   sizeof(err))
+             == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p,
+                                   "{\"tolerance_ms\": 0, \"queue_guard\": 0, "
+                                   "\"lower_prefill_weight\": 0.5}",
+                                   &on, err, sizeof(err))
+             == LG_OK);
+    p->ops->score(off, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    base0 = cost[0];
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK(fabs(cost[0] - base0 - 2 * 0.5 * 40) < 1e-9); /* ahead_weight 2 */
+    /* a view without the member (an older host): as off */
+    m[0].size = m[1].size = offsetof(struct lg_engine_model_view, class_lower_prefill_ms);
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    p->ops->destroy(off);
+    p->ops->destroy(on);
+    return 0;
+}
+
 LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
-             test_by_class)
+             test_by_class, test_lower_prefill)

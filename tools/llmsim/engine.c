@@ -11,6 +11,8 @@
  */
 #include "engine.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +137,35 @@ engine_ring_leave(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     }
 }
 
+/* ---- step log (--step-log) --------------------------------------------------- */
+
+/* A monotonic time as wall-clock milliseconds, the log's unit. */
+static double
+engine_log_ms(const struct lg_sim_engine *e, uint64_t mono_ns)
+{
+    return (double)(mono_ns + e->step_log_wall) / 1e6;
+}
+
+/* seq was admitted into the step starting now: its prefill, of which recomputed tokens. */
+static void
+engine_log_admit(struct lg_sim_engine *e, const struct lg_sim_seq *seq)
+{
+    fprintf(e->step_log,
+            "{\"a\":%" PRIu64 ",\"s\":%" PRIu64 ",\"prio\":%" PRId32 ",\"prefill\":%" PRIu32
+            ",\"re\":%" PRIu32 "}\n",
+            seq->id, e->stats.steps, seq->priority, seq->prefill_left, seq->generated);
+}
+
+static void
+engine_log_step(struct lg_sim_engine *e, uint32_t batch)
+{
+    fprintf(e->step_log,
+            "{\"s\":%" PRIu64 ",\"start\":%.3f,\"end\":%.3f,\"batch\":%" PRIu32
+            ",\"running\":%" PRIu32 ",\"waiting\":%" PRIu32 ",\"prefill\":%" PRIu64 "}\n",
+            e->stats.steps, engine_log_ms(e, e->step_start_ns), engine_log_ms(e, e->step_end_ns),
+            batch, e->nrunning, e->nwaiting, e->step_prefill_tokens);
+}
+
 /* ---- steps ----------------------------------------------------------------- */
 
 uint32_t
@@ -212,6 +243,9 @@ engine_admit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     seq->state = LG_SIM_SEQ_ST_RUNNING;
     TAILQ_INSERT_TAIL(&e->running, seq, link);
     e->nrunning++;
+    if (e->step_log != NULL) {
+        engine_log_admit(e, seq);
+    }
 }
 
 /* The step starting now prefills `tokens` more of seq's prompt. */
@@ -286,6 +320,12 @@ engine_preempt(struct lg_sim_engine *e)
         }
         if (better <= e->conf.slots - e->nrunning) {
             return;
+        }
+        if (e->step_log != NULL) {
+            fprintf(e->step_log,
+                    "{\"p\":%" PRIu64 ",\"s\":%" PRIu64 ",\"prio\":%" PRId32 ",\"gen\":%" PRIu32
+                    "}\n",
+                    victim->id, e->stats.steps, victim->priority, victim->generated);
         }
         engine_release(e, victim);
         e->stats.preempted++;
@@ -449,6 +489,9 @@ engine_start_step(struct lg_sim_engine *e, uint64_t start)
     e->step_start_ns = start;
     e->step_end_ns = start + (uint64_t)llround(prefill_ns + decode_ns);
     e->phase = LG_SIM_ENGINE_ST_STEP;
+    if (e->step_log != NULL) {
+        engine_log_step(e, batch);
+    }
     if (engine_ring_on(e)) {
         engine_publish_slots(e);
     }
@@ -468,6 +511,13 @@ engine_note_first_token(struct lg_sim_engine *e, struct lg_sim_seq *seq, uint64_
     }
     e->stats.ttft_counts[b]++;
     e->stats.ttft_sum_s += ttft;
+    if (e->step_log != NULL) {
+        fprintf(e->step_log,
+                "{\"f\":%" PRIu64 ",\"prio\":%" PRId32 ",\"arrival\":%.3f,\"at\":%.3f"
+                ",\"prompt\":%" PRIu32 ",\"max\":%" PRIu32 "}\n",
+                seq->id, seq->priority, engine_log_ms(e, seq->arrival_ns), engine_log_ms(e, now),
+                seq->prompt_tokens, seq->max_tokens);
+    }
     /* its prompt is now in the KV cache: later prompts can reuse it */
     lg_sim_prefix_insert(&e->prefix, seq->block_keys, seq->nblocks);
 }
@@ -753,6 +803,15 @@ lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,
         e->free_slots[i] = conf->slots - 1 - i; /* slot 0 is taken first */
     }
     e->nfree = conf->slots;
+    if (conf->step_log != NULL) {
+        e->step_log = fopen(conf->step_log, "w");
+        if (e->step_log == NULL) {
+            LG_ERROR("--step-log %s: %s", conf->step_log, strerror(errno));
+            return LG_EINVAL;
+        }
+        setvbuf(e->step_log, NULL, _IOLBF, 0);
+        e->step_log_wall = lg_wall_ns() - lg_now_ns();
+    }
     lg_sim_prefix_init(&e->prefix, conf->prefix_block_tokens ? conf->prefix_cache_blocks : 0,
                        shared ? shm->blocks : NULL, shared ? shm->table : NULL);
     engine_shm_begin(e);
@@ -775,6 +834,10 @@ lg_sim_engine_free(struct lg_sim_engine *e)
     e->free_slots = NULL;
     free(e->emit);
     e->emit = NULL;
+    if (e->step_log != NULL) {
+        fclose(e->step_log);
+        e->step_log = NULL;
+    }
     lg_sim_prefix_free(&e->prefix);
 }
 
@@ -787,6 +850,7 @@ lg_sim_engine_submit(struct lg_sim_engine *e, struct lg_sim_seq *seq)
     seq->emits = false;
     seq->first_token_ns = 0;
     seq->arrival_ns = lg_now_ns();
+    seq->id = e->next_id++;
     e->stats.submitted++;
     if (seq->park_until_ns > seq->arrival_ns) {
         engine_park(e, seq);

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/queue.h>
 
 #include "prefix.h"
@@ -58,6 +59,7 @@ struct lg_sim_seq {
     uint64_t first_token_ns;
     uint64_t park_until_ns; /* set by the owner before submit: held until then (0: not) */
     int32_t priority;       /* set by the owner: the body's "priority" (lower first; 0: none) */
+    uint64_t id;            /* the engine's number for it, from submit (the step log's) */
 };
 
 /*
@@ -124,6 +126,8 @@ struct lg_sim_engine_conf {
     uint32_t policy;           /* LG_SIM_POLICY_*: the order the waiting queue is served in */
     int32_t preempt_threshold; /* priority: a waiter preempts a running sequence whose
                                   priority is larger by more than this; < 0: never */
+    const char *step_log;      /* a JSON line per step, admission, preemption and first
+                                  token into this file (--step-log); NULL: none */
 };
 
 /*
@@ -182,6 +186,9 @@ struct lg_sim_engine {
     struct lg_sim_engine_stats stats;
     uint64_t gone_ns[LG_SIM_ENGINE_GONE]; /* gauge_lag_ms: the latest ends, a ring */
     uint32_t gone_next;
+    FILE *step_log;          /* owned; NULL: conf.step_log unset */
+    uint64_t step_log_wall;  /* wall clock minus monotonic clock, ns, for the log's times */
+    uint64_t next_id;        /* the next submitted sequence's id */
 };
 
 int lg_sim_engine_init(struct lg_sim_engine *e, struct event_base *base,

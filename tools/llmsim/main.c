@@ -48,6 +48,10 @@ static const char llmsim_usage[] =
     "                              layout in tools/llmsim/llmsim_shm.h\n"
     "  --max-body-bytes N          request body limit, 413 beyond (default 64 MiB)\n"
     "  --max-header-bytes N        request head limit, 431 beyond (default 64 KiB)\n"
+    "  --step-log PATH             write the engine's every step, admission,\n"
+    "                              preemption and first token into PATH, one JSON\n"
+    "                              object a line, times in wall-clock ms (for\n"
+    "                              analysing a tail; off by default)\n"
     "  --quiet                     log warnings and errors only\n"
     "  --log-level L               error, warn, info or debug (default info)\n"
     "\n"
@@ -204,6 +208,7 @@ enum {
     OPT_FAULT,
     OPT_STATE_SHM,
     OPT_READY_FILE,
+    OPT_STEP_LOG,
     OPT_QUIET,
     OPT_LOG_LEVEL,
     OPT_LOAD_HEADER,
@@ -243,6 +248,7 @@ static const struct option llmsim_options[] = {
     { "fault", required_argument, NULL, OPT_FAULT },
     { "state-shm", required_argument, NULL, OPT_STATE_SHM },
     { "ready-file", required_argument, NULL, OPT_READY_FILE },
+    { "step-log", required_argument, NULL, OPT_STEP_LOG },
     { "quiet", no_argument, NULL, OPT_QUIET },
     { "endpoint-load-metrics", required_argument, NULL, OPT_LOAD_HEADER },
     { "enable-server-load-tracking", no_argument, NULL, OPT_SERVER_LOAD },
@@ -533,6 +539,9 @@ main_parse(int argc, char **argv, struct lg_sim_conf *conf)
             break;
         case OPT_READY_FILE:
             conf->ready_file = optarg;
+            break;
+        case OPT_STEP_LOG:
+            conf->step_log = optarg;
             break;
         case OPT_QUIET:
             conf->quiet = true;

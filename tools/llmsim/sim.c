@@ -309,6 +309,7 @@ lg_sim_init(struct lg_sim *sim, const struct lg_sim_conf *conf)
         .speed = conf->speed,
         .prefix_block_tokens = conf->prefix_block_tokens,
         .prefix_cache_blocks = conf->prefix_cache_blocks,
+        .step_log = conf->step_log,
     };
     struct event_config *cfg;
     struct sockaddr_storage ss;

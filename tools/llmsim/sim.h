@@ -63,6 +63,7 @@ struct lg_sim_conf {
     size_t max_header_bytes;
     const char *state_shm;  /* NULL = none */
     const char *ready_file; /* NULL = none */
+    const char *step_log;   /* --step-log: the engine's steps as JSON lines; NULL = none */
     bool quiet;
     const char **faults; /* SPECs from --fault, scheduled from process start */
     size_t nfaults;

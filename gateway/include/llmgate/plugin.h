@@ -264,6 +264,11 @@ struct lg_engine_model_view {
     double class_work_ahead_ms;  /* their first-token work still ahead (as work_ahead_ms) */
     double class_slot_wait_ms;   /* where they fill its slots: ms until one of them ends
                                     (as slot_wait_ms); 0 = not full, or unknown */
+    double class_lower_prefill_ms; /* (appended) the longest of what is left of the
+                                      predicted first-token work of ours there of lower
+                                      classes, those not past it: a prefill the engine may
+                                      be running, which it ends before it serves the
+                                      request */
 };
 
 #define LG_MODEL_F_STEP_GUESS (1u << 0) /* step_ms is the view's itl_ms: no stream there moved
