@@ -330,6 +330,8 @@ class SchedTest(Harness):
         gwp, gw = self.yield_gateway(sims=2)
         # least_request, r0 weighted 100: one stream each, then r0 is the first pick
         holds = [self.hold_slot(gw, tokens=400) for _ in range(2)]
+        for h in holds:  # their first tokens came: r1 has nothing of a higher class due
+            h.next_event()
         inter = self.long_prefill(gw, self.sims[0])
         self.assertEqual(self.batch(gw)[0], 200)  # r1
         inter.read_all()
