@@ -482,12 +482,18 @@ ttft_model_runs(const struct ttft_state *s, const struct lg_backend_view *v)
 /*
  * Whether the engine model would run there but for the pace: no stream
  * timed its step lately (model_needs_pace), all else as ttft_model_runs()
- * asks. On a replica that seldom streams the model's step is a guess, but
- * its prefill (learnt from that replica's own first tokens) and its scale
- * are not: where it predicts later than the formula or the measured terms,
- * those read the replica too fast (a slower replica's long prompt, prefilled
- * a few tokens a step, took 2-3x the formula's prediction there:
- * bench/routing/NOTES.md 61), so with model_floor it is their floor.
+ * asks, and nothing there (no request of ours or anyone's). On a replica
+ * that seldom streams the model's step is a guess, but on an idle one its
+ * prediction is the prompt's prefill (learnt from that replica's own first
+ * tokens, calibrated), which the guess enters only through a chunked
+ * prefill's further steps: where it predicts later than the formula or the
+ * measured terms, those read the replica too fast (a slower replica's long
+ * prompt, prefilled a few tokens a step, took 2-3x the formula's
+ * prediction there: bench/routing/NOTES.md 61), so with model_floor it is
+ * their floor. Where requests are there the wait behind them runs at the
+ * guessed step, and the floor raised a seldom-streaming slow replica with
+ * work there past the formula that reads it better (llmsim's m1 at 90%:
+ * p99 TTFT 1.27x over three rounds).
  */
 static bool
 ttft_model_floors(const struct ttft_state *s, const struct lg_backend_view *v)
@@ -495,7 +501,7 @@ ttft_model_floors(const struct ttft_state *s, const struct lg_backend_view *v)
     const struct lg_engine_model_view *m = v->model;
 
     return s->model_floor && s->model_needs_pace && s->engine_model && m != NULL
-           && m->wait_ms >= 0 && (m->flags & LG_MODEL_F_STEP_GUESS)
+           && m->wait_ms >= 0 && (m->flags & LG_MODEL_F_STEP_GUESS) && v->load < 0.5
            && (!s->slots_given || (unsigned)m->slots == (unsigned)policy_slots(v, s->slots));
 }
 

@@ -454,10 +454,11 @@ test_queue_guard_pair(void)
 }
 
 /*
- * model_floor on the random states (tolerance, e2e guard and queue guard
- * off, so the costs are the estimators' own): a candidate whose engine model
- * runs, or that has no model's prediction, or no step guess, costs the
- * same either way; one where only the pace keeps the model out costs at
+ * model_floor on the random states, a third of the candidates idle
+ * (tolerance, e2e guard and queue guard off, so the costs are the
+ * estimators' own): a candidate whose engine model runs, or that has no
+ * model's prediction, no step guess or requests there, costs the same
+ * either way; an idle one where only the pace keeps the model out costs at
  * least as much with the floor, and some cost more (the model predicted
  * later than the formula or the measured terms read it); the same with
  * model_needs_pace 0 (the model runs there: nothing to floor).
@@ -491,12 +492,20 @@ test_model_floor_random(void)
             for (size_t j = 0; j < c.f.n; j++) {
                 c.f.v[j].model = &c.f.m[j];
                 c.f.p[j] = &c.f.v[j];
+                if (chance(0.3)) { /* idle: where the floor applies */
+                    c.f.v[j].inflight = 0;
+                    c.f.v[j].foreign = 0;
+                    c.f.v[j].load = 0;
+                    c.f.v[j].pending = 0;
+                    c.f.v[j].work_ahead_ms = 0;
+                }
             }
             p->ops->score(on, &c.req, c.f.p, c.f.n, c_on, &why_on);
             p->ops->score(off, &c.req, c.f.p, c.f.n, c_off, &why_off);
             for (size_t j = 0; j < c.f.n; j++) {
                 const struct lg_engine_model_view *m = &c.f.m[j];
-                bool guess = (m->flags & LG_MODEL_F_STEP_GUESS) && m->wait_ms >= 0;
+                bool guess =
+                    (m->flags & LG_MODEL_F_STEP_GUESS) && m->wait_ms >= 0 && c.f.v[j].load < 0.5;
 
                 if (b == 1 || !guess) {
                     LG_CHECK(c_on[j] == c_off[j]);
@@ -604,6 +613,16 @@ test_model_floor_pair(void)
     p->ops->score(on, &req, c, 2, cost, &why);
     LG_CHECK(cost[1] < cost[0]);
     LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
+    /* the long prompt again with a request of ours on the slower one: the
+     * wait behind it would run at the guessed step, so no floor there (the
+     * formula's 54 ms + its batch term stands, far under the model's 150) */
+    req.prompt_bytes = 500;
+    m[0].wait_ms = 5;
+    m[1].wait_ms = 30;
+    v[1].inflight = 1;
+    v[1].load = 1;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < (30 + 120 * 500 / 1024.0) * 1.4);
     p->ops->destroy(on);
     p->ops->destroy(off);
     return 0;
