@@ -381,6 +381,7 @@ struct ttft_state {
     double lower_prefill_weight; /* by class: the lower classes' prefill in progress, as work ahead */
     int engine_model;     /* predict by the engine model where it runs */
     int model_needs_pace; /* ... only where a stream timed its step lately */
+    int model_floor;      /* where only the pace keeps it out: never sooner than it */
     int model_calibrate;  /* ... scaled by what it missed there lately */
     int measured;         /* the measured terms where the model misses */
 };
@@ -438,6 +439,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .lower_prefill_weight = 0,
                             .engine_model = 1,
                             .model_needs_pace = 1,
+                            .model_floor = 1,
                             .model_calibrate = 1,
                             .measured = 1 };
     int rc = policy_numbers(host, opts, &s, ttft_options, LG_ARRAY_SIZE(ttft_options));
@@ -446,6 +448,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
     (void)errlen;
     rc |= host->opt_bool(opts, "engine_model", s.engine_model, &s.engine_model);
     rc |= host->opt_bool(opts, "model_needs_pace", s.model_needs_pace, &s.model_needs_pace);
+    rc |= host->opt_bool(opts, "model_floor", s.model_floor, &s.model_floor);
     rc |= host->opt_bool(opts, "model_calibrate", s.model_calibrate, &s.model_calibrate);
     rc |= host->opt_bool(opts, "measured", s.measured, &s.measured);
     if (rc != 0) {
@@ -477,6 +480,32 @@ ttft_model_runs(const struct ttft_state *s, const struct lg_backend_view *v)
     return s->engine_model && m != NULL && m->wait_ms >= 0
            && (!s->slots_given || (unsigned)m->slots == (unsigned)policy_slots(v, s->slots))
            && !(s->model_needs_pace && (m->flags & LG_MODEL_F_STEP_GUESS));
+}
+
+/*
+ * Whether the engine model would run there but for the pace: no stream
+ * timed its step lately (model_needs_pace), all else as ttft_model_runs()
+ * asks, and nothing there (no request of ours or anyone's). On a replica
+ * that seldom streams the model's step is a guess, but on an idle one its
+ * prediction is the prompt's prefill (learnt from that replica's own first
+ * tokens, calibrated), which the guess enters only through a chunked
+ * prefill's further steps: where it predicts later than the formula or the
+ * measured terms, those read the replica too fast (a slower replica's long
+ * prompt, prefilled a few tokens a step, took 2-3x the formula's
+ * prediction there: bench/routing/NOTES.md 61), so with model_floor it is
+ * their floor. Where requests are there the wait behind them runs at the
+ * guessed step, and the floor raised a seldom-streaming slow replica with
+ * work there past the formula that reads it better (llmsim's m1 at 90%:
+ * p99 TTFT 1.27x over three rounds).
+ */
+static bool
+ttft_model_floors(const struct ttft_state *s, const struct lg_backend_view *v)
+{
+    const struct lg_engine_model_view *m = v->model;
+
+    return s->model_floor && s->model_needs_pace && s->engine_model && m != NULL
+           && m->wait_ms >= 0 && (m->flags & LG_MODEL_F_STEP_GUESS) && v->load < 0.5
+           && (!s->slots_given || (unsigned)m->slots == (unsigned)policy_slots(v, s->slots));
 }
 
 /*
@@ -536,6 +565,15 @@ ttft_measured(const struct ttft_state *s, const struct lg_engine_model_view *m, 
     double pred = m->measured_ms + m->measured_ms_per_kib * kib;
 
     return runs ? LG_MAX(pred, ttft_model(s, m, kib)) : pred;
+}
+
+/* What the formula or the measured terms predict there, raised to the
+ * engine model's prediction where only the pace keeps it out
+ * (ttft_model_floors()). */
+static double
+ttft_floored(const struct ttft_state *s, const struct lg_backend_view *v, double kib, double pred)
+{
+    return ttft_model_floors(s, v) ? LG_MAX(pred, ttft_model(s, v->model, kib)) : pred;
 }
 
 /*
@@ -653,12 +691,13 @@ ttft_predict(const struct ttft_state *s, const struct lg_route_info *req,
     switch (*used) {
     case TTFT_EST_MEASURED:
         pred = ttft_measured(s, v->model, kib, runs);
+        pred = runs ? pred : ttft_floored(s, v, kib, pred);
         break;
     case TTFT_EST_MODEL:
         pred = ttft_model(s, v->model, kib);
         break;
     default:
-        pred = ttft_formula(s, v, kib, step_load);
+        pred = ttft_floored(s, v, kib, ttft_formula(s, v, kib, step_load));
         break;
     }
     pred = ttft_observed(s, v, pred);

@@ -11,6 +11,7 @@ measures: the benchmark itself is run by hand (bench/routing/README.md)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,18 @@ class BenchRoutingSmoke(unittest.TestCase):
                                   if e["status"] == 200 and e["ttft_ms"] is not None)
                 p99 = ttft[max(1, -(-99 * len(ttft) // 100)) - 1]  # nearest rank
                 self.assertRegex(r.stdout, r"round%d\s+round_robin\s+%.0f\s" % (rnd, p99))
+            # tail.py: every request of both rounds over a threshold of 0 ms,
+            # split by replica; each round's slowest listed
+            r = subprocess.run([sys.executable, os.path.join(os.path.dirname(RUN), "tail.py"),
+                                os.path.join(out, "1a"), "--over", "0", "--list", "round_robin"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            n = c["requests"]
+            self.assertRegex(r.stdout, r"== round_robin: %d requests, .* over 0 ms: %d " % (n, n))
+            per = [int(x) for x in re.findall(r"^  r\d+: (\d+) \(", r.stdout, re.M)]
+            self.assertEqual(sum(per), n, r.stdout)
+            self.assertIn("round 1: p99", r.stdout)
+            self.assertIn("round 2: p99", r.stdout)
 
 
 class MismatchSmoke(unittest.TestCase):

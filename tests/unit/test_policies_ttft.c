@@ -207,16 +207,17 @@ same(double a, double b)
     return a == b || fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
 }
 
-/* The options with queue_guard off: the table predates the guard, which
- * raises a full replica's cost after every estimator has run (its own test
- * below). */
+/* The options with queue_guard and model_floor off: the table predates
+ * both (the guard raises a full replica's cost after every estimator has
+ * run, the floor raises the formula's and the measured terms' prediction
+ * where only the pace keeps the engine model out; their own tests below). */
 static int
 guard_off(const struct lg_plugin *p, const char *opts, void **state, char *err, size_t errlen)
 {
     char text[512];
 
-    snprintf(text, sizeof(text), "{\"queue_guard\": 0%s%s", strcmp(opts, "{}") == 0 ? "" : ", ",
-             opts + 1);
+    snprintf(text, sizeof(text), "{\"queue_guard\": 0, \"model_floor\": 0%s%s",
+             strcmp(opts, "{}") == 0 ? "" : ", ", opts + 1);
     return lg_plugin_create_text(p, text, state, err, errlen);
 }
 
@@ -348,7 +349,7 @@ test_queue_guard_random(void)
     struct tcase c;
 
     LG_CHECK(lg_plugin_create_text(p, "{}", &on, err, sizeof(err)) == LG_OK);
-    LG_CHECK(guard_off(p, "{}", &off, err, sizeof(err)) == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"queue_guard\": 0}", &off, err, sizeof(err)) == LG_OK);
     rng = 777;
     for (int index = 0; index < 20000; index++) {
         double c_on[NMAX], c_off[NMAX];
@@ -449,6 +450,181 @@ test_queue_guard_pair(void)
     LG_CHECK(cost[1] < cost[0]);
     LG_CHECK_STR(why, "free_slot_over_queue");
     p->ops->destroy(st);
+    return 0;
+}
+
+/*
+ * model_floor on the random states, a third of the candidates idle
+ * (tolerance, e2e guard and queue guard off, so the costs are the
+ * estimators' own): a candidate whose engine model runs, or that has no
+ * model's prediction, no step guess or requests there, costs the same
+ * either way; an idle one where only the pace keeps the model out costs at
+ * least as much with the floor, and some cost more (the model predicted
+ * later than the formula or the measured terms read it); the same with
+ * model_needs_pace 0 (the model runs there: nothing to floor).
+ */
+static int
+test_model_floor_random(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    static const char *const opts[2][2] = {
+        { "{\"queue_guard\": 0, \"tolerance_ms\": 0}",
+          "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_floor\": 0}" },
+        { "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_needs_pace\": 0}",
+          "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_needs_pace\": 0, \"model_floor\": 0}" },
+    };
+    size_t raised = 0, moved = 0, floored = 0;
+    char err[256];
+    struct tcase c;
+
+    for (int b = 0; b < 2; b++) {
+        void *on, *off;
+
+        LG_CHECK(lg_plugin_create_text(p, opts[b][0], &on, err, sizeof(err)) == LG_OK);
+        LG_CHECK(lg_plugin_create_text(p, opts[b][1], &off, err, sizeof(err)) == LG_OK);
+        rng = 4242;
+        for (int index = 0; index < 20000; index++) {
+            double c_on[NMAX], c_off[NMAX];
+            const char *why_on = NULL, *why_off = NULL;
+            size_t a = 0, o = 0;
+
+            case_gen(&c);
+            for (size_t j = 0; j < c.f.n; j++) {
+                c.f.v[j].model = &c.f.m[j];
+                c.f.p[j] = &c.f.v[j];
+                if (chance(0.3)) { /* idle: where the floor applies */
+                    c.f.v[j].inflight = 0;
+                    c.f.v[j].foreign = 0;
+                    c.f.v[j].load = 0;
+                    c.f.v[j].pending = 0;
+                    c.f.v[j].work_ahead_ms = 0;
+                }
+            }
+            p->ops->score(on, &c.req, c.f.p, c.f.n, c_on, &why_on);
+            p->ops->score(off, &c.req, c.f.p, c.f.n, c_off, &why_off);
+            for (size_t j = 0; j < c.f.n; j++) {
+                const struct lg_engine_model_view *m = &c.f.m[j];
+                bool guess =
+                    (m->flags & LG_MODEL_F_STEP_GUESS) && m->wait_ms >= 0 && c.f.v[j].load < 0.5;
+
+                if (b == 1 || !guess) {
+                    LG_CHECK(c_on[j] == c_off[j]);
+                    continue;
+                }
+                LG_CHECK(c_on[j] >= c_off[j]);
+                floored++;
+                raised += c_on[j] > c_off[j];
+            }
+            for (size_t j = 1; j < c.f.n; j++) {
+                a = c_on[j] < c_on[a] ? j : a;
+                o = c_off[j] < c_off[o] ? j : o;
+            }
+            if (a != o) {
+                /* moved off a candidate the floor raised */
+                moved++;
+                LG_CHECK(c_on[o] > c_off[o]);
+            }
+        }
+        p->ops->destroy(on);
+        p->ops->destroy(off);
+    }
+    LG_CHECK(floored >= 1000);
+    LG_CHECK(raised >= 100 && raised < floored);
+    LG_CHECK(moved >= 50);
+    return 0;
+}
+
+/*
+ * The real-engine fleet's case (bench/routing/NOTES.md 61): a fast replica
+ * with one request there, and an idle slower one that no stream timed
+ * lately, whose formula reads a 500-byte prompt at 54 ms where its engine
+ * model, from its own prefills and calibration, reads 150: with the floor
+ * the request goes to the fast one (45 ms), without it to the idle one
+ * (the tolerance's fewer requests, within 20 ms of the soonest).
+ */
+static int
+test_model_floor_pair(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 500, .max_tokens = 40, .attempt = 1 };
+    struct lg_backend_view v[2];
+    struct lg_engine_model_view m[2];
+    const struct lg_backend_view *c[2] = { &v[0], &v[1] };
+    double cost[2];
+    const char *why = NULL;
+    void *on, *off;
+    char err[256];
+
+    LG_CHECK(lg_plugin_create_text(p, "{}", &on, err, sizeof(err)) == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"model_floor\": 0}", &off, err, sizeof(err)) == LG_OK);
+    memset(v, 0, sizeof(v));
+    memset(m, 0, sizeof(m));
+    for (int i = 0; i < 2; i++) {
+        v[i].size = sizeof(v[i]);
+        v[i].name = i == 0 ? "fast" : "slow";
+        v[i].id = (uint32_t)i + 1;
+        v[i].weight = 1;
+        v[i].ramp = 1;
+        v[i].capacity = 4;
+        v[i].hold_ms = 200;
+        v[i].itl_ms = 4;
+        v[i].engine_waiting = 0;
+        v[i].engine_running = 0;
+        v[i].engine_kv_usage = -1;
+        v[i].model = &m[i];
+        m[i].size = sizeof(m[i]);
+        m[i].version = LG_ENGINE_MODEL_VERSION;
+        m[i].slots = 4;
+        m[i].scale = 1;
+        m[i].measured_ms = -1;
+    }
+    /* fast: one answer generating, its step timed; 45 ms by the model */
+    v[0].inflight = 1;
+    v[0].load = 1;
+    m[0].wait_ms = 5;
+    m[0].step_ms = 2;
+    m[0].prefill_ms_per_kib = 80;
+    /* slow: idle, no stream lately; the formula 40 + 28 ms/KiB, the model
+     * (30 + 120 ms/KiB x 500 B) x 1.4 calibrated */
+    v[1].ttft_fixed_ms = 40;
+    v[1].ttft_ms_per_kib = 28;
+    v[1].itl_ms = 6; /* within decode_slack of the fast one's: no charge */
+    m[1].flags = LG_MODEL_F_STEP_GUESS;
+    m[1].wait_ms = 30;
+    m[1].step_ms = 6;
+    m[1].prefill_ms_per_kib = 120;
+    m[1].scale = 1.4;
+    p->ops->score(off, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    LG_CHECK(fabs(cost[1] - (30 + 120 * 500 / 1024.0) * 1.4) < 1e-9);
+    LG_CHECK_STR(why, "lowest_predicted_ttft");
+    /* a short prompt, the fast one's step busier (30 ms): the formula (42
+     * ms) is the later there and stands, within the tolerance: the idle
+     * one takes it */
+    req.prompt_bytes = 64;
+    m[0].wait_ms = 25;
+    m[1].wait_ms = 2;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "least_loaded_near_lowest_ttft");
+    /* the long prompt again with a request of ours on the slower one: the
+     * wait behind it would run at the guessed step, so no floor there (the
+     * formula's 54 ms + its batch term stands, far under the model's 150) */
+    req.prompt_bytes = 500;
+    m[0].wait_ms = 5;
+    m[1].wait_ms = 30;
+    v[1].inflight = 1;
+    v[1].load = 1;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < (30 + 120 * 500 / 1024.0) * 1.4);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
     return 0;
 }
 
@@ -633,4 +809,4 @@ test_lower_prefill(void)
 }
 
 LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
-             test_by_class, test_lower_prefill)
+             test_model_floor_random, test_model_floor_pair, test_by_class, test_lower_prefill)
