@@ -439,7 +439,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .lower_prefill_weight = 0,
                             .engine_model = 1,
                             .model_needs_pace = 1,
-                            .model_floor = 1,
+                            .model_floor = 0,
                             .model_calibrate = 1,
                             .measured = 1 };
     int rc = policy_numbers(host, opts, &s, ttft_options, LG_ARRAY_SIZE(ttft_options));

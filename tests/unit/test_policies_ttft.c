@@ -468,9 +468,9 @@ test_model_floor_random(void)
 {
     const struct lg_plugin *p = lg_plugin_find("ttft");
     static const char *const opts[2][2] = {
-        { "{\"queue_guard\": 0, \"tolerance_ms\": 0}",
+        { "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_floor\": 1}",
           "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_floor\": 0}" },
-        { "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_needs_pace\": 0}",
+        { "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_needs_pace\": 0, \"model_floor\": 1}",
           "{\"queue_guard\": 0, \"tolerance_ms\": 0, \"model_needs_pace\": 0, \"model_floor\": 0}" },
     };
     size_t raised = 0, moved = 0, floored = 0;
@@ -556,7 +556,7 @@ test_model_floor_pair(void)
     void *on, *off;
     char err[256];
 
-    LG_CHECK(lg_plugin_create_text(p, "{}", &on, err, sizeof(err)) == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"model_floor\": 1}", &on, err, sizeof(err)) == LG_OK);
     LG_CHECK(lg_plugin_create_text(p, "{\"model_floor\": 0}", &off, err, sizeof(err)) == LG_OK);
     memset(v, 0, sizeof(v));
     memset(m, 0, sizeof(m));
