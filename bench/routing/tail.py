@@ -162,7 +162,8 @@ def main(argv):
     ap.add_argument("--top", type=float, default=0.02, help="share listed per round (0.02)")
     a = ap.parse_intermixed_args(argv)
     names = a.contenders or sorted(
-        d for d in os.listdir(a.out) if rounds(os.path.join(a.out, d)))
+        d for d in os.listdir(a.out)
+        if os.path.isdir(os.path.join(a.out, d)) and rounds(os.path.join(a.out, d)))
     data = {}
     for name in names:
         folder = os.path.join(a.out, name)
