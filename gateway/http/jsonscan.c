@@ -311,20 +311,28 @@ js_plain_run_avx2(const unsigned char *p, const unsigned char *end)
  * looked at alone first: a member's name and a short value end there, and
  * the AVX2 loop's call and setup cost more than the string.
  */
+#ifdef __SSE2__
+/* The bytes of p[0..16) that end a plain run, one bit each (a signed
+ * compare: bytes >= 0x80 are negative, below ' ' as well). */
+static inline unsigned
+js_stops16(const unsigned char *p)
+{
+    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    const __m128i m = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                                   _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+
+    return (unsigned)_mm_movemask_epi8(m);
+}
+#endif
+
 static const unsigned char *
 js_plain_run(const unsigned char *p, const unsigned char *end)
 {
 #ifdef __SSE2__
-    const __m128i v_space = _mm_set1_epi8(0x20), v_quote = _mm_set1_epi8('"');
-    const __m128i v_bslash = _mm_set1_epi8('\\');
-
     /* the first 16 bytes: most names and many values end there */
     if (end - p >= 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i m =
-            _mm_or_si128(_mm_cmplt_epi8(x, v_space),
-                         _mm_or_si128(_mm_cmpeq_epi8(x, v_quote), _mm_cmpeq_epi8(x, v_bslash)));
-        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        unsigned bits = js_stops16(p);
 
         if (bits != 0) {
             return p + __builtin_ctz(bits);
@@ -339,12 +347,7 @@ js_plain_run(const unsigned char *p, const unsigned char *end)
 #endif
 #ifdef __SSE2__
     while (end - p >= 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-        /* a signed compare: bytes >= 0x80 are negative, below ' ' as well */
-        __m128i m =
-            _mm_or_si128(_mm_cmplt_epi8(x, v_space),
-                         _mm_or_si128(_mm_cmpeq_epi8(x, v_quote), _mm_cmpeq_epi8(x, v_bslash)));
-        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        unsigned bits = js_stops16(p);
 
         if (bits != 0) {
             return p + __builtin_ctz(bits);
