@@ -757,6 +757,14 @@ ttft_tolerate(const struct ttft_state *s, const struct lg_route_info *req,
             cost[i] = LG_MAX(cost[i], best + s->tolerance_ms * 1.001);
             continue;
         }
+        if (c[i]->flags & LG_VIEW_F_HALF_OPEN) {
+            /* a replica back from an ejection needs one request to come
+             * back: within the tolerance it ties with the soonest (the
+             * router's rotation breaks the tie), or two idle replicas
+             * predicted alike would leave it to a hair of slow start's */
+            cost[i] = best;
+            continue;
+        }
         cost[i] = best + s->tolerance_ms * (0.999 * taken + 0.001 * (cost[i] - best)
                                                             / s->tolerance_ms);
     }

@@ -109,13 +109,22 @@ class CrashRoutingTest(Harness):
         self.assertTrue(ramps and min(ramps) < 0.5, "no slow start in the access log")
 
     def test_back_when_it_answers_not_when_the_back_off_ends(self):
+        self.back_when_it_answers({"policy": "ttft"})
+
+    def test_back_when_idle_replicas_are_predicted_alike(self):
+        """With model_floor both idle replicas cost the engine model's guess
+        alike; the returning one's slow start must not make it lose every
+        pick: within the tolerance its half-open probe ties with the soonest."""
+        self.back_when_it_answers({"policy": "ttft", "options": {"ttft": {"model_floor": 1}}})
+
+    def back_when_it_answers(self, routing):
         ports = {}
         for n in ("r1", "r2"):
             _, ports[n] = self.start_llmsim(n, args=FAST)
         conf = self.base_config(
             [{"name": n, "url": "http://127.0.0.1:%d" % p, "models": ["m"]}
              for n, p in ports.items()],
-            workers=1, routing={"policy": "ttft"},
+            workers=1, routing=routing,
             health={"interval": "1h", "scrape_interval": "100ms", "eject_base": "60s",
                     "eject_max": "60s", "slow_start": "1s"})
         gp, gw = self.start_gateway(conf)
