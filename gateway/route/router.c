@@ -1191,7 +1191,10 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
 void
 lg_route_result_clear(struct lg_route_result *res)
 {
-    if (res->explain != NULL && res->explain_kept) {
+    if (res->explain == NULL) {
+        return; /* the access log is off: nothing was built */
+    }
+    if (res->explain_kept) {
         router_explain_give(res->explain);
     } else {
         free(res->explain);
