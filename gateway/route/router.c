@@ -691,8 +691,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
 
     router_str(o, o->len > 1 ? ",{\"backend\":\"" : "{\"backend\":\"");
     router_str(o, v->name);
-    router_raw(o, "\",\"inflight\":", 13);
-    router_u64(o, v->inflight);
+    router_put_num_pre(o, "\",\"inflight\":", 13, v->inflight); /* an integer: its digits */
     ROUTER_PUT_ROUND(o, "foreign", v->foreign, 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
         ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
@@ -740,12 +739,10 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_raw(o, "\"}", 2);
         return;
     }
-    router_str(o, ",\"score\":[");
-    for (size_t s = 0; s < r->nstages; s++) {
-        if (s > 0) {
-            router_raw(o, ",", 1);
-        }
-        router_dec(o, pk->cost[s * pk->cap + i]);
+    /* router_put_num_pre: router_dec's text, in place where it can */
+    router_put_num_pre(o, ",\"score\":[", sizeof(",\"score\":[") - 1, pk->cost[i]);
+    for (size_t s = 1; s < r->nstages; s++) {
+        router_put_num_pre(o, ",", 1, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
     ROUTER_PUT_ROUND(o, "total", pk->total[i], 100);
