@@ -11,6 +11,24 @@ const char lg_jput_digits2[200] = "000102030405060708091011121314151617181920212
                                   "50515253545556575859606162636465666768697071727374"
                                   "75767778798081828384858687888990919293949596979899";
 
+#define JPUT_F1(a, b, c)  { '.', a, b, c }
+#define JPUT_F10(a, b)                                                                         \
+    JPUT_F1(a, b, '0'), JPUT_F1(a, b, '1'), JPUT_F1(a, b, '2'), JPUT_F1(a, b, '3'),             \
+        JPUT_F1(a, b, '4'), JPUT_F1(a, b, '5'), JPUT_F1(a, b, '6'), JPUT_F1(a, b, '7'),         \
+        JPUT_F1(a, b, '8'), JPUT_F1(a, b, '9')
+#define JPUT_F100(a)                                                                           \
+    JPUT_F10(a, '0'), JPUT_F10(a, '1'), JPUT_F10(a, '2'), JPUT_F10(a, '3'), JPUT_F10(a, '4'),   \
+        JPUT_F10(a, '5'), JPUT_F10(a, '6'), JPUT_F10(a, '7'), JPUT_F10(a, '8'), JPUT_F10(a, '9')
+
+const char lg_jput_frac3[1000][4] = {
+    JPUT_F100('0'), JPUT_F100('1'), JPUT_F100('2'), JPUT_F100('3'), JPUT_F100('4'),
+    JPUT_F100('5'), JPUT_F100('6'), JPUT_F100('7'), JPUT_F100('8'), JPUT_F100('9'),
+};
+
+#undef JPUT_F100
+#undef JPUT_F10
+#undef JPUT_F1
+
 const bool lg_jput_esc[256] = {
     [0x00 ... 0x1f] = true,
     ['"'] = true,

@@ -37,6 +37,8 @@ lg_jput_raw(char *p, const char *s, size_t n)
 
 /* "00" to "99" */
 extern const char lg_jput_digits2[200];
+/* ".000" to ".999": a time's fraction in one store */
+extern const char lg_jput_frac3[1000][4];
 
 /* The digits of v (at least `min` of them, zeros in front) end at `end`; returns their start. */
 static inline char *
@@ -102,7 +104,7 @@ lg_jput_us_ms(char *p, uint64_t us)
 {
     if (us < 100000) {
         /* under 100 ms, most of a line's times: "d.ddd" or "dd.ddd" stored at once */
-        unsigned whole = (unsigned)us / 1000, frac = (unsigned)us % 1000;
+        unsigned whole = (unsigned)us / 1000, frac = (unsigned)us - whole * 1000;
 
         if (whole < 10) {
             *p++ = (char)('0' + whole);
@@ -110,14 +112,11 @@ lg_jput_us_ms(char *p, uint64_t us)
             memcpy(p, lg_jput_digits2 + 2 * whole, 2);
             p += 2;
         }
-        p[0] = '.';
-        memcpy(p + 1, lg_jput_digits2 + 2 * (frac / 10), 2);
-        p[3] = (char)('0' + frac % 10);
+        memcpy(p, lg_jput_frac3[frac], 4);
         return p + 4;
     }
     p = lg_jput_u64(p, us / 1000);
-    *p = '.';
-    lg_jput_digits_back(p + 4, us % 1000, 3);
+    memcpy(p, lg_jput_frac3[us % 1000], 4);
     return p + 4;
 }
 
