@@ -604,6 +604,14 @@ router_put_round(struct router_buf *o, const char *key, size_t klen, double v, u
 static inline void
 router_put_num_pre(struct router_buf *o, const char *pre, size_t n, double v)
 {
+    if (v >= 0 && v < 1e9 && v == (double)(uint32_t)v && !o->full && o->cap - o->len > n + 32) {
+        /* a count (waiting, running, an age in whole ms): its digits alone, the same text */
+        char *p = o->p + o->len;
+
+        memcpy(p, pre, n);
+        o->len = (size_t)(router_int_put(p + n, (uint32_t)v) - o->p);
+        return;
+    }
     if (v >= 0 && v < 1e9) { /* router_dec's text (which writes -0 for a tiny negative) */
         router_put_round(o, pre, n, v, 1000);
         return;
@@ -683,8 +691,7 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
 
     router_str(o, o->len > 1 ? ",{\"backend\":\"" : "{\"backend\":\"");
     router_str(o, v->name);
-    router_raw(o, "\",\"inflight\":", 13);
-    router_u64(o, v->inflight);
+    router_put_num_pre(o, "\",\"inflight\":", 13, v->inflight); /* an integer: its digits */
     ROUTER_PUT_ROUND(o, "foreign", v->foreign, 100);
     if (!(v->flags & LG_VIEW_F_STALE)) {
         ROUTER_PUT_NUM(o, "waiting", v->engine_waiting);
@@ -732,12 +739,10 @@ router_explain_one(struct router_buf *o, const struct lg_router *r, const struct
         router_raw(o, "\"}", 2);
         return;
     }
-    router_str(o, ",\"score\":[");
-    for (size_t s = 0; s < r->nstages; s++) {
-        if (s > 0) {
-            router_raw(o, ",", 1);
-        }
-        router_dec(o, pk->cost[s * pk->cap + i]);
+    /* router_put_num_pre: router_dec's text, in place where it can */
+    router_put_num_pre(o, ",\"score\":[", sizeof(",\"score\":[") - 1, pk->cost[i]);
+    for (size_t s = 1; s < r->nstages; s++) {
+        router_put_num_pre(o, ",", 1, pk->cost[s * pk->cap + i]);
     }
     router_raw(o, "]", 1);
     ROUTER_PUT_ROUND(o, "total", pk->total[i], 100);
@@ -1077,13 +1082,77 @@ router_reason(const struct lg_router *r, const struct router_pick *pk, size_t be
     return why;
 }
 
+/*
+ * The access log's explanations are written straight into a buffer of
+ * LG_ROUTE_EXPLAIN_BYTES that the request keeps until its line; a thread
+ * keeps up to ROUTER_EXPLAIN_KEEP of those given back (a worker's requests
+ * in flight), so a pick neither allocates nor copies (a malloc, a free and a
+ * copy a request before). Freed when the thread ends.
+ */
+#define ROUTER_EXPLAIN_KEEP 64
+
+struct router_explain_pool {
+    unsigned n;
+    char *buf[ROUTER_EXPLAIN_KEEP]; /* owned */
+};
+
+static pthread_key_t router_explain_key;
+static pthread_once_t router_explain_once = PTHREAD_ONCE_INIT;
+static __thread struct router_explain_pool *router_explain_mine; /* owned through the key */
+
+static void
+router_explain_pool_free(void *arg)
+{
+    struct router_explain_pool *pool = arg;
+
+    for (unsigned i = 0; i < pool->n; i++) {
+        free(pool->buf[i]);
+    }
+    free(pool);
+}
+
+static void
+router_explain_key_new(void)
+{
+    LG_BUG_ON(pthread_key_create(&router_explain_key, router_explain_pool_free) != 0);
+}
+
+static char *
+router_explain_take(void)
+{
+    struct router_explain_pool *pool = router_explain_mine;
+
+    if (pool != NULL && pool->n > 0) {
+        return pool->buf[--pool->n];
+    }
+    return lg_xmalloc(LG_ROUTE_EXPLAIN_BYTES);
+}
+
+static void
+router_explain_give(char *buf)
+{
+    struct router_explain_pool *pool = router_explain_mine;
+
+    if (__builtin_expect(pool == NULL, 0)) {
+        pthread_once(&router_explain_once, router_explain_key_new);
+        pool = lg_xcalloc(1, sizeof(*pool));
+        router_explain_mine = pool;
+        pthread_setspecific(router_explain_key, pool);
+    }
+    if (pool->n < ROUTER_EXPLAIN_KEEP) {
+        pool->buf[pool->n++] = buf;
+    } else {
+        free(buf);
+    }
+}
+
 static void
 router_explain(const struct lg_router *r, const struct router_pick *pk, double kib,
                struct lg_route_result *out)
 {
-    char stack[LG_ROUTE_EXPLAIN_BYTES];
-    size_t size = out->explain_max > sizeof(stack) ? out->explain_max : sizeof(stack);
-    char *buf = size > sizeof(stack) ? lg_xmalloc(size) : stack;
+    size_t size = LG_MAX(out->explain_max, (size_t)LG_ROUTE_EXPLAIN_BYTES);
+    bool kept = size == LG_ROUTE_EXPLAIN_BYTES;
+    char *buf = kept ? router_explain_take() : lg_xmalloc(size);
     struct router_buf o = { buf, 0, size - 16, false };
     size_t shown = 0;
 
@@ -1099,7 +1168,8 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
         shown++;
     }
     /* the reserve of 16 bytes always fits what closes the list (a list
-     * that filled the rest to its last byte lost its "]" here before) */
+     * that filled the rest to its last byte lost its "]" here before);
+     * the list ends before the buffer's last byte, the NUL's */
     o.cap += 16;
     o.full = false;
     if (shown < pk->n) {
@@ -1108,21 +1178,27 @@ router_explain(const struct lg_router *r, const struct router_pick *pk, double k
         router_raw(&o, "}", 1);
     }
     router_raw(&o, "]", 1);
-    /* an exact-size copy: requests keep it until their log line, idle connections nothing */
-    free(out->explain);
-    out->explain = lg_xmalloc(o.len + 1);
-    memcpy(out->explain, buf, o.len);
-    out->explain[o.len] = '\0';
-    if (buf != stack) {
-        free(buf);
-    }
+    buf[o.len] = '\0';
+    lg_route_result_clear(out);
+    out->explain = buf;
+    out->explain_len = o.len;
+    out->explain_kept = kept;
 }
 
 void
 lg_route_result_clear(struct lg_route_result *res)
 {
-    free(res->explain);
+    if (res->explain == NULL) {
+        return; /* the access log is off: nothing was built */
+    }
+    if (res->explain_kept) {
+        router_explain_give(res->explain);
+    } else {
+        free(res->explain);
+    }
     res->explain = NULL;
+    res->explain_len = 0;
+    res->explain_kept = false;
 }
 
 int

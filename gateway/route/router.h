@@ -62,6 +62,9 @@ struct lg_route_result {
     bool probe;                 /* the winner is half-open: this is its probe */
     char *explain;              /* owned: JSON array of candidate score inputs, NULL when
                                    none; freed by the next pick and lg_route_result_clear() */
+    size_t explain_len;         /* its bytes (without the NUL) */
+    bool explain_kept;          /* explain is one of the thread's reused buffers
+                                   (LG_ROUTE_EXPLAIN_BYTES): clearing gives it back */
     size_t explain_max;         /* set by the caller: bytes the explanation may take; 0: the
                                    access log's LG_ROUTE_EXPLAIN_BYTES (the admin API's dry
                                    runs ask for every candidate of a big fleet) */
@@ -69,7 +72,8 @@ struct lg_route_result {
                                    log is off), so none is built; explain stays NULL */
 };
 
-/* Frees what a pick left in res (its explanation); res stays usable. */
+/* Frees what a pick left in res (its explanation: the access log's size goes back to the
+ * calling thread's few kept for the next picks); res stays usable. */
 void lg_route_result_clear(struct lg_route_result *res);
 
 struct lg_router;
