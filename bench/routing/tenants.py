@@ -50,7 +50,9 @@ may fill, its reserve leaving the rest and the headroom to the others.
 where a higher class's request awaits its first token), with the ttft
 policy's lower_prefill_weight (--lower-prefill-weight, 1: a lower class's
 prefill that the engine may be running counts ahead of a higher class's
-request), and with both.
+request), and with both; "hold" is "both" with the agent's class
+(default) yielding too: not sheddable, it waits in the admission queue
+where every replica has an interactive request awaiting its first token.
 --step-log has each llmsim replica log its steps (rN.steps.jsonl in the
 run's folder), which bench/routing/steplog.py reads.
 
@@ -112,8 +114,9 @@ def reserve_of(args, name, fleet):
 # yield_prefill (not sent where a higher class's request awaits its first
 # token); "aware", "prio" with the ttft policy's lower_prefill_weight 1 (the
 # lower classes' prefill in progress counted ahead of a higher class's
-# request); "both", the two
-PRIO_RUNS = ("prio", "yield", "aware", "both")
+# request); "both", the two; "hold", both and the agent's class (default,
+# not sheddable) held in the admission queue by its own yield_prefill
+PRIO_RUNS = ("prio", "yield", "aware", "both", "hold")
 
 
 def key_of(name):
@@ -154,7 +157,7 @@ class Fleet(P.Fleet):
         return out
 
 
-def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
+def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False, hold=False):
     keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
                       "models": "*", "class": cls}
                      for n, _, cls, _, _, _ in TENANTS]}
@@ -167,6 +170,7 @@ def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
         "timeouts": {"queue": "30s"},
         "scheduling": {"fair": fair,
                        "interactive": {"ttft_target": "500ms"},
+                       "default": {"yield_prefill": hold},
                        "batch": {"sheddable": True, "reserve": reserve,
                                  "yield_prefill": yield_prefill}},
     }
@@ -295,11 +299,12 @@ def run_one(args, name, tenants, fair, out_dir):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         routing = {"policy": args.policy}
-        if name in ("aware", "both"):
+        if name in ("aware", "both", "hold"):
             routing["options"] = {args.policy: {"lower_prefill_weight": args.lower_prefill_weight}}
         gw = P.Llmgate(args.build, rundir, fleet, routing, workers=1,
                        base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
-                                         yield_prefill=name in ("yield", "both")))
+                                         yield_prefill=name in ("yield", "both", "hold"),
+                                         hold=name == "hold"))
     loads = []
     try:
         gw.start()

@@ -502,6 +502,37 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
 }
 
 /*
+ * A class with yield_prefill that is not sheddable: where its pick's backend
+ * (and the router's next picks, as for a reserve) all have a higher class's
+ * request awaiting a first token on an engine that preempts for priority,
+ * it waits in the admission queue (true: its pick is marked full, as if
+ * every backend were) until one has none (a first token wakes the queue:
+ * lg_admission_kick()), within its class's queue deadline; a yield never
+ * refuses it. Its first attempt only.
+ */
+static bool
+proxy_yield_holds(struct lg_client *c, struct lg_attempt *a)
+{
+    const struct lg_scheduling_conf *sc = &c->req.fleet->conf->scheduling;
+    struct lg_class_conf k;
+
+    if (!sc->fair || c->req.tries.n > 0 || a->pick.probe) {
+        return false;
+    }
+    k = sc->classes[c->req.sched.cls];
+    if (!k.yield_prefill || k.sheddable) {
+        return false;
+    }
+    k.reserve = 0; /* a reserve is a sheddable class's */
+    if (proxy_pick_under_reserve(c, a, &k)) {
+        return false;
+    }
+    a->pick.full = true;
+    a->pick.reason = "yield_prefill";
+    return true;
+}
+
+/*
  * The request's next attempt, of `kind`: the router's pick, then the
  * launch; or a wait in the admission queue; or, with no backend to pick,
  * the request's end (a continuation's stream is cut).
@@ -532,6 +563,9 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 
     if (req->tries.trace != NULL) {
         lg_trace_pick(c, a, rc, t0);
+    }
+    if (rc == LG_OK && kind == LG_ATTEMPT_FIRST && proxy_yield_holds(c, a)) {
+        rc = LG_EBUSY; /* held for a higher class's first token: it waits below */
     }
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION
