@@ -785,6 +785,7 @@ static const struct lg_conf_field conf_class_fields[] = {
     { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
     { "reserve", LG_CONF_DOUBLE, CL(reserve), .def = 0, .min = 0, .max = 0.95 },
     { "yield_prefill", LG_CONF_BOOL, CL(yield_prefill), .def = 0 },
+    { "prompts_per_step", LG_CONF_UINT, CL(prompts_per_step), .def = 0, .min = 0, .max = 64 },
     { .name = NULL },
 };
 #undef CL
@@ -811,7 +812,8 @@ static const struct lg_conf_field conf_scheduling_fields[] = {
 #undef SC_CLASS
 #undef SC
 
-/* yield_prefill yields to a higher class: the highest has none to yield to. */
+/* yield_prefill and prompts_per_step yield to a higher class: the highest
+ * has none to yield to. */
 static void
 conf_check_scheduling(struct lg_conf_ctx *ctx, void *base, bool clean)
 {
@@ -819,6 +821,10 @@ conf_check_scheduling(struct lg_conf_ctx *ctx, void *base, bool clean)
 
     if (clean && sc->classes[LG_CLASS_SYSTEM].yield_prefill) {
         conf_error_at(ctx, "/system/yield_prefill",
+                      "no class is above system: there is nothing to yield to");
+    }
+    if (clean && sc->classes[LG_CLASS_SYSTEM].prompts_per_step > 0) {
+        conf_error_at(ctx, "/system/prompts_per_step",
                       "no class is above system: there is nothing to yield to");
     }
 }

@@ -388,9 +388,10 @@ attempt_end_refresh(const struct lg_request *req, struct lg_attempt *a)
 }
 
 /*
- * Whether a request's first token on b may free a lower class held in the
- * admission queue by its yield_prefill: b's engine preempts for priority and
- * a class below the request's, not sheddable, yields there.
+ * Whether a request's first token on b may free a class held in the
+ * admission queue: b's engine preempts for priority and a class below the
+ * request's, not sheddable, yields there (yield_prefill), or a class that
+ * is not sheddable counts its prompts per step (prompts_per_step).
  */
 static bool
 attempt_yielded_to(const struct lg_request *req, const struct lg_backend *b)
@@ -400,9 +401,11 @@ attempt_yielded_to(const struct lg_request *req, const struct lg_backend *b)
     if (!sc->fair || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
         return false;
     }
-    for (unsigned k = 0; k < req->sched.cls && k < LG_NCLASSES; k++) {
-        if (sc->classes[k].yield_prefill && !sc->classes[k].sheddable) {
-            return true;
+    for (unsigned k = 0; k < LG_NCLASSES; k++) {
+        if (!sc->classes[k].sheddable
+            && ((k < req->sched.cls && sc->classes[k].yield_prefill)
+                || sc->classes[k].prompts_per_step > 0)) {
+            return true; /* a first token also ends an engine step */
         }
     }
     return false;

@@ -408,6 +408,43 @@ class SchedTest(Harness):
         r = [r for r in self.log(2) if r["class"] == "default"][0]
         self.assertEqual((r["shed"], r["backend"]), ("queue_deadline", None))
 
+    def test_a_class_sends_at_most_prompts_per_step_new_prompts_for_an_engine_step(self):
+        """prompts_per_step 1 on batch: once a batch request went to the replica since
+        its step in progress began (a stream's token marks it: steps of 800 ms here),
+        the next is refused (sheddable, one replica) until the engine's next step."""
+        args = ["--slots", "4", "--decode-ms", "800", "--decode-ms-per-seq", "0",
+                "--prefill-us-per-token", "10", "--scheduling-policy", "priority",
+                "--priority-preemption-threshold", "0"]
+        gwp, gw = self.gateway(scheduling={"batch": {"sheddable": True, "prompts_per_step": 1}},
+                               sim_args=args, max_inflight=4, sims=1,
+                               backend_extra={"priority_field": "vllm",
+                                              "engine_priority": "preempt"})
+        sim = self.sims[0]
+        inter = self.stream(gw, "POST", "/v1/chat/completions",
+                            chat_body(stream=True, max_tokens=40), headers=bearer("inter"))
+        self.assertEqual(inter.read_head(), 200)
+        firsts, second = [], None
+        for _ in range(5):
+            inter.next_event()  # a token: the engine's next step began
+            t0 = time.monotonic()
+            n = sim_state(sim)["requests"]
+            firsts.append(Async(gw, chat_body(max_tokens=3, content="b"), headers=bearer("batch")))
+            wait_until(lambda: sim_state(sim)["requests"] == n + 1, what="the first batch sent")
+            second = self.batch(gw)
+            if time.monotonic() - t0 < 0.6:  # within that step (else try the next one)
+                break
+        status, hdrs, obj, _ = second
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        for f in firsts:
+            self.assertEqual(f.wait()[0], 200)
+        inter.next_event()  # a step later: nothing of batch sent since it began
+        self.assertEqual(self.batch(gw)[0], 200)
+        inter.close()
+        shed = [r["shed"] for r in self.log(None) if r["class"] == "batch" and r["status"] == 429]
+        self.assertTrue(shed)
+        self.assertEqual(set(shed), {"saturated"})
+
     def test_past_its_class_queue_deadline_a_request_gets_429(self):
         gwp, gw = self.gateway(scheduling={"batch": {"queue_deadline": "400ms"}})
         hold = self.hold_slot(gw, tokens=200)
