@@ -50,7 +50,11 @@ may fill, its reserve leaving the rest and the headroom to the others.
 where a higher class's request awaits its first token), with the ttft
 policy's lower_prefill_weight (--lower-prefill-weight, 1: a lower class's
 prefill that the engine may be running counts ahead of a higher class's
-request), and with both.
+request), and with both; "hold" is "both" with the agent's class
+(default) yielding too: not sheddable, it waits in the admission queue
+where every replica has an interactive request awaiting its first token;
+"step" is "hold" with batch's prompts_per_step (--prompts-per-step, 1: at
+most that many of batch's new prompts sent to a replica per engine step).
 --step-log has each llmsim replica log its steps (rN.steps.jsonl in the
 run's folder), which bench/routing/steplog.py reads.
 
@@ -58,7 +62,8 @@ run's folder), which bench/routing/steplog.py reads.
                            [--runs alone,fifo,classes,reserve,prio,nginx,haproxy]
                            [--rounds 1] [--reserve 0.25] [--headroom 8] [--policy ttft]
                            [--engine-priority preempt] [--batch-slots 16] [--real]
-                           [--lower-prefill-weight 1] [--step-log] [--out DIR]
+                           [--lower-prefill-weight 1] [--prompts-per-step 1] [--step-log]
+                           [--out DIR]
 """
 
 import argparse
@@ -112,8 +117,10 @@ def reserve_of(args, name, fleet):
 # yield_prefill (not sent where a higher class's request awaits its first
 # token); "aware", "prio" with the ttft policy's lower_prefill_weight 1 (the
 # lower classes' prefill in progress counted ahead of a higher class's
-# request); "both", the two
-PRIO_RUNS = ("prio", "yield", "aware", "both")
+# request); "both", the two; "hold", both and the agent's class (default,
+# not sheddable) held in the admission queue by its own yield_prefill;
+# "step", hold and batch's prompts_per_step
+PRIO_RUNS = ("prio", "yield", "aware", "both", "hold", "step")
 
 
 def key_of(name):
@@ -154,7 +161,7 @@ class Fleet(P.Fleet):
         return out
 
 
-def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
+def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False, hold=False, per_step=0):
     keys = {"keys": [{"name": n, "sha256": hashlib.sha256(key_of(n).encode()).hexdigest(),
                       "models": "*", "class": cls}
                      for n, _, cls, _, _, _ in TENANTS]}
@@ -167,8 +174,10 @@ def gateway_base(rundir, fair, reserve=0.0, yield_prefill=False):
         "timeouts": {"queue": "30s"},
         "scheduling": {"fair": fair,
                        "interactive": {"ttft_target": "500ms"},
+                       "default": {"yield_prefill": hold},
                        "batch": {"sheddable": True, "reserve": reserve,
-                                 "yield_prefill": yield_prefill}},
+                                 "yield_prefill": yield_prefill,
+                                 "prompts_per_step": per_step}},
     }
 
 
@@ -295,11 +304,13 @@ def run_one(args, name, tenants, fair, out_dir):
         gw = Proxy(name, rundir, fleet, cap)
     else:
         routing = {"policy": args.policy}
-        if name in ("aware", "both"):
+        if name in ("aware", "both", "hold", "step"):
             routing["options"] = {args.policy: {"lower_prefill_weight": args.lower_prefill_weight}}
         gw = P.Llmgate(args.build, rundir, fleet, routing, workers=1,
                        base=gateway_base(rundir, fair, reserve_of(args, name, fleet),
-                                         yield_prefill=name in ("yield", "both")))
+                                         yield_prefill=name in ("yield", "both", "hold", "step"),
+                                         hold=name in ("hold", "step"),
+                                         per_step=args.prompts_per_step if name == "step" else 0))
     loads = []
     try:
         gw.start()
@@ -428,6 +439,8 @@ def main():
                     help="prio: the backends' engine_priority (what the router counts ahead)")
     ap.add_argument("--lower-prefill-weight", type=float, default=1.0,
                     help="aware, both: the ttft policy's lower_prefill_weight")
+    ap.add_argument("--prompts-per-step", type=int, default=1,
+                    help="step: batch's prompts_per_step")
     ap.add_argument("--step-log", action="store_true",
                     help="llmsim: each replica logs its steps (rN.steps.jsonl in the run's "
                          "folder; bench/routing/steplog.py reads them)")

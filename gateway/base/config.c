@@ -785,22 +785,13 @@ static const struct lg_conf_field conf_class_fields[] = {
     { "ttft_target", LG_CONF_DURATION, CL(ttft_target_ms), .def = 0, .min = 0, .max = CONF_H(1) },
     { "reserve", LG_CONF_DOUBLE, CL(reserve), .def = 0, .min = 0, .max = 0.95 },
     { "yield_prefill", LG_CONF_BOOL, CL(yield_prefill), .def = 0 },
+    { "prompts_per_step", LG_CONF_UINT, CL(prompts_per_step), .def = 0, .min = 0, .max = 64 },
     { .name = NULL },
 };
 #undef CL
 
-static void
-conf_class_check(struct lg_conf_ctx *ctx, void *base, bool clean)
-{
-    const struct lg_class_conf *k = base;
-
-    if (clean && k->yield_prefill && !k->sheddable) {
-        conf_error_at(ctx, "/yield_prefill", "only for a sheddable class: set sheddable too");
-    }
-}
-
 static const struct lg_conf_table conf_class_table = { sizeof(struct lg_class_conf),
-                                                       conf_class_fields, conf_class_check };
+                                                       conf_class_fields, NULL };
 
 #define SC(f) offsetof(struct lg_scheduling_conf, f)
 #define SC_CLASS(i) (SC(classes) + (i) * sizeof(struct lg_class_conf))
@@ -820,8 +811,27 @@ static const struct lg_conf_field conf_scheduling_fields[] = {
 };
 #undef SC_CLASS
 #undef SC
+
+/* yield_prefill and prompts_per_step yield to a higher class: the highest
+ * has none to yield to. */
+static void
+conf_check_scheduling(struct lg_conf_ctx *ctx, void *base, bool clean)
+{
+    const struct lg_scheduling_conf *sc = base;
+
+    if (clean && sc->classes[LG_CLASS_SYSTEM].yield_prefill) {
+        conf_error_at(ctx, "/system/yield_prefill",
+                      "no class is above system: there is nothing to yield to");
+    }
+    if (clean && sc->classes[LG_CLASS_SYSTEM].prompts_per_step > 0) {
+        conf_error_at(ctx, "/system/prompts_per_step",
+                      "no class is above system: there is nothing to yield to");
+    }
+}
+
 static const struct lg_conf_table conf_scheduling_table = { sizeof(struct lg_scheduling_conf),
-                                                            conf_scheduling_fields, NULL };
+                                                            conf_scheduling_fields,
+                                                            conf_check_scheduling };
 
 /* Each tenant header is a header name. */
 static void

@@ -312,9 +312,13 @@ struct lg_class_conf {
     uint64_t ttft_target_ms;    /* the first token's target; 0: none */
     double reserve;             /* sheddable: the share of a backend's max_inflight it
                                    leaves to higher classes (0: none) */
-    bool yield_prefill;         /* sheddable: not sent where the engine preempts for priority
-                                   while a higher class's request there awaits its first
-                                   token (its prompt would share that prefill's step) */
+    bool yield_prefill;         /* not sent where the engine preempts for priority while a
+                                   higher class's request there awaits its first token (its
+                                   prompt would share that prefill's step): elsewhere, else
+                                   refused (sheddable) or held in the admission queue */
+    uint32_t prompts_per_step;  /* where the engine preempts for priority: at most this many
+                                   of ours of this class and below sent there per engine
+                                   step (the same ways as yield_prefill); 0: no bound */
 };
 
 /* Who shares the fleet, and how the admission queue orders them (serve/sched.c). */

@@ -405,6 +405,30 @@ lg_backend_pending_above(const struct lg_backend *b, unsigned cls)
     return n;
 }
 
+uint32_t
+lg_backend_sent_this_step(const struct lg_backend *b, uint64_t now_ns, unsigned cls)
+{
+    uint64_t t = __atomic_load_n(&b->token_t_ns, __ATOMIC_RELAXED), step, now;
+    uint32_t n = 0;
+
+    if (t == 0 || (now_ns > t && now_ns - t >= LG_NS_PER_S)) {
+        return 0;
+    }
+    step = pending_ms(t);
+    now = pending_ms(now_ns);
+    BACKEND_SLOTS_EACH(b->due, b->due_used, LG_BACKEND_DUE_SLOTS, i, w) {
+        uint64_t service, age;
+
+        if (slot_cls(w) > cls) {
+            continue;
+        }
+        due_left(w, now, &service, &age);
+        /* sent at now - age, on the same clock as the step's start */
+        n += now >= age && now - age >= step;
+    }
+    return n;
+}
+
 /* ---- sequences: the engine model's view of our requests ------------------- */
 
 /*

@@ -110,6 +110,15 @@ void lg_backend_class_read(const struct lg_backend *b, uint64_t now_ns, unsigned
 /* Ours on b of a class above cls awaiting their first token (a whole answer
  * until it ends): a scan of the due slots, for a class's yield_prefill. */
 uint32_t lg_backend_pending_above(const struct lg_backend *b, unsigned cls);
+/*
+ * Ours on b of class cls and below sent since the engine's step in progress
+ * began (the last token a stream of ours got there), still awaiting a first
+ * token (a whole answer: its end): the new prompts its next step will
+ * prefill, for a class's prompts_per_step. 0 when no stream of ours got a
+ * token there within the last second (the step is not known). A scan of the
+ * due slots; ms resolution.
+ */
+uint32_t lg_backend_sent_this_step(const struct lg_backend *b, uint64_t now_ns, unsigned cls);
 
 /*
  * Sequences: each streamed request of ours on b with a known output length

@@ -810,6 +810,14 @@ admission_on_wake(evutil_socket_t fd, short what, void *arg)
 }
 
 void
+lg_admission_kick(struct lg_admission *a, unsigned worker)
+{
+    if (a != NULL && __atomic_load_n(&a->waiting, __ATOMIC_ACQUIRE) > 0) {
+        admission_wake(a, worker);
+    }
+}
+
+void
 lg_admission_released(struct lg_admission *a, unsigned worker, const char *model, uint64_t now_ns)
 {
     uint64_t now_s = now_ns / LG_NS_PER_S;

@@ -88,6 +88,14 @@ void lg_admission_released(struct lg_admission *a, unsigned worker, const char *
                            uint64_t now_ns);
 
 /*
+ * Something other than a released slot may let a waiter go (a higher
+ * class's first token, which a class's yield_prefill holds for): wakes the
+ * workers that have waiters, as lg_admission_released() does. On worker
+ * `worker`'s thread; nothing when none waits. NULL a is fine.
+ */
+void lg_admission_kick(struct lg_admission *a, unsigned worker);
+
+/*
  * Worker `worker` received LG_WORKER_CMD_ADMIT: schedules a look at its
  * waiters in its loop. On that worker's thread. NULL a is fine.
  */

@@ -387,6 +387,30 @@ attempt_end_refresh(const struct lg_request *req, struct lg_attempt *a)
     a->pace_events = req->content_events;
 }
 
+/*
+ * Whether a request's first token on b may free a class held in the
+ * admission queue: b's engine preempts for priority and a class below the
+ * request's, not sheddable, yields there (yield_prefill), or a class that
+ * is not sheddable counts its prompts per step (prompts_per_step).
+ */
+static bool
+attempt_yielded_to(const struct lg_request *req, const struct lg_backend *b)
+{
+    const struct lg_scheduling_conf *sc = &req->fleet->conf->scheduling;
+
+    if (!sc->fair || lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
+        return false;
+    }
+    for (unsigned k = 0; k < LG_NCLASSES; k++) {
+        if (!sc->classes[k].sheddable
+            && ((k < req->sched.cls && sc->classes[k].yield_prefill)
+                || sc->classes[k].prompts_per_step > 0)) {
+            return true; /* a first token also ends an engine step */
+        }
+    }
+    return false;
+}
+
 /* The first content event of the request's response: the TTFT sample, at once. */
 static void
 attempt_first_token(struct lg_client *c, struct lg_attempt *a)
@@ -395,6 +419,10 @@ attempt_first_token(struct lg_client *c, struct lg_attempt *a)
     struct lg_est_prior prior;
 
     attempt_token_wait_end(a);
+    if ((a->holds & LG_ATTEMPT_H_CLASS) && attempt_yielded_to(req, a->backend)) {
+        /* a lower class held for this first token may go now (its yield_prefill) */
+        lg_admission_kick(c->w->gw->admission, c->w->id);
+    }
     if (a->holds & LG_ATTEMPT_H_END_SLOT) {
         attempt_end_slot_set(req, a, req->t_first_token,
                              (double)(req->info.max_tokens - 1) * a->pick.itl_ms);

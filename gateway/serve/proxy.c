@@ -406,9 +406,11 @@ proxy_predicted_ttft_ms(const struct lg_route_result *p)
 }
 
 /* Would one more request of class k (cls) on b go past the share its
- * `reserve` leaves to higher classes, or, with its `yield_prefill`, share the
- * prefill step of a higher class's request that awaits its first token
- * there on an engine that preempts for priority? */
+ * `reserve` leaves to higher classes, or, on an engine that preempts for
+ * priority, with its `yield_prefill`, share the prefill step of a higher
+ * class's request that awaits its first token there, or, with its
+ * `prompts_per_step`, go past that many new prompts of its class and below
+ * in the engine's next step? */
 static bool
 proxy_over_reserve(const struct lg_backend *b, const struct lg_class_conf *k, unsigned cls)
 {
@@ -418,8 +420,14 @@ proxy_over_reserve(const struct lg_backend *b, const struct lg_class_conf *k, un
         && (double)(lg_backend_inflight_from(b, cls) + 1) > (double)max * (1.0 - k->reserve)) {
         return true;
     }
-    return k->yield_prefill && lg_backend_conf(b)->engine_priority == LG_ENGINE_PRIORITY_PREEMPT
-           && lg_backend_pending_above(b, cls) > 0;
+    if (lg_backend_conf(b)->engine_priority != LG_ENGINE_PRIORITY_PREEMPT) {
+        return false;
+    }
+    if (k->yield_prefill && lg_backend_pending_above(b, cls) > 0) {
+        return true;
+    }
+    return k->prompts_per_step > 0
+           && lg_backend_sent_this_step(b, lg_now_ns(), cls) >= k->prompts_per_step;
 }
 
 #define PROXY_RESERVE_REPICKS 16
@@ -482,7 +490,8 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
         || a->pick.probe) {
         return false;
     }
-    if ((sc->classes[req->sched.cls].reserve > 0 || sc->classes[req->sched.cls].yield_prefill)
+    if ((sc->classes[req->sched.cls].reserve > 0 || sc->classes[req->sched.cls].yield_prefill
+         || sc->classes[req->sched.cls].prompts_per_step > 0)
         && !proxy_pick_under_reserve(c, a, &sc->classes[req->sched.cls])) {
         /* the room left is reserved for higher classes, or their prefills */
         lg_admission_refuse(c->w->gw->admission, c, LG_SHED_SATURATED);
@@ -498,6 +507,38 @@ proxy_shed_ttft(struct lg_client *c, struct lg_attempt *a)
         return false;
     }
     lg_admission_refuse(c->w->gw->admission, c, LG_SHED_TTFT_TARGET);
+    return true;
+}
+
+/*
+ * A class with yield_prefill (or prompts_per_step) that is not sheddable:
+ * where its pick's backend (and the router's next picks, as for a reserve)
+ * all have a higher class's request awaiting a first token on an engine that
+ * preempts for priority (or that many new prompts for its next step), it
+ * waits in the admission queue (true: its pick is marked full, as if every
+ * backend were) until one has none (a first token wakes the queue:
+ * lg_admission_kick(); an end, and the queue's tick, too), within its
+ * class's queue deadline; a yield never refuses it. Its first attempt only.
+ */
+static bool
+proxy_yield_holds(struct lg_client *c, struct lg_attempt *a)
+{
+    const struct lg_scheduling_conf *sc = &c->req.fleet->conf->scheduling;
+    struct lg_class_conf k;
+
+    if (!sc->fair || c->req.tries.n > 0 || a->pick.probe) {
+        return false;
+    }
+    k = sc->classes[c->req.sched.cls];
+    if ((!k.yield_prefill && k.prompts_per_step == 0) || k.sheddable) {
+        return false;
+    }
+    k.reserve = 0; /* a reserve is a sheddable class's */
+    if (proxy_pick_under_reserve(c, a, &k)) {
+        return false;
+    }
+    a->pick.full = true;
+    a->pick.reason = "yield_prefill";
     return true;
 }
 
@@ -532,6 +573,9 @@ proxy_attempt(struct lg_client *c, enum lg_attempt_kind kind)
 
     if (req->tries.trace != NULL) {
         lg_trace_pick(c, a, rc, t0);
+    }
+    if (rc == LG_OK && kind == LG_ATTEMPT_FIRST && proxy_yield_holds(c, a)) {
+        rc = LG_EBUSY; /* held for a higher class's first token: it waits below */
     }
     /* a continuation does not queue: its client is mid-stream */
     if (kind != LG_ATTEMPT_CONTINUATION

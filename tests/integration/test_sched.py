@@ -357,6 +357,94 @@ class SchedTest(Harness):
         got = [(r["status"], r["shed"]) for r in self.log(3) if r["class"] == "batch"]
         self.assertEqual(got, [(429, "saturated"), (200, None)])
 
+    def hold_gateway(self, sims, default=None):
+        """yield_prefill on the default class (not sheddable): held, not refused."""
+        sched = {"batch": {"sheddable": True, "yield_prefill": True},
+                 "default": dict({"yield_prefill": True}, **(default or {}))}
+        return self.gateway(scheduling=sched, sim_args=self.YIELD_SIM, max_inflight=4,
+                            sims=sims, weights=[100, 1][:sims],
+                            routing={"policy": "least_request"},
+                            backend_extra={"priority_field": "vllm",
+                                           "engine_priority": "preempt"})
+
+    def test_a_yielding_class_that_is_not_sheddable_waits_for_the_first_token(self):
+        """yield_prefill on a class that is not sheddable: where every replica has an
+        interactive request awaiting its first token, a default-class request waits
+        in the admission queue (not refused, not sent), and goes as soon as that
+        first token came, long before the interactive answer ends."""
+        gwp, gw = self.hold_gateway(sims=1)
+        n = sim_state(self.sims[0])["requests"]
+        inter = self.stream(gw, "POST", "/v1/chat/completions",
+                            chat_body(stream=True, max_tokens=200, content="i" * 2000),
+                            headers=bearer("inter"))
+        self.assertEqual(inter.read_head(), 200)
+        wait_until(lambda: sim_state(self.sims[0])["running"] == 1, what="the prefill")
+        plain = self.queue(gwp, gw, "plain", "default-1")
+        self.assertEqual(sim_state(self.sims[0])["requests"], n + 1)  # held, not sent
+        q = json.loads(http_request(self.admin, "GET", "/admin/queues")[2])
+        self.assertEqual(q["models"][0]["by_class"]["default"], 1, q)
+        inter.next_event()  # its first token: the default request goes now
+        status, _, body = plain.wait()
+        self.assertEqual(status, 200, body)
+        # the interactive answer (200 tokens of 20 ms) still runs
+        self.assertEqual(sim_state(self.sims[0])["running"], 1)
+        inter.close()
+        r = [r for r in self.log(2) if r["class"] == "default"][0]
+        self.assertEqual((r["status"], r["shed"], r["backend"]), (200, None, "r0"))
+        self.assertGreater(r["queue_wait"], 500)  # the 1.5 s prefill, most of it
+
+    def test_a_yielding_class_that_is_not_sheddable_is_bounded_by_its_queue_deadline(self):
+        gwp, gw = self.hold_gateway(sims=1, default={"queue_deadline": "300ms"})
+        inter = self.long_prefill(gw, self.sims[0])
+        t0 = time.monotonic()
+        status, hdrs, obj, _ = post_json(gw, "/v1/chat/completions", chat_body(max_tokens=2),
+                                         headers=bearer("plain"))
+        waited = time.monotonic() - t0
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertIn("queue deadline", obj["error"]["message"])
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        self.assertGreater(waited, 0.25)
+        inter.read_all()
+        r = [r for r in self.log(2) if r["class"] == "default"][0]
+        self.assertEqual((r["shed"], r["backend"]), ("queue_deadline", None))
+
+    def test_a_class_sends_at_most_prompts_per_step_new_prompts_for_an_engine_step(self):
+        """prompts_per_step 1 on batch: once a batch request went to the replica since
+        its step in progress began (a stream's token marks it: steps of 800 ms here),
+        the next is refused (sheddable, one replica) until the engine's next step."""
+        args = ["--slots", "4", "--decode-ms", "800", "--decode-ms-per-seq", "0",
+                "--prefill-us-per-token", "10", "--scheduling-policy", "priority",
+                "--priority-preemption-threshold", "0"]
+        gwp, gw = self.gateway(scheduling={"batch": {"sheddable": True, "prompts_per_step": 1}},
+                               sim_args=args, max_inflight=4, sims=1,
+                               backend_extra={"priority_field": "vllm",
+                                              "engine_priority": "preempt"})
+        sim = self.sims[0]
+        inter = self.stream(gw, "POST", "/v1/chat/completions",
+                            chat_body(stream=True, max_tokens=40), headers=bearer("inter"))
+        self.assertEqual(inter.read_head(), 200)
+        firsts, second = [], None
+        for _ in range(5):
+            inter.next_event()  # a token: the engine's next step began
+            t0 = time.monotonic()
+            n = sim_state(sim)["requests"]
+            firsts.append(Async(gw, chat_body(max_tokens=3, content="b"), headers=bearer("batch")))
+            wait_until(lambda: sim_state(sim)["requests"] == n + 1, what="the first batch sent")
+            second = self.batch(gw)
+            if time.monotonic() - t0 < 0.6:  # within that step (else try the next one)
+                break
+        status, hdrs, obj, _ = second
+        self.assertEqual((status, obj["error"]["code"]), (429, "rate_limit_exceeded"), obj)
+        self.assertGreaterEqual(int(hdrs["retry-after"]), 1)
+        for f in firsts:
+            self.assertEqual(f.wait()[0], 200)
+        inter.next_event()  # a step later: nothing of batch sent since it began
+        self.assertEqual(self.batch(gw)[0], 200)
+        inter.close()
+        shed = [r["shed"] for r in self.log(None) if r["class"] == "batch" and r["status"] == 429]
+        self.assertTrue(shed)
+        self.assertEqual(set(shed), {"saturated"})
+
     def test_past_its_class_queue_deadline_a_request_gets_429(self):
         gwp, gw = self.gateway(scheduling={"batch": {"queue_deadline": "400ms"}})
         hold = self.hold_slot(gw, tokens=200)

@@ -254,6 +254,58 @@ test_by_class(void)
 }
 
 /*
+ * prompts_per_step's question: ours of a class and below sent since the
+ * engine's step in progress began (the last token a stream got there), still
+ * awaiting a first token; nothing known without a token in the last second.
+ */
+static int
+test_sent_this_step(void)
+{
+    static const char one[] =
+        "{\"listen\": \"127.0.0.1:8080\", \"backends\": "
+        "[{\"name\": \"p\", \"url\": \"http://127.0.0.1:9003\", \"models\": [\"m\"], "
+        "\"priority_field\": \"vllm\", \"engine_priority\": \"preempt\"}]}";
+    struct lg_config *c1;
+    struct lg_fleet *f1;
+    struct lg_backend *b;
+    uint64_t t = lg_now_ns(), ms = LG_NS_PER_MS;
+    int seq, due[4];
+
+    LG_CHECK(lg_test_fleet_load(one, &c1, &f1) == 0);
+    b = f1->backends[0];
+    /* no stream has had a token there: the step is not known */
+    due[0] = lg_backend_due_add(b, t - 5 * ms, 40, LG_CLASS_BATCH, 0);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_BATCH) == 0);
+    /* a stream's token 20 ms ago began the step in progress: the batch
+     * request sent 5 ms ago is for the next step, one sent before is not */
+    seq = lg_backend_seq_add(b, t - 200 * ms, 400, 16, 0);
+    LG_CHECK(seq >= 0);
+    lg_backend_seq_left(b, seq, 10, t - 20 * ms);
+    due[1] = lg_backend_due_add(b, t - 30 * ms, 40, LG_CLASS_BATCH, 1);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_BATCH) == 1);
+    /* a default one sent 2 ms ago counts for default and above, not batch;
+     * an interactive one for interactive only */
+    due[2] = lg_backend_due_add(b, t - 2 * ms, 40, LG_CLASS_DEFAULT, 2);
+    due[3] = lg_backend_due_add(b, t - 1 * ms, 30, LG_CLASS_INTERACTIVE, 3);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_BATCH) == 1);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_DEFAULT) == 2);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_INTERACTIVE) == 3);
+    /* its first token came: it is no new prompt any more */
+    lg_backend_due_del(b, due[2]);
+    LG_CHECK(lg_backend_sent_this_step(b, t, LG_CLASS_DEFAULT) == 1);
+    /* the next step began: nothing sent since */
+    lg_backend_seq_left(b, seq, 9, t);
+    LG_CHECK(lg_backend_sent_this_step(b, t + 1 * ms, LG_CLASS_INTERACTIVE) == 0);
+    /* no token for a second: the step is not known */
+    LG_CHECK(lg_backend_sent_this_step(b, t + LG_NS_PER_S, LG_CLASS_INTERACTIVE) == 0);
+    lg_backend_due_del(b, due[0]);
+    lg_backend_due_del(b, due[1]);
+    lg_backend_due_del(b, due[3]);
+    lg_backend_seq_del(b, seq);
+    return lg_test_fleet_free(c1, f1);
+}
+
+/*
  * A whole (not streamed) answer's time teaches the TTFT fit only where no
  * stream was timed there lately: a first token and every token after it
  * would read as a replica many times slower than it is.
@@ -876,7 +928,7 @@ test_listening_ends_refused_ejection(void)
 }
 
 LG_TEST_MAIN(setup, test_model_misses, test_step_per_seq, test_gone_since, test_slot_ends,
-             test_by_class, test_whole_answer_teaches_only_without_streams,
+             test_by_class, test_sent_this_step, test_whole_answer_teaches_only_without_streams,
              test_engine_model, test_engine_model_scale, test_work_ahead_per_request,
              test_idle_slow_replica_fades_faster, test_guessed_capacity_is_not_queued,
              test_prefill_prior_scales_with_step, test_view_reuse,

@@ -1618,8 +1618,9 @@ test_engine_priority(void)
     return 0;
 }
 
-/* A class's yield_prefill: read, and refused on a class that is not
- * sheddable (it would wait instead of going elsewhere), at the field. */
+/* A class's yield_prefill: read on a sheddable class (refused elsewhere)
+ * and on one that is not (held instead), and refused on system, which has
+ * no class above it to yield to, at the field. */
 static int
 test_yield_prefill(void)
 {
@@ -1627,27 +1628,72 @@ test_yield_prefill(void)
     struct lg_config *c = NULL;
     const char *ok = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
                      "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
-                     "{\"batch\": {\"sheddable\": true, \"yield_prefill\": true}}}";
+                     "{\"batch\": {\"sheddable\": true, \"yield_prefill\": true},\n"
+                     "\"default\": {\"yield_prefill\": true}}}";
     const char *bad = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
                       "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
-                      "{\"default\": {\"yield_prefill\": true}}}";
+                      "{\n\"system\": {\"yield_prefill\": true}}}";
+    const char *typo = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                       "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
+                       "{\"default\": {\"yield_prefill\": \"yes\"}}}";
 
     LG_CHECK(lg_config_load_buffer(ok, strlen(ok), "t.json", &c, &errs) == LG_OK);
     LG_CHECK(c->scheduling.classes[LG_CLASS_BATCH].yield_prefill);
+    LG_CHECK(c->scheduling.classes[LG_CLASS_DEFAULT].yield_prefill);
+    LG_CHECK(!c->scheduling.classes[LG_CLASS_DEFAULT].sheddable);
     LG_CHECK(!c->scheduling.classes[LG_CLASS_INTERACTIVE].yield_prefill);
     lg_config_unref(c);
     c = NULL;
     LG_CHECK(lg_config_load_buffer(bad, strlen(bad), "t.json", &c, &errs) != LG_OK);
     LG_CHECK(errs.n == 1);
-    LG_CHECK(strstr(errs.msgs[0], "t.json:1:") == errs.msgs[0]);
-    LG_CHECK(strstr(errs.msgs[0], ": error: /scheduling/default/yield_prefill: only for a "
-                                  "sheddable class: set sheddable too")
+    LG_CHECK(strstr(errs.msgs[0], "t.json:2:") == errs.msgs[0]);
+    LG_CHECK(strstr(errs.msgs[0], ": error: /scheduling/system/yield_prefill: no class is "
+                                  "above system: there is nothing to yield to")
+             != NULL);
+    lg_config_errors_free(&errs);
+    LG_CHECK(lg_config_load_buffer(typo, strlen(typo), "t.json", &c, &errs) != LG_OK);
+    LG_CHECK(errs.n == 1);
+    LG_CHECK(strstr(errs.msgs[0], "/scheduling/default/yield_prefill") != NULL);
+    lg_config_errors_free(&errs);
+    return 0;
+}
+
+/* A class's prompts_per_step: read, bounded (0..64), and refused on system. */
+static int
+test_prompts_per_step(void)
+{
+    struct lg_config_errors errs = { 0 };
+    struct lg_config *c = NULL;
+    const char *ok = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                     "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
+                     "{\"batch\": {\"sheddable\": true, \"prompts_per_step\": 1}}}";
+    const char *big = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                      "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
+                      "{\"batch\":\n {\"prompts_per_step\": 65}}}";
+    const char *sys = "{\"listen\": \":0\", \"backends\": [{\"name\": \"a\", \"url\": "
+                      "\"http://127.0.0.1:1\", \"models\": [\"m\"]}], \"scheduling\": "
+                      "{\"system\": {\"prompts_per_step\": 2}}}";
+
+    LG_CHECK(lg_config_load_buffer(ok, strlen(ok), "t.json", &c, &errs) == LG_OK);
+    LG_CHECK(c->scheduling.classes[LG_CLASS_BATCH].prompts_per_step == 1);
+    LG_CHECK(c->scheduling.classes[LG_CLASS_DEFAULT].prompts_per_step == 0);
+    lg_config_unref(c);
+    c = NULL;
+    LG_CHECK(lg_config_load_buffer(big, strlen(big), "t.json", &c, &errs) != LG_OK);
+    LG_CHECK(errs.n == 1);
+    LG_CHECK(strstr(errs.msgs[0], "t.json:2:") == errs.msgs[0]);
+    LG_CHECK(strstr(errs.msgs[0], "/scheduling/batch/prompts_per_step") != NULL);
+    lg_config_errors_free(&errs);
+    LG_CHECK(lg_config_load_buffer(sys, strlen(sys), "t.json", &c, &errs) != LG_OK);
+    LG_CHECK(errs.n == 1);
+    LG_CHECK(strstr(errs.msgs[0], ": error: /scheduling/system/prompts_per_step: no class is "
+                                  "above system")
              != NULL);
     lg_config_errors_free(&errs);
     return 0;
 }
 
-LG_TEST_MAIN(test_routing_retry_on, test_engine_priority, test_yield_prefill, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
+LG_TEST_MAIN(test_routing_retry_on, test_engine_priority, test_yield_prefill, test_prompts_per_step, test_minimal, test_defaults, test_budgets, test_every_field_set, test_syntax_error,
              test_nul_byte, test_not_an_object, test_unknown_key, test_wrong_type, test_out_of_range,
              test_bad_duration, test_bad_size, test_bad_url, test_url_parts,
              test_duplicate_backend_name, test_missing_required, test_models, test_bad_listen,
