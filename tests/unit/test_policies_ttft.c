@@ -454,6 +454,84 @@ test_queue_guard_pair(void)
 }
 
 /*
+ * queue_reserve: the fast replica with 3 of its 4 slots taken (said by its
+ * engine), the slow one 1 of 4. Without a reserve the fast one's last slot
+ * is the soonest and takes the request; with queue_reserve 1 that slot is
+ * guarded as a queue is: a request goes to the slow one while that is
+ * predicted at most queue_guard (2) times as late, else the fast one keeps
+ * it; and never toward a replica that would then be within its own
+ * reserve (the slow one with 3 of 4 taken), nor where the capacity is a
+ * guess.
+ */
+static int
+test_queue_reserve_pair(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 1024, .max_tokens = 32, .attempt = 1 };
+    struct lg_backend_view v[2];
+    const struct lg_backend_view *c[2] = { &v[0], &v[1] };
+    double cost[2];
+    const char *why = NULL;
+    void *on, *off;
+    char err[256];
+
+    LG_CHECK(lg_plugin_create_text(p, "{\"engine_model\": 0, \"queue_reserve\": 1}", &on, err,
+                                   sizeof(err))
+             == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"engine_model\": 0}", &off, err, sizeof(err)) == LG_OK);
+    memset(v, 0, sizeof(v));
+    for (int i = 0; i < 2; i++) {
+        v[i].size = sizeof(v[i]);
+        v[i].name = i == 0 ? "fast" : "slow";
+        v[i].id = (uint32_t)i + 1;
+        v[i].weight = 1;
+        v[i].ramp = 1;
+        v[i].capacity = 4;
+        v[i].hold_ms = 400;
+        v[i].itl_ms = 10;
+        v[i].engine_waiting = -1;
+        v[i].engine_running = -1;
+        v[i].engine_kv_usage = -1;
+    }
+    v[0].inflight = 3; /* its last slot free */
+    v[0].load = 3;
+    v[0].ttft_fixed_ms = 40;
+    v[1].inflight = 1;
+    v[1].load = 1;
+    v[1].ttft_fixed_ms = 60; /* 60 + a KiB's prefill: over the tolerance, under 2x */
+    v[1].ttft_ms_per_kib = 30;
+    p->ops->score(off, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "free_slot_over_queue");
+    /* far later there (a long prompt on the slow one): the last slot */
+    v[1].ttft_fixed_ms = 200;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    /* the slow one would then be within its own reserve: no move */
+    v[1].ttft_fixed_ms = 60;
+    v[1].inflight = 3;
+    v[1].load = 3;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    /* a capacity guessed, not said: no reserve to keep */
+    v[1].inflight = 1;
+    v[1].load = 1;
+    v[0].flags |= LG_VIEW_F_CAP_GUESS;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
+    return 0;
+}
+
+/*
  * model_floor on the random states, a third of the candidates idle
  * (tolerance, e2e guard and queue guard off, so the costs are the
  * estimators' own): a candidate whose engine model runs, or that has no
@@ -809,4 +887,5 @@ test_lower_prefill(void)
 }
 
 LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
+             test_queue_reserve_pair,
              test_model_floor_random, test_model_floor_pair, test_by_class, test_lower_prefill)
