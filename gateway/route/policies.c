@@ -865,6 +865,65 @@ ttft_decodes_near(const struct ttft_state *s, const struct lg_route_info *req,
 }
 
 /*
+ * One pass of the queue guard (ttft_queue_guard()): a candidate whose
+ * capacity is known and where the request would leave fewer than `keep`
+ * slots free (keep 0: it would wait for a slot; with keep > 0, only one that
+ * would not wait) loses to the cheapest that would still have `keep` free,
+ * where that is predicted at most queue_guard times as late and its answer
+ * near enough (ttft_decodes_near()). True when the cheapest was raised.
+ */
+static bool
+ttft_guard_pass(const struct ttft_state *s, const struct lg_route_info *req,
+                const struct lg_backend_view *const *c, size_t n, double *cost, double keep)
+{
+    size_t at = 0, cheapest = n;
+    bool raised = false;
+
+    for (size_t i = 0; i < n; i++) {
+        if (cost[i] < cost[at]) {
+            at = i;
+        }
+        if (policy_slots(c[i], s->slots) - (c[i]->load + 1) >= keep
+            && (cheapest == n || cost[i] < cost[cheapest])) {
+            cheapest = i;
+        }
+    }
+    if (cheapest == n) {
+        return false; /* no room anywhere: nothing to move toward */
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
+                    && c[i]->load + 1 > c[i]->capacity - keep
+                    && (keep <= 0 || c[i]->load + 1 <= c[i]->capacity);
+        double free_best = 0;
+        bool any = false;
+
+        /* the cheapest with room, where its answer is near enough, is the
+         * least of them all (those with room are never raised in this
+         * pass): one test instead of a pass over every candidate for each
+         * full one */
+        if (full && cheapest != i && ttft_decodes_near(s, req, c[cheapest], c[i])) {
+            free_best = cost[cheapest];
+            any = true;
+            full = false;
+        }
+        for (size_t j = 0; full && j < n; j++) {
+            if (j != i && policy_slots(c[j], s->slots) - (c[j]->load + 1) >= keep
+                && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
+                free_best = cost[j];
+                any = true;
+            }
+        }
+        if (any && free_best <= s->queue_guard * cost[i]
+            && cost[i] < free_best + s->tolerance_ms * 1.001 + 0.001) {
+            raised = raised || i == at;
+            cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
+        }
+    }
+    return raised;
+}
+
+/*
  * queue_guard (0: off): a candidate whose slots are all taken, one more
  * request there waiting for a slot (its capacity said by the engine or
  * seen with a queue, not guessed), loses to one with a slot free whose
@@ -886,60 +945,16 @@ static bool
 ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
                  const struct lg_backend_view *const *c, size_t n, double *cost)
 {
-    size_t at = 0, cheapest[2] = { n, n }; /* [0] a slot free, [1] reserve kept */
     bool raised = false;
 
     if (s->queue_guard <= 0 || n < 2) {
         return false;
     }
-    for (size_t i = 0; i < n; i++) {
-        double room = policy_slots(c[i], s->slots) - (c[i]->load + 1);
-
-        if (cost[i] < cost[at]) {
-            at = i;
-        }
-        for (int k = 0; k < 2; k++) {
-            if (room >= (k ? s->queue_reserve : 0)
-                && (cheapest[k] == n || cost[i] < cost[cheapest[k]])) {
-                cheapest[k] = i;
-            }
-        }
-    }
-    if (cheapest[0] == n) {
-        return false; /* no slot free anywhere: nothing to move toward */
-    }
-    for (size_t i = 0; i < n; i++) {
-        bool known = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS);
-        /* k 0: it would wait for a slot; 1: take one of its last reserved */
-        int k = c[i]->load + 1 > c[i]->capacity ? 0 : 1;
-        bool full = known
-                    && (k == 0 || (s->queue_reserve > 0 && cheapest[1] != n
-                                   && c[i]->load + 1 > c[i]->capacity - s->queue_reserve));
-        size_t cf = cheapest[k];
-        double need = k ? s->queue_reserve : 0, free_best = 0;
-        bool any = false;
-
-        /* the cheapest candidate with the room asked, where its answer is
-         * near enough, is the least of them all (one with the room asked is
-         * raised, if at all, only toward one with more): one test instead
-         * of a pass over every candidate for each full one */
-        if (full && cf != n && cf != i && ttft_decodes_near(s, req, c[cf], c[i])) {
-            free_best = cost[cf];
-            any = true;
-            full = false;
-        }
-        for (size_t j = 0; full && j < n; j++) {
-            if (j != i && policy_slots(c[j], s->slots) - (c[j]->load + 1) >= need
-                && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
-                free_best = cost[j];
-                any = true;
-            }
-        }
-        if (any && free_best <= s->queue_guard * cost[i]
-            && cost[i] < free_best + s->tolerance_ms * 1.001 + 0.001) {
-            raised = raised || i == at;
-            cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
-        }
+    /* the queues first, then the last slots toward the replicas with room
+     * (a queue's pick is as without a reserve; a reserve only passes a pick
+     * on to a replica that keeps one) */
+    for (int k = 0; k < (s->queue_reserve > 0 ? 2 : 1); k++) {
+        raised = ttft_guard_pass(s, req, c, n, cost, k ? s->queue_reserve : 0) || raised;
     }
     return raised;
 }

@@ -454,6 +454,61 @@ test_queue_guard_pair(void)
 }
 
 /*
+ * queue_reserve on the random states (1 against 0, the guard on in both,
+ * the tolerance off so that the pick is the soonest after the guard):
+ * wherever it moves the pick, it moves it off a replica whose capacity is
+ * known and where the request would take its last slot, mostly onto one
+ * that keeps a slot free after it (else onto one whose own last slot the
+ * roomy ones are too late to guard), predicted at most queue_guard (2)
+ * times as late; it moves some.
+ */
+static int
+test_queue_reserve_random(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    void *on, *off;
+    char err[256];
+    size_t moved = 0, to_room = 0;
+    struct tcase c;
+
+    LG_CHECK(lg_plugin_create_text(p, "{\"queue_reserve\": 1, \"tolerance_ms\": 0}", &on, err,
+                                   sizeof(err))
+             == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"tolerance_ms\": 0}", &off, err, sizeof(err)) == LG_OK);
+    rng = 4711;
+    for (int index = 0; index < 40000; index++) {
+        double c_on[NMAX], c_off[NMAX];
+        const char *why_on = NULL, *why_off = NULL;
+        size_t a = 0, b = 0;
+
+        case_gen(&c);
+        for (size_t j = 0; j < c.f.n; j++) {
+            c.f.v[j].model = &c.f.m[j];
+            c.f.p[j] = &c.f.v[j];
+        }
+        p->ops->score(on, &c.req, c.f.p, c.f.n, c_on, &why_on);
+        p->ops->score(off, &c.req, c.f.p, c.f.n, c_off, &why_off);
+        for (size_t j = 1; j < c.f.n; j++) {
+            a = c_on[j] < c_on[a] ? j : a;
+            b = c_off[j] < c_off[b] ? j : b;
+        }
+        if (a == b) {
+            continue;
+        }
+        moved++;
+        LG_CHECK(c.f.p[b]->capacity > 0 && !(c.f.p[b]->flags & LG_VIEW_F_CAP_GUESS)
+                 && c.f.p[b]->load + 2 > c.f.p[b]->capacity);
+        to_room += c.f.p[a]->load + 2 <= slots_of(c.f.p[a]);
+        LG_CHECK(c_off[a] <= 2 * c_off[b]);
+    }
+    LG_CHECK(moved >= 100);
+    LG_CHECK(to_room * 4 >= moved * 3);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
+    return 0;
+}
+
+/*
  * queue_reserve: the fast replica with 3 of its 4 slots taken (said by its
  * engine), the slow one 1 of 4. Without a reserve the fast one's last slot
  * is the soonest and takes the request; with queue_reserve 1 that slot is
@@ -887,5 +942,5 @@ test_lower_prefill(void)
 }
 
 LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
-             test_queue_reserve_pair,
+             test_queue_reserve_random, test_queue_reserve_pair,
              test_model_floor_random, test_model_floor_pair, test_by_class, test_lower_prefill)
