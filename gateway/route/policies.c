@@ -378,6 +378,7 @@ struct ttft_state {
     double e2e_slack_load;
     double interference;
     double queue_guard;
+    double queue_reserve; /* a replica's last slots count as a queue for the guard */
     double lower_prefill_weight; /* by class: the lower classes' prefill in progress, as work ahead */
     int engine_model;     /* predict by the engine model where it runs */
     int model_needs_pace; /* ... only where a stream timed its step lately */
@@ -408,6 +409,7 @@ static const struct policy_num ttft_options[] = {
     { "e2e_slack_load", offsetof(struct ttft_state, e2e_slack_load), 0, 1 },
     { "interference", offsetof(struct ttft_state, interference), 0, 100 },
     { "queue_guard", offsetof(struct ttft_state, queue_guard), 0, 1000 },
+    { "queue_reserve", offsetof(struct ttft_state, queue_reserve), 0, 1e6 },
     { "lower_prefill_weight", offsetof(struct ttft_state, lower_prefill_weight), 0, 100 },
 };
 
@@ -436,6 +438,7 @@ ttft_create(const struct lg_host_api *host, struct lg_options *opts, void **stat
                             .e2e_slack_load = 0,
                             .interference = 0,
                             .queue_guard = 2,
+                            .queue_reserve = 0,
                             .lower_prefill_weight = 0,
                             .engine_model = 1,
                             .model_needs_pace = 1,
@@ -862,56 +865,50 @@ ttft_decodes_near(const struct ttft_state *s, const struct lg_route_info *req,
 }
 
 /*
- * queue_guard (0: off): a candidate whose slots are all taken, one more
- * request there waiting for a slot (its capacity said by the engine or
- * seen with a queue, not guessed), loses to one with a slot free whose
- * prediction is at most queue_guard times its own and whose answer takes
- * at most tolerance_decode_ms longer (ttft_decodes_near()): raised above
- * that one (and above tolerance_ms, so the tolerance moves nothing back).
- * A wait for a slot is the prediction that misses most (it rests on how
- * soon the answers there end, at a pace a busier machine slows), and a
- * fast replica the router keeps full tips into a queue that the others
- * would have drained (bench/routing/NOTES.md 59). True when the cheapest
- * was raised.
+ * One pass of the queue guard (ttft_queue_guard()): a candidate whose
+ * capacity is known and where the request would leave fewer than `keep`
+ * slots free (keep 0: it would wait for a slot; with keep > 0, only one that
+ * would not wait) loses to the cheapest that would still have `keep` free,
+ * where that is predicted at most queue_guard times as late and its answer
+ * near enough (ttft_decodes_near()). True when the cheapest was raised.
  */
 static bool
-ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
-                 const struct lg_backend_view *const *c, size_t n, double *cost)
+ttft_guard_pass(const struct ttft_state *s, const struct lg_route_info *req,
+                const struct lg_backend_view *const *c, size_t n, double *cost, double keep)
 {
-    size_t at = 0, cheapest_free = n;
+    size_t at = 0, cheapest = n;
     bool raised = false;
 
-    if (s->queue_guard <= 0 || n < 2) {
-        return false;
-    }
     for (size_t i = 0; i < n; i++) {
         if (cost[i] < cost[at]) {
             at = i;
         }
-        if (c[i]->load + 1 <= policy_slots(c[i], s->slots)
-            && (cheapest_free == n || cost[i] < cost[cheapest_free])) {
-            cheapest_free = i;
+        if (policy_slots(c[i], s->slots) - (c[i]->load + 1) >= keep
+            && (cheapest == n || cost[i] < cost[cheapest])) {
+            cheapest = i;
         }
     }
-    if (cheapest_free == n) {
-        return false; /* no slot free anywhere: nothing to move toward */
+    if (cheapest == n) {
+        return false; /* no room anywhere: nothing to move toward */
     }
     for (size_t i = 0; i < n; i++) {
         bool full = c[i]->capacity > 0 && !(c[i]->flags & LG_VIEW_F_CAP_GUESS)
-                    && c[i]->load + 1 > c[i]->capacity;
+                    && c[i]->load + 1 > c[i]->capacity - keep
+                    && (keep <= 0 || c[i]->load + 1 <= c[i]->capacity);
         double free_best = 0;
         bool any = false;
 
-        /* the cheapest free candidate, where its answer is near enough, is
-         * the least of them all (free ones are never raised here): one test
-         * instead of a pass over every candidate for each full one */
-        if (full && cheapest_free != i && ttft_decodes_near(s, req, c[cheapest_free], c[i])) {
-            free_best = cost[cheapest_free];
+        /* the cheapest with room, where its answer is near enough, is the
+         * least of them all (those with room are never raised in this
+         * pass): one test instead of a pass over every candidate for each
+         * full one */
+        if (full && cheapest != i && ttft_decodes_near(s, req, c[cheapest], c[i])) {
+            free_best = cost[cheapest];
             any = true;
             full = false;
         }
         for (size_t j = 0; full && j < n; j++) {
-            if (j != i && c[j]->load + 1 <= policy_slots(c[j], s->slots)
+            if (j != i && policy_slots(c[j], s->slots) - (c[j]->load + 1) >= keep
                 && ttft_decodes_near(s, req, c[j], c[i]) && (!any || cost[j] < free_best)) {
                 free_best = cost[j];
                 any = true;
@@ -922,6 +919,42 @@ ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
             raised = raised || i == at;
             cost[i] = free_best + s->tolerance_ms * 1.001 + 0.001;
         }
+    }
+    return raised;
+}
+
+/*
+ * queue_guard (0: off): a candidate whose slots are all taken, one more
+ * request there waiting for a slot (its capacity said by the engine or
+ * seen with a queue, not guessed), loses to one with a slot free whose
+ * prediction is at most queue_guard times its own and whose answer takes
+ * at most tolerance_decode_ms longer (ttft_decodes_near()): raised above
+ * that one (and above tolerance_ms, so the tolerance moves nothing back).
+ * A wait for a slot is the prediction that misses most (it rests on how
+ * soon the answers there end, at a pace a busier machine slows), and a
+ * fast replica the router keeps full tips into a queue that the others
+ * would have drained (bench/routing/NOTES.md 59). queue_reserve (0: off):
+ * a request that would take one of a candidate's last queue_reserve slots
+ * (its capacity known as above) is guarded the same way, toward one that
+ * would still have queue_reserve slots free after it: a replica kept full
+ * to its last slot meets a burst with none, and a burst's first tokens
+ * then queue behind answers that hold their slots to the end
+ * (bench/routing/NOTES.md 62). True when the cheapest was raised.
+ */
+static bool
+ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
+                 const struct lg_backend_view *const *c, size_t n, double *cost)
+{
+    bool raised = false;
+
+    if (s->queue_guard <= 0 || n < 2) {
+        return false;
+    }
+    /* the queues first, then the last slots toward the replicas with room
+     * (a queue's pick is as without a reserve; a reserve only passes a pick
+     * on to a replica that keeps one) */
+    for (int k = 0; k < (s->queue_reserve > 0 ? 2 : 1); k++) {
+        raised = ttft_guard_pass(s, req, c, n, cost, k ? s->queue_reserve : 0) || raised;
     }
     return raised;
 }

@@ -454,6 +454,139 @@ test_queue_guard_pair(void)
 }
 
 /*
+ * queue_reserve on the random states (1 against 0, the guard on in both,
+ * the tolerance off so that the pick is the soonest after the guard):
+ * wherever it moves the pick, it moves it off a replica whose capacity is
+ * known and where the request would take its last slot, mostly onto one
+ * that keeps a slot free after it (else onto one whose own last slot the
+ * roomy ones are too late to guard), predicted at most queue_guard (2)
+ * times as late; it moves some.
+ */
+static int
+test_queue_reserve_random(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    void *on, *off;
+    char err[256];
+    size_t moved = 0, to_room = 0;
+    struct tcase c;
+
+    LG_CHECK(lg_plugin_create_text(p, "{\"queue_reserve\": 1, \"tolerance_ms\": 0}", &on, err,
+                                   sizeof(err))
+             == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"tolerance_ms\": 0}", &off, err, sizeof(err)) == LG_OK);
+    rng = 4711;
+    for (int index = 0; index < 40000; index++) {
+        double c_on[NMAX], c_off[NMAX];
+        const char *why_on = NULL, *why_off = NULL;
+        size_t a = 0, b = 0;
+
+        case_gen(&c);
+        for (size_t j = 0; j < c.f.n; j++) {
+            c.f.v[j].model = &c.f.m[j];
+            c.f.p[j] = &c.f.v[j];
+        }
+        p->ops->score(on, &c.req, c.f.p, c.f.n, c_on, &why_on);
+        p->ops->score(off, &c.req, c.f.p, c.f.n, c_off, &why_off);
+        for (size_t j = 1; j < c.f.n; j++) {
+            a = c_on[j] < c_on[a] ? j : a;
+            b = c_off[j] < c_off[b] ? j : b;
+        }
+        if (a == b) {
+            continue;
+        }
+        moved++;
+        LG_CHECK(c.f.p[b]->capacity > 0 && !(c.f.p[b]->flags & LG_VIEW_F_CAP_GUESS)
+                 && c.f.p[b]->load + 2 > c.f.p[b]->capacity);
+        to_room += c.f.p[a]->load + 2 <= slots_of(c.f.p[a]);
+        LG_CHECK(c_off[a] <= 2 * c_off[b]);
+    }
+    LG_CHECK(moved >= 100);
+    LG_CHECK(to_room * 4 >= moved * 3);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
+    return 0;
+}
+
+/*
+ * queue_reserve: the fast replica with 3 of its 4 slots taken (said by its
+ * engine), the slow one 1 of 4. Without a reserve the fast one's last slot
+ * is the soonest and takes the request; with queue_reserve 1 that slot is
+ * guarded as a queue is: a request goes to the slow one while that is
+ * predicted at most queue_guard (2) times as late, else the fast one keeps
+ * it; and never toward a replica that would then be within its own
+ * reserve (the slow one with 3 of 4 taken), nor where the capacity is a
+ * guess.
+ */
+static int
+test_queue_reserve_pair(void)
+{
+    const struct lg_plugin *p = lg_plugin_find("ttft");
+    struct lg_route_info req = { .size = sizeof(req), .model = "m", .stream = 1,
+                                 .prompt_bytes = 1024, .max_tokens = 32, .attempt = 1 };
+    struct lg_backend_view v[2];
+    const struct lg_backend_view *c[2] = { &v[0], &v[1] };
+    double cost[2];
+    const char *why = NULL;
+    void *on, *off;
+    char err[256];
+
+    LG_CHECK(lg_plugin_create_text(p, "{\"engine_model\": 0, \"queue_reserve\": 1}", &on, err,
+                                   sizeof(err))
+             == LG_OK);
+    LG_CHECK(lg_plugin_create_text(p, "{\"engine_model\": 0}", &off, err, sizeof(err)) == LG_OK);
+    memset(v, 0, sizeof(v));
+    for (int i = 0; i < 2; i++) {
+        v[i].size = sizeof(v[i]);
+        v[i].name = i == 0 ? "fast" : "slow";
+        v[i].id = (uint32_t)i + 1;
+        v[i].weight = 1;
+        v[i].ramp = 1;
+        v[i].capacity = 4;
+        v[i].hold_ms = 400;
+        v[i].itl_ms = 10;
+        v[i].engine_waiting = -1;
+        v[i].engine_running = -1;
+        v[i].engine_kv_usage = -1;
+    }
+    v[0].inflight = 3; /* its last slot free */
+    v[0].load = 3;
+    v[0].ttft_fixed_ms = 40;
+    v[1].inflight = 1;
+    v[1].load = 1;
+    v[1].ttft_fixed_ms = 60; /* 60 + a KiB's prefill: over the tolerance, under 2x */
+    v[1].ttft_ms_per_kib = 30;
+    p->ops->score(off, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[1] < cost[0]);
+    LG_CHECK_STR(why, "free_slot_over_queue");
+    /* far later there (a long prompt on the slow one): the last slot */
+    v[1].ttft_fixed_ms = 200;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    /* the slow one would then be within its own reserve: no move */
+    v[1].ttft_fixed_ms = 60;
+    v[1].inflight = 3;
+    v[1].load = 3;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    /* a capacity guessed, not said: no reserve to keep */
+    v[1].inflight = 1;
+    v[1].load = 1;
+    v[0].flags |= LG_VIEW_F_CAP_GUESS;
+    why = NULL;
+    p->ops->score(on, &req, c, 2, cost, &why);
+    LG_CHECK(cost[0] < cost[1]);
+    p->ops->destroy(on);
+    p->ops->destroy(off);
+    return 0;
+}
+
+/*
  * model_floor on the random states, a third of the candidates idle
  * (tolerance, e2e guard and queue guard off, so the costs are the
  * estimators' own): a candidate whose engine model runs, or that has no
@@ -809,4 +942,5 @@ test_lower_prefill(void)
 }
 
 LG_TEST_MAIN(test_pinned_coverage, test_pinned_cases, test_queue_guard_random, test_queue_guard_pair,
+             test_queue_reserve_random, test_queue_reserve_pair,
              test_model_floor_random, test_model_floor_pair, test_by_class, test_lower_prefill)
