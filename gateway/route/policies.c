@@ -939,7 +939,7 @@ ttft_guard_pass(const struct ttft_state *s, const struct lg_route_info *req,
  * would still have queue_reserve slots free after it: a replica kept full
  * to its last slot meets a burst with none, and a burst's first tokens
  * then queue behind answers that hold their slots to the end
- * (bench/routing/NOTES.md 62). True when the cheapest was raised.
+ * (bench/routing/NOTES.md 63). True when the cheapest was raised.
  */
 static bool
 ttft_queue_guard(const struct ttft_state *s, const struct lg_route_info *req,
